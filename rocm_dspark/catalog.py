@@ -1,0 +1,487 @@
+"""Load and validate recipes/ into typed objects.
+
+Facts live in YAML (models, GPUs, per-(model, GPU) profiles, workarounds, the vLLM capability table);
+this module only checks their shape. A broken file fails with one line: file, key, problem.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from rocm_dspark.errors import UsageError
+
+RECIPES_ENV = "ROCM_DSPARK_RECIPES"
+STATUSES = ("verified", "experimental", "unverified")
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+
+class CatalogError(UsageError):
+    """A recipes/ file is malformed: the message names the file, the key and the problem."""
+
+
+def recipes_dir() -> Path:
+    """recipes/ next to the package (source checkout or editable install), or $ROCM_DSPARK_RECIPES."""
+    env = os.environ.get(RECIPES_ENV)
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "recipes", here / "recipes"):
+        if candidate.is_dir():
+            return candidate
+    raise CatalogError(f"cannot find the recipes/ folder next to {here}; set {RECIPES_ENV} to its path")
+
+
+# --- versions -------------------------------------------------------------------------------------
+
+_RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+
+
+def release_tuple(version: str) -> tuple[int, int, int]:
+    """'0.33.0rc1+rocm' -> (0, 33, 0). Pre-release/dev/local parts are ignored on purpose: a 0.33 rc
+    already carries the 0.33 code we care about, and nightlies are looked up by tag in `builds`."""
+    m = _RELEASE.match(str(version))
+    if not m:
+        raise UsageError(f"vLLM version {version!r} is not a version number; pass e.g. --vllm-version 0.32.0")
+    parts = [int(p) for p in m.group(1).split(".")][:3]
+    return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
+
+
+def version_in_range(version: str, spec: str) -> bool:
+    """`spec` is a comma-separated list of comparisons, e.g. '>=0.30.0,<0.33.0'."""
+    v = release_tuple(version)
+    for clause in (c.strip() for c in spec.split(",") if c.strip()):
+        m = re.match(r"^(>=|<=|==|!=|>|<)\s*(.+)$", clause)
+        if not m:
+            raise ValueError(f"bad version clause {clause!r}")
+        op, bound = m.group(1), release_tuple(m.group(2))
+        ok = {
+            ">=": v >= bound, "<=": v <= bound, "==": v == bound,
+            "!=": v != bound, ">": v > bound, "<": v < bound,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+# --- typed records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    key: str
+    name: str
+    arch: str
+    family: str
+    compute_units: int
+    hbm_gb: float
+    hbm_bandwidth_tbps: float
+    peak_bf16_tflops: float
+    peak_fp8_tflops: float
+    peak_fp4_tflops: float | None
+    fp8_format: str
+    native_fp4: bool
+    gpus_per_node: int
+    tdp_w: float
+    marketing_names: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Profile:
+    model: str
+    gpu: str
+    status: str
+    status_date: str
+    evidence: tuple[str, ...]
+    image: str
+    image_tag: str
+    vllm_build: str | None
+    vllm_version: str | None
+    tp: int
+    dp: int
+    ep: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    capture_cap: int
+    cudagraph_mode: str | None
+    breakable_cudagraph: bool | None
+    moe_backend: str | None
+    gpu_memory_utilization: float | None
+    engram_cpu_offload: dict | None
+    args: tuple[tuple[str, ...], ...]
+    env: dict
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.gpu}"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    key: str
+    hf_id: str
+    revision: str | None
+    aliases: tuple[str, ...]
+    fallback: str | None
+    default_gpu: str
+    architecture: dict
+    weights_gb: float
+    params: dict
+    speculative: dict
+    serve: dict
+    base_args: tuple[tuple[str, ...], ...]
+    base_env: dict
+    validation: dict
+    profiles: dict  # gpu key -> Profile
+
+    @property
+    def block_size(self) -> int:
+        return int(self.speculative["block_size"])
+
+    @property
+    def query_heads(self) -> int:
+        return int(self.architecture["query_heads"])
+
+
+@dataclass(frozen=True)
+class Workaround:
+    id: str
+    models: tuple[str, ...]
+    gpus: tuple[str, ...]
+    vllm: str | None
+    sets: dict
+    args: tuple[tuple[str, ...], ...]
+    env: dict
+    reason: str
+    evidence: str
+    remove_when: str
+
+    def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
+        if self.models and model not in self.models:
+            return False
+        if self.gpus and gpu not in self.gpus:
+            return False
+        if self.vllm and vllm_version is not None and not version_in_range(vllm_version, self.vllm):
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class Capability:
+    versions: str
+    supports_v41: bool
+    refuses_adaptive_on_rocm_v41: bool
+    native_adaptive_on_rocm_v41: bool
+    note: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Catalog:
+    root: Path
+    gpus: dict
+    models: dict
+    workarounds: tuple[Workaround, ...]
+    capabilities: tuple[Capability, ...]
+    min_version_for_v41: str
+    builds: dict = field(default_factory=dict)
+
+    def find_model(self, name: str) -> ModelSpec:
+        wanted = name.strip().lower()
+        for model in self.models.values():
+            names = {model.key.lower(), model.hf_id.lower(), *(a.lower() for a in model.aliases)}
+            if wanted in names:
+                return model
+        known = ", ".join(f"{m.key} ({', '.join(m.aliases[:2])})" for m in self.models.values())
+        raise UsageError(f"unknown model {name!r}; known models: {known}")
+
+    def find_gpu(self, name: str) -> GpuSpec:
+        key = name.strip().lower()
+        if key in self.gpus:
+            return self.gpus[key]
+        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}")
+
+    def vllm_version_of(self, build_or_version: str) -> str:
+        """A build tag from `builds` (e.g. nightly-eed1f3d0) -> its version; a version -> itself."""
+        build = self.builds.get(build_or_version)
+        return build["version"] if build else build_or_version
+
+    def vllm_capability(self, version: str) -> Capability:
+        version = self.vllm_version_of(version)
+        for cap in self.capabilities:
+            if version_in_range(version, cap.versions):
+                return cap
+        raise UsageError(f"vLLM version {version!r} matches no range in recipes/vllm.yaml")
+
+
+# --- validation helpers ---------------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to a mapping that reports `file: key.path: problem` on any mismatch."""
+
+    def __init__(self, path: Path, data, where: str = ""):
+        self.path, self.data, self.where = path, data, where
+        if not isinstance(data, dict):
+            self.fail(f"expected a mapping, got {type(data).__name__}")
+
+    def fail(self, problem: str, key: str | None = None):
+        loc = ".".join(p for p in (self.where, key) if p) or "(top level)"
+        raise CatalogError(f"{self.path}: {loc}: {problem}")
+
+    def sub(self, key: str) -> "_Reader":
+        return _Reader(self.path, self.req(key, dict), self._join(key))
+
+    def _join(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def req(self, key: str, kind, *, optional: bool = False, default=None):
+        if key not in self.data:
+            if optional:
+                return default
+            self.fail("missing key", key)
+        value = self.data[key]
+        if value is None and optional:
+            return default
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if kind is int and isinstance(value, bool):
+            self.fail(f"expected an integer, got {value!r}", key)
+        if not isinstance(value, kind):
+            want = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+            self.fail(f"expected {want}, got {value!r}", key)
+        return value
+
+    def positive_int(self, key: str) -> int:
+        value = self.req(key, int)
+        if value <= 0:
+            self.fail(f"expected a positive integer, got {value!r}", key)
+        return value
+
+    def str_list(self, key: str, *, optional: bool = False) -> tuple[str, ...]:
+        value = self.req(key, list, optional=optional, default=[])
+        if not all(isinstance(v, str) for v in value):
+            self.fail("expected a list of strings", key)
+        return tuple(value)
+
+    def arg_list(self, key: str) -> tuple[tuple[str, ...], ...]:
+        """args are lists of [flag] or [flag, value]; values are strings so YAML cannot reformat them."""
+        value = self.req(key, list, optional=True, default=[])
+        out = []
+        for i, item in enumerate(value):
+            if (not isinstance(item, list) or not 1 <= len(item) <= 2
+                    or not all(isinstance(x, str) for x in item) or not item[0].startswith("--")):
+                self.fail(f"item {i} must be [--flag] or [--flag, \"value\"] (strings), got {item!r}", key)
+            out.append(tuple(item))
+        return tuple(out)
+
+    def env(self, key: str) -> dict:
+        value = self.req(key, dict, optional=True, default={})
+        for k, v in value.items():
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                self.fail(f"{k!r} is not an environment variable name", key)
+            if not isinstance(v, str):
+                self.fail(f"{k}: value must be a quoted string, got {v!r}", key)
+        return dict(value)
+
+
+def _load_yaml(path: Path):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise CatalogError(f"{path}: {where}: malformed YAML: {problem}") from None
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
+    fp8 = r.req("fp8_format", str)
+    if fp8 not in ("fnuz", "ocp"):
+        r.fail(f"expected fnuz or ocp, got {fp8!r}", "fp8_format")
+    arch = r.req("arch", str)
+    if not re.fullmatch(r"gfx\d+[a-z]?", arch):
+        r.fail(f"expected a gfx architecture such as gfx942, got {arch!r}", "arch")
+    return GpuSpec(
+        key=key, name=r.req("name", str), arch=arch, family=r.req("family", str),
+        compute_units=r.positive_int("compute_units"), hbm_gb=r.req("hbm_gb", float),
+        hbm_bandwidth_tbps=r.req("hbm_bandwidth_tbps", float),
+        peak_bf16_tflops=r.req("peak_bf16_tflops", float), peak_fp8_tflops=r.req("peak_fp8_tflops", float),
+        peak_fp4_tflops=r.req("peak_fp4_tflops", float, optional=True),
+        fp8_format=fp8, native_fp4=r.req("native_fp4", bool), gpus_per_node=r.positive_int("gpus_per_node"),
+        tdp_w=r.req("tdp_w", float), marketing_names=r.str_list("marketing_names"),
+        sources=r.str_list("sources"),
+    )
+
+
+def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
+    if gpu not in gpus:
+        r.fail(f"unknown GPU {gpu!r}; known: {', '.join(sorted(gpus))}")
+    status = r.req("status", str)
+    if status not in STATUSES:
+        r.fail(f"expected one of {', '.join(STATUSES)}, got {status!r}", "status")
+    date = str(r.req("status_date", str))
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
+        r.fail(f"expected YYYY-MM-DD, got {date!r}", "status_date")
+    evidence = r.str_list("evidence")
+    if not evidence:
+        r.fail("at least one evidence link is required", "evidence")
+    image = r.req("image", str)
+    if status != "unverified" and "@sha256:" not in image:
+        r.fail(f"a {status} profile must pin its image by digest (repo@sha256:...), got {image!r}", "image")
+    mode = r.req("cudagraph_mode", str, optional=True)
+    if mode is not None and mode not in CUDAGRAPH_MODES:
+        r.fail(f"expected one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}", "cudagraph_mode")
+    engram = r.req("engram_cpu_offload", dict, optional=True)
+    if engram is not None and not all(isinstance(v, bool) for v in engram.values()):
+        r.fail("expected a mapping from TP size to true/false", "engram_cpu_offload")
+    build = r.req("vllm_build", str, optional=True)
+    version = r.req("vllm_version", str, optional=True)
+    if build is None and version is None:
+        r.fail("either vllm_build (a tag in vllm.yaml builds) or vllm_version is required")
+    return Profile(
+        model=model, gpu=gpu, status=status, status_date=date, evidence=evidence, image=image,
+        image_tag=r.req("image_tag", str), vllm_build=build, vllm_version=version,
+        tp=r.positive_int("tp"), dp=r.positive_int("dp"), ep=r.positive_int("ep"),
+        max_num_seqs=r.positive_int("max_num_seqs"),
+        max_num_batched_tokens=r.positive_int("max_num_batched_tokens"),
+        capture_cap=r.positive_int("capture_cap"), cudagraph_mode=mode,
+        breakable_cudagraph=r.req("breakable_cudagraph", bool, optional=True),
+        moe_backend=r.req("moe_backend", str, optional=True),
+        gpu_memory_utilization=r.req("gpu_memory_utilization", float, optional=True),
+        engram_cpu_offload={str(k): v for k, v in engram.items()} if engram else None,
+        args=r.arg_list("args"), env=r.env("env"),
+    )
+
+
+def _model(path: Path, data, gpus: dict) -> ModelSpec:
+    r = _Reader(path, data)
+    spec = r.sub("speculative")
+    block = spec.positive_int("block_size")
+    spec.req("method", str)
+    spec.sub("config")
+    spec.req("adaptive_verification", bool)
+    arch = r.sub("architecture")
+    for k in ("layers", "hidden_size", "query_heads", "context_length", "swa_window", "kv_latent_dim"):
+        arch.positive_int(k)
+    serve = r.sub("serve")
+    serve.req("host", str)
+    serve.positive_int("port")
+    serve.req("served_name", str)
+    check = r.sub("validation").sub("deterministic_check")
+    check.req("prompt", str)
+    check.req("expect", str)
+    params = r.sub("params")
+    for k in ("active_output_token_b", "weight_bytes_per_step_gb"):
+        params.req(k, (int, float))
+    key = r.req("key", str)
+    profiles_r = r.sub("profiles")
+    profiles = {g: _profile(key, g, profiles_r.sub(g), gpus) for g in profiles_r.data}
+    default_gpu = r.req("default_gpu", str)
+    if default_gpu not in profiles:
+        r.fail(f"{default_gpu!r} has no profile", "default_gpu")
+    return ModelSpec(
+        key=key, hf_id=r.req("hf_id", str), revision=r.req("revision", str, optional=True),
+        aliases=r.str_list("aliases"), fallback=r.req("fallback", str, optional=True),
+        default_gpu=default_gpu, architecture=dict(arch.data), weights_gb=r.req("weights_gb", float),
+        params=dict(params.data), speculative={**spec.data, "block_size": block}, serve=dict(serve.data),
+        base_args=r.arg_list("base_args"), base_env=r.env("base_env"),
+        validation=dict(r.data["validation"]), profiles=profiles,
+    )
+
+
+def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
+    r = _Reader(path, data, f"workarounds[{i}]")
+    applies = r.sub("applies")
+    vllm_range = applies.req("vllm", str, optional=True)
+    if vllm_range:
+        try:
+            version_in_range("0.0.0", vllm_range)
+        except (ValueError, UsageError):
+            applies.fail(f"bad version range {vllm_range!r}", "vllm")
+    wgpus = applies.str_list("gpus", optional=True)
+    for g in wgpus:
+        if g not in gpus:
+            applies.fail(f"unknown GPU {g!r}", "gpus")
+    for k in ("reason", "evidence", "remove_when"):
+        if not r.req(k, str).strip():
+            r.fail("must not be empty", k)
+    return Workaround(
+        id=r.req("id", str), models=applies.str_list("models", optional=True), gpus=wgpus, vllm=vllm_range,
+        sets=dict(r.req("sets", dict, optional=True, default={})), args=r.arg_list("args"), env=r.env("env"),
+        reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
+        remove_when=" ".join(r.data["remove_when"].split()),
+    )
+
+
+def load_catalog(root: Path | str | None = None) -> Catalog:
+    root = Path(root) if root else recipes_dir()
+    return _load_catalog_cached(root.resolve())
+
+
+@lru_cache(maxsize=8)
+def _load_catalog_cached(root: Path) -> Catalog:
+    gpus_path = root / "gpus.yaml"
+    gr = _Reader(gpus_path, _load_yaml(gpus_path))
+    gpus_r = gr.sub("gpus")
+    gpus = {k: _gpu(gpus_path, k, gpus_r.sub(k)) for k in gpus_r.data}
+
+    models: dict[str, ModelSpec] = {}
+    model_files = sorted((root / "models").glob("*.yaml"))
+    if not model_files:
+        raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
+    for path in model_files:
+        model = _model(path, _load_yaml(path), gpus)
+        if model.key in models:
+            raise CatalogError(f"{path}: key: model {model.key!r} is defined twice")
+        models[model.key] = model
+    for model in models.values():
+        if model.fallback and model.fallback not in models:
+            raise CatalogError(f"{root / 'models'}: {model.key}.fallback: unknown model {model.fallback!r}")
+
+    wa_path = root / "workarounds.yaml"
+    wr = _Reader(wa_path, _load_yaml(wa_path))
+    wa_list = wr.req("workarounds", list)
+    workarounds = tuple(_workaround(wa_path, i, w, gpus) for i, w in enumerate(wa_list))
+    for w in workarounds:
+        for m in w.models:
+            if m not in models:
+                raise CatalogError(f"{wa_path}: {w.id}.applies.models: unknown model {m!r}")
+
+    vpath = root / "vllm.yaml"
+    vr = _Reader(vpath, _load_yaml(vpath))
+    caps = []
+    for i, c in enumerate(vr.req("capabilities", list)):
+        cr = _Reader(vpath, c, f"capabilities[{i}]")
+        try:
+            version_in_range("0.0.0", cr.req("versions", str))
+        except (ValueError, UsageError):
+            cr.fail("bad version range", "versions")
+        caps.append(Capability(
+            versions=c["versions"], supports_v41=cr.req("supports_v41", bool),
+            refuses_adaptive_on_rocm_v41=cr.req("refuses_adaptive_on_rocm_v41", bool),
+            native_adaptive_on_rocm_v41=cr.req("native_adaptive_on_rocm_v41", bool),
+            note=" ".join(cr.req("note", str).split()), evidence=cr.req("evidence", str),
+        ))
+    builds = vr.req("builds", dict, optional=True, default={})
+    for name, b in builds.items():
+        br = _Reader(vpath, b, f"builds.{name}")
+        release_tuple(br.req("version", str))
+        br.req("commit", str)
+    for model in models.values():
+        for p in model.profiles.values():
+            if p.vllm_build and p.vllm_build not in builds:
+                raise CatalogError(f"{root / 'models'}: {p.id}.vllm_build: {p.vllm_build!r} is not in vllm.yaml builds")
+    return Catalog(
+        root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
+        min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds,
+    )

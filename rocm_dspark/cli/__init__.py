@@ -1,0 +1,51 @@
+"""The `rocm-dspark` command: a click group whose subcommands load lazily.
+
+Each subcommand lives in its own module and is imported only when it runs, so
+`rocm-dspark recipe` never pays for (or needs) torch, triton or vllm.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# command name -> "module:attribute" of a click.Command
+COMMANDS = {
+    "recipe": "rocm_dspark.cli.recipe:recipe",
+    "list": "rocm_dspark.cli.recipe:list_catalog",
+    "launch": "rocm_dspark.cli.launch:launch",
+    "plan": "rocm_dspark.cli.plan:plan",
+    "plugin": "rocm_dspark.cli.plugin:plugin",
+    "probe": "rocm_dspark.cli.probe:probe",
+    "validate": "rocm_dspark.cli.validate:validate",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="rocm-dspark")
+def cli():
+    """Trusted vLLM launches for DeepSeek-V4.1-Flash + DSpark on AMD MI300-class GPUs."""
+
+
+def main(argv=None):
+    from rocm_dspark.errors import UsageError
+
+    try:
+        return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
+    except UsageError as exc:  # raised outside a command's own handling
+        click.echo(f"rocm-dspark: error: {exc}", err=True)
+        sys.exit(2)

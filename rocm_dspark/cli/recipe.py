@@ -1,0 +1,53 @@
+"""`rocm-dspark recipe` and `rocm-dspark list`: thin wrappers over the catalog and the resolver."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rocm_dspark.cli.options import plan_from_options, selection_options, usage_errors
+
+
+@click.command()
+@selection_options
+@click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker"]), default="shell", show_default=True,
+              help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags.")
+@usage_errors
+def recipe(fmt, **opts):
+    """Print the vLLM launch for a model on this (or the given) AMD GPU."""
+    from rocm_dspark.render import RENDERERS
+
+    click.echo(RENDERERS[fmt](plan_from_options(opts)), nl=False)
+
+
+@click.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@usage_errors
+def list_catalog(as_json):
+    """Show the models, GPUs and profiles in recipes/, with each profile's status."""
+    from rocm_dspark.catalog import load_catalog
+
+    cat = load_catalog()
+    if as_json:
+        click.echo(json.dumps({
+            "models": {m.key: {"hf_id": m.hf_id, "aliases": list(m.aliases), "fallback": m.fallback,
+                               "profiles": {g: {"status": p.status, "date": p.status_date, "tp": p.tp,
+                                                "evidence": list(p.evidence), "image": p.image}
+                                            for g, p in m.profiles.items()}}
+                       for m in cat.models.values()},
+            "gpus": {g.key: {"name": g.name, "arch": g.arch, "hbm_gb": g.hbm_gb, "fp8": g.fp8_format,
+                             "native_fp4": g.native_fp4} for g in cat.gpus.values()},
+        }, indent=2))
+        return
+    click.echo("GPUs:")
+    for g in cat.gpus.values():
+        fp4 = "native MXFP4" if g.native_fp4 else "no native FP4"
+        click.echo(f"  {g.key:<8} {g.name:<22} {g.arch} {g.hbm_gb:>4g} GB {g.hbm_bandwidth_tbps:g} TB/s  "
+                   f"{g.fp8_format.upper()} fp8, {fp4}")
+    click.echo("Models and profiles:")
+    for m in cat.models.values():
+        extra = f"  (fallback: {m.fallback})" if m.fallback else ""
+        click.echo(f"  {m.key}  [{m.hf_id}]  aliases: {', '.join(m.aliases[:2])}{extra}")
+        for g, p in m.profiles.items():
+            click.echo(f"    {g:<8} {p.status:<12} {p.status_date}  TP{p.tp}  {p.evidence[0]}")

@@ -1,0 +1,77 @@
+"""LaunchPlan -> text: a copy-pasteable shell command, JSON, or a `docker run`."""
+
+from __future__ import annotations
+
+import shlex
+
+from rocm_dspark.plan import LaunchPlan
+
+
+def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
+    """First `head` words on one line, then one flag (with its value) per line."""
+    lines = [" ".join(shlex.quote(a) for a in argv[:head])]
+    i = head
+    while i < len(argv):
+        word = argv[i]
+        if word.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            lines.append(f"  {shlex.quote(word)} {shlex.quote(argv[i + 1])}")
+            i += 2
+        else:
+            lines.append(f"  {shlex.quote(word)}")
+            i += 1
+    return lines
+
+
+def _comment(text: str) -> list[str]:
+    # Notes are single-line by construction; fold any newline so a comment cannot end early.
+    return [f"# {line}" for line in text.replace("\r", " ").split("\n")]
+
+
+def render_shell(plan: LaunchPlan) -> str:
+    """`K=V ... vllm serve MODEL \\` then one flag per line; shlex.split() gives back env + argv."""
+    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}] image {plan.image}")
+    for note in plan.notes:
+        out += _comment(f"{note.topic}: {note.text}")
+    lines = [f"{k}={shlex.quote(v)}" for k, v in plan.env.items()]
+    lines += _argv_lines(plan.argv, 3)
+    out.append(" \\\n".join(lines))
+    return "\n".join(out) + "\n"
+
+
+def render_json(plan: LaunchPlan) -> str:
+    return plan.to_json() + "\n"
+
+
+# The AMD device flags every source agrees on (research/deploy.md §5), plus host networking and
+# shared memory for tensor-parallel workers.
+DOCKER_AMD_FLAGS = (
+    "--device=/dev/kfd", "--device=/dev/dri", "--group-add=video", "--group-add=render",
+    "--ipc=host", "--network=host", "--security-opt=seccomp=unconfined", "--shm-size=16g",
+    "--ulimit=memlock=-1",
+)
+
+
+def docker_argv(plan: LaunchPlan, hf_cache: str = "${HF_HOME:-$HOME/.cache/huggingface}") -> list[str]:
+    """`docker run` argv; the image's command is `vllm serve ...` via --entrypoint vllm."""
+    argv = ["docker", "run", "--rm", "--name", "rocm-dspark-vllm", *DOCKER_AMD_FLAGS,
+            "-v", f"{hf_cache}:/root/.cache/huggingface"]
+    for k, v in plan.env.items():
+        argv += ["-e", f"{k}={v}"]
+    argv += ["--entrypoint", plan.argv[0], plan.image, *plan.argv[1:]]
+    return argv
+
+
+def render_docker(plan: LaunchPlan) -> str:
+    argv = docker_argv(plan, hf_cache="HF_CACHE_PLACEHOLDER")
+    lines = _argv_lines(argv, 2)
+    # The cache path is left for the shell to expand; every other word is quoted literally.
+    text = " \\\n".join(lines).replace(
+        shlex.quote("HF_CACHE_PLACEHOLDER:/root/.cache/huggingface"),
+        '"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface"')
+    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]")
+    for note in plan.notes:
+        out += _comment(f"{note.topic}: {note.text}")
+    return "\n".join(out + [text]) + "\n"
+
+
+RENDERERS = {"shell": render_shell, "json": render_json, "docker": render_docker}
