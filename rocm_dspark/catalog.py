@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,12 +26,12 @@ class CatalogError(UsageError):
 
 
 def recipes_dir() -> Path:
-    """recipes/ next to the package (source checkout or editable install), or $ROCM_DSPARK_RECIPES."""
+    """The packaged recipes/ (a symlink to the top-level folder in a checkout), or $ROCM_DSPARK_RECIPES."""
     env = os.environ.get(RECIPES_ENV)
     if env:
         return Path(env)
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "recipes", here / "recipes"):
+    for candidate in (here / "recipes", here.parent / "recipes"):
         if candidate.is_dir():
             return candidate
     raise CatalogError(f"cannot find the recipes/ folder next to {here}; set {RECIPES_ENV} to its path")
@@ -72,8 +72,7 @@ def version_in_range(version: str, spec: str) -> bool:
 # --- typed records --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuSpec:
+class GpuSpec(NamedTuple):
     key: str
     name: str
     arch: str
@@ -92,8 +91,7 @@ class GpuSpec:
     sources: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Profile:
+class Profile(NamedTuple):
     model: str
     gpu: str
     status: str
@@ -122,8 +120,7 @@ class Profile:
         return f"{self.model}/{self.gpu}"
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(NamedTuple):
     key: str
     hf_id: str
     revision: str | None
@@ -149,8 +146,7 @@ class ModelSpec:
         return int(self.architecture["query_heads"])
 
 
-@dataclass(frozen=True)
-class Workaround:
+class Workaround(NamedTuple):
     id: str
     models: tuple[str, ...]
     gpus: tuple[str, ...]
@@ -172,8 +168,7 @@ class Workaround:
         return True
 
 
-@dataclass(frozen=True)
-class Capability:
+class Capability(NamedTuple):
     versions: str
     supports_v41: bool
     refuses_adaptive_on_rocm_v41: bool
@@ -182,15 +177,14 @@ class Capability:
     evidence: str
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(NamedTuple):
     root: Path
     gpus: dict
     models: dict
     workarounds: tuple[Workaround, ...]
     capabilities: tuple[Capability, ...]
     min_version_for_v41: str
-    builds: dict = field(default_factory=dict)
+    builds: dict = {}
 
     def find_model(self, name: str) -> ModelSpec:
         wanted = name.strip().lower()
@@ -294,7 +288,8 @@ class _Reader:
 def _load_yaml(path: Path):
     try:
         with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            # libyaml's C loader when present: the recipe command's start-up time is mostly YAML parsing.
+            return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -11,11 +11,10 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class GpuAgent:
+class GpuAgent(NamedTuple):
     index: int
     marketing_name: str
     arch: str  # gfx942 / gfx950 / ... ("" when unknown)

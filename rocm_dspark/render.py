@@ -13,7 +13,8 @@ def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
     i = head
     while i < len(argv):
         word = argv[i]
-        if word.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+        takes_value = word.startswith("-") and "=" not in word
+        if takes_value and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
             lines.append(f"  {shlex.quote(word)} {shlex.quote(argv[i + 1])}")
             i += 2
         else:

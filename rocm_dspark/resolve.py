@@ -15,7 +15,7 @@ Every non-obvious value gets a Note saying why.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rocm_dspark.capture import capture_size
 from rocm_dspark.catalog import Catalog, ModelSpec, Profile, release_tuple
@@ -41,8 +41,7 @@ GUARDED_FLAGS = {
 }
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     """What the operator asked for. None means "the profile's value"."""
 
     model: str
@@ -68,8 +67,7 @@ class Selection:
     extra_env: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """The gate's answer for this host: is adaptive verification proven here, and why (not)."""
 
     adaptive_proven: bool
@@ -81,11 +79,11 @@ class Verdict:
         return Verdict(False, reason)
 
 
-@dataclass
 class _Args:
     """Ordered flag -> value (None for a bare flag); setting an existing flag replaces it in place."""
 
-    items: list = field(default_factory=list)
+    def __init__(self):
+        self.items: list[tuple[str, str | None]] = []
 
     def set(self, flag: str, value: str | None = None) -> None:
         for i, (f, _) in enumerate(self.items):

@@ -1,0 +1,3 @@
+from rocm_dspark.cli import main
+
+main()

@@ -1,0 +1,93 @@
+"""recipes/ loads, validates, and a broken file fails with one line naming file, key and problem."""
+
+import subprocess
+
+import pytest
+
+from rocm_dspark.catalog import CatalogError, load_catalog, release_tuple, version_in_range
+from rocm_dspark.errors import UsageError
+from tests.conftest import CLI, cli_env
+
+
+def test_catalog_has_the_models_and_gpus_the_brief_names():
+    cat = load_catalog()
+    v41 = cat.find_model("V4.1-Flash")
+    assert v41 is cat.find_model("deepseek-ai/DeepSeek-V4.1-Flash")
+    assert v41.block_size == 5 and v41.query_heads == 64 and v41.architecture["layers"] == 40
+    assert v41.architecture["context_length"] == 1048576 and v41.weights_gb == 511
+    assert v41.fallback == "DeepSeek-V4-Flash" and cat.find_model("V4-Flash").key == "DeepSeek-V4-Flash"
+    assert {g: (cat.gpus[g].arch, cat.gpus[g].fp8_format, cat.gpus[g].native_fp4) for g in cat.gpus} == {
+        "mi300x": ("gfx942", "fnuz", False), "mi325x": ("gfx942", "fnuz", False),
+        "mi350x": ("gfx950", "ocp", True), "mi355x": ("gfx950", "ocp", True)}
+    for model in cat.models.values():
+        assert set(model.profiles) == set(cat.gpus)
+        for p in model.profiles.values():
+            assert p.status in ("verified", "experimental", "unverified") and p.evidence and p.status_date
+            if p.status != "unverified":
+                assert "@sha256:" in p.image
+
+
+def test_unknown_model_and_gpu_list_the_known_ones():
+    cat = load_catalog()
+    with pytest.raises(UsageError, match=r"known models: DeepSeek-V4-Flash .*DeepSeek-V4.1-Flash \(V4.1-Flash"):
+        cat.find_model("Llama-3")
+    with pytest.raises(UsageError, match="known GPUs: mi300x, mi325x, mi350x, mi355x"):
+        cat.find_gpu("h100")
+
+
+@pytest.mark.parametrize("version,spec,expected", [
+    ("0.32.0", ">=0.30.0,<0.33.0", True), ("0.32.9+rocm", "<0.33.0", True), ("0.33.0", "<0.33.0", False),
+    ("0.33.0rc1", ">=0.33.0", True), ("0.30.0.dev", ">=0.30.0", True), ("0.29.1", ">=0.30.0", False),
+])
+def test_version_ranges(version, spec, expected):
+    assert version_in_range(version, spec) is expected
+
+
+def test_capability_table_by_version():
+    cat = load_catalog()
+    assert cat.vllm_capability("0.32.0").refuses_adaptive_on_rocm_v41
+    assert not cat.vllm_capability("0.32.0").native_adaptive_on_rocm_v41
+    assert cat.vllm_capability("0.33.0").native_adaptive_on_rocm_v41
+    assert cat.vllm_capability("nightly-eed1f3d0").refuses_adaptive_on_rocm_v41
+    assert not cat.vllm_capability("0.29.0").supports_v41
+    assert release_tuple(cat.min_version_for_v41) == (0, 30, 0)
+
+
+def _break(recipes, rel, old, new):
+    path = recipes / rel
+    text = path.read_text()
+    assert old in text, f"test setup: {old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("rel,old,new,expect", [
+    ("models/deepseek-v4.1-flash.yaml", "    tp: 8\n", "    tp: eight\n", "profiles.mi300x.tp: expected int, got 'eight'"),
+    ("models/deepseek-v4.1-flash.yaml", "    status: experimental            # InferenceX day-zero arm, not vLLM-recipe verified\n    status_date: \"2026-09-18\"",
+     "    status: great\n    status_date: \"2026-09-18\"", "profiles.mi300x.status: expected one of verified, experimental, unverified"),
+    ("models/deepseek-v4.1-flash.yaml", "  - [--tokenizer-mode, deepseek_v41]", "  - [tokenizer-mode, deepseek_v41]", "base_args: item 1 must be"),
+    ("models/deepseek-v4.1-flash.yaml", "  block_size: 5", "  block_size: 0", "speculative.block_size: expected a positive integer"),
+    ("gpus.yaml", "    fp8_format: fnuz               # e4m3fnuz, max 224", "    fp8_format: e5m2", "gpus.mi300x.fp8_format: expected fnuz or ocp"),
+    ("workarounds.yaml", "    reason: \"On gfx942 every worker", "    reasonx: \"On gfx942 every worker", "workarounds[1].reason: missing key"),
+    ("vllm.yaml", "  - versions: \">=0.33.0\"", "  - versions: \"about 0.33\"", "capabilities[2].versions: bad version range"),
+    ("models/deepseek-v4.1-flash.yaml", "    image: vllm/vllm-openai-rocm@sha256:960228cfcb5de9f4cd22d28998d1125be62b546c3d220a884f570343e99ffcee\n    image_tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657\n    vllm_build: nightly-eed1f3d0\n    tp: 4\n    dp: 1\n    ep: 1\n    max_num_seqs: 128               # not",
+     "    image: vllm/vllm-openai-rocm:nightly\n    image_tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657\n    vllm_build: nightly-eed1f3d0\n    tp: 4\n    dp: 1\n    ep: 1\n    max_num_seqs: 128               # not",
+     "profiles.mi355x.image: a experimental profile must pin its image by digest"),
+])
+def test_broken_recipe_names_file_key_and_problem(recipes_copy, rel, old, new, expect):
+    path = _break(recipes_copy, rel, old, new)
+    with pytest.raises(CatalogError) as exc:
+        load_catalog(recipes_copy)
+    message = str(exc.value)
+    assert message.startswith(str(path)) and expect in message and "\n" not in message
+
+
+def test_malformed_yaml_through_the_cli_is_one_line_exit_2(recipes_copy):
+    path = _break(recipes_copy, "gpus.yaml", "  mi325x:\n", "  mi325x: [\n")
+    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi355x"], capture_output=True,
+                          text=True, env=cli_env(ROCM_DSPARK_RECIPES=str(recipes_copy)))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "malformed YAML" in lines[0] and "line " in lines[0]
+    assert "Traceback" not in proc.stderr

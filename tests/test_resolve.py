@@ -1,0 +1,201 @@
+"""The resolver: golden plans per profile, agreement with the public MI355X command, the layer rules."""
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.errors import UsageError
+from rocm_dspark.resolve import Selection, Verdict, resolve
+from tests.conftest import FIXTURES
+
+GOLDEN = Path(__file__).parent / "golden"
+CAT = load_catalog()
+PROFILES = [(m, g) for m in CAT.models for g in CAT.models[m].profiles]
+
+
+def flags(argv):
+    """argv -> {flag: value or None}; positional words after `vllm serve` are skipped."""
+    out, i = {}, 3
+    while i < len(argv):
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            out[argv[i]] = None
+            i += 1
+    return out
+
+
+@pytest.mark.parametrize("model,gpu", PROFILES)
+def test_golden_plan_per_profile(model, gpu):
+    """Every profile resolves, and to exactly the reviewed plan in tests/golden/ (regenerate with
+    ROCM_DSPARK_UPDATE_GOLDENS=1 and review the diff)."""
+    plan = resolve(CAT, Selection(model=model, gpu=gpu))
+    path = GOLDEN / f"{model}__{gpu}.json"
+    got = plan.to_json_dict()
+    if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(path.read_text())
+
+
+def _public_mi355x():
+    """The public recipe's MI355X command -> (argv of vllm serve, env exported in the container, image tag)."""
+    text = (FIXTURES / "public" / "mi355x_benchmark_command.sh").read_text()
+    spec = re.search(r"^SPEC_CONFIG='(.*)'$", text, re.M).group(1)
+    env = {}
+    for line in re.findall(r"^export (.*)$", text, re.M):
+        for word in shlex.split(line):
+            key, _, value = word.partition("=")
+            env[key] = value
+    cmd = re.search(r"^exec (vllm serve .*?)\nBASH", text, re.M | re.S).group(1).replace("\\\n", " ")
+    cmd = cmd.replace('"$SPEC_CONFIG"', shlex.quote(spec)).replace('"$PORT"', "8000")
+    image = re.search(r"--entrypoint /bin/bash (\S+)", text).group(1)
+    return shlex.split(cmd), env, image
+
+
+def test_mi355x_plan_agrees_with_the_public_recipe_command():
+    public_argv, public_env, public_image = _public_mi355x()
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"))
+    assert plan.argv[:3] == tuple(public_argv[:3])
+    ours, theirs = flags(plan.argv), flags(public_argv)
+    for flag, value in theirs.items():
+        assert flag in ours, f"{flag} missing from our MI355X plan"
+        if flag == "--speculative-config":
+            assert json.loads(ours[flag]) == json.loads(value)
+        else:
+            assert ours[flag] == value, flag
+    # Harness-only variables are left out: GPU pinning is the operator's (HIP_VISIBLE_DEVICES conflicts
+    # with ROCm's advice to use CUDA_VISIBLE_DEVICES) and GPU_COUNT is the benchmark script's own.
+    for key, value in public_env.items():
+        if key in ("HIP_VISIBLE_DEVICES", "GPU_COUNT"):
+            continue
+        assert plan.env.get(key) == value, key
+    assert public_image.split(":", 1)[1] == CAT.models["DeepSeek-V4.1-Flash"].profiles["mi355x"].image_tag
+
+
+def test_gfx942_profiles_carry_the_day_zero_differences():
+    """research/deploy.md §1.2 / anchor §4: what InferenceX needed on gfx942 that the generator missed."""
+    mi300 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x"))
+    f = flags(mi300.argv)
+    assert f["--tensor-parallel-size"] == "8" and f["--max-num-batched-tokens"] == "8192"
+    assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert mi300.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
+    assert "--no-swa-bounded-replay" in f and json.loads(f["--engram-config"]) == {"cpu_offload": False}
+    assert f["--moe-backend"] == "aiter"
+    mi325 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi325x"))
+    g = flags(mi325.argv)
+    assert g["--tensor-parallel-size"] == "8" and "--moe-backend" not in g
+    assert mi325.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "1" and "--no-swa-bounded-replay" not in g
+    assert "--compilation-config" not in g and g["--max-num-batched-tokens"] == "16384"
+    # Engram offload follows TP on MI300X: on at TP4.
+    tp4 = flags(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", tp=4)).argv)
+    assert json.loads(tp4["--engram-config"]) == {"cpu_offload": True}
+
+
+@pytest.mark.parametrize("gpu", sorted(CAT.gpus))
+def test_amd_default_is_block_verification_with_a_reason(gpu):
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu=gpu))
+    spec = json.loads(flags(plan.argv)["--speculative-config"])
+    assert spec == {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
+                    "rejection_sample_method": "block", "enable_adaptive_verification": False}
+    assert not plan.adaptive_verification and plan.block_argv is None
+    notes = {n.topic: n.text for n in plan.notes}
+    assert notes["adaptive verification"].startswith("OFF: full 5-token block verification")
+    assert "refuses it for V4.1 on ROCm" in notes["adaptive verification"]
+
+
+def test_a_proven_verdict_turns_adaptive_on_and_keeps_a_block_fallback():
+    verdict = Verdict(True, "static, kernel and live passed", "rec-123")
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"), verdict)
+    assert plan.adaptive_verification
+    assert json.loads(flags(plan.argv)["--speculative-config"])["enable_adaptive_verification"] is True
+    block = json.loads(flags(plan.block_argv)["--speculative-config"])
+    assert block["enable_adaptive_verification"] is False
+    assert [a for a in plan.argv if not a.startswith("{")] == [a for a in plan.block_argv if not a.startswith("{")]
+    assert "rec-123" in {n.topic: n.text for n in plan.notes}["adaptive verification"]
+
+
+def test_native_vllm_still_needs_the_probe():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", vllm_version="0.33.0"))
+    assert not plan.adaptive_verification
+    assert "supports it natively, but it has not been proven on this host" in {n.topic: n.text for n in plan.notes}["adaptive verification"]
+
+
+@pytest.mark.parametrize("mns,k,expected", [(128, 5, 1024), (64, 5, 512), (1, 1, 8), (256, 3, 1024), (100, 4, 512)])
+def test_capture_size_in_the_plan(mns, k, expected):
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=mns, num_speculative_tokens=k))
+    f = flags(plan.argv)
+    assert f["--max-cudagraph-capture-size"] == str(expected)
+    assert json.loads(f["--speculative-config"])["num_speculative_tokens"] == k
+    assert int(f["--max-num-batched-tokens"]) >= expected
+
+
+def test_synthetic_only_when_asked_and_said_not_for_serving():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", benchmark_synthetic=3.51))
+    spec = json.loads(flags(plan.argv)["--speculative-config"])
+    assert spec["rejection_sample_method"] == "synthetic" and spec["synthetic_acceptance_length"] == 3.51
+    assert "NOT for serving" in {n.topic: n.text for n in plan.notes}["synthetic"]
+    for model, gpu in PROFILES:
+        assert "synthetic" not in " ".join(resolve(CAT, Selection(model=model, gpu=gpu)).argv)
+
+
+def test_user_overrides_come_last_and_replace_in_place():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x",
+                                  extra_args=("--max-model-len=65536", "--enforce-eager"),
+                                  extra_env=(("VLLM_ROCM_USE_AITER", "0"),)))
+    f = flags(plan.argv)
+    assert f["--max-model-len"] == "65536" and "--enforce-eager" in f
+    assert plan.argv.count("--max-model-len") == 1 and plan.env["VLLM_ROCM_USE_AITER"] == "0"
+
+
+def test_multi_node_data_parallel():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", nodes=2, dp=4, tp=4, head_address="10.0.0.1"))
+    f = flags(plan.argv)
+    assert f["--data-parallel-size"] == "4" and f["--data-parallel-size-local"] == "2"
+    assert f["--data-parallel-address"] == "10.0.0.1"
+
+
+def test_expert_parallel():
+    f = flags(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", tp=4, dp=2, ep=8)).argv)
+    assert "--enable-expert-parallel" in f and f["--data-parallel-size"] == "2"
+
+
+@pytest.mark.parametrize("sel,message", [
+    (dict(tp=3), "--tp 3 does not divide the 64 query heads"),
+    (dict(tp=16), "--tp 16 exceeds the 8 GPUs of one node"),
+    (dict(tp=1), "do not fit in TP 1"),
+    (dict(tp=8, dp=2), "needs 16 GPUs per node but a node has 8"),
+    (dict(ep=3), "--ep 3 is not possible"),
+    (dict(num_speculative_tokens=6), "outside 1..5"),
+    (dict(num_speculative_tokens=0), "outside 1..5"),
+    (dict(max_num_seqs=0), "--max-num-seqs must be a positive integer"),
+    (dict(max_num_seqs=512), "capture size 4096"),
+    (dict(max_num_batched_tokens=512), "below the capture size 1024"),
+    (dict(nodes=2, dp=2), "--head-address"),
+    (dict(vllm_version="0.29.0"), "has no DeepSeek-V4.1-Flash"),
+    (dict(vllm_version="latest"), "is not a version number"),
+    (dict(benchmark_synthetic=7.0), "must lie in [1, K+1]"),
+    (dict(extra_args=("--speculative-config={}",)), "conflicts with what the plan decides"),
+    (dict(extra_args=("--max-num-seqs=4",)), "use --max-num-seqs instead"),
+    (dict(port=70000), "is not a TCP port"),
+])
+def test_bad_selection_is_one_clear_line(sel, message):
+    with pytest.raises(UsageError) as exc:
+        resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", **sel))
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_capture_over_the_cap_suggests_the_fixes():
+    with pytest.raises(UsageError) as exc:
+        resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512))
+    text = str(exc.value)
+    assert "--max-num-seqs 341" in text and "--num-speculative-tokens" in text and "--capture-cap" in text
+    ok = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512, capture_cap=4096,
+                                max_num_batched_tokens=16384))
+    assert flags(ok.argv)["--max-cudagraph-capture-size"] == "4096"
