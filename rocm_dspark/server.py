@@ -1,0 +1,418 @@
+"""The one vLLM process manager: start a server command, wait until it serves, read /metrics, stop it.
+
+Used by the launcher tests, the probe's `live` level and validation. It runs any command (`vllm serve ...`,
+`python -m vllm.entrypoints.openai.api_server ...`, a generated launcher script) in its own process
+group with output to a log file, so that stop() can take down vLLM's EngineCore/Worker children too.
+
+Readiness follows vLLM's own behaviour: the listen socket refuses connections until the engine is up,
+then `/health` answers 200 and `/v1/models` lists the served name. A process that exits while we wait
+is reported at once (exit status, log tail and the refusal line, if vLLM refused the configuration).
+
+HTTP uses the standard library (no optional dependency) with proxies disabled: these are loopback calls.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+# How vLLM words "I will not run this configuration". The first match (most specific first) is the
+# line surfaced to the user; e.g. 0.32.0 on CPU: "ValueError: ... Model Runner V1 does not support:
+# dspark speculative decoding". Generic exception lines are the fallback.
+REFUSAL_PATTERNS = (
+    re.compile(r"does not support"),
+    re.compile(r"\bnot supported\b", re.IGNORECASE),
+    re.compile(r"\brequires\b.*\.$"),
+    re.compile(r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b"),
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def find_refusal(log_text: str) -> str | None:
+    """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
+    for pattern in REFUSAL_PATTERNS:
+        # The last match is the one closest to the exit: earlier ones may be retried warnings.
+        hits = [ln for ln in lines if pattern.search(ln) and not ln.lstrip().startswith("File ")]
+        if hits:
+            return hits[-1].strip()
+    return None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The answer of wait_ready(): `ready`, `exited` (the process ended first) or `timeout`."""
+
+    status: str
+    elapsed_s: float
+    exit_code: int | None = None
+    refusal: str | None = None     # the exact vLLM line, when it refused the configuration
+    last_error: str = ""           # what the last probe saw (connection refused, HTTP 503, ...)
+    log_tail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "ready"
+
+    def reason(self) -> str:
+        """One line saying what happened."""
+        if self.status == "ready":
+            return f"ready after {self.elapsed_s:.1f} s"
+        if self.status == "exited":
+            why = f": {self.refusal}" if self.refusal else ""
+            return f"the server exited with status {self.exit_code} after {self.elapsed_s:.1f} s{why}"
+        return f"not ready after {self.elapsed_s:.1f} s (last probe: {self.last_error or 'nothing'})"
+
+
+@dataclass(frozen=True)
+class StopResult:
+    exit_code: int | None   # the leader's status (negative = killed by that signal), None if never started
+    killed: bool            # SIGKILL was needed after the grace period
+    elapsed_s: float
+    leftover: tuple[int, ...] = ()   # pids still alive afterwards; empty means nothing left behind
+
+
+@dataclass
+class HttpResult:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self):
+        return json.loads(self.body.decode())
+
+
+class ServerError(UsageError):
+    """A request to the server failed (connection, status or timeout); the message says which and why."""
+
+
+def _proc_table() -> dict[int, tuple[int, int, str]]:
+    """pid -> (ppid, pgrp, state) for every live process, read from /proc (Linux)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # comm may contain spaces and parentheses: split after the last ')'.
+        fields = raw[raw.rfind(")") + 2 :].split()
+        table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in process group `pgid`."""
+    if not os.path.isdir("/proc"):
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except ProcessLookupError:
+            return []
+    return [pid for pid, (_pp, pg, st) in _proc_table().items() if pg == pgid and st != "Z"]
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid` (children that moved to another session included)."""
+    if not os.path.isdir("/proc"):
+        return []
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for p, (pp, _pg, st) in table.items():
+        if st != "Z":
+            children.setdefault(pp, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def is_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie, already dead but not yet reaped, counts as gone)."""
+    try:
+        st = Path(f"/proc/{pid}/stat").read_text()
+        return st[st.rfind(")") + 2] != "Z"
+    except OSError:
+        return False
+
+
+class VllmServer:
+    """A server process: start(), wait_ready(), requests, metrics(), stop(); also a context manager.
+
+    >>> with VllmServer(["vllm", "serve", model, "--port", str(port)], port=port) as srv:
+    ...     r = srv.wait_ready(300)
+    ...     if not r.ready: raise SystemExit(r.reason())
+    """
+
+    def __init__(
+        self,
+        argv: list[str] | tuple[str, ...],
+        env: dict[str, str] | None = None,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        log_path: str | os.PathLike | None = None,
+        cwd: str | os.PathLike | None = None,
+        inherit_env: bool = True,
+    ):
+        if not argv:
+            raise UsageError("empty server command: pass the argv of `vllm serve ...` or of a launcher")
+        self.argv = [str(a) for a in argv]
+        self.env = dict(env or {})
+        # A server bound to all interfaces is still reached over loopback.
+        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        self.port = int(port)
+        self.cwd = cwd
+        self.inherit_env = inherit_env
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
+        self.proc: subprocess.Popen | None = None
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    @classmethod
+    def from_plan(cls, plan, log_path=None, *, cwd=None) -> "VllmServer":
+        """A server for a LaunchPlan (rocm_dspark.plan): its argv, env, host and port."""
+        return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
+
+    # -- process ------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> "VllmServer":
+        if self.proc is not None:
+            raise UsageError("this server was already started: make a new VllmServer for another run")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
+        with open(self.log_path, "wb") as log:
+            try:
+                # Own session = own process group: stop() signals vLLM's children along with it.
+                self.proc = subprocess.Popen(
+                    self.argv, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            except OSError as exc:
+                raise UsageError(f"cannot start {self.argv[0]!r}: {exc.strerror}; check the command path") from None
+        return self
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def refusal(self) -> str | None:
+        return find_refusal(self.log_text())
+
+    def wait_ready(self, deadline_s: float = 600.0, poll_s: float = 0.5) -> Readiness:
+        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes."""
+        if self.proc is None:
+            raise UsageError("wait_ready() before start(): start the server first")
+        t0 = time.monotonic()
+        last = ""
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                return self._exited(code, time.monotonic() - t0, last)
+            try:
+                health = self.get("/health", timeout_s=5)
+                if health.status != 200:
+                    last = f"/health HTTP {health.status}"
+                else:
+                    models = self.get("/v1/models", timeout_s=5)
+                    ids = _model_ids(models) if models.status == 200 else []
+                    if ids:
+                        return Readiness("ready", time.monotonic() - t0)
+                    last = f"/v1/models HTTP {models.status}" + ("" if models.status != 200 else " lists no model")
+            except ServerError as exc:
+                last = str(exc)
+            elapsed = time.monotonic() - t0
+            if elapsed >= deadline_s:
+                # One last look: it may have died during the final probe.
+                code = self.proc.poll()
+                if code is not None:
+                    return self._exited(code, elapsed, last)
+                return Readiness("timeout", elapsed, last_error=last, log_tail=self.log_tail())
+            time.sleep(min(poll_s, max(0.0, deadline_s - elapsed)))
+
+    def _exited(self, code: int, elapsed: float, last: str) -> Readiness:
+        text = self.log_text()
+        return Readiness("exited", elapsed, exit_code=code, refusal=find_refusal(text), last_error=last,
+                         log_tail="\n".join(text.splitlines()[-40:]))
+
+    def stop(self, grace_s: float = 15.0) -> StopResult:
+        """SIGTERM the whole process group (and any descendant that left it), SIGKILL after `grace_s`.
+
+        Returns only when no process of the server is left, or says which pids survived.
+        """
+        if self.proc is None:
+            return StopResult(None, False, 0.0)
+        t0 = time.monotonic()
+        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        strays = set(descendants(pgid))  # before the leader dies and its children are re-parented
+
+        def remaining() -> list[int]:
+            self.proc.poll()  # reap the leader so it does not linger as a zombie member
+            return sorted(set(group_members(pgid)) | {p for p in strays if is_alive(p)})
+
+        def signal_all(sig: int) -> None:
+            # Only pids seen alive just now: a recycled pid must never receive our signal.
+            try:
+                if group_members(pgid):
+                    os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            for p in strays:
+                try:
+                    if is_alive(p):
+                        os.kill(p, sig)
+                except ProcessLookupError:
+                    pass
+
+        killed = False
+        if remaining():
+            signal_all(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while remaining() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if remaining():
+                killed = True
+                # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's
+                # multiprocessing resource tracker, which ignores SIGTERM) then exit and clean up
+                # shared memory by themselves; whatever is left after 2 s is killed too.
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    deadline = time.monotonic() + 2
+                    while remaining() and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                signal_all(signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while remaining() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        return StopResult(code, killed, time.monotonic() - t0, tuple(remaining()))
+
+    def __enter__(self) -> "VllmServer":
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- HTTP ---------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60.0) -> HttpResult:
+        """One HTTP request; HTTP error statuses are returned, transport failures raise ServerError."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with self._opener.open(req, timeout=timeout_s) as resp:
+                return HttpResult(resp.status, resp.read(), dict(resp.headers))
+        except urllib.error.HTTPError as exc:
+            return HttpResult(exc.code, exc.read(), dict(exc.headers or {}))
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ConnectionRefusedError):
+                raise ServerError(f"{method} {path}: connection refused at {self.base_url}") from None
+            if isinstance(reason, TimeoutError):
+                raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
+            raise ServerError(f"{method} {path}: {reason}") from None
+        except TimeoutError:
+            raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
+        except (OSError, http.client.HTTPException) as exc:  # reset / closed mid-response
+            raise ServerError(f"{method} {path}: {exc}") from None
+
+    def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
+        return self.request("GET", path, timeout_s=timeout_s)
+
+    def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
+        res = self.request("POST", path, body, timeout_s=timeout_s)
+        if res.status != 200:
+            raise ServerError(f"POST {path}: HTTP {res.status}: {res.body.decode(errors='replace')[:300]}")
+        return res.json()
+
+    def models(self, timeout_s: float = 30.0) -> list[str]:
+        res = self.get("/v1/models", timeout_s)
+        if res.status != 200:
+            raise ServerError(f"GET /v1/models: HTTP {res.status}")
+        return _model_ids(res)
+
+    def _model(self, model: str | None) -> str:
+        if model:
+            return model
+        ids = self.models()
+        if not ids:
+            raise ServerError("the server lists no model: pass model= explicitly")
+        return ids[0]
+
+    def complete(self, prompt: str, max_tokens: int = 16, *, model: str | None = None, temperature: float = 0.0,
+                 ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+        """POST /v1/completions (greedy by default) and return the response JSON."""
+        body = {"model": self._model(model), "prompt": prompt, "max_tokens": max_tokens,
+                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        return self._post_json("/v1/completions", body, timeout_s)
+
+    def chat(self, messages: list[dict] | str, max_tokens: int = 64, *, model: str | None = None,
+             temperature: float = 0.0, ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+        """POST /v1/chat/completions; a plain string becomes one user message."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        body = {"model": self._model(model), "messages": messages, "max_tokens": max_tokens,
+                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        return self._post_json("/v1/chat/completions", body, timeout_s)
+
+    def metrics_text(self, timeout_s: float = 30.0) -> str:
+        res = self.get("/metrics", timeout_s)
+        if res.status != 200:
+            raise ServerError(f"GET /metrics: HTTP {res.status}")
+        return res.body.decode()
+
+    def metrics(self, model_name: str | None = None, timeout_s: float = 30.0):
+        """The spec-decode counters now (rocm_dspark.metrics.SpecDecodeCounters)."""
+        from rocm_dspark.metrics import spec_decode_counters
+
+        return spec_decode_counters(self.metrics_text(timeout_s), model_name)
+
+
+def _model_ids(res: HttpResult) -> list[str]:
+    try:
+        return [m["id"] for m in res.json().get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return []
