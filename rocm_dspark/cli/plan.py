@@ -1,0 +1,61 @@
+"""`rocm-dspark plan`: predicted tokens/s for no speculation, fixed K, per-batch-size K and adaptive
+verification across concurrency, and a recommended setting (rocm_dspark.planner)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rocm_dspark.cli.options import usage_errors
+
+
+@click.command()
+@click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
+@click.option("--gpu", default=None,
+              help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")
+@click.option("--concurrency", default="1,16,64,128,512", show_default=True,
+              help="Concurrent requests to plan for, comma-separated.")
+@click.option("--acceptance-length", type=float, default=None,
+              help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
+                   "default: the model's golden from recipes/.")
+@click.option("--acceptance-rates", default=None,
+              help="Conditional acceptance per drafted position, comma-separated: P(draft j accepted | 1..j-1 accepted).")
+@click.option("--acceptance-shape", type=click.Choice(["geometric", "synthetic"]), default="geometric",
+              show_default=True,
+              help="How --acceptance-length spreads over positions: one constant conditional rate, or vLLM's "
+                   "synthetic schedule [1,..,1,frac,0,..] (what its synthetic benchmark mode runs).")
+@click.option("--cost-table", default=None,
+              help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
+                   "instead of the roofline.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib).")
+@click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
+@usage_errors
+def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, as_json, plot, seed_example, seed):
+    """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement)."""
+    if seed_example:
+        from rocm_dspark.planner.seed_example import seed_lines, seed_report
+
+        report = seed_report()
+        click.echo(json.dumps(report, indent=2) if as_json else "\n".join(seed_lines(report)))
+        return
+
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.planner.profile import parse_concurrency, plan_profile
+    from rocm_dspark.planner.report import table_lines, to_dict, write_plot
+
+    catalog = load_catalog()
+    spec = catalog.find_model(model)
+    concurrencies = parse_concurrency(concurrency)
+    gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu else sorted(spec.profiles)
+    plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
+                          acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
+                          cost_table=cost_table, seed=seed) for g in gpus]
+    if plot:
+        write_plot(plans, plot)
+    if as_json:
+        click.echo(json.dumps({"model": spec.key, "plans": [to_dict(p) for p in plans]}, indent=2))
+        return
+    click.echo("\n\n".join("\n".join(table_lines(p)) for p in plans))

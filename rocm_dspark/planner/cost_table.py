@@ -1,0 +1,179 @@
+"""A measured step-cost table: token count -> milliseconds, read the way vLLM 0.33 reads its own.
+
+vLLM profiles, right after graph capture, the target forward at every captured token count (the verify
+curve) and the drafter at every request count (the draft curve), and plans with
+step = draft_cost[num_requests] + verify_cost[tokens] (research/scheduler.md §2.2). Its table rules,
+which this module follows (`build_cost_tables_from_curves`, checked against the real function in
+tests/test_planner_vllm.py):
+  * costs are made monotone (running max), repeated sizes are reduced to their median;
+  * at or below the largest captured size a step is padded up to the next captured size, so the cost
+    is a step function: the cost of the smallest sample >= the padded size;
+  * above it nothing pads: linear interpolation between the samples above the limit;
+  * past the last sample: linear extrapolation through the last two samples.
+
+File formats (`--cost-table`):
+  JSON  {"verify": [[tokens, ms], ...], "draft": [[num_requests, ms], ...], "capture_sizes": [...]}
+        ("draft" and "capture_sizes" are optional)
+  CSV   a header with `tokens,ms` and one row per sample (the verify curve only)
+Without a draft curve the drafter is taken as free, which flatters speculation: record it if you can.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+MIN_VERIFY_MS = 1e-6  # vLLM's floor on the verify table
+
+
+def _curve_arrays(curve):
+    import numpy as np
+
+    xs = np.asarray([x for x, _ in curve], dtype=np.float64)
+    ys = np.maximum.accumulate(np.asarray([y for _, y in curve], dtype=np.float64))
+    return xs, ys
+
+
+def lookup_ms(curve, sizes, limit: int = 0):
+    """Cost in ms of each size in `sizes` from (size, ms) samples sorted by size (vLLM's rules)."""
+    import numpy as np
+
+    xs, ys = _curve_arrays(curve)
+    values = np.asarray(sizes, dtype=np.float64)
+    idx = np.searchsorted(xs, values, side="left")
+    result = ys[np.minimum(idx, len(xs) - 1)]
+    if limit:
+        smooth = values > limit
+        above = xs > limit
+        if smooth.any() and above.any():
+            result = np.where(smooth, np.interp(values, xs[above], ys[above]), result)
+    if len(xs) > 1:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        result = np.where(values > xs[-1], ys[-1] + slope * (values - xs[-1]), result)
+    return result
+
+
+def _median_by_size(rows, what: str, source: str):
+    """Sorted (size, median ms) pairs; sizes must be positive integers and costs non-negative."""
+    import statistics
+
+    by_size: dict[int, list[float]] = {}
+    for size, ms in rows:
+        if size <= 0 or int(size) != size:
+            raise UsageError(f"{source}: {what} size {size!r} is not a positive integer")
+        if not ms >= 0:
+            raise UsageError(f"{source}: {what} cost {ms!r} ms at size {size} is not a non-negative number")
+        by_size.setdefault(int(size), []).append(float(ms))
+    if not by_size:
+        raise UsageError(f"{source}: the {what} curve has no samples; add rows of [size, ms]")
+    return tuple((s, statistics.median(v)) for s, v in sorted(by_size.items()))
+
+
+@dataclass(frozen=True)
+class MeasuredCost:
+    """Step cost from measured curves (ms), same interface as RooflineCost (seconds)."""
+
+    verify_ms: tuple[tuple[int, float], ...]
+    draft_ms: tuple[tuple[int, float], ...] = ()
+    capture_sizes: tuple[int, ...] = ()
+    label: str = "measured cost table"
+
+    @classmethod
+    def from_samples(cls, verify, draft=(), capture_sizes=(), label="measured cost table", source="cost table"):
+        sizes = tuple(sorted({int(s) for s in capture_sizes}))
+        if any(s <= 0 for s in sizes):
+            raise UsageError(f"{source}: capture_sizes must be positive integers")
+        return cls(verify_ms=_median_by_size(verify, "verify", source),
+                   draft_ms=_median_by_size(draft, "draft", source) if draft else (),
+                   capture_sizes=sizes, label=label)
+
+    @property
+    def cudagraph_limit(self) -> int:
+        """The largest captured size (0: nothing captured, the samples alone define the steps)."""
+        return self.capture_sizes[-1] if self.capture_sizes else 0
+
+    def verify_seconds(self, tokens):
+        import numpy as np
+
+        from rocm_dspark.planner.roofline import pad_to_capture
+
+        padded = pad_to_capture(tokens, self.capture_sizes)
+        ms = np.maximum(lookup_ms(self.verify_ms, padded, self.cudagraph_limit), MIN_VERIFY_MS)
+        return ms / 1000.0
+
+    def draft_seconds(self, num_requests: int, k: int) -> float:
+        """vLLM's draft curve is keyed by request count only: a DSpark block is one drafter forward."""
+        if k <= 0 or num_requests <= 0 or not self.draft_ms:
+            return 0.0
+        return max(float(lookup_ms(self.draft_ms, [num_requests], self.cudagraph_limit)[0]), 0.0) / 1000.0
+
+
+def _number(value, source: str, where: str) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{source}: {where}: {value!r} is not a number") from None
+    if out != out or out in (float("inf"), float("-inf")):
+        raise UsageError(f"{source}: {where}: {value!r} is not a finite number")
+    return out
+
+
+def _pairs(value, source: str, key: str):
+    if not isinstance(value, list):
+        raise UsageError(f"{source}: {key!r} must be a list of [size, ms] pairs")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise UsageError(f"{source}: {key}[{i}] must be a [size, ms] pair, got {item!r}")
+        out.append((_number(item[0], source, f"{key}[{i}][0]"), _number(item[1], source, f"{key}[{i}][1]")))
+    return out
+
+
+def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
+    """Read a JSON or CSV cost table; any problem is a one-line UsageError naming the file."""
+    p = Path(path)
+    source = str(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"cost table {source} does not exist; pass a JSON or CSV file of tokens -> ms") from None
+    except OSError as exc:
+        raise UsageError(f"cost table {source}: cannot read: {exc.strerror}") from None
+    if p.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{source}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+        if not isinstance(data, dict) or "verify" not in data:
+            raise UsageError(f"{source}: expected an object with a \"verify\" list of [tokens, ms] pairs")
+        unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source"}
+        if unknown:
+            raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected verify, draft, capture_sizes")
+        verify = _pairs(data["verify"], source, "verify")
+        draft = _pairs(data["draft"], source, "draft") if data.get("draft") else []
+        sizes = data.get("capture_sizes") or capture_sizes
+        if not isinstance(sizes, (list, tuple)):
+            raise UsageError(f"{source}: capture_sizes must be a list of token counts")
+        sizes = [_number(s, source, "capture_sizes") for s in sizes]
+        if any(s != int(s) for s in sizes):
+            raise UsageError(f"{source}: capture_sizes must be integers")
+    else:
+        rows = list(csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#")))
+        if not rows:
+            raise UsageError(f"{source}: empty cost table; expected a header `tokens,ms` and rows")
+        header = [h.strip().lower() for h in rows[0]]
+        if "tokens" not in header or "ms" not in header:
+            raise UsageError(f"{source}: the CSV header must name the columns tokens and ms, got {rows[0]!r}")
+        it, im = header.index("tokens"), header.index("ms")
+        verify = []
+        for n, row in enumerate(rows[1:], start=2):
+            if len(row) <= max(it, im):
+                raise UsageError(f"{source}: row {n} has {len(row)} columns, expected {len(header)}")
+            verify.append((_number(row[it], source, f"row {n} tokens"), _number(row[im], source, f"row {n} ms")))
+        draft, sizes = [], capture_sizes
+    return MeasuredCost.from_samples(verify, draft, [int(s) for s in sizes], label=f"measured ({p.name})",
+                                     source=source)

@@ -1,0 +1,138 @@
+"""From the catalog (model, GPU profile) and the user's workload to a PlanResult."""
+
+from __future__ import annotations
+
+from rocm_dspark.errors import UsageError
+
+DEFAULT_CONCURRENCY = (1, 16, 64, 128, 512)
+
+
+def parse_concurrency(text) -> list[int]:
+    """'1,16,64' -> [1, 16, 64]; every value a positive integer."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--concurrency {text!r} is not a comma-separated list of integers; "
+                         f"pass e.g. --concurrency 1,16,64,128") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"--concurrency {text!r}: every value must be a positive integer, e.g. 1,16,64")
+    return sorted(set(values))
+
+
+SHAPES = ("geometric", "synthetic")
+
+
+def acceptance_for(model, *, length: float | None, rates_text: str | None, shape: str = "geometric"):
+    """Conditional rates and a label saying where they come from."""
+    from rocm_dspark.planner.acceptance import geometric_rates, parse_rates, synthetic_rates
+
+    gamma = model.block_size
+    if length is not None and rates_text is not None:
+        raise UsageError("pass either --acceptance-length or --acceptance-rates, not both")
+    if rates_text is not None:
+        rates = parse_rates(rates_text, gamma)
+        return rates, f"conditional acceptance rates {rates} (given)"
+    source = "given"
+    if length is None:
+        length = model.speculative.get("golden_acceptance_length")
+        if length is None:
+            raise UsageError(f"{model.key} has no golden acceptance length in recipes; pass --acceptance-length")
+        length, source = float(length), "the InferenceX golden for this model (thinking on), not your traffic"
+    if shape not in SHAPES:
+        raise UsageError(f"--acceptance-shape {shape!r}: expected one of {', '.join(SHAPES)}")
+    rates = (geometric_rates if shape == "geometric" else synthetic_rates)(float(length), gamma)
+    how = ("a constant conditional rate per position" if shape == "geometric"
+           else "vLLM's synthetic minimum-variance schedule")
+    return rates, (f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
+                   f"[{', '.join(f'{r:.3f}' for r in rates)}]")
+
+
+def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
+    """Whether the profile's pinned vLLM build accepts adaptive verification for V4.1 on ROCm."""
+    build = profile.vllm_version or profile.vllm_build
+    if not build:
+        return True, None
+    version = catalog.vllm_version_of(build)
+    cap = catalog.vllm_capability(version)
+    if cap.refuses_adaptive_on_rocm_v41:
+        working = [c.versions for c in catalog.capabilities if not c.refuses_adaptive_on_rocm_v41]
+        needs = f"vLLM {' or '.join(working)}" if working else "a vLLM that accepts it"
+        return False, (f"the profile's vLLM {build} ({version}) refuses it on ROCm for V4.1 "
+                       f"(recipes/vllm.yaml: {cap.evidence}); it needs {needs} and a passing "
+                       f"`rocm-dspark probe`")
+    return True, None
+
+
+def roofline_notes(cost, model, profile) -> list[str]:
+    target = cost.target
+    notes = [
+        "cost: roofline model, not a measurement; not yet run on MI300-class hardware. It leaves out "
+        "attention over the context, kernel launches, the sampler and TP all-reduces, so real steps are "
+        "slower (most of all at small batches). Pass --cost-table with measured step costs to plan from data.",
+        f"roofline per step: {target.dense_bytes / 1e9:.1f} GB dense + {target.expert_bytes / 1e9:.1f} GB routed "
+        f"experts x (1 - (1 - {target.expert_share:.4f})^tokens) (uniform, independent routing); "
+        f"{target.flops_per_token / 1e9:.0f} GFLOP per token (2 x active params); TP{profile.tp} divides bytes "
+        f"and FLOPs; {cost.hardware.bandwidth_bytes_per_s / 1e12:.1f} TB/s and "
+        f"{cost.hardware.flops_per_s / 1e15:.2f} PFLOP/s effective (0.8 x HBM bandwidth, 0.5 x FP8 peak: "
+        f"the seed's factors)",
+    ]
+    if cost.draft is not None:
+        notes.append(f"draft: a {model.params.get('draft_b')}B scaled copy of the target (recipes carry no "
+                     f"draft routing facts), one forward per block of K positions per request")
+    if cost.capture_sizes:
+        notes.append(f"verify tokens padded to vLLM's capture grid up to {cost.capture_sizes[-1]} "
+                     f"(max_num_seqs {profile.max_num_seqs} x (1+{model.block_size}), pow2, cap {profile.capture_cap})")
+    return notes
+
+
+COMMON_NOTES = (
+    "adaptive: the confidence head is taken as calibrated and stationary, and adaptive verification's "
+    "own overheads (varlen graphs, confidence head) are not in the cost; vllm#52362 measured adaptive "
+    "4.7-8.3% below fixed K=7 at c4-c32 on MI350X (V4-Flash) and ahead from c64",
+    "steady decode only: no prefill, no EOS; tokens/s are output tokens of the whole server",
+)
+
+
+def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
+                 acceptance_shape="geometric", cost_table=None, steps=None, seed=0):
+    """Plan one (model, GPU) profile; `cost_table` is a path or None (roofline from the catalog)."""
+    from rocm_dspark.capture import capture_size, vllm_capture_grid
+    from rocm_dspark.planner.cost_table import load_cost_table
+    from rocm_dspark.planner.recommend import plan_grid
+    from rocm_dspark.planner.roofline import from_catalog
+
+    gpu = catalog.find_gpu(gpu_key)
+    profile = model.profiles.get(gpu.key)
+    if profile is None:
+        raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles: {', '.join(sorted(model.profiles))}")
+    rates, acceptance_label = acceptance_for(model, length=acceptance_length, rates_text=acceptance_rates,
+                                            shape=acceptance_shape)
+    gamma = model.block_size
+    if cost_table is not None:
+        grid = vllm_capture_grid(capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
+                                 profile.max_num_batched_tokens)
+        cost = load_cost_table(cost_table, capture_sizes=grid)
+        notes = [f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
+                 f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"]
+        if not cost.draft_ms:
+            notes.append("the cost table has no draft curve: drafting taken as free, which flatters speculation")
+    else:
+        cost = from_catalog(model, gpu, profile)
+        notes = roofline_notes(cost, model, profile)
+    allowed, blocker = adaptive_status(catalog, profile)
+    title = (f"{model.key} on {gpu.key} ({profile.tp}x {gpu.name}, TP{profile.tp}"
+             f"{f' DP{profile.dp}' if profile.dp > 1 else ''}), profile {profile.status}")
+    # Optional fact: the draft lengths a build accepts (InferenceX reports that one V4.1 image needs
+    # multiples of n_predict=5); without it every K in 1..block_size is planned.
+    k_values = model.speculative.get("allowed_num_speculative_tokens")
+    if k_values is not None and (not isinstance(k_values, list)
+                                 or not all(isinstance(k, int) and 1 <= k <= gamma for k in k_values)):
+        raise UsageError(f"recipes/models: {model.key}.speculative.allowed_num_speculative_tokens must be a list "
+                         f"of integers in [1, {gamma}]")
+    result = plan_grid(cost, rates, concurrencies, gamma=gamma, k_values=k_values,
+                       max_num_seqs=profile.max_num_seqs, dp=profile.dp,
+                       adaptive_allowed=allowed, adaptive_blocker=blocker, title=title,
+                       acceptance_label=acceptance_label, steps=steps, seed=seed)
+    result.notes = notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
+    return result

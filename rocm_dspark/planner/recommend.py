@@ -1,0 +1,166 @@
+"""Plan over a concurrency grid and recommend one setting.
+
+For every concurrency the simulator runs no speculation, every fixed K in `k_values`, and adaptive
+verification (drafting gamma positions). Decisions use the exact expected tokens/s of each run (no
+sampling noise, so the answer does not depend on the seed); the draws give the reported acceptance
+length. From those:
+  * best fixed K: the one K with the highest geometric mean of (its tok/s / the row's best tok/s)
+    over the grid;
+  * per-batch-size K: each row's best K, written as vLLM's `num_speculative_tokens_per_batch_size`
+    (inclusive ranges (start, end, K); a batch size between two grid points takes the K of the next
+    larger grid point, the cautious side). vLLM ignores it when data_parallel_size > 1;
+  * the recommendation: the candidate with the best geometric-mean relative throughput, except that
+    a simpler candidate (no speculation < fixed K < per-batch-size K < adaptive) wins when it is
+    within `tolerance` of it: the cost model is not precise enough to justify complexity for less.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rocm_dspark.planner.simulator import Policy, SimResult, simulate
+
+TOLERANCE = 0.02
+CANDIDATES = ("none", "fixed", "per_batch_size", "adaptive")  # simplest first
+CANDIDATE_LABELS = {"none": "no speculation", "fixed": "fixed K", "per_batch_size": "per-batch-size K",
+                    "adaptive": "adaptive verification"}
+
+
+@dataclass(frozen=True)
+class Row:
+    concurrency: int
+    batch: int                      # running requests (concurrency capped by max_num_seqs x dp)
+    no_spec: SimResult
+    fixed: dict                     # K -> SimResult
+    adaptive: SimResult
+    best_k: int                     # 0 means no speculation
+
+    def at_k(self, k: int) -> SimResult:
+        return self.no_spec if k == 0 else self.fixed[k]
+
+
+@dataclass
+class PlanResult:
+    title: str
+    cost_label: str
+    acceptance_label: str
+    rates: list
+    gamma: int
+    dp: int
+    rows: list
+    fixed_k: int
+    schedule: list | None            # [(start, end, K), ...] or None when dp > 1
+    scores: dict                     # candidate -> geometric-mean relative throughput
+    recommended: str
+    speculative_config: dict         # keys to merge into --speculative-config
+    recommendation: str
+    notes: list = field(default_factory=list)
+
+    def per_batch_result(self, row: Row) -> SimResult:
+        return row.at_k(row.best_k)
+
+    def candidate_result(self, candidate: str, row: Row) -> SimResult:
+        if candidate == "none":
+            return row.no_spec
+        if candidate == "fixed":
+            return row.at_k(self.fixed_k)
+        if candidate == "per_batch_size":
+            return self.per_batch_result(row)
+        return row.adaptive
+
+
+def per_batch_size_schedule(batches_and_k, max_batch: int) -> list[tuple[int, int, int]]:
+    """[(batch, K), ...] at grid points -> vLLM's inclusive ranges, merged where K repeats."""
+    points = sorted(dict(batches_and_k).items())
+    ranges: list[list[int]] = []
+    start = 1
+    for i, (batch, k) in enumerate(points):
+        end = max(batch, max_batch) if i == len(points) - 1 else batch
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, k])
+        start = end + 1
+    return [tuple(r) for r in ranges]
+
+
+def _geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_seqs: int | None = None,
+              dp: int = 1, adaptive_allowed: bool = True, adaptive_blocker: str | None = None,
+              title: str = "", acceptance_label: str = "", steps: int | None = None, seed: int = 0,
+              tolerance: float = TOLERANCE) -> PlanResult:
+    import numpy as np
+
+    k_values = sorted(set(k_values or range(1, gamma + 1)))
+    if not k_values or k_values[0] < 1 or k_values[-1] > gamma:
+        raise ValueError(f"k_values must lie in [1, {gamma}]")
+    notes: list[str] = []
+    rows: list[Row] = []
+    capacity = max_num_seqs * dp if max_num_seqs else None
+    for concurrency in sorted(set(concurrencies)):
+        batch = min(concurrency, capacity) if capacity else concurrency
+        ranks = min(dp, batch)
+        common = dict(dp=ranks, steps=steps, seed=seed)
+        no_spec = simulate(cost, rates, batch, Policy("none"), **common)
+        fixed = {k: simulate(cost, rates, batch, Policy("fixed", k), **common) for k in k_values}
+        adaptive = simulate(cost, rates, batch, Policy("adaptive", gamma), **common)
+        best_k = max([0, *k_values], key=lambda k: (no_spec if k == 0 else fixed[k]).expected_tokens_per_s)
+        rows.append(Row(concurrency, batch, no_spec, fixed, adaptive, best_k))
+    clamped = [r.concurrency for r in rows if r.batch < r.concurrency]
+    if clamped:
+        notes.append(f"concurrency {', '.join(map(str, clamped))} exceeds max_num_seqs x dp = {capacity}: "
+                     f"the extra requests queue, the running batch stays {capacity}")
+
+    def relative(k_or_result_fn):
+        return _geomean(k_or_result_fn(r) / max(r.no_spec.expected_tokens_per_s, r.adaptive.expected_tokens_per_s,
+                                                  *(x.expected_tokens_per_s for x in r.fixed.values())) for r in rows)
+
+    fixed_k = max(k_values, key=lambda k: relative(lambda r: r.fixed[k].expected_tokens_per_s))
+    schedule = None
+    if dp == 1:
+        schedule = per_batch_size_schedule([(r.batch, r.best_k) for r in rows], max_num_seqs or rows[-1].batch)
+    result = PlanResult(title=title, cost_label=getattr(cost, "label", "cost model"),
+                        acceptance_label=acceptance_label, rates=np.asarray(rates, dtype=float).tolist(), gamma=gamma, dp=dp,
+                        rows=rows, fixed_k=fixed_k, schedule=schedule, scores={}, recommended="",
+                        speculative_config={}, recommendation="", notes=notes)
+    candidates = ["none", "fixed"] + (["per_batch_size"] if schedule else []) + ["adaptive"]
+    result.scores = {c: relative(lambda r, c=c: result.candidate_result(c, r).expected_tokens_per_s)
+                     for c in candidates}
+    if not schedule:
+        notes.append("per-batch-size K not offered: vLLM disables num_speculative_tokens_per_batch_size "
+                     "when data_parallel_size > 1 (ranks would pick different K and deadlock)")
+    allowed = [c for c in candidates if c != "adaptive" or adaptive_allowed]
+    best_score = max(result.scores[c] for c in allowed)
+    chosen = next(c for c in allowed if result.scores[c] >= best_score * (1 - tolerance))
+    if not adaptive_allowed:
+        gain = result.scores["adaptive"] / best_score - 1
+        verdict = (f"is predicted {gain:+.1%} better but " if gain > tolerance else "")
+        notes.append(f"adaptive verification {verdict}is not available here"
+                     + (f": {adaptive_blocker}" if adaptive_blocker else ""))
+    result.recommended = chosen
+    result.speculative_config, result.recommendation = _describe(result, chosen)
+    return result
+
+
+def _describe(result: PlanResult, chosen: str) -> tuple[dict, str]:
+    score = result.scores[chosen]
+    tail = f"(geometric mean {score:.1%} of the best per concurrency)"
+    if chosen == "none":
+        return {}, f"no speculation: drafting does not pay on this grid {tail}"
+    if chosen == "fixed":
+        return ({"num_speculative_tokens": result.fixed_k},
+                f"fixed K: num_speculative_tokens={result.fixed_k} {tail}")
+    if chosen == "per_batch_size":
+        schedule = [list(r) for r in result.schedule]
+        k_max = max(max(k for _, _, k in result.schedule), 1)
+        return ({"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule},
+                f"per-batch-size K: num_speculative_tokens={k_max}, "
+                f"num_speculative_tokens_per_batch_size={schedule} {tail}")
+    return ({"num_speculative_tokens": result.gamma, "enable_adaptive_verification": True},
+            f"adaptive verification: num_speculative_tokens={result.gamma}, "
+            f"enable_adaptive_verification=true {tail}")

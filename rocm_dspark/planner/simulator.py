@@ -1,0 +1,155 @@
+"""Monte-Carlo decode steps: no speculation, fixed K, and adaptive verification.
+
+Each step every running request verifies its anchor row plus some drafts; draft j is accepted when
+a uniform draw is below its conditional rate and every earlier draft was accepted; the request emits
+its accepted drafts plus one token (correction or bonus). Tokens/s = all emitted tokens / all step
+time. A per-batch-size K is a fixed K chosen for the batch size, so it runs as a fixed K.
+
+What the simulator assumes (and the CLI notes say):
+  * the confidence head is calibrated: the confidences the scheduler sees are the true conditional
+    rates, and they are stationary (the same workload every step);
+  * steady decode: `batch` requests run every step, no prefill, no EOS;
+  * adaptive verification costs nothing beyond its step (its varlen graphs, the confidence head and
+    the sampler are not in the cost model);
+  * data parallel: requests are spread evenly; every rank is charged for the largest rank's tokens
+    and drafts with the same K.
+All policies share the same uniform draws (common random numbers), so their differences are not noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+ELEMENTS_PER_CHUNK = 1 << 20  # uniform draws generated at a time
+
+
+@dataclass(frozen=True)
+class Policy:
+    kind: str  # "none" | "fixed" | "adaptive"
+    k: int = 0  # fixed: drafts verified per request; adaptive: drafted positions (the scheduler trims)
+
+    @property
+    def label(self) -> str:
+        return {"none": "no speculation", "fixed": f"fixed K={self.k}",
+                "adaptive": f"adaptive K<={self.k}"}[self.kind]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    policy: Policy
+    batch: int                         # requests running per step, all ranks together
+    tokens_per_s: float                # simulated
+    expected_tokens_per_s: float       # exact expectation under the same step plans
+    mean_acceptance_length: float      # tokens emitted per request per step (accepted drafts + 1)
+    verified_drafts_per_request: float
+    step_ms: float
+    steps: int
+
+
+def default_steps(batch: int) -> int:
+    """Enough steps for about 2x10^5 request-steps (acceptance length within ~0.5%), 200 at least."""
+    return int(min(20000, max(200, math.ceil(200_000 / max(batch, 1)))))
+
+
+def _rank_sizes(batch: int, dp: int) -> list[int]:
+    return [batch // dp + (1 if r < batch % dp else 0) for r in range(dp)]
+
+
+def _rate_matrix(rates, batch: int):
+    import numpy as np
+
+    arr = np.asarray(rates, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = np.broadcast_to(arr, (batch, arr.size))
+    if arr.shape[0] != batch:
+        raise ValueError(f"rates have {arr.shape[0]} rows for {batch} requests")
+    if (arr < 0).any() or (arr > 1).any():
+        raise ValueError("conditional acceptance rates must lie in [0, 1]")
+    return np.ascontiguousarray(arr)
+
+
+def _plans(cost, conf, policy: Policy, steps: int, dp: int):
+    """Per step: verified drafts per request [steps, batch] and step seconds [steps]."""
+    import numpy as np
+
+    from rocm_dspark.planner.scheduler import TwoPhaseScheduler, dp_charged_tokens
+
+    batch, gamma = conf.shape
+    sizes = _rank_sizes(batch, dp)
+    bounds = np.cumsum([0] + sizes)
+    largest = max(sizes)
+    if policy.kind == "none":
+        lengths = np.zeros(batch, dtype=np.int64)
+        seconds = float(cost.verify_seconds(largest))
+        return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
+    if policy.kind == "fixed":
+        k = min(policy.k, gamma)
+        lengths = np.full(batch, k, dtype=np.int64)
+        seconds = cost.draft_seconds(largest, k) + float(cost.verify_seconds(largest * (1 + k)))
+        return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
+    if policy.kind != "adaptive":
+        raise ValueError(f"unknown policy {policy.kind!r}")
+    schedulers = [TwoPhaseScheduler(cost) for _ in sizes]
+    draft = cost.draft_seconds(largest, gamma)
+    all_lengths = np.empty((steps, batch), dtype=np.int64)
+    all_seconds = np.empty(steps)
+    for step in range(steps):
+        if step >= 2:
+            # Stationary confidences: from step 1 on, history equals the current confidences, so
+            # steps 2.. repeat step 1's plan exactly. Reuse it instead of re-planning.
+            all_lengths[step], all_seconds[step] = all_lengths[1], all_seconds[1]
+            continue
+        tokens = []
+        for rank, scheduler in enumerate(schedulers):
+            lo, hi = bounds[rank], bounds[rank + 1]
+            plan = scheduler.step(conf[lo:hi])
+            all_lengths[step, lo:hi] = plan.lengths
+            tokens.append(plan.tokens)
+        all_seconds[step] = draft + float(cost.verify_seconds(dp_charged_tokens(tokens)))
+    return all_lengths, all_seconds
+
+
+WARMUP_STEPS = 2  # the first step has no confidence history, the second one a fresh one
+
+
+def simulate(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None,
+             seed: int = 0) -> SimResult:
+    """Run `steps` steady decode steps of `batch` requests under `policy` and the step cost `cost`
+    (after WARMUP_STEPS steps that fill the scheduler's history and are not counted)."""
+    import numpy as np
+
+    if batch <= 0:
+        raise ValueError("batch must be positive")
+    if dp <= 0 or dp > batch:
+        raise ValueError("dp must be in [1, batch]")
+    conf = _rate_matrix(rates, batch)
+    gamma = conf.shape[1]
+    steps = steps or default_steps(batch)
+    lengths, seconds = _plans(cost, conf, policy, steps + WARMUP_STEPS, dp)
+    lengths, seconds = lengths[WARMUP_STEPS:], seconds[WARMUP_STEPS:]
+
+    survival = np.cumprod(conf, axis=1)
+    cum_survival = np.concatenate([np.zeros((batch, 1)), np.cumsum(survival, axis=1)], axis=1)
+    expected = float((1.0 + np.take_along_axis(cum_survival, np.asarray(lengths).T, axis=1)).sum())
+
+    rng = np.random.default_rng(seed)
+    positions = np.arange(gamma)
+    emitted = 0
+    rows = max(1, ELEMENTS_PER_CHUNK // (batch * gamma))
+    for start in range(0, steps, rows):
+        stop = min(steps, start + rows)
+        u = rng.random((stop - start, batch, gamma))
+        verified = positions[None, None, :] < np.asarray(lengths[start:stop])[:, :, None]
+        accepted = np.cumprod((u < conf[None]) & verified, axis=2).sum()
+        emitted += int(accepted) + (stop - start) * batch
+    total_time = float(seconds.sum())
+    return SimResult(
+        policy=policy, batch=batch,
+        tokens_per_s=emitted / total_time,
+        expected_tokens_per_s=expected / total_time,
+        mean_acceptance_length=emitted / (steps * batch),
+        verified_drafts_per_request=float(np.mean(lengths)),
+        step_ms=1000.0 * total_time / steps,
+        steps=steps,
+    )
