@@ -41,6 +41,13 @@ def cli():
     """Trusted vLLM launches for DeepSeek-V4.1-Flash + DSpark on AMD MI300-class GPUs."""
 
 
+# Optional dependency -> the extra that installs it, for a one-line hint instead of a traceback.
+EXTRAS = {
+    "numpy": "planner", "matplotlib": "plot", "torch": "kernels", "triton": "kernels", "httpx": "validate",
+    "prometheus_client": "validate", "amdsmi": "amd",
+}
+
+
 def main(argv=None):
     from rocm_dspark.errors import UsageError
 
@@ -48,4 +55,11 @@ def main(argv=None):
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
     except UsageError as exc:  # raised outside a command's own handling
         click.echo(f"rocm-dspark: error: {exc}", err=True)
+        sys.exit(2)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
+                   f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
         sys.exit(2)
