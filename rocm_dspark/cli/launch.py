@@ -1,0 +1,52 @@
+"""`rocm-dspark launch`: write a launcher script (and a systemd unit) for the resolved plan."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rocm_dspark.cli.options import plan_from_options, selection_options, usage_errors
+
+
+@click.command()
+@selection_options
+@click.option("--format", "fmt", type=click.Choice(["shell", "systemd"]), default="shell", show_default=True,
+              help="shell: a bash launcher; systemd: the launcher plus a .service unit and a 0600 env file.")
+@click.option("--output", default=".", show_default=True, help="Existing directory to write the files into.")
+@click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
+@click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
+@click.option("--env-file", default=None,
+              help="systemd: EnvironmentFile for secrets such as HF_TOKEN (default: <output>/<name>.env); "
+                   "an existing file is kept and must be mode 0600.")
+@click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
+@click.option("--ready-timeout", type=int, default=3600, show_default=True,
+              help="Seconds each start may take to answer /health and /v1/models.")
+@click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
+@usage_errors
+def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json, **opts):
+    """Write launcher files for a model on this (or the given) AMD GPU."""
+    from rocm_dspark.launchers import write_launchers
+
+    files = write_launchers(
+        plan_from_options(opts), output, fmt, name=name, user=user, env_file=env_file,
+        container=container, ready_timeout_s=ready_timeout,
+    )
+    if as_json:
+        click.echo(json.dumps({
+            "format": files.fmt, "name": files.name, "launcher": str(files.launcher),
+            "unit": str(files.unit) if files.unit else None,
+            "env_file": str(files.env_file) if files.env_file else None,
+            "env_file_written": files.env_file_written, "install_commands": list(files.install_commands),
+        }, indent=2))
+        return
+    click.echo(f"wrote {files.launcher}")
+    if files.unit is None:
+        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to ~/.local/state/rocm-dspark/launch/{files.name})")
+        return
+    click.echo(f"wrote {files.unit}")
+    click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")
+    click.echo(f"The unit runs the launcher in place: keep {files.launcher} where it is, readable by the service user.")
+    click.echo("Install and start:")
+    for cmd in files.install_commands:
+        click.echo(f"  {cmd}")

@@ -1,0 +1,310 @@
+"""LaunchPlan -> launcher files: a bash launcher, and for systemd a unit plus an EnvironmentFile.
+
+The templates live in launch/ so an operator can read them. Every value from the plan or the command line is
+inserted through rocm_dspark.quoting for its target language; this module only decides which value goes where
+and writes the files so that a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rocm_dspark import quoting
+from rocm_dspark.errors import UsageError
+from rocm_dspark.plan import LaunchPlan
+
+# rocm_dspark/launch is a symlink to the top-level launch/ (so wheels ship the templates too).
+LAUNCH_DIR = Path(__file__).resolve().parent / "launch"
+FORMATS = ("shell", "systemd")
+DEFAULT_READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
+DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight requests off
+DEFAULT_USER = "vllm"
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+
+
+@dataclass(frozen=True)
+class LaunchFiles:
+    """What write_launchers wrote; env_file_written is False when an existing env file was kept."""
+
+    fmt: str
+    name: str
+    launcher: Path
+    unit: Path | None = None
+    env_file: Path | None = None
+    env_file_written: bool = False
+    install_commands: tuple[str, ...] = ()
+
+
+def default_name(plan: LaunchPlan) -> str:
+    """A unit and container name from the profile: lower case, [a-z0-9-] only."""
+    slug = re.sub(r"[^a-z0-9]+", "-", plan.profile.lower()).strip("-")
+    return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
+
+
+def _check_name(name: str) -> str:
+    # Used as a file name, a systemd unit name, a StateDirectory and a docker container name.
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name) or ".." in name:
+        raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
+    return name
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    """Replace {{KEY}} placeholders; every placeholder must have a value and every value a placeholder."""
+    used = set(_PLACEHOLDER.findall(template))
+    missing, unused = used - values.keys(), values.keys() - used
+    if missing or unused:  # a template/code mismatch is a bug, not user input
+        raise RuntimeError(f"template placeholders out of step: missing {sorted(missing)}, unused {sorted(unused)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def _template(filename: str) -> str:
+    return (LAUNCH_DIR / filename).read_text(encoding="utf-8")
+
+
+def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
+    """The primary start's mode name and the fallback argv (empty when there is none)."""
+    if plan.adaptive_verification:
+        return "adaptive", tuple(plan.block_argv or ())
+    if plan.block_argv:
+        raise UsageError("the plan has a block-verification fallback but adaptive verification off; re-resolve the plan")
+    return ("block" if plan.speculative_config else "no-spec"), ()
+
+
+def _argv_lines(argv: tuple[str, ...], what: str) -> str:
+    """One array element per line, except that a flag and its value share a line (easier to read)."""
+    lines: list[str] = []
+    after_flag = False
+    for raw in argv:
+        word = quoting.bash_word(raw, what)
+        if after_flag and not raw.startswith("-"):
+            lines[-1] += " " + word
+            after_flag = False
+        else:
+            lines.append("  " + word)
+            after_flag = raw.startswith("-")
+    return "\n".join(lines)
+
+
+def render_launcher(
+    plan: LaunchPlan,
+    *,
+    name: str | None = None,
+    container: bool = False,
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+) -> str:
+    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in)."""
+    name = _check_name(name or default_name(plan))
+    if not plan.argv:
+        raise UsageError("the plan has an empty argv; nothing to launch")
+    if container and "@sha256:" not in plan.image:
+        # A tag such as :nightly changes under the service (V4.1 defaults moved between nightlies).
+        raise UsageError(
+            f"--container needs an image pinned by digest (name@sha256:...); this plan's image is {plan.image or 'empty'!r}: "
+            "pin it in recipes/ or run without --container"
+        )
+    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
+        if not isinstance(value, int) or value <= 0:
+            raise UsageError(f"{what} {value!r}: give a positive number of seconds")
+    primary_mode, fallback = _modes(plan)
+    env_names = [quoting.env_name(k) for k in plan.env]
+    exports = "\n".join(f"export {k}={quoting.bash_word(v, f'env {k}')}" for k, v in plan.env.items())
+    header_profile = quoting.bash_comment(f"{plan.model_key} on {plan.gpu} ({plan.arch}), profile {plan.profile}")
+    values = {
+        "NAME": name,
+        "NAME_WORD": quoting.bash_word(name),
+        "HEADER_PROFILE": header_profile,
+        "HEADER_STATUS": quoting.bash_comment(f"{plan.status} ({plan.status_date}), vLLM {plan.vllm_version}"),
+        "PROFILE": quoting.bash_word(plan.profile, "profile"),
+        "IMAGE": quoting.bash_word(plan.image, "image"),
+        "HOST": quoting.bash_word(plan.host, "host"),
+        "PORT": quoting.bash_word(str(int(plan.port)), "port"),
+        "SERVED_NAME": quoting.bash_word(plan.served_name, "served name"),
+        "PRIMARY_MODE": primary_mode,
+        "PRIMARY_ARGV": _argv_lines(plan.argv, "argv"),
+        "FALLBACK_ARGV": _argv_lines(fallback, "block argv"),
+        "ENV_NAMES": " ".join(env_names),
+        "ENV_EXPORTS": exports,
+        "READY_TIMEOUT_S": str(ready_timeout_s),
+        "STOP_TIMEOUT_S": str(stop_timeout_s),
+        "CONTAINER": "1" if container else "0",
+    }
+    return _fill(_template("launcher.sh.tmpl"), values)
+
+
+def render_unit(
+    plan: LaunchPlan,
+    *,
+    launcher_path: str,
+    env_file_path: str,
+    user: str = DEFAULT_USER,
+    name: str | None = None,
+    container: bool = False,
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+) -> str:
+    """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
+    name = _check_name(name or default_name(plan))
+    _, fallback = _modes(plan)
+    starts = 2 if fallback else 1
+    # Type=notify: the start phase lasts until the launcher reports ready, possibly after two starts.
+    start_window = starts * ready_timeout_s + 120
+    groups = "video render" + (" docker" if container else "")
+    values = {
+        "UNIT_NAME": f"{name}.service",
+        "UNIT_NAME_STEM": name,
+        "HEADER_PROFILE": quoting.bash_comment(f"{plan.model_key} on {plan.gpu}, profile {plan.profile}"),
+        "DESCRIPTION": quoting.systemd_text(
+            f"vLLM {plan.served_name} on {plan.gpu} (rocm-dspark profile {plan.profile}, {plan.status})"
+        ),
+        "EXEC_START": quoting.systemd_executable(launcher_path),
+        "ENV_FILE": quoting.systemd_path(env_file_path, "--env-file"),
+        "USER": quoting.unit_user(user),
+        "SUPPLEMENTARY_GROUPS": groups,
+        "TIMEOUT_START_S": str(start_window),
+        "START_WINDOW": str(start_window),
+        "START_LIMIT_INTERVAL_S": str(3 * start_window),
+        "START_LIMIT_BURST": "3",
+        # The launcher escalates to SIGKILL itself shortly before systemd would.
+        "TIMEOUT_STOP_S": str(stop_timeout_s + 30),
+        "RESTART_SEC": "60",
+    }
+    return _fill(_template("service.tmpl"), values)
+
+
+def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S) -> str:
+    """The EnvironmentFile skeleton: comments only, so no secret is ever generated or overwritten."""
+    name = _check_name(name or default_name(plan))
+    return _fill(
+        _template("env.tmpl"),
+        {
+            "NAME": name,
+            "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
+            "READY_TIMEOUT_S": str(ready_timeout_s),
+        },
+    )
+
+
+def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
+    """The commands an operator runs to install and start the unit (printed, never run)."""
+    if files.unit is None:
+        return ()
+    from shlex import quote  # the operator's shell is POSIX sh/bash
+
+    unit_name = files.unit.name
+    return (
+        f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "
+        f"--groups video,render {quote(user)}",
+        f"sudo install -m 0644 {quote(str(files.unit))} /etc/systemd/system/{quote(unit_name)}",
+        "sudo systemctl daemon-reload",
+        # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
+        f"sudo systemctl enable --now --no-block {quote(unit_name)}",
+        f"journalctl -fu {quote(unit_name)}",
+    )
+
+
+def _check_output_dir(output_dir: Path) -> Path:
+    if not output_dir.exists():
+        raise UsageError(f"output directory {str(output_dir)!r} does not exist; create it first (mkdir -p) or pass another --output")
+    if not output_dir.is_dir():
+        raise UsageError(f"--output {str(output_dir)!r} is not a directory")
+    if not os.access(output_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"output directory {str(output_dir)!r} is not writable by this user; choose another --output")
+    return output_dir.resolve()
+
+
+def _check_env_file(path: Path) -> bool:
+    """True when the env file must be written; an existing one is kept, but only with safe permissions."""
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise UsageError(f"--env-file {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+        return True
+    if not path.is_file():
+        raise UsageError(f"--env-file {str(path)!r} exists and is not a regular file")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise UsageError(
+            f"--env-file {str(path)!r} has mode {mode:04o}, readable by other users, and may hold tokens; run: chmod 600 {str(path)!r}"
+        )
+    return False
+
+
+def _write_all(files: list[tuple[Path, str, int]]) -> None:
+    """Write every file to a temp file in its directory, then rename them all; on failure remove the temps."""
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, text, mode in files:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append((tmp, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                os.fchmod(fh.fileno(), mode)  # mode before content: a secret file is never world-readable
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except OSError as exc:
+        for tmp, _ in temps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise UsageError(f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output") from exc
+
+
+def write_launchers(
+    plan: LaunchPlan,
+    output_dir: str | os.PathLike,
+    fmt: str = "shell",
+    *,
+    name: str | None = None,
+    user: str | None = None,
+    env_file: str | os.PathLike | None = None,
+    container: bool = False,
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+) -> LaunchFiles:
+    """Render and write the launcher files for `plan` into `output_dir`.
+
+    shell: <name>.sh. systemd: <name>.sh, <name>.service and, unless it already exists, the env file
+    (<name>.env, or `env_file`) with mode 0600. All input is checked and all text rendered before anything is
+    written; files land by rename, so an error leaves the directory as it was.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt == "shell" and (user is not None or env_file is not None):
+        raise UsageError("--user and --env-file belong to --format systemd; the shell launcher reads its environment")
+    name = _check_name(name or default_name(plan))
+    out = _check_output_dir(Path(output_dir))
+    launcher = out / f"{name}.sh"
+    text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s)
+    to_write = [(launcher, text, 0o755)]
+    if fmt == "shell":
+        _write_all(to_write)
+        return LaunchFiles(fmt=fmt, name=name, launcher=launcher)
+
+    user = user or DEFAULT_USER
+    env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
+    unit = out / f"{name}.service"
+    unit_text = render_unit(
+        plan,
+        launcher_path=str(launcher),
+        env_file_path=str(env_path),
+        user=user,
+        name=name,
+        container=container,
+        ready_timeout_s=ready_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+    )
+    write_env = _check_env_file(env_path)
+    to_write.append((unit, unit_text, 0o644))
+    if write_env:
+        to_write.append((env_path, render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), 0o600))
+    _write_all(to_write)
+    files = LaunchFiles(fmt=fmt, name=name, launcher=launcher, unit=unit, env_file=env_path, env_file_written=write_env)
+    return replace(files, install_commands=install_commands(files, user))
