@@ -9,6 +9,14 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.fixture(autouse=True)
+def private_state_dir(tmp_path_factory, monkeypatch):
+    """Probe records of the developer's own machine must not change what the tests see."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("ROCM_DSPARK_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture
 def recipes_copy(tmp_path, monkeypatch):
     """A private copy of recipes/ that a test may break; ROCM_DSPARK_RECIPES points at it."""

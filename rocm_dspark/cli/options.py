@@ -113,12 +113,9 @@ def verdict_for(opts: dict, catalog, selection):
         return Verdict.not_proven("--adaptive off forces block verification")
     if opts.get("benchmark_synthetic") is not None:
         return Verdict.not_proven("synthetic benchmark mode")
-    try:
-        from rocm_dspark.probe.gate import gate_verdict
-    except ImportError:  # the probe package is optional in a trimmed install
-        verdict = Verdict.not_proven("no probe support installed")
-    else:
-        verdict = gate_verdict(catalog, selection, state_dir=opts.get("state_dir"))
+    from rocm_dspark.probe.gate import gate_verdict
+
+    verdict = gate_verdict(catalog, selection, state_dir=opts.get("state_dir"))
     if mode == "on" and not verdict.adaptive_proven:
         raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
     return verdict

@@ -1,0 +1,84 @@
+"""`rocm-dspark probe`: gather the evidence that gates adaptive verification, or show the records."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from rocm_dspark.cli.options import build_selection, selection_options, usage_errors
+from rocm_dspark.errors import UsageError
+
+
+def _model_optional(fn):
+    # `probe --show` needs no model; the check that a probe run has one is in the command body.
+    for param in getattr(fn, "__click_params__", []):
+        if param.name == "model":
+            param.required = False
+    return fn
+
+
+@click.command()
+@_model_optional
+@selection_options
+@click.option("--levels", default="static,kernel,live", show_default=True,
+              help="Comma-separated levels to run: static, kernel, live.")
+@click.option("--deadline", type=float, default=3600.0, show_default=True,
+              help="Seconds the live level waits for the server to become ready.")
+@click.option("--live-command", "live_command", default=None, metavar="FILE",
+              help="JSON file with the server command the live level runs instead of the plan's "
+                   "(hosts where the plan cannot run, e.g. CPU tests); such a record never turns the flag on.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
+@click.option("--show", is_flag=True, help="Print the latest probe records in the state directory and exit.")
+@click.option("--limit", type=int, default=5, show_default=True, help="With --show: how many records.")
+@usage_errors
+def probe(levels, deadline, live_command, as_json, show, limit, **opts):
+    """Prove (or refute) adaptive verification on this host and write a fingerprinted record."""
+    from rocm_dspark.probe import show as shown
+    from rocm_dspark.probe import store
+
+    state_dir = opts.get("state_dir")
+    if show:
+        entries = shown.latest(state_dir, max(1, limit))
+        if as_json:
+            click.echo(json.dumps(shown.entries_json(entries), indent=1))
+        else:
+            click.echo("\n".join(shown.show_lines(entries, store.records_dir(state_dir))))
+        return
+    if not opts.get("model"):
+        raise UsageError("--model is required to probe (e.g. --model V4.1-Flash); only --show works without it")
+    if (opts.get("adaptive") or "auto") != "auto":
+        raise UsageError("--adaptive does not apply to probe: the probe always tests adaptive verification on")
+
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.probe.live import target_from_file
+    from rocm_dspark.probe.run import parse_levels, run_probe
+
+    wanted = parse_levels(levels)
+    catalog = load_catalog()
+    selection = build_selection(opts, catalog)
+    target = None
+    if live_command:
+        if "live" not in wanted:
+            raise UsageError("--live-command only applies to the live level: add live to --levels")
+        target = target_from_file(live_command, catalog.find_model(selection.model))
+
+    def progress(message: str) -> None:
+        click.echo(f"[probe] {message}", err=True)
+
+    outcome = run_probe(catalog, selection, levels=wanted, state_dir=state_dir, deadline_s=deadline,
+                        live_target=target, progress=progress)
+    if as_json:
+        click.echo(json.dumps({
+            "record_id": outcome.record.id,
+            "record_path": str(outcome.path),
+            "passed": outcome.passed,
+            "levels": [{k: getattr(lv, k) for k in ("name", "passed", "valid_for_gating", "reason", "gating_note",
+                                                    "seconds")} for lv in outcome.record.levels],
+            "gate": {"state": outcome.gate_state, "reason": outcome.gate_reason},
+        }, indent=1))
+    else:
+        click.echo("\n".join(shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state,
+                                                outcome.gate_reason)))
+    sys.exit(0 if outcome.passed else 1)

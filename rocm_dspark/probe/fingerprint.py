@@ -1,0 +1,286 @@
+"""The fields a probe record must match to count: this host's software and GPUs, and the plan.
+
+Host fields are read from files and package metadata only (vLLM's and torch's `version.py` found via
+`importlib.util.find_spec`, /opt/rocm/.info/version, /sys/module/amdgpu/version, amd-smi/rocminfo):
+the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. The probe
+records exactly the same functions' answers, so a record and the gate compare like with like.
+
+Plan fields come from the LaunchPlan that the selection resolves to with adaptive verification on:
+model, layout, K, max_num_seqs, the vLLM the plan pins, and the launch command itself (argv and env,
+minus --host/--port, which only say where it listens).
+
+A value that cannot be read is None, and None only matches None: a record made where vLLM was
+installed does not count where it is not (run `recipe`/`launch` where the probe ran).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+# (key, words for the note). Host fields first, in the order a reader checks them.
+HOST_FIELDS = (
+    ("toolkit_version", "rocm-dspark"),
+    ("vllm_version", "vLLM"),
+    ("vllm_commit", "vLLM commit"),
+    ("torch_version", "torch"),
+    ("hip_version", "torch HIP"),
+    ("gpu_arch", "GPU arch"),
+    ("gpu_name", "GPU"),
+    ("gpu_count", "GPU count"),
+    ("rocm_version", "ROCm"),
+    ("driver_version", "amdgpu driver"),
+)
+PLAN_FIELDS = (
+    ("model_id", "model"),
+    ("model_revision", "model revision"),
+    ("gpu", "GPU profile"),
+    ("plan_vllm", "planned vLLM"),
+    ("image", "image"),
+    ("tp", "tensor parallel size"),
+    ("dp", "data parallel size"),
+    ("ep", "expert parallel size"),
+    ("nodes", "nodes"),
+    ("num_speculative_tokens", "K"),
+    ("max_num_seqs", "max_num_seqs"),
+    ("launch", "launch command"),
+)
+FIELDS = HOST_FIELDS + PLAN_FIELDS
+_HOST_KEYS = {k for k, _ in HOST_FIELDS}
+
+# Overridable in tests (an instrument: the real files exist only on an AMD host).
+AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
+
+
+# --- host ------------------------------------------------------------------------------------------
+
+
+def _package_dir(name: str) -> Path | None:
+    """The directory of an installed top-level package, without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _assigned(text: str, name: str) -> str | None:
+    """The string literal assigned to `name` in a generated version.py (`x: T = '...'`, `a = x = '...'`);
+    None for `= None` or no assignment."""
+    m = re.search(rf"^(?:\w+\s*=\s*)*{name}\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(None|'([^']*)'|\"([^\"]*)\")",
+                  text, re.M)
+    if not m or m.group(1) == "None":
+        return None
+    return m.group(2) if m.group(2) is not None else m.group(3)
+
+
+def vllm_facts() -> tuple[str | None, str | None]:
+    """(version, commit) of the installed vLLM as vLLM itself reports them (vllm/_version.py)."""
+    pkg = _package_dir("vllm")
+    if pkg is None:
+        return None, None
+    text = _read(pkg / "_version.py") or ""
+    version = _assigned(text, "__version__") or _assigned(text, "version")
+    if version is None:
+        import importlib.metadata  # ~20 ms: only when vLLM's own _version.py says nothing
+
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+    commit = _assigned(text, "__commit_id__") or _assigned(text, "commit_id")
+    if commit is None:  # nightly wheels carry it in the local version: 0.30.0.dev12+geed1f3d0.rocm700
+        m = re.search(r"\+g([0-9a-f]{7,40})", version)
+        commit = m.group(1) if m else None
+    if commit and re.fullmatch(r"g[0-9a-f]{7,40}", commit):  # git-describe style 'g<hash>'
+        commit = commit[1:]
+    return version, commit
+
+
+def torch_facts() -> tuple[str | None, str | None]:
+    """(version, HIP version or None) of the installed torch, from torch/version.py."""
+    pkg = _package_dir("torch")
+    text = _read(pkg / "version.py") if pkg else None
+    if text is None:
+        return None, None
+    return _assigned(text, "__version__"), _assigned(text, "hip")
+
+
+def rocm_version() -> str | None:
+    text = _read(Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / ".info" / "version")
+    return (text or "").strip() or None
+
+
+def driver_version() -> str | None:
+    return (_read(AMDGPU_VERSION_FILE) or "").strip() or None
+
+
+def base_arch(arch: str) -> str:
+    """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
+    return arch.split(":")[0].strip()
+
+
+def gpu_facts() -> dict:
+    from rocm_dspark.host import detect_gpus
+
+    agents = detect_gpus()
+    archs = sorted({base_arch(a.arch) for a in agents if a.arch})
+    names = sorted({a.marketing_name for a in agents if a.marketing_name})
+    return {"gpu_arch": ",".join(archs) or None, "gpu_name": " + ".join(names) or None, "gpu_count": len(agents)}
+
+
+def host_fingerprint(gpus: dict | None = None) -> dict:
+    """This environment's host fields. `gpus` (from gpu_facts()) saves a second amd-smi run."""
+    from rocm_dspark import __version__
+
+    vllm_version, vllm_commit = vllm_facts()
+    torch_version, hip_version = torch_facts()
+    return {
+        "toolkit_version": __version__,
+        "vllm_version": vllm_version,
+        "vllm_commit": vllm_commit,
+        "torch_version": torch_version,
+        "hip_version": hip_version,
+        **(gpus if gpus is not None else gpu_facts()),
+        "rocm_version": rocm_version(),
+        "driver_version": driver_version(),
+    }
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+_WHERE_FLAGS = {"--host", "--port"}
+
+
+def _flag(argv, name: str) -> str | None:
+    for i, token in enumerate(argv):
+        if token == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if token.startswith(name + "="):
+            return token.partition("=")[2]
+    return None
+
+
+def launch_identity(plan) -> dict:
+    """The plan's argv and env without --host/--port: what must be the same command that was probed."""
+    argv, i = [], 0
+    while i < len(plan.argv):
+        token = plan.argv[i]
+        if token in _WHERE_FLAGS:
+            i += 2
+            continue
+        if token.partition("=")[0] in _WHERE_FLAGS:
+            i += 1
+            continue
+        argv.append(token)
+        i += 1
+    return {"argv": argv, "env": dict(sorted(plan.env.items()))}
+
+
+def plan_fingerprint(plan, catalog, selection) -> dict:
+    """Plan fields of an adaptive-on LaunchPlan (resolve() with a proven verdict)."""
+    model = catalog.find_model(plan.model_key)
+    tp = int(_flag(plan.argv, "--tensor-parallel-size") or 1)
+    dp = int(_flag(plan.argv, "--data-parallel-size") or 1)
+    return {
+        "model_id": plan.model_id,
+        "model_revision": model.revision,
+        "gpu": plan.gpu,
+        "plan_vllm": plan.vllm_version,
+        "image": plan.image,
+        "tp": tp,
+        "dp": dp,
+        "ep": tp * dp if "--enable-expert-parallel" in plan.argv else 1,
+        "nodes": selection.nodes,
+        "num_speculative_tokens": int(plan.speculative_config["num_speculative_tokens"]),
+        "max_num_seqs": int(_flag(plan.argv, "--max-num-seqs") or 0),
+        "launch": launch_identity(plan),
+    }
+
+
+def adaptive_plan(catalog, selection):
+    """The plan with adaptive verification on: what the probe's live level starts and the gate guards."""
+    from rocm_dspark.resolve import Verdict, resolve
+
+    return resolve(catalog, selection, Verdict(True, "probe: adaptive verification forced on to test it", None))
+
+
+def current_fingerprint(catalog, selection, gpus: dict | None = None) -> dict:
+    plan = adaptive_plan(catalog, selection)
+    return {**host_fingerprint(gpus), **plan_fingerprint(plan, catalog, selection)}
+
+
+# --- comparison -----------------------------------------------------------------------------------
+
+
+def _show(value) -> str:
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def _flag_values(argv: list) -> tuple[list, dict]:
+    """(leading positional tokens, {flag: value or None}) of a `vllm serve MODEL --flag value ...` argv."""
+    head, flags, i = [], {}, 0
+    while i < len(argv) and not str(argv[i]).startswith("-"):
+        head.append(argv[i])
+        i += 1
+    while i < len(argv):
+        flag, sep, value = str(argv[i]).partition("=")
+        if not sep and i + 1 < len(argv) and not str(argv[i + 1]).startswith("-"):
+            value, i = argv[i + 1], i + 1
+        flags[flag] = value if (sep or value) else None
+        i += 1
+    return head, flags
+
+
+def _launch_difference(recorded: dict, current: dict) -> str:
+    """Which flags / env keys differ, briefly: "--max-model-len 65536 in the record, 1048576 in the plan"."""
+    rh, rf = _flag_values(recorded.get("argv") or [])
+    ch, cf = _flag_values(current.get("argv") or [])
+    parts = []
+    if rh != ch:
+        parts.append(f"command {' '.join(rh)} in the record, {' '.join(ch)} in the plan")
+    for flag in sorted(set(rf) | set(cf)):
+        if rf.get(flag, "<absent>") != cf.get(flag, "<absent>"):
+            show = lambda d: "absent" if flag not in d else (d[flag] if d[flag] is not None else "set")  # noqa: E731
+            parts.append(f"{flag} {show(rf)} in the record, {show(cf)} in the plan")
+    re_, ce = recorded.get("env") or {}, current.get("env") or {}
+    for key in sorted(k for k in set(re_) | set(ce) if re_.get(k) != ce.get(k)):
+        parts.append(f"env {key} {re_.get(key, 'unset')} in the record, {ce.get(key, 'unset')} in the plan")
+    if not parts:
+        parts.append("same flags in another order")
+    return "; ".join(parts[:3]) + (f"; {len(parts) - 3} more" if len(parts) > 3 else "")
+
+
+def mismatches(recorded: dict, current: dict) -> list[str]:
+    """One phrase per differing field, e.g. "vLLM 0.32.0 (this host has 0.33.0)"; [] when all match."""
+    out = []
+    for key, words in FIELDS:
+        rv, cv = recorded.get(key), current.get(key)
+        if rv == cv:
+            continue
+        where = "host" if key in _HOST_KEYS else "plan"
+        if key == "launch":
+            out.append(f"another launch command ({_launch_difference(rv or {}, cv or {})})")
+        else:
+            out.append(f"{words} {_show(rv)} (this {where} has {_show(cv)})")
+    return out
+
+
+def summary(fp: dict) -> str:
+    """One line for --show and the verdict: GPU x count, vLLM, model, layout, K, MNS."""
+    gpu = f"{fp.get('gpu_name') or 'no AMD GPU'} ({fp.get('gpu_arch') or '-'}) x{fp.get('gpu_count')}"
+    return (f"{gpu}, vLLM {_show(fp.get('vllm_version'))}, {fp.get('model_id')}, TP{fp.get('tp')} DP{fp.get('dp')} "
+            f"EP{fp.get('ep')}, K={fp.get('num_speculative_tokens')}, max_num_seqs {fp.get('max_num_seqs')}")

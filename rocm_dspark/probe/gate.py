@@ -1,0 +1,124 @@
+"""The gate: probe records -> Verdict (is adaptive verification proven on this host, for this plan?).
+
+Rules, in order:
+  * No record in the state directory: not proven, and nothing else is computed (this runs on every
+    `rocm-dspark recipe`, so the common case costs one directory listing).
+  * A file that does not parse or fails its schema or digest: ignored, never trusted.
+  * A record whose fingerprint differs from this host's or this plan's: ignored, the fields named.
+  * Among matching records, newest first: a level that counts and failed decides OFF (the newest
+    evidence is that it fails); all three levels counting and passed decides ON; a record with a level
+    missing or not valid for gating (kernel in the Triton interpreter, live run of another command)
+    is not enough, and the next older matching record is looked at.
+A level counts only with the evidence behind it: static on a real ROCm platform (not forced), kernel
+on a GPU (not interpreted) with a graph replay and the negative control caught, live of the plan's own
+command with adaptive verification on.
+
+Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path.
+"""
+
+from __future__ import annotations
+
+from rocm_dspark.probe import fingerprint, store
+from rocm_dspark.probe.record import LEVELS, LevelResult, Record, RecordError, parse_record
+
+_SHOWN = 3  # notes kept in the verdict's one line; the rest are counted
+
+
+def level_counts(level: LevelResult, record: Record) -> str | None:
+    """None when this level's result counts as evidence for the gate, else why not."""
+    ev = level.evidence
+    if not level.valid_for_gating:
+        why = level.gating_note.removeprefix("not valid for gating: ") or "not valid for gating"
+        return f"its {level.name} level does not count ({why})"
+    if level.name == "static" and ev.get("forced_platform") is not False:
+        return "its static level ran with the ROCm platform forced (no AMD GPU)"
+    if level.name == "kernel" and ev.get("interpreted") is not False:
+        return "its kernel level ran in the Triton interpreter, not on the GPU"
+    if level.name == "live" and (record.live_override is not None or ev.get("attached") is not False):
+        return "its live level ran another command than the plan's"
+    return None
+
+
+def level_proves(level: LevelResult) -> str | None:
+    """For a counting, passed level: None when its evidence is complete, else what is missing."""
+    ev = level.evidence
+    if level.name == "kernel":
+        if ev.get("graph_replay") is not True:
+            return "its kernel level has no graph replay"
+        if ev.get("negative_control_caught") is not True:
+            return "its kernel level did not show the negative control caught"
+    if level.name == "live":
+        if ev.get("adaptive_verification") is not True:
+            return "its live level did not run with enable_adaptive_verification on"
+        if ev.get("ready") is not True:
+            return "its live level never saw the server ready"
+    return None
+
+
+def evidence_state(record: Record) -> tuple[str, str]:
+    """("proven" | "refuted" | "incomplete", why) for a record, ignoring its fingerprint."""
+    gaps = []
+    for name in LEVELS:
+        level = record.level(name)
+        if level is None:
+            gaps.append(f"no {name} level")
+            continue
+        why_not = level_counts(level, record)
+        if why_not:
+            gaps.append(why_not)
+            continue
+        if not level.passed:
+            return "refuted", f"its {name} level failed: {level.reason}"
+        missing = level_proves(level)
+        if missing:
+            gaps.append(missing)
+    if gaps:
+        return "incomplete", "; ".join(gaps)
+    return "proven", "static, GPU kernel (graph replay, negative control caught) and live passed"
+
+
+def read_record_file(path) -> Record:
+    try:
+        text = path.read_text(errors="strict")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"unreadable ({type(exc).__name__})") from None
+    return parse_record(text)
+
+
+def _joined(notes: list[str]) -> str:
+    shown = notes[:_SHOWN]
+    more = len(notes) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more record(s) not matching" if more else "")
+
+
+def gate_verdict(catalog, selection, state_dir=None, *, gpus: dict | None = None):
+    """The Verdict for this host and selection, from the records in the state directory."""
+    from rocm_dspark.resolve import Verdict
+
+    directory = store.records_dir(state_dir)
+    files = store.record_files(directory)
+    if not files:
+        return Verdict(False, f"no probe record in {directory}")
+    current = fingerprint.current_fingerprint(catalog, selection, gpus)
+    notes: list[str] = []
+    for path in files:
+        try:
+            record = read_record_file(path)
+        except RecordError as exc:
+            notes.append(f"{path.name} is not a valid probe record ({exc}): ignored")
+            continue
+        if record.id != path.stem:
+            notes.append(f"{path.name} holds record {record.id} (renamed file): ignored")
+            continue
+        differ = fingerprint.mismatches(record.fingerprint, current)
+        if differ:
+            notes.append(f"record {record.id} is for " + ", ".join(differ) + ": ignored")
+            continue
+        state, why = evidence_state(record)
+        where = f"record {record.id} ({record.created_at}, {fingerprint.summary(record.fingerprint)})"
+        if state == "proven":
+            return Verdict(True, f"{where} matches this host and plan: {why}", str(path))
+        if state == "refuted":
+            return Verdict(False, f"{where} matches this host and plan, but {why}", str(path))
+        notes.append(f"record {record.id} matches but is not enough: {why}")
+    return Verdict(False, f"{len(files)} probe record(s) in {directory}, none proves it here: {_joined(notes)}")

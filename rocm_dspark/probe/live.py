@@ -1,0 +1,290 @@
+"""Level `live`: start vLLM with the adaptive argv, wait until it serves, ask it, read /metrics, stop it.
+
+The command is the plan's own (resolve() with adaptive verification forced on), started by the one
+process manager (rocm_dspark.server.VllmServer). The level passes when the server becomes ready
+(/health then /v1/models) within the deadline, answers the model's deterministic check (the recipe's
+"17*19" with thinking off), gives the same greedy answer twice per prompt, counts speculative drafts
+in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
+afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
+
+For hosts where the plan cannot run (this CPU-only build box) a command file replaces the plan's
+command (`--live-command FILE`); the Python API can also attach to a server that is already up. Both
+are recorded as `live_override` and never count for the gate.
+
+Command file (JSON):
+    {"argv": ["vllm", "serve", "/models/tiny", "--port", "18000", ...],   required
+     "port": 18000,                                                        required
+     "host": "127.0.0.1",                                                  optional
+     "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},                               optional, added to the environment
+     "served_model_name": "tiny",                                          optional (else /v1/models' first)
+     "deterministic_check": null | {"prompt", "expect", "max_tokens", "chat_template_kwargs"},
+                                                                           optional (default: the model's)
+     "prompts": ["def fibonacci(n):"]}                                     optional greedy prompts
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.probe.record import LevelResult
+from rocm_dspark.probe.store import iso, utc_now
+
+DEFAULT_PROMPTS = ("def fibonacci(n):", "The three primary colours are")
+GREEDY_MAX_TOKENS = 32
+WAIT_STEP_S = 10.0  # progress line interval while waiting for readiness
+
+
+class LiveTarget(NamedTuple):
+    argv: tuple[str, ...]
+    env: dict
+    host: str
+    port: int
+    served_name: str | None
+    adaptive: bool | None        # enable_adaptive_verification in its --speculative-config (None: none found)
+    source: str                  # "plan" | "command-file"
+    deterministic_check: dict | None
+    prompts: tuple[str, ...]
+    detail: str = ""             # the command file's path
+
+
+def _adaptive_in(argv) -> bool | None:
+    for i, token in enumerate(argv):
+        value = None
+        if token in ("--speculative-config", "-sc") and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif token.startswith("--speculative-config="):
+            value = token.partition("=")[2]
+        if value is not None:
+            try:
+                return bool(json.loads(value).get("enable_adaptive_verification", False))
+            except (ValueError, AttributeError):
+                return None
+    return None
+
+
+def target_from_plan(plan, model) -> LiveTarget:
+    return LiveTarget(tuple(plan.argv), dict(plan.env), plan.host, plan.port, plan.served_name,
+                      plan.adaptive_verification, "plan", model.validation.get("deterministic_check"), DEFAULT_PROMPTS)
+
+
+def target_from_file(path: str | Path, model) -> LiveTarget:
+    """A LiveTarget from a command file; UsageError (one line) for anything malformed."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--live-command {p}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--live-command {p}: not a JSON file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--live-command {p}: must hold a JSON object with argv and port")
+    known = {"argv", "port", "host", "env", "served_model_name", "deterministic_check", "prompts"}
+    extra = sorted(set(data) - known)
+    if extra:
+        raise UsageError(f"--live-command {p}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
+    argv = data.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise UsageError(f"--live-command {p}: argv must be a non-empty list of strings")
+    port = data.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise UsageError(f"--live-command {p}: port must be an integer 1-65535 (where the command listens)")
+    env = data.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise UsageError(f"--live-command {p}: env must map strings to strings")
+    check = data.get("deterministic_check", model.validation.get("deterministic_check"))
+    if check is not None and (not isinstance(check, dict) or not isinstance(check.get("prompt"), str)
+                              or not isinstance(check.get("expect"), str)):
+        raise UsageError(f"--live-command {p}: deterministic_check must be null or {{prompt, expect, ...}} strings")
+    prompts = data.get("prompts", list(DEFAULT_PROMPTS))
+    if not isinstance(prompts, list) or not all(isinstance(s, str) and s for s in prompts):
+        raise UsageError(f"--live-command {p}: prompts must be a list of non-empty strings")
+    served = data.get("served_model_name")
+    if served is not None and not isinstance(served, str):
+        raise UsageError(f"--live-command {p}: served_model_name must be a string")
+    host = data.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        raise UsageError(f"--live-command {p}: host must be a string")
+    return LiveTarget(tuple(argv), env, host, port, served, _adaptive_in(argv), "command-file", check,
+                      tuple(prompts), str(p.resolve()))
+
+
+# --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
+
+
+def counters_evidence(before_text: str, after_text: str, model_name: str | None) -> dict:
+    """Spec-decode counters before/after and their difference, from two /metrics texts."""
+    from rocm_dspark.metrics import spec_decode_counters
+
+    before = spec_decode_counters(before_text, model_name)
+    after = spec_decode_counters(after_text, model_name)
+    delta = after - before
+    return {
+        "spec_decode": delta.spec_decode,
+        "before": dataclasses.asdict(before),
+        "after": dataclasses.asdict(after),
+        "delta": dataclasses.asdict(delta),
+        "acceptance_length": delta.mean_acceptance_length,
+        "summary": delta.summary(),
+    }
+
+
+def assess(ev: dict) -> list[str]:
+    """What is wrong with a ready server's answers and counters ([] = the level passes)."""
+    problems = []
+    det = ev.get("deterministic_check")
+    if det is not None and not det.get("passed"):
+        problems.append(f"deterministic check: asked {det['prompt']!r}, expected {det['expect']!r} in the answer, "
+                        f"got {det.get('answer')!r}")
+    for g in ev.get("greedy", []):
+        if g["first"] != g["second"]:
+            problems.append(f"greedy prompt {g['prompt']!r} gave two different answers: {g['first']!r} vs {g['second']!r}")
+        elif not g["first"].strip():
+            problems.append(f"greedy prompt {g['prompt']!r} gave an empty answer")
+    m = ev.get("metrics")
+    if m is None:
+        problems.append("no spec-decode counters were read")
+    elif not m["spec_decode"]:
+        problems.append("the server exports no vllm:spec_decode_* counters: it is not speculating")
+    elif m["delta"]["num_drafts"] <= 0:
+        problems.append("no speculative drafts were counted during the requests")
+    if ev.get("alive_after") is False:
+        problems.append("the server died during the requests")
+    return problems
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def _listening(host: str, port: int) -> bool:
+    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _wait(srv, deadline_s: float, progress):
+    t0 = time.monotonic()
+    while True:
+        remaining = deadline_s - (time.monotonic() - t0)
+        ready = srv.wait_ready(max(0.0, min(WAIT_STEP_S, remaining)))
+        elapsed = time.monotonic() - t0
+        if ready.status != "timeout" or elapsed >= deadline_s:
+            return dataclasses.replace(ready, elapsed_s=round(elapsed, 3))
+        progress(f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s "
+                 f"(last: {ready.last_error or 'no answer yet'})")
+
+
+def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
+    """Requests and counters against a ready server, into `ev` (raises ServerError/UsageError)."""
+    version = srv.get("/version", timeout_s=30)
+    if version.status == 200:
+        try:
+            ev["server_version"] = version.json().get("version")
+        except (ValueError, AttributeError):
+            ev["server_version"] = None
+    model = target.served_name or srv.models()[0]
+    ev["served_model_name"] = model
+    before = srv.metrics_text()
+    check = target.deterministic_check
+    if check is not None:
+        progress(f"live: deterministic check {check['prompt']!r}")
+        extra = {"chat_template_kwargs": check["chat_template_kwargs"]} if check.get("chat_template_kwargs") else {}
+        reply = srv.chat(check["prompt"], max_tokens=int(check.get("max_tokens", 16)), model=model, temperature=0.0, **extra)
+        answer = (reply["choices"][0]["message"].get("content") or "")
+        ev["deterministic_check"] = {"prompt": check["prompt"], "expect": check["expect"], "answer": answer,
+                                     "passed": check["expect"] in answer}
+    ev["greedy"] = []
+    for prompt in target.prompts:
+        progress(f"live: greedy prompt {prompt!r} twice")
+        texts = [srv.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
+                 for _ in range(2)]
+        ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
+    ev["metrics"] = counters_evidence(before, srv.metrics_text(), model)
+    ev["alive_after"] = srv.returncode() is None
+
+
+def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | None = None, progress=lambda msg: None,
+             server=None) -> LevelResult:
+    """Run the level. `server`: a VllmServer that is already started (attached: not started or stopped
+    here, and never valid for gating)."""
+    started, t0 = utc_now(), time.monotonic()
+    attached = server is not None
+    ev: dict = {"source": target.source, "command_file": target.detail or None, "argv": list(target.argv),
+                "env": dict(target.env), "adaptive_verification": target.adaptive, "attached": attached,
+                "ready": False, "log_path": str(log_path) if log_path else None}
+    holder: list = [server]
+    try:
+        passed, reason = _start_and_check(target, ev, holder, deadline_s, log_path, progress)
+    finally:
+        srv = holder[0]
+        if srv is not None and not attached and srv.proc is not None:
+            stop = srv.stop()  # also on Ctrl-C: never leave a half-started vLLM behind
+            ev["stop"] = {"exit_code": stop.exit_code, "killed": stop.killed, "elapsed_s": round(stop.elapsed_s, 3),
+                          "leftover_pids": list(stop.leftover)}
+        if srv is not None:
+            ev["log_tail"] = srv.log_tail(40)
+    return _result(started, t0, passed, target, attached, reason, ev)
+
+
+def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress) -> tuple[bool, str]:
+    from rocm_dspark.server import VllmServer
+
+    srv = holder[0]
+    if srv is None:
+        if _listening(target.host, target.port):
+            return False, (f"something already listens on {target.host}:{target.port}: stop it or probe on "
+                           f"another port (--port)")
+        srv = holder[0] = VllmServer(list(target.argv), dict(target.env), host=target.host, port=target.port,
+                                     log_path=log_path)
+        progress(f"live: starting {' '.join(target.argv[:3])} ... (log: {srv.log_path})")
+        ev["log_path"] = str(srv.log_path)
+        try:
+            srv.start()
+        except UsageError as exc:  # e.g. the program is not on PATH
+            return False, str(exc)
+    ready = _wait(srv, deadline_s, progress)
+    ev["readiness"] = {"status": ready.status, "elapsed_s": ready.elapsed_s, "exit_code": ready.exit_code,
+                       "refusal": ready.refusal, "last_error": ready.last_error}
+    if not ready.ready:
+        if ready.refusal:
+            ev["refusal"] = ready.refusal
+            return False, f"vLLM refused to start: {ready.refusal} (exit status {ready.exit_code} after {ready.elapsed_s:.1f} s)"
+        return False, ready.reason()
+    ev["ready"] = True
+    progress(f"live: {ready.reason()}")
+    try:
+        _exercise(srv, target, ev, progress)
+    except (UsageError, KeyError, IndexError, TypeError, ValueError) as exc:
+        # ServerError (transport/HTTP), counters that went backwards, unparsable /metrics or JSON
+        if not isinstance(exc, UsageError):
+            exc = f"unexpected response from the server ({type(exc).__name__}: {exc})"
+        code = srv.returncode()
+        refusal = srv.refusal() if code is not None else None
+        died = f"; the server exited with status {code}" + (f": {refusal}" if refusal else "") if code is not None else ""
+        return False, f"{exc}{died}"
+    problems = assess(ev)
+    if problems:
+        return False, "; ".join(problems)
+    return True, (f"ready after {ready.elapsed_s:.1f} s; "
+                  + ("deterministic check passed; " if ev.get("deterministic_check") else "")
+                  + f"{len(ev['greedy'])} greedy prompt(s) stable; {ev['metrics']['summary']}")
+
+
+def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:
+    if attached:
+        valid, note = False, "not valid for gating: attached to a server the probe did not start"
+    elif target.source != "plan":
+        valid, note = False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
+    elif not target.adaptive:
+        valid, note = False, "not valid for gating: the command does not enable adaptive verification"
+    else:
+        valid, note = True, "valid for gating: the plan's own command with enable_adaptive_verification on"
+    return LevelResult("live", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), ev)

@@ -1,0 +1,197 @@
+"""A probe record: one run's fingerprint, level results and evidence, as strict JSON.
+
+Shape (schema "rocm-dspark/probe-record/1"):
+    id, created_at, finished_at, toolkit_version     strings (id = UTC time + random suffix)
+    host                                             {hostname, platform}
+    selection                                        the flags the plan was resolved from
+    fingerprint                                      fingerprint.FIELDS, every key present
+    levels_requested                                 ["static", "kernel", "live"] or a subset
+    levels                                           [LevelResult as a dict, ...] in run order
+    live_override                                    null, or how the live level deviated from the plan
+                                                     ({"kind": "command-file"|"attached", ...}); such a
+                                                     live result never counts for the gate
+    sha256                                           hex digest of all the other keys, canonical JSON
+
+The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
+who can write the state directory can also recompute it. parse_record() is strict: unknown or
+missing keys, wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import NamedTuple
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.probe.fingerprint import FIELDS
+
+SCHEMA = "rocm-dspark/probe-record/1"
+LEVELS = ("static", "kernel", "live")
+ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
+
+
+class RecordError(Exception):
+    """A record that does not parse or does not match the schema: never trusted."""
+
+
+class LevelResult(NamedTuple):
+    """One level's outcome. `valid_for_gating` says whether this evidence may count at all (e.g. False
+    for a kernel run in the Triton interpreter, or a live run of another command than the plan's)."""
+
+    name: str
+    passed: bool
+    valid_for_gating: bool
+    reason: str          # one line: why it passed or failed
+    gating_note: str     # one line: why it does or does not count for the gate
+    started_at: str
+    seconds: float
+    evidence: dict
+
+    def to_dict(self) -> dict:
+        return self._asdict()
+
+
+class Record(NamedTuple):
+    id: str
+    created_at: str
+    finished_at: str
+    toolkit_version: str
+    host: dict
+    selection: dict
+    fingerprint: dict
+    levels_requested: tuple[str, ...]
+    levels: tuple[LevelResult, ...]
+    live_override: dict | None
+    sha256: str
+
+    def level(self, name: str) -> LevelResult | None:
+        return next((lv for lv in self.levels if lv.name == name), None)
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+
+def _canonical(body: dict) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def content_hash(data: dict) -> str:
+    """sha256 over every key but `sha256`, in canonical JSON."""
+    import hashlib  # only when a record is read or written, not on every recipe run
+
+    return hashlib.sha256(_canonical({k: v for k, v in data.items() if k != "sha256"})).hexdigest()
+
+
+def build_record(*, record_id: str, created_at: str, finished_at: str, toolkit_version: str, host: dict,
+                 selection: dict, fingerprint: dict, levels_requested, levels, live_override: dict | None) -> dict:
+    """A JSON-ready record with its digest. Raises UsageError if it would not parse back (a bug)."""
+    data = {
+        "schema": SCHEMA,
+        "id": record_id,
+        "created_at": created_at,
+        "finished_at": finished_at,
+        "toolkit_version": toolkit_version,
+        "host": host,
+        "selection": selection,
+        "fingerprint": fingerprint,
+        "levels_requested": list(levels_requested),
+        "levels": [lv.to_dict() if isinstance(lv, LevelResult) else lv for lv in levels],
+        "live_override": live_override,
+    }
+    # Round-trip through JSON so what is hashed is exactly what is stored (tuples -> lists, etc.).
+    try:
+        data = json.loads(json.dumps(data, allow_nan=False, default=str))
+    except ValueError as exc:
+        raise UsageError(f"probe record is not JSON-serialisable: {exc}") from None
+    data["sha256"] = content_hash(data)
+    try:
+        parse_record_data(data)
+    except RecordError as exc:  # our own output must satisfy our own schema
+        raise UsageError(f"internal error: the probe built a record that fails its schema: {exc}") from None
+    return data
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+_TOP = {
+    "schema": str, "id": str, "created_at": str, "finished_at": str, "toolkit_version": str, "host": dict,
+    "selection": dict, "fingerprint": dict, "levels_requested": list, "levels": list,
+    "live_override": (dict, type(None)), "sha256": str,
+}
+_LEVEL = {
+    "name": str, "passed": bool, "valid_for_gating": bool, "reason": str, "gating_note": str,
+    "started_at": str, "seconds": (int, float), "evidence": dict,
+}
+_OPT_STR = (str, type(None))
+_FINGERPRINT = {key: _OPT_STR for key, _ in FIELDS}
+_FINGERPRINT.update({
+    "toolkit_version": str, "gpu_count": int, "model_id": str, "gpu": str, "plan_vllm": str, "image": str,
+    "tp": int, "dp": int, "ep": int, "nodes": int, "num_speculative_tokens": int, "max_num_seqs": int,
+    "launch": dict,
+})
+
+
+def _type_ok(value, kind) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        return False  # True is an int in Python; not in this schema
+    return isinstance(value, kinds)
+
+
+def _check_keys(obj: dict, spec: dict, where: str) -> None:
+    missing = sorted(spec.keys() - obj.keys())
+    extra = sorted(obj.keys() - spec.keys())
+    if missing:
+        raise RecordError(f"{where} lacks {', '.join(missing)}")
+    if extra:
+        raise RecordError(f"{where} has unexpected {', '.join(extra)}")
+    for key, kind in spec.items():
+        if not _type_ok(obj[key], kind):
+            raise RecordError(f"{where}.{key} has the wrong type ({type(obj[key]).__name__})")
+
+
+def parse_record_data(data) -> Record:
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    _check_keys(data, _TOP, "record")
+    if not ID_PATTERN.match(data["id"]):
+        raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
+    if data["sha256"] != content_hash(data):
+        raise RecordError("content hash does not match (edited or corrupted)")
+    _check_keys(data["fingerprint"], _FINGERPRINT, "fingerprint")
+    launch = data["fingerprint"]["launch"]
+    if (set(launch) != {"argv", "env"} or not isinstance(launch["argv"], list) or not isinstance(launch["env"], dict)
+            or not all(isinstance(t, str) for t in launch["argv"])
+            or not all(isinstance(v, str) for v in launch["env"].values())):
+        raise RecordError("fingerprint.launch must be {argv: [str], env: {str: str}}")
+    requested = data["levels_requested"]
+    if not requested or any(r not in LEVELS for r in requested) or len(set(requested)) != len(requested):
+        raise RecordError(f"levels_requested {requested!r} must be distinct names from {LEVELS}")
+    levels = []
+    for i, raw in enumerate(data["levels"]):
+        if not isinstance(raw, dict):
+            raise RecordError(f"levels[{i}] is not an object")
+        _check_keys(raw, _LEVEL, f"levels[{i}]")
+        if raw["name"] not in requested:
+            raise RecordError(f"levels[{i}] is {raw['name']!r}, which was not requested")
+        levels.append(LevelResult(**raw))
+    names = [lv.name for lv in levels]
+    if len(set(names)) != len(names):
+        raise RecordError(f"a level appears twice: {names}")
+    fields = {k: data[k] for k in Record._fields if k not in ("levels", "levels_requested")}
+    return Record(levels=tuple(levels), levels_requested=tuple(requested), **fields)
+
+
+def parse_record(text: str) -> Record:
+    """Strict parse of a record file's text; RecordError says what is wrong."""
+    def no_constants(name):  # NaN/Infinity are not JSON and cannot be hashed canonically
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        data = json.loads(text, parse_constant=no_constants)
+    except (ValueError, RecursionError) as exc:
+        raise RecordError(f"not valid JSON ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
+    return parse_record_data(data)

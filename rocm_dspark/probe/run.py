@@ -1,0 +1,111 @@
+"""Run the requested levels for a selection and write one record: the library behind `rocm-dspark probe`."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import fingerprint, store
+from rocm_dspark.probe.gate import evidence_state
+from rocm_dspark.probe.record import LEVELS, LevelResult, Record, build_record, parse_record_data
+
+DEFAULT_DEADLINE_S = 3600.0  # the plan sets VLLM_ENGINE_READY_TIMEOUT_S=3600 for a 511 GB first load
+KERNEL_TIMEOUT_S = 1800.0
+
+
+class ProbeOutcome(NamedTuple):
+    path: Path
+    record: Record
+    data: dict
+    passed: bool          # every requested level passed
+    gate_state: str       # proven | refuted | incomplete: what the gate will make of this record
+    gate_reason: str
+
+
+def parse_levels(text: str) -> tuple[str, ...]:
+    names = [t.strip().lower() for t in (text or "").split(",") if t.strip()]
+    bad = [n for n in names if n not in LEVELS]
+    if not names or bad:
+        raise UsageError(f"--levels {text!r}: use a comma-separated subset of {','.join(LEVELS)}")
+    return tuple(n for n in LEVELS if n in names)  # always in dependency order
+
+
+def _selection_dict(selection) -> dict:
+    return {k: (list(map(list, v)) if k == "extra_env" else list(v) if isinstance(v, tuple) else v)
+            for k, v in selection._asdict().items()}
+
+
+def _guarded(name: str, fn, progress) -> LevelResult:
+    """Run one level; a bug in the probe fails the level (not valid for gating) instead of the run."""
+    started, t0 = store.utc_now(), time.monotonic()
+    try:
+        return fn()
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded as this level's reason
+        progress(f"{name}: internal error: {type(exc).__name__}: {exc}")
+        return LevelResult(name, False, False, f"internal error in the probe: {type(exc).__name__}: {exc}",
+                           "not valid for gating: the probe itself failed", store.iso(started),
+                           round(time.monotonic() - t0, 3), {})
+
+
+def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: float = DEFAULT_DEADLINE_S,
+              live_target=None, attach_server=None, progress=lambda msg: None,
+              kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None) -> ProbeOutcome:
+    """Run `levels` (subset of static, kernel, live) and write the record to the state directory.
+
+    live_target: a live.LiveTarget replacing the plan's command (a command file), recorded as an override.
+    attach_server: a started VllmServer to use instead of starting one (tests), recorded as an override.
+    """
+    from rocm_dspark.probe import kernel, live, static
+
+    if selection.benchmark_synthetic is not None:
+        raise UsageError("--benchmark-synthetic fakes acceptance: the probe tests real adaptive verification; drop it")
+    if deadline_s <= 0:
+        raise UsageError(f"--deadline {deadline_s:g} must be a positive number of seconds")
+    plan = fingerprint.adaptive_plan(catalog, selection)
+    model = catalog.find_model(plan.model_key)
+    if live_target is None and "live" in levels:
+        live_target = live.target_from_plan(plan, model)
+    directory = store.records_dir(state_dir)
+    created = store.utc_now()
+    record_id = store.new_record_id(created)
+
+    gpus = fingerprint.gpu_facts()
+    host_fp = fingerprint.host_fingerprint(gpus)
+    fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog, selection)}
+    progress(f"probe {record_id}: {fingerprint.summary(fp)}; levels {', '.join(levels)}")
+
+    results: list[LevelResult] = []
+    for name in levels:
+        if name == "static":
+            result = _guarded(name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress)
+        elif name == "kernel":
+            result = _guarded(name, lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s,
+                                                              progress=progress), progress)
+        else:
+            log_path = directory / f"{record_id}.live.log"
+            result = _guarded(name, lambda: live.run_live(live_target, deadline_s=deadline_s, log_path=log_path,
+                                                          progress=progress, server=attach_server), progress)
+        progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
+        results.append(result)
+
+    override = None
+    if "live" in levels and attach_server is not None:
+        override = {"kind": "attached", "base_url": attach_server.base_url}
+    elif "live" in levels and live_target.source != "plan":
+        override = {"kind": live_target.source, "path": live_target.detail, "argv": list(live_target.argv)}
+    data = build_record(
+        record_id=record_id, created_at=store.iso(created), finished_at=store.iso(store.utc_now()),
+        toolkit_version=fp["toolkit_version"], host={"hostname": socket.gethostname(), "platform": platform.platform()},
+        selection=_selection_dict(selection), fingerprint=fp, levels_requested=levels, levels=results,
+        live_override=override,
+    )
+    path = store.write_record(directory, data)
+    record = parse_record_data(data)
+    state, why = evidence_state(record)
+    return ProbeOutcome(path, record, data, all(r.passed for r in results), state, why)

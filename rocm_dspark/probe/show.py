@@ -1,0 +1,82 @@
+"""`rocm-dspark probe --show` and the probe's own summary: records as text or JSON."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from rocm_dspark.probe import fingerprint, store
+from rocm_dspark.probe.gate import evidence_state, read_record_file
+from rocm_dspark.probe.record import Record, RecordError
+
+
+class Entry(NamedTuple):
+    path: str
+    record: Record | None   # None: the file is not a valid record
+    error: str | None
+    gate_state: str | None  # proven | refuted | incomplete (fingerprint aside)
+    gate_reason: str | None
+
+
+def latest(state_dir=None, limit: int = 5) -> list[Entry]:
+    out = []
+    for path in store.record_files(store.records_dir(state_dir), limit):
+        try:
+            record = read_record_file(path)
+        except RecordError as exc:
+            out.append(Entry(str(path), None, str(exc), None, None))
+            continue
+        out.append(Entry(str(path), record, None, *evidence_state(record)))
+    return out
+
+
+def record_json(record: Record) -> dict:
+    data = record._asdict()
+    data["levels"] = [lv._asdict() for lv in record.levels]
+    data["levels_requested"] = list(record.levels_requested)
+    return data
+
+
+def entries_json(entries: list[Entry]) -> list[dict]:
+    return [{"path": e.path, "valid": e.record is not None, "error": e.error,
+             "gate": None if e.record is None else {"state": e.gate_state, "reason": e.gate_reason},
+             "record": None if e.record is None else record_json(e.record)} for e in entries]
+
+
+def level_lines(record: Record) -> list[str]:
+    lines = []
+    for lv in record.levels:
+        lines.append(f"  {lv.name:<7}{'PASS' if lv.passed else 'FAIL'}  {lv.reason}")
+        lines.append(f"  {'':<7}      ({lv.gating_note}; {lv.seconds:.1f} s)")
+    return lines
+
+
+def gate_line(state: str, why: str) -> str:
+    if state == "proven":
+        return f"gate: this record turns adaptive verification ON for this host and plan ({why})"
+    if state == "refuted":
+        return f"gate: this record keeps adaptive verification OFF for this host and plan: {why}"
+    return f"gate: this record cannot turn adaptive verification on: {why}"
+
+
+def record_lines(record: Record, path: str, state: str, why: str) -> list[str]:
+    lines = [f"record {record.id}  {record.created_at}  {path}", f"  {fingerprint.summary(record.fingerprint)}"]
+    if record.live_override:
+        where = record.live_override.get("path") or record.live_override.get("base_url") or ""
+        lines.append(f"  live override ({record.live_override.get('kind')}): {where}")
+    lines.extend(level_lines(record))
+    lines.append("  " + gate_line(state, why))
+    return lines
+
+
+def show_lines(entries: list[Entry], directory) -> list[str]:
+    if not entries:
+        return [f"no probe record in {directory}"]
+    lines: list[str] = []
+    for e in entries:
+        if lines:
+            lines.append("")
+        if e.record is None:
+            lines.append(f"{e.path}: not a valid probe record ({e.error}): the gate ignores it")
+        else:
+            lines.extend(record_lines(e.record, e.path, e.gate_state, e.gate_reason))
+    return lines

