@@ -98,3 +98,348 @@ def detect_gpus() -> list[GpuAgent]:
             pass
     out = _run(["rocminfo"])
     return parse_rocminfo(out) if out else []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Health facts for validation: HBM size, ECC counts, temperatures, power. One GpuFacts per GPU, merged
+# from whichever tool answered (amd-smi JSON first; amd-smi text, rocm-smi and rocminfo as fallbacks).
+# ---------------------------------------------------------------------------------------------------
+
+
+class GpuFacts(NamedTuple):
+    index: int
+    marketing_name: str
+    arch: str
+    vram_mb: float | None = None               # HBM size the tool reports (MB = MiB as amd-smi prints it)
+    ecc_correctable: int | None = None
+    ecc_uncorrectable: int | None = None
+    ecc_deferred: int | None = None
+    temperature_c: dict = {}                   # sensor (edge/hotspot/mem) -> current degrees C
+    temperature_limits_c: dict = {}            # e.g. slowdown_hotspot -> limit the device reports
+    power_w: float | None = None               # current socket power
+    power_cap_w: float | None = None           # the power cap in force
+    source: str = ""
+
+
+class HostInventory(NamedTuple):
+    """What the host tools said: the GPUs, which tools exist, and what was run (evidence)."""
+
+    gpus: tuple[GpuFacts, ...]
+    tools: dict                                # tool name -> path or None
+    kfd_present: bool
+    commands: tuple[str, ...]                  # the commands whose output was used
+    problems: tuple[str, ...] = ()             # tool runs that failed or did not parse
+
+    @property
+    def amd_host(self) -> bool:
+        """An AMD GPU host: the driver's /dev/kfd exists or a tool reported a GPU."""
+        return self.kfd_present or bool(self.gpus)
+
+    def no_gpu_reason(self) -> str:
+        """Why no GPU was found, in one line (empty when GPUs were found)."""
+        if self.gpus:
+            return ""
+        missing = [t for t in ("amd-smi", "rocminfo") if not self.tools.get(t)]
+        if len(missing) == 2 and not self.kfd_present:
+            return "no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd"
+        if not self.kfd_present:
+            return "no AMD GPU: no /dev/kfd (amdgpu driver not loaded) and the tools report no GPU"
+        if len(missing) == 2:
+            return "/dev/kfd exists but amd-smi and rocminfo are absent: install ROCm's amd-smi to inspect the GPUs"
+        return "/dev/kfd exists but amd-smi/rocminfo report no GPU: " + "; ".join(self.problems or ("no output",))
+
+
+_NUMBER = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+
+
+def _number(value) -> float | None:
+    """A reading as amd-smi prints it: 550, {"value": 550, "unit": "W"}, "550 W", "N/A" (-> None)."""
+    if isinstance(value, dict):
+        value = value.get("value")
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _NUMBER.match(str(value))
+    return float(m.group(1)) if m else None
+
+
+def _int(value) -> int | None:
+    n = _number(value)
+    return int(n) if n is not None else None
+
+
+def amdsmi_json_entries(text: str) -> list[dict]:
+    """The per-GPU objects of any `amd-smi ... --json` output: a list (ROCm 6.x), {"gpu_data": [...]}
+    (newer releases) or one object."""
+    data = json.loads(text)
+    if isinstance(data, dict):
+        data = data.get("gpu_data", [data])
+    if not isinstance(data, list):
+        raise ValueError("amd-smi JSON is neither a list nor an object")
+    return [e for e in data if isinstance(e, dict)]
+
+
+def parse_amdsmi_text_tree(text: str) -> list[dict]:
+    """`amd-smi static`/`metric` text -> one nested dict per `GPU: N` block, keys lower-cased like the
+    JSON output (`ASIC: / MARKET_NAME: x` -> {"asic": {"market_name": "x"}}), so one extractor reads both."""
+    entries: list[dict] = []
+    stack: list[tuple[int, dict]] = []
+    for raw in text.splitlines():
+        if not raw.strip():
+            continue
+        top = re.match(r"^(GPU|CPU):\s*(\d+)\s*$", raw)
+        if top:
+            if top.group(1) == "GPU":
+                entry = {"gpu": int(top.group(2))}
+                entries.append(entry)
+                stack = [(0, entry)]
+            else:
+                stack = []  # CPU blocks are not ours
+            continue
+        if not stack:
+            continue
+        m = re.match(r"^(\s+)([A-Za-z0-9_ .]+?):\s*(.*?)\s*$", raw)
+        if not m:
+            continue
+        indent, key, value = len(m.group(1)), m.group(2).strip().lower().replace(" ", "_"), m.group(3)
+        while len(stack) > 1 and stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        if value == "":
+            child: dict = {}
+            parent[key] = child
+            stack.append((indent, child))
+        else:
+            parent[key] = value
+    return entries
+
+
+def _facts_from_entry(entry: dict, source: str) -> dict:
+    """The fields of GpuFacts one amd-smi entry (static and/or metric, JSON or text tree) carries."""
+    out: dict = {"index": int(entry.get("gpu", 0))}
+    asic = entry.get("asic") if isinstance(entry.get("asic"), dict) else {}
+    if asic.get("market_name"):
+        out["marketing_name"] = str(asic["market_name"])
+    if asic.get("target_graphics_version"):
+        out["arch"] = str(asic["target_graphics_version"])
+    vram = entry.get("vram") if isinstance(entry.get("vram"), dict) else {}
+    if _number(vram.get("size")) is not None:
+        out["vram_mb"] = _number(vram.get("size"))
+    usage = entry.get("mem_usage") if isinstance(entry.get("mem_usage"), dict) else {}
+    if "vram_mb" not in out and _number(usage.get("total_vram")) is not None:
+        out["vram_mb"] = _number(usage["total_vram"])
+    ecc = entry.get("ecc") if isinstance(entry.get("ecc"), dict) else {}
+    for key, field in (("total_correctable_count", "ecc_correctable"),
+                       ("total_uncorrectable_count", "ecc_uncorrectable"),
+                       ("total_deferred_count", "ecc_deferred")):
+        if _int(ecc.get(key)) is not None:
+            out[field] = _int(ecc[key])
+    temps = entry.get("temperature") if isinstance(entry.get("temperature"), dict) else {}
+    readings = {k: _number(v) for k, v in temps.items() if _number(v) is not None}
+    if readings:
+        out["temperature_c"] = readings
+    limit = entry.get("limit") if isinstance(entry.get("limit"), dict) else {}
+    limits = {k.replace("_temperature", ""): _number(v) for k, v in limit.items()
+              if k.endswith("_temperature") and _number(v) is not None}
+    if limits:
+        out["temperature_limits_c"] = limits
+    if _number(limit.get("socket_power")) is not None:
+        out["power_cap_w"] = _number(limit["socket_power"])
+    power = entry.get("power") if isinstance(entry.get("power"), dict) else {}
+    if _number(power.get("socket_power")) is not None:
+        out["power_w"] = _number(power["socket_power"])
+    if _number(power.get("power_limit")) is not None and "power_cap_w" not in out:
+        out["power_cap_w"] = _number(power["power_limit"])
+    out["source"] = source
+    return out
+
+
+def parse_amdsmi_facts(text: str, source: str = "amd-smi --json") -> list[dict]:
+    """Partial GpuFacts fields from `amd-smi static|metric --json` or their text form."""
+    stripped = text.lstrip()
+    if stripped.startswith(("[", "{")):
+        entries = amdsmi_json_entries(text)
+    else:
+        entries = parse_amdsmi_text_tree(text)
+        source = source.replace(" --json", "") if source.endswith("--json") else source
+    return [_facts_from_entry(e, source) for e in entries]
+
+
+def parse_amdsmi_default_text(text: str) -> list[dict]:
+    """The `amd-smi` summary table (no arguments): name, temperature, UEC, power/cap, VRAM per GPU."""
+    out = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^\|\s*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\s+(.*?)\s*\|\s*(.*?)\s*\|\s*$", line)
+        if not m:
+            continue
+        name, right = m.group(2), m.group(3)
+        facts: dict = {"marketing_name": name, "source": "amd-smi"}
+        temp = re.search(r"(-?\d+(?:\.\d+)?)\s*°C", right)
+        if temp:
+            facts["temperature_c"] = {"hotspot": float(temp.group(1))}
+        # Columns: Mem-Uti, Temp, UEC, Power-Usage ("160/750 W").
+        power = re.search(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*W", right)
+        if power:
+            facts["power_w"], facts["power_cap_w"] = float(power.group(1)), float(power.group(2))
+        uec = re.search(r"°C\s+(\d+)\s", right)
+        if uec:
+            facts["ecc_uncorrectable"] = int(uec.group(1))
+        index = len(out)
+        if i + 1 < len(lines):
+            nxt = re.match(r"^\|\s*(\d+)\s", lines[i + 1])
+            if nxt:
+                index = int(nxt.group(1))
+            mem = re.search(r"(\d+)/(\d+)\s*MB", lines[i + 1])
+            if mem:
+                facts["vram_mb"] = float(mem.group(2))
+        facts["index"] = index
+        out.append(facts)
+    return out
+
+
+def parse_rocm_smi_concise(text: str) -> list[dict]:
+    """`rocm-smi` concise table: junction temperature, socket power and power cap per device row."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"^(\d+)\s+\S", line)
+        if not m or "°C" not in line:
+            continue
+        facts: dict = {"index": int(m.group(1)), "source": "rocm-smi"}
+        temp = re.search(r"(-?\d+(?:\.\d+)?)°C", line)
+        if temp:
+            facts["temperature_c"] = {"hotspot": float(temp.group(1))}  # rocm-smi's "Junction" = hotspot
+        watts = re.findall(r"(\d+(?:\.\d+)?)W\b", line)
+        if watts:
+            facts["power_w"] = float(watts[0])
+        if len(watts) > 1:
+            facts["power_cap_w"] = float(watts[1])
+        out.append(facts)
+    return out
+
+
+def parse_rocm_smi_showall(text: str) -> list[dict]:
+    """`rocm-smi -a`: per-GPU series name, temperatures, power and power cap."""
+    per: dict[int, dict] = {}
+    for line in text.splitlines():
+        m = re.match(r"^GPU\[(\d+)\]\s*:\s*(.*?)\s*$", line)
+        if not m:
+            continue
+        facts = per.setdefault(int(m.group(1)), {"index": int(m.group(1)), "source": "rocm-smi -a"})
+        body = m.group(2)
+        temp = re.match(r"Temperature \(Sensor (\w+)\) \(C\):\s*(-?[\d.]+)", body)
+        if temp:
+            sensor = {"junction": "hotspot", "memory": "mem"}.get(temp.group(1), temp.group(1))
+            facts.setdefault("temperature_c", {})[sensor] = float(temp.group(2))
+        if (cap := re.match(r"Max Graphics Package Power \(W\):\s*([\d.]+)", body)):
+            facts["power_cap_w"] = float(cap.group(1))
+        if (pw := re.match(r"(?:Current|Average) Socket Graphics Package Power \(W\):\s*([\d.]+)", body)):
+            facts["power_w"] = float(pw.group(1))
+        if (series := re.match(r"Card [Ss]eries:\s*(.+)", body)):
+            facts["marketing_name"] = series.group(1).strip()
+    return [per[k] for k in sorted(per)]
+
+
+def rocminfo_vram_mb(text: str) -> list[float | None]:
+    """Per GPU agent (rocminfo order), the size of its first GLOBAL pool in MB (the HBM it exposes)."""
+    sizes: list[float | None] = []
+    for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
+        name = re.search(r"^\s*Name:\s*(\S+)", block, re.M)
+        device_type = re.search(r"^\s*Device Type:\s*(\S+)", block, re.M)
+        if not name or not _GFX.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
+            continue
+        pool = re.search(r"Segment:\s*GLOBAL[^\n]*\n\s*Size:\s*(\d+)\([^)]*\)\s*KB", block)
+        sizes.append(int(pool.group(1)) / 1024 if pool else None)
+    return sizes
+
+
+def parse_amdsmi_version(text: str) -> dict:
+    """`amd-smi version`: {"tool", "library", "rocm", "amdgpu"} ("N/A" and absent fields are left out)."""
+    fields = {"AMDSMI Tool": "tool", "AMDSMI Library version": "library", "ROCm version": "rocm",
+              "amdgpu version": "amdgpu", "amd_hsmp version": "amd_hsmp"}
+    out = {}
+    for part in text.strip().split("|"):
+        key, sep, value = part.partition(":")
+        if sep and key.strip() in fields and value.strip() and value.strip() != "N/A":
+            out[fields[key.strip()]] = value.strip()
+    return out
+
+
+def merge_facts(*sources: list[dict]) -> list[GpuFacts]:
+    """GpuFacts per index; the first source that has a field wins (pass the most precise tool first)."""
+    merged: dict[int, dict] = {}
+    for facts_list in sources:
+        for facts in facts_list:
+            into = merged.setdefault(int(facts.get("index", 0)), {"index": int(facts.get("index", 0))})
+            for key, value in facts.items():
+                if key == "source":
+                    srcs = into.setdefault("sources", [])
+                    if value not in srcs:
+                        srcs.append(value)
+                elif value not in (None, "", {}) and key not in into:
+                    into[key] = value
+    out = []
+    for index in sorted(merged):
+        d = merged[index]
+        out.append(GpuFacts(
+            index=index, marketing_name=d.get("marketing_name", ""), arch=d.get("arch", ""),
+            vram_mb=d.get("vram_mb"), ecc_correctable=d.get("ecc_correctable"),
+            ecc_uncorrectable=d.get("ecc_uncorrectable"), ecc_deferred=d.get("ecc_deferred"),
+            temperature_c=dict(d.get("temperature_c", {})), temperature_limits_c=dict(d.get("temperature_limits_c", {})),
+            power_w=d.get("power_w"), power_cap_w=d.get("power_cap_w"), source=", ".join(d.get("sources", [])),
+        ))
+    return out
+
+
+def inventory(root: str = "") -> HostInventory:
+    """Run the AMD tools that exist and merge what they report. Never raises; [] GPUs on a non-AMD host.
+
+    `root` prefixes /dev paths (tests point it at a directory laid out like a host)."""
+    import os
+
+    tools = {t: shutil.which(t) for t in ("amd-smi", "rocminfo", "rocm-smi")}
+    commands: list[str] = []
+    problems: list[str] = []
+    sources: list[list[dict]] = []
+
+    def run(argv: list[str]) -> str | None:
+        out = _run(argv, timeout=60)
+        if out is None:
+            problems.append(f"`{' '.join(argv)}` failed or timed out")
+        else:
+            commands.append(" ".join(argv))
+        return out
+
+    def parse(fn, text, what):
+        try:
+            found = fn(text)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            problems.append(f"{what} did not parse: {exc}")
+            return []
+        if not found:
+            problems.append(f"{what} reported no GPU")
+        return found
+
+    if tools["amd-smi"]:
+        for argv in (["amd-smi", "static", "--asic", "--vram", "--limit", "--json"],
+                     ["amd-smi", "metric", "--ecc", "--temperature", "--power", "--json"]):
+            out = run(argv)
+            if out:
+                sources.append(parse(parse_amdsmi_facts, out, " ".join(argv)))
+    rocminfo_gpus: list[GpuAgent] = []
+    if tools["rocminfo"]:
+        out = run(["rocminfo"])
+        if out:
+            rocminfo_gpus = parse(parse_rocminfo, out, "rocminfo")
+            sizes = rocminfo_vram_mb(out)
+            sources.append([{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch,
+                             "vram_mb": sizes[a.index] if a.index < len(sizes) else None, "source": "rocminfo"}
+                            for a in rocminfo_gpus])
+    if tools["rocm-smi"] and not tools["amd-smi"]:
+        out = run(["rocm-smi", "-a"])
+        if out:
+            sources.append(parse(parse_rocm_smi_showall, out, "rocm-smi -a"))
+    gpus = [g for g in merge_facts(*sources) if g.arch or g.marketing_name]
+    kfd = os.path.exists(f"{root}/dev/kfd")
+    return HostInventory(tuple(gpus), tools, kfd, tuple(commands), tuple(problems))

@@ -1,0 +1,80 @@
+"""`rocm-dspark validate`: smoke-validate a node (host, software, server, speculative decoding, load sweep)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from rocm_dspark.cli.options import pop_selection, selection_options, usage_errors
+from rocm_dspark.errors import UsageError
+
+
+def _levels(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    try:
+        levels = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
+    if not levels or any(c < 1 for c in levels):
+        raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
+    return levels
+
+
+@click.command("validate")
+@selection_options
+@click.option("--report", "report_dir", required=True, type=click.Path(path_type=Path),
+              help="Directory for report.json, report.md and the PNG plots.")
+@click.option("--force", is_flag=True, help="Overwrite report files already in --report.")
+@click.option("--endpoint", default=None, metavar="URL", help="Check a running server, e.g. http://127.0.0.1:8000.")
+@click.option("--launch", is_flag=True, help="Start the server from the generated launcher, check it, stop it.")
+@click.option("--server-json", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="The server actually run when it is not the recipe's plan (argv, env, port, served_name, recipe_model).")
+@click.option("--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs.")
+@click.option("--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128).")
+@click.option("--requests-per-level", type=click.IntRange(min=1), default=None, help="Requests per level (default 4 x concurrency, at most 512).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Output tokens per request (default 256; 32 with --quick).")
+@click.option("--request-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds each request may take.")
+@click.option("--ready-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True, help="Seconds --launch waits for readiness.")
+@click.option("--gsm8k", is_flag=True, help="Also run GSM8K through lm-eval (must be installed).")
+@click.option("--gsm8k-limit", type=click.IntRange(min=1), default=None, help="Only the first N GSM8K questions.")
+@click.option("--acceptance-min", type=float, default=None, help="Acceptance-length floor instead of the recipe's.")
+@click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
+@click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
+@click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout instead of the summary.")
+@usage_errors
+def validate(**kwargs):
+    """Check a node in order, stop at the first blocking failure, and write a report.
+
+    Exit status: 0 every blocking check passed, 1 a blocking check failed, 2 bad usage.
+    """
+    import json
+
+    from rocm_dspark.validate import ValidateOptions, run_validation
+
+    selection = pop_selection(kwargs)
+    as_json = kwargs.pop("as_json")
+    opts = ValidateOptions(
+        report_dir=kwargs["report_dir"], force=kwargs["force"], endpoint=kwargs["endpoint"], launch=kwargs["launch"],
+        server_json=kwargs["server_json"], quick=kwargs["quick"], concurrencies=_levels(kwargs["concurrency"]),
+        requests_per_level=kwargs["requests_per_level"], max_tokens=kwargs["max_tokens"],
+        request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"], gsm8k=kwargs["gsm8k"],
+        gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
+        service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
+    )
+    rep = run_validation(opts, selection, command=["rocm-dspark", *sys.argv[1:]],
+                         say=lambda line: click.echo(line, err=True))
+    s = rep["summary"]
+    if as_json:
+        click.echo(json.dumps(rep, indent=2, default=str))
+    else:
+        counts = ", ".join(f"{n} {st}" for st, n in s["counts"].items() if n)
+        click.echo(f"validation {s['result'].upper()} ({counts}); report in {opts.report_dir}/report.md")
+        if s["stopped_at"]:
+            click.echo(f"stopped at {s['stopped_at']}: {s['reason']}")
+        if not s["hardware_checked"]:
+            click.echo("no AMD GPU was checked: this run does not validate an MI300-class node")
+    sys.exit(s["exit_status"])

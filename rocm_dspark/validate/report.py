@@ -1,0 +1,206 @@
+"""The report: report.json (every check, machine-diffable), report.md (for a person) and PNG plots.
+
+Nothing already in the report directory is overwritten unless the caller passes force; files are written to
+a temp file in the same directory and renamed, so a crash never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STATUSES, WARN
+
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
+PLOT_ACCEPTANCE = "acceptance_per_position.png"
+PLOT_SWEEP = "sweep_throughput_latency.png"
+LAUNCH_DIR = "launch"   # the generated launcher, its state and the server log, with --launch
+OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, LAUNCH_DIR)
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
+
+
+def prepare_dir(report_dir: Path, force: bool) -> Path:
+    """Create the report directory, or refuse (one line) when it already holds report files and not force."""
+    report_dir = Path(report_dir)
+    if report_dir.exists() and not report_dir.is_dir():
+        raise UsageError(f"--report {str(report_dir)!r} is a file; give a directory")
+    existing = [name for name in OUTPUTS if (report_dir / name).exists()]
+    if existing and not force:
+        raise UsageError(f"--report {str(report_dir)!r} already holds {', '.join(existing)}: pass --force to "
+                         "overwrite them or choose another directory")
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create --report {str(report_dir)!r}: {exc.strerror}") from None
+    if not os.access(report_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"--report {str(report_dir)!r} is not writable by this user")
+    if force:
+        import shutil
+
+        for name in existing:  # a previous run's files must not pass for this run's
+            target = report_dir / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return report_dir
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # a report is for people to read (mkstemp makes 0600)
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def summary(checks: list[dict]) -> dict:
+    counts = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
+    stopper = next((c for c in checks if c["blocking"] and c["status"] == FAIL), None)
+    hardware = any(c["category"] == "host" and c["status"] not in (NOT_APPLICABLE, SKIPPED) for c in checks)
+    return {
+        "result": FAIL if stopper else PASS,
+        "exit_status": 1 if stopper else 0,
+        "counts": counts,
+        "stopped_at": stopper["name"] if stopper else None,
+        "reason": stopper["message"] if stopper else None,
+        "hardware_checked": hardware,
+    }
+
+
+def _fmt(value, limit: int = 60) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+    else:
+        text = str(value)
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
+    s = report["summary"]
+    lines = [f"# rocm-dspark validation: {s['result'].upper()}", ""]
+    plan, server = report["plan"], report["server"]
+    lines += [f"- Model / profile: {plan['model_key']} / {plan['profile']} ({plan['status']}, planned vLLM {plan['vllm_version']})",
+              f"- Server: {server['mode']}" + (f" at {server['base_url']}, serving `{server['served_name']}`"
+                                                if server.get("base_url") else "")
+              + ("" if server.get("recipe_model", True) else f" (not the recipe's model: {server.get('description') or 'custom server'})"),
+              f"- Host: {report['host']['hostname']}; started {report['started_at']}, took {report['duration_s']:.1f} s",
+              "- Checks: " + ", ".join(f"{n} {st}" for st, n in s["counts"].items() if n), ""]
+    if s["stopped_at"]:
+        lines += [f"**Stopped at `{s['stopped_at']}`** (blocking): {s['reason']}", "",
+                  "Every check after it is `skipped`.", ""]
+    if not s["hardware_checked"]:
+        lines += ["**No AMD GPU was checked**: the host checks are not applicable here, so this report does not "
+                  "validate an MI300-class node. Run it on the node itself (not yet run on MI300-class hardware "
+                  "by this project).", ""]
+    lines += ["| status | check | blocking | value | threshold | details |", "|---|---|---|---|---|---|"]
+    for c in report["checks"]:
+        lines.append(f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
+                     f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |")
+    if report.get("plots"):
+        lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    meas = report.get("measurements") or {}
+    if meas.get("sweep"):
+        lines += ["", "## Load sweep", "", "| concurrency | requests | failed | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | TPOT mean ms |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for lv in meas["sweep"]:
+            lines.append(f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['output_throughput_tok_s'])} | "
+                         f"{_fmt(lv['ttft_ms']['p50'])} | {_fmt(lv['ttft_ms']['p99'])} | {_fmt(lv['itl_ms']['p50'])} | "
+                         f"{_fmt(lv['tpot_ms']['mean'])} |")
+    lines += ["", "## What each check means", ""]
+    lines += [f"- `{name}`: {text}" for name, text in descriptions.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot_acceptance(path: Path, acceptance: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = acceptance["per_position"]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.bar([str(i + 1) for i in range(len(rates))], rates, color="#3b6ea5")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("accepted / drafts")
+    title = f"Acceptance per position (AL {acceptance['al']:.2f}"
+    title += f", floor {acceptance['threshold']:g})" if acceptance.get("threshold") is not None else ")"
+    ax.set_title(title)
+    for i, r in enumerate(rates):
+        ax.text(i, r + 0.02, f"{r:.2f}", ha="center", fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def plot_sweep(path: Path, levels: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conc = [lv["concurrency"] for lv in levels]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
+    left.plot(conc, [lv["output_throughput_tok_s"] or 0 for lv in levels], marker="o")
+    left.set_xlabel("concurrency")
+    left.set_ylabel("output tokens / s")
+    left.set_title("Throughput")
+    for key, stat, label in (("ttft_ms", "p50", "TTFT p50"), ("tpot_ms", "mean", "TPOT mean"), ("itl_ms", "p50", "ITL p50")):
+        right.plot(conc, [lv[key][stat] if lv[key][stat] is not None else float("nan") for lv in levels],
+                   marker="o", label=label)
+    right.set_xlabel("concurrency")
+    right.set_ylabel("ms")
+    right.set_title("Latency")
+    right.legend()
+    if len(conc) > 1 and max(conc) / max(min(conc), 1) >= 8:
+        for ax in (left, right):
+            ax.set_xscale("log", base=2)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
+
+
+def write_report(report_dir: Path, report: dict, descriptions: dict[str, str], data: dict) -> list[str]:
+    """Write plots, report.json and report.md; returns the file names written. Plots need matplotlib: without
+    it they are left out and the report says why."""
+    written, plots, notes = [], [], []
+    try:
+        if data.get("acceptance"):
+            plot_acceptance(report_dir / PLOT_ACCEPTANCE, data["acceptance"])
+            plots.append(PLOT_ACCEPTANCE)
+        if data.get("sweep"):
+            plot_sweep(report_dir / PLOT_SWEEP, data["sweep"])
+            plots.append(PLOT_SWEEP)
+    except ImportError as exc:
+        notes.append(f"plots not drawn: {exc} (pip install matplotlib)")
+    report["plots"] = plots
+    report["notes"] = report.get("notes", []) + notes
+    write_atomic(report_dir / REPORT_JSON, (json.dumps(report, indent=2, default=str) + "\n").encode())
+    write_atomic(report_dir / REPORT_MD, render_markdown(report, descriptions).encode())
+    written += plots + [REPORT_JSON, REPORT_MD]
+    return written

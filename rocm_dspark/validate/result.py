@@ -1,0 +1,62 @@
+"""One check's outcome, and the statuses a check can end in.
+
+A check is *blocking* when a node that fails it must not take traffic: the run stops there and every
+later check is reported `skipped`. Non-blocking checks report problems as `warn` and never stop the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE = "pass", "fail", "warn", "skipped", "not_applicable"
+STATUSES = (PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE)
+CATEGORIES = ("host", "software", "server", "spec_decode", "sweep")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a check function returns; the runner adds name, category, blocking and timing."""
+
+    status: str
+    message: str
+    value: Any = None
+    threshold: Any = None
+    evidence: Any = None
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown check status {self.status!r}")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    category: str
+    status: str
+    blocking: bool
+    message: str
+    value: Any = None
+    threshold: Any = None
+    evidence: Any = None
+    duration_s: float = 0.0
+
+    @property
+    def stops_run(self) -> bool:
+        """A blocking check that failed: nothing after it runs."""
+        return self.blocking and self.status == FAIL
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One step of the validation, in the order the runner runs them."""
+
+    name: str
+    category: str
+    blocking: bool
+    run: Callable[[Any], Outcome]
+    description: str = ""           # what it means, for the report and the README
+    needs_server: bool = False

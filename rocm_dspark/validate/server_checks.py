@@ -1,0 +1,132 @@
+"""Server checks: /health, /v1/models, /version, the recipe's deterministic answer, a chat and a completion.
+
+Every request has a timeout (options.request_timeout_s); a transport failure is a failed check with the
+reason, never a hang.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rocm_dspark.server import ServerError
+from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
+
+CHAT_PROMPT = "Name three primary colours, comma separated."
+COMPLETION_PROMPT = "The three primary colours are"
+
+
+def health(ctx) -> Outcome:
+    try:
+        res = ctx.client.get("/health", timeout_s=min(ctx.options.request_timeout_s, 30))
+    except ServerError as exc:
+        return Outcome(FAIL, f"{exc}: is the server running at {ctx.target.base_url}?")
+    if res.status != 200:
+        return Outcome(FAIL, f"GET /health answered HTTP {res.status}: the engine is not ready or has failed",
+                       value=res.status, threshold=200)
+    return Outcome(PASS, "GET /health 200", value=200, threshold=200)
+
+
+def models(ctx) -> Outcome:
+    want = ctx.target.served_name
+    try:
+        ids = ctx.client.models(timeout_s=min(ctx.options.request_timeout_s, 30))
+    except ServerError as exc:
+        return Outcome(FAIL, str(exc), threshold=want)
+    if want not in ids:
+        return Outcome(FAIL, f"/v1/models lists {ids}, not {want!r}: clients asking for {want!r} will get 404; "
+                       "fix --served-model-name (or pass the name the server uses)", value=ids, threshold=want)
+    return Outcome(PASS, f"/v1/models lists {want!r}", value=ids, threshold=want)
+
+
+def version(ctx) -> Outcome:
+    try:
+        res = ctx.client.get("/version", timeout_s=min(ctx.options.request_timeout_s, 30))
+        served = res.json().get("version") if res.status == 200 else None
+    except (ServerError, ValueError, AttributeError):
+        served = None
+    if not served:
+        return Outcome(WARN, "the server does not report /version")
+    return Outcome(PASS, f"server reports vLLM {served}", value=served, threshold=ctx.plan.vllm_version)
+
+
+def _content(response: dict) -> tuple[str | None, str | None]:
+    choice = (response.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    return message.get("content"), choice.get("finish_reason")
+
+
+def normalise_answer(text: str) -> str:
+    """'  **323**.' -> '323': models wrap a bare answer in markdown or end it with a full stop."""
+    return re.sub(r"^[\s*`_\"']+|[\s*`_\"'.]+$", "", text or "")
+
+
+def deterministic_answer(client, served_name: str, check: dict, timeout_s: float) -> Outcome:
+    """The recipe's deterministic check (data in recipes/models/*.yaml `validation.deterministic_check`):
+    a greedy chat request whose whole answer must equal `expect`."""
+    extra = {}
+    if check.get("chat_template_kwargs"):
+        extra["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
+    try:
+        response = client.chat(check["prompt"], int(check.get("max_tokens", 16)), model=served_name,
+                               temperature=0.0, timeout_s=timeout_s, **extra)
+    except ServerError as exc:
+        return Outcome(FAIL, str(exc), threshold=check["expect"])
+    content, finish = _content(response)
+    evidence = {"prompt": check["prompt"], "request_extra": extra, "content": content, "finish_reason": finish,
+                "usage": response.get("usage")}
+    if not content:
+        why = " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)" \
+            if finish == "length" else ""
+        return Outcome(FAIL, f"empty answer{why}", value=content, threshold=check["expect"], evidence=evidence)
+    answer = normalise_answer(content)
+    if answer != str(check["expect"]):
+        return Outcome(FAIL, f"answered {content[:80]!r}, expected {check['expect']!r}", value=content,
+                       threshold=check["expect"], evidence=evidence)
+    return Outcome(PASS, f"answered {answer!r} as expected", value=content, threshold=check["expect"], evidence=evidence)
+
+
+def deterministic(ctx) -> Outcome:
+    check = (ctx.model.validation or {}).get("deterministic_check")
+    if not check:
+        return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
+    outcome = deterministic_answer(ctx.client, ctx.target.served_name, check, ctx.options.request_timeout_s)
+    if ctx.target.recipe_model:
+        return outcome
+    # A different model (e.g. a CPU test server): the recipe's expected answer does not apply to it, but the
+    # request still went through the same path; record what it said.
+    if outcome.status == FAIL and outcome.value is None and "answered" not in outcome.message:
+        return outcome  # the request itself failed: that is a real failure on any model
+    return Outcome(NOT_APPLICABLE, f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
+                   f"expected answer {check['expect']!r} does not apply (it said {str(outcome.value)[:60]!r})",
+                   value=outcome.value, threshold=check["expect"], evidence=outcome.evidence)
+
+
+def chat(ctx) -> Outcome:
+    check = (ctx.model.validation or {}).get("deterministic_check") or {}
+    extra = {"chat_template_kwargs": dict(check["chat_template_kwargs"])} \
+        if ctx.target.recipe_model and check.get("chat_template_kwargs") else {}
+    try:
+        response = ctx.client.chat(CHAT_PROMPT, 64, model=ctx.target.served_name,
+                                   timeout_s=ctx.options.request_timeout_s, **extra)
+    except ServerError as exc:
+        return Outcome(FAIL, str(exc))
+    content, finish = _content(response)
+    tokens = (response.get("usage") or {}).get("completion_tokens") or 0
+    evidence = {"content": content, "finish_reason": finish, "usage": response.get("usage")}
+    if tokens <= 0:
+        return Outcome(FAIL, "the chat response carries no generated tokens", value=tokens, evidence=evidence)
+    return Outcome(PASS, f"chat answered {tokens} tokens (finish_reason {finish})", value=tokens, evidence=evidence)
+
+
+def completion(ctx) -> Outcome:
+    try:
+        response = ctx.client.complete(COMPLETION_PROMPT, 16, model=ctx.target.served_name,
+                                       timeout_s=ctx.options.request_timeout_s)
+    except ServerError as exc:
+        return Outcome(FAIL, str(exc))
+    choice = (response.get("choices") or [{}])[0]
+    tokens = (response.get("usage") or {}).get("completion_tokens") or 0
+    evidence = {"text": choice.get("text"), "finish_reason": choice.get("finish_reason"), "usage": response.get("usage")}
+    if tokens <= 0:
+        return Outcome(FAIL, "the completion carries no generated tokens", value=tokens, evidence=evidence)
+    return Outcome(PASS, f"completion answered {tokens} tokens", value=tokens, evidence=evidence)

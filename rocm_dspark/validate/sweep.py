@@ -1,0 +1,167 @@
+"""Load sweep: throughput, time to first token and inter-token latency at several concurrencies.
+
+Streams /v1/completions with httpx's AsyncClient (imported lazily). Request counts are bounded
+(options.requests_for), every request has a timeout, and a level has an overall deadline, so a server
+that dies or hangs mid-sweep is reported as a failed level with the first errors, never waited on forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+from rocm_dspark.validate.result import FAIL, PASS, Outcome
+from rocm_dspark.validate.spec_checks import WORKLOAD
+
+
+@dataclass
+class RequestRecord:
+    ok: bool
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    output_tokens: int = 0
+    itl_s: list = field(default_factory=list)     # gaps between streamed chunks after the first
+    error: str | None = None
+
+
+def percentile(values, q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method), q in [0, 100]; None for no values."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarise(records: list[RequestRecord], wall_s: float, concurrency: int) -> dict:
+    """Per-level statistics from the request records (pure; tested against numpy)."""
+    ok = [r for r in records if r.ok]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpot = [(r.latency_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
+            if r.ttft_s is not None and r.latency_s is not None and r.output_tokens > 1]
+    itl = [g for r in ok for g in r.itl_s]
+    tokens = sum(r.output_tokens for r in ok)
+    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
+    return {
+        "concurrency": concurrency, "requests": len(records), "succeeded": len(ok), "failed": len(records) - len(ok),
+        "wall_s": round(wall_s, 3), "output_tokens": tokens,
+        "output_throughput_tok_s": round(tokens / wall_s, 2) if wall_s > 0 else None,
+        "request_throughput_req_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
+        "ttft_ms": {"mean": ms(sum(ttft) / len(ttft)) if ttft else None, "p50": ms(percentile(ttft, 50)),
+                    "p90": ms(percentile(ttft, 90)), "p99": ms(percentile(ttft, 99))},
+        "tpot_ms": {"mean": ms(sum(tpot) / len(tpot)) if tpot else None, "p50": ms(percentile(tpot, 50)),
+                    "p99": ms(percentile(tpot, 99))},
+        "itl_ms": {"mean": ms(sum(itl) / len(itl)) if itl else None, "p50": ms(percentile(itl, 50)),
+                   "p99": ms(percentile(itl, 99))},
+        "errors": sorted({r.error for r in records if r.error})[:5],
+    }
+
+
+async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
+    import httpx
+
+    t0 = time.perf_counter()
+    first = last = None
+    gaps, tokens, chunks = [], 0, 0
+
+    async def stream():
+        nonlocal first, last, tokens, chunks
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code != 200:
+                text = (await resp.aread()).decode(errors="replace")[:200]
+                raise RuntimeError(f"HTTP {resp.status_code}: {text}")
+            async for line in resp.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                data = json.loads(payload)
+                if data.get("usage"):
+                    tokens = data["usage"].get("completion_tokens") or tokens
+                choices = data.get("choices") or []
+                if choices and choices[0].get("text"):
+                    now = time.perf_counter()
+                    if first is None:
+                        first = now
+                    else:
+                        gaps.append(now - last)
+                    last = now
+                    chunks += 1
+
+    try:
+        await asyncio.wait_for(stream(), timeout_s)
+    except asyncio.TimeoutError:
+        return RequestRecord(False, error=f"no complete answer within {timeout_s:g} s")
+    except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:
+        return RequestRecord(False, error=f"{type(exc).__name__}: {exc}"[:200])
+    end = time.perf_counter()
+    if first is None:
+        return RequestRecord(False, error="the stream carried no text")
+    return RequestRecord(True, ttft_s=first - t0, latency_s=end - t0, output_tokens=tokens or chunks, itl_s=gaps)
+
+
+async def run_level(base_url: str, served_name: str, concurrency: int, n_requests: int, max_tokens: int,
+                    timeout_s: float) -> tuple[list[RequestRecord], float]:
+    """n_requests streamed completions, at most `concurrency` in flight; returns the records and wall time."""
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    url = base_url + "/v1/completions"
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, trust_env=False) as client:
+        async def guarded(i: int) -> RequestRecord:
+            body = {"model": served_name, "prompt": f"Request {i}. {WORKLOAD[i % len(WORKLOAD)]}",
+                    "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with sem:
+                return await _one(client, url, body, timeout_s)
+
+        t0 = time.perf_counter()
+        records = await asyncio.gather(*(guarded(i) for i in range(n_requests)))
+        return list(records), time.perf_counter() - t0
+
+
+def level_check(concurrency: int):
+    """The check function for one concurrency level."""
+
+    def check(ctx) -> Outcome:
+        opts = ctx.options
+        n = opts.requests_for(concurrency)
+        records, wall = asyncio.run(run_level(ctx.target.base_url, ctx.target.served_name, concurrency, n,
+                                              opts.output_tokens(), opts.request_timeout_s))
+        stats = summarise(records, wall, concurrency)
+        ctx.data.setdefault("sweep", []).append(stats)
+        value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
+                 "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
+        threshold = {"failed_requests": 0}
+        if stats["failed"]:
+            alive = _server_state(ctx)
+            return Outcome(FAIL, f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
+                           f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
+                           value=value, threshold=threshold, evidence=stats)
+        # ITL is the gap between streamed chunks (as `vllm bench serve` measures it); with speculative decoding
+        # several tokens arrive back to back, so TPOT is the per-token figure to compare across runs.
+        return Outcome(PASS, f"{n} requests: {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
+                       f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
+                       f"{stats['itl_ms']['p50']} ms", value=value,
+                       threshold=threshold, evidence=stats)
+
+    return check
+
+
+def _server_state(ctx) -> str:
+    """After failures: did the server die (and how), or does it still answer /health?"""
+    if ctx.launched is not None and ctx.launched.returncode() is not None:
+        return f"the server process exited with status {ctx.launched.returncode()}"
+    try:
+        res = ctx.client.get("/health", timeout_s=5)
+        return f"/health now answers HTTP {res.status}"
+    except Exception as exc:  # ServerError and friends: the reason is the point
+        return f"the server no longer answers: {exc}"
+

@@ -1,0 +1,218 @@
+"""The report files (JSON, Markdown, PNG) and the sweep statistics; the runner's order and stop rule;
+`rocm-dspark validate` end to end in a subprocess on this GPU-less host (no server, and a dead endpoint)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+
+import pytest
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.server import free_port
+from rocm_dspark.validate import report, runner, sweep
+from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
+from rocm_dspark.validate.result import Check, Outcome
+from tests.conftest import CLI, cli_env
+
+SELECTION = {"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}
+
+
+def assert_real_png(path):
+    data = path.read_bytes()
+    assert data[:8] == report.PNG_SIGNATURE
+    import matplotlib.image
+    from PIL import Image
+
+    assert matplotlib.image.imread(str(path)).ndim == 3
+    with Image.open(path) as im:
+        im.verify()
+        assert im.format == "PNG"
+
+
+def test_percentile_and_summary_match_numpy():
+    np = pytest.importorskip("numpy")
+    rng = random.Random(7)
+    for n in (1, 2, 5, 50):
+        xs = [rng.uniform(0, 3) for _ in range(n)]
+        for q in (0, 50, 90, 99, 100):
+            assert sweep.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+    recs = [sweep.RequestRecord(True, ttft_s=0.1 * i, latency_s=0.1 * i + 1.0, output_tokens=11, itl_s=[0.1] * 10)
+            for i in range(1, 5)] + [sweep.RequestRecord(False, error="ReadError: boom")]
+    s = sweep.summarise(recs, wall_s=2.0, concurrency=2)
+    assert (s["requests"], s["succeeded"], s["failed"], s["output_tokens"]) == (5, 4, 1, 44)
+    assert s["output_throughput_tok_s"] == 22.0
+    assert s["ttft_ms"]["p50"] == pytest.approx(float(np.percentile([100, 200, 300, 400], 50)))
+    assert s["tpot_ms"]["mean"] == pytest.approx(100.0)     # (1.0 s after the first token) / 10 more tokens
+    assert s["errors"] == ["ReadError: boom"]
+
+
+def _levels():
+    return [sweep.summarise([sweep.RequestRecord(True, ttft_s=0.02 * c, latency_s=0.5, output_tokens=32, itl_s=[0.01])],
+                            1.0, c) for c in (1, 4, 16)]
+
+
+def test_report_files_are_complete_and_parse(tmp_path):
+    checks = [Check("a.one", "host", True, None, "first"), Check("a.two", "server", False, None, "second")]
+    rows = [{"name": "a.one", "category": "host", "status": "pass", "blocking": True, "message": "ok | fine",
+             "value": 1, "threshold": 1, "evidence": {"x": [1, 2]}, "duration_s": 0.1},
+            {"name": "a.two", "category": "server", "status": "warn", "blocking": False, "message": "meh",
+             "value": None, "threshold": None, "evidence": None, "duration_s": 0.0}]
+    rep = {"plan": {"model_key": "M", "profile": "M/g", "status": "experimental", "vllm_version": "1"},
+           "server": {"mode": "endpoint", "base_url": "http://x:1", "served_name": "s", "recipe_model": True},
+           "host": {"hostname": "h"}, "started_at": "t", "duration_s": 1.0, "summary": report.summary(rows),
+           "checks": rows, "measurements": {}}
+    data = {"acceptance": {"al": 2.9, "per_position": [0.9, 0.6, 0.4], "threshold": 2.5}, "sweep": _levels()}
+    written = report.write_report(tmp_path, rep, {c.name: c.description for c in checks}, data)
+    assert set(written) == {"report.json", "report.md", report.PLOT_ACCEPTANCE, report.PLOT_SWEEP}
+    back = json.loads((tmp_path / "report.json").read_text())
+    assert back["summary"]["result"] == "pass" and back["plots"] == [report.PLOT_ACCEPTANCE, report.PLOT_SWEEP]
+    for c in back["checks"]:
+        assert set(c) >= {"name", "category", "status", "value", "threshold", "evidence", "blocking"}
+    md = (tmp_path / "report.md").read_text()
+    assert "| PASS | `a.one` | yes | 1 | 1 | ok \\| fine |" in md and "| WARN | `a.two` | no |" in md
+    assert "No AMD GPU was checked" not in md and "- `a.two`: second" in md   # a host check passed
+    assert_real_png(tmp_path / report.PLOT_ACCEPTANCE)
+    assert_real_png(tmp_path / report.PLOT_SWEEP)
+
+
+def test_existing_report_is_not_overwritten_without_force(tmp_path):
+    (tmp_path / "report.json").write_text("{}")
+    with pytest.raises(UsageError, match="already holds report.json: pass --force"):
+        report.prepare_dir(tmp_path, force=False)
+    assert (tmp_path / "report.json").read_text() == "{}"
+    report.prepare_dir(tmp_path, force=True)          # --force clears the old files first
+    assert not (tmp_path / "report.json").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file"):
+        report.prepare_dir(tmp_path / "file", force=False)
+
+
+@pytest.mark.parametrize("url,expect", [("http://127.0.0.1:8000", ("127.0.0.1", 8000)), ("localhost:9", ("localhost", 9)),
+                                        ("http://h:8000/", ("h", 8000))])
+def test_endpoint_parsing(url, expect):
+    assert parse_endpoint(url) == expect
+
+
+@pytest.mark.parametrize("url,msg", [("https://h:1", "http only"), ("http://h:1/v1", "without a path"),
+                                     ("http://h:99999", "port")])
+def test_bad_endpoint(url, msg):
+    with pytest.raises(UsageError, match=msg):
+        parse_endpoint(url)
+
+
+def test_runner_stops_at_the_first_blocking_failure(tmp_path, monkeypatch):
+    calls = []
+
+    def make(name, status):
+        def run(ctx):
+            calls.append(name)
+            return Outcome(status, f"{name} said {status}")
+        return run
+
+    fake = [Check("h.ok", "host", True, make("h.ok", "pass")),
+            Check("h.warn", "host", False, make("h.warn", "warn")),
+            Check("h.soft", "host", False, make("h.soft", "fail")),      # non-blocking failure: goes on
+            Check("h.crash", "host", False, lambda ctx: 1 / 0),           # a broken check is its own failure
+            Check("s.stop", "software", True, make("s.stop", "fail")),
+            Check("s.after", "software", True, make("s.after", "pass")),
+            Check("v.server", "server", True, make("v.server", "pass"), needs_server=True)]
+    monkeypatch.setattr(runner, "build_checks", lambda opts: fake)
+    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r"), SELECTION)
+    assert calls == ["h.ok", "h.warn", "h.soft", "s.stop"]
+    status = {c["name"]: c["status"] for c in rep["checks"]}
+    assert status == {"h.ok": "pass", "h.warn": "warn", "h.soft": "fail", "h.crash": "fail", "s.stop": "fail",
+                      "s.after": "skipped", "v.server": "skipped"}
+    assert "ZeroDivisionError" in rep["checks"][3]["message"]
+    assert rep["checks"][5]["message"] == "not run: blocking check s.stop failed"
+    assert rep["summary"] == {**rep["summary"], "result": "fail", "exit_status": 1, "stopped_at": "s.stop",
+                              "reason": "s.stop said fail"}
+
+
+def test_check_names_are_stable_and_ordered():
+    names = runner.check_names(ValidateOptions(report_dir="x", quick=True))
+    cats = [n.split(".")[0] for n in names]
+    assert cats == sorted(cats, key=["host", "software", "server", "spec_decode", "sweep"].index)
+    assert names[-3:] == ["sweep.concurrency_1", "sweep.concurrency_4", "sweep.gsm8k"]
+    full = runner.check_names(ValidateOptions(report_dir="x", launch=True))
+    assert "server.start" in full and [n for n in full if n.startswith("sweep.concurrency")] == [
+        "sweep.concurrency_1", "sweep.concurrency_16", "sweep.concurrency_64", "sweep.concurrency_128"]
+    assert ValidateOptions(report_dir="x").requests_for(128) == 512 and ValidateOptions(report_dir="x").requests_for(1) == 4
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([*CLI, "validate", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
+
+
+def test_cli_without_gpu_or_server(tmp_path):
+    env = cli_env(PATH=f"{tmp_path}:/usr/bin:/bin")    # no amd-smi / rocminfo on this host anyway
+    out = tmp_path / "rep"
+    proc = run_cli("--model", "V4.1-Flash", "--report", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "no AMD GPU was checked" in proc.stdout
+    rep = json.loads((out / "report.json").read_text())
+    by = {c["name"]: c for c in rep["checks"]}
+    assert by["host.gpus"]["status"] == "not_applicable"
+    assert by["host.gpus"]["message"] == "no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd"
+    assert all(c["status"] == "skipped" for c in rep["checks"] if c["category"] in ("server", "spec_decode", "sweep"))
+    assert "[ 1/29] host.gpus" in proc.stderr                    # the progress display
+    # A second run into the same directory is refused, in one line, and changes nothing.
+    before = (out / "report.json").read_bytes()
+    again = run_cli("--model", "V4.1-Flash", "--report", str(out), env=env)
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
+    assert "--force" in again.stderr and (out / "report.json").read_bytes() == before
+
+
+def test_cli_dead_endpoint_fails_health_and_skips_the_rest(tmp_path):
+    port = free_port()   # nothing listens there
+    proc = run_cli("--model", "V4.1-Flash", "--gpu", "mi300x", "--endpoint", f"http://127.0.0.1:{port}",
+                   "--report", str(tmp_path / "r"), "--quick")
+    assert proc.returncode == 1, proc.stderr
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    by = {c["name"]: c for c in rep["checks"]}
+    assert by["server.health"]["status"] == "fail" and "connection refused" in by["server.health"]["message"]
+    assert by["server.models"]["status"] == "skipped" and by["sweep.concurrency_1"]["status"] == "skipped"
+    assert rep["summary"]["stopped_at"] == "server.health"
+    assert "stopped at server.health" in proc.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--endpoint", "http://h:1", "--launch"], "exclude each other"),
+    (["--endpoint", "ftp://h"], "http only"),
+    (["--concurrency", "1,x"], "comma-separated positive integers"),
+    (["--launch", "--server-json", "/nonexistent.json"], "does not exist"),
+])
+def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, msg):
+    proc = run_cli("--model", "V4.1-Flash", "--report", str(tmp_path / "r"), *args)
+    assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()                    # nothing written
+
+
+def test_server_json_is_checked(tmp_path):
+    from rocm_dspark.validate.context import load_server_json
+
+    bad = tmp_path / "s.json"
+    for content, msg in (('{"argv": []}', "served_name"), ('{"served_name": "t", "argv": "vllm"}', "argv must be"),
+                         ('{"served_name": "t", "colour": 1}', "unknown keys"), ("[1]", "JSON object"),
+                         ('{"served_name": "t", "port": 0}', "port must be")):
+        bad.write_text(content)
+        with pytest.raises(UsageError, match=msg):
+            load_server_json(bad)
+
+
+def test_hardware_suite_skips_cleanly_without_an_amd_gpu(tmp_path):
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "pytest", "validation", "-m", "hardware", "-q", "-p", "no:cacheprovider",
+                           "--report", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=cli_env(PATH=f"{tmp_path}:/usr/bin:/bin"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " skipped" in proc.stdout and "failed" not in proc.stdout and "error" not in proc.stdout.lower()
+    assert not (tmp_path / "r").exists()     # nothing ran: no GPU
+    # Without -m hardware the suite is deselected by the project's addopts.
+    quiet = subprocess.run([sys.executable, "-m", "pytest", "validation", "-q", "-p", "no:cacheprovider"], cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+    assert "deselected" in quiet.stdout
