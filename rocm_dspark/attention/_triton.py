@@ -1,0 +1,69 @@
+"""Launch the Triton kernels compiled on a GPU, or in the Triton interpreter for CPU tensors.
+
+Triton picks interpreter-or-compiler when each @triton.jit function is decorated (from
+TRITON_INTERPRET), including its own standard library, so a process that imported triton in
+compile mode (vLLM does) cannot normally interpret. CPU tensors cannot run compiled Triton
+anyway, so for them we run the kernel through `InterpretedFunction` and, for the duration of
+the launch, let nested @jit calls (our helpers, tl.sum, tl.max, ...) run interpreted too. The
+process environment is never changed: tests, the probe's CPU self check and vLLM processes
+all work whatever was imported first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_LOCK = threading.Lock()
+_INTERPRETED: dict[int, object] = {}
+
+
+def _is_cpu(device) -> bool:
+    return getattr(device, "type", str(device)) == "cpu"
+
+
+def interpreting() -> bool:
+    """True when TRITON_INTERPRET made every @triton.jit function an interpreted one."""
+    from triton import knobs
+
+    return bool(knobs.runtime.interpret)
+
+
+def interpreted(device) -> bool:
+    """True when a launch on `device` runs in the interpreter (then dot operands are upcast to fp32)."""
+    return _is_cpu(device) or interpreting()
+
+
+def _interpreted(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+
+    key = id(fn)
+    if key not in _INTERPRETED:
+        _INTERPRETED[key] = InterpretedFunction(fn)
+    return _INTERPRETED[key]
+
+
+@contextlib.contextmanager
+def _nested_jit_calls_interpreted():
+    from triton.runtime.jit import JITFunction
+
+    original = JITFunction.__call__
+
+    def call(self, *args, **kwargs):  # only reached from inside an interpreted kernel
+        return _interpreted(self.fn)(*args, **kwargs)
+
+    with _LOCK:
+        JITFunction.__call__ = call
+        try:
+            yield
+        finally:
+            JITFunction.__call__ = original
+
+
+def launch(kernel, grid, device, *args, **kwargs):
+    """kernel[grid](*args, **kwargs), interpreted when the tensors live on the CPU."""
+    if _is_cpu(device) and not interpreting():
+        kwargs.pop("num_warps", None)
+        with _nested_jit_calls_interpreted():
+            return _interpreted(kernel.fn)[grid](*args, **kwargs)
+    return kernel[grid](*args, **kwargs)

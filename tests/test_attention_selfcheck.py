@@ -1,0 +1,63 @@
+"""The startup probe's kernel check (run_kernel_check) on CPU, and proof that it can fail.
+
+On CPU it runs in the Triton interpreter, so its result says `interpreted: True` (the probe
+must not gate on it). The last two tests break the path on purpose: a check that cannot fail
+would prove nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rocm_dspark.attention import run_kernel_check
+
+
+
+def test_cpu_check_passes_and_says_it_was_interpreted():
+    result = run_kernel_check("cpu", interpret_ok=True)
+    assert json.loads(json.dumps(result)) == result  # JSON-serialisable as is
+    assert result["passed"] is True, result["reason"]
+    assert result["interpreted"] is True and result["graph_replay"] is False
+    assert result["layouts_checked"] == 5
+    assert result["negative_control_caught"] is True and result["negative_control_agrees_on_uniform"] is True
+    # The control's weakest miss is far outside the tolerance our path meets.
+    assert result["negative_control_err"] > 10 * result["max_abs_err"]
+    assert "not valid for gating" in result["reason"]
+
+
+def test_refuses_to_run_interpreted_when_not_allowed():
+    result = run_kernel_check("cpu", interpret_ok=False)
+    assert result["passed"] is False and result["layouts_checked"] == 0 and "interpret_ok=False" in result["reason"]
+
+
+def test_fails_when_metadata_is_planned_from_host_lengths(monkeypatch):
+    """Swap our device metadata for the host plan: the check must report the wrong layout."""
+    import torch
+
+    from rocm_dspark.attention import host_plan, metadata, selfcheck
+
+    def host_planned(query_start_loc, seq_lens, block_table, slot_mapping, buffers, *, window, block_size,
+                     num_tokens, **_):
+        qsl = host_plan.uniform_query_start_loc(len(selfcheck.CONTEXTS), selfcheck.QUERY_LEN)
+        lens = torch.tensor([c + selfcheck.QUERY_LEN for c in selfcheck.CONTEXTS], dtype=torch.int32)
+        return host_plan.host_planned_metadata(qsl, lens, block_table, buffers, window=window,
+                                               block_size=block_size, num_tokens=num_tokens)
+
+    monkeypatch.setattr(metadata, "compute_swa_metadata", host_planned)
+    result = run_kernel_check("cpu", interpret_ok=True)
+    assert result["passed"] is False
+    assert result["layouts_checked"] == 1  # the uniform layout passes, the first trimmed one fails
+    assert "layout [3, 1, 6, 2]" in result["reason"]
+
+
+def test_an_exception_becomes_a_reason_not_a_crash(monkeypatch):
+    from rocm_dspark.attention import kernel
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated launch failure\nsecond line")
+
+    monkeypatch.setattr(kernel, "sparse_swa_attention", broken)
+    result = run_kernel_check("cpu", interpret_ok=True)
+    assert result["passed"] is False and result["reason"] == "RuntimeError: simulated launch failure"
