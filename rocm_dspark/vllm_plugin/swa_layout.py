@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import torch
 
-from rocm_dspark.attention import _triton  # first: on a CPU-only host it sets TRITON_INTERPRET
+import triton
+import triton.language as tl
 
-import triton  # noqa: E402  (after _triton on purpose)
-import triton.language as tl  # noqa: E402
+# launch() runs compiled Triton on a GPU and the interpreter for CPU tensors (tests, CPU hosts).
+from rocm_dspark.attention import _triton
 
 
 @triton.jit
@@ -88,17 +89,18 @@ def write_vllm_swa_rows(
         raise ValueError(f"dense must be [rows, >= {width}] with unit column stride, got {tuple(dense.shape)}")
     if ragged.numel() < num_rows * width or indptr.numel() < num_rows + 1:
         raise ValueError("ragged/indptr buffers are too small for num_rows * width entries")
-    _triton.check_device(dense.device)
     block_w = triton.next_power_of_2(width)
     bt = swa.block_table
-    _dense_rows_kernel[(num_rows,)](
+    _triton.launch(
+        _dense_rows_kernel, (num_rows,), dense.device,
         swa.req, swa.start, swa.end, swa.live,
         bt, bt.stride(0), swa.block_size,
         dense, dense.stride(0), lens, counts, indptr,
         WIDTH=width, BLOCK_W=block_w,
     )
     torch.cumsum(counts[:num_rows], dim=0, out=indptr[1 : num_rows + 1])
-    _ragged_kernel[(num_rows,)](
+    _triton.launch(
+        _ragged_kernel, (num_rows,), dense.device,
         dense, dense.stride(0), lens, indptr, ragged,
         WIDTH=width, BLOCK_W=block_w,
     )
