@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rocm_dspark import quoting
+from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import LaunchPlan
 
@@ -236,24 +236,9 @@ def _check_env_file(path: Path) -> bool:
 
 def _write_all(files: list[tuple[Path, str, int]]) -> None:
     """Write every file to a temp file in its directory, then rename them all; on failure remove the temps."""
-    temps: list[tuple[str, Path]] = []
     try:
-        for path, text, mode in files:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            temps.append((tmp, path))
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                os.fchmod(fh.fileno(), mode)  # mode before content: a secret file is never world-readable
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        for tmp, path in temps:
-            os.replace(tmp, path)
+        write_files_atomic(files)
     except OSError as exc:
-        for tmp, _ in temps:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
         raise UsageError(f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output") from exc
 
 

@@ -149,10 +149,10 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     old = store.write_record(directory, make())
     before = old.read_text()
 
-    def broken_dump(*args, **kwargs):
+    def broken_fsync(*args, **kwargs):  # the disk fills up after the temp file was created
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store.json, "dump", broken_dump)
+    monkeypatch.setattr("rocm_dspark.atomic.os.fsync", broken_fsync)
     with pytest.raises(UsageError, match="cannot write the probe record .* No space left on device"):
         store.write_record(directory, make())  # same id: would replace the old file
     assert old.read_text() == before

@@ -61,24 +61,10 @@ def new_record_id(moment: datetime) -> str:
 
 def write_json_atomic(path: Path, data: dict) -> Path:
     """Write to a temp file in the same directory, fsync, then rename: readers never see half a file."""
-    import tempfile
+    from rocm_dspark.atomic import write_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    return write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n", mode=0o644)
 
 
 def write_record(directory: Path, data: dict) -> Path:

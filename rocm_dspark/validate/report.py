@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from rocm_dspark.atomic import write_atomic as _write_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STATUSES, WARN
 
@@ -48,20 +48,8 @@ def prepare_dir(report_dir: Path, force: bool) -> Path:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # a report is for people to read (mkstemp makes 0600)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # A report is for people to read: 0644 (mkstemp alone would make it 0600).
+    _write_atomic(path, data, mode=0o644)
 
 
 def summary(checks: list[dict]) -> dict:
