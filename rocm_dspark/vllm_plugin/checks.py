@@ -336,12 +336,17 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     if note:
         report["notes"].append(note)
     report["shipped"] = _evaluate(rocm, config, num_speculative_tokens, replaced=set())
+    from rocm_dspark.vllm_plugin.swa_forward import attention_plan
+
     if on_rocm.patch:
         report["patched"] = patch.patch_module(rocm)
+        report["attention"] = attention_plan(installed=patch.forward_is_patched(rocm),
+                                             fnuz=bool(current_platform.is_fp8_fnuz()))
         report["with_plugin"] = _evaluate(rocm, config, num_speculative_tokens, replaced={ROLES[0]})
         patch.unpatch_module(rocm)
     else:
         report["patched"] = []
+        report["attention"] = attention_plan(installed=False, why_not=on_rocm.reason)
         report["with_plugin"] = report["shipped"]
     return report
 

@@ -31,28 +31,61 @@ def is_patched(module) -> bool:
     return MARKER in vars(getattr(module, TARGET_CLASS).swa_backend_cls)
 
 
+def forward_is_patched(module) -> bool:
+    from rocm_dspark.vllm_plugin.swa_forward import METHOD, ORIGINAL
+
+    return hasattr(vars(getattr(module, TARGET_CLASS)).get(METHOD), ORIGINAL)
+
+
 def patch_module(module) -> list[str]:
-    """Replace the SWA backend (idempotent). Returns what was replaced, as 'attr: old -> new'."""
+    """Replace the SWA backend and wrap the layer's decode so SWA-only layers run our attention
+    (swa_forward.py says where). Idempotent. Returns what was replaced, as 'attr: old -> new'."""
     from rocm_dspark.vllm_plugin.swa_backend import make_swa_backend
+    from rocm_dspark.vllm_plugin.swa_forward import METHOD, make_forward_decode
 
     attn = getattr(module, TARGET_CLASS)
-    if is_patched(module):
-        return []
-    original = attn.swa_backend_cls
-    attn.swa_backend_cls = make_swa_backend(original)
-    return [f"{TARGET_CLASS}.swa_backend_cls: {original.__name__} -> {attn.swa_backend_cls.__name__}"]
+    replaced = []
+    if not is_patched(module):
+        original = attn.swa_backend_cls
+        attn.swa_backend_cls = make_swa_backend(original)
+        replaced.append(f"{TARGET_CLASS}.swa_backend_cls: {original.__name__} -> {attn.swa_backend_cls.__name__}")
+    if not forward_is_patched(module):
+        try:
+            from vllm.platforms import current_platform
+
+            # vLLM's SWA reader decodes with this same value (FNUZ on gfx942, OCP on gfx950).
+            fnuz = bool(current_platform.is_fp8_fnuz())
+            setattr(attn, METHOD, make_forward_decode(getattr(attn, METHOD), fnuz=fnuz))
+        except Exception as exc:  # noqa: BLE001 - the backend swap stands on its own; say why the decode did not
+            logger.warning("rocm-dspark: could not wrap %s.%s (%s: %s); vLLM's decode attention stays",
+                           TARGET_CLASS, METHOD, type(exc).__name__, exc)
+        else:
+            replaced.append(f"{TARGET_CLASS}.{METHOD}: SWA-only layers run rocm-dspark's Triton attention "
+                            f"(fp8_ds_mla, {'FNUZ' if fnuz else 'OCP'} e4m3), other cases vLLM's kernel")
+    return replaced
 
 
 def unpatch_module(module) -> bool:
-    """Put vLLM's own backend back (for `plugin status` and tests). True if something changed."""
+    """Put vLLM's own backend and decode back (for `plugin status` and tests). True if something changed."""
     from rocm_dspark.vllm_plugin.swa_backend import MARKER
+    from rocm_dspark.vllm_plugin.swa_forward import METHOD, ORIGINAL
 
     attn = getattr(module, TARGET_CLASS)
+    changed = False
     original = vars(attn.swa_backend_cls).get(MARKER)
-    if original is None:
-        return False
-    attn.swa_backend_cls = original
-    return True
+    if original is not None:
+        attn.swa_backend_cls = original
+        changed = True
+    wrapper = vars(attn).get(METHOD)
+    if hasattr(wrapper, ORIGINAL):
+        original_method = getattr(wrapper, ORIGINAL)
+        inherited = next((vars(c)[METHOD] for c in attn.__mro__[1:] if METHOD in vars(c)), None)
+        if original_method is inherited:
+            delattr(attn, METHOD)  # it was inherited: leave the class as vLLM defined it
+        else:
+            setattr(attn, METHOD, original_method)
+        changed = True
+    return changed
 
 
 def _patch_and_log(module) -> None:
@@ -98,7 +131,7 @@ def patch_now_or_on_import() -> str:
     """'patched' (module already imported), 'already' (patched before) or 'hooked' (on import)."""
     module = sys.modules.get(TARGET_MODULE)
     if module is not None:
-        if is_patched(module):
+        if is_patched(module) and forward_is_patched(module):
             return "already"
         _patch_and_log(module)
         return "patched" if is_patched(module) else "failed"

@@ -51,6 +51,7 @@ def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens
     evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
     evaluates the host platform only. Keys: python, vllm_distributions, entry_point, vllm_version,
     host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched,
+    attention (which decode attention runs per case: [{case, runs, reason}], see swa_forward.py),
     shipped, with_plugin (lists of CheckResult dicts), notes, error, summary."""
     report = run_checks_report(force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
                                python=python, timeout=timeout)
@@ -95,6 +96,8 @@ def summarize(report: dict) -> str:
     if "decision_here" in report:
         lines.append(f"here ({report['host_platform']}): {report['decision_here']['reason']}")
         lines.append(f"on ROCm: {report['decision_on_rocm']['reason']}")
+    for row in report.get("attention") or []:
+        lines.append(f"decode attention, {row['case']}: {row['runs']}")
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         verdict = _verdict(report.get(key))
         if verdict is not None:
@@ -128,6 +131,12 @@ def format_table(report: dict) -> str:
             out.append("on ROCm it patches: " + ("; ".join(report["patched"]) or "nothing"))
     for note in report.get("notes", []) + ([report["note"]] if report.get("note") else []):
         out.append(f"note:         {note}")
+    if report.get("attention"):
+        out.append("")
+        out.append("decode attention on ROCm with rocm-dspark (which kernel runs, and why):")
+        for row in report["attention"]:
+            out.append(f"  {row['runs']:<11}  {row['case']}")
+            out.append(f"               {row['reason']}")
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         checks = report.get(key)
         if not checks:
