@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -81,15 +82,28 @@ def _parse_k(value) -> int | None:
         raise UsageError(f"--num-speculative-tokens {text!r} is not an integer in 1..5") from None
 
 
+def _on_path(name: str) -> bool:
+    # shutil.which would do, but importing shutil (bz2, lzma, ...) costs ~2 ms of the recipe's start-up.
+    return any(os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep) if d)
+
+
+def _detect_gpu(catalog) -> str | None:
+    """The catalog key of this host's AMD GPU, or None. The host module (and subprocess) is imported
+    only where amd-smi or rocminfo exists: most machines that print a recipe have neither."""
+    if not any(_on_path(tool) for tool in ("amd-smi", "rocminfo")):
+        return None
+    from rocm_dspark.host import detect_gpus, match_catalog_gpu
+
+    return match_catalog_gpu(detect_gpus(), catalog.gpus)
+
+
 def build_selection(opts: dict, catalog):
     """Flags -> Selection, detecting the GPU when --gpu is absent."""
     from rocm_dspark.resolve import Selection
 
     gpu, source = opts.get("gpu"), "flag"
     if gpu is None:
-        from rocm_dspark.host import detect_gpus, match_catalog_gpu
-
-        gpu = match_catalog_gpu(detect_gpus(), catalog.gpus)
+        gpu = _detect_gpu(catalog)
         source = "detected" if gpu else "default"
     return Selection(
         model=opts["model"], gpu=gpu.lower() if gpu else None, gpu_source=source,

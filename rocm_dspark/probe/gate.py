@@ -18,8 +18,15 @@ Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the r
 
 from __future__ import annotations
 
-from rocm_dspark.probe import fingerprint, store
-from rocm_dspark.probe.record import LEVELS, LevelResult, Record, RecordError, parse_record
+from typing import TYPE_CHECKING
+
+from rocm_dspark.probe import store
+
+if TYPE_CHECKING:
+    from rocm_dspark.probe.record import LevelResult, Record
+
+# record and fingerprint are imported inside the functions: with no record on disk (the common case
+# on every `rocm-dspark recipe`) the gate costs one directory listing and nothing more.
 
 _SHOWN = 3  # notes kept in the verdict's one line; the rest are counted
 
@@ -57,6 +64,8 @@ def level_proves(level: LevelResult) -> str | None:
 
 def evidence_state(record: Record) -> tuple[str, str]:
     """("proven" | "refuted" | "incomplete", why) for a record, ignoring its fingerprint."""
+    from rocm_dspark.probe.record import LEVELS
+
     gaps = []
     for name in LEVELS:
         level = record.level(name)
@@ -78,6 +87,8 @@ def evidence_state(record: Record) -> tuple[str, str]:
 
 
 def read_record_file(path) -> Record:
+    from rocm_dspark.probe.record import RecordError, parse_record
+
     try:
         text = path.read_text(errors="strict")
     except (OSError, UnicodeDecodeError) as exc:
@@ -99,6 +110,9 @@ def gate_verdict(catalog, selection, state_dir=None, *, gpus: dict | None = None
     files = store.record_files(directory)
     if not files:
         return Verdict(False, f"no probe record in {directory}")
+    from rocm_dspark.probe import fingerprint
+    from rocm_dspark.probe.record import RecordError
+
     current = fingerprint.current_fingerprint(catalog, selection, gpus)
     notes: list[str] = []
     for path in files:
