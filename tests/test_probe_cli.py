@@ -56,8 +56,8 @@ def test_state_dir_comes_from_the_environment(tmp_path):
     ([], "--model is required to probe"),
     (["--model", "V4.1-Flash", "--levels", "static,warp"], "use a comma-separated subset of static,kernel,live"),
     (["--model", "V4.1-Flash", "--adaptive", "off"], "--adaptive does not apply to probe"),
-    (["--model", "V4.1-Flash", "--levels", "static", "--live-command", "x.json"], "only applies to the live level"),
-    (["--model", "V4.1-Flash", "--levels", "live", "--live-command", "/nonexistent/x.json"], "no such file"),
+    (["--model", "V4.1-Flash", "--levels", "static", "--server-json", "x.json"], "--server-json only applies to the live level"),
+    (["--model", "V4.1-Flash", "--levels", "live", "--server-json", "/nonexistent/x.json"], "--server-json /nonexistent/x.json: no such file"),
     (["--model", "V4.1-Flash", "--benchmark-synthetic", "3.0", "--levels", "static"], "--benchmark-synthetic fakes acceptance"),
     (["--model", "V4.1-Flash", "--levels", "live", "--deadline", "0"], "--deadline 0 must be a positive number"),
     (["--model", "Llama-3", "--levels", "static"], "unknown model 'Llama-3'"),
@@ -68,7 +68,7 @@ def test_bad_usage_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def test_live_refusal_exit_1_json_record_and_show(tmp_path):
-    proc = probe("--model", "V4.1-Flash", "--gpu", "mi300x", "--levels", "live", "--live-command",
+    proc = probe("--model", "V4.1-Flash", "--gpu", "mi300x", "--levels", "live", "--server-json",
                  refusing_command(tmp_path), "--deadline", "60", "--json", "--state-dir", str(tmp_path))
     assert proc.returncode == 1, proc.stderr
     summary = json.loads(proc.stdout)

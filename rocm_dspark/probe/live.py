@@ -7,19 +7,11 @@ process manager (rocm_dspark.server.VllmServer). The level passes when the serve
 in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
 afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
 
-For hosts where the plan cannot run (this CPU-only build box) a command file replaces the plan's
-command (`--live-command FILE`); the Python API can also attach to a server that is already up. Both
-are recorded as `live_override` and never count for the gate.
-
-Command file (JSON):
-    {"argv": ["vllm", "serve", "/models/tiny", "--port", "18000", ...],   required
-     "port": 18000,                                                        required
-     "host": "127.0.0.1",                                                  optional
-     "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},                               optional, added to the environment
-     "served_model_name": "tiny",                                          optional (else /v1/models' first)
-     "deterministic_check": null | {"prompt", "expect", "max_tokens", "chat_template_kwargs"},
-                                                                           optional (default: the model's)
-     "prompts": ["def fibonacci(n):"]}                                     optional greedy prompts
+For hosts where the plan cannot run (this CPU-only build box) a server-description file replaces the
+plan's command (`--server-json FILE`, rocm_dspark.server_spec: the same format as `validate --server-json`);
+the Python API can also attach to a server that is already up. Both are recorded as `live_override` and
+never count for the gate. With such a file the recipe's deterministic check applies only when the file says
+`recipe_model: true`; its own `deterministic_check` and `prompts` replace the defaults.
 """
 
 from __future__ import annotations
@@ -47,10 +39,10 @@ class LiveTarget(NamedTuple):
     port: int
     served_name: str | None
     adaptive: bool | None        # enable_adaptive_verification in its --speculative-config (None: none found)
-    source: str                  # "plan" | "command-file"
+    source: str                  # "plan" | "command-file" (a --server-json file) | "attached"
     deterministic_check: dict | None
     prompts: tuple[str, ...]
-    detail: str = ""             # the command file's path
+    detail: str = ""             # the --server-json file's path
 
 
 def _adaptive_in(argv) -> bool | None:
@@ -73,45 +65,14 @@ def target_from_plan(plan, model) -> LiveTarget:
                       plan.adaptive_verification, "plan", model.validation.get("deterministic_check"), DEFAULT_PROMPTS)
 
 
-def target_from_file(path: str | Path, model) -> LiveTarget:
-    """A LiveTarget from a command file; UsageError (one line) for anything malformed."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--live-command {p}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--live-command {p}: not a JSON file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--live-command {p}: must hold a JSON object with argv and port")
-    known = {"argv", "port", "host", "env", "served_model_name", "deterministic_check", "prompts"}
-    extra = sorted(set(data) - known)
-    if extra:
-        raise UsageError(f"--live-command {p}: unknown key(s) {', '.join(extra)}; known: {', '.join(sorted(known))}")
-    argv = data.get("argv")
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        raise UsageError(f"--live-command {p}: argv must be a non-empty list of strings")
-    port = data.get("port")
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        raise UsageError(f"--live-command {p}: port must be an integer 1-65535 (where the command listens)")
-    env = data.get("env") or {}
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise UsageError(f"--live-command {p}: env must map strings to strings")
-    check = data.get("deterministic_check", model.validation.get("deterministic_check"))
-    if check is not None and (not isinstance(check, dict) or not isinstance(check.get("prompt"), str)
-                              or not isinstance(check.get("expect"), str)):
-        raise UsageError(f"--live-command {p}: deterministic_check must be null or {{prompt, expect, ...}} strings")
-    prompts = data.get("prompts", list(DEFAULT_PROMPTS))
-    if not isinstance(prompts, list) or not all(isinstance(s, str) and s for s in prompts):
-        raise UsageError(f"--live-command {p}: prompts must be a list of non-empty strings")
-    served = data.get("served_model_name")
-    if served is not None and not isinstance(served, str):
-        raise UsageError(f"--live-command {p}: served_model_name must be a string")
-    host = data.get("host", "127.0.0.1")
-    if not isinstance(host, str) or not host:
-        raise UsageError(f"--live-command {p}: host must be a string")
-    return LiveTarget(tuple(argv), env, host, port, served, _adaptive_in(argv), "command-file", check,
-                      tuple(prompts), str(p.resolve()))
+def target_from_spec(spec, model) -> LiveTarget:
+    """A LiveTarget from a checked ServerSpec (rocm_dspark.server_spec.load_server_spec)."""
+    check = spec.deterministic_check
+    if check is None and spec.recipe_model:  # the recipe's answer only judges the recipe's own model
+        check = model.validation.get("deterministic_check")
+    prompts = spec.prompts if spec.prompts is not None else DEFAULT_PROMPTS
+    return LiveTarget(tuple(spec.argv), dict(spec.env), spec.host, spec.port, spec.served_name,
+                      _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "")
 
 
 # --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
@@ -191,7 +152,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         except (ValueError, AttributeError):
             ev["server_version"] = None
     model = target.served_name or srv.models()[0]
-    ev["served_model_name"] = model
+    ev["served_name"] = model
     before = srv.metrics_text()
     check = target.deterministic_check
     if check is not None:

@@ -58,7 +58,8 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
               kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None) -> ProbeOutcome:
     """Run `levels` (subset of static, kernel, live) and write the record to the state directory.
 
-    live_target: a live.LiveTarget replacing the plan's command (a command file), recorded as an override.
+    live_target: a live.LiveTarget replacing the plan's command (from a --server-json file: live.target_from_spec),
+    recorded as an override.
     attach_server: a started VllmServer to use instead of starting one (tests), recorded as an override.
     """
     from rocm_dspark.probe import kernel, live, static

