@@ -100,6 +100,8 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
     for c in report["checks"]:
         lines.append(f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
                      f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |")
+    if report.get("notes"):
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     if report.get("plots"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     meas = report.get("measurements") or {}
