@@ -39,3 +39,23 @@ def vllm_importable() -> bool:
         return importlib.util.find_spec("vllm") is not None
     except ValueError:  # a half-imported vllm module without __spec__
         return False
+
+
+def common_metadata(lay: dict):
+    """vLLM's CommonAttentionMetadata for one test layout (device and CPU query_start_loc may differ:
+    that difference is what adaptive verification's trimming produces). Imports torch and vLLM, so call
+    it only inside a child scenario."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    def i32(x):
+        return torch.tensor(x, dtype=torch.int32)
+
+    return CommonAttentionMetadata(
+        query_start_loc=i32(lay["qsl"]), query_start_loc_cpu=i32(lay["qsl_cpu"]),
+        seq_lens=i32(lay["seq_lens"]), num_reqs=len(lay["seq_lens"]), num_actual_tokens=lay["num_tokens"],
+        max_query_len=lay["max_query_len_cpu"], max_seq_len=max(lay["seq_lens"]),
+        block_table_tensor=i32(lay["block_table"]),
+        slot_mapping=torch.tensor(lay["slot_mapping"], dtype=torch.int64), causal=lay["causal"],
+        seq_lens_cpu_upper_bound=i32(lay["seq_lens"]),
+    )

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slow.plugin_child import run_child, vllm_importable
+from tests.slow.plugin_child import common_metadata, run_child, vllm_importable
 TARGET_MODULE = "vllm.models.deepseek_v41.amd.rocm"
 HEADS, BS = 16, 32  # vLLM's DeepseekV4SWACache uses block_size=32
 ARCHS = {"gfx942": ("gfx942:sramecc+:xnack-", "AMD Instinct MI300X", 304),
@@ -94,7 +94,6 @@ def child_main(arch: str, payload: dict) -> dict:
     import vllm.plugins
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
-    from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
 
     from rocm_dspark.attention.cache_formats import DS_MLA_RECORD, ds_mla_page_bytes, pack_kv_cache
@@ -121,15 +120,7 @@ def child_main(arch: str, payload: dict) -> dict:
     fnuz = out["fnuz"]
     results = []
     for i, lay in enumerate(payload["layouts"]):
-        i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
-        cam = CommonAttentionMetadata(
-            query_start_loc=i32(lay["qsl"]), query_start_loc_cpu=i32(lay["qsl_cpu"]),
-            seq_lens=i32(lay["seq_lens"]), num_reqs=len(lay["seq_lens"]), num_actual_tokens=lay["num_tokens"],
-            max_query_len=lay["max_query_len_cpu"], max_seq_len=max(lay["seq_lens"]),
-            block_table_tensor=i32(lay["block_table"]),
-            slot_mapping=torch.tensor(lay["slot_mapping"], dtype=torch.int64), causal=lay["causal"],
-            seq_lens_cpu_upper_bound=i32(lay["seq_lens"]),
-        )
+        cam = common_metadata(lay)
         md = builder.build(0, cam)
         nd = md.num_decode_tokens
         g = torch.Generator().manual_seed(100 + i)

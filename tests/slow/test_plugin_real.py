@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slow.plugin_child import REPO, run_child, vllm_importable
+from tests.slow.plugin_child import REPO, common_metadata, run_child, vllm_importable
 K = 5  # num_speculative_tokens: the DSpark block
 WINDOW = 128  # sliding_window of the tiny config the children build
 SHIPPED_SWA_BUILDER = "DeepseekV4ROCMAiterSparseSWAMetadataBuilder"  # vLLM 0.32.0's name
@@ -151,7 +151,6 @@ def _child_build(rocm, config, layouts: list[dict]) -> list[dict]:
     """Instantiate the (patched) SWA builder and run build() on each layout; return what it built."""
     import torch
     from vllm.config import set_current_vllm_config
-    from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
 
     from rocm_dspark.attention import pack_kv_cache, reference_sparse_swa, sparse_swa_attention
@@ -168,14 +167,7 @@ def _child_build(rocm, config, layouts: list[dict]) -> list[dict]:
                 builders[bs] = builder_cls(spec, ["model.layers.0.attn.swa_cache"], config, torch.device("cpu"))
         builder = builders[bs]
         i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
-        cam = CommonAttentionMetadata(
-            query_start_loc=i32(lay["qsl"]), query_start_loc_cpu=i32(lay["qsl_cpu"]),
-            seq_lens=i32(lay["seq_lens"]), num_reqs=len(lay["seq_lens"]), num_actual_tokens=lay["num_tokens"],
-            max_query_len=lay["max_query_len_cpu"], max_seq_len=max(lay["seq_lens"]),
-            block_table_tensor=i32(lay["block_table"]),
-            slot_mapping=torch.tensor(lay["slot_mapping"], dtype=torch.int64), causal=lay["causal"],
-            seq_lens_cpu_upper_bound=i32(lay["seq_lens"]),
-        )
+        cam = common_metadata(lay)
         replay = i32(lay["replay_start"]) if lay.get("replay_start") is not None else None
         md = builder.build(0, cam, replay_start=replay)
         nd = md.num_decode_tokens
