@@ -217,3 +217,40 @@ def test_dp_ranks_agree_and_pay_for_the_largest_rank():
     plans, charged = plan_dp_step([same, [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]],
                                   [same, [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]], cost)
     assert charged == max(p.tokens for p in plans) and plans[0].tokens != plans[1].tokens
+
+
+# --- history keyed by request (issue #12 item 5) -------------------------------------------------------
+
+
+def test_history_follows_the_request_not_the_row():
+    """A new request that takes another's row at the same batch size starts without history (survival
+    1.0, vLLM's add_request policy); it must not inherit the leaving request's confidences."""
+    cost = TableCost(np.arange(1, 40, dtype=float))
+    confident, doubtful = np.array([[0.99, 0.99, 0.99]]), np.array([[0.05, 0.05, 0.05]])
+    keyed = TwoPhaseScheduler(cost)
+    keyed.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
+    # "a" finished; "c" takes row 0. Its history must be "missing" (1.0), not "a"'s 0.05s.
+    step = keyed.step(np.vstack([confident, confident]), request_ids=["c", "b"])
+    fresh = plan_step(np.vstack([np.full((1, 3), np.nan), confident]), np.vstack([confident, confident]), cost)
+    inherited = plan_step(np.vstack([doubtful, confident]), np.vstack([confident, confident]), cost)
+    assert fresh.budget != inherited.budget  # the case distinguishes the two behaviours
+    assert step.budget == fresh.budget
+    # A request that moves to another row keeps its own history.
+    moved = TwoPhaseScheduler(cost)
+    moved.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
+    step = moved.step(np.vstack([confident, confident]), request_ids=["b", "a"])
+    assert step.budget == plan_step(np.vstack([confident, doubtful]), np.vstack([confident, confident]), cost).budget
+
+
+def test_request_ids_must_name_each_row_once():
+    with pytest.raises(ValueError, match="request_ids"):
+        TwoPhaseScheduler(TableCost(np.arange(1, 10, dtype=float))).step(np.ones((2, 2)), request_ids=["a", "a"])
+
+
+def test_zero_requests_plan_an_empty_step():
+    cost = MeasuredCost.from_samples(verify=[(1, 10), (8, 14)], capture_sizes=[1, 8])
+    step = plan_step(np.zeros((0, 5)), np.zeros((0, 5)), cost)
+    assert step.budget == 0 and step.tokens == 0 and step.lengths.shape == (0,)
+    curve = choose_budget(np.zeros((0, 5)), cost).curve
+    assert not np.isnan(curve).any()
+    assert TwoPhaseScheduler(cost).step(np.zeros((0, 5))).tokens == 0
