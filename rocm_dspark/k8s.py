@@ -1,0 +1,278 @@
+"""Cluster (strategies.expand) -> Kubernetes manifests: a Deployment for one node, a LeaderWorkerSet for a
+multi-node group, Deployments per pool plus vllm-router for prefill/decode, and a Service in front.
+
+Conventions, from public sources:
+  * LeaderWorkerSet leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws; CRD vendored in tests/fixtures/public/lws):
+    `size` = pods per group, restartPolicy RecreateGroupOnPodRestart (one failed pod restarts the whole
+    group, so every node restarts together), env LWS_LEADER_ADDRESS / LWS_WORKER_INDEX / LWS_GROUP_SIZE
+    injected into each pod; https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html
+  * GPUs: resource `amd.com/gpu` (AMD GPU device plugin,
+    https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/)
+Every pod mounts /dev/shm (memory-backed emptyDir), the model cache and the probe state directory (so
+`rocm-dspark probe` run in a pod leaves its record where the gate reads it), and reads HF_TOKEN from a Secret.
+
+What runs is the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher,
+which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster.
+Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word
+is POSIX-quoted, and `$(` is doubled to `$$(` because Kubernetes expands $(VAR) in command, args and env.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.strategies import Cluster, ClusterSpec, expand
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+GPU_RESOURCE = "amd.com/gpu"
+# A sentinel host name for the leader's address; replaced by ${LWS_LEADER_ADDRESS} in the pod's shell.
+_LEADER = "lws-leader-address.invalid"
+DEFAULT_STARTUP_BUDGET_S = 3600   # a 511 GB checkpoint can take most of an hour to load
+PROBE_PERIOD_S = 10
+MODEL_CACHE_MOUNT = "/root/.cache/huggingface"
+STATE_MOUNT = "/var/lib/rocm-dspark"
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+
+
+def _k8s_literal(text: str) -> str:
+    """Kubernetes expands $(VAR) in command, args and env values; $$ is its escape for a literal $."""
+    return text.replace("$(", "$$(")
+
+
+def _sh(argv: tuple[str, ...], raw: dict[int, str] | None = None) -> str:
+    """`exec` + argv as one POSIX sh line; words at the indices in `raw` are shell expressions, kept as is."""
+    raw = raw or {}
+    return "exec " + " ".join(raw.get(i, shlex.quote(a)) for i, a in enumerate(argv))
+
+
+def _check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise UsageError(f"--name {name!r}: Kubernetes names are lower-case letters, digits and '-', at most 42 characters "
+                         "(LWS appends the group and worker index)")
+    return name
+
+
+def _env_list(env: dict[str, str], extra: list[dict] | None = None) -> list[dict]:
+    out = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items()]
+    out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}}})
+    out.append({"name": "HF_HOME", "value": MODEL_CACHE_MOUNT})
+    out.append({"name": "ROCM_DSPARK_STATE_DIR", "value": STATE_MOUNT})
+    return out + (extra or [])
+
+
+def _probes(port: int, startup_budget_s: int) -> dict:
+    # Start-up: /health every 10 s for the whole load budget; then ready only when the model is listed.
+    failures = max(1, -(-startup_budget_s // PROBE_PERIOD_S))
+    return {
+        "startupProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": PROBE_PERIOD_S,
+                         "failureThreshold": failures, "timeoutSeconds": 5},
+        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": port}, "periodSeconds": PROBE_PERIOD_S,
+                           "failureThreshold": 3, "timeoutSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 30,
+                          "failureThreshold": 3, "timeoutSeconds": 10},
+    }
+
+
+def _volumes(shm_gib: int, model_cache_claim: str, state_claim: str) -> list[dict]:
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_claim}},
+        {"name": "probe-state", "persistentVolumeClaim": {"claimName": state_claim}},
+    ]
+
+
+_MOUNTS = [
+    {"name": "dshm", "mountPath": "/dev/shm"},
+    {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
+    {"name": "probe-state", "mountPath": STATE_MOUNT},
+]
+
+
+def _container(name: str, image: str, script: str, env: list[dict], gpus: int, port: int | None,
+               probes: dict | None) -> dict:
+    c = {
+        "name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", _k8s_literal(script)],
+        "env": env,
+        "resources": {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}},
+        "volumeMounts": [dict(m) for m in _MOUNTS],
+        # ROCm needs the device files the plugin hands over, and unlimited locked memory for RDMA/KV tiers.
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}, "seccompProfile": {"type": "Unconfined"}},
+    }
+    if port is not None:
+        c["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+        c.update(probes or {})
+    return c
+
+
+def _pod_spec(containers: list[dict], volumes: list[dict], budget_s: int) -> dict:
+    return {"containers": containers, "volumes": volumes, "terminationGracePeriodSeconds": 330,
+            "enableServiceLinks": False, "restartPolicy": "Always"}
+
+
+def _labels(name: str, component: str) -> dict:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component,
+            "app.kubernetes.io/managed-by": "rocm-dspark"}
+
+
+def _service(name: str, selector: dict, port: int) -> dict:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "labels": dict(selector)},
+            "spec": {"selector": selector, "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]}}
+
+
+def _deployment(name: str, labels: dict, replicas: int, pod: dict, annotations: dict) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": dict(labels), "annotations": annotations},
+            # Recreate: a rolling update would need a second set of GPUs while the old pod still holds them.
+            "spec": {"replicas": replicas, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": dict(labels)},
+                     "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}
+
+
+def _worker_script(argv: tuple[str, ...], dp_local: int) -> str:
+    """Node 1's argv with its rank-specific words turned into shell expressions over the LWS env."""
+    raw: dict[int, str] = {}
+    for i, a in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if a == _LEADER or a.startswith(f"--address={_LEADER}"):
+            raw[i] = shlex.quote(a).replace(_LEADER, '"${LWS_LEADER_ADDRESS}"') if a != _LEADER else '"${LWS_LEADER_ADDRESS}"'
+        elif prev == "--node-rank":
+            raw[i] = '"${LWS_WORKER_INDEX}"'
+        elif prev == "--data-parallel-start-rank":
+            raw[i] = f'"$((LWS_WORKER_INDEX * {int(dp_local)}))"'
+    return _sh(argv, raw)
+
+
+def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) -> str:
+    raw = {i: '"${LWS_LEADER_ADDRESS}"' for i, a in enumerate(argv) if a == _LEADER}
+    pre = "".join(" ".join(shlex.quote(w) for w in s) + " && " for s in setup)
+    return pre + _sh(argv, raw)
+
+
+def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: str = "rocm-dspark-model-cache",
+                     state_claim: str = "rocm-dspark-probe-state", startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
+                     shm_gib: int = 64, query_heads: int) -> list[dict]:
+    """The manifests for `plan` (one node's LaunchPlan) under `spec`, as a list of dicts in apply order."""
+    name = _check_name(name)
+    if startup_budget_s <= 0:
+        raise UsageError(f"--ready-timeout {startup_budget_s}: give a positive number of seconds")
+    argv = tuple(plan.block_argv or plan.argv)
+    notes = {"rocm-dspark/profile": plan.profile, "rocm-dspark/status": f"{plan.status} ({plan.status_date})",
+             "rocm-dspark/verification": "block (the adaptive fallback lives in the bash launcher, not in these pods)",
+             "rocm-dspark/hardware": "not yet run on MI300-class hardware"}
+    image = plan.image
+    if "@sha256:" not in image:
+        notes["rocm-dspark/image"] = "not pinned by digest: the build publishes no digest; pin it before production"
+    g = spec.gpus_per_node
+    vols = _volumes(shm_gib, model_cache_claim, state_claim)
+    port = int(plan.port)
+
+    if spec.strategy == "single_node":
+        labels = _labels(name, "server")
+        c = _container("vllm", image, _sh(argv), _env_list(plan.env), _gpus_used(argv), port, _probes(port, startup_budget_s))
+        return [_deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port)]
+
+    if spec.strategy == "pd_cluster":
+        return _pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads)
+
+    k8s_spec = spec._replace(head_address=_LEADER)
+    cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
+    head, worker = cluster.commands[0], cluster.commands[1]
+    labels = _labels(name, "group")
+    leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env), g, port,
+                          _probes(port, startup_budget_s))
+    worker_script = (_worker_script(worker.argv, cluster.layout["dp_local"] or 1) if worker.argv[0] == "vllm"
+                     else _worker_script(worker.argv, 1))
+    worker_c = _container("vllm-worker", image, worker_script, _env_list(worker.env), g,
+                          port if worker.serves_http else None,
+                          _probes(port, startup_budget_s) if worker.serves_http else None)
+    lws = {
+        "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": dict(labels), "annotations": {**notes, "rocm-dspark/strategy": spec.strategy}},
+        "spec": {
+            "replicas": 1,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": spec.nodes,
+                # One failed pod restarts the whole group: every node comes back with the same argv together.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}},
+                                   "spec": _pod_spec([leader_c], vols, startup_budget_s)},
+                "workerTemplate": {"metadata": {"labels": {**labels, "role": "worker"}},
+                                   "spec": _pod_spec([worker_c], [dict(v) for v in vols], startup_budget_s)},
+            },
+        },
+    }
+    # The Service selects the leader only: its /v1/models answers once every rank of the group is up.
+    svc = _service(name, {**labels, "role": "leader"}, port)
+    if worker.serves_http:
+        svc["spec"]["selector"] = dict(labels)  # hybrid LB: every node serves its own ranks
+    return [lws, svc]
+
+
+def _gpus_used(argv: tuple[str, ...]) -> int:
+    """GPUs one `vllm serve` uses on its node: TP x DP x PP from its own argv."""
+    n = 1
+    for flag in ("--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size"):
+        if flag in argv:
+            n *= int(argv[argv.index(flag) + 1])
+    return n
+
+
+def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads) -> list[dict]:
+    if (spec.connector or "nixl") != "nixl":
+        raise UsageError("--format k8s emits prefill/decode with --connector nixl only: MoRIIO instances register "
+                         "with the proxy's IP at start; use --format shell or systemd for MoRIIO")
+    placeholder = tuple(f"pd-node-{i}.invalid" for i in range(spec.nodes))
+    cluster = expand(spec._replace(node_addresses=placeholder), argv, plan.env, query_heads=query_heads,
+                     port=int(plan.port))
+    out: list[dict] = []
+    router = next(c for c in cluster.commands if c.role == "router")
+    for role in ("prefill", "decode"):
+        cmd = next(c for c in cluster.commands if c.role == role)
+        replicas = sum(1 for c in cluster.commands if c.role == role)
+        labels = _labels(name, role)
+        env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
+        pod_ip = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+        c = _container("vllm", image, _sh(cmd.argv), _env_list(env, pod_ip), _gpus_used(cmd.argv),
+                       cmd.port, _probes(cmd.port, budget))
+        out.append(_deployment(f"{name}-{role}", labels, replicas, _pod_spec([c], vols, budget),
+                               {**notes, "rocm-dspark/strategy": "pd_cluster"}))
+        out.append(_service(f"{name}-{role}", labels, cmd.port))
+    # The router reaches each pool through its Service (NIXL hands the prefill pod's side channel to decode).
+    r_argv: list[str] = []
+    skip = False
+    for i, a in enumerate(router.argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--prefill", "--decode"):
+            skip = True
+            continue
+        r_argv.append(a)
+    ports = {c.role: c.port for c in cluster.commands}
+    r_argv[2:2] = ["--prefill", f"http://{name}-prefill:{ports['prefill']}", "--decode", f"http://{name}-decode:{ports['decode']}"]
+    labels = _labels(name, "router")
+    rc = {"name": "vllm-router", "image": "vllm/vllm-router:nightly", "imagePullPolicy": "IfNotPresent",
+          "command": ["/bin/sh", "-c", _k8s_literal(_sh(tuple(r_argv)))],
+          "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+          "readinessProbe": {"tcpSocket": {"port": router.port}, "periodSeconds": 10}}
+    out.append(_deployment(f"{name}-router", labels, 1, {"containers": [rc], "enableServiceLinks": False},
+                           {**notes, "rocm-dspark/image": "vllm/vllm-router:nightly is a tag: pin it by digest"}))
+    out.append(_service(name, labels, router.port))
+    return out
+
+
+def render_yaml(manifests: list[dict]) -> str:
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):  # no &id001 anchors: each manifest reads on its own
+            return True
+
+    return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+
+
+__all__ = ["render_manifests", "render_yaml", "LWS_API", "GPU_RESOURCE"]

@@ -1,0 +1,498 @@
+"""Strategies: how ranks map to nodes. One node's plan in, every node's argv and env out. Pure: no I/O
+except reading recipes/strategies.yaml (the facts: names, ports, connector settings, sources).
+
+The names and flags are vllm-project/recipes' and vLLM's own (sources in recipes/strategies.yaml):
+
+  multi_node_tp    --tensor-parallel-size <all GPUs>, mp rendezvous --nnodes/--node-rank/--master-addr,
+                   --headless on every node but node 0
+  multi_node_tep   the same plus --enable-expert-parallel
+  multi_node_dep   --data-parallel-size <all ranks> --data-parallel-size-local <ranks per node>
+                   --data-parallel-address <head> --data-parallel-rpc-port <port> --data-parallel-start-rank
+                   <node x local>, --enable-expert-parallel; hybrid LB (every node serves HTTP) as the
+                   recipes do, or internal LB (one endpoint on node 0, workers --headless) as vLLM's docs show
+  multi_node_tp_dp TP inside a node, one DP replica per node (start rank = node rank)
+  multi_node_tp_pp TP inside a node, --pipeline-parallel-size <nodes>, mp rendezvous
+  pd_cluster       prefill and decode pools with --kv-transfer-config, and the vllm-router command
+
+The Ray variant: the DP strategies get --data-parallel-backend ray, the TP/PP strategies
+--distributed-executor-backend ray (vLLM refuses --nnodes > 1 with anything but mp); node 0 starts the Ray
+head before `vllm serve`, every other node only joins the Ray cluster (`ray start --address ... --block`).
+
+The input plan must be ONE node's plan (its layout is the node's GPUs); this module rewrites the parallel
+flags for the whole group. Every node gets the same --speculative-config, so K is the same on every rank.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from functools import lru_cache
+from typing import NamedTuple
+
+from rocm_dspark.errors import UsageError
+
+STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
+                  "multi_node_tp_pp", "pd_cluster")
+BACKENDS = ("mp", "ray")
+DP_LB_MODES = ("hybrid", "internal")
+CONNECTORS = ("nixl", "moriio")
+
+# Flags this module decides; they are removed from the one-node argv before the strategy's are added.
+OWNED_FLAGS = frozenset({
+    "--tensor-parallel-size", "-tp", "--data-parallel-size", "-dp", "--data-parallel-size-local",
+    "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
+    "--data-parallel-hybrid-lb", "--data-parallel-backend", "--distributed-executor-backend",
+    "--enable-expert-parallel", "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank",
+    "--master-addr", "--headless", "--kv-transfer-config",
+})
+BARE_FLAGS = frozenset({"--headless", "--data-parallel-hybrid-lb", "--enable-expert-parallel"})
+
+
+class ClusterSpec(NamedTuple):
+    """What the operator asked for beyond one node. None means "the strategy's default"."""
+
+    strategy: str = "single_node"
+    nodes: int = 1
+    gpus_per_node: int = 8
+    head_address: str | None = None
+    iface: str | None = None
+    backend: str = "mp"                 # mp | ray
+    dp_lb: str | None = None            # hybrid | internal (DP strategies; default: the recipe's)
+    rank_tp: int | None = None          # TP per rank where the strategy lets it vary (dep, tp_dp, tp_pp)
+    rpc_port: int | None = None         # --data-parallel-rpc-port
+    ray_port: int | None = None
+    # pd_cluster
+    prefill_nodes: int | None = None    # default: half the nodes
+    node_addresses: tuple[str, ...] = ()  # every node's address, in node order (pd_cluster needs them)
+    connector: str | None = None        # nixl | moriio
+    router_port: int = 8000
+
+
+class NodeCommand(NamedTuple):
+    """One process to run on one node. `setup` runs first and returns (e.g. `ray start --head`)."""
+
+    node: int                           # node index in the cluster, 0-based
+    role: str                           # head | worker | prefill | decode | router
+    pool_rank: int                      # node index within its group or pool
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    serves_http: bool
+    port: int | None
+    block_argv: tuple[str, ...] | None = None   # the same node with block verification (start-up fallback)
+    setup: tuple[tuple[str, ...], ...] = ()
+    address: str | None = None
+
+
+class Cluster(NamedTuple):
+    strategy: str
+    nodes: int
+    backend: str
+    layout: dict                        # tp, dp, dp_local, pp, ep, nodes, gpus_per_node
+    commands: tuple[NodeCommand, ...]   # node order; a router (pd_cluster) comes last
+    notes: tuple[tuple[str, str], ...] = ()
+    status: str | None = None           # pd_cluster: the honest status line
+
+    def for_node(self, node: int) -> tuple[NodeCommand, ...]:
+        return tuple(c for c in self.commands if c.node == node)
+
+    def to_json_dict(self) -> dict:
+        return {
+            "strategy": self.strategy, "nodes": self.nodes, "backend": self.backend, "layout": dict(self.layout),
+            "status": self.status,
+            "commands": [{**c._asdict(), "argv": list(c.argv), "env": dict(c.env),
+                          "block_argv": list(c.block_argv) if c.block_argv else None,
+                          "setup": [list(s) for s in c.setup]} for c in self.commands],
+            "notes": [{"topic": t, "text": x} for t, x in self.notes],
+        }
+
+
+@lru_cache(maxsize=1)
+def strategy_facts() -> dict:
+    import yaml
+
+    from rocm_dspark.catalog import recipes_dir
+
+    path = recipes_dir() / "strategies.yaml"
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    names = tuple((data or {}).get("strategies", {}))
+    if names != STRATEGY_NAMES:
+        raise UsageError(f"{path}: strategies must be {', '.join(STRATEGY_NAMES)} in that order, found {', '.join(names)}")
+    return data
+
+
+# --- argv helpers -----------------------------------------------------------------------------------
+
+def _split(argv: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[str, str | None]]]:
+    """("vllm", "serve", MODEL) and the (flag, value) pairs after it."""
+    if len(argv) < 3 or argv[:2] != ("vllm", "serve"):
+        raise UsageError("a strategy needs a `vllm serve MODEL ...` plan")
+    items: list[tuple[str, str | None]] = []
+    rest = list(argv[3:])
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        if not word.startswith("-"):
+            raise UsageError(f"unexpected argument {word!r} in the plan's argv")
+        flag, eq, value = word.partition("=")
+        if eq:
+            items.append((flag, value))
+            i += 1
+        elif word in BARE_FLAGS or i + 1 >= len(rest) or rest[i + 1].startswith("--"):
+            items.append((word, None))
+            i += 1
+        else:
+            items.append((word, rest[i + 1]))
+            i += 2
+    return tuple(argv[:3]), items
+
+
+def _join(head: tuple[str, ...], items: list[tuple[str, str | None]]) -> tuple[str, ...]:
+    out = list(head)
+    for flag, value in items:
+        out.append(flag)
+        if value is not None:
+            out.append(value)
+    return tuple(out)
+
+
+def _value(items, flag: str) -> str | None:
+    for f, v in items:
+        if f == flag:
+            return v
+    return None
+
+
+def _replace(items, flag: str, value: str | None) -> list:
+    out = [(f, v) for f, v in items if f != flag]
+    out.append((flag, value))
+    return out
+
+
+def _spec_of(argv: tuple[str, ...]) -> dict:
+    _, items = _split(argv)
+    raw = _value(items, "--speculative-config") or _value(items, "-sc")
+    return json.loads(raw) if raw else {}
+
+
+def _rewrite(argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extra: dict[str, str | None]) -> tuple[str, ...]:
+    """Drop the flags this module owns, put `parallel` where --tensor-parallel-size was, then set `extra`."""
+    head, items = _split(argv)
+    at = next((i for i, (f, _) in enumerate(items) if f in OWNED_FLAGS), len(items))
+    kept_before = [it for it in items[:at] if it[0] not in OWNED_FLAGS]
+    kept_after = [it for it in items[at:] if it[0] not in OWNED_FLAGS]
+    out = kept_before + parallel + kept_after
+    for flag, value in extra.items():
+        if any(f == flag for f, _ in out):
+            out = [(f, value if f == flag else v) for f, v in out]
+        else:
+            out.append((flag, value))
+    return _join(head, out)
+
+
+# --- input checks -------------------------------------------------------------------------------------
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+
+
+def check_address(value: str, what: str = "--head-address") -> str:
+    """An IP literal or a DNS name; anything else (spaces, quotes, URLs) is refused."""
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if _HOSTNAME.match(value or ""):
+        return value
+    raise UsageError(f"{what} {value!r} is not an IP address or host name; pass e.g. {what} 10.0.0.1")
+
+
+def _check_port(value: int, what: str) -> int:
+    if not isinstance(value, int) or not 0 < value < 65536:
+        raise UsageError(f"{what} {value!r} is not a TCP port (1-65535)")
+    return value
+
+
+def _check_common(spec: ClusterSpec) -> None:
+    if spec.strategy not in STRATEGY_NAMES:
+        raise UsageError(f"--strategy {spec.strategy!r}: use one of {', '.join(STRATEGY_NAMES)}")
+    if spec.nodes < 1:
+        raise UsageError(f"--nodes must be at least 1, got {spec.nodes}")
+    if spec.gpus_per_node < 1:
+        raise UsageError(f"--gpus-per-node must be at least 1, got {spec.gpus_per_node}")
+    if spec.backend not in BACKENDS:
+        raise UsageError(f"--backend {spec.backend!r}: use mp or ray")
+    if spec.dp_lb is not None and spec.dp_lb not in DP_LB_MODES:
+        raise UsageError(f"--dp-lb {spec.dp_lb!r}: use hybrid or internal")
+    if spec.iface is not None and not _IFACE.match(spec.iface):
+        raise UsageError(f"--iface {spec.iface!r} is not a network interface name (letters, digits, '_.:-', at most 15)")
+    for what, port in (("--rpc-port", spec.rpc_port), ("--ray-port", spec.ray_port), ("--router-port", spec.router_port)):
+        if port is not None:
+            _check_port(port, what)
+
+
+def node_rank_check(rank: int | None, nodes: int) -> None:
+    if rank is not None and not 0 <= rank < nodes:
+        raise UsageError(f"--node-rank {rank} is out of range: with --nodes {nodes} use 0..{nodes - 1}")
+
+
+# --- layouts -----------------------------------------------------------------------------------------
+
+def _tp_choice(rank_tp: int | None, default: int, g: int, heads: int, strategy: str) -> int:
+    t = default if rank_tp is None else rank_tp
+    if t < 1 or g % t:
+        raise UsageError(f"{strategy}: --tp {t} must divide the {g} GPUs of a node")
+    if heads % t:
+        raise UsageError(f"{strategy}: --tp {t} does not divide the model's {heads} query heads")
+    return t
+
+
+def layout_for(spec: ClusterSpec, query_heads: int, moe: bool = True) -> dict:
+    """The group's parallel layout: tp, dp, dp_local, pp, ep (expert parallel on/off), nodes."""
+    _check_common(spec)
+    facts = strategy_facts()["strategies"][spec.strategy]
+    n, g, kind = spec.nodes, spec.gpus_per_node, facts["layout"]
+    if facts.get("moe_only") and not moe:
+        raise UsageError(f"--strategy {spec.strategy} needs a mixture-of-experts model (expert parallel)")
+    if kind == "single":
+        if n != 1:
+            raise UsageError(f"--strategy single_node runs on one node; for --nodes {n} pick a multi_node_* strategy")
+        return {"tp": None, "dp": None, "dp_local": None, "pp": 1, "ep": None, "nodes": 1, "gpus_per_node": g}
+    if kind == "pd":
+        return {"tp": None, "dp": None, "dp_local": None, "pp": 1, "ep": None, "nodes": n, "gpus_per_node": g}
+    if n < 2:
+        raise UsageError(f"--strategy {spec.strategy} spans nodes: pass --nodes 2 or more (or --strategy single_node)")
+    ep = bool(facts.get("expert_parallel"))
+    if kind == "tp_all":
+        if spec.rank_tp not in (None, n * g):
+            raise UsageError(f"{spec.strategy}: TP is every GPU of every node ({n * g}); drop --tp or pick multi_node_tp_pp / multi_node_tp_dp")
+        tp = n * g
+        if query_heads % tp:
+            raise UsageError(f"{spec.strategy}: TP {tp} ({n} nodes x {g} GPUs) does not divide the model's {query_heads} query heads; use fewer --nodes or multi_node_tp_pp")
+        return {"tp": tp, "dp": 1, "dp_local": 1, "pp": 1, "ep": ep, "nodes": n, "gpus_per_node": g}
+    if kind == "dep":
+        t = _tp_choice(spec.rank_tp, int(facts.get("default_rank_tp", 1)), g, query_heads, spec.strategy)
+        local = g // t
+        return {"tp": t, "dp": n * local, "dp_local": local, "pp": 1, "ep": True, "nodes": n, "gpus_per_node": g}
+    if kind == "tp_dp":
+        t = _tp_choice(spec.rank_tp, g, g, query_heads, spec.strategy)
+        local = g // t
+        return {"tp": t, "dp": n * local, "dp_local": local, "pp": 1, "ep": False, "nodes": n, "gpus_per_node": g}
+    if kind == "tp_pp":
+        t = _tp_choice(spec.rank_tp, g, g, query_heads, spec.strategy)
+        return {"tp": t, "dp": 1, "dp_local": 1, "pp": n, "ep": False, "nodes": n, "gpus_per_node": g}
+    raise UsageError(f"recipes/strategies.yaml: unknown layout {kind!r} for {spec.strategy}")
+
+
+def node_plan_layout(layout: dict) -> dict:
+    """The one-node layout to resolve the base plan with: the node's GPUs as one TP group (EP as the group's).
+
+    Memory, Engram and capture rules in resolve() are per node; the group's own sizes are set afterwards.
+    """
+    g = layout["gpus_per_node"]
+    return {"tp": g, "dp": 1, "ep": g if layout.get("ep") else 1}
+
+
+# --- expansion ---------------------------------------------------------------------------------------
+
+def _socket_env(spec: ClusterSpec) -> dict[str, str]:
+    if not spec.iface:
+        return {}
+    return {k: spec.iface for k in strategy_facts()["socket_ifname_env"]}
+
+
+def _check_spec_rules(argv: tuple[str, ...], layout: dict, strategy: str) -> None:
+    """What vLLM refuses (or silently undoes) for this layout, refused here with one line."""
+    spec = _spec_of(argv)
+    if (layout.get("dp") or 1) > 1 and spec.get("num_speculative_tokens_per_batch_size"):
+        # vLLM disables the per-batch-size K schedule for DP > 1 (ranks could pick different K and deadlock):
+        # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel, vllm/config/vllm.py (0.32, 0.33).
+        raise UsageError(f"{strategy}: a per-batch-size K schedule cannot run with data parallel > 1 "
+                         "(vLLM drops it: ranks must agree on K); pass one --num-speculative-tokens")
+    if (layout.get("pp") or 1) > 1 and spec.get("enable_adaptive_verification"):
+        # vLLM 0.33.0 VllmConfig._validate_adaptive_verification: "Adaptive verification is not currently
+        # compatible with pipeline parallelism" (cost curves exist only on the last PP rank).
+        raise UsageError(f"{strategy}: adaptive verification cannot run with pipeline parallel (vLLM refuses it); "
+                         "pass --adaptive off or pick another strategy")
+
+
+def expand(spec: ClusterSpec, argv: tuple[str, ...], env: dict[str, str], *, query_heads: int,
+           block_argv: tuple[str, ...] | None = None, port: int = 8000, moe: bool = True) -> Cluster:
+    """Every node's command for `spec`, from one node's plan (`argv`, `env`; `block_argv` = its fallback)."""
+    layout = layout_for(spec, query_heads, moe)
+    _check_spec_rules(argv, layout, spec.strategy)
+    strategy = spec.strategy
+    if strategy == "single_node":
+        cmd = NodeCommand(0, "head", 0, tuple(argv), dict(env), True, port, block_argv)
+        return Cluster(strategy, 1, "mp", layout, (cmd,))
+    if strategy == "pd_cluster":
+        return _expand_pd(spec, argv, env, block_argv, port, layout)
+
+    if not spec.head_address:
+        raise UsageError(f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)")
+    head = check_address(spec.head_address)
+    facts = strategy_facts()
+    kind = facts["strategies"][strategy]["layout"]
+    n, ray = spec.nodes, spec.backend == "ray"
+    rpc = str(spec.rpc_port or facts["ports"]["data_parallel_rpc"])
+    ray_port = spec.ray_port or facts["ports"]["ray"]
+    dp_lb = spec.dp_lb or facts["strategies"][strategy].get("dp_lb", "internal")
+    notes: list[tuple[str, str]] = []
+    node_env = {**env, **_socket_env(spec)}
+    if not spec.iface:
+        notes.append(("network", "no --iface: GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME are not set, so Gloo and RCCL pick an "
+                                 "interface themselves; on hosts with several, pass --iface <inter-node NIC>"))
+    commands: list[NodeCommand] = []
+    dp_kind = kind in ("dep", "tp_dp")
+    for r in range(n):
+        p: list[tuple[str, str | None]] = [("--tensor-parallel-size", str(layout["tp"]))]
+        if kind == "tp_pp":
+            p.append(("--pipeline-parallel-size", str(layout["pp"])))
+        if dp_kind:
+            p += [("--data-parallel-size", str(layout["dp"])), ("--data-parallel-size-local", str(layout["dp_local"]))]
+        if layout["ep"]:
+            p.append(("--enable-expert-parallel", None))
+        serves = r == 0
+        if ray:
+            if r > 0:
+                worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
+                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (), None))
+                continue
+            p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
+        elif dp_kind:
+            p += [("--data-parallel-address", head), ("--data-parallel-rpc-port", rpc)]
+            if dp_lb == "hybrid":
+                # Every node serves HTTP for its own ranks (vLLM: hybrid LB is not compatible with --headless).
+                if kind == "dep":
+                    p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--data-parallel-hybrid-lb", None)]
+                elif r > 0:
+                    p.append(("--data-parallel-start-rank", str(r * layout["dp_local"])))
+                serves = True
+            elif r > 0:
+                # Internal LB: one API endpoint on node 0. A start rank without --headless would switch vLLM
+                # to hybrid LB (EngineArgs.create_engine_config), so only workers carry it.
+                p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--headless", None)]
+        else:
+            p += [("--nnodes", str(n)), ("--node-rank", str(r)), ("--master-addr", head)]
+            if r > 0:
+                p.append(("--headless", None))
+        argv_r = _rewrite(argv, p, {})
+        block_r = _rewrite(block_argv, p, {}) if block_argv else None
+        setup = ((("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ())
+        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, dict(node_env), serves,
+                                    port if serves else None, block_r, setup, head if r == 0 else None))
+    if ray and kind in ("tp_all", "tp_pp"):
+        notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
+    if ray and dp_kind:
+        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no address or RPC port"))
+    if dp_kind and not ray and dp_lb == "hybrid":
+        notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
+                                        "--policy round_robin) in front of all nodes' --port"))
+    if dp_kind:
+        notes.append(("batch limits", "--max-num-seqs and --max-num-batched-tokens apply per DP rank "
+                                      "(vLLM data_parallel_deployment.md)"))
+    notes.append(("speculative", f"every rank runs the same --speculative-config (K={_spec_of(argv).get('num_speculative_tokens')})"))
+    return Cluster(strategy, n, spec.backend, layout, tuple(commands), tuple(notes))
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{_hostport(host, port)}"
+
+
+def kv_transfer_config(connector: str, role: str, *, http_port: int, proxy_ip: str | None = None) -> dict:
+    """The --kv-transfer-config object for one pool (role: prefill | decode)."""
+    facts = strategy_facts()["pd"]["connectors"][connector]
+    cfg: dict = {"kv_connector": facts["kv_connector"], "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
+    cfg.update(facts.get("config") or {})
+    if connector == "moriio":
+        # Key names and the string-valued ports are the MoRIIO guide's (moriio_connector_usage.md).
+        cfg["kv_connector_extra_config"] = {
+            "proxy_ip": proxy_ip, "proxy_ping_port": str(facts["proxy_ping_port"]), "http_port": str(http_port),
+            "handshake_port": str(facts["handshake_port"]), "notify_port": str(facts["notify_port"]),
+        }
+    return cfg
+
+
+def _decode_compilation(argv_items, mode: str) -> str:
+    raw = _value(argv_items, "--compilation-config")
+    cfg = json.loads(raw) if raw else {}
+    cfg["cudagraph_mode"] = mode
+    return json.dumps(cfg, separators=(",", ":"))
+
+
+def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
+    facts = strategy_facts()
+    pd = facts["pd"]
+    connector = spec.connector or pd["default_connector"]
+    if connector not in CONNECTORS:
+        raise UsageError(f"--connector {connector!r}: use nixl or moriio")
+    n = spec.nodes
+    if n < 2:
+        raise UsageError("--strategy pd_cluster needs --nodes 2 or more (at least one prefill and one decode node)")
+    n_prefill = spec.prefill_nodes if spec.prefill_nodes is not None else n // 2
+    if not 1 <= n_prefill < n:
+        raise UsageError(f"--prefill-nodes {n_prefill} must leave at least one of the {n} nodes for decode (use 1..{n - 1})")
+    addrs = tuple(spec.node_addresses)
+    if len(addrs) != n:
+        raise UsageError(f"--strategy pd_cluster needs --node-addresses with {n} addresses (one per node, prefill nodes first), got {len(addrs)}")
+    addrs = tuple(check_address(a, "--node-addresses") for a in addrs)
+    router_host = addrs[0]
+    c = pd["connectors"][connector]
+    ports = {"prefill": facts["ports"]["prefill_http"], "decode": facts["ports"]["decode_http"]}
+    if spec.router_port in ports.values():
+        raise UsageError(f"--router-port {spec.router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
+    commands: list[NodeCommand] = []
+    for node in range(n):
+        role = "prefill" if node < n_prefill else "decode"
+        pool_rank = node if role == "prefill" else node - n_prefill
+        http = ports[role]
+        kv = json.dumps(kv_transfer_config(connector, role, http_port=http, proxy_ip=router_host), separators=(",", ":"))
+        extra: dict[str, str | None] = {"--port": str(http), "--kv-transfer-config": kv}
+
+        def one(a):
+            if a is None:
+                return None
+            _, items = _split(a)
+            e = dict(extra)
+            if role == "decode":
+                e["--compilation-config"] = _decode_compilation(items, pd["decode_cudagraph_mode"])
+            return _rewrite(a, [(f, v) for f, v in items if f in OWNED_FLAGS and f != "--kv-transfer-config"], e)
+
+        node_env = {**env, **{k: str(v) for k, v in (c.get("env") or {}).items()}}
+        if connector == "nixl":
+            node_env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = addrs[node]
+            node_env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(c["side_channel_port"][role])
+        commands.append(NodeCommand(node, role, pool_rank, one(argv), node_env, True, http, one(block_argv),
+                                    (), addrs[node]))
+    router = ["vllm-router", "--vllm-pd-disaggregation", *c["router"]]
+    if connector == "nixl":
+        for cmd in commands:
+            router += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
+    else:
+        router += ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]
+    router += ["--host", "0.0.0.0", "--port", str(spec.router_port)]
+    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, spec.router_port, None, (), router_host))
+    k = _spec_of(argv).get("num_speculative_tokens")
+    notes = [
+        ("prefill/decode", f"{n_prefill} prefill node(s) on :{ports['prefill']}, {n - n_prefill} decode node(s) on "
+                           f":{ports['decode']}, vllm-router on node 0 :{spec.router_port}; each node is one instance "
+                           f"with the one-node layout"),
+        ("speculative", f"DSpark runs in both pools with the same K={k}; the decode pool uses cudagraph_mode "
+                        f"{pd['decode_cudagraph_mode']}"),
+        ("connector", "NixlConnector runs over RIXL/UCX on ROCm: UCX_* env configures it, NCCL_* env does not"
+         if connector == "nixl" else "MoRIIOConnector: start vllm-router (the proxy) first; instances register on "
+                                     f"{router_host}:{c['proxy_ping_port']}"),
+    ]
+    return Cluster("pd_cluster", n, "mp", {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill,
+                                            "connector": connector}, tuple(commands), tuple(notes), pd["status"].strip())
+
+
+__all__ = ["ClusterSpec", "NodeCommand", "Cluster", "STRATEGY_NAMES", "expand", "layout_for", "node_plan_layout",
+           "kv_transfer_config", "check_address", "node_rank_check", "strategy_facts"]

@@ -1,0 +1,251 @@
+"""Kubernetes manifests (`rocm-dspark launch --format k8s`), validated offline against real schemas:
+
+* built-in kinds (Deployment, Service) with kubernetes-validate, strict mode, Kubernetes 1.32 schemas;
+* LeaderWorkerSet against the openAPIV3Schema of the LWS v0.9.0 CRD (vendored from kubernetes-sigs/lws),
+  with unknown fields refused the way a structural schema prunes them;
+* kubectl: `kubectl kustomize` parses them without a cluster; `kubectl apply --dry-run=client` needs an API
+  server for discovery, so that part is skipped with the reason kubectl gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import shlex
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.errors import UsageError
+from rocm_dspark.k8s import GPU_RESOURCE, LWS_API, render_manifests, render_yaml
+from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.strategies import ClusterSpec
+
+kv = pytest.importorskip("kubernetes_validate")
+jsonschema = pytest.importorskip("jsonschema")
+
+K8S_VERSION = "1.32.0"  # the schema version we validate against (kubectl on the CI machine is 1.32)
+CRD = Path(__file__).parent / "fixtures" / "public" / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.v0.9.0.yaml.gz"
+GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
+MULTI = ("multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp", "multi_node_tp_pp")
+
+
+def _strict(schema):
+    """Refuse unknown fields: objects with `properties` get additionalProperties false unless the CRD keeps them."""
+    if isinstance(schema, dict):
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        for v in schema.values():
+            _strict(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            _strict(v)
+    return schema
+
+
+@lru_cache(maxsize=1)
+def lws_validator():
+    crd = yaml.load(gzip.decompress(CRD.read_bytes()), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+    # metadata is validated by the API server's ObjectMeta, not the CRD; accept its usual fields.
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate(obj: dict) -> None:
+    if obj["apiVersion"] == LWS_API:
+        errors = sorted(lws_validator().iter_errors(obj), key=lambda e: list(e.path))
+        assert not errors, "; ".join(f"{list(e.path)}: {e.message}" for e in errors[:5])
+    else:
+        kv.validate(obj, K8S_VERSION, strict=True)
+
+
+@lru_cache(maxsize=None)
+def _plan(gpu: str, served_name: str | None = None):
+    cat = load_catalog()
+    return resolve(cat, Selection(model="V4.1-Flash", gpu=gpu, served_name=served_name)), cat.find_model("V4.1-Flash").query_heads
+
+
+def manifests(gpu: str, strategy: str, **kw) -> list[dict]:
+    plan, heads = _plan(gpu, kw.pop("served_name", None))
+    nodes = kw.pop("nodes", 1 if strategy == "single_node" else 2)
+    spec = ClusterSpec(strategy=strategy, nodes=nodes, iface="eth0", **kw)
+    return render_manifests(plan, spec, name="v41", query_heads=heads)
+
+
+def _script(container: dict) -> str:
+    assert container["command"][:2] == ["/bin/sh", "-c"]
+    return container["command"][2].replace("$$(", "$(")
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("strategy", ("single_node",) + MULTI + ("pd_cluster",))
+def test_every_manifest_validates(gpu, strategy):
+    objs = manifests(gpu, strategy)
+    kinds = [o["kind"] for o in objs]
+    if strategy == "single_node":
+        assert kinds == ["Deployment", "Service"]
+    elif strategy == "pd_cluster":
+        assert kinds == ["Deployment", "Service"] * 3
+    else:
+        assert kinds == ["LeaderWorkerSet", "Service"]
+        assert objs[0]["spec"]["leaderWorkerTemplate"]["size"] == 2
+        assert objs[0]["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    for obj in objs:
+        validate(obj)
+
+
+def test_lws_validation_can_fail():
+    lws = manifests("mi300x", "multi_node_tp")[0]
+    bad = copy.deepcopy(lws)
+    bad["spec"]["leaderWorkerTemplate"]["sizee"] = 2
+    with pytest.raises(AssertionError):
+        validate(bad)
+    bad = copy.deepcopy(lws)
+    bad["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "Sometimes"
+    with pytest.raises(AssertionError):
+        validate(bad)
+    bad = copy.deepcopy(lws)
+    bad["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountpath"] = "/x"
+    with pytest.raises(AssertionError):
+        validate(bad)
+
+
+def test_builtin_validation_can_fail():
+    dep = manifests("mi300x", "single_node")[0]
+    dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["httpGet"]["paht"] = "/health"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(dep, K8S_VERSION, strict=True)
+
+
+def _pods(objs):
+    for o in objs:
+        if o["kind"] == "Deployment":
+            yield o["spec"]["template"]["spec"]
+        elif o["kind"] == "LeaderWorkerSet":
+            t = o["spec"]["leaderWorkerTemplate"]
+            yield t["leaderTemplate"]["spec"]
+            yield t["workerTemplate"]["spec"]
+
+
+@pytest.mark.parametrize("strategy", ("single_node", "multi_node_dep", "multi_node_tp", "pd_cluster"))
+def test_pods_get_gpus_shm_cache_state_secret_and_probes(strategy):
+    objs = manifests("mi355x", strategy)
+    for pod in _pods(objs):
+        c = pod["containers"][0]
+        if c["name"] == "vllm-router":
+            continue
+        assert int(c["resources"]["limits"][GPU_RESOURCE]) >= 1
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert {"/dev/shm", "/root/.cache/huggingface", "/var/lib/rocm-dspark"} <= mounts
+        vols = {v["name"]: v for v in pod["volumes"]}
+        assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
+        env = {e["name"]: e for e in c["env"]}
+        assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
+        assert env["ROCM_DSPARK_STATE_DIR"]["value"] == "/var/lib/rocm-dspark"
+        if "startupProbe" in c:
+            sp = c["startupProbe"]
+            assert sp["httpGet"]["path"] == "/health"
+            assert sp["periodSeconds"] * sp["failureThreshold"] >= 3600  # a 511 GB load
+            assert c["readinessProbe"]["httpGet"]["path"] == "/v1/models"
+            assert c["livenessProbe"]["httpGet"]["path"] == "/health"
+        # The image is pinned by digest (the profile's build has one).
+        assert "@sha256:" in c["image"]
+
+
+def test_block_verification_runs_in_pods_and_k_is_the_same_everywhere():
+    objs = manifests("mi300x", "multi_node_dep")
+    scripts = [_script(p["containers"][0]) for p in _pods(objs)]
+    specs = set()
+    for s in scripts:
+        argv = shlex.split(s)
+        specs.add(argv[argv.index("--speculative-config") + 1])
+    assert len(specs) == 1
+    assert '"enable_adaptive_verification":false' in specs.pop()
+
+
+def test_worker_rank_and_leader_address_come_from_lws_env():
+    lws = manifests("mi300x", "multi_node_dep")[0]
+    worker = _script(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0])
+    assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in worker
+    assert '--data-parallel-address "${LWS_LEADER_ADDRESS}"' in worker
+    tp = manifests("mi300x", "multi_node_tp")[0]["spec"]["leaderWorkerTemplate"]
+    w = _script(tp["workerTemplate"]["spec"]["containers"][0])
+    assert '--node-rank "${LWS_WORKER_INDEX}"' in w and "--headless" in w
+    assert '--master-addr "${LWS_LEADER_ADDRESS}"' in _script(tp["leaderTemplate"]["spec"]["containers"][0])
+    # The shell really computes the rank: run the worker's words through sh with the LWS env.
+    words = subprocess.run(["sh", "-c", worker.replace("exec ", "printf '%s\\n' ", 1)], capture_output=True, text=True,
+                           env={"LWS_WORKER_INDEX": "3", "LWS_LEADER_ADDRESS": "10.1.2.3", "PATH": "/usr/bin:/bin"}).stdout.split("\n")
+    assert words[words.index("--data-parallel-start-rank") + 1] == "24"
+    assert words[words.index("--data-parallel-address") + 1] == "10.1.2.3"
+
+
+def test_ray_variant_in_lws():
+    lws = manifests("mi355x", "multi_node_tp_dp", backend="ray")[0]["spec"]["leaderWorkerTemplate"]
+    leader = _script(lws["leaderTemplate"]["spec"]["containers"][0])
+    worker = _script(lws["workerTemplate"]["spec"]["containers"][0])
+    assert leader.startswith("ray start --head --port=6379 && exec vllm serve")
+    assert "--data-parallel-backend ray" in leader
+    assert worker == 'exec ray start --address="${LWS_LEADER_ADDRESS}":6379 --block'
+
+
+def test_hostile_strings_reach_vllm_literally():
+    name = "x $(touch /tmp/pwned) `id` 'q' \"d\" ${HOME} $$"
+    objs = manifests("mi300x", "multi_node_tp", served_name=name)
+    for pod in _pods(objs):
+        c = pod["containers"][0]
+        script = c["command"][2]
+        assert "$(touch" not in script.replace("$$(", "")  # Kubernetes would expand $(VAR) otherwise
+        argv = shlex.split(_script(c))
+        assert argv[argv.index("--served-model-name") + 1] == name
+        validate_ok = [o for o in objs if o["kind"] == "LeaderWorkerSet"]
+        for o in validate_ok:
+            validate(o)
+
+
+def test_pd_router_and_side_channel_from_pod_ip():
+    objs = manifests("mi355x", "pd_cluster")
+    names = [o["metadata"]["name"] for o in objs]
+    assert names == ["v41-prefill", "v41-prefill", "v41-decode", "v41-decode", "v41-router", "v41"]
+    router = objs[4]["spec"]["template"]["spec"]["containers"][0]
+    argv = shlex.split(_script(router))
+    assert argv[1:4] == ["vllm-router", "--vllm-pd-disaggregation", "--prefill"] or "--vllm-pd-disaggregation" in argv
+    assert "http://v41-prefill:8001" in argv and "http://v41-decode:8002" in argv
+    for o in objs[0], objs[2]:
+        env = {e["name"]: e for e in o["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+        assert "UCX_TLS" in env and "NCCL_SOCKET_IFNAME" not in env
+    with pytest.raises(UsageError, match="MoRIIO"):
+        manifests("mi355x", "pd_cluster", connector="moriio")
+
+
+def test_bad_name_is_refused():
+    plan, heads = _plan("mi300x")
+    with pytest.raises(UsageError, match="--name"):
+        render_manifests(plan, ClusterSpec(), name="Bad_Name", query_heads=heads)
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_parses_them_offline(tmp_path):
+    env = {"KUBECONFIG": str(tmp_path / "no-kubeconfig"), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(tmp_path)}
+    for strategy, count in (("single_node", 2), ("multi_node_dep", 2), ("pd_cluster", 6)):
+        d = tmp_path / strategy
+        d.mkdir()
+        (d / "all.yaml").write_text(render_yaml(manifests("mi300x", strategy)))
+        (d / "kustomization.yaml").write_text(yaml.safe_dump({"resources": ["all.yaml"]}))
+        r = subprocess.run(["kubectl", "kustomize", str(d)], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert len(list(yaml.safe_load_all(r.stdout))) == count
+    # `apply --dry-run=client` still asks an API server for discovery; with none (loopback only) it fails.
+    r = subprocess.run(["kubectl", "apply", "--dry-run=client", "-f", str(tmp_path / "single_node" / "all.yaml")],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0 and ("connection refused" in r.stderr or "openapi" in r.stderr):
+        pytest.skip(f"kubectl apply --dry-run=client needs a cluster for discovery: {r.stderr.strip().splitlines()[-1][:200]}")
+    assert r.returncode == 0, r.stderr
