@@ -136,6 +136,7 @@ class ModelSpec(NamedTuple):
     base_env: dict
     validation: dict
     profiles: dict  # gpu key -> Profile
+    min_vllm_version: str | None = None  # the model is absent from vLLM builds reporting less
 
     @property
     def block_size(self) -> int:
@@ -205,6 +206,30 @@ class Catalog(NamedTuple):
         """A build tag from `builds` (e.g. nightly-eed1f3d0) -> its version; a version -> itself."""
         build = self.builds.get(build_or_version)
         return build["version"] if build else build_or_version
+
+    def build_for(self, profile: Profile, label: str | None):
+        """The Build a plan runs: `label` (a build name or a version) or the profile's pinned build."""
+        from rocm_dspark.plan import Build
+
+        label = label or profile.vllm_build or profile.vllm_version
+        entry = self.builds.get(label)
+        version = entry["version"] if entry else label
+        release_tuple(version)  # a one-line error for a label that is neither a build nor a version
+        cap = self.vllm_capability(version)
+        digest = profile.image.partition("@")[2] or None
+        return Build(
+            name=label, image=profile.image, image_tag=profile.image.split("@")[0].split(":")[0] + ":" + profile.image_tag,
+            digest=digest, vllm_commit=(entry or {}).get("commit"), reported_version=version, rocm=None,
+            channel="nightly" if entry else "release", changes=(), status="current",
+            date=(entry or {}).get("date", ""), evidence=((entry or {}).get("evidence", cap.evidence),),
+            adaptive_on_rocm_v41="refused" if cap.refuses_adaptive_on_rocm_v41 else "native",
+            adaptive_evidence=cap.evidence,
+        )
+
+    def check_model_supported(self, model: ModelSpec, build) -> None:
+        if model.min_vllm_version and release_tuple(build.reported_version) < release_tuple(model.min_vllm_version):
+            fb = f" or use the fallback model --model {model.fallback}" if model.fallback else ""
+            raise UsageError(f"vLLM {build.reported_version} has no {model.key}; use vLLM >= {model.min_vllm_version}{fb}")
 
     def vllm_capability(self, version: str) -> Capability:
         version = self.vllm_version_of(version)
@@ -391,6 +416,7 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
         params=dict(params.data), speculative={**spec.data, "block_size": block}, serve=dict(serve.data),
         base_args=r.arg_list("base_args"), base_env=r.env("base_env"),
         validation=dict(r.data["validation"]), profiles=profiles,
+        min_vllm_version=r.req("min_vllm_version", str, optional=True),
     )
 
 

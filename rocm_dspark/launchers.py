@@ -70,8 +70,6 @@ def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
     """The primary start's mode name and the fallback argv (empty when there is none)."""
     if plan.adaptive_verification:
         return "adaptive", tuple(plan.block_argv or ())
-    if plan.block_argv:
-        raise UsageError("the plan has a block-verification fallback but adaptive verification off; re-resolve the plan")
     return ("block" if plan.speculative_config else "no-spec"), ()
 
 

@@ -1,4 +1,12 @@
-"""The launch plan: what resolve() returns and every renderer, launcher, probe and validator consumes."""
+"""The launch plan and the records around it: what the operator selected (Selection), what the probe
+gate decided (Verdict), the vLLM build (Build), the memory estimate (Memory), and the resolved plan
+(LaunchPlan) that every renderer, launcher, probe and validator consumes.
+
+A plan carries its structure (layout, batch limits, capture size, K, build, memory), so no consumer
+re-parses argv. It carries both commands: `block_argv` (full block verification, always) and
+`adaptive_argv` (adaptive verification on; None where the plan may not use it, e.g. a synthetic
+benchmark). `argv` is the command that runs: the verdict, applied last, picks one of the two.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,83 @@ class Note(NamedTuple):
     text: str
 
 
+class Selection(NamedTuple):
+    """What the operator asked for. None means "the profile's value"."""
+
+    model: str
+    gpu: str | None = None
+    gpu_source: str = "flag"  # flag | detected | default: only for the note
+    gpus_per_node: int | None = None
+    nodes: int = 1
+    head_address: str | None = None
+    tp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    num_speculative_tokens: int | None = None
+    capture_cap: int | None = None
+    vllm_version: str | None = None   # a build name, or a release number that names a build (0.33.0)
+    benchmark_synthetic: float | None = None
+    model_path: str | None = None
+    served_name: str | None = None
+    host: str | None = None
+    port: int | None = None
+    extra_args: tuple[str, ...] = ()  # "--flag" or "--flag=value"
+    extra_env: tuple[tuple[str, str], ...] = ()
+    build: str | None = None          # a build name from recipes/vllm.yaml (wins over vllm_version)
+    concurrency: int | None = None    # expected concurrent requests: drives workload rules
+    memory_override: bool = False     # start even when the memory model finds no KV room (noted)
+
+
+class Verdict(NamedTuple):
+    """The gate's answer for this host: is adaptive verification proven here, and why (not)."""
+
+    adaptive_proven: bool
+    reason: str
+    record: str | None = None
+
+    @staticmethod
+    def not_proven(reason: str = "no probe record was consulted") -> "Verdict":
+        return Verdict(False, reason)
+
+
+class Build(NamedTuple):
+    """One vLLM build (an image), as recipes/vllm.yaml records it."""
+
+    name: str                         # e.g. "nightly-3df4ae15", "v0.33.0"
+    image: str                        # what the plan runs: repo@sha256:... when published, else repo:tag
+    image_tag: str                    # repo:tag
+    digest: str | None                # sha256:... from public evidence; None = resolved at launch
+    vllm_commit: str | None
+    reported_version: str             # what `vllm --version` says (not a feature test)
+    rocm: str | None
+    channel: str                      # release | nightly | nightly-rocm100
+    changes: tuple[str, ...]          # upstream changes contained, e.g. ("vllm#56227", ...)
+    status: str                       # current | superseded
+    date: str
+    evidence: tuple[str, ...]
+    adaptive_on_rocm_v41: str = "refused"   # refused | native: what the build does with AV for V4.1 on ROCm
+    adaptive_evidence: str = ""
+
+
+class Memory(NamedTuple):
+    """Per-rank HBM budget (GiB) for the plan's layout, from recipe data; see resolve.memory_layer."""
+
+    hbm_gib: float
+    usable_gib: float                 # hbm x gpu_memory_utilization
+    weights_gib: float                # weights resident per rank (Engram tables included when resident)
+    engram_gib: float                 # Engram tables resident per rank (0 when offloaded)
+    indexer_gib: float                # [max_num_batched_tokens, max_model_len] fp8 logits buffer
+    margin_gib: float                 # graphs, activations, runtime
+    kv_gib: float                     # what is left for KV cache
+    kv_tokens: int | None             # KV capacity in tokens (None when kv_gib <= 0)
+    kv_multiples: float | None        # kv_tokens / max_model_len
+    error_gib: float                  # the model's stated error against published KV headroom
+    sources: tuple[str, ...]
+    override: bool = False            # refused layout started anyway (--memory-override)
+
+
 class LaunchPlan(NamedTuple):
     model_id: str                 # Hugging Face id passed to `vllm serve`
     model_key: str                # catalog key, e.g. "DeepSeek-V4.1-Flash"
@@ -26,17 +111,35 @@ class LaunchPlan(NamedTuple):
     status: str                   # verified / experimental / unverified
     status_date: str
     evidence: tuple[str, ...]
-    vllm_version: str
-    image: str                    # container image pinned by digest
+    vllm_version: str             # the build's reported version (a label, not a feature test)
+    image: str                    # container image: pinned by digest where one is published
     host: str
     port: int
-    argv: tuple[str, ...]         # full argv, starting with the program ("vllm", "serve", ...)
+    argv: tuple[str, ...]         # the command that runs: block_argv or adaptive_argv (verdict applied last)
     env: dict[str, str]
-    speculative_config: dict      # the exact object serialised into --speculative-config
+    speculative_config: dict      # the exact object serialised into argv's --speculative-config
     adaptive_verification: bool
-    # When adaptive verification is on, the same launch with the flag off: the start-up fallback.
-    block_argv: tuple[str, ...] | None = None
+    block_argv: tuple[str, ...] | None = None      # full block verification: always set by resolve()
     notes: tuple[Note, ...] = ()
+    adaptive_argv: tuple[str, ...] | None = None   # adaptive verification on; None where not allowed
+    build: Build | None = None
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1                   # 1 (off) or tp x dp
+    pp: int = 1
+    nodes: int = 1
+    dp_local: int = 1             # data-parallel ranks on each node
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    capture_size: int = 0         # --max-cudagraph-capture-size
+    k: int = 0                    # num_speculative_tokens (0: no speculative decoding)
+    concurrency: int | None = None
+    memory: Memory | None = None
+
+    @property
+    def gpus_per_node_used(self) -> int:
+        """GPUs this node runs: TP x local DP x PP."""
+        return self.tp * self.dp_local * self.pp
 
     def to_json_dict(self) -> dict:
         d = self._asdict()
@@ -44,8 +147,17 @@ class LaunchPlan(NamedTuple):
         d["speculative_config"] = dict(self.speculative_config)
         d["argv"] = list(self.argv)
         d["block_argv"] = list(self.block_argv) if self.block_argv else None
+        d["adaptive_argv"] = list(self.adaptive_argv) if self.adaptive_argv else None
         d["evidence"] = list(self.evidence)
         d["notes"] = [n._asdict() for n in self.notes]
+        if self.build is not None:
+            b = self.build._asdict()
+            b["changes"], b["evidence"] = list(self.build.changes), list(self.build.evidence)
+            d["build"] = b
+        if self.memory is not None:
+            m = self.memory._asdict()
+            m["sources"] = list(self.memory.sources)
+            d["memory"] = m
         return d
 
     def to_json(self) -> str:

@@ -1,28 +1,32 @@
-"""Selection + Catalog + Verdict -> LaunchPlan. Pure: no files, network, clock or environment.
+"""Selection + Catalog (+ Verdict) -> LaunchPlan. Pure: no files, network, clock or environment.
 
-Layers, applied in this order; a later layer wins:
-  1. model base      base_args, base_env, served name, host/port of the model's recipe
-  2. GPU profile     layout, batch limits, graph mode, MoE backend, image, env for (model, GPU);
-                     explicit layout/limit inputs of the selection replace the profile's values here
-  3. workarounds     every workaround that applies to (model, GPU, vLLM version), in file order
-  4. speculative     --speculative-config from K and the model's DSpark config
-  5. capture size    --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
-  6. verdict         adaptive verification on only when the gate proved it on this host
-  7. user overrides  --vllm-arg / --env last (they may not touch what layers 4-6 decide)
+resolve() runs once per command. Its layers are named functions, applied in this order; a later layer wins:
+  1. model_layer       base_args, base_env, served name, host/port of the model's recipe
+  2. profile_layer     layout, batch limits, graph mode, MoE backend, env for (model, GPU); the selection's
+                       explicit layout/limit inputs replace the profile's values here
+  3. build_layer       the vLLM build (image, commit, reported version, changes it contains); the model
+                       must be supported by it
+  4. workaround_layer  every workaround that applies to (model, GPU, build), in file order
+  5. layout_layer      TP/DP/EP checked against the heads and the nodes
+  6. memory_layer      refuse a layout whose weights cannot fit
+  7. speculative_layer --speculative-config from K and the model's DSpark config
+  8. capture_layer     --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
+  9. command_layer     block_argv and adaptive_argv from the fields above
+ 10. override_layer    --vllm-arg / --env last (they may not touch what layers 7-9 decide)
+ 11. apply_verdict     adaptive verification on only when the gate proved it on this host: picks argv
 Every non-obvious value gets a Note saying why.
 """
 
 from __future__ import annotations
 
 import json
-from typing import NamedTuple
 
 from rocm_dspark.capture import capture_size
-from rocm_dspark.catalog import Catalog, ModelSpec, Profile, release_tuple
+from rocm_dspark.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
-from rocm_dspark.plan import LaunchPlan, Note
+from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
-# Flags that layers 4-6 own: overriding them by hand would bypass the K check, the capture rule
+# Flags that layers 7-11 own: overriding them by hand would bypass the K check, the capture rule
 # or the adaptive-verification gate, so they have dedicated options instead.
 GUARDED_FLAGS = {
     "--speculative-config": "--num-speculative-tokens, --adaptive or --benchmark-synthetic",
@@ -39,44 +43,6 @@ GUARDED_FLAGS = {
     "--host": "--host",
     "--port": "--port",
 }
-
-
-class Selection(NamedTuple):
-    """What the operator asked for. None means "the profile's value"."""
-
-    model: str
-    gpu: str | None = None
-    gpu_source: str = "flag"  # flag | detected | default: only for the note
-    gpus_per_node: int | None = None
-    nodes: int = 1
-    head_address: str | None = None
-    tp: int | None = None
-    dp: int | None = None
-    ep: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    num_speculative_tokens: int | None = None
-    capture_cap: int | None = None
-    vllm_version: str | None = None
-    benchmark_synthetic: float | None = None
-    model_path: str | None = None
-    served_name: str | None = None
-    host: str | None = None
-    port: int | None = None
-    extra_args: tuple[str, ...] = ()  # "--flag" or "--flag=value"
-    extra_env: tuple[tuple[str, str], ...] = ()
-
-
-class Verdict(NamedTuple):
-    """The gate's answer for this host: is adaptive verification proven here, and why (not)."""
-
-    adaptive_proven: bool
-    reason: str
-    record: str | None = None
-
-    @staticmethod
-    def not_proven(reason: str = "no probe record was consulted") -> "Verdict":
-        return Verdict(False, reason)
 
 
 class _Args:
@@ -101,6 +67,31 @@ class _Args:
         return out
 
 
+class _State:
+    """What the layers build up, in one place (plain attributes: this is on the recipe path)."""
+
+    def __init__(self, catalog: Catalog, sel: Selection):
+        self.catalog, self.sel = catalog, sel
+        self.notes: list[Note] = []
+        self.model: ModelSpec
+        self.gpu: GpuSpec
+        self.profile: Profile
+        self.build: Build
+        self.fields: dict = {}
+        self.explicit: set[str] = set()
+        self.env: dict[str, str] = {}
+        self.extra_args: list[tuple[str, ...]] = []
+        self.served_name = self.host = ""
+        self.port = 0
+        self.k = 0
+        self.spec: dict = {}
+        self.adaptive_allowed = True
+        self.cap_size = 0
+        self.block_argv: tuple[str, ...] = ()
+        self.adaptive_argv: tuple[str, ...] | None = None
+        self.memory = None
+
+
 def _compact_json(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
@@ -109,17 +100,86 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _layout(sel: Selection, model: ModelSpec, p: dict, gpus_per_node: int, notes: list[Note]) -> None:
+# --- layers ---------------------------------------------------------------------------------------
+
+
+def model_layer(s: _State) -> None:
+    sel, catalog = s.sel, s.catalog
+    s.model = model = catalog.find_model(sel.model)
+    s.gpu = gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
+    if sel.gpu is None or sel.gpu_source == "default":
+        s.notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change"))
+    elif sel.gpu_source == "detected":
+        s.notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
+    s.served_name = sel.served_name or model.serve["served_name"]
+    s.host = sel.host or model.serve["host"]
+    s.port = sel.port if sel.port is not None else int(model.serve["port"])
+    if not 0 < s.port < 65536:
+        raise UsageError(f"--port {s.port} is not a TCP port (1-65535)")
+    s.env = dict(model.base_env)
+
+
+def profile_layer(s: _State) -> None:
+    model, gpu, sel = s.model, s.gpu, s.sel
+    profile = model.profiles.get(gpu.key)
+    if profile is None:
+        raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}")
+    s.profile = profile
+    s.fields = {
+        "tp": profile.tp, "dp": profile.dp, "ep": profile.ep, "max_num_seqs": profile.max_num_seqs,
+        "max_num_batched_tokens": profile.max_num_batched_tokens, "capture_cap": profile.capture_cap,
+        "cudagraph_mode": profile.cudagraph_mode, "breakable_cudagraph": profile.breakable_cudagraph,
+        "moe_backend": profile.moe_backend, "gpu_memory_utilization": profile.gpu_memory_utilization,
+        "engram_cpu_offload": profile.engram_cpu_offload,
+        "adaptive_verification": bool(model.speculative["adaptive_verification"]),
+    }
+    for name in ("tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "capture_cap"):
+        value = getattr(sel, name)
+        if value is not None:
+            if value <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} must be a positive integer, got {value}")
+            s.fields[name] = value
+            s.explicit.add(name)
+    if sel.concurrency is not None and sel.concurrency <= 0:
+        raise UsageError(f"--concurrency must be a positive integer (expected concurrent requests), got {sel.concurrency}")
+    s.env.update(profile.env)
+    s.extra_args = list(profile.args)
+    if profile.status != "verified":
+        s.notes.append(Note("status", (
+            f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
+            f"{', '.join(profile.evidence)}); not yet run on MI300-class hardware by rocm-dspark: run "
+            f"`rocm-dspark validate` before taking traffic")))
+
+
+def build_layer(s: _State) -> None:
+    s.build = s.catalog.build_for(s.profile, s.sel.build or s.sel.vllm_version)
+    s.catalog.check_model_supported(s.model, s.build)
+
+
+def workaround_layer(s: _State) -> None:
+    for w in s.catalog.workarounds:
+        if not w.applies(s.model.key, s.gpu.key, s.build.reported_version):
+            continue
+        s.fields.update(w.sets)
+        s.extra_args.extend(w.args)
+        s.env.update(w.env)
+        s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})"))
+
+
+def layout_layer(s: _State) -> None:
     """Validate tensor/data/expert parallel sizes against the heads and the nodes."""
+    sel, p = s.sel, s.fields
     tp, dp, ep, nodes = p["tp"], p["dp"], p["ep"], sel.nodes
-    heads = model.query_heads
+    gpus_per_node = sel.gpus_per_node or s.gpu.gpus_per_node
+    heads = s.model.query_heads
     if nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {nodes}")
     if tp < 1 or dp < 1 or ep < 1:
         raise UsageError("--tp, --dp and --ep must be positive integers")
     if heads % tp:
         ok = ", ".join(str(d) for d in _divisors(heads) if d <= gpus_per_node)
-        raise UsageError(f"--tp {tp} does not divide the {heads} query heads of {model.key}; use one of {ok}")
+        raise UsageError(f"--tp {tp} does not divide the {heads} query heads of {s.model.key}; use one of {ok}")
     if tp > gpus_per_node:
         raise UsageError(
             f"--tp {tp} exceeds the {gpus_per_node} GPUs of one node; tensor parallelism stays inside a node, "
@@ -138,20 +198,56 @@ def _layout(sel: Selection, model: ModelSpec, p: dict, gpus_per_node: int, notes
         raise UsageError("--nodes > 1 needs --head-address (the IP of node 0 that the other nodes reach)")
 
 
-def _memory_check(model: ModelSpec, gpu_hbm_gb: float, tp: int, util: float | None, notes: list[Note]) -> None:
+def memory_layer(s: _State) -> None:
     """Weights are split across the TP group (experts too under EP); refuse a layout that cannot hold them."""
-    group_gb = gpu_hbm_gb * tp
+    model, tp, util = s.model, s.fields["tp"], s.fields["gpu_memory_utilization"]
+    hbm = s.gpu.hbm_gb
+    group_gb = hbm * tp
     if model.weights_gb >= group_gb:
         raise UsageError(
-            f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu_hbm_gb:g} GB HBM "
+            f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {hbm:g} GB HBM "
             f"({group_gb:g} GB); use a larger --tp")
     usable = group_gb * (util or 0.9)
     share = model.weights_gb / usable
     if share > 0.8:
-        notes.append(Note("memory", (
+        s.notes.append(Note("memory", (
             f"weights take {share:.0%} of the usable HBM of the TP {tp} group ({usable:.0f} GB at "
             f"gpu_memory_utilization {util or 0.9}); little is left for KV cache: expect short contexts or "
             f"use a larger --tp")))
+
+
+def speculative_layer(s: _State) -> None:
+    sel, model = s.sel, s.model
+    block = model.block_size
+    k = sel.num_speculative_tokens if sel.num_speculative_tokens is not None else block
+    if not 1 <= k <= block:
+        raise UsageError(f"--num-speculative-tokens {k} is outside 1..{block} (the trained DSpark block of {model.key})")
+    s.k = k
+    s.spec = {"method": model.speculative["method"], "num_speculative_tokens": k,
+              **model.speculative["config"], "enable_adaptive_verification": False}
+    if sel.benchmark_synthetic is not None:
+        al = sel.benchmark_synthetic
+        if not 1.0 <= al <= k + 1:
+            raise UsageError(f"--benchmark-synthetic {al} must lie in [1, K+1] = [1, {k + 1}] (acceptance length counts the bonus token)")
+        s.spec["rejection_sample_method"] = "synthetic"
+        s.spec["synthetic_acceptance_length"] = al
+        s.adaptive_allowed = False  # a throughput knob: never gated on, never adaptive
+        s.notes.append(Note("synthetic", (
+            f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
+            f"fakes acceptance; NOT for serving and never for evals")))
+
+
+def capture_layer(s: _State) -> None:
+    mns, mnbt = s.fields["max_num_seqs"], s.fields["max_num_batched_tokens"]
+    s.cap_size = cap_size = capture_size(mns, s.k, s.fields["capture_cap"])
+    if mnbt < cap_size:
+        raise UsageError(
+            f"max_num_batched_tokens {mnbt} is below the capture size {cap_size}; use --max-num-batched-tokens "
+            f"{cap_size} or more, or a smaller --max-num-seqs")
+    s.notes.append(Note("capture", (
+        f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {mns * (1 + s.k)} "
+        f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
+        f"above it would run eager)")))
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
@@ -163,180 +259,121 @@ def _parse_user_arg(token: str) -> tuple[str, str | None]:
     return flag, (value if sep else None)
 
 
-def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:
-    verdict = verdict or Verdict.not_proven()
-    notes: list[Note] = []
-
-    # 1. model base -------------------------------------------------------------------------------
-    model = catalog.find_model(sel.model)
-    gpu_key = sel.gpu or model.default_gpu
-    gpu = catalog.find_gpu(gpu_key)
-    if sel.gpu is None or sel.gpu_source == "default":
-        notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change"))
-    elif sel.gpu_source == "detected":
-        notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
-    profile: Profile | None = model.profiles.get(gpu.key)
-    if profile is None:
-        raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}")
-    served_name = sel.served_name or model.serve["served_name"]
-    host = sel.host or model.serve["host"]
-    port = sel.port if sel.port is not None else int(model.serve["port"])
-    if not 0 < port < 65536:
-        raise UsageError(f"--port {port} is not a TCP port (1-65535)")
-    env: dict[str, str] = dict(model.base_env)
-
-    # 2. GPU profile (+ explicit layout/limits from the selection) -----------------------------------
-    fields = {
-        "tp": profile.tp, "dp": profile.dp, "ep": profile.ep, "max_num_seqs": profile.max_num_seqs,
-        "max_num_batched_tokens": profile.max_num_batched_tokens, "capture_cap": profile.capture_cap,
-        "cudagraph_mode": profile.cudagraph_mode, "breakable_cudagraph": profile.breakable_cudagraph,
-        "moe_backend": profile.moe_backend, "gpu_memory_utilization": profile.gpu_memory_utilization,
-        "engram_cpu_offload": profile.engram_cpu_offload,
-        "adaptive_verification": bool(model.speculative["adaptive_verification"]),
-    }
-    for name in ("tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "capture_cap"):
-        value = getattr(sel, name)
-        if value is not None:
-            if value <= 0:
-                flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} must be a positive integer, got {value}")
-            fields[name] = value
-    env.update(profile.env)
-    extra_args: list[tuple[str, ...]] = list(profile.args)
-    if profile.status != "verified":
-        notes.append(Note("status", (
-            f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
-            f"{', '.join(profile.evidence)}); not yet run on MI300-class hardware by rocm-dspark: run "
-            f"`rocm-dspark validate` before taking traffic")))
-    vllm_label = sel.vllm_version or profile.vllm_build or profile.vllm_version
-    vllm_version = catalog.vllm_version_of(vllm_label)
-    if model.key.startswith("DeepSeek-V4.1") and release_tuple(vllm_version) < release_tuple(catalog.min_version_for_v41):
-        fb = f" or use the fallback model --model {model.fallback}" if model.fallback else ""
-        raise UsageError(f"vLLM {vllm_version} has no {model.key}; use vLLM >= {catalog.min_version_for_v41}{fb}")
-
-    # 3. workarounds --------------------------------------------------------------------------------
-    for w in catalog.workarounds:
-        if not w.applies(model.key, gpu.key, vllm_version):
-            continue
-        fields.update(w.sets)
-        extra_args.extend(w.args)
-        env.update(w.env)
-        notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})"))
-
-    gpus_per_node = sel.gpus_per_node or gpu.gpus_per_node
-    _layout(sel, model, fields, gpus_per_node, notes)
-    _memory_check(model, gpu.hbm_gb, fields["tp"], fields["gpu_memory_utilization"], notes)
-
-    # 4. speculative config -------------------------------------------------------------------------
-    block = model.block_size
-    k = sel.num_speculative_tokens if sel.num_speculative_tokens is not None else block
-    if not 1 <= k <= block:
-        raise UsageError(f"--num-speculative-tokens {k} is outside 1..{block} (the trained DSpark block of {model.key})")
-    spec = {"method": model.speculative["method"], "num_speculative_tokens": k,
-            **model.speculative["config"], "enable_adaptive_verification": False}
-    if sel.benchmark_synthetic is not None:
-        al = sel.benchmark_synthetic
-        if not 1.0 <= al <= k + 1:
-            raise UsageError(f"--benchmark-synthetic {al} must lie in [1, K+1] = [1, {k + 1}] (acceptance length counts the bonus token)")
-        spec["rejection_sample_method"] = "synthetic"
-        spec["synthetic_acceptance_length"] = al
-        notes.append(Note("synthetic", (
-            f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
-            f"fakes acceptance; NOT for serving and never for evals")))
-
-    # 5. capture size -------------------------------------------------------------------------------
-    mns, mnbt = fields["max_num_seqs"], fields["max_num_batched_tokens"]
-    cap_size = capture_size(mns, k, fields["capture_cap"])
-    if mnbt < cap_size:
-        raise UsageError(
-            f"max_num_batched_tokens {mnbt} is below the capture size {cap_size}; use --max-num-batched-tokens "
-            f"{cap_size} or more, or a smaller --max-num-seqs")
-    notes.append(Note("capture", (
-        f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + k}) = {mns * (1 + k)} "
-        f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
-        f"above it would run eager)")))
-
-    # 6. verdict ------------------------------------------------------------------------------------
-    cap = catalog.vllm_capability(vllm_version)
-    adaptive = bool(fields["adaptive_verification"])
-    label = vllm_label if vllm_label == vllm_version else f"{vllm_label} = {vllm_version}"
-    if sel.benchmark_synthetic is not None:
-        adaptive = False
-    elif not adaptive and verdict.adaptive_proven:
-        adaptive = True
-        notes.append(Note("adaptive verification", (
-            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})")))
-    elif not adaptive:
-        why = (f"vLLM {label} refuses it for V4.1 on ROCm ({cap.evidence})" if cap.refuses_adaptive_on_rocm_v41
-               else f"vLLM {label} supports it natively, but it has not been proven on this host")
-        notes.append(Note("adaptive verification", (
-            f"OFF: full {k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-            f"on this host to prove it")))
-    spec["enable_adaptive_verification"] = adaptive
-
-    # Build argv --------------------------------------------------------------------------------------
+def command_layer(s: _State) -> _Args:
+    """Every flag the layers decided, in a stable order (the speculative config is filled per command)."""
+    sel, f, model = s.sel, s.fields, s.model
     args = _Args()
-    args.set("--served-model-name", served_name)
-    args.set("--host", host)
-    args.set("--port", str(port))
+    args.set("--served-model-name", s.served_name)
+    args.set("--host", s.host)
+    args.set("--port", str(s.port))
     for item in model.base_args:
         args.set(*item)
-    args.set("--tensor-parallel-size", str(fields["tp"]))
-    if fields["dp"] > 1:
-        args.set("--data-parallel-size", str(fields["dp"]))
+    args.set("--tensor-parallel-size", str(f["tp"]))
+    if f["dp"] > 1:
+        args.set("--data-parallel-size", str(f["dp"]))
         if sel.nodes > 1:
-            args.set("--data-parallel-size-local", str(fields["dp"] // sel.nodes))
+            args.set("--data-parallel-size-local", str(f["dp"] // sel.nodes))
             args.set("--data-parallel-address", sel.head_address)
-            notes.append(Note("multi-node", (
+            s.notes.append(Note("multi-node", (
                 f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
-                f"--data-parallel-start-rank r*{fields['dp'] // sel.nodes}")))
-    if fields["ep"] > 1:
+                f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}")))
+    if f["ep"] > 1:
         args.set("--enable-expert-parallel")
-    if fields["moe_backend"]:
-        args.set("--moe-backend", fields["moe_backend"])
-    if fields["gpu_memory_utilization"] is not None:
-        args.set("--gpu-memory-utilization", f"{fields['gpu_memory_utilization']:g}")
-    if fields["cudagraph_mode"]:
-        args.set("--compilation-config", _compact_json({"cudagraph_mode": fields["cudagraph_mode"]}))
-    if fields["breakable_cudagraph"] is not None:
-        env["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1" if fields["breakable_cudagraph"] else "0"
-    engram = fields["engram_cpu_offload"]
+    if f["moe_backend"]:
+        args.set("--moe-backend", f["moe_backend"])
+    if f["gpu_memory_utilization"] is not None:
+        args.set("--gpu-memory-utilization", f"{f['gpu_memory_utilization']:g}")
+    if f["cudagraph_mode"]:
+        args.set("--compilation-config", _compact_json({"cudagraph_mode": f["cudagraph_mode"]}))
+    if f["breakable_cudagraph"] is not None:
+        s.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1" if f["breakable_cudagraph"] else "0"
+    engram = f["engram_cpu_offload"]
     if engram is not None:
-        offload = engram.get(str(fields["tp"]))
+        offload = engram.get(str(f["tp"]))
         if offload is None:
             raise UsageError(
-                f"profile {profile.id} sets Engram offload only for TP {', '.join(sorted(engram))}; "
+                f"profile {s.profile.id} sets Engram offload only for TP {', '.join(sorted(engram))}; "
                 f"pick one of those with --tp")
         args.set("--engram-config", _compact_json({"cpu_offload": offload}))
-    for item in extra_args:
+    for item in s.extra_args:
         args.set(*item)
-    args.set("--speculative-config", _compact_json(spec))
-    args.set("--max-num-seqs", str(mns))
-    args.set("--max-num-batched-tokens", str(mnbt))
-    args.set("--max-cudagraph-capture-size", str(cap_size))
+    args.set("--speculative-config", "")  # placeholder: filled per command below
+    args.set("--max-num-seqs", str(f["max_num_seqs"]))
+    args.set("--max-num-batched-tokens", str(f["max_num_batched_tokens"]))
+    args.set("--max-cudagraph-capture-size", str(s.cap_size))
+    return args
 
-    # 7. user overrides -----------------------------------------------------------------------------
-    for token in sel.extra_args:
+
+def override_layer(s: _State, args: _Args) -> None:
+    for token in s.sel.extra_args:
         args.set(*_parse_user_arg(token))
-        notes.append(Note("override", f"{token} (given by --vllm-arg)"))
-    for key, value in sel.extra_env:
-        env[key] = value
-        notes.append(Note("override", f"env {key} (given by --env)"))
+        s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
+    for key, value in s.sel.extra_env:
+        s.env[key] = value
+        s.notes.append(Note("override", f"env {key} (given by --env)"))
+    target = s.sel.model_path or s.model.hf_id
 
-    target = sel.model_path or model.hf_id
-    argv = ("vllm", "serve", target, *args.argv())
-    block_argv = None
-    if adaptive:
-        block_spec = dict(spec, enable_adaptive_verification=False)
-        block_argv = tuple(a if a != _compact_json(spec) else _compact_json(block_spec) for a in argv)
+    def with_spec(adaptive: bool) -> tuple[str, ...]:
+        args.set("--speculative-config", _compact_json(dict(s.spec, enable_adaptive_verification=adaptive)))
+        return ("vllm", "serve", target, *args.argv())
 
-    return LaunchPlan(
-        model_id=target, model_key=model.key, served_name=served_name, gpu=gpu.key, arch=gpu.arch,
-        profile=profile.id, status=profile.status, status_date=profile.status_date,
-        evidence=profile.evidence, vllm_version=vllm_version, image=profile.image, host=host, port=port,
-        argv=argv, env=env, speculative_config=spec, adaptive_verification=adaptive,
-        block_argv=block_argv, notes=tuple(notes),
+    s.block_argv = with_spec(False)
+    s.adaptive_argv = with_spec(True) if s.adaptive_allowed else None
+
+
+LAYERS = (model_layer, profile_layer, build_layer, workaround_layer, layout_layer, memory_layer,
+          speculative_layer, capture_layer)
+
+
+def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
+    """Layers 1-10: the plan with both commands and block verification running (no verdict yet)."""
+    s = _State(catalog, sel)
+    for layer in LAYERS:
+        layer(s)
+    override_layer(s, command_layer(s))
+    f, b = s.fields, s.build
+    plan = LaunchPlan(
+        model_id=s.block_argv[2], model_key=s.model.key, served_name=s.served_name, gpu=s.gpu.key,
+        arch=s.gpu.arch, profile=s.profile.id, status=s.profile.status, status_date=s.profile.status_date,
+        evidence=s.profile.evidence, vllm_version=b.reported_version, image=b.image, host=s.host, port=s.port,
+        argv=s.block_argv, env=s.env, speculative_config=dict(s.spec, enable_adaptive_verification=False),
+        adaptive_verification=False, block_argv=s.block_argv, notes=tuple(s.notes), adaptive_argv=s.adaptive_argv,
+        build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
+        max_num_seqs=f["max_num_seqs"], max_num_batched_tokens=f["max_num_batched_tokens"],
+        capture_size=s.cap_size, k=s.k, concurrency=sel.concurrency, memory=s.memory,
     )
+    if f["adaptive_verification"] and s.adaptive_allowed:
+        # The model's recipe turns it on here and no workaround turned it off: no gate needed.
+        return _switch(plan, True, Note("adaptive verification", "ON: the recipe's default for this GPU"))
+    return plan
 
 
-__all__ = ["Selection", "Verdict", "resolve", "GUARDED_FLAGS"]
+def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
+    argv = plan.adaptive_argv if adaptive else plan.block_argv
+    return plan._replace(argv=argv, adaptive_verification=adaptive, notes=(*plan.notes, note),
+                         speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
+
+
+def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
+    """Layer 11, last: adaptive verification on only when the gate proved it on this host."""
+    verdict = verdict or Verdict.not_proven()
+    if plan.adaptive_verification or plan.adaptive_argv is None:
+        return plan  # already on by the recipe's default, or not allowed (synthetic benchmark)
+    if verdict.adaptive_proven:
+        return _switch(plan, True, Note("adaptive verification", (
+            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})")))
+    b = plan.build
+    label = b.name if b.reported_version in b.name else f"{b.name} = {b.reported_version}"
+    why = (f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})" if b.adaptive_on_rocm_v41 == "refused"
+           else f"vLLM {label} supports it natively, but it has not been proven on this host")
+    return _switch(plan, False, Note("adaptive verification", (
+        f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
+        f"on this host to prove it")))
+
+
+def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:
+    """The whole resolution: layers 1-10, then the verdict."""
+    return apply_verdict(resolve_plan(catalog, sel), verdict)
+
+
+__all__ = ["Selection", "Verdict", "resolve", "resolve_plan", "apply_verdict", "GUARDED_FLAGS", "LAYERS"]

@@ -134,7 +134,7 @@ def test_root_is_refused_as_service_user():
 
 def _profile_plans():
     from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.cli.options import build_selection
+    from rocm_dspark.selection import build_selection
     from rocm_dspark.resolve import Verdict, resolve
 
     catalog = load_catalog()
@@ -152,7 +152,7 @@ PLANS = dict(_profile_plans())
 @pytest.mark.parametrize("key", sorted(PLANS))
 def test_every_profile_renders_both_forms_that_pass_shellcheck_and_systemd(tmp_path, key):
     plan = PLANS[key]
-    assert plan.adaptive_verification == (plan.block_argv is not None)
+    assert plan.block_argv is not None and (plan.argv == plan.adaptive_argv) == plan.adaptive_verification
     pinned = "@sha256:" in plan.image
     for container in (False, True):
         out = tmp_path / ("container" if container else "host")

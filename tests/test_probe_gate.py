@@ -22,7 +22,7 @@ from rocm_dspark.catalog import load_catalog
 from rocm_dspark.probe import fingerprint, gate, store
 from rocm_dspark.probe.fingerprint import FIELDS
 from rocm_dspark.probe.record import LevelResult, build_record
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.resolve import Selection, resolve, resolve_plan
 from tests.conftest import CLI, FIXTURES, cli_env
 
 ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"
@@ -82,7 +82,7 @@ def write(state, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_OK), *, override=None, r
 
 
 def here(catalog, selection=SELECTION) -> dict:
-    return fingerprint.current_fingerprint(catalog, selection)
+    return fingerprint.current_fingerprint(catalog, resolve_plan(catalog, selection))
 
 
 def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
@@ -90,7 +90,7 @@ def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
         raise AssertionError("the fingerprint was computed although there is no record")
 
     monkeypatch.setattr(fingerprint, "current_fingerprint", must_not_run)
-    verdict = gate.gate_verdict(load_catalog(), SELECTION, state_dir=tmp_path / "empty")
+    verdict = gate.gate_verdict(load_catalog(), resolve_plan(load_catalog(), SELECTION), state_dir=tmp_path / "empty")
     assert verdict == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
 
 
@@ -107,7 +107,7 @@ def test_the_fingerprint_sees_the_host_it_is_given(mi300x_host):
 def test_matching_complete_record_turns_the_flag_on_and_the_plan_says_which(mi300x_host):
     catalog = load_catalog()
     rid, path = write(mi300x_host, here(catalog))
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert verdict.adaptive_proven and verdict.record == path
     assert f"record {rid}" in verdict.reason and "static, GPU kernel" in verdict.reason
     plan = resolve(catalog, SELECTION, verdict)
@@ -130,7 +130,7 @@ def test_each_mismatching_field_keeps_it_off_with_a_named_note(mi300x_host, key,
     fp = here(catalog)
     recorded = {**fp, key: _other(key, fp[key])}
     rid, _ = write(mi300x_host, recorded)
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven and verdict.record is None
     assert f"record {rid} is for " in verdict.reason and verdict.reason.endswith(": ignored")
     if key == "launch":
@@ -157,7 +157,7 @@ def test_another_vllm_is_named_with_both_versions(mi300x_host, tmp_path, monkeyp
     fp = here(catalog)
     assert fp["vllm_version"] == "0.33.0"
     rid, _ = write(mi300x_host, {**fp, "vllm_version": "0.32.0"})
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert f"record {rid} is for vLLM 0.32.0 (this host has 0.33.0): ignored" in verdict.reason
 
 
@@ -165,7 +165,7 @@ def test_other_gpu_model_and_layout_are_all_named(mi300x_host):
     catalog = load_catalog()
     fp = here(catalog)
     rid, _ = write(mi300x_host, {**fp, "gpu_name": "AMD Instinct MI325X", "model_id": "deepseek-ai/DeepSeek-V4-Flash", "tp": 4})
-    reason = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).reason
+    reason = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host).reason
     assert "GPU AMD Instinct MI325X (this host has AMD Instinct MI300X)" in reason
     assert "model deepseek-ai/DeepSeek-V4-Flash (this plan has deepseek-ai/DeepSeek-V4.1-Flash)" in reason
     assert "tensor parallel size 4 (this plan has 8)" in reason
@@ -175,9 +175,9 @@ def test_a_selection_change_is_a_plan_change(mi300x_host):
     catalog = load_catalog()
     write(mi300x_host, here(catalog))
     other = SELECTION._replace(num_speculative_tokens=3)
-    verdict = gate.gate_verdict(catalog, other, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, other), state_dir=mi300x_host)
     assert not verdict.adaptive_proven and "K 5 (this plan has 3)" in verdict.reason
-    assert gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).adaptive_proven
+    assert gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host).adaptive_proven
 
 
 def test_tampered_record_is_ignored(mi300x_host):
@@ -186,7 +186,7 @@ def test_tampered_record_is_ignored(mi300x_host):
     data = json.loads(open(path).read())
     data["levels"][2]["passed"] = True  # someone "fixes" the failed live level by hand
     open(path, "w").write(json.dumps(data))
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven
     assert f"{rid}.json is not a valid probe record (content hash does not match (edited or corrupted)): ignored" in verdict.reason
 
@@ -196,7 +196,7 @@ def test_truncated_record_is_ignored(mi300x_host):
     rid, path = write(mi300x_host, here(catalog))
     text = open(path).read()
     open(path, "w").write(text[: len(text) // 3])
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven and f"{rid}.json is not a valid probe record (not valid JSON" in verdict.reason
 
 
@@ -205,7 +205,7 @@ def test_renamed_record_is_ignored(mi300x_host):
     rid, path = write(mi300x_host, here(catalog))
     renamed = os.path.join(os.path.dirname(path), "20991231T000000Z-ffffffff.json")
     os.rename(path, renamed)
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven and f"holds record {rid} (renamed file): ignored" in verdict.reason
 
 
@@ -233,7 +233,7 @@ def test_renamed_record_is_ignored(mi300x_host):
 def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
     catalog = load_catalog()
     rid, _ = write(mi300x_host, here(catalog), levels, override=override)
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven
     assert f"record {rid} matches but is not enough: " in verdict.reason and why in verdict.reason
 
@@ -243,7 +243,7 @@ def test_newest_failure_beats_an_older_pass(mi300x_host):
     fp = here(catalog)
     write(mi300x_host, fp)
     rid, path = write(mi300x_host, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_REFUSED))
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven and verdict.record == path
     assert f"record {rid}" in verdict.reason and "but its live level failed: vLLM refused to start" in verdict.reason
 
@@ -254,7 +254,7 @@ def test_a_newer_partial_run_does_not_hide_an_older_complete_one(mi300x_host):
     old, _ = write(mi300x_host, fp)
     write(mi300x_host, fp, levels=(STATIC_OK,))
     write(mi300x_host, {**fp, "gpu_count": 4})
-    verdict = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host)
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert verdict.adaptive_proven and f"record {old}" in verdict.reason
 
 
@@ -263,7 +263,7 @@ def test_many_unmatched_records_are_counted_not_listed(mi300x_host):
     fp = here(catalog)
     for n in range(5):
         write(mi300x_host, {**fp, "max_num_seqs": 10 + n})
-    reason = gate.gate_verdict(catalog, SELECTION, state_dir=mi300x_host).reason
+    reason = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host).reason
     assert reason.startswith("5 probe record(s) in ") and reason.endswith("; and 2 more record(s) not matching")
 
 
@@ -319,3 +319,19 @@ def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
     plan = json.loads(auto.stdout)
     assert plan["adaptive_verification"] is False
     assert any(n["text"].startswith("OFF") and "no live level" in n["text"] for n in plan["notes"])
+
+
+def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host, monkeypatch):
+    """The gate reads the plan it is given (its adaptive command); it never resolves a second time."""
+    from rocm_dspark import resolve as resolver
+    from rocm_dspark import selection
+
+    catalog = load_catalog()
+    rid, _ = write(mi300x_host, here(catalog))
+    calls = []
+    real = resolver.resolve_plan
+    monkeypatch.setattr(resolver, "resolve_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    _, _, plan = selection.plan_for({"model": "V4.1-Flash", "gpu": "mi300x", "vllm_version": "0.32.0",
+                                     "state_dir": str(mi300x_host)}, catalog)
+    assert calls == [1] and plan.adaptive_verification and plan.argv == plan.adaptive_argv
+    assert any(rid in n.text for n in plan.notes)

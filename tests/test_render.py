@@ -64,7 +64,12 @@ def test_json_is_valid_and_complete():
     assert data["argv"] == list(plan.argv) and data["env"] == plan.env and data["image"] == plan.image
     assert data["speculative_config"]["enable_adaptive_verification"] is False
     assert {"topic", "text"} <= set(data["notes"][0]) and data["status"] == "experimental"
-    assert data["block_argv"] is None and data["adaptive_verification"] is False
+    assert data["block_argv"] == data["argv"] and data["adaptive_verification"] is False
+    # Complete: every plan field, with the structure (build, layout, limits) as plain JSON.
+    assert set(data) == set(LaunchPlan._fields)
+    assert data["build"]["name"] == plan.build.name and data["build"]["image"] == plan.image
+    assert (data["tp"], data["max_num_seqs"], data["capture_size"], data["k"]) == (8, 128, 1024, 5)
+    assert '"enable_adaptive_verification":true' in " ".join(data["adaptive_argv"])
 
 
 def test_docker_has_the_amd_device_flags_and_the_same_command():

@@ -104,7 +104,7 @@ def test_amd_default_is_block_verification_with_a_reason(gpu):
     spec = json.loads(flags(plan.argv)["--speculative-config"])
     assert spec == {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
                     "rejection_sample_method": "block", "enable_adaptive_verification": False}
-    assert not plan.adaptive_verification and plan.block_argv is None
+    assert not plan.adaptive_verification and plan.argv == plan.block_argv and plan.adaptive_argv is not None
     notes = {n.topic: n.text for n in plan.notes}
     assert notes["adaptive verification"].startswith("OFF: full 5-token block verification")
     assert "refuses it for V4.1 on ROCm" in notes["adaptive verification"]

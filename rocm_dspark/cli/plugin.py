@@ -18,7 +18,7 @@ def plugin():
               help="Evaluate only this host's platform (default: also vLLM's ROCm classes, forced to ROCm here).")
 @click.option("-k", "--num-speculative-tokens", type=click.IntRange(1, 16), default=5, show_default=True,
               help="K of the adaptive-verification config the checks use.")
-@click.option("--gpu", default="mi300x", show_default=True, help="recipes/gpus.yaml key whose arch stands in when forcing ROCm.")
+@click.option("--gpu", default=None, help="recipes/gpus.yaml key whose arch stands in when forcing ROCm (default: the first listed).")
 @click.option("--model", type=click.Path(exists=True, file_okay=False), default=None,
               help="A DeepSeek-V4.1 checkpoint dir whose config.json the checks use (default: a config-only stand-in).")
 @click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None,

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from rocm_dspark.cli.options import build_selection, selection_options, usage_errors
+from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.selection import build_selection
 from rocm_dspark.errors import UsageError
 
 

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from rocm_dspark.cli.options import plan_from_options, selection_options, usage_errors
+from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.selection import plan_from_options
 
 
 @click.command()

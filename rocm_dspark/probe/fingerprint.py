@@ -5,8 +5,8 @@ Host fields are read from files and package metadata only (vLLM's and torch's `v
 the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. The probe
 records exactly the same functions' answers, so a record and the gate compare like with like.
 
-Plan fields come from the LaunchPlan that the selection resolves to with adaptive verification on:
-model, layout, K, max_num_seqs, the vLLM the plan pins, and the launch command itself (argv and env,
+Plan fields come from the LaunchPlan's own fields (resolved once; never re-parsed from argv): model,
+layout, K, max_num_seqs, the vLLM the plan pins, and the adaptive launch command itself (argv and env,
 minus --host/--port, which only say where it listens).
 
 A value that cannot be read is None, and None only matches None: a record made where vLLM was
@@ -163,20 +163,12 @@ def host_fingerprint(gpus: dict | None = None) -> dict:
 _WHERE_FLAGS = {"--host", "--port"}
 
 
-def _flag(argv, name: str) -> str | None:
-    for i, token in enumerate(argv):
-        if token == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if token.startswith(name + "="):
-            return token.partition("=")[2]
-    return None
-
-
 def launch_identity(plan) -> dict:
-    """The plan's argv and env without --host/--port: what must be the same command that was probed."""
+    """The plan's adaptive argv and env without --host/--port: what must be the same command that was probed."""
+    command = plan.adaptive_argv or plan.argv
     argv, i = [], 0
-    while i < len(plan.argv):
-        token = plan.argv[i]
+    while i < len(command):
+        token = command[i]
         if token in _WHERE_FLAGS:
             i += 2
             continue
@@ -188,37 +180,39 @@ def launch_identity(plan) -> dict:
     return {"argv": argv, "env": dict(sorted(plan.env.items()))}
 
 
-def plan_fingerprint(plan, catalog, selection) -> dict:
-    """Plan fields of an adaptive-on LaunchPlan (resolve() with a proven verdict)."""
+def plan_fingerprint(plan, catalog, selection=None) -> dict:
+    """Plan fields of a LaunchPlan, read from its fields; the launch is its adaptive command."""
     model = catalog.find_model(plan.model_key)
-    tp = int(_flag(plan.argv, "--tensor-parallel-size") or 1)
-    dp = int(_flag(plan.argv, "--data-parallel-size") or 1)
     return {
         "model_id": plan.model_id,
         "model_revision": model.revision,
         "gpu": plan.gpu,
         "plan_vllm": plan.vllm_version,
         "image": plan.image,
-        "tp": tp,
-        "dp": dp,
-        "ep": tp * dp if "--enable-expert-parallel" in plan.argv else 1,
-        "nodes": selection.nodes,
-        "num_speculative_tokens": int(plan.speculative_config["num_speculative_tokens"]),
-        "max_num_seqs": int(_flag(plan.argv, "--max-num-seqs") or 0),
+        "tp": plan.tp,
+        "dp": plan.dp,
+        "ep": plan.ep,
+        "nodes": plan.nodes,
+        "num_speculative_tokens": plan.k,
+        "max_num_seqs": plan.max_num_seqs,
         "launch": launch_identity(plan),
     }
 
 
+FORCED_ON = "probe: adaptive verification forced on to test it"
+
+
 def adaptive_plan(catalog, selection):
-    """The plan with adaptive verification on: what the probe's live level starts and the gate guards."""
-    from rocm_dspark.resolve import Verdict, resolve
+    """The plan with adaptive verification on (resolved once, the verdict forced): what the probe's live
+    level starts and the gate guards."""
+    from rocm_dspark.plan import Verdict
+    from rocm_dspark.resolve import apply_verdict, resolve_plan
 
-    return resolve(catalog, selection, Verdict(True, "probe: adaptive verification forced on to test it", None))
+    return apply_verdict(resolve_plan(catalog, selection), Verdict(True, FORCED_ON, None))
 
 
-def current_fingerprint(catalog, selection, gpus: dict | None = None) -> dict:
-    plan = adaptive_plan(catalog, selection)
-    return {**host_fingerprint(gpus), **plan_fingerprint(plan, catalog, selection)}
+def current_fingerprint(catalog, plan, gpus: dict | None = None) -> dict:
+    return {**host_fingerprint(gpus), **plan_fingerprint(plan, catalog)}
 
 
 # --- comparison -----------------------------------------------------------------------------------

@@ -102,9 +102,10 @@ def _joined(notes: list[str]) -> str:
     return "; ".join(shown) + (f"; and {more} more record(s) not matching" if more else "")
 
 
-def gate_verdict(catalog, selection, state_dir=None, *, gpus: dict | None = None):
-    """The Verdict for this host and selection, from the records in the state directory."""
-    from rocm_dspark.resolve import Verdict
+def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None):
+    """The Verdict for this host and plan (resolve_plan's, before any verdict), from the records in the
+    state directory. The plan is not resolved again: its adaptive command is what a record must match."""
+    from rocm_dspark.plan import Verdict
 
     directory = store.records_dir(state_dir)
     files = store.record_files(directory)
@@ -113,7 +114,7 @@ def gate_verdict(catalog, selection, state_dir=None, *, gpus: dict | None = None
     from rocm_dspark.probe import fingerprint
     from rocm_dspark.probe.record import RecordError
 
-    current = fingerprint.current_fingerprint(catalog, selection, gpus)
+    current = fingerprint.current_fingerprint(catalog, plan, gpus)
     notes: list[str] = []
     for path in files:
         try:

@@ -20,8 +20,7 @@ from rocm_dspark.probe.store import iso, utc_now
 
 
 def plan_vllm_label(catalog, selection, plan) -> str:
-    profile = catalog.find_model(plan.model_key).profiles[plan.gpu]
-    return selection.vllm_version or profile.vllm_build or profile.vllm_version or plan.vllm_version
+    return plan.build.name if plan.build else plan.vllm_version
 
 
 def vllm_mismatch(version: str | None, commit: str | None, plan_version: str, label: str, build: dict | None) -> str | None:
@@ -73,9 +72,7 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
 
     started, t0 = utc_now(), time.monotonic()
     problems: list[str] = []
-    tp = int(_argv_value(plan.argv, "--tensor-parallel-size") or 1)
-    dp_local = int(_argv_value(plan.argv, "--data-parallel-size-local") or _argv_value(plan.argv, "--data-parallel-size") or 1)
-    needed = tp * dp_local
+    needed = plan.gpus_per_node_used
     gpu_problem = _gpu_problem(host_fp, plan, needed)
     if gpu_problem:
         problems.append(gpu_problem)
@@ -85,12 +82,12 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
         problems.append(f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)")
     label = plan_vllm_label(catalog, selection, plan)
     vllm_problem = vllm_mismatch(host_fp.get("vllm_version"), host_fp.get("vllm_commit"), plan.vllm_version, label,
-                                 catalog.builds.get(label))
+                                 {"commit": plan.build.vllm_commit} if plan.build else None)
     if vllm_problem:
         problems.append(vllm_problem)
 
     force = "rocm" if (host_fp.get("gpu_count") or 0) == 0 else None
-    k = int(plan.speculative_config["num_speculative_tokens"])
+    k = plan.k
     if host_fp.get("vllm_version") is None:
         report = {"error": "vLLM is not installed here (nothing to check)"}
     else:
@@ -141,9 +138,3 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
     return LevelResult("static", passed, (not forced) and gpu_problem is None, reason, note, iso(started),
                        round(time.monotonic() - t0, 3), evidence)
 
-
-def _argv_value(argv, flag: str) -> str | None:
-    for i, token in enumerate(argv):
-        if token == flag and i + 1 < len(argv):
-            return argv[i + 1]
-    return None

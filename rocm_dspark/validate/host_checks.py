@@ -77,20 +77,8 @@ def gpu_profile(ctx) -> Outcome:
 
 
 def _gpus_needed(plan) -> int:
-    """GPUs this node must have for the plan: TP x local DP (argv is the source of truth)."""
-    argv = list(plan.argv)
-
-    def flag(name: str, default: int) -> int:
-        for i, a in enumerate(argv):
-            if a == name and i + 1 < len(argv):
-                return int(argv[i + 1])
-            if a.startswith(name + "="):
-                return int(a.split("=", 1)[1])
-        return default
-
-    tp = flag("--tensor-parallel-size", 1)
-    dp_local = flag("--data-parallel-size-local", flag("--data-parallel-size", 1))
-    return tp * dp_local
+    """GPUs this node must have for the plan: TP x local DP x PP (the plan's fields)."""
+    return plan.gpus_per_node_used
 
 
 def hbm(ctx) -> Outcome:

@@ -35,7 +35,7 @@ def _start(ctx) -> Outcome:
     if target.argv:  # --server-json: the same launcher, around the given command
         plan = plan._replace(argv=tuple(target.argv), env=dict(target.env), host=target.host, port=target.port,
                              served_name=target.served_name, speculative_config={}, adaptive_verification=False,
-                             block_argv=None)
+                             block_argv=None, adaptive_argv=None)
     files = write_launchers(plan, launch_dir, "shell", name="validate-server",
                             ready_timeout_s=max(int(opts.ready_timeout_s), 1))
     # The launcher's state (launch-state.json, vllm_command.txt, start logs) goes into the report.
@@ -139,14 +139,9 @@ def _probe_only_keys(spec) -> tuple[str, ...]:
 
 
 def _plan(selection_opts: dict):
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.cli.options import build_selection, verdict_for
-    from rocm_dspark.resolve import resolve
+    from rocm_dspark.selection import plan_for
 
-    catalog = load_catalog()
-    selection = build_selection(selection_opts, catalog)
-    plan = resolve(catalog, selection, verdict_for(selection_opts, catalog, selection))
-    return catalog, selection, plan
+    return plan_for(selection_opts)
 
 
 def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list[str] | None = None,

@@ -195,9 +195,8 @@ def probe(ctx) -> Outcome:
     except ImportError as exc:
         return Outcome(NOT_APPLICABLE, f"probe records not available (rocm_dspark.probe: {exc})",
                        value={"plan_adaptive_verification": ctx.plan.adaptive_verification})
-    selection = ctx.data.get("selection")
     try:
-        verdict = gate_verdict(ctx.catalog, selection, state_dir=ctx.data.get("state_dir"))
+        verdict = gate_verdict(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"))
     except Exception as exc:  # the probe store is another module's: report, never crash validation
         return Outcome(WARN, f"the probe gate failed: {type(exc).__name__}: {exc}")
     value = {"adaptive_proven": verdict.adaptive_proven, "plan_adaptive_verification": ctx.plan.adaptive_verification}

@@ -19,10 +19,10 @@ Public API:
     register_with(*, vllm_version, capability, is_rocm, platform_name, capability_error=None)
         -> RegisterResult                           the same decision and action, inputs given
     checks.adaptive_verification_checks(force_platform=None, *, plugin=True, num_speculative_tokens=5,
-        gpu="mi300x", model=None, python=None, timeout=300.0) -> list[CheckResult]
+        gpu=None, model=None, python=None, timeout=300.0) -> list[CheckResult]
         CheckResult(name, passed: bool | None, detail, refusal: vLLM's exact error text or None);
         the last entry is vLLM's verdict. Runs in a child Python (see checks.py).
-    status.plugin_status(*, force_platform="rocm", num_speculative_tokens=5, gpu="mi300x", model=None,
+    status.plugin_status(*, force_platform="rocm", num_speculative_tokens=5, gpu=None, model=None,
         python=None, timeout=300.0) -> dict                      what `rocm-dspark plugin status --json` prints
     status.format_table(report) -> str              what `rocm-dspark plugin status` prints
 """

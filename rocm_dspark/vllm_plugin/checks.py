@@ -47,7 +47,7 @@ def adaptive_verification_checks(
     *,
     plugin: bool = True,
     num_speculative_tokens: int = 5,
-    gpu: str = "mi300x",
+    gpu: str | None = None,
     model: str | None = None,
     python: str | None = None,
     timeout: float = 300.0,
@@ -68,15 +68,16 @@ def run_checks_report(
     force_platform: str | None = None,
     *,
     num_speculative_tokens: int = 5,
-    gpu: str = "mi300x",
+    gpu: str | None = None,
     model: str | None = None,
     python: str | None = None,
     timeout: float = 300.0,
 ) -> dict:
     """Run the child process and return its JSON report (see `_report`). Never raises for a
     missing or broken vLLM: the report's `error` says what went wrong."""
-    argv = [python or sys.executable, "-m", "rocm_dspark.vllm_plugin.checks", "-k", str(num_speculative_tokens),
-            "--gpu", gpu]
+    argv = [python or sys.executable, "-m", "rocm_dspark.vllm_plugin.checks", "-k", str(num_speculative_tokens)]
+    if gpu:
+        argv += ["--gpu", gpu]
     if force_platform:
         argv += ["--force-platform", force_platform]
     if model:
@@ -109,7 +110,7 @@ def platform_name(platform) -> str:
     return enum.name.lower() if enum is not None else str(getattr(platform, "device_type", "unknown"))
 
 
-def _force_rocm(gpu: str) -> str:
+def _force_rocm(gpu: str | None) -> str:
     """Make vLLM's ROCm platform current. On a ROCm host that is the real one (nothing is faked);
     elsewhere torch's device-properties query answers with the GPU's arch from recipes/gpus.yaml.
     Returns a note ("" when nothing was forced)."""
@@ -126,7 +127,9 @@ def _force_rocm(gpu: str) -> str:
 
     from rocm_dspark.catalog import load_catalog
 
-    spec = load_catalog().find_gpu(gpu)
+    catalog = load_catalog()
+    # No GPU named: the first one in recipes/gpus.yaml stands in (only its arch is used).
+    spec = catalog.find_gpu(gpu) if gpu else next(iter(catalog.gpus.values()))
 
     class _RecordedDeviceProperties:  # what torch.cuda.get_device_properties returns on that GPU
         gcnArchName = spec.arch
@@ -357,7 +360,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m rocm_dspark.vllm_plugin.checks")
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=5)
     p.add_argument("--force-platform", choices=["rocm"], default=None)
-    p.add_argument("--gpu", default="mi300x")
+    p.add_argument("--gpu", default=None)
     p.add_argument("--model", default=None)
     args = p.parse_args(argv)
     try:

@@ -44,7 +44,7 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
     return status
 
 
-def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str = "mi300x",
+def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str | None = None,
                   model: str | None = None, python: str | None = None, timeout: float = 300.0) -> dict:
     """Everything `plugin status` prints, computed in a child `python` (default: this one), which
     is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'

@@ -1,0 +1,116 @@
+"""The library behind every command: option values -> Selection -> Verdict -> LaunchPlan.
+
+The CLI (rocm_dspark.cli) and the validator call these with a plain dict of option values (the keys
+of SELECTION_KEYS, as the click options name them), so neither re-implements the path and nothing
+below the CLI imports click. Light imports only: this is on the `rocm-dspark recipe` path.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.plan import LaunchPlan, Selection, Verdict
+
+SELECTION_KEYS = (
+    "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
+    "max_num_batched_tokens", "num_speculative_tokens", "capture_cap", "vllm_version", "build", "concurrency",
+    "memory_override", "adaptive", "state_dir", "benchmark_synthetic", "model_path", "served_name", "host", "port",
+    "extra_args", "extra_env",
+)
+ADAPTIVE_MODES = ("auto", "off", "on")
+
+
+def env_pair(value: str) -> tuple[str, str]:
+    key, sep, val = value.partition("=")
+    if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+        raise UsageError(f"--env {value!r} must be KEY=VALUE with a valid variable name")
+    return key, val
+
+
+def parse_k(value) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    if "," in text:
+        raise UsageError(
+            f"--num-speculative-tokens {text!r}: one K for every rank; data-parallel ranks must all use the "
+            f"same K (vLLM agrees K across DP ranks), so a per-rank K is refused")
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--num-speculative-tokens {text!r} is not an integer in 1..5") from None
+
+
+def _on_path(name: str) -> bool:
+    # shutil.which would do, but importing shutil (bz2, lzma, ...) costs ~2 ms of the recipe's start-up.
+    return any(os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep) if d)
+
+
+def detect_gpu(catalog) -> str | None:
+    """The catalog key of this host's AMD GPU, or None. The host module (and subprocess) is imported
+    only where amd-smi or rocminfo exists: most machines that print a recipe have neither."""
+    if not any(_on_path(tool) for tool in ("amd-smi", "rocminfo")):
+        return None
+    from rocm_dspark.host import detect_gpus, match_catalog_gpu
+
+    return match_catalog_gpu(detect_gpus(), catalog.gpus)
+
+
+def build_selection(opts: dict, catalog) -> Selection:
+    """Option values -> Selection, detecting the GPU when none is given. The GPU must be a catalog key."""
+    gpu, source = opts.get("gpu"), "flag"
+    if gpu is None:
+        gpu = detect_gpu(catalog)
+        source = "detected" if gpu else "default"
+    else:
+        gpu = catalog.find_gpu(gpu).key  # one line naming the known GPUs for anything else
+    return Selection(
+        model=opts["model"], gpu=gpu, gpu_source=source,
+        gpus_per_node=opts.get("gpus_per_node"), nodes=opts.get("nodes") or 1,
+        head_address=opts.get("head_address"), tp=opts.get("tp"), dp=opts.get("dp"), ep=opts.get("ep"),
+        max_num_seqs=opts.get("max_num_seqs"), max_num_batched_tokens=opts.get("max_num_batched_tokens"),
+        num_speculative_tokens=parse_k(opts.get("num_speculative_tokens")), capture_cap=opts.get("capture_cap"),
+        vllm_version=opts.get("vllm_version"), build=opts.get("build"), concurrency=opts.get("concurrency"),
+        memory_override=bool(opts.get("memory_override")), benchmark_synthetic=opts.get("benchmark_synthetic"),
+        model_path=opts.get("model_path"), served_name=opts.get("served_name"), host=opts.get("host"),
+        port=opts.get("port"), extra_args=tuple(opts.get("extra_args") or ()),
+        extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
+    )
+
+
+def verdict_for(opts: dict, catalog, plan: LaunchPlan) -> Verdict:
+    """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records)."""
+    mode = opts.get("adaptive") or "auto"
+    if mode not in ADAPTIVE_MODES:
+        raise UsageError(f"--adaptive {mode!r}: use one of {', '.join(ADAPTIVE_MODES)}")
+    if mode == "off":
+        return Verdict.not_proven("--adaptive off forces block verification")
+    if plan.adaptive_argv is None:
+        return Verdict.not_proven("synthetic benchmark mode")
+    from rocm_dspark.probe.gate import gate_verdict
+
+    verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"))
+    if mode == "on" and not verdict.adaptive_proven:
+        raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
+    return verdict
+
+
+def plan_for(opts: dict, catalog=None) -> tuple:
+    """Option values -> (catalog, selection, plan): resolve once, then the gate's verdict, applied last."""
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.resolve import apply_verdict, resolve_plan
+
+    catalog = catalog or load_catalog()
+    selection = build_selection(opts, catalog)
+    plan = resolve_plan(catalog, selection)
+    return catalog, selection, apply_verdict(plan, verdict_for(opts, catalog, plan))
+
+
+def plan_from_options(opts: dict) -> LaunchPlan:
+    """Option values -> LaunchPlan (the one path every command uses)."""
+    return plan_for(opts)[2]
+
+
+__all__ = ["SELECTION_KEYS", "build_selection", "verdict_for", "plan_for", "plan_from_options", "detect_gpu",
+           "env_pair", "parse_k"]
