@@ -47,14 +47,18 @@ def selection_options(fn):
                      help="Extra vLLM flag, applied last (repeatable)."),
         click.option("--env", "extra_env", multiple=True, metavar="KEY=VALUE", help="Extra environment variable (repeatable)."),
     ]
+    # A command's own option of the same name wins (validate's --concurrency is its sweep levels).
+    taken = {p.name for p in getattr(fn, "__click_params__", [])}
     for opt in reversed(opts):
-        fn = opt(fn)
+        probe = opt(lambda: None).__click_params__[0]
+        if probe.name not in taken:
+            fn = opt(fn)
     return fn
 
 
-def pop_selection(kwargs: dict) -> dict:
-    """Split the selection flags out of a command's kwargs."""
-    return {k: kwargs.pop(k) for k in SELECTION_KEYS if k in kwargs}
+def pop_selection(kwargs: dict, keep: tuple[str, ...] = ()) -> dict:
+    """Split the selection flags out of a command's kwargs (`keep`: the command's own options of that name)."""
+    return {k: kwargs.pop(k) for k in SELECTION_KEYS if k in kwargs and k not in keep}
 
 
 def fail(message: str, code: int = 2):

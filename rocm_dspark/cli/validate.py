@@ -56,7 +56,7 @@ def validate(**kwargs):
 
     from rocm_dspark.validate import ValidateOptions, run_validation
 
-    selection = pop_selection(kwargs)
+    selection = pop_selection(kwargs, keep=("concurrency",))
     as_json = kwargs.pop("as_json")
     opts = ValidateOptions(
         report_dir=kwargs["report_dir"], force=kwargs["force"], endpoint=kwargs["endpoint"], launch=kwargs["launch"],
