@@ -265,6 +265,16 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     return out
 
 
+def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict | None = None, *,
+                  name: str | None = None, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S) -> list[dict]:
+    """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
+    from rocm_dspark.launchers import default_name
+
+    raw = name or default_name(plan)
+    return render_manifests(plan, cluster.spec, name=raw[:42].rstrip("-"), startup_budget_s=startup_budget_s,
+                            query_heads=cluster.query_heads)
+
+
 def render_yaml(manifests: list[dict]) -> str:
     import yaml
 
@@ -275,4 +285,4 @@ def render_yaml(manifests: list[dict]) -> str:
     return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
-__all__ = ["render_manifests", "render_yaml", "LWS_API", "GPU_RESOURCE"]
+__all__ = ["render_manifests", "manifests_for", "render_yaml", "LWS_API", "GPU_RESOURCE"]

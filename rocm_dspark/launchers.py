@@ -95,8 +95,17 @@ def render_launcher(
     container: bool = False,
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    group_role: str = "single",
+    ready_host: str = "",
+    ready_port: int | None = None,
+    group_name: str | None = None,
 ) -> str:
-    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in)."""
+    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in).
+
+    group_role: single | head | worker (rocm_dspark.strategies); a worker polls the head's readiness at
+    ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR."""
+    if group_role not in ("single", "head", "worker"):
+        raise UsageError(f"group role {group_role!r}: use single, head or worker")
     name = _check_name(name or default_name(plan))
     if not plan.argv:
         raise UsageError("the plan has an empty argv; nothing to launch")
@@ -131,6 +140,10 @@ def render_launcher(
         "READY_TIMEOUT_S": str(ready_timeout_s),
         "STOP_TIMEOUT_S": str(stop_timeout_s),
         "CONTAINER": "1" if container else "0",
+        "GROUP_ROLE": group_role,
+        "GROUP_NAME": _check_name(group_name or name),
+        "READY_HOST": quoting.bash_word(ready_host, "ready host") if ready_host else "''",
+        "READY_PORT": str(int(ready_port)) if ready_port else "''",
     }
     return _fill(_template("launcher.sh.tmpl"), values)
 
@@ -251,6 +264,7 @@ def write_launchers(
     container: bool = False,
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    group: dict | None = None,
 ) -> LaunchFiles:
     """Render and write the launcher files for `plan` into `output_dir`.
 
@@ -265,7 +279,8 @@ def write_launchers(
     name = _check_name(name or default_name(plan))
     out = _check_output_dir(Path(output_dir))
     launcher = out / f"{name}.sh"
-    text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s)
+    text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
+                           **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         _write_all(to_write)

@@ -92,6 +92,8 @@ class Cluster(NamedTuple):
     commands: tuple[NodeCommand, ...]   # node order; a router (pd_cluster) comes last
     notes: tuple[tuple[str, str], ...] = ()
     status: str | None = None           # pd_cluster: the honest status line
+    spec: ClusterSpec | None = None     # what was asked (renderers that re-expand, e.g. Kubernetes, read it)
+    query_heads: int = 0
 
     def for_node(self, node: int) -> tuple[NodeCommand, ...]:
         return tuple(c for c in self.commands if c.node == node)
@@ -322,6 +324,11 @@ def _check_spec_rules(argv: tuple[str, ...], layout: dict, strategy: str) -> Non
 def expand(spec: ClusterSpec, argv: tuple[str, ...], env: dict[str, str], *, query_heads: int,
            block_argv: tuple[str, ...] | None = None, port: int = 8000, moe: bool = True) -> Cluster:
     """Every node's command for `spec`, from one node's plan (`argv`, `env`; `block_argv` = its fallback)."""
+    return _expand(spec, argv, env, query_heads=query_heads, block_argv=block_argv, port=port,
+                   moe=moe)._replace(spec=spec, query_heads=query_heads)
+
+
+def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     layout = layout_for(spec, query_heads, moe)
     _check_spec_rules(argv, layout, spec.strategy)
     strategy = spec.strategy

@@ -6,14 +6,18 @@ import json
 
 import click
 
+from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cluster import pop_cluster, wants_cluster
 from rocm_dspark.selection import plan_from_options
 
 
 @click.command()
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["shell", "systemd"]), default="shell", show_default=True,
-              help="shell: a bash launcher; systemd: the launcher plus a .service unit and a 0600 env file.")
+@cluster_options
+@click.option("--format", "fmt", type=click.Choice(["shell", "systemd", "k8s"]), default="shell", show_default=True,
+              help="shell: a bash launcher; systemd: the launcher plus a .service unit and a 0600 env file; "
+                   "k8s: Kubernetes manifests (<name>.k8s.yaml). With --strategy: one launcher (or unit) per node.")
 @click.option("--output", default=".", show_default=True, help="Existing directory to write the files into.")
 @click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
 @click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
@@ -29,6 +33,23 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
     """Write launcher files for a model on this (or the given) AMD GPU."""
     from rocm_dspark.launchers import write_launchers
 
+    copts = pop_cluster(opts)
+    if wants_cluster(copts) or fmt == "k8s":
+        from rocm_dspark.cluster import cluster_for
+        from rocm_dspark.launch_group import write_group
+
+        copts["strategy"] = copts.get("strategy") or "single_node"
+        plan, cluster = cluster_for(opts, copts)
+        written = write_group(plan, cluster, output, fmt, name=name, user=user, env_file=env_file, container=container,
+                              ready_timeout_s=ready_timeout, node_rank=copts.get("node_rank"))
+        if as_json:
+            click.echo(json.dumps(written, indent=2))
+            return
+        for item in written["files"]:
+            click.echo(f"wrote {item['path']}  ({item['what']})")
+        for line in written["next"]:
+            click.echo(line)
+        return
     files = write_launchers(
         plan_from_options(opts), output, fmt, name=name, user=user, env_file=env_file,
         container=container, ready_timeout_s=ready_timeout,

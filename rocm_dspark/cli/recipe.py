@@ -6,20 +6,54 @@ import json
 
 import click
 
+from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cluster import pop_cluster, wants_cluster
+from rocm_dspark.errors import UsageError
 from rocm_dspark.selection import plan_from_options
 
 
 @click.command()
 @selection_options
-@click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker"]), default="shell", show_default=True,
-              help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags.")
+@cluster_options
+@click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker", "k8s"]), default="shell", show_default=True,
+              help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags; "
+                   "k8s: Kubernetes manifests (with --strategy).")
 @usage_errors
 def recipe(fmt, **opts):
     """Print the vLLM launch for a model on this (or the given) AMD GPU."""
+    copts = pop_cluster(opts)
+    if wants_cluster(copts) or fmt == "k8s":
+        _cluster(fmt, opts, copts)
+        return
+    if copts.get("node_rank") is not None:
+        raise UsageError("--node-rank needs --strategy (which node of which layout?)")
     from rocm_dspark.render import RENDERERS
 
     click.echo(RENDERERS[fmt](plan_from_options(opts)), nl=False)
+
+
+def _cluster(fmt, opts, copts):
+    from rocm_dspark.cluster import cluster_for
+
+    copts.setdefault("strategy", None)
+    copts["strategy"] = copts["strategy"] or "single_node"
+    plan, cluster = cluster_for(opts, copts)
+    rank = copts.get("node_rank")
+    if fmt == "json":
+        from rocm_dspark.render_cluster import render_cluster_json
+
+        click.echo(render_cluster_json(plan, cluster, rank), nl=False)
+    elif fmt == "k8s":
+        from rocm_dspark.k8s import manifests_for, render_yaml
+
+        click.echo(render_yaml(manifests_for(plan, cluster, opts, copts)), nl=False)
+    elif fmt == "docker":
+        raise UsageError("--format docker prints one node's container; with --strategy use shell, json or k8s")
+    else:
+        from rocm_dspark.render_cluster import render_cluster_shell
+
+        click.echo(render_cluster_shell(plan, cluster, rank), nl=False)
 
 
 @click.command(name="list")

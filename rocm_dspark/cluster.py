@@ -1,0 +1,78 @@
+"""Option values -> one node's LaunchPlan -> every node's commands (a strategies.Cluster).
+
+The library behind `recipe --strategy` and `launch --strategy`: it resolves ONE node's plan with the layout
+the strategy gives a node (its GPUs as one TP group, expert parallel where the strategy has it), so the
+resolver's per-node rules (memory, Engram offload by TP, capture size) apply, and then lets
+rocm_dspark.strategies set the group's parallel flags on every node. No click here.
+"""
+
+from __future__ import annotations
+
+from rocm_dspark.errors import UsageError
+
+CLUSTER_KEYS = ("strategy", "node_rank", "iface", "backend", "dp_lb", "rpc_port", "prefill_nodes", "node_addresses",
+                "connector", "router_port")
+
+
+def pop_cluster(kwargs: dict) -> dict:
+    return {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
+
+
+def wants_cluster(copts: dict) -> bool:
+    return bool(copts.get("strategy"))
+
+
+def _addresses(raw) -> tuple[str, ...]:
+    if not raw:
+        return ()
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    return tuple(a.strip() for a in raw if a.strip())
+
+
+def cluster_for(opts: dict, copts: dict):
+    """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands."""
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.selection import build_selection, plan_for
+    from rocm_dspark.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
+
+    strategy = copts.get("strategy") or "single_node"
+    catalog = load_catalog()
+    sel = build_selection(opts, catalog)
+    model = catalog.find_model(sel.model)
+    gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
+    g = opts.get("gpus_per_node") or gpu.gpus_per_node
+    nodes = opts.get("nodes") or 1
+    if strategy not in ("single_node", "pd_cluster"):
+        for flag in ("dp", "ep"):
+            if opts.get(flag) is not None:
+                raise UsageError(f"--{flag} is set by --strategy {strategy}; drop it (use --tp for the TP of one rank)")
+    spec = ClusterSpec(
+        strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=opts.get("head_address"),
+        iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),
+        rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
+        rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
+        node_addresses=_addresses(copts.get("node_addresses")), connector=copts.get("connector"),
+        router_port=copts.get("router_port") or 8000,
+    )
+    moe = bool(model.architecture.get("routed_experts"))
+    layout = layout_for(spec, model.query_heads, moe)
+    node_rank_check(copts.get("node_rank"), nodes)
+    node_opts = dict(opts, nodes=1, head_address=None)
+    if strategy not in ("single_node", "pd_cluster"):
+        node_opts.update(node_plan_layout(layout))
+    catalog, _, plan = plan_for(node_opts, catalog)
+    argv, fallback = plan.argv, (plan.block_argv if plan.adaptive_verification else None)
+    extra_notes: list[tuple[str, str]] = []
+    if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":
+        # vLLM 0.33 refuses adaptive verification with PP; `--adaptive on` is refused by expand() instead.
+        argv, fallback = plan.block_argv, None
+        extra_notes.append(("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification"))
+    cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
+    if strategy not in ("single_node", "pd_cluster"):
+        extra_notes.append(("node plan", f"resolved for one node as TP {layout['gpus_per_node']} (memory, Engram and capture "
+                                         "rules per node); the group's parallel flags come from the strategy"))
+    return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes))
+
+
+__all__ = ["CLUSTER_KEYS", "pop_cluster", "wants_cluster", "cluster_for"]

@@ -1,0 +1,50 @@
+"""Cluster (every node's commands) -> text: shell blocks per node, JSON, or Kubernetes YAML."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from rocm_dspark.render import _argv_lines, _comment
+
+
+def _commands(cluster, node_rank):
+    return cluster.commands if node_rank is None else cluster.for_node(node_rank)
+
+
+def render_cluster_shell(plan, cluster, node_rank: int | None = None) -> str:
+    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}] image {plan.image}")
+    out += _comment(f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
+                    + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
+    if cluster.status:
+        out += _comment(f"prefill/decode status: {cluster.status}")
+    for note in plan.notes:
+        out += _comment(f"{note.topic}: {note.text}")
+    for topic, text in cluster.notes:
+        out += _comment(f"{topic}: {text}")
+    for cmd in _commands(cluster, node_rank):
+        where = f" ({cmd.address})" if cmd.address else ""
+        out += ["", *_comment(f"--- node {cmd.node}{where}: {cmd.role}"
+                              + (f", serves HTTP on :{cmd.port}" if cmd.serves_http else ", no HTTP (headless)"))]
+        for step in cmd.setup:
+            out.append(" ".join(shlex.quote(w) for w in step))
+        lines = [f"{k}={shlex.quote(v)}" for k, v in cmd.env.items()]
+        lines += _argv_lines(cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 1)
+        out.append(" \\\n".join(lines))
+    return "\n".join(out) + "\n"
+
+
+def cluster_json_dict(plan, cluster, node_rank: int | None = None) -> dict:
+    d = cluster.to_json_dict()
+    if node_rank is not None:
+        d["node_rank"] = node_rank
+        d["commands"] = [c for c in d["commands"] if c["node"] == node_rank]
+    d["plan"] = {k: v for k, v in plan.to_json_dict().items() if k not in ("argv", "block_argv", "adaptive_argv")}
+    return d
+
+
+def render_cluster_json(plan, cluster, node_rank: int | None = None) -> str:
+    return json.dumps(cluster_json_dict(plan, cluster, node_rank), indent=2) + "\n"
+
+
+__all__ = ["render_cluster_shell", "render_cluster_json", "cluster_json_dict"]
