@@ -30,8 +30,10 @@ def _addresses(raw) -> tuple[str, ...]:
     return tuple(a.strip() for a in raw if a.strip())
 
 
-def cluster_for(opts: dict, copts: dict):
-    """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands."""
+def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
+    """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands.
+
+    k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here."""
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.selection import build_selection, plan_for
     from rocm_dspark.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
@@ -47,12 +49,19 @@ def cluster_for(opts: dict, copts: dict):
         for flag in ("dp", "ep"):
             if opts.get(flag) is not None:
                 raise UsageError(f"--{flag} is set by --strategy {strategy}; drop it (use --tp for the TP of one rank)")
+    head = opts.get("head_address")
+    addresses = _addresses(copts.get("node_addresses"))
+    if k8s:
+        from rocm_dspark.k8s import LEADER_PLACEHOLDER
+
+        head = head or LEADER_PLACEHOLDER
+        addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
-        strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=opts.get("head_address"),
+        strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=head,
         iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),
         rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
         rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
-        node_addresses=_addresses(copts.get("node_addresses")), connector=copts.get("connector"),
+        node_addresses=addresses, connector=copts.get("connector"),
         router_port=copts.get("router_port") or 8000,
     )
     moe = bool(model.architecture.get("routed_experts"))

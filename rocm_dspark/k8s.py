@@ -28,7 +28,7 @@ from rocm_dspark.strategies import Cluster, ClusterSpec, expand
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
 # A sentinel host name for the leader's address; replaced by ${LWS_LEADER_ADDRESS} in the pod's shell.
-_LEADER = "lws-leader-address.invalid"
+_LEADER = LEADER_PLACEHOLDER = "lws-leader-address.invalid"
 DEFAULT_STARTUP_BUDGET_S = 3600   # a 511 GB checkpoint can take most of an hour to load
 PROBE_PERIOD_S = 10
 MODEL_CACHE_MOUNT = "/root/.cache/huggingface"

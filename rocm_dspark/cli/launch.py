@@ -39,7 +39,7 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
         from rocm_dspark.launch_group import write_group
 
         copts["strategy"] = copts.get("strategy") or "single_node"
-        plan, cluster = cluster_for(opts, copts)
+        plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
         written = write_group(plan, cluster, output, fmt, name=name, user=user, env_file=env_file, container=container,
                               ready_timeout_s=ready_timeout, node_rank=copts.get("node_rank"))
         if as_json:

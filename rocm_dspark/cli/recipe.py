@@ -38,7 +38,7 @@ def _cluster(fmt, opts, copts):
 
     copts.setdefault("strategy", None)
     copts["strategy"] = copts["strategy"] or "single_node"
-    plan, cluster = cluster_for(opts, copts)
+    plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     rank = copts.get("node_rank")
     if fmt == "json":
         from rocm_dspark.render_cluster import render_cluster_json

@@ -1,0 +1,83 @@
+"""`rocm-dspark recipe --strategy ...` end to end (a real subprocess): every node's command, one node's, and one
+line with exit status 2 for each bad input."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from tests.conftest import CLI, cli_env
+
+BASE = ["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x"]
+
+
+def run(*args, check=True):
+    r = subprocess.run(CLI + BASE + list(args), capture_output=True, text=True, env=cli_env(), timeout=120)
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_done_when_every_node_as_json():
+    r = run("--strategy", "multi_node_dep", "--nodes", "2", "--head-address", "10.0.0.1", "--format", "json")
+    d = json.loads(r.stdout)
+    assert d["strategy"] == "multi_node_dep" and d["layout"]["dp"] == 16
+    nodes = [c["node"] for c in d["commands"]]
+    assert nodes == [0, 1]
+    for c in d["commands"]:
+        argv = c["argv"]
+        assert argv[:2] == ["vllm", "serve"]
+        assert argv[argv.index("--data-parallel-start-rank") + 1] == str(8 * c["node"])
+        assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.1"
+    assert d["plan"]["profile"] == "DeepSeek-V4.1-Flash/mi300x"
+
+
+def test_one_node_as_shell_is_copy_pasteable():
+    r = run("--strategy", "multi_node_tp", "--nodes", "2", "--head-address", "10.0.0.1", "--node-rank", "1",
+            "--iface", "ens5")
+    body = [line for line in r.stdout.splitlines() if not line.startswith("#") and line.strip()]
+    words = shlex.split(" ".join(line.rstrip("\\") for line in body))
+    env = dict(w.split("=", 1) for w in words[: words.index("vllm")])
+    argv = words[words.index("vllm"):]
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ens5"
+    assert argv[argv.index("--node-rank") + 1] == "1" and "--headless" in argv
+    assert "# --- node 1: worker, no HTTP (headless)" in r.stdout
+
+
+def test_json_with_rank_gives_that_node_only():
+    d = json.loads(run("--strategy", "pd_cluster", "--nodes", "2", "--node-addresses", "10.0.0.1,10.0.0.2",
+                       "--format", "json", "--node-rank", "0").stdout)
+    assert [c["role"] for c in d["commands"]] == ["prefill", "router"]
+    assert "no public" in d["status"]
+
+
+def test_k8s_format_prints_manifests():
+    import yaml
+
+    docs = list(yaml.safe_load_all(run("--strategy", "multi_node_tp_pp", "--nodes", "2", "--format", "k8s").stdout))
+    assert [d["kind"] for d in docs] == ["LeaderWorkerSet", "Service"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--strategy", "multi_node_dep", "--nodes", "3", "--head-address", "10.0.0.1", "--tp", "3"], "must divide the 8 GPUs"),
+    (["--strategy", "multi_node_dep", "--nodes", "2", "--head-address", "10.0.0.1", "--node-rank", "2"], "out of range"),
+    (["--strategy", "multi_node_dep", "--nodes", "2"], "needs --head-address"),
+    (["--strategy", "multi_node_tp", "--nodes", "16", "--head-address", "10.0.0.1"], "query heads"),
+    (["--strategy", "multi_node_dep", "--nodes", "2", "--head-address", "10.0.0.1", "--dp", "4"], "--dp is set by"),
+    (["--strategy", "pd_cluster", "--nodes", "2"], "--node-addresses"),
+    (["--strategy", "multi_node_dep", "--nodes", "2", "--head-address", "10.0.0.1", "-k", "5,3"], "one K for every rank"),
+    (["--strategy", "warp_drive"], "--strategy 'warp_drive'"),
+    (["--node-rank", "1"], "--node-rank needs --strategy"),
+    (["--strategy", "multi_node_tp_pp", "--nodes", "2", "--head-address", "10.0.0.1", "--adaptive", "on"], None),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    r = run(*args, check=False)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rocm-dspark: error: ") and "Traceback" not in r.stderr
+    if needle:
+        assert needle in lines[0]
+    assert r.stdout == ""
