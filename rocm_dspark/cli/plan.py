@@ -28,12 +28,17 @@ from rocm_dspark.cli.options import usage_errors
 @click.option("--cost-table", default=None,
               help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
                    "instead of the roofline.")
+@click.option("--cost-model", type=click.Choice(["calibrated", "roofline"]), default="calibrated", show_default=True,
+              help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
+                   "or the uncalibrated roofline.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib).")
+@click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
+              "the path it wrote goes to stderr.")
 @click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
 @usage_errors
-def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, as_json, plot, seed_example, seed):
+def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
+         as_json, plot, seed_example, seed):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement)."""
     if seed_example:
         from rocm_dspark.planner.seed_example import seed_lines, seed_report
@@ -52,9 +57,10 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu else sorted(spec.profiles)
     plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
                           acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
-                          cost_table=cost_table, seed=seed) for g in gpus]
+                          cost_table=cost_table, cost_model=cost_model, seed=seed) for g in gpus]
     if plot:
         write_plot(plans, plot)
+        click.echo(f"wrote {plot}", err=True)
     if as_json:
         click.echo(json.dumps({"model": spec.key, "plans": [to_dict(p) for p in plans]}, indent=2))
         return

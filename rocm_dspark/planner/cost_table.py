@@ -11,9 +11,17 @@ tests/test_planner_vllm.py):
   * above it nothing pads: linear interpolation between the samples above the limit;
   * past the last sample: linear extrapolation through the last two samples.
 
+A SPARSE table (samples at a few sizes, e.g. the step times `rocm-dspark validate` measures at a few
+concurrencies) is not vLLM's profile: stepping up to the next sample would charge a 17-token step what a
+128-token step costs. There the step is padded to the capture grid as vLLM runs it, and its cost is
+interpolated linearly between the samples around the padded size (flat below the first, extrapolated
+past the last); `MeasuredCost.notes()` warns for padded sizes far from every sample. A table is dense
+when it has a sample at every captured size up to the largest one it covers (vLLM's own profile).
+
 File formats (`--cost-table`):
   JSON  {"verify": [[tokens, ms], ...], "draft": [[num_requests, ms], ...], "capture_sizes": [...]}
-        ("draft" and "capture_sizes" are optional)
+        ("draft" and "capture_sizes" are optional; "includes_draft": true says the verify curve is whole
+        step times with the drafter inside; "source", "note" and "samples" are kept for people)
   CSV   a header with `tokens,ms` and one row per sample (the verify curve only)
 Without a draft curve the drafter is taken as free, which flatters speculation: record it if you can.
 """
@@ -57,6 +65,20 @@ def lookup_ms(curve, sizes, limit: int = 0):
     return result
 
 
+def interpolate_ms(curve, sizes):
+    """Linear between samples, flat below the first, linear extrapolation past the last two (costs
+    made monotone first, as vLLM makes its own)."""
+    import numpy as np
+
+    xs, ys = _curve_arrays(curve)
+    values = np.asarray(sizes, dtype=np.float64)
+    result = np.interp(values, xs, ys)
+    if len(xs) > 1:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        result = np.where(values > xs[-1], ys[-1] + slope * (values - xs[-1]), result)
+    return result
+
+
 def _median_by_size(rows, what: str, source: str):
     """Sorted (size, median ms) pairs; sizes must be positive integers and costs non-negative."""
     import statistics
@@ -81,15 +103,55 @@ class MeasuredCost:
     draft_ms: tuple[tuple[int, float], ...] = ()
     capture_sizes: tuple[int, ...] = ()
     label: str = "measured cost table"
+    includes_draft: bool = False
 
     @classmethod
-    def from_samples(cls, verify, draft=(), capture_sizes=(), label="measured cost table", source="cost table"):
+    def from_samples(cls, verify, draft=(), capture_sizes=(), label="measured cost table", source="cost table",
+                     includes_draft=False):
         sizes = tuple(sorted({int(s) for s in capture_sizes}))
         if any(s <= 0 for s in sizes):
             raise UsageError(f"{source}: capture_sizes must be positive integers")
         return cls(verify_ms=_median_by_size(verify, "verify", source),
                    draft_ms=_median_by_size(draft, "draft", source) if draft else (),
-                   capture_sizes=sizes, label=label)
+                   capture_sizes=sizes, label=label, includes_draft=bool(includes_draft))
+
+    @property
+    def dense(self) -> bool:
+        """A sample at every captured size up to the largest sample at or below the capture limit
+        (vLLM's own profile), or nothing captured: vLLM's step rule applies. Else: sparse."""
+        if not self.capture_sizes:
+            return True
+        have = {s for s, _ in self.verify_ms}
+        top = max((s for s in have if s <= self.cudagraph_limit), default=0)
+        return all(s in have for s in self.capture_sizes if s <= top)
+
+    def far_sizes(self, sizes, ratio: float = 2.0) -> list[int]:
+        """Padded sizes more than `ratio` x away from the nearest sample (sparse tables only)."""
+        import numpy as np
+
+        from rocm_dspark.planner.roofline import pad_to_capture
+
+        if self.dense:
+            return []
+        xs = np.asarray([s for s, _ in self.verify_ms], dtype=np.float64)
+        out = []
+        for size in sorted({int(v) for v in np.atleast_1d(pad_to_capture(sizes, self.capture_sizes)) if v > 0}):
+            nearest = float(np.min(np.maximum(xs / size, size / xs)))
+            if nearest > ratio:
+                out.append(size)
+        return out
+
+    def notes(self) -> list[str]:
+        samples = ", ".join(str(s) for s, _ in self.verify_ms)
+        if self.dense:
+            return [f"cost table: samples at every captured size ({len(self.verify_ms)}): vLLM's step rule"]
+        out = [f"cost table: sparse ({len(self.verify_ms)} samples at {samples} tokens): steps are padded to the "
+               f"capture grid, then interpolated linearly between samples (flat below {self.verify_ms[0][0]}, "
+               f"extrapolated past {self.verify_ms[-1][0]})"]
+        if self.includes_draft:
+            out.append("cost table: its step times include the drafter of the launch it was measured on, so a plan "
+                       "without speculation is charged for a drafter, and other K for the measured one")
+        return out
 
     @property
     def cudagraph_limit(self) -> int:
@@ -102,8 +164,11 @@ class MeasuredCost:
         from rocm_dspark.planner.roofline import pad_to_capture
 
         padded = pad_to_capture(tokens, self.capture_sizes)
-        ms = np.maximum(lookup_ms(self.verify_ms, padded, self.cudagraph_limit), MIN_VERIFY_MS)
-        return ms / 1000.0
+        if self.dense:
+            ms = lookup_ms(self.verify_ms, padded, self.cudagraph_limit)
+        else:
+            ms = interpolate_ms(self.verify_ms, padded)
+        return np.maximum(ms, MIN_VERIFY_MS) / 1000.0
 
     def draft_seconds(self, num_requests: int, k: int) -> float:
         """vLLM's draft curve is keyed by request count only: a DSpark block is one drafter forward."""
@@ -150,7 +215,8 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
             raise UsageError(f"{source}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
         if not isinstance(data, dict) or "verify" not in data:
             raise UsageError(f"{source}: expected an object with a \"verify\" list of [tokens, ms] pairs")
-        unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source"}
+        unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source", "samples", "includes_draft",
+                               "schema"}
         if unknown:
             raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected verify, draft, capture_sizes")
         verify = _pairs(data["verify"], source, "verify")
@@ -175,5 +241,9 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
                 raise UsageError(f"{source}: row {n} has {len(row)} columns, expected {len(header)}")
             verify.append((_number(row[it], source, f"row {n} tokens"), _number(row[im], source, f"row {n} ms")))
         draft, sizes = [], capture_sizes
+        data = {}
+    includes_draft = data.get("includes_draft", False)
+    if not isinstance(includes_draft, bool):
+        raise UsageError(f"{source}: includes_draft must be true or false")
     return MeasuredCost.from_samples(verify, draft, [int(s) for s in sizes], label=f"measured ({p.name})",
-                                     source=source)
+                                     source=source, includes_draft=includes_draft)

@@ -67,9 +67,9 @@ def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
 def roofline_notes(cost, model, profile) -> list[str]:
     target = cost.target
     notes = [
-        "cost: roofline model, not a measurement; not yet run on MI300-class hardware. It leaves out "
-        "attention over the context, kernel launches, the sampler and TP all-reduces, so real steps are "
-        "slower (most of all at small batches). Pass --cost-table with measured step costs to plan from data.",
+        "cost: roofline model (--cost-model roofline), uncalibrated: it leaves out the fixed per-step time, "
+        "attention over the context and TP all-reduces, so its steps are far too short at small batches. "
+        "Use the default calibrated model or --cost-table with measured step costs.",
         f"roofline per step: {target.dense_bytes / 1e9:.1f} GB dense + {target.expert_bytes / 1e9:.1f} GB routed "
         f"experts x (1 - (1 - {target.expert_share:.4f})^tokens) (uniform, independent routing); "
         f"{target.flops_per_token / 1e9:.0f} GFLOP per token (2 x active params); TP{profile.tp} divides bytes "
@@ -77,49 +77,90 @@ def roofline_notes(cost, model, profile) -> list[str]:
         f"{cost.hardware.flops_per_s / 1e15:.2f} PFLOP/s effective (0.8 x HBM bandwidth, 0.5 x FP8 peak: "
         f"the seed's factors)",
     ]
-    if cost.draft is not None:
-        notes.append(f"draft: a {model.params.get('draft_b')}B scaled copy of the target (recipes carry no "
-                     f"draft routing facts), one forward per block of K positions per request")
     if cost.capture_sizes:
         notes.append(f"verify tokens padded to vLLM's capture grid up to {cost.capture_sizes[-1]} "
                      f"(max_num_seqs {profile.max_num_seqs} x (1+{model.block_size}), pow2, cap {profile.capture_cap})")
     return notes
 
 
+def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
+    p = calib.params
+    where = ("this is the calibration setting" if same else
+             "outside the calibration setting: the stated error adds the spread between two builds of the same A/B")
+    return [
+        f"cost: calibrated step model, fit to public measurements: {calib.source_label} ({calib.source_url}); "
+        f"step = {p.fixed_ms:.2f} ms fixed + weight/expert reads (recipe bytes / HBM) + {p.per_request_ms:.4f} ms "
+        f"x requests + {p.per_token_ms:.4f} ms x tokens + {p.draft_ms:.2f} ms draft + {p.adaptive_ms:.2f} ms "
+        f"adaptive-verification work (calibration-setting values); routing overlap rho {p.rho:g}",
+        f"error: held-out points of that A/B were within {calib.held_out_error_pct:g}% (tok/s) and "
+        f"{calib.held_out_payoff_error_pp:g} points (adaptive vs fixed gain); a rebuild of the same A/B on another "
+        f"image moved by {calib.cross_build_spread_pct:g}% and {calib.cross_build_spread_pp:g} points; {where}: "
+        f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points",
+        "not yet run on MI300-class hardware by this project; the calibration is one public A/B "
+        "(recipes/step_cost.yaml says how thin the data is). Measure your own with `rocm-dspark validate "
+        "--cost-table-out` and pass --cost-table, or run the A/B (`rocm-dspark validate --ab`)",
+    ]
+
+
 COMMON_NOTES = (
-    "adaptive: the confidence head is taken as calibrated and stationary, and adaptive verification's "
-    "own overheads (varlen graphs, confidence head) are not in the cost; vllm#52362 measured adaptive "
+    "adaptive: the confidence head is taken as calibrated and stationary; vllm#52362 measured adaptive "
     "4.7-8.3% below fixed K=7 at c4-c32 on MI350X (V4-Flash) and ahead from c64",
-    "steady decode only: no prefill, no EOS; tokens/s are output tokens of the whole server",
+    "steady decode only: no prefill bursts, no EOS; tokens/s are output tokens of the whole server",
 )
 
 
 def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
-                 acceptance_shape="geometric", cost_table=None, steps=None, seed=0):
-    """Plan one (model, GPU) profile; `cost_table` is a path or None (roofline from the catalog)."""
+                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0):
+    """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
+    ("calibrated": recipes/step_cost.yaml's fit, transferred to this profile; "roofline")."""
     from rocm_dspark.capture import capture_size, vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import plan_grid
-    from rocm_dspark.planner.roofline import from_catalog
 
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
     if profile is None:
         raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles: {', '.join(sorted(model.profiles))}")
+    if cost_model not in ("calibrated", "roofline"):
+        raise UsageError(f"--cost-model {cost_model!r}: expected calibrated or roofline")
     rates, acceptance_label = acceptance_for(model, length=acceptance_length, rates_text=acceptance_rates,
                                             shape=acceptance_shape)
     gamma = model.block_size
+    error_pct = payoff_pp = None
+    error_source = "uncalibrated"
     if cost_table is not None:
         grid = vllm_capture_grid(capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
                                  profile.max_num_batched_tokens)
         cost = load_cost_table(cost_table, capture_sizes=grid)
         notes = [f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
                  f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"]
-        if not cost.draft_ms:
+        notes += cost.notes()
+        if not cost.draft_ms and not cost.includes_draft:
             notes.append("the cost table has no draft curve: drafting taken as free, which flatters speculation")
-    else:
+        error_source = f"measured on your server ({cost.label}); its error is that run's noise, not stated here"
+    elif cost_model == "roofline":
+        from rocm_dspark.planner.roofline import from_catalog
+
         cost = from_catalog(model, gpu, profile)
         notes = roofline_notes(cost, model, profile)
+    else:
+        from rocm_dspark.planner.calibration import class_matrix, class_rates, stored, transfer
+
+        calib = stored()
+        cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile)
+        error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
+        notes = calibrated_notes(calib, cost, same, error_pct, payoff_pp) + transfer_notes
+        error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
+        if acceptance_rates is None and calib.params.spread > 0:
+            length = acceptance_length if acceptance_length is not None else float(
+                model.speculative["golden_acceptance_length"])
+            try:
+                alphas = class_rates(length, gamma, calib.params.spread)
+                rates = class_matrix(alphas, len(alphas), gamma).tolist()
+                acceptance_label += (f"; split into two equal request classes with conditional rates "
+                                     f"{alphas[0]:.3f} and {alphas[1]:.3f} (the heterogeneity fitted to the A/B)")
+            except UsageError:
+                pass
     allowed, blocker = adaptive_status(catalog, profile)
     title = (f"{model.key} on {gpu.key} ({profile.tp}x {gpu.name}, TP{profile.tp}"
              f"{f' DP{profile.dp}' if profile.dp > 1 else ''}), profile {profile.status}")
@@ -134,5 +175,14 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                        max_num_seqs=profile.max_num_seqs, dp=profile.dp,
                        adaptive_allowed=allowed, adaptive_blocker=blocker, title=title,
                        acceptance_label=acceptance_label, steps=steps, seed=seed)
+    result.error_pct, result.payoff_error_pp, result.error_source = error_pct, payoff_pp, error_source
+    result.build = f"vLLM {profile.vllm_build or profile.vllm_version}"
+    if cost_table is not None:
+        sizes = [r.batch * (1 + k) for r in result.rows for k in (0, *result.rows[0].fixed)]
+        far = cost.far_sizes(sizes)
+        if far:
+            result.notes.append(f"cost table: padded step sizes {', '.join(map(str, far))} tokens are more than 2x "
+                                f"from every sample; predictions there lean on interpolation or extrapolation. "
+                                f"Measure at concurrencies closer to them")
     result.notes = notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
     return result

@@ -56,6 +56,26 @@ class PlanResult:
     speculative_config: dict         # keys to merge into --speculative-config
     recommendation: str
     notes: list = field(default_factory=list)
+    error_pct: float | None = None        # stated tok/s error of every prediction (None: not stated)
+    payoff_error_pp: float | None = None  # stated error of adaptive's gain over block verification, points
+    error_source: str = "uncalibrated"
+    adaptive_available: bool = True
+    build: str = ""
+
+    def adaptive_gain_pct(self, row: Row) -> float:
+        """Predicted gain of adaptive verification over block verification (all gamma drafts) at a row."""
+        block = row.fixed.get(self.gamma)
+        block_tps = block.expected_tokens_per_s if block is not None else max(
+            x.expected_tokens_per_s for x in row.fixed.values())
+        return 100.0 * (row.adaptive.expected_tokens_per_s / block_tps - 1.0)
+
+    def payoff(self, row: Row) -> str:
+        """'pays', 'loses' or 'uncertain' once the stated error is taken off (or put on) the gain."""
+        gain = self.adaptive_gain_pct(row)
+        err = self.payoff_error_pp
+        if err is None:
+            return "even" if abs(gain) < 0.5 else ("pays" if gain > 0 else "loses")
+        return "pays" if gain - err > 0 else ("loses" if gain + err < 0 else "uncertain")
 
     def per_batch_result(self, row: Row) -> SimResult:
         return row.at_k(row.best_k)
@@ -142,6 +162,7 @@ def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_
         verdict = (f"is predicted {gain:+.1%} better but " if gain > tolerance else "")
         notes.append(f"adaptive verification {verdict}is not available here"
                      + (f": {adaptive_blocker}" if adaptive_blocker else ""))
+    result.adaptive_available = adaptive_allowed
     result.recommended = chosen
     result.speculative_config, result.recommendation = _describe(result, chosen)
     return result

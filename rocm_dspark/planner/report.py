@@ -31,6 +31,7 @@ def to_dict(plan) -> dict:
         "recommended": plan.recommended,
         "speculative_config": plan.speculative_config,
         "recommendation": plan.recommendation,
+        "error": {"tok_s_pct": plan.error_pct, "adaptive_gain_pp": plan.payoff_error_pp, "source": plan.error_source},
         "rows": [
             {
                 "concurrency": r.concurrency,
@@ -40,6 +41,8 @@ def to_dict(plan) -> dict:
                 "fixed": {str(k): _sim(v) for k, v in r.fixed.items()},
                 "per_batch_size": _sim(plan.per_batch_result(r)),
                 "adaptive": _sim(r.adaptive),
+                "adaptive_vs_block_pct": round(plan.adaptive_gain_pct(r), 2),
+                "adaptive_payoff": plan.payoff(r),
             }
             for r in plan.rows
         ],
@@ -49,18 +52,23 @@ def to_dict(plan) -> dict:
 
 def table_lines(plan) -> list[str]:
     k = plan.fixed_k
+    err = f"within +-{plan.error_pct:g}%" if plan.error_pct is not None else "not stated"
+    perr = f"+-{plan.payoff_error_pp:g}" if plan.payoff_error_pp is not None else ""
     head = (f"{'conc':>5} {'batch':>5} | {'no-spec':>8} | {f'fixed K={k}':>10} {'AL':>5} | "
-            f"{'per-batch K':>11} {'tok/s':>8} {'AL':>5} | {f'adaptive K<={plan.gamma}':>13} {'AL':>5} {'drafts':>6}")
-    lines = [f"rocm-dspark plan: {plan.title}", f"cost: {plan.cost_label}", head, "-" * len(head)]
+            f"{'per-batch K':>11} {'tok/s':>8} {'AL':>5} | {f'adaptive K<={plan.gamma}':>13} {'AL':>5} {'drafts':>6} | "
+            f"{f'AV vs block {perr}':>17} {'verdict':>9}")
+    lines = [f"rocm-dspark plan: {plan.title}", f"cost: {plan.cost_label}",
+             f"error: every tok/s below: {err} ({plan.error_source})", head, "-" * len(head)]
     for r in plan.rows:
         fixed, per, ad = r.at_k(k), plan.per_batch_result(r), r.adaptive
         lines.append(
             f"{r.concurrency:>5} {r.batch:>5} | {r.no_spec.expected_tokens_per_s:>8.0f} | {fixed.expected_tokens_per_s:>10.0f} "
             f"{fixed.mean_acceptance_length:>5.2f} | {r.best_k:>11} {per.expected_tokens_per_s:>8.0f} "
             f"{per.mean_acceptance_length:>5.2f} | {ad.expected_tokens_per_s:>13.0f} {ad.mean_acceptance_length:>5.2f} "
-            f"{ad.verified_drafts_per_request:>6.2f}")
-    lines.append("tok/s: expected output tokens/s of the whole server; AL: simulated tokens per request per step "
-                 "(accepted drafts + 1); drafts: verified drafts per request")
+            f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}")
+    lines.append("tok/s: predicted output tokens/s of the whole server; AL: simulated tokens per request per step "
+                 "(accepted drafts + 1); drafts: verified drafts per request; AV vs block: adaptive against all "
+                 f"{plan.gamma} drafts verified, 'pays'/'loses' only when the stated error cannot flip the sign")
     lines.append(f"recommendation: {plan.recommendation}")
     if plan.speculative_config:
         lines.append(f"  --speculative-config keys: {json.dumps(plan.speculative_config, separators=(',', ':'))}")
@@ -69,7 +77,8 @@ def table_lines(plan) -> list[str]:
 
 
 def write_plot(plans, path) -> None:
-    """One panel per plan: tok/s against concurrency for each candidate; written atomically."""
+    """One panel per plan: predicted tok/s against concurrency for each candidate the build can run, the
+    recommended one drawn heavy with its stated error as a band; written atomically."""
     try:
         import matplotlib
     except ImportError:
@@ -80,31 +89,50 @@ def write_plot(plans, path) -> None:
     out = Path(path)
     if not out.parent.exists():
         raise UsageError(f"--plot {path}: folder {out.parent} does not exist")
-    fig, axes = plt.subplots(1, len(plans), figsize=(5.5 * len(plans), 4.2), squeeze=False)
+    if out.exists() and not out.is_file():
+        raise UsageError(f"--plot {path}: exists and is not a regular file; choose a file path")
+    fig, axes = plt.subplots(1, len(plans), figsize=(6.2 * len(plans), 4.8), squeeze=False)
+    styles = {"none": ("no speculation", "o", "-", "#555555"),
+              "fixed": (None, "s", "--", "#1f77b4"),
+              "per_batch_size": ("per-batch-size K", "D", ":", "#2ca02c"),
+              "adaptive": (None, "^", "-.", "#d62728")}
     for ax, plan in zip(axes[0], plans):
         xs = [r.concurrency for r in plan.rows]
-        series = {
-            "no speculation": [r.no_spec.expected_tokens_per_s for r in plan.rows],
-            f"fixed K={plan.fixed_k}": [r.at_k(plan.fixed_k).expected_tokens_per_s for r in plan.rows],
-            "per-batch-size K": [plan.per_batch_result(r).expected_tokens_per_s for r in plan.rows],
-            f"adaptive K<={plan.gamma}": [r.adaptive.expected_tokens_per_s for r in plan.rows],
-        }
-        for (label, ys), marker in zip(series.items(), "osD^"):
-            ax.plot(xs, ys, marker=marker, label=label)
+        candidates = ["none", "fixed"] + (["per_batch_size"] if plan.schedule else []) + (
+            ["adaptive"] if plan.adaptive_available else [])
+        for c in candidates:
+            label, marker, line, color = styles[c]
+            label = label or (f"fixed K={plan.fixed_k}" if c == "fixed" else f"adaptive K<={plan.gamma}")
+            ys = [plan.candidate_result(c, r).expected_tokens_per_s for r in plan.rows]
+            best = c == plan.recommended
+            ax.plot(xs, ys, marker=marker, linestyle=line, color=color, linewidth=2.8 if best else 1.3,
+                    markersize=7 if best else 5, label=label + (" (recommended)" if best else ""), zorder=3 if best else 2)
+            if best and plan.error_pct:
+                e = plan.error_pct / 100.0
+                ax.fill_between(xs, [y * (1 - e) for y in ys], [y * (1 + e) for y in ys], color=color, alpha=0.12,
+                                label=f"stated error +-{plan.error_pct:g}%")
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])
         ax.minorticks_off()
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("output tokens/s (model)")
-        ax.set_title(plan.title.rsplit(", profile", 1)[0], fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("concurrency (planned levels)")
+        ax.set_ylabel("output tokens/s (predicted)")
+        title = plan.title.rsplit(", profile", 1)[0]
+        cost = plan.cost_label if len(plan.cost_label) <= 60 else plan.cost_label[:57] + "..."
+        ax.set_title(f"{title}\nbuild: {plan.build}\ncost: {cost}", fontsize=8)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("rocm-dspark plan (a model, not a measurement)", fontsize=10)
+        if not plan.adaptive_available:
+            ax.text(0.99, 0.02, "adaptive verification: not available\non this build (not drawn)", ha="right",
+                    transform=ax.transAxes, fontsize=7, color="#d62728")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("rocm-dspark plan: model predictions, not measurements\n(not yet run on MI300-class hardware)",
+                 fontsize=9)
     fig.tight_layout()
     fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=110)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     finally:
         plt.close(fig)

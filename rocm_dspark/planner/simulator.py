@@ -62,8 +62,10 @@ def _rate_matrix(rates, batch: int):
     arr = np.asarray(rates, dtype=np.float64)
     if arr.ndim == 1:
         arr = np.broadcast_to(arr, (batch, arr.size))
-    if arr.shape[0] != batch:
-        raise ValueError(f"rates have {arr.shape[0]} rows for {batch} requests")
+    if arr.ndim != 2 or arr.shape[0] == 0:
+        raise ValueError("rates must be one row per position, or rows [classes or requests, positions]")
+    if arr.shape[0] != batch:  # request classes: requests cycle through the rows
+        arr = arr[np.arange(batch) % arr.shape[0]]
     if (arr < 0).any() or (arr > 1).any():
         raise ValueError("conditional acceptance rates must lie in [0, 1]")
     return np.ascontiguousarray(arr)
@@ -73,25 +75,30 @@ def _plans(cost, conf, policy: Policy, steps: int, dp: int):
     """Per step: verified drafts per request [steps, batch] and step seconds [steps]."""
     import numpy as np
 
-    from rocm_dspark.planner.scheduler import TwoPhaseScheduler, dp_charged_tokens
+    from rocm_dspark.planner.scheduler import TwoPhaseScheduler, dp_charged_tokens, request_seconds
 
     batch, gamma = conf.shape
     sizes = _rank_sizes(batch, dp)
     bounds = np.cumsum([0] + sizes)
     largest = max(sizes)
+    if hasattr(cost, "for_requests"):  # a cost whose routing term depends on tokens per request
+        cost = cost.for_requests(largest)
+    per_request = request_seconds(cost, largest)
     if policy.kind == "none":
         lengths = np.zeros(batch, dtype=np.int64)
-        seconds = float(cost.verify_seconds(largest))
+        seconds = per_request + float(cost.verify_seconds(largest))
         return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
     if policy.kind == "fixed":
         k = min(policy.k, gamma)
         lengths = np.full(batch, k, dtype=np.int64)
-        seconds = cost.draft_seconds(largest, k) + float(cost.verify_seconds(largest * (1 + k)))
+        seconds = per_request + cost.draft_seconds(largest, k) + float(cost.verify_seconds(largest * (1 + k)))
         return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
     if policy.kind != "adaptive":
         raise ValueError(f"unknown policy {policy.kind!r}")
     schedulers = [TwoPhaseScheduler(cost) for _ in sizes]
-    draft = cost.draft_seconds(largest, gamma)
+    # Adaptive verification's own work (confidence head, varlen metadata) where the cost knows it; the
+    # budget search does not see it (a constant per step), as vLLM's profiled tables do not.
+    draft = cost.draft_seconds(largest, gamma) + per_request + float(getattr(cost, "adaptive_seconds", 0.0))
     all_lengths = np.empty((steps, batch), dtype=np.int64)
     all_seconds = np.empty(steps)
     for step in range(steps):
@@ -116,7 +123,31 @@ WARMUP_STEPS = 2  # the first step has no confidence history, the second one a f
 def simulate(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None,
              seed: int = 0) -> SimResult:
     """Run `steps` steady decode steps of `batch` requests under `policy` and the step cost `cost`
-    (after WARMUP_STEPS steps that fill the scheduler's history and are not counted)."""
+    (after WARMUP_STEPS steps that fill the scheduler's history and are not counted).
+
+    `rates` is one row of conditional rates per position, one row per request, or a few rows of request
+    CLASSES that requests cycle through. When the batch does not hold every class equally often (batch 1
+    with two classes), the batch is simulated once per rotation of the classes and the runs are pooled
+    (tokens over time), as requests of every class pass through the batch over a server's life."""
+    import numpy as np
+
+    arr = np.asarray(rates, dtype=np.float64)
+    if arr.ndim == 2 and arr.shape[0] not in (1, batch) and batch % arr.shape[0]:
+        runs = [_simulate_one(cost, np.roll(arr, -o, axis=0), batch, policy, dp=dp, steps=steps, seed=seed + o)
+                for o in range(arr.shape[0])]
+        time = sum(r.steps * r.step_ms for r in runs)
+        emitted = sum(r.tokens_per_s * r.steps * r.step_ms for r in runs)
+        expected = sum(r.expected_tokens_per_s * r.steps * r.step_ms for r in runs)
+        req_steps = sum(r.steps for r in runs) * batch
+        return SimResult(policy=policy, batch=batch, tokens_per_s=emitted / time, expected_tokens_per_s=expected / time,
+                         mean_acceptance_length=sum(r.mean_acceptance_length * r.steps for r in runs) / sum(r.steps for r in runs),
+                         verified_drafts_per_request=float(np.mean([r.verified_drafts_per_request for r in runs])),
+                         step_ms=time / sum(r.steps for r in runs), steps=sum(r.steps for r in runs))
+    return _simulate_one(cost, rates, batch, policy, dp=dp, steps=steps, seed=seed)
+
+
+def _simulate_one(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None,
+                  seed: int = 0) -> SimResult:
     import numpy as np
 
     if batch <= 0:
