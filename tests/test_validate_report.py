@@ -65,7 +65,7 @@ def test_report_files_are_complete_and_parse(tmp_path):
            "checks": rows, "measurements": {}}
     data = {"acceptance": {"al": 2.9, "per_position": [0.9, 0.6, 0.4], "threshold": 2.5}, "sweep": _levels()}
     written = report.write_report(tmp_path, rep, {c.name: c.description for c in checks}, data)
-    assert set(written) == {"report.json", "report.md", report.PLOT_ACCEPTANCE, report.PLOT_SWEEP}
+    assert set(written) == {"report.json", "report.md", report.PLOT_ACCEPTANCE, report.PLOT_SWEEP}  # no /metrics: no cost table
     back = json.loads((tmp_path / "report.json").read_text())
     assert back["summary"]["result"] == "pass" and back["plots"] == [report.PLOT_ACCEPTANCE, report.PLOT_SWEEP]
     for c in back["checks"]:
@@ -247,3 +247,44 @@ def test_hardware_suite_skips_cleanly_without_an_amd_gpu(tmp_path):
     quiet = subprocess.run([sys.executable, "-m", "pytest", "validation", "-q", "-p", "no:cacheprovider"], cwd=REPO,
                            capture_output=True, text=True, timeout=300)
     assert "deselected" in quiet.stdout
+
+
+def test_sweep_writes_a_cost_table_plan_reads(tmp_path):
+    """Issue #12 item 2: the sweep's step costs (median chunk gap, running requests x (1 + drafts per step)
+    from /metrics deltas) land in cost_table.json, which `plan --cost-table` reads as it is."""
+    from rocm_dspark.metrics import SpecDecodeCounters
+    from rocm_dspark.planner.cost_table import load_cost_table
+
+    levels = []
+    for c, gap in ((1, 0.010), (4, 0.012), (16, 0.020)):
+        recs = [sweep.RequestRecord(True, ttft_s=0.05, latency_s=0.5, output_tokens=32, itl_s=[gap] * 8)] * 8
+        s = sweep.summarise(recs, 1.0, c)
+        before = SpecDecodeCounters(True, num_drafts=10, num_draft_tokens=30, num_accepted_tokens=15)
+        after = SpecDecodeCounters(True, num_drafts=110, num_draft_tokens=330, num_accepted_tokens=215)
+        s.update(sweep.step_estimate(s, before, after, 64))
+        levels.append(s)
+    assert levels[1]["tokens_per_step"] == 4 * (1 + 3.0) and levels[1]["step_ms"] == 12.0
+    assert levels[1]["acceptance_length"] == 3.0
+    rep = {"server": {"description": "tiny server"}, "host": {"hostname": "h"}, "started_at": "2026-12-01T02:00:00",
+           "checks": [{"name": "server.version", "value": "0.32.0"}], "summary": {}, "plan": {}}
+    table = report.cost_table(levels, rep)
+    assert table["verify"] == [[4, 10.0], [16, 12.0], [64, 20.0]] and table["includes_draft"] is True
+    assert "tiny server" in table["source"] and "0.32.0" in table["source"]
+    path = tmp_path / report.COST_TABLE
+    path.write_text(json.dumps(table))
+    cost = load_cost_table(path, capture_sizes=[1, 2, 4, 8, 16, 32, 64])   # what `plan` passes: the profile's grid
+    assert cost.includes_draft and not cost.dense
+    assert cost.verify_seconds(8) * 1e3 == pytest.approx(10 + 2 * 4 / 12)      # interpolated, not stepped up to 12
+    proc = subprocess.run([*CLI, "plan", "--gpu", "mi300x", "--concurrency", "1,4,16", "--cost-table", str(path)],
+                          capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "cost: measured (cost_table.json)" in proc.stdout and "sparse (3 samples" in proc.stdout
+
+
+def test_sweep_plot_names_server_build_and_run(tmp_path):
+    rep = {"server": {"description": "tiny server"}, "host": {"hostname": "h"}, "started_at": "T",
+           "checks": [{"name": "server.version", "value": "0.32.0"}]}
+    label = report.run_label(rep)
+    assert label == "server: tiny server; vLLM 0.32.0; run: h T"
+    report.plot_sweep(tmp_path / "s.png", _levels(), label)
+    assert_real_png(tmp_path / "s.png")

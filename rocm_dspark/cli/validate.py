@@ -23,6 +23,38 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     return levels
 
 
+def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
+    import json
+
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.cli.options import build_selection
+    from rocm_dspark.server_spec import load_server_spec
+    from rocm_dspark.validate.ab import run_ab
+
+    levels = _levels(kwargs["concurrency"])
+    if not levels or len(levels) != 1:
+        raise UsageError("--ab needs one --concurrency C (the workload's concurrent requests), e.g. --concurrency 64")
+    if kwargs["endpoint"]:
+        raise UsageError("--ab starts both servers itself (the same host, one after the other): drop --endpoint")
+    block = load_server_spec(kwargs["server_json"], flag="--server-json") if kwargs["server_json"] else None
+    adaptive = (load_server_spec(kwargs["ab_server_json"], flag="--ab-server-json")
+                if kwargs["ab_server_json"] else None)
+    catalog = load_catalog()
+    selection = build_selection(selection_opts, catalog)
+    record = run_ab(catalog=catalog, selection=selection, concurrency=levels[0], report_dir=kwargs["report_dir"],
+                    state_dir=selection_opts.get("state_dir"), requests=kwargs["requests_per_level"],
+                    max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
+                    request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"],
+                    block_spec=block, adaptive_spec=adaptive, say=lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    else:
+        click.echo(record["verdict"]["text"])
+        if record["override"]:
+            click.echo("the arms ran server files, not the plan's commands: this record does not count for the gate")
+    sys.exit(0)
+
+
 @click.command("validate")
 @selection_options
 @click.option("--report", "report_dir", required=True, type=click.Path(path_type=Path),
@@ -45,6 +77,12 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
 @click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")
+@click.option("--ab", is_flag=True,
+              help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
+                   "adaptive, each started here; writes an evidence record the gate reads (recipe --concurrency C).")
+@click.option("--ab-server-json", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="--ab where the plan cannot run: the adaptive arm's server file (--server-json is the block "
+                   "arm's). Such a record is kept but never counts for the gate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout instead of the summary.")
 @usage_errors
 def validate(**kwargs):
@@ -58,6 +96,10 @@ def validate(**kwargs):
 
     selection = pop_selection(kwargs, keep=("concurrency",))
     as_json = kwargs.pop("as_json")
+    if kwargs.pop("ab"):
+        return _ab(selection, kwargs, as_json)
+    if kwargs.pop("ab_server_json"):
+        raise UsageError("--ab-server-json is only for --ab")
     opts = ValidateOptions(
         report_dir=kwargs["report_dir"], force=kwargs["force"], endpoint=kwargs["endpoint"], launch=kwargs["launch"],
         server_json=kwargs["server_json"], quick=kwargs["quick"], concurrencies=_levels(kwargs["concurrency"]),

@@ -17,8 +17,9 @@ from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STA
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 PLOT_ACCEPTANCE = "acceptance_per_position.png"
 PLOT_SWEEP = "sweep_throughput_latency.png"
+COST_TABLE = "cost_table.json"          # the sweep's step costs, for `rocm-dspark plan --cost-table`
 LAUNCH_DIR = "launch"   # the generated launcher, its state and the server log, with --launch
-OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, LAUNCH_DIR)
+OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, COST_TABLE, LAUNCH_DIR)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
 
@@ -117,14 +118,23 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_acceptance(path: Path, acceptance: dict) -> None:
+def run_label(report: dict) -> str:
+    """Which server, build and run a plot shows: one line under every plot."""
+    server = report.get("server") or {}
+    version = next((c.get("value") for c in report.get("checks", []) if c.get("name") == "server.version"), None)
+    what = server.get("description") or server.get("mode") or "no server"
+    return (f"server: {what}; vLLM {version or 'version unknown'}; run: {report.get('host', {}).get('hostname', '?')} "
+            f"{report.get('started_at', '')}")
+
+
+def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rates = acceptance["per_position"]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(6.4, 3.9), dpi=100)
     ax.bar([str(i + 1) for i in range(len(rates))], rates, color="#3b6ea5")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("draft position")
@@ -134,34 +144,74 @@ def plot_acceptance(path: Path, acceptance: dict) -> None:
     ax.set_title(title)
     for i, r in enumerate(rates):
         ax.text(i, r + 0.02, f"{r:.2f}", ha="center", fontsize=8)
-    fig.tight_layout()
+    if label:
+        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     _save(fig, path)
 
 
-def plot_sweep(path: Path, levels: list[dict]) -> None:
+def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
+    """Three panels: throughput (from zero), TTFT (hundreds of ms) and TPOT/ITL (a few ms) on their own axes,
+    so the small lines are not flattened; the x ticks are the measured levels themselves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     conc = [lv["concurrency"] for lv in levels]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=100)
-    left.plot(conc, [lv["output_throughput_tok_s"] or 0 for lv in levels], marker="o")
-    left.set_xlabel("concurrency")
-    left.set_ylabel("output tokens / s")
-    left.set_title("Throughput")
-    for key, stat, label in (("ttft_ms", "p50", "TTFT p50"), ("tpot_ms", "mean", "TPOT mean"), ("itl_ms", "p50", "ITL p50")):
-        right.plot(conc, [lv[key][stat] if lv[key][stat] is not None else float("nan") for lv in levels],
-                   marker="o", label=label)
-    right.set_xlabel("concurrency")
-    right.set_ylabel("ms")
-    right.set_title("Latency")
-    right.legend()
-    if len(conc) > 1 and max(conc) / max(min(conc), 1) >= 8:
-        for ax in (left, right):
+    fig, (thr, ttft, tpot) = plt.subplots(1, 3, figsize=(13, 4.0), dpi=100)
+
+    def values(key, stat):
+        return [lv[key][stat] if lv[key][stat] is not None else float("nan") for lv in levels]
+
+    thr.plot(conc, [lv["output_throughput_tok_s"] or 0 for lv in levels], marker="o")
+    thr.set_ylabel("output tokens / s")
+    thr.set_title("Throughput")
+    thr.set_ylim(bottom=0)
+    for stat, style in (("p50", "-o"), ("p99", "--s")):
+        ttft.plot(conc, values("ttft_ms", stat), style, label=f"TTFT {stat}")
+    ttft.set_ylabel("ms")
+    ttft.set_title("Time to first token")
+    tpot.plot(conc, values("tpot_ms", "mean"), "-o", label="TPOT mean (per output token)")
+    tpot.plot(conc, values("itl_ms", "p50"), "--s", label="ITL p50 (gap between chunks)")
+    tpot.set_ylabel("ms")
+    tpot.set_title("Per-token latency")
+    for ax in (ttft, tpot):
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    wide = len(conc) > 1 and max(conc) / max(min(conc), 1) >= 8
+    for ax in (thr, ttft, tpot):
+        if wide:
             ax.set_xscale("log", base=2)
-    fig.tight_layout()
+        ax.set_xticks(conc, [str(c) for c in conc])   # the measured levels, as plain numbers
+        ax.minorticks_off()
+        ax.set_xlabel("concurrency (measured levels)")
+        ax.grid(True, alpha=0.3)
+    if label:
+        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     _save(fig, path)
+
+
+def cost_table(levels: list[dict], report: dict) -> dict | None:
+    """The sweep's step costs as a `plan --cost-table` file, or None when no level yielded one."""
+    samples = [{"concurrency": lv["concurrency"], "tokens_per_step": lv.get("tokens_per_step"),
+                "step_ms": lv.get("step_ms"), "output_tok_s": lv.get("output_throughput_tok_s"),
+                "acceptance_length": lv.get("acceptance_length")}
+               for lv in levels if lv.get("tokens_per_step") and lv.get("step_ms") and not lv.get("failed")]
+    if not samples:
+        return None
+    drafted = any((lv.get("drafted_per_step") or 0) > 0 for lv in levels)
+    return {
+        "schema": "rocm-dspark/cost-table/1",
+        "source": run_label(report),
+        "note": ("measured by rocm-dspark validate: step_ms is the median gap between streamed chunks (one per "
+                 "engine step), tokens the running requests x (1 + drafts verified per step from /metrics); "
+                 "prefill interleaves with decode, so steps are those of this workload"),
+        "includes_draft": drafted,
+        "verify": [[round(smp["tokens_per_step"]), smp["step_ms"]] for smp in samples],
+        "samples": samples,
+    }
 
 
 def _save(fig, path: Path) -> None:
@@ -179,12 +229,19 @@ def write_report(report_dir: Path, report: dict, descriptions: dict[str, str], d
     """Write plots, report.json and report.md; returns the file names written. Plots need matplotlib: without
     it they are left out and the report says why."""
     written, plots, notes = [], [], []
+    label = run_label(report)
+    table = cost_table(data.get("sweep") or [], report)
+    if table:
+        write_atomic(report_dir / COST_TABLE, (json.dumps(table, indent=1) + "\n").encode())
+        written.append(COST_TABLE)
+        notes.append(f"{COST_TABLE}: step costs at {len(table['samples'])} concurrencies; plan from them with "
+                     f"`rocm-dspark plan --cost-table {report_dir / COST_TABLE}`")
     try:
         if data.get("acceptance"):
-            plot_acceptance(report_dir / PLOT_ACCEPTANCE, data["acceptance"])
+            plot_acceptance(report_dir / PLOT_ACCEPTANCE, data["acceptance"], label)
             plots.append(PLOT_ACCEPTANCE)
         if data.get("sweep"):
-            plot_sweep(report_dir / PLOT_SWEEP, data["sweep"])
+            plot_sweep(report_dir / PLOT_SWEEP, data["sweep"], label)
             plots.append(PLOT_SWEEP)
     except ImportError as exc:
         notes.append(f"plots not drawn: {exc} (pip install matplotlib)")

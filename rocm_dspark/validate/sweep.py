@@ -133,9 +133,11 @@ def level_check(concurrency: int):
     def check(ctx) -> Outcome:
         opts = ctx.options
         n = opts.requests_for(concurrency)
+        before = _counters(ctx)
         records, wall = asyncio.run(run_level(ctx.target.base_url, ctx.target.served_name, concurrency, n,
                                               opts.output_tokens(), opts.request_timeout_s))
         stats = summarise(records, wall, concurrency)
+        stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)
         value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
                  "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
@@ -153,6 +155,35 @@ def level_check(concurrency: int):
                        threshold=threshold, evidence=stats)
 
     return check
+
+
+def _counters(ctx):
+    """The server's spec-decode counters now, or None (no /metrics, or not Prometheus text)."""
+    from rocm_dspark.metrics import spec_decode_counters
+
+    try:
+        return spec_decode_counters(ctx.client.metrics_text(timeout_s=10))
+    except Exception:  # the sweep's numbers stand without them; the level says they are missing
+        return None
+
+
+def step_estimate(stats: dict, before, after, n_requests: int) -> dict:
+    """One decode step's cost at this level, for `plan --cost-table`: the median gap between streamed
+    chunks (a request receives one chunk per engine step) and the target tokens such a step verifies:
+    running requests x (1 + drafts verified per request per step, from the /metrics deltas)."""
+    out = {"acceptance_length": None, "drafted_per_step": None, "step_ms": stats["itl_ms"]["p50"],
+           "tokens_per_step": None}
+    running = min(stats["concurrency"], n_requests)
+    drafted = 0.0
+    if before is not None and after is not None:
+        delta = after - before
+        if delta.spec_decode and delta.num_drafts > 0:
+            drafted = delta.num_draft_tokens / delta.num_drafts
+            out["acceptance_length"] = round(delta.mean_acceptance_length, 4)
+        out["drafted_per_step"] = round(drafted, 4)
+    if out["step_ms"] is not None and out["drafted_per_step"] is not None:
+        out["tokens_per_step"] = round(running * (1.0 + drafted), 2)
+    return out
 
 
 def _server_state(ctx) -> str:

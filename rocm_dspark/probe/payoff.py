@@ -1,0 +1,151 @@
+"""The gate's payoff half: does adaptive verification pay for the declared workload (--concurrency C)?
+
+Evidence, in order:
+  1. A/B records (`rocm-dspark validate --ab`, rocm_dspark.probe.ab_record) in `<state dir>/ab/`, newest
+     first. One counts only if it parses (schema, digest, verdict that follows from its numbers), ran the
+     plan's own commands (no override), matches this host and plan (the probe's fingerprint) and was
+     measured at exactly C. The first that counts decides: pays or loses.
+  2. Otherwise the calibrated planner's prediction (recipes/adaptive_payoff.yaml, generated from the
+     planner; the recipe path must not import numpy): the gain at C, interpolated in log2(C) between the
+     planned concurrencies, decides only when the stated error cannot flip its sign: gain - error > 0
+     pays, gain + error < 0 loses, anything else is unknown.
+  3. No --concurrency: unknown (the workload is not declared).
+
+Imports stay light (yaml, json): this runs on `rocm-dspark recipe` when a probe record proves adaptive
+verification.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+PAYS, LOSES, UNKNOWN = "pays", "loses", "unknown"
+_SHOWN = 3
+
+
+class Payoff(NamedTuple):
+    state: str          # pays | loses | unknown
+    evidence: str       # "A/B record <id>" | "prediction" | "none"
+    text: str           # one line for the notes
+    record: str | None = None
+
+
+def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
+    xs = sorted(int(c) for c in points)
+    if concurrency in xs:
+        return float(points[concurrency]), ""
+    if concurrency < xs[0] or concurrency > xs[-1]:
+        if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
+            return float(points[xs[-1]]), (f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: "
+                                           f"the running batch stays {xs[-1]})")
+        return float(points[xs[0]]), f" (below the planned c={xs[0]}: value there)"
+    hi = next(x for x in xs if x > concurrency)
+    lo = max(x for x in xs if x < concurrency)
+    t = (math.log2(concurrency) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    return float(points[lo]) + t * (float(points[hi]) - float(points[lo])), ""
+
+
+def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None) -> Payoff:
+    from rocm_dspark.catalog import _load_yaml, recipes_dir
+
+    path = recipes_dir() / "adaptive_payoff.yaml"
+    try:
+        data = _load_yaml(path)
+        entry = data["models"][model_key]
+        prof = entry["profiles"][gpu]
+    except (KeyError, TypeError, OSError):
+        return Payoff(UNKNOWN, "none", f"no predicted payoff for {model_key} on {gpu} in {path.name}")
+    except Exception as exc:  # a broken data file must not break `recipe`: say so and stay off
+        return Payoff(UNKNOWN, "none", f"{path.name} unreadable ({type(exc).__name__})")
+    gain, where = _interpolate(prof["gain_pct"], concurrency)
+    err = float(prof["error_pp"])
+    layout = "" if tp in (None, prof["tp"]) else f"; predicted for the profile's TP{prof['tp']}, not TP{tp}"
+    state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
+    word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
+    text = (f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
+            f"(calibrated planner, {data.get('calibration')}, acceptance length {entry['acceptance_length']:g}"
+            f"{layout})")
+    return Payoff(state, "prediction", text)
+
+
+def from_ab_records(catalog, selection, concurrency: int, state_dir=None, *, current=None) -> tuple[Payoff | None, list[str]]:
+    """The newest A/B record that counts for this host, plan and concurrency, or None and why not."""
+    from rocm_dspark.probe import ab_record, store
+
+    directory = ab_record.directory(state_dir)
+    files = store.record_files(directory)
+    if not files:
+        return None, []
+    from rocm_dspark.probe import fingerprint
+    from rocm_dspark.probe.record import RecordError
+
+    current = current if current is not None else fingerprint.current_fingerprint(catalog, selection)
+    notes = []
+    for path in files:
+        try:
+            rec = ab_record.parse(path.read_text(errors="strict"))
+        except (OSError, UnicodeDecodeError, RecordError) as exc:
+            notes.append(f"{path.name} is not a valid A/B record ({exc}): ignored")
+            continue
+        if rec.id != path.stem:
+            notes.append(f"{path.name} holds A/B record {rec.id} (renamed file): ignored")
+            continue
+        if rec.override is not None:
+            notes.append(f"A/B record {rec.id} ran other commands than the plan's ({rec.override.get('kind')}): "
+                         f"does not count")
+            continue
+        differ = fingerprint.mismatches(rec.fingerprint, current)
+        if differ:
+            notes.append(f"A/B record {rec.id} is for " + ", ".join(differ) + ": ignored")
+            continue
+        if rec.concurrency != concurrency:
+            notes.append(f"A/B record {rec.id} measured c={rec.concurrency}, not c={concurrency}")
+            continue
+        if rec.verdict["gain_pct"] is None:
+            notes.append(f"A/B record {rec.id}: {rec.verdict['text']}")
+            continue
+        return Payoff(PAYS if rec.verdict["pays"] else LOSES, f"A/B record {rec.id}",
+                      f"A/B record {rec.id} ({rec.created_at}): {rec.verdict['text']}", str(path)), notes
+    return None, notes
+
+
+def payoff_verdict(catalog, selection, concurrency: int | None, state_dir=None, *, plan=None, current=None) -> Payoff:
+    """Pays, loses or unknown for `concurrency`, and which evidence decided."""
+    if concurrency is None:
+        return Payoff(UNKNOWN, "none", "no workload declared: pass --concurrency C (the concurrent requests you "
+                                       "serve) so the gate can check that adaptive verification pays there")
+    decided, notes = from_ab_records(catalog, selection, concurrency, state_dir, current=current)
+    if decided is not None:
+        return decided
+    if plan is None:
+        from rocm_dspark.probe import fingerprint
+
+        plan = fingerprint.adaptive_plan(catalog, selection)
+    tp = int(plan.argv[plan.argv.index("--tensor-parallel-size") + 1]) if "--tensor-parallel-size" in plan.argv else None
+    pred = predicted(plan.model_key, plan.gpu, concurrency, tp)
+    if notes:
+        shown = "; ".join(notes[:_SHOWN]) + (f"; and {len(notes) - _SHOWN} more" if len(notes) > _SHOWN else "")
+        pred = pred._replace(text=f"{pred.text}; no A/B record decides ({shown})")
+    return pred
+
+
+def combine(proof, payoff: Payoff | None, mode: str):
+    """The gate's answer from both halves: (Verdict, warning or None).
+
+    auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
+    on:   proof alone; a warning when (b) says it loses."""
+    from rocm_dspark.resolve import Verdict
+
+    if not proof.adaptive_proven or payoff is None:
+        return proof, None
+    decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
+    if mode == "on":
+        warning = (f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
+                   f"({payoff.text}); block verification would serve more tokens/s" if payoff.state == LOSES else None)
+        return Verdict(True, f"{proof.reason}; {decided}", proof.record), warning
+    if payoff.state == PAYS:
+        return Verdict(True, f"{proof.reason}; {decided}", proof.record), None
+    why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
+    return Verdict(False, f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
+                          f"verification stays ({decided})", proof.record), None

@@ -1,0 +1,196 @@
+"""The gate asks both (issue #12 item 4): proof (a probe record) x payoff (an A/B record, else the calibrated
+prediction less its error) x override (--adaptive auto|on).
+
+A/B records here are built and written by the real code (rocm_dspark.probe.ab_record) with numbers chosen
+for the case; tests/slow/test_ab_real.py makes one from two real vLLM launches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.probe import ab_record, payoff, store
+from rocm_dspark.resolve import Selection, Verdict
+
+SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.33.0")
+PROVEN = Verdict(True, "record P matches this host and plan: static, GPU kernel and live passed", "p.json")
+NOT_PROVEN = Verdict(False, "no probe record in /x/probe")
+P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
+     for s in (payoff.PAYS, payoff.LOSES, payoff.UNKNOWN)}
+
+
+# --- the truth table ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proof", [PROVEN, NOT_PROVEN], ids=["proof", "no-proof"])
+@pytest.mark.parametrize("state", [payoff.PAYS, payoff.LOSES, payoff.UNKNOWN])
+@pytest.mark.parametrize("mode", ["auto", "on"])
+def test_truth_table(proof, state, mode):
+    verdict, warning = payoff.combine(proof, P[state], mode)
+    if not proof.adaptive_proven:
+        # (a) fails: off whatever the payoff (--adaptive on turns that into a usage error upstream).
+        assert verdict == proof and warning is None
+        return
+    if mode == "on":
+        assert verdict.adaptive_proven                       # (a) alone
+        assert (warning is not None) == (state == payoff.LOSES)
+        assert "payoff decided by prediction" in verdict.reason
+        return
+    assert verdict.adaptive_proven == (state == payoff.PAYS)  # auto: (a) and (b)
+    assert warning is None
+    assert "payoff decided by prediction: it " + state in verdict.reason
+    if state != payoff.PAYS:
+        assert verdict.reason.startswith("proven on this host") and "block verification stays" in verdict.reason
+
+
+def test_no_declared_workload_is_unknown():
+    decided = payoff.payoff_verdict(load_catalog(), SELECTION, None, state_dir="/nonexistent")
+    assert decided.state == payoff.UNKNOWN and "--concurrency" in decided.text
+    verdict, _ = payoff.combine(PROVEN, decided, "auto")
+    assert not verdict.adaptive_proven
+
+
+# --- A/B records ----------------------------------------------------------------------------------------
+
+
+def arm(tok_s, failed=0, al=None):
+    stats = {"mean": 1.0, "p50": 1.0, "p99": 2.0}
+    return {"argv": ["vllm", "serve"], "description": "arm", "output_throughput_tok_s": tok_s,
+            "acceptance_length": al, "ttft_ms": {**stats, "p90": 1.5}, "tpot_ms": stats, "itl_ms": stats,
+            "requests": 64, "failed": failed}
+
+
+_SEQ = iter(range(10, 60))
+
+
+def write_ab(state, fp, *, block=1000.0, adaptive=1100.0, concurrency=64, override=None, failed=0):
+    rid = f"20261201T01{next(_SEQ):02d}00Z-{'%08x' % next(_SEQ)}"
+    data = ab_record.build(record_id=rid, created_at="2026-12-01T01:00:00Z", finished_at="2026-12-01T01:10:00Z",
+                           toolkit_version="0.1.0", host={"hostname": "h", "platform": "Linux"},
+                           selection=SELECTION._asdict(), fingerprint=fp, concurrency=concurrency,
+                           workload={"requests": 64, "max_tokens": 256, "prompts": "x"},
+                           arms={"block": arm(block, failed), "adaptive": arm(adaptive, al=3.2)}, override=override)
+    return rid, ab_record.write(state, data)
+
+
+@pytest.fixture(scope="module")
+def fp():
+    from rocm_dspark.probe import fingerprint
+
+    return fingerprint.current_fingerprint(load_catalog(), SELECTION)
+
+
+def decide(state, fp, concurrency=64):
+    return payoff.payoff_verdict(load_catalog(), SELECTION, concurrency, state_dir=state, current=fp)
+
+
+def test_a_matching_ab_record_decides_pays_and_loses(tmp_path, fp):
+    rid, _ = write_ab(tmp_path, fp, block=1000, adaptive=1100)
+    d = decide(tmp_path, fp)
+    assert d.state == payoff.PAYS and d.evidence == f"A/B record {rid}" and "+10.0%" in d.text
+    rid2, _ = write_ab(tmp_path, fp, block=1000, adaptive=950)   # newer: it decides
+    d = decide(tmp_path, fp)
+    assert d.state == payoff.LOSES and d.evidence == f"A/B record {rid2}" and "-5.0%" in d.text
+    verdict, warning = payoff.combine(PROVEN, d, "on")
+    assert verdict.adaptive_proven and warning and "does not pay" in warning
+
+
+def test_the_ab_record_beats_the_prediction(tmp_path, fp):
+    # The prediction at c=1 cannot tell (unknown); a measured A/B there decides.
+    assert decide(tmp_path / "empty", fp, 1).state == payoff.UNKNOWN
+    write_ab(tmp_path, fp, concurrency=1, block=100, adaptive=120)
+    assert decide(tmp_path, fp, 1).state == payoff.PAYS
+
+
+@pytest.mark.parametrize("case", ["override", "other-host", "other-concurrency", "failed", "tampered", "renamed"])
+def test_records_that_do_not_count_fall_back_to_the_prediction(tmp_path, fp, case):
+    kw = {}
+    if case == "override":
+        kw["override"] = {"kind": "server-json", "block": "a", "adaptive": "b"}
+    if case == "other-concurrency":
+        kw["concurrency"] = 16
+    if case == "failed":
+        kw["failed"] = 3
+    fingerprint = dict(fp, gpu_count=4) if case == "other-host" else fp
+    rid, path = write_ab(tmp_path, fingerprint, adaptive=5000, **kw)
+    if case == "tampered":
+        data = json.loads(path.read_text())
+        data["arms"]["block"]["output_throughput_tok_s"] = 1.0
+        path.write_text(json.dumps(data))
+    if case == "renamed":
+        path.rename(path.with_name("20261201T015959Z-deadbeef.json"))
+    d = decide(tmp_path, fp)
+    assert d.evidence == "prediction"
+    words = {"override": "ran other commands", "other-host": "is for", "other-concurrency": "measured c=16",
+             "failed": "requests failed", "tampered": "not a valid A/B record", "renamed": "renamed file"}[case]
+    assert words in d.text
+
+
+def test_verdict_must_follow_from_the_numbers(fp):
+    data = ab_record.build(record_id="20261201T010000Z-0000abcd", created_at="t", finished_at="t", toolkit_version="v",
+                           host={}, selection={}, fingerprint=fp, concurrency=8, workload={},
+                           arms={"block": arm(100.0), "adaptive": arm(90.0)}, override=None)
+    assert data["verdict"]["pays"] is False and data["verdict"]["text"].startswith("adaptive loses at c=8: -10.0%")
+    forged = dict(data, verdict={**data["verdict"], "pays": True})
+    from rocm_dspark.probe.record import content_hash
+
+    forged["sha256"] = content_hash(forged)           # even with a recomputed digest
+    with pytest.raises(Exception, match="verdict does not follow"):
+        ab_record.parse_data(forged)
+
+
+# --- the prediction -------------------------------------------------------------------------------------
+
+
+def test_prediction_table_is_the_planners_own():
+    """recipes/adaptive_payoff.yaml is what the calibrated planner predicts now (regenerated here)."""
+    import yaml
+
+    from rocm_dspark.planner import payoff_table
+
+    assert yaml.safe_load(payoff_table.path().read_text()) == payoff_table.compute()
+
+
+def test_prediction_needs_the_error_to_be_beaten():
+    import yaml
+
+    from rocm_dspark.planner import payoff_table
+
+    prof = yaml.safe_load(payoff_table.path().read_text())["models"]["DeepSeek-V4.1-Flash"]["profiles"]["mi300x"]
+    err = prof["error_pp"]
+    for c, gain in prof["gain_pct"].items():
+        d = payoff.predicted("DeepSeek-V4.1-Flash", "mi300x", c)
+        assert d.state == (payoff.PAYS if gain - err > 0 else payoff.LOSES if gain + err < 0 else payoff.UNKNOWN)
+    assert any(g - err > 0 for g in prof["gain_pct"].values())        # the table has both outcomes
+    assert any(abs(g) < err for g in prof["gain_pct"].values())
+
+
+def test_interpolation_is_in_log_concurrency_and_clamped():
+    points = {1: -10.0, 4: 10.0, 16: 30.0}
+    assert payoff._interpolate(points, 2)[0] == pytest.approx(0.0)
+    assert payoff._interpolate(points, 8)[0] == pytest.approx(20.0)
+    value, note = payoff._interpolate(points, 64)
+    assert value == 30.0 and "max_num_seqs 16" in note
+    for c in range(1, 17):  # between its neighbours
+        v = payoff._interpolate(points, c)[0]
+        assert -10.0 <= v <= 30.0
+
+
+def test_payoff_reading_imports_no_numpy():
+    code = ("import sys; from rocm_dspark.probe import payoff; "
+            "d = payoff.predicted('DeepSeek-V4.1-Flash', 'mi300x', 64); "
+            "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules); print(d.state)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in ("pays", "loses", "unknown")
+
+
+def test_the_store_lists_ab_records_newest_first(tmp_path, fp):
+    a, _ = write_ab(tmp_path, fp)
+    b, _ = write_ab(tmp_path, fp)
+    assert [p.stem for p in store.record_files(ab_record.directory(tmp_path))] == [b, a]
