@@ -354,6 +354,9 @@ def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
                          speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
 
 
+PROVEN_BUT_NOT_PAYING = "proven on this host"
+
+
 def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     """Layer 11, last: adaptive verification on only when the gate proved it on this host."""
     verdict = verdict or Verdict.not_proven()
@@ -362,6 +365,9 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     if verdict.adaptive_proven:
         return _switch(plan, True, Note("adaptive verification", (
             f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})")))
+    if verdict.reason.startswith(PROVEN_BUT_NOT_PAYING):  # the gate's payoff half kept it off (probe/payoff.py)
+        return _switch(plan, False, Note("adaptive verification", (
+            f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
     b = plan.build
     label = b.name if b.reported_version in b.name else f"{b.name} = {b.reported_version}"
     why = (f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})" if b.adaptive_on_rocm_v41 == "refused"

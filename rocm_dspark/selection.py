@@ -8,6 +8,7 @@ below the CLI imports click. Light imports only: this is on the `rocm-dspark rec
 from __future__ import annotations
 
 import os
+import sys
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import LaunchPlan, Selection, Verdict
@@ -93,6 +94,14 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan) -> Verdict:
     verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"))
     if mode == "on" and not verdict.adaptive_proven:
         raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
+    if not verdict.adaptive_proven:
+        return verdict
+    # (b) the payoff half, only once (a) holds: the common no-record run costs nothing more (probe/payoff.py).
+    from rocm_dspark.probe.payoff import combine, payoff_verdict
+
+    verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir")), mode)
+    if warning:
+        print(f"rocm-dspark: warning: {warning}", file=sys.stderr)
     return verdict
 
 

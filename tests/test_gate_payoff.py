@@ -18,6 +18,12 @@ from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.resolve import Selection, Verdict
 
 SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.33.0")
+
+
+def plan_of(selection=SELECTION):
+    from rocm_dspark.resolve import resolve_plan
+
+    return resolve_plan(load_catalog(), selection)
 PROVEN = Verdict(True, "record P matches this host and plan: static, GPU kernel and live passed", "p.json")
 NOT_PROVEN = Verdict(False, "no probe record in /x/probe")
 P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
@@ -49,7 +55,7 @@ def test_truth_table(proof, state, mode):
 
 
 def test_no_declared_workload_is_unknown():
-    decided = payoff.payoff_verdict(load_catalog(), SELECTION, None, state_dir="/nonexistent")
+    decided = payoff.payoff_verdict(load_catalog(), plan_of(), None, state_dir="/nonexistent")
     assert decided.state == payoff.UNKNOWN and "--concurrency" in decided.text
     verdict, _ = payoff.combine(PROVEN, decided, "auto")
     assert not verdict.adaptive_proven
@@ -82,11 +88,11 @@ def write_ab(state, fp, *, block=1000.0, adaptive=1100.0, concurrency=64, overri
 def fp():
     from rocm_dspark.probe import fingerprint
 
-    return fingerprint.current_fingerprint(load_catalog(), SELECTION)
+    return fingerprint.current_fingerprint(load_catalog(), plan_of())
 
 
 def decide(state, fp, concurrency=64):
-    return payoff.payoff_verdict(load_catalog(), SELECTION, concurrency, state_dir=state, current=fp)
+    return payoff.payoff_verdict(load_catalog(), plan_of(), concurrency, state_dir=state, current=fp)
 
 
 def test_a_matching_ab_record_decides_pays_and_loses(tmp_path, fp):

@@ -288,14 +288,29 @@ def cli_host(mi300x_host, monkeypatch):
 
 
 def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host):
+    """Proof (the probe record) and payoff for the declared workload (--concurrency 128: the calibrated
+    prediction, recipes/adaptive_payoff.yaml, beats its stated error there) turn it on; the payoff half
+    reads data, so the recipe path still imports nothing heavy (tests/test_gate_payoff.py: the truth table)."""
     state, env = cli_host
-    rid, _ = write(state, here(load_catalog()))
+    rid, _ = write(state, here(load_catalog(), SELECTION._replace(concurrency=128)))
+    proc = _recipe(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
+                    "--concurrency", "128", "--format", "json", "--state-dir", str(state)], env)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["adaptive_verification"] is True and plan["block_argv"]
+    assert any(rid in n["text"] and "payoff decided by prediction" in n["text"] for n in plan["notes"])
+    assert "HEAVY=[]" in proc.stderr
+
+
+def test_recipe_proof_without_a_declared_workload_stays_off(cli_host):
+    state, env = cli_host
+    write(state, here(load_catalog()))
     proc = _recipe(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
                     "--format", "json", "--state-dir", str(state)], env)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
-    assert plan["adaptive_verification"] is True and plan["block_argv"]
-    assert any(rid in n["text"] for n in plan["notes"])
+    assert plan["adaptive_verification"] is False
+    assert any(n["text"].startswith("OFF") and "--concurrency" in n["text"] for n in plan["notes"])
     assert "HEAVY=[]" in proc.stderr
 
 
@@ -327,11 +342,39 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
     from rocm_dspark import selection
 
     catalog = load_catalog()
-    rid, _ = write(mi300x_host, here(catalog))
+    rid, _ = write(mi300x_host, here(catalog, SELECTION._replace(concurrency=128)))
     calls = []
     real = resolver.resolve_plan
     monkeypatch.setattr(resolver, "resolve_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
     _, _, plan = selection.plan_for({"model": "V4.1-Flash", "gpu": "mi300x", "vllm_version": "0.32.0",
-                                     "state_dir": str(mi300x_host)}, catalog)
+                                     "concurrency": 128, "state_dir": str(mi300x_host)}, catalog)
     assert calls == [1] and plan.adaptive_verification and plan.argv == plan.adaptive_argv
     assert any(rid in n.text for n in plan.notes)
+
+
+def test_recipe_ab_record_decides_and_on_warns_when_it_loses(cli_host):
+    """A measured A/B at the declared concurrency beats the prediction: at c=128 the prediction says
+    pays, a record that measured a loss there keeps auto off, and --adaptive on warns."""
+    from rocm_dspark.probe import ab_record, store as ab_store
+
+    state, env = cli_host
+    fp = here(load_catalog(), SELECTION._replace(concurrency=128))
+    write(state, fp)
+    stats = {"mean": 1.0, "p50": 1.0, "p99": 2.0}
+    arm = lambda tok_s: {"argv": ["vllm"], "description": "arm", "output_throughput_tok_s": tok_s,  # noqa: E731
+                         "acceptance_length": 3.0, "ttft_ms": stats, "tpot_ms": stats, "itl_ms": stats,
+                         "requests": 512, "failed": 0}
+    data = ab_record.build(record_id=ab_store.new_record_id(ab_store.utc_now()), created_at="t", finished_at="t",
+                           toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp,
+                           concurrency=128, workload={}, arms={"block": arm(4000.0), "adaptive": arm(3600.0)},
+                           override=None)
+    ab_record.write(state, data)
+    args = ["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0", "--concurrency", "128",
+            "--format", "json", "--state-dir", str(state)]
+    auto = _recipe(args, env)
+    plan = json.loads(auto.stdout)
+    assert plan["adaptive_verification"] is False
+    assert any(f"payoff decided by A/B record {data['id']}" in n["text"] and "-10.0%" in n["text"] for n in plan["notes"])
+    on = _recipe(args + ["--adaptive", "on"], env)
+    assert json.loads(on.stdout)["adaptive_verification"] is True
+    assert "warning: --adaptive on: adaptive verification is proven here but does not pay" in on.stderr

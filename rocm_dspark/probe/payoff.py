@@ -69,7 +69,7 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
     return Payoff(state, "prediction", text)
 
 
-def from_ab_records(catalog, selection, concurrency: int, state_dir=None, *, current=None) -> tuple[Payoff | None, list[str]]:
+def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None) -> tuple[Payoff | None, list[str]]:
     """The newest A/B record that counts for this host, plan and concurrency, or None and why not."""
     from rocm_dspark.probe import ab_record, store
 
@@ -80,7 +80,7 @@ def from_ab_records(catalog, selection, concurrency: int, state_dir=None, *, cur
     from rocm_dspark.probe import fingerprint
     from rocm_dspark.probe.record import RecordError
 
-    current = current if current is not None else fingerprint.current_fingerprint(catalog, selection)
+    current = current if current is not None else fingerprint.current_fingerprint(catalog, plan)
     notes = []
     for path in files:
         try:
@@ -110,20 +110,15 @@ def from_ab_records(catalog, selection, concurrency: int, state_dir=None, *, cur
     return None, notes
 
 
-def payoff_verdict(catalog, selection, concurrency: int | None, state_dir=None, *, plan=None, current=None) -> Payoff:
-    """Pays, loses or unknown for `concurrency`, and which evidence decided."""
+def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, current=None) -> Payoff:
+    """Pays, loses or unknown for `concurrency` on this LaunchPlan, and which evidence decided."""
     if concurrency is None:
         return Payoff(UNKNOWN, "none", "no workload declared: pass --concurrency C (the concurrent requests you "
                                        "serve) so the gate can check that adaptive verification pays there")
-    decided, notes = from_ab_records(catalog, selection, concurrency, state_dir, current=current)
+    decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current)
     if decided is not None:
         return decided
-    if plan is None:
-        from rocm_dspark.probe import fingerprint
-
-        plan = fingerprint.adaptive_plan(catalog, selection)
-    tp = int(plan.argv[plan.argv.index("--tensor-parallel-size") + 1]) if "--tensor-parallel-size" in plan.argv else None
-    pred = predicted(plan.model_key, plan.gpu, concurrency, tp)
+    pred = predicted(plan.model_key, plan.gpu, concurrency, plan.tp)
     if notes:
         shown = "; ".join(notes[:_SHOWN]) + (f"; and {len(notes) - _SHOWN} more" if len(notes) > _SHOWN else "")
         pred = pred._replace(text=f"{pred.text}; no A/B record decides ({shown})")
@@ -135,7 +130,7 @@ def combine(proof, payoff: Payoff | None, mode: str):
 
     auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
     on:   proof alone; a warning when (b) says it loses."""
-    from rocm_dspark.resolve import Verdict
+    from rocm_dspark.resolve import PROVEN_BUT_NOT_PAYING, Verdict
 
     if not proof.adaptive_proven or payoff is None:
         return proof, None
@@ -147,5 +142,5 @@ def combine(proof, payoff: Payoff | None, mode: str):
     if payoff.state == PAYS:
         return Verdict(True, f"{proof.reason}; {decided}", proof.record), None
     why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
-    return Verdict(False, f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
+    return Verdict(False, f"{PROVEN_BUT_NOT_PAYING} ({proof.reason}), but {why} for the declared workload, so block "
                           f"verification stays ({decided})", proof.record), None

@@ -28,7 +28,7 @@ AB_JSON = "ab.json"
 
 
 def _arm_from_plan(plan, which: str) -> dict:
-    argv = list(plan.argv if which == "adaptive" else (plan.block_argv or plan.argv))
+    argv = list(plan.adaptive_argv if which == "adaptive" else plan.block_argv)
     return {"argv": argv, "env": dict(plan.env), "host": plan.host, "port": plan.port,
             "served_name": plan.served_name, "description": f"the plan's {which} command ({plan.profile})"}
 
@@ -104,7 +104,7 @@ def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
-    current = fingerprint.current_fingerprint(catalog, selection)   # before: a failed arm writes nothing
+    current = fingerprint.current_fingerprint(catalog, plan)   # before: a failed arm writes nothing
     started = store.utc_now()
     arms = {name: run_arm(arms_in[name], name, concurrency=concurrency, requests=requests, max_tokens=max_tokens,
                           timeout_s=request_timeout_s, ready_timeout_s=ready_timeout_s, log_dir=log_dir, say=say)

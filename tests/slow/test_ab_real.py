@@ -27,6 +27,12 @@ pytestmark = pytest.mark.slow
 SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.33.0")
 
 
+def plan_of(selection=SELECTION):
+    from rocm_dspark.resolve import resolve_plan
+
+    return resolve_plan(load_catalog(), selection)
+
+
 def server_file(path, argv, env, port, description):
     path.write_text(json.dumps({"argv": list(argv), "env": dict(env), "port": port, "served_name": "tiny",
                                 "recipe_model": False, "description": description}))
@@ -73,7 +79,7 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
     catalog = load_catalog()
     current = rec.fingerprint   # this host and plan, as the A/B computed it (the gate computes the same here)
     # The override record does not count for the plan: the gate says so and falls back to the prediction.
-    decided = payoff.payoff_verdict(catalog, SELECTION, 4, state_dir=state, current=current)
+    decided = payoff.payoff_verdict(catalog, plan_of(), 4, state_dir=state, current=current)
     assert decided.evidence == "prediction" and f"A/B record {rec.id} ran other commands" in decided.text
 
     # Instrument: the same measured arms as if the plan's own commands had run (real builder, real reader).
@@ -83,7 +89,7 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
                               workload=rec.workload, arms=rec.arms, override=None)
     other = tmp_path / "state2"
     ab_record.write(other, counted)
-    decided = payoff.payoff_verdict(catalog, SELECTION, 4, state_dir=other, current=current)
+    decided = payoff.payoff_verdict(catalog, plan_of(), 4, state_dir=other, current=current)
     assert decided.evidence == f"A/B record {counted['id']}"
     assert decided.state == ("pays" if rec.verdict["pays"] else "loses")
     proof = Verdict(True, "instrument: a probe record proves it", "probe.json")
@@ -92,4 +98,4 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
     verdict, warning = payoff.combine(proof, decided, "on")
     assert verdict.adaptive_proven and (warning is not None) == (not rec.verdict["pays"])
     # Another concurrency is not decided by this record.
-    assert payoff.payoff_verdict(catalog, SELECTION, 64, state_dir=other, current=current).evidence == "prediction"
+    assert payoff.payoff_verdict(catalog, plan_of(), 64, state_dir=other, current=current).evidence == "prediction"
