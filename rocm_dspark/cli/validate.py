@@ -27,7 +27,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     import json
 
     from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.cli.options import build_selection
+    from rocm_dspark.selection import build_selection
     from rocm_dspark.server_spec import load_server_spec
     from rocm_dspark.validate.ab import run_ab
 
@@ -40,7 +40,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     adaptive = (load_server_spec(kwargs["ab_server_json"], flag="--ab-server-json")
                 if kwargs["ab_server_json"] else None)
     catalog = load_catalog()
-    selection = build_selection(selection_opts, catalog)
+    # The plan for the declared workload (concurrency drives workload rules): what `recipe --concurrency C` resolves.
+    selection = build_selection({**selection_opts, "concurrency": levels[0]}, catalog)
     record = run_ab(catalog=catalog, selection=selection, concurrency=levels[0], report_dir=kwargs["report_dir"],
                     state_dir=selection_opts.get("state_dir"), requests=kwargs["requests_per_level"],
                     max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),

@@ -97,8 +97,9 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
         f"image moved by {calib.cross_build_spread_pct:g}% and {calib.cross_build_spread_pp:g} points; {where}: "
         f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points",
         "not yet run on MI300-class hardware by this project; the calibration is one public A/B "
-        "(recipes/step_cost.yaml says how thin the data is). Measure your own with `rocm-dspark validate "
-        "--cost-table-out` and pass --cost-table, or run the A/B (`rocm-dspark validate --ab`)",
+        "(recipes/step_cost.yaml says how thin the data is). Measure your own: `rocm-dspark validate` writes "
+        "cost_table.json into its report (pass it as --cost-table), and `rocm-dspark validate --ab --concurrency C` "
+        "measures adaptive against block verification for the gate",
     ]
 
 
