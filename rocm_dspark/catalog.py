@@ -97,10 +97,10 @@ class Profile(NamedTuple):
     status: str
     status_date: str
     evidence: tuple[str, ...]
-    image: str
-    image_tag: str
-    vllm_build: str | None
-    vllm_version: str | None
+    image: str                    # the default build's image (filled at load: builds own images)
+    image_tag: str                # the default build's repo:tag
+    vllm_build: str | None        # the build the profile pins (`build:`), else the GPU's default build
+    vllm_version: str | None      # that build's reported version
     tp: int
     dp: int
     ep: int
@@ -136,7 +136,9 @@ class ModelSpec(NamedTuple):
     base_env: dict
     validation: dict
     profiles: dict  # gpu key -> Profile
-    min_vllm_version: str | None = None  # the model is absent from vLLM builds reporting less
+    requires: tuple[str, ...] = ()  # upstream changes (recipes/vllm.yaml `changes`) a build must contain
+    workload: dict = {}             # --concurrency rules: max_num_seqs_per_request, evidence, rules
+    memory: dict = {}               # per-rank budget parameters (see the model file); {} = weights check only
 
     @property
     def block_size(self) -> int:
@@ -169,6 +171,17 @@ class Workaround(NamedTuple):
         return True
 
 
+class FlagRule(NamedTuple):
+    """What a vLLM flag needs from a build: every change in `needs`; it is dropped where any change in
+    `unnecessary_with` is in (the build does it by itself)."""
+
+    flag: str
+    needs: tuple[str, ...]
+    unnecessary_with: tuple[str, ...]
+    reason: str
+    evidence: str
+
+
 class Capability(NamedTuple):
     versions: str
     supports_v41: bool
@@ -185,7 +198,11 @@ class Catalog(NamedTuple):
     workarounds: tuple[Workaround, ...]
     capabilities: tuple[Capability, ...]
     min_version_for_v41: str
-    builds: dict = {}
+    builds: dict = {}             # name -> plan.Build
+    changes: dict = {}            # "vllm#NNNNN" -> {title, url}
+    flag_rules: dict = {}         # "--flag" -> FlagRule
+    adaptive_change: str = ""     # the change that makes a build accept adaptive verification for V4.1 on ROCm
+    adaptive_notes: dict = {}     # refused_note, refused_evidence, native_evidence
 
     def find_model(self, name: str) -> ModelSpec:
         wanted = name.strip().lower()
@@ -203,33 +220,44 @@ class Catalog(NamedTuple):
         raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}")
 
     def vllm_version_of(self, build_or_version: str) -> str:
-        """A build tag from `builds` (e.g. nightly-eed1f3d0) -> its version; a version -> itself."""
+        """A build name (e.g. nightly-3df4ae15) -> the version it reports (or its name when none is
+        recorded); anything else -> itself. A label only: never a feature test."""
         build = self.builds.get(build_or_version)
-        return build["version"] if build else build_or_version
+        return (build.reported_version or build.name) if build else build_or_version
 
-    def build_for(self, profile: Profile, label: str | None):
-        """The Build a plan runs: `label` (a build name or a version) or the profile's pinned build."""
-        from rocm_dspark.plan import Build
+    # --- builds -----------------------------------------------------------------------------------
 
-        label = label or profile.vllm_build or profile.vllm_version
-        entry = self.builds.get(label)
-        version = entry["version"] if entry else label
-        release_tuple(version)  # a one-line error for a label that is neither a build nor a version
-        cap = self.vllm_capability(version)
-        digest = profile.image.partition("@")[2] or None
-        return Build(
-            name=label, image=profile.image, image_tag=profile.image.split("@")[0].split(":")[0] + ":" + profile.image_tag,
-            digest=digest, vllm_commit=(entry or {}).get("commit"), reported_version=version, rocm=None,
-            channel="nightly" if entry else "release", changes=(), status="current",
-            date=(entry or {}).get("date", ""), evidence=((entry or {}).get("evidence", cap.evidence),),
-            adaptive_on_rocm_v41="refused" if cap.refuses_adaptive_on_rocm_v41 else "native",
-            adaptive_evidence=cap.evidence,
-        )
+    def find_build(self, name: str):
+        """A build by name, or by the release it is (0.33.0, v0.33.0); one line listing the known ones otherwise."""
+        key = name.strip()
+        if key in self.builds:
+            return self.builds[key]
+        for b in self.builds.values():
+            if b.channel == "release" and key.lstrip("v") == b.reported_version:
+                return b
+        known = ", ".join(self.builds)
+        raise UsageError(f"unknown vLLM build {name!r}; known builds: {known} (releases also by number, e.g. 0.33.0)")
 
-    def check_model_supported(self, model: ModelSpec, build) -> None:
-        if model.min_vllm_version and release_tuple(build.reported_version) < release_tuple(model.min_vllm_version):
-            fb = f" or use the fallback model --model {model.fallback}" if model.fallback else ""
-            raise UsageError(f"vLLM {build.reported_version} has no {model.key}; use vLLM >= {model.min_vllm_version}{fb}")
+    def default_build(self, gpu: GpuSpec):
+        """(build, why): the newest build with public evidence on this GPU; failing that, the newest with
+        evidence on a GPU of the same arch (said in `why`); superseded and floating builds never default."""
+        usable = [b for b in self.builds.values() if b.status == "current" and b.date]
+        own = [b for b in usable if gpu.key in b.gpus]
+        if own:
+            b = max(own, key=lambda b: b.date)
+            return b, f"the newest build with public evidence on {gpu.key} ({', '.join(b.gpus[gpu.key])})"
+        same = [(b, g) for b in usable for g in b.gpus if self.gpus.get(g) and self.gpus[g].arch == gpu.arch]
+        if same:
+            b, g = max(same, key=lambda bg: bg[0].date)
+            return b, (f"no build has public evidence on {gpu.key}; the newest with evidence on another {gpu.arch} GPU "
+                       f"({g}: {', '.join(b.gpus[g])})")
+        raise UsageError(f"no vLLM build has public evidence on {gpu.key} or another {gpu.arch} GPU; pass --build "
+                         f"(known: {', '.join(self.builds)})")
+
+    def contains(self, build, change: str) -> bool | None:
+        """True/False where recipes/vllm.yaml establishes it for this build, None where nothing does."""
+        fact = build.facts.get(change)
+        return None if fact is None else fact.get("in")
 
     def vllm_capability(self, version: str) -> Capability:
         version = self.vllm_version_of(version)
@@ -355,22 +383,20 @@ def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
     evidence = r.str_list("evidence")
     if not evidence:
         r.fail("at least one evidence link is required", "evidence")
-    image = r.req("image", str)
-    if status != "unverified" and "@sha256:" not in image:
-        r.fail(f"a {status} profile must pin its image by digest (repo@sha256:...), got {image!r}", "image")
     mode = r.req("cudagraph_mode", str, optional=True)
     if mode is not None and mode not in CUDAGRAPH_MODES:
         r.fail(f"expected one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}", "cudagraph_mode")
     engram = r.req("engram_cpu_offload", dict, optional=True)
     if engram is not None and not all(isinstance(v, bool) for v in engram.values()):
         r.fail("expected a mapping from TP size to true/false", "engram_cpu_offload")
-    build = r.req("vllm_build", str, optional=True)
-    version = r.req("vllm_version", str, optional=True)
-    if build is None and version is None:
-        r.fail("either vllm_build (a tag in vllm.yaml builds) or vllm_version is required")
+    for old in ("image", "image_tag", "vllm_build", "vllm_version"):
+        if old in r.data:
+            r.fail("the image and vLLM come from the build now: use `build: <name in vllm.yaml builds>` "
+                   "(or leave it out for the GPU's default build)", old)
+    build = r.req("build", str, optional=True)
     return Profile(
-        model=model, gpu=gpu, status=status, status_date=date, evidence=evidence, image=image,
-        image_tag=r.req("image_tag", str), vllm_build=build, vllm_version=version,
+        model=model, gpu=gpu, status=status, status_date=date, evidence=evidence, image="",
+        image_tag="", vllm_build=build, vllm_version=None,
         tp=r.positive_int("tp"), dp=r.positive_int("dp"), ep=r.positive_int("ep"),
         max_num_seqs=r.positive_int("max_num_seqs"),
         max_num_batched_tokens=r.positive_int("max_num_batched_tokens"),
@@ -416,8 +442,52 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
         params=dict(params.data), speculative={**spec.data, "block_size": block}, serve=dict(serve.data),
         base_args=r.arg_list("base_args"), base_env=r.env("base_env"),
         validation=dict(r.data["validation"]), profiles=profiles,
-        min_vllm_version=r.req("min_vllm_version", str, optional=True),
+        requires=r.str_list("requires", optional=True), workload=_workload(path, r, gpus), memory=_memory(r),
     )
+
+
+MEMORY_KEYS = ("fixed_gib", "sharded_weights_gib", "engram_tables_gib", "indexer_mib_per_batched_token",
+               "kv_gib_per_million_tokens", "error_gib")
+
+
+def _memory(r: _Reader) -> dict:
+    if r.data.get("memory") is None:
+        return {}
+    m = r.sub("memory")
+    out = {k: m.req(k, float) for k in MEMORY_KEYS}
+    for k, v in out.items():
+        if v < 0 or (k == "kv_gib_per_million_tokens" and v == 0):
+            m.fail(f"must be positive, got {v!r}", k)
+    out["sources"] = m.str_list("sources")
+    return out
+
+
+WORKLOAD_SETS = ("max_num_batched_tokens", "max_num_seqs", "engram_cpu_offload")
+
+
+def _workload(path: Path, r: _Reader, gpus: dict) -> dict:
+    if r.data.get("workload") is None:
+        return {}
+    w = r.sub("workload")
+    out = {"max_num_seqs_per_request": w.req("max_num_seqs_per_request", int, optional=True),
+           "evidence": w.req("evidence", str), "rules": []}
+    for i, rule in enumerate(w.req("rules", list, optional=True, default=[])):
+        rr = _Reader(path, rule, f"workload.rules[{i}]")
+        for g in rr.str_list("gpus", optional=True):
+            if g not in gpus:
+                rr.fail(f"unknown GPU {g!r}", "gpus")
+        tps = rr.req("tp", list, optional=True, default=[])
+        sets = rr.req("sets", dict)
+        for k, v in sets.items():
+            if k not in WORKLOAD_SETS:
+                rr.fail(f"can set only {', '.join(WORKLOAD_SETS)}, got {k!r}", "sets")
+            if k == "engram_cpu_offload" and not isinstance(v, bool) or k != "engram_cpu_offload" and (
+                    not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                rr.fail(f"bad value {v!r} for {k}", "sets")
+        out["rules"].append({"gpus": rr.str_list("gpus", optional=True), "tp": tuple(tps),
+                             "min_concurrency": rr.positive_int("min_concurrency"), "sets": dict(sets),
+                             "why": rr.req("why", str), "evidence": rr.req("evidence", str)})
+    return out
 
 
 def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
@@ -457,6 +527,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
     gpus = {k: _gpu(gpus_path, k, gpus_r.sub(k)) for k in gpus_r.data}
 
     models: dict[str, ModelSpec] = {}
+    model_paths: dict[str, Path] = {}
     model_files = sorted((root / "models").glob("*.yaml"))
     if not model_files:
         raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
@@ -465,6 +536,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
         if model.key in models:
             raise CatalogError(f"{path}: key: model {model.key!r} is defined twice")
         models[model.key] = model
+        model_paths[model.key] = path
     for model in models.values():
         if model.fallback and model.fallback not in models:
             raise CatalogError(f"{root / 'models'}: {model.key}.fallback: unknown model {model.fallback!r}")
@@ -493,16 +565,101 @@ def _load_catalog_cached(root: Path) -> Catalog:
             native_adaptive_on_rocm_v41=cr.req("native_adaptive_on_rocm_v41", bool),
             note=" ".join(cr.req("note", str).split()), evidence=cr.req("evidence", str),
         ))
-    builds = vr.req("builds", dict, optional=True, default={})
-    for name, b in builds.items():
-        br = _Reader(vpath, b, f"builds.{name}")
-        release_tuple(br.req("version", str))
-        br.req("commit", str)
+    changes = {}
+    for cid, c in vr.req("changes", dict).items():
+        cr = _Reader(vpath, c, f"changes.{cid}")
+        if not re.fullmatch(r"vllm#\d+", str(cid)):
+            vr.fail(f"change ids look like vllm#12345, got {cid!r}", "changes")
+        changes[cid] = {"title": cr.req("title", str), "url": cr.req("url", str)}
+    av = vr.sub("adaptive_verification")
+    adaptive_change = av.req("change", str)
+    if adaptive_change not in changes:
+        av.fail(f"unknown change {adaptive_change!r}", "change")
+    adaptive_notes = {k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")}
+    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus) for name in vr.sub("builds").data}
+    flag_rules = {}
+    for flag, f in vr.req("flags", dict).items():
+        fr = _Reader(vpath, f, f"flags.{flag}")
+        rule = FlagRule(flag, fr.str_list("needs", optional=True), fr.str_list("unnecessary_with", optional=True),
+                        " ".join(fr.req("reason", str).split()), fr.req("evidence", str))
+        for cid in rule.needs + rule.unnecessary_with:
+            if cid not in changes:
+                fr.fail(f"unknown change {cid!r}")
+        flag_rules[flag] = rule
     for model in models.values():
+        for cid in model.requires:
+            if cid not in changes:
+                raise CatalogError(f"{model_paths[model.key]}: requires: unknown change {cid!r}")
         for p in model.profiles.values():
             if p.vllm_build and p.vllm_build not in builds:
-                raise CatalogError(f"{root / 'models'}: {p.id}.vllm_build: {p.vllm_build!r} is not in vllm.yaml builds")
-    return Catalog(
+                raise CatalogError(f"{root / 'models'}: {p.id}.build: {p.vllm_build!r} is not in vllm.yaml builds")
+    catalog = Catalog(
         root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
-        min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds,
+        min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds, changes=changes,
+        flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
+    )
+    for model in models.values():  # each profile names the build it runs by default, for readers of the catalog
+        for g, p in list(model.profiles.items()):
+            b = builds[p.vllm_build] if p.vllm_build else catalog.default_build(gpus[g])[0]
+            model.profiles[g] = p._replace(image=b.image, image_tag=b.image_tag, vllm_build=b.name,
+                                           vllm_version=b.reported_version)
+    return catalog
+
+
+BUILD_STATUSES = ("current", "superseded", "floating")
+CHANNELS = ("release", "nightly", "nightly-rocm100")
+HOW = ("ancestry", "wheel", "parser", "note")
+
+
+def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
+    from rocm_dspark.plan import Build
+
+    image = r.req("image", str)
+    if "@" in image or ":" not in image.rsplit("/", 1)[-1]:
+        r.fail(f"expected repo:tag (the digest goes in `digest`), got {image!r}", "image")
+    digest = r.req("digest", str, optional=True)
+    if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        r.fail(f"expected sha256:<64 hex digits> or null, got {digest!r}", "digest")
+    status = r.req("status", str)
+    if status not in BUILD_STATUSES:
+        r.fail(f"expected one of {', '.join(BUILD_STATUSES)}, got {status!r}", "status")
+    channel = r.req("channel", str)
+    if channel not in CHANNELS:
+        r.fail(f"expected one of {', '.join(CHANNELS)}, got {channel!r}", "channel")
+    date = r.req("date", str, optional=True)
+    if date is not None and not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", date):
+        r.fail(f"expected YYYY-MM-DD or YYYY-MM, got {date!r}", "date")
+    facts = {}
+    cr = r.sub("changes") if r.data.get("changes") else None
+    for cid, fact in (cr.data.items() if cr else ()):
+        if cid not in changes:
+            cr.fail(f"unknown change {cid!r}")
+        fr = _Reader(path, fact, f"{cr.where}.{cid}")
+        value = fact.get("in", "missing")
+        if value not in (True, False, None):
+            fr.fail("`in` must be true, false or null", "in")
+        if value is not None:
+            how = fr.req("how", str)
+            if how not in HOW:
+                fr.fail(f"expected one of {', '.join(HOW)}, got {how!r}", "how")
+            fr.req("source", str)
+        facts[cid] = {"in": value, "how": fact.get("how"), "source": fact.get("source")}
+    evidence_on = {}
+    for g, urls in (r.req("gpus", dict, optional=True, default={}) or {}).items():
+        if g not in gpus:
+            r.fail(f"unknown GPU {g!r}", "gpus")
+        if not urls or not all(isinstance(u, str) for u in urls):
+            r.fail(f"{g}: expected a non-empty list of evidence links", "gpus")
+        evidence_on[g] = tuple(urls)
+    reported = r.req("reported_version", str, optional=True)
+    release = r.req("release", str, optional=True)
+    if channel == "release" and release is None:
+        r.fail("a release build needs `release` (e.g. \"0.33.0\")")
+    return Build(
+        name=name, image=f"{image.rsplit(':', 1)[0]}@{digest}" if digest else image, image_tag=image, digest=digest,
+        vllm_commit=r.req("commit", str, optional=True), reported_version=reported or release or None,
+        rocm=r.req("rocm", str, optional=True), channel=channel,
+        changes=tuple(c for c, f in facts.items() if f["in"] is True), status=status, date=date or "",
+        evidence=r.str_list("evidence"), facts=facts, gpus=evidence_on,
+        status_note=" ".join((r.req("status_note", str, optional=True) or "").split()),
     )

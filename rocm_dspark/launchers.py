@@ -109,12 +109,10 @@ def render_launcher(
     name = _check_name(name or default_name(plan))
     if not plan.argv:
         raise UsageError("the plan has an empty argv; nothing to launch")
-    if container and "@sha256:" not in plan.image:
-        # A tag such as :nightly changes under the service (V4.1 defaults moved between nightlies).
-        raise UsageError(
-            f"--container needs an image pinned by digest (name@sha256:...); this plan's image is {plan.image or 'empty'!r}: "
-            "pin it in recipes/ or run without --container"
-        )
+    if container and not plan.image:
+        raise UsageError("--container needs the plan's image and this plan has none: run without --container")
+    # An image without a published digest is pinned by the launcher at start: it pulls the tag once and runs
+    # (and records) the digest it pulled, so a moving tag cannot change under the service.
     for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")

@@ -73,15 +73,18 @@ class Build(NamedTuple):
     image_tag: str                    # repo:tag
     digest: str | None                # sha256:... from public evidence; None = resolved at launch
     vllm_commit: str | None
-    reported_version: str             # what `vllm --version` says (not a feature test)
+    reported_version: str | None      # what `vllm --version` says (a label, not a feature test); None: not recorded
     rocm: str | None
     channel: str                      # release | nightly | nightly-rocm100
     changes: tuple[str, ...]          # upstream changes contained, e.g. ("vllm#56227", ...)
     status: str                       # current | superseded
     date: str
     evidence: tuple[str, ...]
-    adaptive_on_rocm_v41: str = "refused"   # refused | native: what the build does with AV for V4.1 on ROCm
+    adaptive_on_rocm_v41: str = "refused"   # refused | native | unknown: AV for V4.1 on ROCm (filled by resolve)
     adaptive_evidence: str = ""
+    facts: dict = {}                  # change -> {"in": True/False/None, "how": ancestry|wheel|parser|note, "source"}
+    gpus: dict = {}                   # GPU key -> public evidence of V4.1 runs on this build
+    status_note: str = ""
 
 
 class Memory(NamedTuple):
@@ -153,6 +156,8 @@ class LaunchPlan(NamedTuple):
         if self.build is not None:
             b = self.build._asdict()
             b["changes"], b["evidence"] = list(self.build.changes), list(self.build.evidence)
+            b["facts"] = {k: dict(v) for k, v in self.build.facts.items()}
+            b["gpus"] = {k: list(v) for k, v in self.build.gpus.items()}
             d["build"] = b
         if self.memory is not None:
             m = self.memory._asdict()

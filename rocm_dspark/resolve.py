@@ -7,8 +7,9 @@ resolve() runs once per command. Its layers are named functions, applied in this
   3. build_layer       the vLLM build (image, commit, reported version, changes it contains); the model
                        must be supported by it
   4. workaround_layer  every workaround that applies to (model, GPU, build), in file order
+  4b. workload_layer   --concurrency C: the settings public runs tie to it (batch tokens, Engram offload)
   5. layout_layer      TP/DP/EP checked against the heads and the nodes
-  6. memory_layer      refuse a layout whose weights cannot fit
+  6. memory_layer      per-rank HBM budget; refuse a layout with no KV room (numbers in the error)
   7. speculative_layer --speculative-config from K and the model's DSpark config
   8. capture_layer     --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
   9. command_layer     block_argv and adaptive_argv from the fields above
@@ -152,19 +153,95 @@ def profile_layer(s: _State) -> None:
             f"`rocm-dspark validate` before taking traffic")))
 
 
+def _pick_build(s: _State):
+    """The selected build (--build, or --vllm-version mapped onto a build), else the profile's."""
+    catalog, sel = s.catalog, s.sel
+    if sel.build and sel.vllm_version:
+        b, v = catalog.find_build(sel.build), catalog.find_build(sel.vllm_version)
+        if b.name != v.name:
+            raise UsageError(f"--build {sel.build} and --vllm-version {sel.vllm_version} name different builds "
+                             f"({b.name}, {v.name}); pass one of them")
+        return b, "given by --build"
+    if sel.build or sel.vllm_version:
+        b = catalog.find_build(sel.build or sel.vllm_version)
+        return b, "given by --build" if sel.build else f"--vllm-version {sel.vllm_version}"
+    default, why = catalog.default_build(s.gpu)
+    b = catalog.builds[s.profile.vllm_build]
+    return (b, why) if b.name == default.name else (b, f"the profile {s.profile.id} pins it")
+
+
 def build_layer(s: _State) -> None:
-    s.build = s.catalog.build_for(s.profile, s.sel.build or s.sel.vllm_version)
-    s.catalog.check_model_supported(s.model, s.build)
+    """The vLLM build: the plan's image, and which upstream changes it contains (recipes/vllm.yaml)."""
+    catalog, model = s.catalog, s.model
+    b, why = _pick_build(s)
+    for change in model.requires:
+        has = catalog.contains(b, change)
+        if has is not True:
+            what = "lacks" if has is False else "is not shown to contain"
+            raise UsageError(
+                f"vLLM build {b.name} {what} {model.key} ({change}: {catalog.changes[change]['title']}); "
+                f"pick another with --build ({', '.join(catalog.builds)})"
+                + (f" or use the fallback model --model {model.fallback}" if model.fallback else ""))
+    av = catalog.contains(b, catalog.adaptive_change)
+    notes = catalog.adaptive_notes
+    s.build = b._replace(
+        adaptive_on_rocm_v41={True: "native", False: "refused", None: "unknown"}[av],
+        adaptive_evidence=notes["native_evidence"] if av else notes["refused_evidence"])
+    version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
+    digest = ("digest published" if b.digest else
+              "no published digest: the launcher pins the digest it pulls and records it")
+    s.notes.append(Note("build", (
+        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'unknown'}{version}; {b.status}): {why}; image "
+        f"{b.image_tag}, {digest}")))
+    if b.status != "current":
+        s.notes.append(Note("build status", f"{b.name} is {b.status}: {b.status_note}"))
 
 
 def workaround_layer(s: _State) -> None:
     for w in s.catalog.workarounds:
-        if not w.applies(s.model.key, s.gpu.key, s.build.reported_version):
+        if not w.applies(s.model.key, s.gpu.key, None):
             continue
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
         s.env.update(w.env)
         s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})"))
+
+
+def workload_layer(s: _State) -> None:
+    """--concurrency C: the settings public runs tie to it (model `workload`); explicit limits win."""
+    c, w, f = s.sel.concurrency, s.model.workload, s.fields
+    if c is None or not w:
+        return
+    per = w.get("max_num_seqs_per_request")
+    if per and "max_num_seqs" not in s.explicit:
+        mns = max(f["max_num_seqs"], per * c)
+        cap = f["capture_cap"] // (1 + s.model.block_size)  # graphs must still cover full verify batches
+        if mns > cap:
+            mns = cap
+        if mns != f["max_num_seqs"]:
+            f["max_num_seqs"] = mns
+            s.notes.append(Note("workload", (
+                f"--max-num-seqs {mns}: max(profile {s.profile.max_num_seqs}, {per} x concurrency {c})"
+                + (f", capped at {cap} so capture stays within {f['capture_cap']}" if mns == cap else "")
+                + f" ({w['evidence']})")))
+    for rule in w["rules"]:
+        if rule["gpus"] and s.gpu.key not in rule["gpus"]:
+            continue
+        if rule["tp"] and f["tp"] not in rule["tp"]:
+            continue
+        if c < rule["min_concurrency"]:
+            continue
+        for key, value in rule["sets"].items():
+            if key in s.explicit:
+                continue
+            if key == "engram_cpu_offload":
+                f[key] = {**(f[key] or {}), str(f["tp"]): value}
+                shown = f"Engram cpu_offload {str(value).lower()}"
+            else:
+                f[key] = value
+                shown = f"--{key.replace('_', '-')} {value}"
+            s.notes.append(Note("workload", (
+                f"{shown} at TP{f['tp']} concurrency {c} (>= {rule['min_concurrency']}): {rule['why']} ({rule['evidence']})")))
 
 
 def layout_layer(s: _State) -> None:
@@ -198,22 +275,60 @@ def layout_layer(s: _State) -> None:
         raise UsageError("--nodes > 1 needs --head-address (the IP of node 0 that the other nodes reach)")
 
 
+def _engram_resident(s: _State) -> bool:
+    """Whether the Engram tables stay in HBM: the plan's explicit --engram-config where the build takes it;
+    otherwise the build's own default (before vllm#57491 ROCm keeps them on the GPU; after it offload defaults on)."""
+    offload = (s.fields["engram_cpu_offload"] or {}).get(str(s.fields["tp"]))
+    keep, _ = flag_verdict(s.catalog, s.build, "--engram-config")
+    if keep and offload is not None:
+        return not offload
+    rule = s.catalog.flag_rules.get("--engram-config")
+    has = all(s.catalog.contains(s.build, c) is True for c in (rule.needs if rule else ()))
+    return not has  # unknown counts as resident: the conservative side for a memory check
+
+
 def memory_layer(s: _State) -> None:
-    """Weights are split across the TP group (experts too under EP); refuse a layout that cannot hold them."""
-    model, tp, util = s.model, s.fields["tp"], s.fields["gpu_memory_utilization"]
-    hbm = s.gpu.hbm_gb
-    group_gb = hbm * tp
-    if model.weights_gb >= group_gb:
-        raise UsageError(
-            f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {hbm:g} GB HBM "
-            f"({group_gb:g} GB); use a larger --tp")
-    usable = group_gb * (util or 0.9)
-    share = model.weights_gb / usable
-    if share > 0.8:
-        s.notes.append(Note("memory", (
-            f"weights take {share:.0%} of the usable HBM of the TP {tp} group ({usable:.0f} GB at "
-            f"gpu_memory_utilization {util or 0.9}); little is left for KV cache: expect short contexts or "
-            f"use a larger --tp")))
+    """Per-rank HBM budget from recipe data; refuse a layout that leaves no KV room (with the numbers)."""
+    model, f, gpu = s.model, s.fields, s.gpu
+    tp, util = f["tp"], f["gpu_memory_utilization"] or 0.9
+    m = model.memory
+    if not m:  # no budget data for this model: the weights must at least fit the TP group
+        if model.weights_gb >= gpu.hbm_gb * tp:
+            raise UsageError(f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
+                             f"HBM ({gpu.hbm_gb * tp:g} GB); use a larger --tp")
+        return
+    from rocm_dspark.plan import Memory
+
+    usable = gpu.hbm_gb * util  # HBM capacities are binary: 192 GB HBM3 = 192 GiB
+    weights = m["fixed_gib"] + m["sharded_weights_gib"] / tp
+    engram = m["engram_tables_gib"] / tp if _engram_resident(s) else 0.0
+    mnbt = f["max_num_batched_tokens"]
+    indexer = mnbt * m["indexer_mib_per_batched_token"] / 1024
+    kv = usable - weights - engram - indexer
+    err = m["error_gib"]
+    max_len = int(next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
+                  or model.architecture["context_length"])
+    tokens = int(kv / m["kv_gib_per_million_tokens"] * 1024 * 1024) if kv > 0 else None
+    mem = Memory(hbm_gib=gpu.hbm_gb, usable_gib=round(usable, 2), weights_gib=round(weights, 2),
+                 engram_gib=round(engram, 2), indexer_gib=round(indexer, 2), margin_gib=0.0, kv_gib=round(kv, 2),
+                 kv_tokens=tokens, kv_multiples=round(tokens / max_len, 2) if tokens else None, error_gib=err,
+                 sources=tuple(m["sources"]), override=False)
+    budget = (f"per rank on {gpu.key} TP{tp}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - weights {weights:.1f}"
+              f" - Engram tables {engram:.1f}{' (offloaded)' if not engram else ''} - indexer buffers {indexer:.1f} "
+              f"(max_num_batched_tokens {mnbt}) = KV {kv:.1f} GiB (model error +-{err:g} GiB)")
+    if kv + err <= 0:
+        if not s.sel.memory_override:
+            hint = (f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"
+                    if mnbt > 4096 else "")
+            raise UsageError(f"no room for KV cache: {budget}; use a larger --tp{hint}, or --memory-override to "
+                             f"emit it anyway")
+        mem = mem._replace(override=True)
+        s.notes.append(Note("memory", f"OVERRIDDEN (--memory-override): {budget}; vLLM will likely refuse to start"))
+    else:
+        room = (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len {max_len}" if tokens
+                else "none by the estimate, within the model's error")
+        s.notes.append(Note("memory", f"{budget}: {room} (calibrated on InferenceX's published KV headroom: {m['sources'][0]})"))
+    s.memory = mem
 
 
 def speculative_layer(s: _State) -> None:
@@ -248,6 +363,11 @@ def capture_layer(s: _State) -> None:
         f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {mns * (1 + s.k)} "
         f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
         f"above it would run eager)")))
+    if mnbt < 6 * 1024:
+        s.notes.append(Note("max_num_seqs", (
+            f"--max-num-batched-tokens {mnbt} is below 6 x 1024 (the API server's default max_num_seqs 1024 x "
+            f"(1+K)), so max_num_seqs stays at the capture shape ({mns}): with 1024 sequences the Engram projection "
+            f"faults during profiling (HSA_STATUS_ERROR_EXCEPTION; InferenceX MI355X script)")))
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
@@ -297,6 +417,7 @@ def command_layer(s: _State) -> _Args:
         args.set("--engram-config", _compact_json({"cpu_offload": offload}))
     for item in s.extra_args:
         args.set(*item)
+    flag_rules_layer(s, args)
     args.set("--speculative-config", "")  # placeholder: filled per command below
     args.set("--max-num-seqs", str(f["max_num_seqs"]))
     args.set("--max-num-batched-tokens", str(f["max_num_batched_tokens"]))
@@ -304,7 +425,59 @@ def command_layer(s: _State) -> _Args:
     return args
 
 
+def _change_words(catalog, build, change: str) -> str:
+    fact = build.facts.get(change) or {}
+    how = f", by {fact['how']}: {fact['source']}" if fact.get("how") else ", not established for this build"
+    return f"{change} ({catalog.changes[change]['title']}{how})"
+
+
+def flag_verdict(catalog, build, flag: str) -> tuple[bool, str]:
+    """(keep, why) for one flag on one build, from recipes/vllm.yaml `flags`; flags with no rule are kept."""
+    rule = catalog.flag_rules.get(flag)
+    if rule is None:
+        return True, ""
+    for change in rule.needs:
+        if catalog.contains(build, change) is not True:
+            what = "lacks" if catalog.contains(build, change) is False else "is not shown to contain"
+            return False, f"{flag} left out: build {build.name} {what} {_change_words(catalog, build, change)}; {rule.reason}"
+    for change in rule.unnecessary_with:
+        if catalog.contains(build, change) is True:
+            return False, (f"{flag} left out: not needed on build {build.name}, which contains "
+                           f"{_change_words(catalog, build, change)}; {rule.reason}")
+    return True, ""
+
+
+def flag_rules_layer(s: _State, args: _Args) -> None:
+    """Emit only the flags the build accepts and needs; say which were dropped and why."""
+    kept = []
+    for flag, value in args.items:
+        keep, why = flag_verdict(s.catalog, s.build, flag)
+        if keep:
+            kept.append((flag, value))
+        else:
+            s.notes.append(Note("build flags", why))
+            if flag == "--engram-config":
+                s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
+    args.items = kept
+
+
+def check_user_args(catalog, build, tokens) -> None:
+    """A --vllm-arg that the build cannot parse is an error naming the build (flags with a rule in
+    recipes/vllm.yaml; the real parsers check the rest in the slow tests)."""
+    for token in tokens:
+        flag = token.partition("=")[0]
+        rule = catalog.flag_rules.get(flag)
+        if rule is None:
+            continue
+        for change in rule.needs:
+            if catalog.contains(build, change) is not True:
+                raise UsageError(
+                    f"--vllm-arg {flag}: vLLM build {build.name} cannot parse it (needs "
+                    f"{_change_words(catalog, build, change)}); drop it or pick another --build")
+
+
 def override_layer(s: _State, args: _Args) -> None:
+    check_user_args(s.catalog, s.build, s.sel.extra_args)
     for token in s.sel.extra_args:
         args.set(*_parse_user_arg(token))
         s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
@@ -321,7 +494,7 @@ def override_layer(s: _State, args: _Args) -> None:
     s.adaptive_argv = with_spec(True) if s.adaptive_allowed else None
 
 
-LAYERS = (model_layer, profile_layer, build_layer, workaround_layer, layout_layer, memory_layer,
+LAYERS = (model_layer, profile_layer, build_layer, workaround_layer, workload_layer, layout_layer, memory_layer,
           speculative_layer, capture_layer)
 
 
@@ -335,7 +508,7 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
     plan = LaunchPlan(
         model_id=s.block_argv[2], model_key=s.model.key, served_name=s.served_name, gpu=s.gpu.key,
         arch=s.gpu.arch, profile=s.profile.id, status=s.profile.status, status_date=s.profile.status_date,
-        evidence=s.profile.evidence, vllm_version=b.reported_version, image=b.image, host=s.host, port=s.port,
+        evidence=s.profile.evidence, vllm_version=b.reported_version or b.name, image=b.image, host=s.host, port=s.port,
         argv=s.block_argv, env=s.env, speculative_config=dict(s.spec, enable_adaptive_verification=False),
         adaptive_verification=False, block_argv=s.block_argv, notes=tuple(s.notes), adaptive_argv=s.adaptive_argv,
         build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
@@ -369,9 +542,10 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(plan, False, Note("adaptive verification", (
             f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
     b = plan.build
-    label = b.name if b.reported_version in b.name else f"{b.name} = {b.reported_version}"
-    why = (f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})" if b.adaptive_on_rocm_v41 == "refused"
-           else f"vLLM {label} supports it natively, but it has not been proven on this host")
+    label = b.name if not b.reported_version or b.reported_version in b.name else f"{b.name} = {b.reported_version}"
+    why = {"refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
+           "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",
+           }.get(b.adaptive_on_rocm_v41, f"whether vLLM {label} accepts it for V4.1 on ROCm is not established")
     return _switch(plan, False, Note("adaptive verification", (
         f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
         f"on this host to prove it")))
@@ -382,4 +556,5 @@ def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) ->
     return apply_verdict(resolve_plan(catalog, sel), verdict)
 
 
-__all__ = ["Selection", "Verdict", "resolve", "resolve_plan", "apply_verdict", "GUARDED_FLAGS", "LAYERS"]
+__all__ = ["Selection", "Verdict", "resolve", "resolve_plan", "apply_verdict", "GUARDED_FLAGS", "LAYERS",
+           "flag_verdict", "check_user_args"]

@@ -23,8 +23,9 @@ def test_catalog_has_the_models_and_gpus_the_brief_names():
         assert set(model.profiles) == set(cat.gpus)
         for p in model.profiles.values():
             assert p.status in ("verified", "experimental", "unverified") and p.evidence and p.status_date
-            if p.status != "unverified":
-                assert "@sha256:" in p.image
+            # Images come from builds: the profile shows its build's (digest where published, else the tag).
+            b = cat.builds[p.vllm_build]
+            assert p.image == b.image and (b.digest is None or p.image.endswith("@" + b.digest))
 
 
 def test_unknown_model_and_gpu_list_the_known_ones():
@@ -48,7 +49,6 @@ def test_capability_table_by_version():
     assert cat.vllm_capability("0.32.0").refuses_adaptive_on_rocm_v41
     assert not cat.vllm_capability("0.32.0").native_adaptive_on_rocm_v41
     assert cat.vllm_capability("0.33.0").native_adaptive_on_rocm_v41
-    assert cat.vllm_capability("nightly-eed1f3d0").refuses_adaptive_on_rocm_v41
     assert not cat.vllm_capability("0.29.0").supports_v41
     assert release_tuple(cat.min_version_for_v41) == (0, 30, 0)
 
@@ -63,16 +63,24 @@ def _break(recipes, rel, old, new):
 
 @pytest.mark.parametrize("rel,old,new,expect", [
     ("models/deepseek-v4.1-flash.yaml", "    tp: 8\n", "    tp: eight\n", "profiles.mi300x.tp: expected int, got 'eight'"),
-    ("models/deepseek-v4.1-flash.yaml", "    status: experimental            # InferenceX day-zero arm, not vLLM-recipe verified\n    status_date: \"2026-09-18\"",
-     "    status: great\n    status_date: \"2026-09-18\"", "profiles.mi300x.status: expected one of verified, experimental, unverified"),
+    ("models/deepseek-v4.1-flash.yaml", "    status: experimental            # InferenceX day-zero arm, not vLLM-recipe verified\n    status_date: \"2026-09-21\"",
+     "    status: great\n    status_date: \"2026-09-21\"", "profiles.mi300x.status: expected one of verified, experimental, unverified"),
     ("models/deepseek-v4.1-flash.yaml", "  - [--tokenizer-mode, deepseek_v41]", "  - [tokenizer-mode, deepseek_v41]", "base_args: item 1 must be"),
     ("models/deepseek-v4.1-flash.yaml", "  block_size: 5", "  block_size: 0", "speculative.block_size: expected a positive integer"),
     ("gpus.yaml", "    fp8_format: fnuz               # e4m3fnuz, max 224", "    fp8_format: e5m2", "gpus.mi300x.fp8_format: expected fnuz or ocp"),
     ("workarounds.yaml", "    reason: \"On gfx942 every worker", "    reasonx: \"On gfx942 every worker", "workarounds[1].reason: missing key"),
     ("vllm.yaml", "  - versions: \">=0.33.0\"", "  - versions: \"about 0.33\"", "capabilities[2].versions: bad version range"),
-    ("models/deepseek-v4.1-flash.yaml", "    image: vllm/vllm-openai-rocm@sha256:960228cfcb5de9f4cd22d28998d1125be62b546c3d220a884f570343e99ffcee\n    image_tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657\n    vllm_build: nightly-eed1f3d0\n    tp: 4\n    dp: 1\n    ep: 1\n    max_num_seqs: 128               # not",
-     "    image: vllm/vllm-openai-rocm:nightly\n    image_tag: nightly-eed1f3d0c6043bd494424a22443ee198dd56f657\n    vllm_build: nightly-eed1f3d0\n    tp: 4\n    dp: 1\n    ep: 1\n    max_num_seqs: 128               # not",
-     "profiles.mi355x.image: a experimental profile must pin its image by digest"),
+    ("models/deepseek-v4.1-flash.yaml", "    tp: 4\n    dp: 1\n", "    image: vllm/vllm-openai-rocm:nightly\n    tp: 4\n    dp: 1\n",
+     "profiles.mi355x.image: the image and vLLM come from the build now"),
+    ("vllm.yaml", "    digest: sha256:960228cf", "    digest: sha256:960228cX", "builds.nightly-eed1f3d0.digest: expected sha256:"),
+    ("vllm.yaml", "    image: vllm/vllm-openai-rocm:v0.33.0", "    image: vllm/vllm-openai-rocm@sha256:" + "0" * 64,
+     "builds.v0.33.0.image: expected repo:tag"),
+    ("vllm.yaml", "      vllm#57491: {in: true, how: parser", "      vllm#57491: {in: maybe, how: parser",
+     "`in` must be true, false or null"),
+    ("vllm.yaml", "      vllm#56227: {in: true, how: note,", "      vllm#56227: {in: true, how: hearsay,",
+     "expected one of ancestry, wheel, parser, note, got 'hearsay'"),
+    ("vllm.yaml", "    needs: [vllm#57491]", "    needs: [vllm#99999]", "flags.--engram-config: unknown change 'vllm#99999'"),
+    ("models/deepseek-v4.1-flash.yaml", "requires: [vllm#56214]", "requires: [vllm#1]", "requires: unknown change 'vllm#1'"),
 ])
 def test_broken_recipe_names_file_key_and_problem(recipes_copy, rel, old, new, expect):
     path = _break(recipes_copy, rel, old, new)

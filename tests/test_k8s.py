@@ -156,8 +156,9 @@ def test_pods_get_gpus_shm_cache_state_secret_and_probes(strategy):
             assert sp["periodSeconds"] * sp["failureThreshold"] >= 3600  # a 511 GB load
             assert c["readinessProbe"]["httpGet"]["path"] == "/v1/models"
             assert c["livenessProbe"]["httpGet"]["path"] == "/health"
-        # The image is pinned by digest (the profile's build has one).
-        assert "@sha256:" in c["image"]
+        # The image is the plan's build's: by digest where one is published, else its tag (with a note).
+        plan, _ = _plan("mi355x", None)
+        assert c["image"] == plan.image and ("@sha256:" in c["image"]) == (plan.build.digest is not None)
 
 
 def test_block_verification_runs_in_pods_and_k_is_the_same_everywhere():

