@@ -1,20 +1,20 @@
 """Selection + Catalog (+ Verdict) -> LaunchPlan. Pure: no files, network, clock or environment.
 
 resolve() runs once per command. Its layers are named functions, applied in this order; a later layer wins:
-  1. model_layer       base_args, base_env, served name, host/port of the model's recipe
-  2. profile_layer     layout, batch limits, graph mode, MoE backend, env for (model, GPU); the selection's
-                       explicit layout/limit inputs replace the profile's values here
-  3. build_layer       the vLLM build (image, commit, reported version, changes it contains); the model
-                       must be supported by it
-  4. workaround_layer  every workaround that applies to (model, GPU, build), in file order
-  4b. workload_layer   --concurrency C: the settings public runs tie to it (batch tokens, Engram offload)
-  5. layout_layer      TP/DP/EP checked against the heads and the nodes
-  6. memory_layer      per-rank HBM budget; refuse a layout with no KV room (numbers in the error)
-  7. speculative_layer --speculative-config from K and the model's DSpark config
-  8. capture_layer     --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
-  9. command_layer     block_argv and adaptive_argv from the fields above
- 10. override_layer    --vllm-arg / --env last (they may not touch what layers 7-9 decide)
- 11. apply_verdict     adaptive verification on only when the gate proved it on this host: picks argv
+  1. model_layer        base_args, base_env, served name, host/port of the model's recipe
+  2. profile_layer      layout, batch limits, graph mode, MoE backend, env for (model, GPU); the selection's
+                        explicit layout/limit inputs replace the profile's values here
+  3. build_layer        the vLLM build (image, commit, reported version, changes it contains); the model
+                        must be in it
+  4. workaround_layer   every workaround that applies to (model, GPU), in file order
+  5. workload_layer     --concurrency C: the settings public runs tie to it (batch tokens, Engram offload)
+  6. layout_layer       TP/DP/EP checked against the heads and the nodes
+  7. memory_layer       per-rank HBM budget; refuse a layout with no KV room (numbers in the error)
+  8. speculative_layer  --speculative-config from K and the model's DSpark config
+  9. capture_layer      --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
+ 10. command_layer      every flag, then flag_rules_layer: only what the build accepts and needs
+ 11. override_layer     --vllm-arg (checked against the build) / --env last; block_argv and adaptive_argv
+ 12. apply_verdict      adaptive verification on only when the gate proved it on this host: picks argv
 Every non-obvious value gets a Note saying why.
 """
 
@@ -27,7 +27,7 @@ from rocm_dspark.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
-# Flags that layers 7-11 own: overriding them by hand would bypass the K check, the capture rule
+# Flags that layers 8-12 own: overriding them by hand would bypass the K check, the capture rule
 # or the adaptive-verification gate, so they have dedicated options instead.
 GUARDED_FLAGS = {
     "--speculative-config": "--num-speculative-tokens, --adaptive or --benchmark-synthetic",

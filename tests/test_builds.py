@@ -210,3 +210,11 @@ def test_cli_prints_the_0_33_0_image():
                               text=True, env=cli_env())
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["image"] == "vllm/vllm-openai-rocm:v0.33.0"
+
+
+def test_list_shows_the_builds():
+    proc = subprocess.run([*CLI, "list", "--json"], capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    builds = json.loads(proc.stdout)["builds"]
+    assert builds["v0.33.0"]["digest"] is None and builds["v0.33.0"]["image"] == "vllm/vllm-openai-rocm:v0.33.0"
+    assert builds["nightly-3df4ae15"]["evidence_on"].keys() == {"mi300x", "mi325x"}

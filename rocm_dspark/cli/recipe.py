@@ -73,6 +73,11 @@ def list_catalog(as_json):
                        for m in cat.models.values()},
             "gpus": {g.key: {"name": g.name, "arch": g.arch, "hbm_gb": g.hbm_gb, "fp8": g.fp8_format,
                              "native_fp4": g.native_fp4} for g in cat.gpus.values()},
+            "builds": {b.name: {"image": b.image, "digest": b.digest, "commit": b.vllm_commit,
+                                "reported_version": b.reported_version, "rocm": b.rocm, "channel": b.channel,
+                                "status": b.status, "date": b.date, "changes": list(b.changes),
+                                "evidence_on": {g: list(u) for g, u in b.gpus.items()}}
+                       for b in cat.builds.values()},
         }, indent=2))
         return
     click.echo("GPUs:")
@@ -80,9 +85,14 @@ def list_catalog(as_json):
         fp4 = "native MXFP4" if g.native_fp4 else "no native FP4"
         click.echo(f"  {g.key:<8} {g.name:<22} {g.arch} {g.hbm_gb:>4g} GB {g.hbm_bandwidth_tbps:g} TB/s  "
                    f"{g.fp8_format.upper()} fp8, {fp4}")
+    click.echo("vLLM builds (recipes/vllm.yaml):")
+    for b in cat.builds.values():
+        on = f"  evidence on {', '.join(b.gpus)}" if b.gpus else ""
+        click.echo(f"  {b.name:<25} {b.status:<10} {b.date or '-':<10} reports {b.reported_version or '?':<18} "
+                   f"ROCm {b.rocm or '?'} ({b.channel}){on}")
     click.echo("Models and profiles:")
     for m in cat.models.values():
         extra = f"  (fallback: {m.fallback})" if m.fallback else ""
         click.echo(f"  {m.key}  [{m.hf_id}]  aliases: {', '.join(m.aliases[:2])}{extra}")
         for g, p in m.profiles.items():
-            click.echo(f"    {g:<8} {p.status:<12} {p.status_date}  TP{p.tp}  {p.evidence[0]}")
+            click.echo(f"    {g:<8} {p.status:<12} {p.status_date}  TP{p.tp}  build {p.vllm_build}  {p.evidence[0]}")
