@@ -29,7 +29,7 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None) -> str:
         for step in cmd.setup:
             out.append(" ".join(shlex.quote(w) for w in step))
         lines = [f"{k}={shlex.quote(v)}" for k, v in cmd.env.items()]
-        lines += _argv_lines(cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 1)
+        lines += _argv_lines(cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 2 if cmd.argv[:2] == ("ray", "start") else 1)
         out.append(" \\\n".join(lines))
     return "\n".join(out) + "\n"
 

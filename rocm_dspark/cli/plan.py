@@ -31,6 +31,8 @@ from rocm_dspark.cli.options import usage_errors
 @click.option("--cost-model", type=click.Choice(["calibrated", "roofline"]), default="calibrated", show_default=True,
               help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
                    "or the uncalibrated roofline.")
+@click.option("--nodes", type=int, default=None,
+              help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
               "the path it wrote goes to stderr.")
@@ -38,7 +40,7 @@ from rocm_dspark.cli.options import usage_errors
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
 @usage_errors
 def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
-         as_json, plot, seed_example, seed):
+         nodes, as_json, plot, seed_example, seed):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement)."""
     if seed_example:
         from rocm_dspark.planner.seed_example import seed_lines, seed_report
@@ -61,7 +63,20 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if plot:
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
+    scaling = None
+    if nodes is not None:
+        from rocm_dspark.planner.strategies import strategy_lines
+
+        kw = dict(concurrencies=concurrencies, acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
+                  acceptance_shape=acceptance_shape, cost_table=cost_table, cost_model=cost_model, seed=seed)
+        scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **kw) for g, p in zip(gpus, plans)}
     if as_json:
-        click.echo(json.dumps({"model": spec.key, "plans": [to_dict(p) for p in plans]}, indent=2))
+        out = {"model": spec.key, "plans": [to_dict(p) for p in plans]}
+        if scaling is not None:
+            out["strategies"] = {g: [row for row, _ in rows] for g, rows in scaling.items()}
+        click.echo(json.dumps(out, indent=2))
         return
-    click.echo("\n\n".join("\n".join(table_lines(p)) for p in plans))
+    text = "\n\n".join("\n".join(table_lines(p)) for p in plans)
+    if scaling is not None:
+        text += "".join("\n\n" + "\n".join(line for _, line in rows) for rows in scaling.values())
+    click.echo(text)

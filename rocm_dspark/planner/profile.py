@@ -111,9 +111,10 @@ COMMON_NOTES = (
 
 
 def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
-                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0):
+                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None):
     """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
-    ("calibrated": recipes/step_cost.yaml's fit, transferred to this profile; "roofline")."""
+    ("calibrated": recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
+    `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more)."""
     from rocm_dspark.capture import capture_size, vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import plan_grid
@@ -163,8 +164,9 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
             except UsageError:
                 pass
     allowed, blocker = adaptive_status(catalog, profile)
-    title = (f"{model.key} on {gpu.key} ({profile.tp}x {gpu.name}, TP{profile.tp}"
-             f"{f' DP{profile.dp}' if profile.dp > 1 else ''}), profile {profile.status}")
+    dp = dp or profile.dp
+    title = (f"{model.key} on {gpu.key} ({profile.tp * dp}x {gpu.name}, TP{profile.tp}"
+             f"{f' DP{dp}' if dp > 1 else ''}), profile {profile.status}")
     # Optional fact: the draft lengths a build accepts (InferenceX reports that one V4.1 image needs
     # multiples of n_predict=5); without it every K in 1..block_size is planned.
     k_values = model.speculative.get("allowed_num_speculative_tokens")
@@ -173,7 +175,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
         raise UsageError(f"recipes/models: {model.key}.speculative.allowed_num_speculative_tokens must be a list "
                          f"of integers in [1, {gamma}]")
     result = plan_grid(cost, rates, concurrencies, gamma=gamma, k_values=k_values,
-                       max_num_seqs=profile.max_num_seqs, dp=profile.dp,
+                       max_num_seqs=profile.max_num_seqs, dp=dp,
                        adaptive_allowed=allowed, adaptive_blocker=blocker, title=title,
                        acceptance_label=acceptance_label, steps=steps, seed=seed)
     result.error_pct, result.payoff_error_pp, result.error_source = error_pct, payoff_pp, error_source

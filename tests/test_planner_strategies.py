@@ -1,0 +1,34 @@
+"""`rocm-dspark plan --nodes N`: one line per strategy; only DP replicas of the profile's TP group get a number."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.conftest import CLI, cli_env
+
+
+def test_plan_nodes_predicts_tp_dp_and_says_why_not_for_the_rest():
+    r = subprocess.run(CLI + ["plan", "--gpu", "mi355x", "--concurrency", "512", "--nodes", "2", "--json"],
+                       capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["strategies"]["mi355x"][1:]
+    by = {row["strategy"]: row for row in rows}
+    assert list(by) == ["multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp", "multi_node_tp_pp",
+                        "pd_cluster"]
+    tpdp = by.pop("multi_node_tp_dp")
+    # 2 nodes x 8 GPUs / TP4 = 4 replicas; at c=512 every rank runs its max_num_seqs=128 and the single TP4 group
+    # is capped at 128 too, so the prediction must be 4x (independent replicas), up to simulation noise.
+    assert tpdp["dp"] == 4 and tpdp["tp"] == 4
+    assert abs(tpdp["speedup"] - 4.0) < 0.08, tpdp
+    assert all(row["tokens_per_s"] is None and row["why"] for row in by.values())
+
+
+def test_plan_nodes_text_has_one_line_per_strategy():
+    r = subprocess.run(CLI + ["plan", "--gpu", "mi300x", "--concurrency", "64", "--nodes", "3"],
+                       capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("Strategies at 3 node(s)")[1].splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["multi_node_tp", "multi_node_tep", "multi_node_dep",
+                                                   "multi_node_tp_dp", "multi_node_tp_pp", "pd_cluster"]
+    assert "DP3 x TP8" in lines[3]
