@@ -18,9 +18,10 @@ def test_plan_nodes_predicts_tp_dp_and_says_why_not_for_the_rest():
                         "pd_cluster"]
     tpdp = by.pop("multi_node_tp_dp")
     # 2 nodes x 8 GPUs / TP4 = 4 replicas; at c=512 every rank runs its max_num_seqs=128 and the single TP4 group
-    # is capped at 128 too, so the prediction must be 4x (independent replicas), up to simulation noise.
+    # is capped at 128 too, so 4 independent replicas would give exactly 4x. DP ranks step in lockstep and pay
+    # the largest rank's tokens (the planner's DP model), so the prediction sits a little below 4x, never above.
     assert tpdp["dp"] == 4 and tpdp["tp"] == 4
-    assert abs(tpdp["speedup"] - 4.0) < 0.08, tpdp
+    assert 0.85 * 4 <= tpdp["speedup"] <= 4.0 * 1.01, tpdp
     assert all(row["tokens_per_s"] is None and row["why"] for row in by.values())
 
 

@@ -2,7 +2,7 @@
 
 Only layouts the cost model describes are predicted: data-parallel replicas of the profile's TP group
 (multi_node_tp_dp with the profile's TP), through plan_grid's `dp` (concurrency split across ranks, each rank
-capped at max_num_seqs). Every other strategy changes the rank itself (TP across nodes, TP1 ranks with expert
+capped at max_num_seqs, ranks in lockstep paying the largest rank's token count). Every other strategy changes the rank itself (TP across nodes, TP1 ranks with expert
 all-to-all, pipeline stages, prefill/decode pools), which the per-TP-group roofline does not model: those lines
 say so instead of printing a number.
 """
@@ -29,7 +29,7 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles[gpu.key]
     g, tp = gpu.gpus_per_node, profile.tp
-    out: list[tuple[dict, str]] = [({}, f"Strategies at {nodes} node(s) x {g} {gpu.key} (DP ranks modelled as independent replicas, no DP synchronisation cost; base: "
+    out: list[tuple[dict, str]] = [({}, f"Strategies at {nodes} node(s) x {g} {gpu.key} (DP ranks step together, each paying the largest rank's tokens; base: "
                                         f"{base.title}):")]
 
     def best(res):
