@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 import pytest
 
@@ -21,6 +22,13 @@ def _spec_modes(records):
         spec = json.loads(argv[argv.index("--speculative-config") + 1])
         out.append("adaptive" if spec["enable_adaptive_verification"] else "block")
     return out
+
+
+def phase(rig) -> str | None:
+    try:
+        return rig.state().get("phase")
+    except (FileNotFoundError, ValueError):  # not written yet, or caught mid-rename
+        return None
 
 
 @pytest.fixture
@@ -49,8 +57,8 @@ def test_group_falls_back_together(rigs):
         # The worker waits for the head's mode before it starts anything.
         assert not wait_until(lambda: worker_rig.records(), 3)
         h = head_rig.start(head, STANDIN_REFUSE_ADAPTIVE="1", STANDIN_REFUSE_AFTER="3", **common)
-        assert wait_until(lambda: http_status(hp, "/v1/models") == 200, 60), "head never became ready"
-        assert wait_until(lambda: worker_rig.state().get("phase") == "serving", 60), worker_rig.state()
+        assert wait_until(lambda: http_status(hp, "/v1/models") == 200, 90), "head never became ready"
+        assert wait_until(lambda: phase(worker_rig) == "serving", 90), worker_rig.state()
         # The worker started adaptive (the head's first mode), then block when the head fell back.
         assert _spec_modes(worker_rig.records()) == ["adaptive", "block"]
         assert _spec_modes(head_rig.records()) == ["adaptive", "block"]
@@ -90,10 +98,13 @@ def test_block_group_needs_no_directory_and_worker_waits_for_head(rigs):
     w = worker_rig.start(worker)
     h = None
     try:
-        assert wait_until(lambda: worker_rig.records(), 20)
+        assert wait_until(lambda: worker_rig.records(), 60)
+        state = worker_rig.root / "state" / "launch-state.json"
+        assert wait_until(state.exists, 30)
+        time.sleep(2)
         assert worker_rig.state()["phase"] == "starting"  # its own vLLM runs, but the group is not up
         h = head_rig.start(head)
-        assert wait_until(lambda: worker_rig.state().get("phase") == "serving", 60)
+        assert wait_until(lambda: phase(worker_rig) == "serving", 90)
     finally:
         for proc in (w, h):
             if proc is not None and proc.poll() is None:
