@@ -92,10 +92,10 @@ class Memory(NamedTuple):
 
     hbm_gib: float
     usable_gib: float                 # hbm x gpu_memory_utilization
-    weights_gib: float                # weights resident per rank (Engram tables included when resident)
+    weights_gib: float                # weights split across TP, per rank (Engram tables apart)
     engram_gib: float                 # Engram tables resident per rank (0 when offloaded)
-    indexer_gib: float                # [max_num_batched_tokens, max_model_len] fp8 logits buffer
-    margin_gib: float                 # graphs, activations, runtime
+    indexer_gib: float                # [max_num_batched_tokens, max_model_len] fp8 logits buffer and companions
+    margin_gib: float                 # the fixed per-rank part: replicated weights, activations, graphs, runtime
     kv_gib: float                     # what is left for KV cache
     kv_tokens: int | None             # KV capacity in tokens (None when kv_gib <= 0)
     kv_multiples: float | None        # kv_tokens / max_model_len

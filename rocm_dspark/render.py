@@ -70,6 +70,9 @@ def render_docker(plan: LaunchPlan) -> str:
         shlex.quote("HF_CACHE_PLACEHOLDER:/root/.cache/huggingface"),
         '"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface"')
     out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]")
+    if plan.build is not None and not plan.build.digest:
+        out += _comment(f"image {plan.image} has no published digest: after `docker pull`, pin the digest "
+                        f"`docker image inspect` reports (RepoDigests) and run that")
     for note in plan.notes:
         out += _comment(f"{note.topic}: {note.text}")
     return "\n".join(out + [text]) + "\n"

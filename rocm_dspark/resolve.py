@@ -210,7 +210,11 @@ def workaround_layer(s: _State) -> None:
 def workload_layer(s: _State) -> None:
     """--concurrency C: the settings public runs tie to it (model `workload`); explicit limits win."""
     c, w, f = s.sel.concurrency, s.model.workload, s.fields
-    if c is None or not w:
+    if c is None:
+        return
+    if not w:
+        s.notes.append(Note("workload", f"{s.model.key} has no concurrency rules in its recipe: --concurrency {c} "
+                                        f"changes nothing"))
         return
     per = w.get("max_num_seqs_per_request")
     if per and "max_num_seqs" not in s.explicit:
@@ -300,22 +304,24 @@ def memory_layer(s: _State) -> None:
     from rocm_dspark.plan import Memory
 
     usable = gpu.hbm_gb * util  # HBM capacities are binary: 192 GB HBM3 = 192 GiB
-    weights = m["fixed_gib"] + m["sharded_weights_gib"] / tp
+    fixed = m["fixed_gib"]  # per rank whatever TP: replicated weights, activations, graphs, runtime (fitted)
+    weights = m["sharded_weights_gib"] / tp
     engram = m["engram_tables_gib"] / tp if _engram_resident(s) else 0.0
     mnbt = f["max_num_batched_tokens"]
     indexer = mnbt * m["indexer_mib_per_batched_token"] / 1024
-    kv = usable - weights - engram - indexer
+    kv = usable - fixed - weights - engram - indexer
     err = m["error_gib"]
     max_len = int(next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
                   or model.architecture["context_length"])
     tokens = int(kv / m["kv_gib_per_million_tokens"] * 1024 * 1024) if kv > 0 else None
     mem = Memory(hbm_gib=gpu.hbm_gb, usable_gib=round(usable, 2), weights_gib=round(weights, 2),
-                 engram_gib=round(engram, 2), indexer_gib=round(indexer, 2), margin_gib=0.0, kv_gib=round(kv, 2),
-                 kv_tokens=tokens, kv_multiples=round(tokens / max_len, 2) if tokens else None, error_gib=err,
-                 sources=tuple(m["sources"]), override=False)
-    budget = (f"per rank on {gpu.key} TP{tp}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - weights {weights:.1f}"
-              f" - Engram tables {engram:.1f}{' (offloaded)' if not engram else ''} - indexer buffers {indexer:.1f} "
-              f"(max_num_batched_tokens {mnbt}) = KV {kv:.1f} GiB (model error +-{err:g} GiB)")
+                 engram_gib=round(engram, 2), indexer_gib=round(indexer, 2), margin_gib=round(fixed, 2),
+                 kv_gib=round(kv, 2), kv_tokens=tokens, kv_multiples=round(tokens / max_len, 2) if tokens else None,
+                 error_gib=err, sources=tuple(m["sources"]), override=False)
+    budget = (f"per rank on {gpu.key} TP{tp}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - fixed {fixed:.1f} "
+              f"- sharded weights {weights:.1f} - Engram tables {engram:.1f}{' (offloaded)' if not engram else ''} "
+              f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) = KV {kv:.1f} GiB "
+              f"(model error +-{err:g} GiB)")
     if kv + err <= 0:
         if not s.sel.memory_override:
             hint = (f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"

@@ -218,3 +218,25 @@ def test_list_shows_the_builds():
     builds = json.loads(proc.stdout)["builds"]
     assert builds["v0.33.0"]["digest"] is None and builds["v0.33.0"]["image"] == "vllm/vllm-openai-rocm:v0.33.0"
     assert builds["nightly-3df4ae15"]["evidence_on"].keys() == {"mi300x", "mi325x"}
+
+
+def test_docker_form_says_when_the_image_has_no_published_digest():
+    from rocm_dspark.render import render_docker
+
+    text = render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")))
+    assert "vllm/vllm-openai-rocm:v0.33.0 has no published digest" in text
+    assert "no published digest" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
+                                                                               build="nightly-eed1f3d0")))
+
+
+def test_concurrency_without_rules_says_it_changes_nothing():
+    plan = resolve(CAT, Selection(model="V4-Flash", gpu="mi300x", concurrency=64))
+    base = resolve(CAT, Selection(model="V4-Flash", gpu="mi300x"))
+    assert plan.argv == base.argv and plan.concurrency == 64
+    assert "changes nothing" in {n.topic: n.text for n in plan.notes}["workload"]
+
+
+def test_memory_budget_adds_up():
+    mem = resolve(CAT, Selection(model=V41, gpu="mi300x")).memory
+    parts = mem.margin_gib + mem.weights_gib + mem.engram_gib + mem.indexer_gib + mem.kv_gib
+    assert abs(parts - mem.usable_gib) < 0.05 and mem.engram_gib > 0  # TP8 keeps the tables resident
