@@ -90,6 +90,20 @@ def test_every_plan_argv_parses_with_its_builds_own_vllm(vllm_venv, build):
         overlay = OVERLAY_033
     cases = _cases(build)
     assert len(cases) > 50
+    # The table's "how: parser" facts: every rule flag whose changes the build is recorded to contain parses,
+    # including flags the plans leave out as unnecessary there (--no-swa-bounded-replay where #57906 is in).
+    b = CAT.builds[build]
+    base = list(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", build=build)).block_argv)
+    for flag, rule in CAT.flag_rules.items():
+        if all(CAT.contains(b, c) for c in rule.needs):
+            extra = [flag, '{"cpu_offload":true}'] if flag == "--engram-config" else [flag]
+            argv = list(base)
+            if flag in argv:  # drop the plan's own copy (and its value) before adding the flag again
+                i = argv.index(flag)
+                del argv[i:i + (2 if i + 1 < len(argv) and not argv[i + 1].startswith("-") else 1)]
+            cases.append((f"rule flag {flag} on {build}", argv + extra))
+    parser_facts = [c for c, f in b.facts.items() if f.get("how") == "parser"]
+    assert all(any(c in CAT.flag_rules[name].needs for name in CAT.flag_rules) for c in parser_facts)
     out = _parse(vllm_venv, [BAD] + [argv for _, argv in cases], overlay)
     assert out["vllm"].split("+")[0] == CAT.builds[build].reported_version
     if CAT.builds[build].vllm_commit:
