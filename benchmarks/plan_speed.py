@@ -9,7 +9,7 @@ vllm/v1/worker/gpu/spec_decode/adaptive_verification.py in the vllm==0.33.0 whee
 are built once before timing, as vLLM builds them once after profiling. Both must return the same
 lengths (no ties in these draws); the script prints both times and the ratio planner / vLLM.
 
-    python benchmarks/plan_speed.py [--repeats 50]
+    python benchmarks/plan_speed.py [--repeats 200]   (best of N runs each: this machine is shared)
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def time_it(fn, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     print(f"{'shape':>10} {'planner ms':>11} {'vLLM-0.33 numpy ms':>19} {'planner / vLLM':>15}")

@@ -159,7 +159,9 @@ def test_prediction_table_is_the_planners_own():
 
     from rocm_dspark.planner import payoff_table
 
-    assert yaml.safe_load(payoff_table.path().read_text()) == payoff_table.compute()
+    assert yaml.safe_load(payoff_table.path().read_text()) == payoff_table.compute(), (
+        "recipes/adaptive_payoff.yaml is stale (models, GPUs or the fit changed): regenerate it with "
+        "`python -m rocm_dspark.planner.payoff_table --write`")
 
 
 def test_prediction_needs_the_error_to_be_beaten():

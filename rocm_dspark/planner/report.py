@@ -50,13 +50,20 @@ def to_dict(plan) -> dict:
     }
 
 
+def _range(plan, row) -> str:
+    """The recommended setting's prediction at this row with its stated error: 'tok/s (low-high)'."""
+    tps = plan.candidate_result(plan.recommended, row).expected_tokens_per_s if plan.recommended else 0.0
+    e = plan.error_pct / 100.0
+    return f"{tps:.0f} ({tps * (1 - e):.0f}-{tps * (1 + e):.0f})"
+
+
 def table_lines(plan) -> list[str]:
     k = plan.fixed_k
     err = f"within +-{plan.error_pct:g}%" if plan.error_pct is not None else "not stated"
     perr = f"+-{plan.payoff_error_pp:g}" if plan.payoff_error_pp is not None else ""
     head = (f"{'conc':>5} {'batch':>5} | {'no-spec':>8} | {f'fixed K={k}':>10} {'AL':>5} | "
             f"{'per-batch K':>11} {'tok/s':>8} {'AL':>5} | {f'adaptive K<={plan.gamma}':>13} {'AL':>5} {'drafts':>6} | "
-            f"{f'AV vs block {perr}':>17} {'verdict':>9}")
+            f"{f'AV vs block {perr}':>17} {'verdict':>9}" + (f" | {'recommended, range':>19}" if plan.error_pct is not None else ""))
     lines = [f"rocm-dspark plan: {plan.title}", f"cost: {plan.cost_label}",
              f"error: every tok/s below: {err} ({plan.error_source})", head, "-" * len(head)]
     for r in plan.rows:
@@ -65,10 +72,12 @@ def table_lines(plan) -> list[str]:
             f"{r.concurrency:>5} {r.batch:>5} | {r.no_spec.expected_tokens_per_s:>8.0f} | {fixed.expected_tokens_per_s:>10.0f} "
             f"{fixed.mean_acceptance_length:>5.2f} | {r.best_k:>11} {per.expected_tokens_per_s:>8.0f} "
             f"{per.mean_acceptance_length:>5.2f} | {ad.expected_tokens_per_s:>13.0f} {ad.mean_acceptance_length:>5.2f} "
-            f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}")
+            f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}"
+            + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else ""))
     lines.append("tok/s: predicted output tokens/s of the whole server; AL: simulated tokens per request per step "
                  "(accepted drafts + 1); drafts: verified drafts per request; AV vs block: adaptive against all "
-                 f"{plan.gamma} drafts verified, 'pays'/'loses' only when the stated error cannot flip the sign")
+                 f"{plan.gamma} drafts verified, 'pays'/'loses' only when the stated error cannot flip the sign; "
+                 "recommended, range: the recommended setting's tok/s with the stated error")
     lines.append(f"recommendation: {plan.recommendation}")
     if plan.speculative_config:
         lines.append(f"  --speculative-config keys: {json.dumps(plan.speculative_config, separators=(',', ':'))}")
