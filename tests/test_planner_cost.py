@@ -11,7 +11,7 @@ from rocm_dspark.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner.cost_table import MeasuredCost, load_cost_table
 from rocm_dspark.planner.roofline import from_catalog, moe_model_cost, pad_to_capture
-from rocm_dspark.planner.seed_example import seed_cost
+from rocm_dspark.planner.seed.example import seed_cost
 
 # --- roofline ------------------------------------------------------------------------------------------
 

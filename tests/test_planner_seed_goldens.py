@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocm_dspark.planner import seed_example as seed
+from rocm_dspark.planner.seed import example as seed
 
 
 def test_best_k_table_matches_the_seed_output():
@@ -63,7 +63,7 @@ def test_torch_cpu_draws_equal_torch_rand_and_randperm():
     torch = pytest.importorskip("torch")
     import numpy as np
 
-    from rocm_dspark.planner.torch_draws import TorchCpuDraws
+    from rocm_dspark.planner.seed.torch_draws import TorchCpuDraws
 
     torch.manual_seed(0)
     draws = TorchCpuDraws(0)

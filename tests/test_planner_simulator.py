@@ -12,9 +12,9 @@ from rocm_dspark.planner.acceptance import (
     expected_tokens_per_round, geometric_rates, parse_rates, synthetic_rates,
 )
 from rocm_dspark.planner.recommend import per_batch_size_schedule, plan_grid
-from rocm_dspark.planner.seed_example import adaptive_table, seed_confidences, seed_cost
+from rocm_dspark.planner.seed.example import adaptive_table, seed_confidences, seed_cost
 from rocm_dspark.planner.simulator import Policy, simulate
-from rocm_dspark.planner.torch_draws import TorchCpuDraws
+from rocm_dspark.planner.seed.torch_draws import TorchCpuDraws
 
 # --- acceptance inputs ---------------------------------------------------------------------------------
 

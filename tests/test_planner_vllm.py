@@ -57,7 +57,7 @@ def test_measured_cost_equals_vllms_tables(vllm_av, seed):
 
 def test_per_batch_size_schedule_is_accepted_by_vllm(vllm_dynamic):
     from rocm_dspark.planner.recommend import plan_grid
-    from rocm_dspark.planner.seed_example import seed_cost
+    from rocm_dspark.planner.seed.example import seed_cost
 
     plan = plan_grid(seed_cost(True), [0.8] * 8, [1, 32, 128, 512], gamma=8, max_num_seqs=512)
     schedule = plan.speculative_config["num_speculative_tokens_per_batch_size"]

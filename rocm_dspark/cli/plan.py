@@ -43,7 +43,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
          nodes, as_json, plot, seed_example, seed):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement)."""
     if seed_example:
-        from rocm_dspark.planner.seed_example import seed_lines, seed_report
+        from rocm_dspark.planner.seed.example import seed_lines, seed_report
 
         report = seed_report()
         click.echo(json.dumps(report, indent=2) if as_json else "\n".join(seed_lines(report)))

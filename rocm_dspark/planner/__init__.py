@@ -8,8 +8,7 @@ One capability per module:
   simulator.py    Monte-Carlo steps for no-spec, fixed K, per-batch-size K and adaptive verification
   recommend.py    runs the simulator over a concurrency grid and picks a setting
   report.py       table, JSON and PNG output
-  seed_example.py the seed document's model, reproduced to the printed digit
-  torch_draws.py  torch's CPU random draws in numpy, so the seed's own draws need no torch
+  seed/           teaching material: worked examples reproduced to the printed digit (`plan --seed-example`)
 
 numpy is imported inside these modules; the CLI group imports none of them until `plan` runs.
 """

@@ -103,7 +103,7 @@ def seed_confidences(draws, batch: int, k: int = ADAPTIVE_K):
 def adaptive_table() -> list[AdaptiveRow]:
     """The seed's adaptive-verification table: budget by full search, allocation by global ranking."""
     from rocm_dspark.planner.scheduler import allocate, choose_budget, survival
-    from rocm_dspark.planner.torch_draws import TorchCpuDraws
+    from rocm_dspark.planner.seed.torch_draws import TorchCpuDraws
 
     draws = TorchCpuDraws(0)
     cost = seed_cost(block=True)
@@ -133,7 +133,7 @@ def markov_example() -> tuple[float, float]:
     (each position the argmax of the i-step marginal) vs drafts that follow the previous pick."""
     import numpy as np
 
-    from rocm_dspark.planner.torch_draws import TorchCpuDraws
+    from rocm_dspark.planner.seed.torch_draws import TorchCpuDraws
 
     draws = TorchCpuDraws(0)
     vocab, k = 64, 6
