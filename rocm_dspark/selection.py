@@ -53,7 +53,7 @@ def detect_gpu(catalog) -> str | None:
     only where amd-smi or rocminfo exists: most machines that print a recipe have neither."""
     if not any(_on_path(tool) for tool in ("amd-smi", "rocminfo")):
         return None
-    from rocm_dspark.host import detect_gpus, match_catalog_gpu
+    from rocm_dspark.runtime.gpus import detect_gpus, match_catalog_gpu
 
     return match_catalog_gpu(detect_gpus(), catalog.gpus)
 

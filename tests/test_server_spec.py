@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.server_spec import KEYS, ServerSpec, load_server_spec
+from rocm_dspark.runtime.server_spec import KEYS, ServerSpec, load_server_spec
 
 
 def write(tmp_path, content) -> Path:

@@ -1,6 +1,6 @@
 """The host checks' decisions, fed the GPU facts parsed from real recorded outputs (tests/fixtures/host) and
 the documented amd-smi JSON (tests/fixtures/host/amdsmi_json). No GPU is faked: the inventories below are
-what rocm_dspark.host parses from those files. Where a failing host is needed (ECC errors, a hot GPU), one
+what rocm_dspark.runtime (gpus, inventory) parses from those files. Where a failing host is needed (ECC errors, a hot GPU), one
 value is changed in memory and the test says so."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import os
 
 import pytest
 
-from rocm_dspark import host
+from rocm_dspark.runtime import gpus as gpu_detect
+from rocm_dspark.runtime import inventory
 from rocm_dspark.validate import host_checks, server_checks
 from rocm_dspark.validate.context import Context, ValidateOptions
 from rocm_dspark.validate.runner import _plan
@@ -20,14 +21,13 @@ HOST = FIXTURES / "host"
 JSON = HOST / "amdsmi_json"
 
 
-def inventory_from_rocminfo_x8(kfd=True) -> host.HostInventory:
+def inventory_from_rocminfo_x8(kfd=True) -> inventory.HostInventory:
     text = (HOST / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt").read_text()
-    sizes = host.rocminfo_vram_mb(text)
+    sizes = inventory.rocminfo_vram_mb(text)
     rocminfo = [{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch, "vram_mb": sizes[a.index],
-                 "source": "rocminfo"} for a in host.parse_rocminfo(text)]
-    smi = host.parse_rocm_smi_concise((HOST / "rocm-smi_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt").read_text())
-    gpus = host.merge_facts(rocminfo, smi)
-    return host.HostInventory(tuple(gpus), {"amd-smi": None, "rocminfo": "/opt/rocm/bin/rocminfo"}, kfd, ("rocminfo",))
+                 "source": "rocminfo"} for a in gpu_detect.parse_rocminfo(text)]
+    gpus = inventory.merge_facts(rocminfo)
+    return inventory.HostInventory(tuple(gpus), {"amd-smi": None, "rocminfo": "/opt/rocm/bin/rocminfo"}, kfd, ("rocminfo",))
 
 
 def ctx_for(tmp_path, inv, gpu="mi300x", **opts) -> Context:
@@ -43,10 +43,24 @@ def test_mi300x_x8_host_matches_the_mi300x_profile(tmp_path):
     assert out.status == "pass", out.message
     assert out.value == {"gpu": "mi300x", "count": 8} and out.threshold["count_at_least"] == 8   # TP8 profile
     assert host_checks.hbm(ctx).status == "pass"                  # ~192 GiB each
+    assert host_checks.ecc(ctx).status == "warn"                  # rocminfo carries no ECC counts
+    assert host_checks.temperature(ctx).status == "warn"          # ... nor temperatures
+
+
+def test_rocm_smi_host_temperature_and_power(tmp_path):
+    # What inventory() merges on a host without amd-smi: rocminfo, then `rocm-smi -a` (one 4-GPU host).
+    info = (HOST / "rocminfo_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt").read_text()
+    rocminfo = [{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch, "source": "rocminfo"}
+                for a in gpu_detect.parse_rocminfo(info)]
+    smi = inventory.parse_rocm_smi_showall(
+        (HOST / "rocm-smi_showall_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt").read_text())
+    inv = inventory.HostInventory(tuple(inventory.merge_facts(rocminfo, smi)), {"rocm-smi": "/opt/rocm/bin/rocm-smi"},
+                                  True, ("rocminfo", "rocm-smi -a"))
+    ctx = ctx_for(tmp_path, inv)
     t = host_checks.temperature(ctx)
-    assert t.status == "pass" and t.value == 49.0                 # hottest junction in the rocm-smi table
+    hottest = max(c for s in smi for c in s["temperature_c"].values())
+    assert t.status == "pass" and t.value == hottest and 30 < hottest < 100
     assert host_checks.power(ctx).status == "pass"                # 750 W cap = MI300X TDP
-    assert host_checks.ecc(ctx).status == "warn"                  # rocminfo/rocm-smi carry no ECC counts
 
 
 def test_wrong_gpu_for_the_profile_fails_with_the_fix(tmp_path):
@@ -63,9 +77,9 @@ def test_too_few_gpus_for_tp8(tmp_path):
 
 
 def test_documented_amdsmi_json_host(tmp_path):
-    static = host.parse_amdsmi_facts((JSON / "static_asic_limit_driver_vram__mi300a__amdsmi-docs-example.json").read_text())
-    metric = host.parse_amdsmi_facts((JSON / "metric_ecc_temperature_power__x8__amdsmi-docs-examples.json").read_text())
-    inv = host.HostInventory(tuple(host.merge_facts(static, metric)[:1]), {"amd-smi": "/usr/bin/amd-smi"}, True, ())
+    static = inventory.parse_amdsmi_facts((JSON / "static_asic_limit_driver_vram__mi300a__amdsmi-docs-example.json").read_text())
+    metric = inventory.parse_amdsmi_facts((JSON / "metric_ecc_temperature_power__x8__amdsmi-docs-examples.json").read_text())
+    inv = inventory.HostInventory(tuple(inventory.merge_facts(static, metric)[:1]), {"amd-smi": "/usr/bin/amd-smi"}, True, ())
     ctx = ctx_for(tmp_path, inv)
     assert host_checks.ecc(ctx).status == "pass"                  # the documented zero counts
     t = host_checks.temperature(ctx)
@@ -75,13 +89,13 @@ def test_documented_amdsmi_json_host(tmp_path):
 
 
 def test_uncorrectable_ecc_fails_and_hot_gpu_warns(tmp_path):
-    metric = host.parse_amdsmi_facts((JSON / "metric_ecc_temperature_power__x8__amdsmi-docs-examples.json").read_text())
-    static = host.parse_amdsmi_facts((JSON / "static_asic_limit_driver_vram__mi300a__amdsmi-docs-example.json").read_text())
-    gpus = host.merge_facts(static, metric)
+    metric = inventory.parse_amdsmi_facts((JSON / "metric_ecc_temperature_power__x8__amdsmi-docs-examples.json").read_text())
+    static = inventory.parse_amdsmi_facts((JSON / "static_asic_limit_driver_vram__mi300a__amdsmi-docs-example.json").read_text())
+    gpus = inventory.merge_facts(static, metric)
     # Changed in memory for this test: GPU 3 with 2 uncorrectable errors, GPU 0 at its slowdown limit.
     gpus[3] = gpus[3]._replace(ecc_uncorrectable=2)
     gpus[0] = gpus[0]._replace(temperature_c={"hotspot": 100.0, "mem": 40.0})
-    ctx = ctx_for(tmp_path, host.HostInventory(tuple(gpus), {"amd-smi": "x"}, True, ()))
+    ctx = ctx_for(tmp_path, inventory.HostInventory(tuple(gpus), {"amd-smi": "x"}, True, ()))
     e = host_checks.ecc(ctx)
     assert e.status == "fail" and e.value == {3: 2} and "amd-smi bad-pages" in e.message
     t = host_checks.temperature(ctx)

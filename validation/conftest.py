@@ -42,7 +42,7 @@ def _options(config):
 
 
 def _no_amd_gpu() -> str | None:
-    from rocm_dspark.host import inventory
+    from rocm_dspark.runtime.inventory import inventory
 
     inv = inventory()
     return None if inv.amd_host else inv.no_gpu_reason()

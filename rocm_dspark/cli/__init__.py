@@ -49,17 +49,20 @@ EXTRAS = {
 
 
 def main(argv=None):
-    from rocm_dspark.errors import UsageError
+    from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
 
     try:
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
     except UsageError as exc:  # raised outside a command's own handling
         click.echo(f"rocm-dspark: error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
+    except EnvironmentFailure as exc:  # the input was fine; the host or server failed under us
+        click.echo(f"rocm-dspark: error: {exc}", err=True)
+        sys.exit(EXIT_ENVIRONMENT)
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top not in EXTRAS:
             raise
         click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
                    f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)

@@ -56,7 +56,7 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.probe.live import target_from_spec
     from rocm_dspark.probe.run import parse_levels, run_probe
-    from rocm_dspark.server_spec import load_server_spec
+    from rocm_dspark.runtime.server_spec import load_server_spec
 
     wanted = parse_levels(levels)
     catalog = load_catalog()

@@ -132,7 +132,7 @@ def base_arch(arch: str) -> str:
 
 
 def gpu_facts() -> dict:
-    from rocm_dspark.host import detect_gpus
+    from rocm_dspark.runtime.gpus import detect_gpus
 
     agents = detect_gpus()
     archs = sorted({base_arch(a.arch) for a in agents if a.arch})

@@ -1,14 +1,14 @@
 """Level `live`: start vLLM with the adaptive argv, wait until it serves, ask it, read /metrics, stop it.
 
 The command is the plan's own (resolve() with adaptive verification forced on), started by the one
-process manager (rocm_dspark.server.VllmServer). The level passes when the server becomes ready
+process manager (rocm_dspark.runtime.process.VllmServer). The level passes when the server becomes ready
 (/health then /v1/models) within the deadline, answers the model's deterministic check (the recipe's
 "17*19" with thinking off), gives the same greedy answer twice per prompt, counts speculative drafts
 in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
 afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
 
 For hosts where the plan cannot run (this CPU-only build box) a server-description file replaces the
-plan's command (`--server-json FILE`, rocm_dspark.server_spec: the same format as `validate --server-json`);
+plan's command (`--server-json FILE`, rocm_dspark.runtime.server_spec: the same format as `validate --server-json`);
 the Python API can also attach to a server that is already up. Both are recorded as `live_override` and
 never count for the gate. With such a file the recipe's deterministic check applies only when the file says
 `recipe_model: true`; its own `deterministic_check` and `prompts` replace the defaults.
@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
+from rocm_dspark.runtime.metrics import spec_decode_counters
+from rocm_dspark.runtime.process import VllmServer
 
 DEFAULT_PROMPTS = ("def fibonacci(n):", "The three primary colours are")
 GREEDY_MAX_TOKENS = 32
@@ -66,7 +68,7 @@ def target_from_plan(plan, model) -> LiveTarget:
 
 
 def target_from_spec(spec, model) -> LiveTarget:
-    """A LiveTarget from a checked ServerSpec (rocm_dspark.server_spec.load_server_spec)."""
+    """A LiveTarget from a checked ServerSpec (rocm_dspark.runtime.server_spec.load_server_spec)."""
     check = spec.deterministic_check
     if check is None and spec.recipe_model:  # the recipe's answer only judges the recipe's own model
         check = model.validation.get("deterministic_check")
@@ -80,8 +82,6 @@ def target_from_spec(spec, model) -> LiveTarget:
 
 def counters_evidence(before_text: str, after_text: str, model_name: str | None) -> dict:
     """Spec-decode counters before/after and their difference, from two /metrics texts."""
-    from rocm_dspark.metrics import spec_decode_counters
-
     before = spec_decode_counters(before_text, model_name)
     after = spec_decode_counters(after_text, model_name)
     delta = after - before
@@ -145,30 +145,31 @@ def _wait(srv, deadline_s: float, progress):
 
 def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
     """Requests and counters against a ready server, into `ev` (raises ServerError/UsageError)."""
-    version = srv.get("/version", timeout_s=30)
+    client = srv.client
+    version = client.get("/version", timeout_s=30)
     if version.status == 200:
         try:
             ev["server_version"] = version.json().get("version")
         except (ValueError, AttributeError):
             ev["server_version"] = None
-    model = target.served_name or srv.models()[0]
+    model = target.served_name or client.models()[0]
     ev["served_name"] = model
-    before = srv.metrics_text()
+    before = client.metrics_text()
     check = target.deterministic_check
     if check is not None:
         progress(f"live: deterministic check {check['prompt']!r}")
         extra = {"chat_template_kwargs": check["chat_template_kwargs"]} if check.get("chat_template_kwargs") else {}
-        reply = srv.chat(check["prompt"], max_tokens=int(check.get("max_tokens", 16)), model=model, temperature=0.0, **extra)
+        reply = client.chat(check["prompt"], max_tokens=int(check.get("max_tokens", 16)), model=model, temperature=0.0, **extra)
         answer = (reply["choices"][0]["message"].get("content") or "")
         ev["deterministic_check"] = {"prompt": check["prompt"], "expect": check["expect"], "answer": answer,
                                      "passed": check["expect"] in answer}
     ev["greedy"] = []
     for prompt in target.prompts:
         progress(f"live: greedy prompt {prompt!r} twice")
-        texts = [srv.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
+        texts = [client.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
                  for _ in range(2)]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
-    ev["metrics"] = counters_evidence(before, srv.metrics_text(), model)
+    ev["metrics"] = counters_evidence(before, client.metrics_text(), model)
     ev["alive_after"] = srv.returncode() is None
 
 
@@ -196,8 +197,6 @@ def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | No
 
 
 def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress) -> tuple[bool, str]:
-    from rocm_dspark.server import VllmServer
-
     srv = holder[0]
     if srv is None:
         if _listening(target.host, target.port):
@@ -223,9 +222,9 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
     progress(f"live: {ready.reason()}")
     try:
         _exercise(srv, target, ev, progress)
-    except (UsageError, KeyError, IndexError, TypeError, ValueError) as exc:
+    except (EnvironmentFailure, UsageError, KeyError, IndexError, TypeError, ValueError) as exc:
         # ServerError (transport/HTTP), counters that went backwards, unparsable /metrics or JSON
-        if not isinstance(exc, UsageError):
+        if not isinstance(exc, (EnvironmentFailure, UsageError)):
             exc = f"unexpected response from the server ({type(exc).__name__}: {exc})"
         code = srv.returncode()
         refusal = srv.refusal() if code is not None else None

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.probe import fingerprint, store
 from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.probe.record import LEVELS, LevelResult, Record, build_record, parse_record_data
@@ -44,7 +44,7 @@ def _guarded(name: str, fn, progress) -> LevelResult:
     started, t0 = store.utc_now(), time.monotonic()
     try:
         return fn()
-    except UsageError:
+    except (UsageError, EnvironmentFailure):
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as this level's reason
         progress(f"{name}: internal error: {type(exc).__name__}: {exc}")

@@ -21,7 +21,7 @@ class ValidateOptions:
     force: bool = False
     endpoint: str | None = None            # validate a running server at this URL
     launch: bool = False                   # start the server from the generated launcher, stop it after
-    server_json: Path | None = None        # the server actually run, when not the recipe's plan (server_spec.py)
+    server_json: Path | None = None        # the server actually run, when not the recipe's plan (runtime/server_spec.py)
     quick: bool = False                    # small workload for CPU hosts and smoke runs
     concurrencies: tuple[int, ...] | None = None
     requests_per_level: int | None = None  # default: 4 x concurrency, capped
@@ -91,9 +91,9 @@ class Context:
     model: Any                             # catalog ModelSpec
     plan: Any                              # LaunchPlan
     target: ServerTarget | None = None
-    client: Any = None                     # rocm_dspark.server.VllmServer used for HTTP
+    client: Any = None                     # rocm_dspark.runtime.process.VllmServer used for HTTP
     launched: Any = None                   # the VllmServer we started (with --launch)
-    inventory: Any = None                  # rocm_dspark.host.HostInventory, gathered once
+    inventory: Any = None                  # rocm_dspark.runtime.inventory.HostInventory, gathered once
     software: dict | None = None           # facts from the server's Python, gathered once
     data: dict = field(default_factory=dict)
     say: Callable[[str], None] = lambda line: None

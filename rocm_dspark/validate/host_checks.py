@@ -11,16 +11,17 @@ import shutil
 import stat
 from pathlib import Path
 
-from rocm_dspark import host
+from rocm_dspark.runtime import gpus as gpu_detect
+from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
 
 # A GPU that reports less HBM than its part's spec by more than this is partitioned or misreported.
 HBM_TOLERANCE = 0.05
 
 
-def _inventory(ctx) -> host.HostInventory:
+def _inventory(ctx) -> inventory.HostInventory:
     if ctx.inventory is None:
-        ctx.inventory = host.inventory(ctx.options.host_root)
+        ctx.inventory = inventory.inventory(ctx.options.host_root)
     return ctx.inventory
 
 
@@ -30,7 +31,7 @@ def _not_amd(ctx) -> Outcome | None:
     if inv.gpus:
         return None
     if inv.kfd_present and not ctx.options.require_gpu:
-        return None  # a GPU host whose tools fail: host.gpus fails, the others still look
+        return None  # a GPU host whose tools fail: gpus() fails, the others still look
     return Outcome(NOT_APPLICABLE, inv.no_gpu_reason())
 
 
@@ -53,8 +54,8 @@ def gpu_profile(ctx) -> Outcome:
     if (na := _not_amd(ctx)) is not None:
         return na
     inv, plan = _inventory(ctx), ctx.plan
-    agents = [host.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
-    found = host.match_catalog_gpu(agents, ctx.catalog.gpus)
+    agents = [gpu_detect.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
+    found = gpu_detect.match_catalog_gpu(agents, ctx.catalog.gpus)
     spec = ctx.catalog.gpus[plan.gpu]
     needed = _gpus_needed(plan)
     evidence = {"plan_gpu": plan.gpu, "plan_arch": plan.arch, "profile": plan.profile, "gpus_needed": needed,

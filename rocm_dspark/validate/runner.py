@@ -4,7 +4,7 @@ first blocking failure (the rest are `skipped`, with the reason), and write the 
 The server under test is either a running one (--endpoint URL) or one started here from the generated
 launcher (--launch) and stopped afterwards. By default it is the recipe's plan; `--server-json FILE`
 describes another server (e.g. a CPU vLLM with a tiny model) when the recipe's own cannot run on this host
-(rocm_dspark.server_spec: the same format as `probe --server-json`).
+(rocm_dspark.runtime.server_spec: the same format as `probe --server-json`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
+from rocm_dspark.launchers import write_launchers
+from rocm_dspark.runtime.client import VllmClient
+from rocm_dspark.runtime.process import VllmServer
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
@@ -25,9 +28,6 @@ NO_SERVER = "no server to check: pass --endpoint URL (a running server) or --lau
 
 def _start(ctx) -> Outcome:
     """--launch: write the launcher for the target, run it, wait until /health and /v1/models answer."""
-    from rocm_dspark.launchers import write_launchers
-    from rocm_dspark.server import VllmServer
-
     target, opts = ctx.target, ctx.options
     launch_dir = Path(opts.report_dir) / report.LAUNCH_DIR
     launch_dir.mkdir(exist_ok=True)
@@ -106,7 +106,7 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
 
 
 def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
-    from rocm_dspark.server_spec import load_server_spec
+    from rocm_dspark.runtime.server_spec import load_server_spec
 
     custom = load_server_spec(opts.server_json, flag="--server-json") if opts.server_json else None
     if opts.endpoint and opts.launch:
@@ -158,9 +158,7 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     ctx.data["selection"] = selection
     ctx.data["state_dir"] = selection_opts.get("state_dir")
     if target is not None:
-        from rocm_dspark.server import VllmServer
-
-        ctx.client = VllmServer(["(validation client)"], host=target.host, port=target.port)
+        ctx.client = VllmClient(target.host, target.port)
     checks = build_checks(opts)
     started, t_start = datetime.now(timezone.utc), time.monotonic()
     results: list[CheckResult] = []
@@ -179,7 +177,7 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
                     say(f"[{i:2d}/{len(checks)}] {check.name} ...")
                 try:
                     outcome = check.run(ctx)
-                except UsageError as exc:
+                except (UsageError, EnvironmentFailure) as exc:
                     outcome = Outcome(FAIL, str(exc))
                 except Exception as exc:  # a broken check is reported as its own failure, never a crash
                     outcome = Outcome(FAIL, f"the check itself failed: {type(exc).__name__}: {exc}")

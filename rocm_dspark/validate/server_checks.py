@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from rocm_dspark.server import ServerError
+from rocm_dspark.runtime.client import ServerError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
 
 CHAT_PROMPT = "Name three primary colours, comma separated."

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rocm_dspark import host
+from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
 
 # Runs inside the server's interpreter; prints one JSON object. Every import is guarded.
@@ -104,11 +104,11 @@ def rocm(ctx) -> Outcome:
     if shutil.which("amd-smi"):
         try:
             out = subprocess.run(["amd-smi", "version"], capture_output=True, text=True, timeout=60).stdout
-            evidence["amd-smi version"] = host.parse_amdsmi_version(out)
+            evidence["amd-smi version"] = inventory.parse_amdsmi_version(out)
             version = version or evidence["amd-smi version"].get("rocm")
         except (OSError, subprocess.TimeoutExpired):
             pass
-    inv = ctx.inventory or host.inventory(ctx.options.host_root)
+    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
     if version:
         return Outcome(PASS, f"ROCm {version}", value=version, evidence=evidence)
     if not inv.amd_host:
@@ -120,7 +120,7 @@ def rocm(ctx) -> Outcome:
 
 def torch(ctx) -> Outcome:
     f = facts(ctx)
-    inv = ctx.inventory or host.inventory(ctx.options.host_root)
+    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
     value = {"torch": f.get("torch"), "hip": f.get("hip"), "python": f.get("python")}
     if "torch" not in f:
         why = f.get("torch_error") or f.get("error") or "not importable"
@@ -141,7 +141,7 @@ def vllm(ctx) -> Outcome:
     planned = ctx.plan.vllm_version
     if "vllm" not in f:
         why = f.get("vllm_error") or f.get("error") or "not importable"
-        inv = ctx.inventory or host.inventory(ctx.options.host_root)
+        inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
         if not inv.amd_host and ctx.target is None:
             return Outcome(NOT_APPLICABLE, f"vLLM not importable in {f.get('python')} ({why}); no AMD GPU and no server "
                            "here (pass --python for the server's environment)", value=value, threshold=planned)
@@ -165,7 +165,7 @@ def vllm(ctx) -> Outcome:
 
 def aiter(ctx) -> Outcome:
     f = facts(ctx)
-    inv = ctx.inventory or host.inventory(ctx.options.host_root)
+    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
     if f.get("aiter"):
         return Outcome(PASS, f"aiter importable in {f.get('python')}", value=True, evidence=f)
     if not inv.amd_host:

@@ -1,7 +1,7 @@
 """Speculative-decoding checks: acceptance from the server's own /metrics counters around a fixed workload.
 
 Mean acceptance length AL = 1 + accepted/drafts and per-position acceptance = accepted_at_i/drafts, from
-counter *deltas* (rocm_dspark.metrics, parsed with prometheus_client's real parser). The floor is data:
+counter *deltas* (rocm_dspark.runtime.metrics, parsed with prometheus_client's real parser). The floor is data:
 the recipe's `validation.acceptance_length_min` (or --acceptance-min). The public golden (3.51 for V4.1
 DSpark-5, thinking on) is shown as a reference, never used as the threshold.
 """
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import time
 
-from rocm_dspark.errors import UsageError
-from rocm_dspark.metrics import spec_decode_counters
-from rocm_dspark.server import ServerError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
+from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.validate.result import FAIL, PASS, SKIPPED, WARN, Outcome
 
 # A fixed workload of chat-templated prompts (raw text skews AL); maths and code, where drafts are accepted
@@ -77,7 +76,7 @@ def acceptance(ctx) -> Outcome:
             # A test model is sent ignore_eos so every request drafts for its full length; the real model is
             # left to stop where it would in service, so its AL is the one users see.
             ignore_eos=not ctx.target.recipe_model)
-    except (ServerError, UsageError) as exc:
+    except (EnvironmentFailure, UsageError) as exc:  # ServerError, CounterReset, bad /metrics
         return Outcome(FAIL, f"workload failed: {exc}")
     k = _k(ctx, delta)
     floor, floor_source = _floor(ctx)

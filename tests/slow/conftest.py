@@ -14,7 +14,7 @@ Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the runn
   (VLLM_CPU_KVCACHE_SPACE=1, HF_HUB_OFFLINE=1, VLLM_NO_USAGE_STATS=1, VLLM_CACHE_ROOT in a tmp dir).
 * `vllm_ngram_server` -> RunningServer, ready to serve. ngram speculative decoding
   (`{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3}`) with
-  `--per-request-spec-decode-metrics summary`. Fields: `server` (rocm_dspark.server.VllmServer: complete(),
+  `--per-request-spec-decode-metrics summary`. Fields: `server` (rocm_dspark.runtime.process.VllmServer: complete(),
   chat(), metrics(), metrics_text(), log_text()), `base_url`, `served_name` ("tiny"), `argv`, `env`,
   `model_path`, `num_speculative_tokens` (3), `log_path`, `ready` (the Readiness, with start time).
   Tests that share it must not stop it and must take metric *deltas* around their own workload (other
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.server import Readiness, VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import Readiness, VllmServer, descendants, free_port, group_members, is_alive
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL_SCRIPT = Path(__file__).with_name("tiny_model.py")
@@ -75,7 +75,7 @@ def _vllm_problem(venv: Path) -> str | None:
         "if importlib.util.find_spec('vllm') is None: sys.exit('vllm is not installed')\n"
         "try: m.version('vllm')\n"
         "except m.PackageNotFoundError: sys.exit('no vllm dist-info shim (vllm serve would fail)')\n"
-        "import rocm_dspark.server\n"
+        "import rocm_dspark.runtime.process\n"
     )
     r = subprocess.run([str(py), "-c", check], capture_output=True, text=True, timeout=120)
     if r.returncode != 0:

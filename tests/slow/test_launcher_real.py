@@ -20,7 +20,7 @@ import pytest
 
 from rocm_dspark.launchers import write_launchers
 from rocm_dspark.plan import LaunchPlan
-from rocm_dspark.server import VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
 from tests.slow.conftest import READY_DEADLINE_S
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_generated_launcher_falls_back_serves_and_stops(tiny_model, tiny_dspark_
         ready = server.wait_ready(READY_DEADLINE_S * 2)
         assert ready.ready, f"{ready.reason()}\n{server.log_tail(60)}"
         print(f"\nlauncher: ready after {time.monotonic() - t0:.1f} s (refused adaptive start + fallback start)")
-        assert server.models() == [SERVED]
+        assert server.client.models() == [SERVED]
 
         # The launcher reports serving once its own poll sees /v1/models; that is at most a second later.
         deadline = time.monotonic() + 30
@@ -68,7 +68,7 @@ def test_generated_launcher_falls_back_serves_and_stops(tiny_model, tiny_dspark_
         assert "does not support" in first["refusal"], first["refusal"]  # vLLM's own words, read from its log
         assert "speculative-config" not in (state / "vllm_command.txt").read_text()
 
-        completion = server.complete("def main(", max_tokens=8, model=SERVED, ignore_eos=True)
+        completion = server.client.complete("def main(", max_tokens=8, model=SERVED, ignore_eos=True)
         assert completion["choices"][0]["text"] and completion["usage"]["completion_tokens"] == 8
 
         # SIGTERM to the launcher alone: it must stop vLLM's own process group (a separate session).

@@ -24,7 +24,7 @@ import pytest
 from rocm_dspark.catalog import load_catalog
 from rocm_dspark.probe import fingerprint, live, run, static
 from rocm_dspark.resolve import Selection
-from rocm_dspark.server import free_port
+from rocm_dspark.runtime.process import free_port
 
 pytestmark = pytest.mark.slow
 

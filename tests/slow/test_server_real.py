@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.metrics import spec_decode_counters
-from rocm_dspark.server import VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.metrics import spec_decode_counters
+from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
 
 pytestmark = pytest.mark.slow
 
@@ -26,31 +26,31 @@ MAX_TOKENS = 48
 def test_ready_and_lists_served_name(vllm_ngram_server):
     srv = vllm_ngram_server.server
     assert vllm_ngram_server.ready.ready, vllm_ngram_server.ready.reason()
-    assert srv.get("/health").status == 200
-    assert srv.models() == [vllm_ngram_server.served_name]
-    assert srv.get("/version").json()["version"].startswith("0.32.0")
+    assert srv.client.get("/health").status == 200
+    assert srv.client.models() == [vllm_ngram_server.served_name]
+    assert srv.client.get("/version").json()["version"].startswith("0.32.0")
 
 
 def test_greedy_completion_is_exact_length_and_deterministic(vllm_ngram_server):
     srv = vllm_ngram_server.server
-    first = srv.complete(PROMPTS[0], 32, ignore_eos=True)
-    second = srv.complete(PROMPTS[0], 32, ignore_eos=True)
+    first = srv.client.complete(PROMPTS[0], 32, ignore_eos=True)
+    second = srv.client.complete(PROMPTS[0], 32, ignore_eos=True)
     assert first["model"] == vllm_ngram_server.served_name
     assert first["usage"]["completion_tokens"] == 32       # ignore_eos: exactly max_tokens
     assert first["choices"][0]["text"] == second["choices"][0]["text"]
-    chat = srv.chat("hello", 8, ignore_eos=True)
+    chat = srv.client.chat("hello", 8, ignore_eos=True)
     assert chat["usage"]["completion_tokens"] == 8
 
 
 def test_spec_decode_deltas_match_per_request_metrics(vllm_ngram_server):
     srv, k = vllm_ngram_server.server, vllm_ngram_server.num_speculative_tokens
-    before_text = srv.metrics_text()
-    responses = [srv.complete(p, MAX_TOKENS, ignore_eos=True) for p in PROMPTS]
+    before_text = srv.client.metrics_text()
+    responses = [srv.client.complete(p, MAX_TOKENS, ignore_eos=True) for p in PROMPTS]
     # Counters are updated by the engine's stats loop after the response: poll briefly for them.
     want = len(PROMPTS) * MAX_TOKENS
     deadline = time.monotonic() + 10
     while True:
-        after_text = srv.metrics_text()
+        after_text = srv.client.metrics_text()
         delta = spec_decode_counters(after_text) - spec_decode_counters(before_text)
         if delta.generation_tokens >= want or time.monotonic() > deadline:
             break

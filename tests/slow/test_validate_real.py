@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.server import descendants, free_port, is_alive
+from rocm_dspark.runtime.process import descendants, free_port, is_alive
 from rocm_dspark.validate import ValidateOptions, run_validation
 
 pytestmark = pytest.mark.slow

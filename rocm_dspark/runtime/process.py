@@ -1,4 +1,4 @@
-"""The one vLLM process manager: start a server command, wait until it serves, read /metrics, stop it.
+"""The one vLLM process manager: start a server command, wait until it serves, stop its process group.
 
 Used by the launcher tests, the probe's `live` level and validation. It runs any command (`vllm serve ...`,
 `python -m vllm.entrypoints.openai.api_server ...`, a generated launcher script) in its own process
@@ -8,13 +8,12 @@ Readiness follows vLLM's own behaviour: the listen socket refuses connections un
 then `/health` answers 200 and `/v1/models` lists the served name. A process that exits while we wait
 is reported at once (exit status, log tail and the refusal line, if vLLM refused the configuration).
 
-HTTP uses the standard library (no optional dependency) with proxies disabled: these are loopback calls.
+Requests to the server (readiness polls, completions, /metrics) go through `server.client`, a
+rocm_dspark.runtime.client.VllmClient; this module only manages the process.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
 import re
 import signal
@@ -22,12 +21,11 @@ import socket
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.runtime.client import ServerError, VllmClient, model_ids
 
 # How vLLM words "I will not run this configuration". The first match (most specific first) is the
 # line surfaced to the user; e.g. 0.32.0 on CPU: "ValueError: ... Model Runner V1 does not support:
@@ -92,20 +90,6 @@ class StopResult:
     leftover: tuple[int, ...] = ()   # pids still alive afterwards; empty means nothing left behind
 
 
-@dataclass
-class HttpResult:
-    status: int
-    body: bytes
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def json(self):
-        return json.loads(self.body.decode())
-
-
-class ServerError(UsageError):
-    """A request to the server failed (connection, status or timeout); the message says which and why."""
-
-
 def _proc_table() -> dict[int, tuple[int, int, str]]:
     """pid -> (ppid, pgrp, state) for every live process, read from /proc (Linux)."""
     table = {}
@@ -160,11 +144,12 @@ def is_alive(pid: int) -> bool:
 
 
 class VllmServer:
-    """A server process: start(), wait_ready(), requests, metrics(), stop(); also a context manager.
+    """A server process: start(), wait_ready(), stop(); also a context manager. `client` talks to it.
 
     >>> with VllmServer(["vllm", "serve", model, "--port", str(port)], port=port) as srv:
     ...     r = srv.wait_ready(300)
     ...     if not r.ready: raise SystemExit(r.reason())
+    ...     srv.client.complete("def f():", 8)
     """
 
     def __init__(
@@ -182,24 +167,21 @@ class VllmServer:
             raise UsageError("empty server command: pass the argv of `vllm serve ...` or of a launcher")
         self.argv = [str(a) for a in argv]
         self.env = dict(env or {})
-        # A server bound to all interfaces is still reached over loopback.
-        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-        self.port = int(port)
+        self.client = VllmClient(host, port)
+        self.host, self.port = self.client.host, self.client.port
         self.cwd = cwd
         self.inherit_env = inherit_env
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
         self.proc: subprocess.Popen | None = None
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     @classmethod
     def from_plan(cls, plan, log_path=None, *, cwd=None) -> "VllmServer":
         """A server for a LaunchPlan (rocm_dspark.plan): its argv, env, host and port."""
         return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
 
-    # -- process ------------------------------------------------------------------------------
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.client.base_url
 
     @property
     def pid(self) -> int | None:
@@ -247,12 +229,12 @@ class VllmServer:
             if code is not None:
                 return self._exited(code, time.monotonic() - t0, last)
             try:
-                health = self.get("/health", timeout_s=5)
+                health = self.client.get("/health", timeout_s=5)
                 if health.status != 200:
                     last = f"/health HTTP {health.status}"
                 else:
-                    models = self.get("/v1/models", timeout_s=5)
-                    ids = _model_ids(models) if models.status == 200 else []
+                    models = self.client.get("/v1/models", timeout_s=5)
+                    ids = model_ids(models) if models.status == 200 else []
                     if ids:
                         return Readiness("ready", time.monotonic() - t0)
                     last = f"/v1/models HTTP {models.status}" + ("" if models.status != 200 else " lists no model")
@@ -334,85 +316,3 @@ class VllmServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    # -- HTTP ---------------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60.0) -> HttpResult:
-        """One HTTP request; HTTP error statuses are returned, transport failures raise ServerError."""
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with self._opener.open(req, timeout=timeout_s) as resp:
-                return HttpResult(resp.status, resp.read(), dict(resp.headers))
-        except urllib.error.HTTPError as exc:
-            return HttpResult(exc.code, exc.read(), dict(exc.headers or {}))
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ConnectionRefusedError):
-                raise ServerError(f"{method} {path}: connection refused at {self.base_url}") from None
-            if isinstance(reason, TimeoutError):
-                raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-            raise ServerError(f"{method} {path}: {reason}") from None
-        except TimeoutError:
-            raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:  # reset / closed mid-response
-            raise ServerError(f"{method} {path}: {exc}") from None
-
-    def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
-        return self.request("GET", path, timeout_s=timeout_s)
-
-    def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
-        res = self.request("POST", path, body, timeout_s=timeout_s)
-        if res.status != 200:
-            raise ServerError(f"POST {path}: HTTP {res.status}: {res.body.decode(errors='replace')[:300]}")
-        return res.json()
-
-    def models(self, timeout_s: float = 30.0) -> list[str]:
-        res = self.get("/v1/models", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /v1/models: HTTP {res.status}")
-        return _model_ids(res)
-
-    def _model(self, model: str | None) -> str:
-        if model:
-            return model
-        ids = self.models()
-        if not ids:
-            raise ServerError("the server lists no model: pass model= explicitly")
-        return ids[0]
-
-    def complete(self, prompt: str, max_tokens: int = 16, *, model: str | None = None, temperature: float = 0.0,
-                 ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
-        """POST /v1/completions (greedy by default) and return the response JSON."""
-        body = {"model": self._model(model), "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
-        return self._post_json("/v1/completions", body, timeout_s)
-
-    def chat(self, messages: list[dict] | str, max_tokens: int = 64, *, model: str | None = None,
-             temperature: float = 0.0, ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
-        """POST /v1/chat/completions; a plain string becomes one user message."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        body = {"model": self._model(model), "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
-        return self._post_json("/v1/chat/completions", body, timeout_s)
-
-    def metrics_text(self, timeout_s: float = 30.0) -> str:
-        res = self.get("/metrics", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /metrics: HTTP {res.status}")
-        return res.body.decode()
-
-    def metrics(self, model_name: str | None = None, timeout_s: float = 30.0):
-        """The spec-decode counters now (rocm_dspark.metrics.SpecDecodeCounters)."""
-        from rocm_dspark.metrics import spec_decode_counters
-
-        return spec_decode_counters(self.metrics_text(timeout_s), model_name)
-
-
-def _model_ids(res: HttpResult) -> list[str]:
-    try:
-        return [m["id"] for m in res.json().get("data", [])]
-    except (ValueError, AttributeError, KeyError, TypeError):
-        return []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
 
 # Sample names as exposed by vLLM (prometheus_client appends `_total` to counters).
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -26,7 +26,7 @@ REQUEST_SUCCESS = "vllm:request_success_total"
 _SPEC_NAMES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
 
 
-class CounterReset(UsageError):
+class CounterReset(EnvironmentFailure):
     """A counter went backwards between two reads: the server restarted, so the delta means nothing."""
 
 

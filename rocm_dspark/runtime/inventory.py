@@ -1,109 +1,18 @@
-"""AMD GPU facts from the host tools: amd-smi (JSON or text) first, rocminfo as the fallback.
+"""The GPU health inventory validation reads: HBM size, ECC counts, temperatures, power, per GPU.
 
-Parsers take the tools' text so they can be tested against real recorded outputs
-(shared/fixtures/host); `detect_gpus()` runs the tools when they exist and returns [] when no AMD GPU
-(or no tool) is present.
+One GpuFacts per GPU, merged from whichever tool answered: `amd-smi static|metric --json` first, then
+`rocminfo` (name, arch, HBM pool size) and, on hosts without amd-smi, `rocm-smi -a`. Which GPU the host
+has (for the recipe) is rocm_dspark.runtime.gpus.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import shutil
-import subprocess
 from typing import NamedTuple
 
-
-class GpuAgent(NamedTuple):
-    index: int
-    marketing_name: str
-    arch: str  # gfx942 / gfx950 / ... ("" when unknown)
-    source: str  # which tool said so
-
-
-_GFX = re.compile(r"\b(gfx[0-9]{3,4}[a-z]?)\b")
-
-
-def parse_rocminfo(text: str) -> list[GpuAgent]:
-    """GPU agents from `rocminfo`: blocks whose `Name:` is a gfx target (CPU agents are skipped)."""
-    agents: list[GpuAgent] = []
-    for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
-        name = re.search(r"^\s*Name:\s*(\S+)", block, re.M)
-        marketing = re.search(r"^\s*Marketing Name:\s*(.*?)\s*$", block, re.M)
-        device_type = re.search(r"^\s*Device Type:\s*(\S+)", block, re.M)
-        if not name or not _GFX.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
-            continue
-        agents.append(GpuAgent(len(agents), marketing.group(1) if marketing else "", name.group(1), "rocminfo"))
-    return agents
-
-
-def parse_amdsmi_static_text(text: str) -> list[GpuAgent]:
-    """`amd-smi static` text: one `GPU: N` block each with ASIC MARKET_NAME and TARGET_GRAPHICS_VERSION."""
-    agents = []
-    for m in re.finditer(r"^GPU:\s*(\d+)\s*$(.*?)(?=^GPU:\s*\d+\s*$|\Z)", text, re.M | re.S):
-        block = m.group(2)
-        name = re.search(r"MARKET_NAME:\s*(.*?)\s*$", block, re.M)
-        arch = re.search(r"TARGET_GRAPHICS_VERSION:\s*(\S+)", block)
-        agents.append(GpuAgent(int(m.group(1)), name.group(1) if name else "",
-                               arch.group(1) if arch else "", "amd-smi static"))
-    return agents
-
-
-def parse_amdsmi_static_json(text: str) -> list[GpuAgent]:
-    """`amd-smi static --json`: a list of {gpu, asic: {market_name, target_graphics_version}} (or
-    {"gpu_data": [...]} in newer releases)."""
-    data = json.loads(text)
-    if isinstance(data, dict):
-        data = data.get("gpu_data", [data])
-    agents = []
-    for i, entry in enumerate(data):
-        asic = entry.get("asic", {}) if isinstance(entry, dict) else {}
-        agents.append(GpuAgent(int(entry.get("gpu", i)), str(asic.get("market_name", "")),
-                               str(asic.get("target_graphics_version", "")), "amd-smi static --json"))
-    return agents
-
-
-def match_catalog_gpu(agents: list[GpuAgent], gpus: dict) -> str | None:
-    """Catalog key of the first agent whose marketing name names a known part (longest name wins)."""
-    for agent in agents:
-        best, best_len = None, 0
-        for key, spec in gpus.items():
-            for name in (*spec.marketing_names, key):
-                if name.lower() in agent.marketing_name.lower() and len(name) > best_len:
-                    best, best_len = key, len(name)
-        if best:
-            return best
-    return None
-
-
-def _run(argv: list[str], timeout: float = 20.0) -> str | None:
-    if not shutil.which(argv[0]):
-        return None
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def detect_gpus() -> list[GpuAgent]:
-    """AMD GPUs on this host; [] when neither amd-smi nor rocminfo is present or they see no GPU."""
-    out = _run(["amd-smi", "static", "--asic", "--json"])
-    if out:
-        try:
-            agents = parse_amdsmi_static_json(out)
-            if agents:
-                return agents
-        except (ValueError, TypeError, AttributeError):
-            pass
-    out = _run(["rocminfo"])
-    return parse_rocminfo(out) if out else []
-
-
-# ---------------------------------------------------------------------------------------------------
-# Health facts for validation: HBM size, ECC counts, temperatures, power. One GpuFacts per GPU, merged
-# from whichever tool answered (amd-smi JSON first; amd-smi text, rocm-smi and rocminfo as fallbacks).
-# ---------------------------------------------------------------------------------------------------
+from rocm_dspark.runtime.gpus import GFX_TARGET, GpuAgent, amdsmi_json_entries, parse_rocminfo, run_tool
 
 
 class GpuFacts(NamedTuple):
@@ -167,17 +76,6 @@ def _number(value) -> float | None:
 def _int(value) -> int | None:
     n = _number(value)
     return int(n) if n is not None else None
-
-
-def amdsmi_json_entries(text: str) -> list[dict]:
-    """The per-GPU objects of any `amd-smi ... --json` output: a list (ROCm 6.x), {"gpu_data": [...]}
-    (newer releases) or one object."""
-    data = json.loads(text)
-    if isinstance(data, dict):
-        data = data.get("gpu_data", [data])
-    if not isinstance(data, list):
-        raise ValueError("amd-smi JSON is neither a list nor an object")
-    return [e for e in data if isinstance(e, dict)]
 
 
 def parse_amdsmi_text_tree(text: str) -> list[dict]:
@@ -266,59 +164,6 @@ def parse_amdsmi_facts(text: str, source: str = "amd-smi --json") -> list[dict]:
     return [_facts_from_entry(e, source) for e in entries]
 
 
-def parse_amdsmi_default_text(text: str) -> list[dict]:
-    """The `amd-smi` summary table (no arguments): name, temperature, UEC, power/cap, VRAM per GPU."""
-    out = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        m = re.match(r"^\|\s*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)\s+(.*?)\s*\|\s*(.*?)\s*\|\s*$", line)
-        if not m:
-            continue
-        name, right = m.group(2), m.group(3)
-        facts: dict = {"marketing_name": name, "source": "amd-smi"}
-        temp = re.search(r"(-?\d+(?:\.\d+)?)\s*°C", right)
-        if temp:
-            facts["temperature_c"] = {"hotspot": float(temp.group(1))}
-        # Columns: Mem-Uti, Temp, UEC, Power-Usage ("160/750 W").
-        power = re.search(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s*W", right)
-        if power:
-            facts["power_w"], facts["power_cap_w"] = float(power.group(1)), float(power.group(2))
-        uec = re.search(r"°C\s+(\d+)\s", right)
-        if uec:
-            facts["ecc_uncorrectable"] = int(uec.group(1))
-        index = len(out)
-        if i + 1 < len(lines):
-            nxt = re.match(r"^\|\s*(\d+)\s", lines[i + 1])
-            if nxt:
-                index = int(nxt.group(1))
-            mem = re.search(r"(\d+)/(\d+)\s*MB", lines[i + 1])
-            if mem:
-                facts["vram_mb"] = float(mem.group(2))
-        facts["index"] = index
-        out.append(facts)
-    return out
-
-
-def parse_rocm_smi_concise(text: str) -> list[dict]:
-    """`rocm-smi` concise table: junction temperature, socket power and power cap per device row."""
-    out = []
-    for line in text.splitlines():
-        m = re.match(r"^(\d+)\s+\S", line)
-        if not m or "°C" not in line:
-            continue
-        facts: dict = {"index": int(m.group(1)), "source": "rocm-smi"}
-        temp = re.search(r"(-?\d+(?:\.\d+)?)°C", line)
-        if temp:
-            facts["temperature_c"] = {"hotspot": float(temp.group(1))}  # rocm-smi's "Junction" = hotspot
-        watts = re.findall(r"(\d+(?:\.\d+)?)W\b", line)
-        if watts:
-            facts["power_w"] = float(watts[0])
-        if len(watts) > 1:
-            facts["power_cap_w"] = float(watts[1])
-        out.append(facts)
-    return out
-
-
 def parse_rocm_smi_showall(text: str) -> list[dict]:
     """`rocm-smi -a`: per-GPU series name, temperatures, power and power cap."""
     per: dict[int, dict] = {}
@@ -347,7 +192,7 @@ def rocminfo_vram_mb(text: str) -> list[float | None]:
     for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
         name = re.search(r"^\s*Name:\s*(\S+)", block, re.M)
         device_type = re.search(r"^\s*Device Type:\s*(\S+)", block, re.M)
-        if not name or not _GFX.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
+        if not name or not GFX_TARGET.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
             continue
         pool = re.search(r"Segment:\s*GLOBAL[^\n]*\n\s*Size:\s*(\d+)\([^)]*\)\s*KB", block)
         sizes.append(int(pool.group(1)) / 1024 if pool else None)
@@ -396,15 +241,13 @@ def inventory(root: str = "") -> HostInventory:
     """Run the AMD tools that exist and merge what they report. Never raises; [] GPUs on a non-AMD host.
 
     `root` prefixes /dev paths (tests point it at a directory laid out like a host)."""
-    import os
-
     tools = {t: shutil.which(t) for t in ("amd-smi", "rocminfo", "rocm-smi")}
     commands: list[str] = []
     problems: list[str] = []
     sources: list[list[dict]] = []
 
     def run(argv: list[str]) -> str | None:
-        out = _run(argv, timeout=60)
+        out = run_tool(argv, timeout=60)
         if out is None:
             problems.append(f"`{' '.join(argv)}` failed or timed out")
         else:

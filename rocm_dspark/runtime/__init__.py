@@ -1,0 +1,10 @@
+"""What runs on a host, next to a vLLM server: one job per module.
+
+  process.py      the one vLLM process manager: start a command in its own process group, wait until it
+                  serves, stop the whole group; vLLM's refusal line from its log
+  client.py       HTTP to a running server: /health, /v1/models, completions, chat, /metrics
+  metrics.py      Prometheus text from /metrics -> speculative-decoding counters and their deltas
+  server_spec.py  the `--server-json FILE` format: a server command run instead of the recipe's plan
+  gpus.py         which AMD GPUs the host has (amd-smi JSON, then rocminfo), matched to the catalog
+  inventory.py    GPU health for validation: HBM, ECC, temperatures, power
+"""

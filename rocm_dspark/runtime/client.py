@@ -1,0 +1,124 @@
+"""HTTP client for a running vLLM server's OpenAI-compatible API, /health, /version and /metrics.
+
+The standard library only (no optional dependency), with proxies disabled: these are loopback calls.
+It knows nothing about processes: rocm_dspark.runtime.process starts and stops servers, validation and
+the probe talk to a server, started by us or not, through this client.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from rocm_dspark.errors import EnvironmentFailure
+from rocm_dspark.runtime.metrics import spec_decode_counters
+
+
+@dataclass
+class HttpResult:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self):
+        return json.loads(self.body.decode())
+
+
+class ServerError(EnvironmentFailure):
+    """A request to the server failed (connection, status or timeout); the message says which and why."""
+
+
+class VllmClient:
+    """Requests to the server at http://host:port (a server bound to all interfaces is reached over loopback)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 8000):
+        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        self.port = int(port)
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60.0) -> HttpResult:
+        """One HTTP request; HTTP error statuses are returned, transport failures raise ServerError."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with self._opener.open(req, timeout=timeout_s) as resp:
+                return HttpResult(resp.status, resp.read(), dict(resp.headers))
+        except urllib.error.HTTPError as exc:
+            return HttpResult(exc.code, exc.read(), dict(exc.headers or {}))
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, ConnectionRefusedError):
+                raise ServerError(f"{method} {path}: connection refused at {self.base_url}") from None
+            if isinstance(reason, TimeoutError):
+                raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
+            raise ServerError(f"{method} {path}: {reason}") from None
+        except TimeoutError:
+            raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
+        except (OSError, http.client.HTTPException) as exc:  # reset / closed mid-response
+            raise ServerError(f"{method} {path}: {exc}") from None
+
+    def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
+        return self.request("GET", path, timeout_s=timeout_s)
+
+    def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
+        res = self.request("POST", path, body, timeout_s=timeout_s)
+        if res.status != 200:
+            raise ServerError(f"POST {path}: HTTP {res.status}: {res.body.decode(errors='replace')[:300]}")
+        return res.json()
+
+    def models(self, timeout_s: float = 30.0) -> list[str]:
+        res = self.get("/v1/models", timeout_s)
+        if res.status != 200:
+            raise ServerError(f"GET /v1/models: HTTP {res.status}")
+        return model_ids(res)
+
+    def _model(self, model: str | None) -> str:
+        if model:
+            return model
+        ids = self.models()
+        if not ids:
+            raise ServerError("the server lists no model: pass model= explicitly")
+        return ids[0]
+
+    def complete(self, prompt: str, max_tokens: int = 16, *, model: str | None = None, temperature: float = 0.0,
+                 ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+        """POST /v1/completions (greedy by default) and return the response JSON."""
+        body = {"model": self._model(model), "prompt": prompt, "max_tokens": max_tokens,
+                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        return self._post_json("/v1/completions", body, timeout_s)
+
+    def chat(self, messages: list[dict] | str, max_tokens: int = 64, *, model: str | None = None,
+             temperature: float = 0.0, ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+        """POST /v1/chat/completions; a plain string becomes one user message."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        body = {"model": self._model(model), "messages": messages, "max_tokens": max_tokens,
+                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        return self._post_json("/v1/chat/completions", body, timeout_s)
+
+    def metrics_text(self, timeout_s: float = 30.0) -> str:
+        res = self.get("/metrics", timeout_s)
+        if res.status != 200:
+            raise ServerError(f"GET /metrics: HTTP {res.status}")
+        return res.body.decode()
+
+    def metrics(self, model_name: str | None = None, timeout_s: float = 30.0):
+        """The spec-decode counters now (rocm_dspark.runtime.metrics.SpecDecodeCounters)."""
+        return spec_decode_counters(self.metrics_text(timeout_s), model_name)
+
+
+def model_ids(res: HttpResult) -> list[str]:
+    """The model ids a /v1/models answer lists ([] when it is not the expected JSON)."""
+    try:
+        return [m["id"] for m in res.json().get("data", [])]
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return []
