@@ -59,6 +59,7 @@ def test_plot_writes_a_png(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.png"]  # no temp file left behind
+    assert out.stat().st_mode & 0o777 == 0o644                    # readable like any other output, not 0600
 
 
 def test_cost_table_replaces_the_roofline(tmp_path):

@@ -107,7 +107,7 @@ def test_status_cli_without_vllm():
 
 
 def test_status_honours_vllm_plugins(monkeypatch):
-    from rocm_dspark.vllm_plugin.status import entry_point_status
+    from rocm_dspark.vllm_plugin.entry_point import entry_point_status
 
     assert entry_point_status(None)["allowed_by_VLLM_PLUGINS"] is True
     assert entry_point_status("rocm_dspark,other")["allowed_by_VLLM_PLUGINS"] is True

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from rocm_dspark.atomic import write_atomic
 from rocm_dspark.errors import UsageError
 
 
@@ -137,13 +137,9 @@ def write_plot(plans, path) -> None:
     fig.suptitle("rocm-dspark plan: model predictions, not measurements\n(not yet run on MI300-class hardware)",
                  fontsize=9)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(prefix=".plot-", suffix=".png", dir=out.parent)
-    os.close(fd)
+    png = io.BytesIO()
     try:
-        fig.savefig(tmp, format="png", dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
+        fig.savefig(png, format="png", dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(out, png.getvalue(), 0o644)

@@ -87,12 +87,11 @@ def register() -> RegisterResult:
         from vllm.platforms import current_platform
 
         from rocm_dspark.vllm_plugin import capability as cap_rule
-        from rocm_dspark.vllm_plugin.checks import platform_name
 
         cap, error = cap_rule.capability_for(version)
         result = register_with(vllm_version=version, capability=cap, capability_error=error,
                                is_rocm=bool(current_platform.is_rocm()),
-                               platform_name=platform_name(current_platform))
+                               platform_name=cap_rule.platform_name(current_platform))
     except Exception as exc:  # noqa: BLE001 - vLLM swallows plugin errors; make ours visible instead
         result = RegisterResult("failed", f"rocm-dspark: did nothing: {type(exc).__name__}: {exc}")
     (logger.warning if result.action == "failed" else logger.info)("%s", result.message)

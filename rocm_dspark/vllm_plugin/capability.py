@@ -16,6 +16,12 @@ class Decision:
     reason: str  # one line, for the log and `plugin status`
 
 
+def platform_name(platform) -> str:
+    """'rocm', 'cuda', 'cpu', ... (ROCm's torch device_type is 'cuda', so use vLLM's enum)."""
+    enum = getattr(platform, "_enum", None)
+    return enum.name.lower() if enum is not None else str(getattr(platform, "device_type", "unknown"))
+
+
 def capability_for(vllm_version: str):
     """(capability, None) from recipes/vllm.yaml, or (None, "why not") when it cannot be read."""
     try:

@@ -26,6 +26,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 
+from rocm_dspark.vllm_plugin import entry_point
+
 _CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
 
 # The target caches of one DeepSeek-V4.1 ROCm attention layer; each is its own attention group in vLLM.
@@ -102,12 +104,6 @@ def run_checks_report(
 
 # ---------------------------------------------------------------------------------------------
 # Child process side (imports vLLM).
-
-
-def platform_name(platform) -> str:
-    """'rocm', 'cuda', 'cpu', ... (ROCm's torch device_type is 'cuda', so use vLLM's enum)."""
-    enum = getattr(platform, "_enum", None)
-    return enum.name.lower() if enum is not None else str(getattr(platform, "device_type", "unknown"))
 
 
 def _force_rocm(gpu: str | None) -> str:
@@ -299,11 +295,9 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": []}
     if force_platform not in (None, "rocm"):
         return {**report, "error": f"force_platform must be 'rocm' or None, got {force_platform!r}"}
-    from rocm_dspark.vllm_plugin import status
-
     report["python"] = sys.executable
-    report["vllm_distributions"] = status.vllm_distributions()
-    report["entry_point"] = status.entry_point_status(os.environ.get(_CALLER_PLUGINS))
+    report["vllm_distributions"] = entry_point.vllm_distributions()
+    report["entry_point"] = entry_point.entry_point_status(os.environ.get(_CALLER_PLUGINS))
     if not report["vllm_distributions"]:
         return {**report, "error": f"vLLM is not installed in {sys.executable}: nothing loads the plugin here"}
     import vllm.platforms as platforms
@@ -322,7 +316,7 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     version = str(vllm.__version__)
     cap, cap_error = capability.capability_for(version)
     report["vllm_version"] = version
-    report["platform"] = platform_name(current_platform)
+    report["platform"] = capability.platform_name(current_platform)
     report["forced"] = report["platform"] != report["host_platform"]
     report["capability"] = capability.to_dict(cap)
     here = capability.decide(version, cap, cap_error, is_rocm=report["host_platform"] == "rocm",

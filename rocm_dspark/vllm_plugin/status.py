@@ -3,46 +3,7 @@ would patch, and vLLM's own adaptive-verification checks with and without it."""
 
 from __future__ import annotations
 
-from importlib import metadata
-
-from rocm_dspark.vllm_plugin.checks import run_checks_report
-
-GROUP = "vllm.general_plugins"  # vLLM: plugins/__init__.py DEFAULT_PLUGINS_GROUP
-NAME = "rocm_dspark"
-
-
-def vllm_distributions() -> list[dict]:
-    """Installed distributions that provide the top-level `vllm` package (no import of vLLM)."""
-    names = metadata.packages_distributions().get("vllm", [])
-    out = []
-    for name in dict.fromkeys(names):
-        try:
-            out.append({"name": name, "version": metadata.version(name)})
-        except metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def entry_point_status(vllm_plugins: str | None = None) -> dict:
-    """Find the entry point exactly as vLLM's `load_plugins_by_group` does, and apply VLLM_PLUGINS
-    (unset: load all; a comma-separated list: only those; empty: none)."""
-    found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == NAME]
-    allowed_env = vllm_plugins
-    allowed = allowed_env is None or NAME in [p.strip() for p in allowed_env.split(",") if p.strip()]
-    status = {"group": GROUP, "name": NAME, "registered": bool(found), "value": None, "distribution": None,
-              "loads": False, "allowed_by_VLLM_PLUGINS": allowed, "VLLM_PLUGINS": allowed_env}
-    if found:
-        ep = found[0]
-        status["value"] = ep.value
-        status["distribution"] = ep.dist.name if ep.dist is not None else None
-        try:
-            from rocm_dspark.vllm_plugin import register
-
-            status["loads"] = ep.load() is register
-        except Exception as exc:  # noqa: BLE001 - reported, not raised
-            status["load_error"] = f"{type(exc).__name__}: {exc}"
-    return status
-
+from rocm_dspark.vllm_plugin.checks import ROLES, run_checks_report
 
 def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str | None = None,
                   model: str | None = None, python: str | None = None, timeout: float = 300.0) -> dict:
@@ -66,8 +27,6 @@ def _verdict(checks: list[dict] | None) -> dict | None:
 def role_states(checks: list[dict] | None) -> str:
     """One line: each target's state, e.g. 'sliding-window (SWA): ALWAYS via rocm-dspark; indexer:
     refuses (supports_device_cpu_query_lens_mismatch() False, not replaced)'."""
-    from rocm_dspark.vllm_plugin.checks import ROLES
-
     parts = []
     for role in ROLES:
         mine = [c for c in checks or [] if c["name"].startswith(role + ":")]
