@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rocm_dspark import quoting
+from rocm_dspark import launch_facts, quoting
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import LaunchPlan
@@ -88,6 +88,37 @@ def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     return "\n".join(lines)
 
 
+def _state_root_chain() -> str:
+    """launch_facts.STATE_ROOTS as the launcher's `elif` lines: <state root>/launch/$NAME."""
+    lines = []
+    for root in launch_facts.STATE_ROOTS:
+        assert re.fullmatch(r"[A-Z_]+", root.variable) and re.fullmatch(r"[a-z0-9._/-]*", root.subdir)
+        test = f"${{{root.variable}:-}} == /*" if root.absolute_only else f"-n ${{{root.variable}:-}}"
+        path = f"${root.variable}" + (f"/{root.subdir}" if root.subdir else "")
+        lines.append(f"elif [[ {test} ]]; then STATE_DIR={path}/launch/$NAME")
+    return "\n".join(lines)
+
+
+def _shared_facts() -> dict[str, str]:
+    """The launcher's copies of launch_facts, as bash."""
+    words = lambda values: " ".join(quoting.bash_word(v) for v in values)  # noqa: E731
+    # The cache path is ours, not user input: double quotes let bash expand $HF_HOME/$HOME at run time.
+    mount = f"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"
+    assert '"' not in mount and "`" not in mount
+    return {
+        "DOCKER_RUN_FLAGS": words(launch_facts.DOCKER_RUN_FLAGS),
+        "HF_CACHE_MOUNT": f'"{mount}"',
+        "PASSED_ENV": " ".join(quoting.env_name(n) for n in launch_facts.PASSED_ENV),
+        "REFUSAL_PATTERNS": "\n".join("  " + quoting.bash_word(p) for p in launch_facts.REFUSAL_PATTERNS),
+        "STATE_ROOT_CHAIN": _state_root_chain(),
+        "NUMA_BALANCING": quoting.bash_word(launch_facts.NUMA_BALANCING),
+        "NUMA_BALANCING_OFF": quoting.bash_word(launch_facts.NUMA_BALANCING_OFF),
+        "NUMA_BALANCING_FIX": quoting.bash_word(launch_facts.NUMA_BALANCING_FIX),
+        "KFD": quoting.bash_word(launch_facts.KFD),
+        "GPU_GROUPS": words(launch_facts.GPU_GROUPS),
+    }
+
+
 def render_launcher(
     plan: LaunchPlan,
     *,
@@ -142,6 +173,7 @@ def render_launcher(
         "GROUP_NAME": _check_name(group_name or name),
         "READY_HOST": quoting.bash_word(ready_host, "ready host") if ready_host else "''",
         "READY_PORT": str(int(ready_port)) if ready_port else "''",
+        **_shared_facts(),
     }
     return _fill(_template("launcher.sh.tmpl"), values)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from rocm_dspark import launch_facts
+from rocm_dspark.launchers import default_name
 from rocm_dspark.plan import LaunchPlan
 
 
@@ -43,23 +45,10 @@ def render_json(plan: LaunchPlan) -> str:
     return plan.to_json() + "\n"
 
 
-# The AMD device flags every source agrees on (research/deploy.md §5), plus host networking and
-# shared memory for tensor-parallel workers.
-DOCKER_AMD_FLAGS = (
-    "--device=/dev/kfd", "--device=/dev/dri", "--group-add=video", "--group-add=render",
-    "--ipc=host", "--network=host", "--security-opt=seccomp=unconfined", "--shm-size=16g",
-    "--ulimit=memlock=-1",
-)
-
-
-def docker_argv(plan: LaunchPlan, hf_cache: str = "${HF_HOME:-$HOME/.cache/huggingface}") -> list[str]:
-    """`docker run` argv; the image's command is `vllm serve ...` via --entrypoint vllm."""
-    argv = ["docker", "run", "--rm", "--name", "rocm-dspark-vllm", *DOCKER_AMD_FLAGS,
-            "-v", f"{hf_cache}:/root/.cache/huggingface"]
-    for k, v in plan.env.items():
-        argv += ["-e", f"{k}={v}"]
-    argv += ["--entrypoint", plan.argv[0], plan.image, *plan.argv[1:]]
-    return argv
+def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
+    """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
+    command is `vllm serve ...` via --entrypoint vllm."""
+    return launch_facts.docker_run_argv(default_name(plan), plan.image, plan.argv, plan.env, hf_cache=hf_cache)
 
 
 def render_docker(plan: LaunchPlan) -> str:
@@ -67,8 +56,8 @@ def render_docker(plan: LaunchPlan) -> str:
     lines = _argv_lines(argv, 2)
     # The cache path is left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(lines).replace(
-        shlex.quote("HF_CACHE_PLACEHOLDER:/root/.cache/huggingface"),
-        '"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface"')
+        shlex.quote(f"HF_CACHE_PLACEHOLDER:{launch_facts.HF_CACHE_CONTAINER}"),
+        f'"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"')
     out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]")
     if plan.build is not None and not plan.build.digest:
         out += _comment(f"image {plan.image} has no published digest: after `docker pull`, pin the digest "

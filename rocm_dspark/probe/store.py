@@ -1,7 +1,7 @@
 """Where probe records live: `<state dir>/probe/<id>.json`, written atomically, read newest first.
 
-State directory, first that is set: `--state-dir`, `$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`,
-`~/.local/state/rocm-dspark`. Record ids start with the UTC time, so names sort by age.
+State directory, first that is set: `--state-dir`, then rocm_dspark.launch_facts.STATE_ROOTS
+(`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`). Record ids start with the UTC time, so names sort by age.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch_facts import STATE_ROOTS, state_root
 
-ENV_VAR = "ROCM_DSPARK_STATE_DIR"
+ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
 SUBDIR = "probe"
 MAX_READ = 50  # the gate looks at the newest records only; older ones stay for the operator
 
@@ -21,11 +22,8 @@ MAX_READ = 50  # the gate looks at the newest records only; older ones stay for 
 def state_dir(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit).expanduser()
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) else Path.home() / ".local" / "state"
-    return base / "rocm-dspark"
+    root = state_root()  # the rule the generated launcher follows too
+    return Path(root).expanduser() if root else Path.home() / ".local" / "state" / "rocm-dspark"
 
 
 def records_dir(explicit: str | os.PathLike | None = None) -> Path:

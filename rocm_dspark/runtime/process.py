@@ -15,7 +15,6 @@ rocm_dspark.runtime.client.VllmClient; this module only manages the process.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -25,36 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch_facts import find_refusal
 from rocm_dspark.runtime.client import ServerError, VllmClient, model_ids
-
-# How vLLM words "I will not run this configuration". The first match (most specific first) is the
-# line surfaced to the user; e.g. 0.32.0 on CPU: "ValueError: ... Model Runner V1 does not support:
-# dspark speculative decoding". Generic exception lines are the fallback.
-REFUSAL_PATTERNS = (
-    re.compile(r"does not support"),
-    re.compile(r"\bnot supported\b", re.IGNORECASE),
-    re.compile(r"\brequires\b.*\.$"),
-    re.compile(r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b"),
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def find_refusal(log_text: str) -> str | None:
-    """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
-    for pattern in REFUSAL_PATTERNS:
-        # The last match is the one closest to the exit: earlier ones may be retried warnings.
-        hits = [ln for ln in lines if pattern.search(ln) and not ln.lstrip().startswith("File ")]
-        if hits:
-            return hits[-1].strip()
-    return None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from rocm_dspark import launch_facts
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
@@ -200,13 +201,13 @@ def _can_rw(st: os.stat_result, uid: int, gids: set[int]) -> bool:
 
 def devices(ctx) -> Outcome:
     """/dev/kfd and the /dev/dri render nodes must be readable and writable by the user vLLM runs as."""
-    kfd = Path(ctx.path("/dev/kfd"))
+    kfd = Path(ctx.path(launch_facts.KFD))
     if not kfd.exists():
         if (na := _not_amd(ctx)) is not None:
             return na
         return Outcome(FAIL, f"{kfd} does not exist: the amdgpu driver is not loaded")
     name, uid, gids, group_names = _user_ids(ctx.options.service_user)
-    dri = Path(ctx.path("/dev/dri"))
+    dri = Path(ctx.path(launch_facts.DRI))
     nodes = [kfd] + sorted(dri.glob("renderD*")) if dri.is_dir() else [kfd]
     table, denied = {}, []
     for node in nodes:
@@ -225,13 +226,13 @@ def devices(ctx) -> Outcome:
         need = sorted({table[str(n)]["group"] for n in denied})
         return Outcome(FAIL, f"user {name} cannot open {', '.join(str(n) for n in denied[:3])}: add it to {need} "
                        f"(sudo usermod -aG {','.join(need)} {name}, then log in again)", value=name,
-                       threshold={"groups": ["video", "render"]}, evidence=evidence)
-    return Outcome(PASS, f"user {name} can open /dev/kfd and {len(nodes) - 1} render node(s)", value=name,
-                   threshold={"groups": ["video", "render"]}, evidence=evidence)
+                       threshold={"groups": list(launch_facts.GPU_GROUPS)}, evidence=evidence)
+    return Outcome(PASS, f"user {name} can open {launch_facts.KFD} and {len(nodes) - 1} render node(s)", value=name,
+                   threshold={"groups": list(launch_facts.GPU_GROUPS)}, evidence=evidence)
 
 
 def numa_balancing(ctx) -> Outcome:
-    path = Path(ctx.path("/proc/sys/kernel/numa_balancing"))
+    path, off = Path(ctx.path(launch_facts.NUMA_BALANCING)), launch_facts.NUMA_BALANCING_OFF
     try:
         value = path.read_text().strip()
     except OSError:
@@ -239,13 +240,13 @@ def numa_balancing(ctx) -> Outcome:
     na = _not_amd(ctx)
     if na is not None:
         return Outcome(NOT_APPLICABLE, f"{na.message} (numa_balancing here: {value if value is not None else 'absent'})",
-                       value=value, threshold="0")
+                       value=value, threshold=off)
     if value is None:
-        return Outcome(PASS, f"{path} absent: this kernel has no automatic NUMA balancing", threshold="0")
-    if value != "0":
+        return Outcome(PASS, f"{path} absent: this kernel has no automatic NUMA balancing", threshold=off)
+    if value != off:
         return Outcome(WARN, f"NUMA balancing is on ({path} = {value}): GPU work can stall while pages migrate; "
-                       "sudo sysctl -w kernel.numa_balancing=0", value=value, threshold="0")
-    return Outcome(PASS, "NUMA balancing is off", value=value, threshold="0")
+                       f"{launch_facts.NUMA_BALANCING_FIX}", value=value, threshold=off)
+    return Outcome(PASS, "NUMA balancing is off", value=value, threshold=off)
 
 
 def memlock(ctx) -> Outcome:

