@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
 from rocm_dspark.selection import SELECTION_KEYS
 
 
@@ -61,13 +61,13 @@ def pop_selection(kwargs: dict, keep: tuple[str, ...] = ()) -> dict:
     return {k: kwargs.pop(k) for k in SELECTION_KEYS if k in kwargs and k not in keep}
 
 
-def fail(message: str, code: int = 2):
+def fail(message: str, code: int = EXIT_USAGE):
     click.echo(f"rocm-dspark: error: {message}", err=True)
     sys.exit(code)
 
 
 def usage_errors(fn):
-    """Turn UsageError into one line on stderr and exit status 2 (no traceback)."""
+    """Turn UsageError into one line on stderr and exit status 2, EnvironmentFailure into exit status 3."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -75,5 +75,7 @@ def usage_errors(fn):
             return fn(*args, **kwargs)
         except UsageError as exc:
             fail(str(exc))
+        except EnvironmentFailure as exc:
+            fail(str(exc), EXIT_ENVIRONMENT)
 
     return wrapper

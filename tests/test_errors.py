@@ -1,0 +1,34 @@
+"""Errors mean what they say: bad usage exits 2, a failing environment exits 3, each as one line."""
+
+from __future__ import annotations
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from rocm_dspark.cli.options import usage_errors
+from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
+from rocm_dspark.runtime.client import ServerError
+from rocm_dspark.runtime.metrics import CounterReset
+
+
+@pytest.mark.parametrize("exc, code", [
+    (UsageError("--gpu mi999: unknown GPU; use one of mi300x, mi355x"), EXIT_USAGE),
+    (ServerError("GET /metrics: connection refused at http://127.0.0.1:8000"), EXIT_ENVIRONMENT),
+    (CounterReset("num_drafts 10 -> 2: the server restarted between the two reads"), EXIT_ENVIRONMENT),
+])
+def test_exit_status_follows_the_error_type(exc, code):
+    @click.command()
+    @usage_errors
+    def cmd():
+        raise exc
+
+    res = CliRunner().invoke(cmd, [])
+    assert res.exit_code == code
+    assert res.output == f"rocm-dspark: error: {exc}\n"  # one line, no traceback
+
+
+def test_environment_failures_are_not_usage_errors():
+    assert (EXIT_USAGE, EXIT_ENVIRONMENT) == (2, 3)
+    for kind in (ServerError, CounterReset):
+        assert issubclass(kind, EnvironmentFailure) and not issubclass(kind, UsageError)
