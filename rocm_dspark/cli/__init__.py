@@ -38,13 +38,21 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="rocm-dspark")
 def cli():
-    """Trusted vLLM launches for DeepSeek-V4.1-Flash + DSpark on AMD MI300-class GPUs."""
+    """Trusted vLLM launches for DeepSeek-V4.1-Flash + DSpark on AMD MI300-class GPUs.
+
+    Exit status: 0 done, 1 a check failed, 2 bad usage, 3 the environment failed.
+
+    \b
+    Example:
+      rocm-dspark recipe --model V4.1-Flash
+      rocm-dspark COMMAND --help
+    """
 
 
 # Optional dependency -> the extra that installs it, for a one-line hint instead of a traceback.
 EXTRAS = {
     "numpy": "planner", "matplotlib": "plot", "torch": "kernels", "triton": "kernels", "httpx": "validate",
-    "prometheus_client": "validate", "amdsmi": "amd",
+    "prometheus_client": "validate",
 }
 
 

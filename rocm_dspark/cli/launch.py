@@ -30,7 +30,13 @@ from rocm_dspark.selection import plan_from_options
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors
 def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json, **opts):
-    """Write launcher files for a model on this (or the given) AMD GPU."""
+    """Write launcher files for a model on this (or the given) AMD GPU.
+
+    \b
+    Example:
+      rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
+      rocm-dspark launch --model V4.1-Flash --container --output .
+    """
     from rocm_dspark.launchers import write_launchers
 
     copts = pop_cluster(opts)

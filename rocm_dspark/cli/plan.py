@@ -41,7 +41,13 @@ from rocm_dspark.cli.options import usage_errors
 @usage_errors
 def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
          nodes, as_json, plot, seed_example, seed):
-    """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement)."""
+    """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
+
+    \b
+    Example:
+      rocm-dspark plan --gpu mi300x,mi355x --concurrency 1,16,64,128
+      rocm-dspark plan --gpu mi355x --cost-table costs.json --plot plan.png
+    """
     if seed_example:
         from rocm_dspark.planner.seed.example import seed_lines, seed_report
 

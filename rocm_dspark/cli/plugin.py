@@ -9,7 +9,12 @@ import click
 
 @click.group()
 def plugin():
-    """The vLLM plugin that lets refusing vLLM builds run adaptive verification's SWA backend on ROCm."""
+    """The vLLM plugin that lets refusing vLLM builds run adaptive verification's SWA backend on ROCm.
+
+    \b
+    Example:
+      rocm-dspark plugin status
+    """
 
 
 @plugin.command()
@@ -24,7 +29,13 @@ def plugin():
 @click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Inspect the vLLM installed for this interpreter instead of the current one.")
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
-    """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks."""
+    """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks.
+
+    \b
+    Example:
+      rocm-dspark plugin status --python /opt/venv/bin/python
+      rocm-dspark plugin status --host-only --json
+    """
     from rocm_dspark.vllm_plugin.status import format_table, plugin_status
 
     report = plugin_status(force_platform=None if host_only else "rocm", num_speculative_tokens=num_speculative_tokens,

@@ -36,7 +36,14 @@ def _model_optional(fn):
 @click.option("--limit", type=int, default=5, show_default=True, help="With --show: how many records.")
 @usage_errors
 def probe(levels, deadline, server_json, as_json, show, limit, **opts):
-    """Prove (or refute) adaptive verification on this host and write a fingerprinted record."""
+    """Prove (or refute) adaptive verification on this host and write a fingerprinted record.
+
+    \b
+    Example:
+      rocm-dspark probe --model V4.1-Flash --gpu mi300x
+      rocm-dspark probe --model V4.1-Flash --levels static,kernel --json
+      rocm-dspark probe --show
+    """
     from rocm_dspark.probe import show as shown
     from rocm_dspark.probe import store
 

@@ -21,7 +21,13 @@ from rocm_dspark.selection import plan_from_options
                    "k8s: Kubernetes manifests (with --strategy).")
 @usage_errors
 def recipe(fmt, **opts):
-    """Print the vLLM launch for a model on this (or the given) AMD GPU."""
+    """Print the vLLM launch for a model on this (or the given) AMD GPU.
+
+    \b
+    Example:
+      rocm-dspark recipe --model V4.1-Flash --gpu mi300x
+      rocm-dspark recipe --model V4.1-Flash --format docker > serve.sh
+    """
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         _cluster(fmt, opts, copts)
@@ -60,7 +66,13 @@ def _cluster(fmt, opts, copts):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
 def list_catalog(as_json):
-    """Show the models, GPUs and profiles in recipes/, with each profile's status."""
+    """Show the models, GPUs and profiles in recipes/, with each profile's status.
+
+    \b
+    Example:
+      rocm-dspark list
+      rocm-dspark list --json
+    """
     from rocm_dspark.catalog import load_catalog
 
     cat = load_catalog()

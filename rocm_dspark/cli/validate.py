@@ -89,7 +89,13 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 def validate(**kwargs):
     """Check a node in order, stop at the first blocking failure, and write a report.
 
-    Exit status: 0 every blocking check passed, 1 a blocking check failed, 2 bad usage.
+    Exit status: 0 every blocking check passed, 1 a blocking check failed, 2 bad usage, 3 the environment
+    failed (the server died or stopped answering).
+
+    \b
+    Example:
+      rocm-dspark validate --model V4.1-Flash --endpoint http://127.0.0.1:8000 --report ./report
+      rocm-dspark validate --model V4.1-Flash --launch --quick --report ./report
     """
     import json
 
