@@ -229,6 +229,12 @@ def test_renamed_record_is_ignored(mi300x_host):
      "its live level ran another command"),
     ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "adaptive_verification": False})), None,
      "did not run with enable_adaptive_verification on"),
+    # Only a JSON boolean counts (rocm_dspark/probe/evidence.py): look-alikes prove nothing.
+    ((STATIC_OK, KERNEL_OK._replace(evidence={**KERNEL_OK.evidence, "graph_replay": "yes"}), LIVE_OK),
+     None, "its kernel level has no graph replay"),
+    ((STATIC_OK._replace(evidence={"forced_platform": 0}), KERNEL_OK, LIVE_OK), None, "ROCm platform forced"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "ready": 1})), None,
+     "never saw the server ready"),
 ])
 def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
     catalog = load_catalog()

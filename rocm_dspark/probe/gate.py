@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rocm_dspark.probe import store
+from rocm_dspark.probe.evidence import GateEvidence
 
 if TYPE_CHECKING:
     from rocm_dspark.probe.record import LevelResult, Record
@@ -33,31 +34,31 @@ _SHOWN = 3  # notes kept in the verdict's one line; the rest are counted
 
 def level_counts(level: LevelResult, record: Record) -> str | None:
     """None when this level's result counts as evidence for the gate, else why not."""
-    ev = level.evidence
+    ev = GateEvidence.of(level.evidence)
     if not level.valid_for_gating:
         why = level.gating_note.removeprefix("not valid for gating: ") or "not valid for gating"
         return f"its {level.name} level does not count ({why})"
-    if level.name == "static" and ev.get("forced_platform") is not False:
+    if level.name == "static" and ev.forced_platform is not False:
         return "its static level ran with the ROCm platform forced (no AMD GPU)"
-    if level.name == "kernel" and ev.get("interpreted") is not False:
+    if level.name == "kernel" and ev.interpreted is not False:
         return "its kernel level ran in the Triton interpreter, not on the GPU"
-    if level.name == "live" and (record.live_override is not None or ev.get("attached") is not False):
+    if level.name == "live" and (record.live_override is not None or ev.attached is not False):
         return "its live level ran another command than the plan's"
     return None
 
 
 def level_proves(level: LevelResult) -> str | None:
     """For a counting, passed level: None when its evidence is complete, else what is missing."""
-    ev = level.evidence
+    ev = GateEvidence.of(level.evidence)
     if level.name == "kernel":
-        if ev.get("graph_replay") is not True:
+        if ev.graph_replay is not True:
             return "its kernel level has no graph replay"
-        if ev.get("negative_control_caught") is not True:
+        if ev.negative_control_caught is not True:
             return "its kernel level did not show the negative control caught"
     if level.name == "live":
-        if ev.get("adaptive_verification") is not True:
+        if ev.adaptive_verification is not True:
             return "its live level did not run with enable_adaptive_verification on"
-        if ev.get("ready") is not True:
+        if ev.ready is not True:
             return "its live level never saw the server ready"
     return None
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 from urllib.parse import urlsplit
 
+from rocm_dspark.catalog import Catalog, ModelSpec
 from rocm_dspark.errors import UsageError
+from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.runtime.client import VllmClient
+from rocm_dspark.runtime.inventory import HostInventory
+from rocm_dspark.runtime.process import VllmServer
 
 DEFAULT_CONCURRENCIES = (1, 16, 64, 128)
 QUICK_CONCURRENCIES = (1, 4)
@@ -87,13 +92,13 @@ def parse_endpoint(url: str) -> tuple[str, int]:
 @dataclass
 class Context:
     options: ValidateOptions
-    catalog: Any
-    model: Any                             # catalog ModelSpec
-    plan: Any                              # LaunchPlan
+    catalog: Catalog
+    model: ModelSpec
+    plan: LaunchPlan
     target: ServerTarget | None = None
-    client: Any = None                     # rocm_dspark.runtime.process.VllmServer used for HTTP
-    launched: Any = None                   # the VllmServer we started (with --launch)
-    inventory: Any = None                  # rocm_dspark.runtime.inventory.HostInventory, gathered once
+    client: VllmClient | None = None       # HTTP to the server under test (None: no server given)
+    launched: VllmServer | None = None     # the server we started (with --launch), stopped afterwards
+    inventory: HostInventory | None = None  # the GPUs' health facts, gathered once
     software: dict | None = None           # facts from the server's Python, gathered once
     data: dict = field(default_factory=dict)
     say: Callable[[str], None] = lambda line: None
