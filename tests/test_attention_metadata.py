@@ -1,6 +1,6 @@
 """Device SWA metadata (Triton, interpreter on CPU) against a brute-force Python definition.
 
-The oracle below walks requests and tokens on the host, straight from research/kernels.md 1.2;
+The oracle below walks requests and tokens on the host, straight from docs/kernels.md ("Per-token key set");
 the kernel instead binary-searches the device query_start_loc per token. Integers: exact match.
 """
 

@@ -76,7 +76,7 @@ def test_roofline_from_catalog_for_every_profile(gpu_key):
 
 
 def test_measured_table_follows_vllms_rules():
-    """research/scheduler.md §4.4: verify samples (1,10) (2,10.2) (4,10.4) (8,11) (16,13), capture limit 8
+    """docs/scheduler.md, "Executable goldens": verify samples (1,10) (2,10.2) (4,10.4) (8,11) (16,13), capture limit 8
     => table[0..24] = 10,10,10.2,10.4,10.4,11,11,11,11,13 x8,13.25,...,15; draft (1,1) (4,1.2) (8,1.5)."""
     cost = MeasuredCost.from_samples(verify=[(1, 10), (2, 10.2), (4, 10.4), (8, 11), (16, 13)],
                                      draft=[(1, 1), (4, 1.2), (8, 1.5)], capture_sizes=[1, 2, 4, 8])

@@ -133,7 +133,7 @@ def test_full_search_equals_brute_force_for_any_cost_table(conf, data):
 
 
 def test_vllm_golden_full_search_and_early_stop_differ():
-    """research/scheduler.md §4.4: vLLM's tables from profiled curves; full search b=9, early stop b=5."""
+    """docs/scheduler.md, "Executable goldens": vLLM's tables from profiled curves; full search b=9, early stop b=5."""
     cost = MeasuredCost.from_samples(verify=[(1, 10), (2, 10.2), (4, 10.4), (8, 11), (16, 13)],
                                      draft=[(1, 1), (4, 1.2), (8, 1.5)], capture_sizes=[1, 2, 4, 8])
     hist = survival([[0.9, 0.8, 0.5], [0.6, 0.5, 0.4], [0.95, 0.9, 0.9]])
@@ -145,7 +145,7 @@ def test_vllm_golden_full_search_and_early_stop_differ():
 
 
 def test_deepinfer_golden_two_phase_step():
-    """research/scheduler.md §4.4 (DeepInfer replica): best_bsz 8 = 7.1945 / 14 ms, seqlens_q [2, 4, 2]."""
+    """docs/scheduler.md, "Executable goldens" (DeepInfer replica): best_bsz 8 = 7.1945 / 14 ms, seqlens_q [2, 4, 2]."""
     cost = MeasuredCost.from_samples(verify=[(1, 10), (2, 10.5), (4, 11), (8, 14), (16, 22)],
                                      capture_sizes=[1, 2, 4, 8, 16])
     hist = [[0.9, 0.8, 0.5], [0.6, 0.5, 0.4], [0.95, 0.9, 0.9]]

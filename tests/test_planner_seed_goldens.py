@@ -1,9 +1,9 @@
-"""Goldens: the seed documents' printed tables, to the printed digit, recomputed by the planner.
+"""Goldens: the seed examples' printed tables, to the printed digit, recomputed by the planner.
 
-Sources: shared/seeds/000_* (best K by batch on an 8B/H100 roofline, the adaptive-verification
-table with the seed's own torch.manual_seed(0) draws, the Markov example) and shared/seeds/002_*
-(lesson 8: 2.64 expected tokens and the method choice). The expected strings below are copied from
-the seeds' printed outputs.
+The examples (docs/seed-examples.md): best K by batch on an 8B/H100 roofline, the adaptive-verification
+table with the examples' own torch.manual_seed(0) draws, the Markov example, and the expected-tokens lesson
+(2.64 expected tokens and the method choice). The expected strings below are copied from the examples'
+printed outputs.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from rocm_dspark.planner.seed.torch_draws import TorchCpuDraws
 
 
 def test_synthetic_length_resolves_like_vllm():
-    # research/scheduler.md §3.2: L=3.78, gamma=7 -> [1,1,0.78,0,...]; L=3.51, gamma=5 -> [1,1,0.51,0,0]
+    # docs/scheduler.md, "Synthetic acceptance": L=3.78, gamma=7 -> [1,1,0.78,0,...]; L=3.51, gamma=5 -> [1,1,0.51,0,0]
     assert synthetic_rates(3.78, 7) == pytest.approx([1, 1, 0.78, 0, 0, 0, 0])
     assert synthetic_rates(3.51, 5) == pytest.approx([1, 1, 0.51, 0, 0])
     assert synthetic_rates(6.0, 5) == [1.0] * 5

@@ -93,7 +93,7 @@ def test_mi355x_plan_agrees_with_the_public_recipe_command():
 
 
 def test_gfx942_profiles_carry_the_day_zero_differences():
-    """research/deploy.md §1.2 / anchor §4: what InferenceX needed on gfx942 that the generator missed."""
+    """docs/deployment.md (gfx942): what InferenceX needed on gfx942 that the generator missed."""
     mi300 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x"))
     f = flags(mi300.argv)
     assert f["--tensor-parallel-size"] == "8" and f["--max-num-batched-tokens"] == "8192"

@@ -1,6 +1,6 @@
 """KV-cache formats of the sparse-SWA path: build caches for tests, dequantize them exactly.
 
-Layouts (research/kernels.md section 1.4):
+Layouts (docs/kernels.md, "KV cache layouts"):
 - "bf16":       [num_blocks, bs, 512] bfloat16.
 - "fp8":        [num_blocks, bs, 512] float8_e4m3fn (OCP) or float8_e4m3fnuz (FNUZ), times one
                 per-tensor fp32 scale.

@@ -95,7 +95,10 @@ def make_case(query_lens, context_lens, *, heads=16, window=128, block_size=32, 
               fnuz=False, num_reqs_padded=None, num_tokens_padded=None, sink=False, replay_start=None,
               causal=True, topk=0, topk_format="fp8_ds_mla", topk_fnuz=False, topk_rows=None,
               invalid_tokens=(), extra_blocks=3, seed=0, device="cpu") -> SwaCase:
-    """A random case; rows of q and of every cache are N(0,1) (bf16 / quantized as the format says)."""
+    """A random padded verify batch as vLLM hands it over: zero-length padding requests, a padded tail with
+    slot_mapping -1, shuffled pages. Rows of q and of every cache are N(0,1) (bf16 / quantized as the format
+    says). SwaCase.metadata_args() / attention_args() / reference_args() give the keyword arguments of
+    compute_swa_metadata, sparse_swa_attention and reference_sparse_swa."""
     num_reqs_padded = num_reqs_padded or len(query_lens)
     num_tokens_padded = num_tokens_padded or max(1, sum(query_lens))
     pages_needed = sum(math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens))

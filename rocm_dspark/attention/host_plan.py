@@ -37,7 +37,8 @@ def host_planned_metadata(
     causal: bool = True,
     num_tokens: int,
 ) -> SwaMetadata:
-    """Plan per-token request/position/window in Python from host lengths, then copy to `buffers`."""
+    """The negative control, as the refused upstream UNIFORM_BATCH builders plan (correct only when the
+    device and host layouts agree). Plan per-token request/position/window in Python from host lengths, then copy to `buffers`."""
     if not 1 <= num_tokens <= buffers.max_tokens:
         raise UsageError(f"num_tokens={num_tokens} must be in 1..{buffers.max_tokens}")
     qsl = [int(x) for x in query_start_loc_cpu]

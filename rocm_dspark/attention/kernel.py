@@ -225,7 +225,22 @@ def sparse_swa_attention(
     block_k: int = 16,
     num_warps: int = 4,
 ) -> torch.Tensor:
-    """Attention output [T_pad, H, 512] (bf16); see the package docstring for the contract."""
+    """Attention output [T_pad, H, 512] (bf16), one row per token, T_pad = metadata.num_tokens.
+
+    q [T_pad, H, 512] bf16 (448 NoPE + 64 RoPE). K == V == the cached 512-d latent row. One fp32 online
+    softmax over the token's window, the optional top-k segment and the optional per-head sink (fp32 [>= H],
+    a key with a zero value). kv_format / topk_format: "bf16" ([nb, bs, 512] bfloat16), "fp8" ([nb, bs, 512]
+    float8_e4m3fn or float8_e4m3fnuz, times the per-tensor kv_scale [1] fp32), "fp8_ds_mla" (uint8
+    [nb, bs, 584] V4 records, page stride = stride(0); `fnuz` selects FNUZ e4m3, else OCP). topk_indices
+    [T_pad, TOPK] int32 are global slots in topk_cache (-1 = hole); topk_lens [T_pad] int32, if given,
+    limits row t to its first topk_lens[t] entries. `out` [T_pad, H, 512] bf16 (persistent if given): every
+    row is written, dead rows are zero. Grid (T_pad, cdiv(H, block_h)); every load is masked with clamped
+    addresses. The inverse RoPE on dims 448..511 is NOT applied (the caller does it, as vLLM does).
+
+    Defaults block_h = 16, block_k = 16, num_warps = 4: the tile that compiles without register spills for
+    gfx942, gfx950 and sm90 (aot.compile_report; not yet timed on MI300-class hardware). Compile every
+    variant before capturing a graph (one eager call does it).
+    """
     if not isinstance(metadata, SwaMetadata):
         raise UsageError("metadata must come from compute_swa_metadata or host_planned_metadata")
     device = metadata.buffers.req.device

@@ -25,7 +25,9 @@ _BLOCK_T = 128  # tokens per program; the kernel is a handful of vector ops per 
 
 @dataclass(frozen=True)
 class SwaMetadataBuffers:
-    """Persistent int32 per-token buffers, allocated once for the largest padded token count."""
+    """Persistent int32 per-token buffers (req, pos, start, end, live), allocated once for the largest
+    padded token count with `allocate(max_tokens, device)`; their addresses never change, so graphs can
+    capture them."""
 
     req: torch.Tensor  # owning request, -1 when dead
     pos: torch.Tensor  # absolute position of the token, -1 when dead
@@ -47,7 +49,8 @@ class SwaMetadataBuffers:
 
 @dataclass(frozen=True)
 class SwaMetadata:
-    """What the attention kernel reads: the buffers plus the graph-constant layout facts."""
+    """What the attention kernel reads: the buffers plus the graph-constant layout facts; .req, .pos, .start,
+    .end and .live are views of the buffers cut to num_tokens."""
 
     buffers: SwaMetadataBuffers
     block_table: torch.Tensor
@@ -145,7 +148,17 @@ def compute_swa_metadata(
     replay_start: torch.Tensor | None = None,
     num_tokens: int | None = None,
 ) -> SwaMetadata:
-    """Fill `buffers` for the padded batch from device tensors only (see the package docstring)."""
+    """Fill `buffers` for the padded batch from device tensors only: one Triton launch, no host sync.
+
+    query_start_loc [R_pad+1] int32, seq_lens [R_pad] int32, block_table [R_pad, nblk] int32, slot_mapping
+    [>= T_pad] int32 or int64, replay_start [R_pad] int32 or None. Only graph-constant scalars are passed
+    (T_pad = num_tokens, default slot_mapping.numel(); R_pad = seq_lens.numel()). Per token t < T_pad it
+    writes the owning request (a binary search on the device query_start_loc; zero-length requests are
+    skipped), its position, the key window [start, end) and liveness. Dead tokens (t >= qsl[R_pad],
+    slot_mapping[t] < 0, or inconsistent lengths) get req = pos = -1, start = end = 0, live = 0.
+    Window: causal [max(pos - W + 1, 0, replay_start[r]), pos + 1); non-causal (the DSpark draft block)
+    [max(L - qlen - W, 0), L). The rule: docs/kernels.md, "Per-token key set".
+    """
     device = query_start_loc.device if isinstance(query_start_loc, torch.Tensor) else None
     _check_int_tensor("query_start_loc", query_start_loc, 1, device)
     _check_int_tensor("seq_lens", seq_lens, 1, device)

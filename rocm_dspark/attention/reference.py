@@ -1,7 +1,7 @@
 """PyTorch references for sparse-SWA attention, written from the definition, not from the kernel.
 
 `reference_sparse_swa` is the test oracle: plain Python loops over requests and tokens
-(research/kernels.md section 3.4), exact dequantisation, float64 softmax. It reads the device
+(docs/kernels.md, "Reference semantics"), exact dequantisation, float64 softmax. It reads the device
 tensors' values on the host, which is exactly what the Triton path must never do.
 `torch_sparse_swa` is a vectorised PyTorch version (gather + masked softmax) used as the speed
 baseline of benchmarks/sparse_swa.py; tests check it against the loop reference.
@@ -16,7 +16,7 @@ from rocm_dspark.errors import UsageError
 
 
 def _key_positions(pos: int, seq_len: int, query_len: int, window: int, causal: bool, replay: int) -> range:
-    """Positions a token attends to in its own request (research/kernels.md section 1.2)."""
+    """Positions a token attends to in its own request (docs/kernels.md, "Per-token key set")."""
     if causal:
         return range(max(pos - window + 1, 0, replay), pos + 1)
     prefix = seq_len - query_len
@@ -29,7 +29,12 @@ def reference_sparse_swa(
     replay_start=None, topk_cache=None, topk_indices=None, topk_lens=None, topk_format=None,
     topk_fnuz=False, topk_kv_scale=None,
 ) -> torch.Tensor:
-    """float32 [T, H, 512]: row t is attention for token t, zero for padding / invalid tokens."""
+    """float32 [T, H, 512]: row t is attention for token t, zero for padding / invalid tokens.
+
+    Plain per-request, per-token Python loops over the definition (docs/kernels.md, "Reference semantics"):
+    exact dequantisation, float64 softmax; written without looking at the kernel. Arguments as for
+    compute_swa_metadata + sparse_swa_attention, with the layout tensors given directly.
+    """
     num_tokens, num_heads, _ = q.shape
     qsl = [int(x) for x in query_start_loc.cpu()]
     lens = [int(x) for x in seq_lens.cpu()]
@@ -77,7 +82,8 @@ def torch_sparse_swa(
     replay_start=None, topk_cache=None, topk_indices=None, topk_lens=None, topk_format=None,
     topk_fnuz=False, topk_kv_scale=None,
 ) -> torch.Tensor:
-    """Vectorised PyTorch version of the same definition (float32 [T, H, 512]); the benchmark baseline."""
+    """Vectorised PyTorch version of the same definition (float32 [T, H, 512]), gather + masked softmax:
+    the speed baseline of benchmarks/sparse_swa.py, itself checked against the loop reference."""
     device = q.device
     num_tokens = q.shape[0]
     t = torch.arange(num_tokens, device=device)

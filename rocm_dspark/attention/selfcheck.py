@@ -40,7 +40,16 @@ def _excess(out, ref, tol) -> tuple[float, float]:
 
 
 def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
-    """Run the check; never raises for a failed check, the answer is in the dict (JSON-serialisable)."""
+    """Run the check; never raises for a failed check, the answer is in the dict (JSON-serialisable).
+
+    Runs our path on several device-trimmed layouts with one set of persistent buffers, compares with the
+    reference, runs the host-planned negative control and reports whether it was caught (disagreed), and on
+    a GPU captures one graph and replays it per layout. Keys: passed, reason, device, interpreted,
+    layouts_checked, max_abs_err, tolerance ({rtol, atol}), negative_control_caught,
+    negative_control_agrees_on_uniform, negative_control_err (its smallest error over the trimmed layouts),
+    graph_replay, seconds; on a GPU also device_name and arch. interpreted=True results are not valid for
+    gating (the CPU interpreter, not the GPU code).
+    """
     started = time.monotonic()
     result = {
         "passed": False, "reason": "", "device": str(device), "interpreted": None, "layouts_checked": 0,
@@ -81,7 +90,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         props = torch.cuda.get_device_properties(device)
         result["device_name"] = props.name
         result["arch"] = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
-    # The production SWA cache on gfx942 is FNUZ fp8_ds_mla; OCP elsewhere (research/kernels.md 1.4).
+    # The production SWA cache on gfx942 is FNUZ fp8_ds_mla; OCP elsewhere (docs/kernels.md, "KV cache layouts").
     fnuz = on_gpu and "gfx94" in result.get("arch", "")
     tol = _tolerance(interpreted)
     result["tolerance"] = tol

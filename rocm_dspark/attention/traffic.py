@@ -1,4 +1,4 @@
-"""Memory-traffic model of one sparse-SWA call (research/kernels.md section 3.5); pure Python.
+"""Memory-traffic model of one sparse-SWA call (docs/kernels.md, "Memory-traffic model"); pure Python.
 
 unique  = bytes the call must move at least once: q + output, the union of each request's
           windows, the top-k rows (no overlap assumed: an upper bound), the metadata and the

@@ -2,7 +2,7 @@
 
 vLLM profiles, right after graph capture, the target forward at every captured token count (the verify
 curve) and the drafter at every request count (the draft curve), and plans with
-step = draft_cost[num_requests] + verify_cost[tokens] (research/scheduler.md §2.2). Its table rules,
+step = draft_cost[num_requests] + verify_cost[tokens] (docs/scheduler.md, "vLLM 0.33.0's cost tables"). Its table rules,
 which this module follows (`build_cost_tables_from_curves`, checked against the real function in
 tests/test_planner_vllm.py):
   * costs are made monotone (running max), repeated sizes are reduced to their median;

@@ -1,6 +1,6 @@
 """Adaptive verification: which drafted positions the target verifies in one step.
 
-Vocabulary (research/scheduler.md §0): R requests each drafted gamma positions; c[r, j] is the
+Vocabulary (docs/scheduler.md, "Notation"): R requests each drafted gamma positions; c[r, j] is the
 confidence head's estimate of P(draft j accepted | drafts 1..j-1 accepted); the survival
 a[r, j] = c[r, 1] * ... * c[r, j] is the probability that draft j is accepted and so adds one token.
 Every request always verifies its anchor row (one token, the correction or bonus), so a step that
@@ -265,7 +265,7 @@ class TwoPhaseScheduler:
     History is keyed by request id, as vLLM keys its stale confidences by request (req_id_to_index;
     `add_request` resets the slot): a request that takes another's row, even at the same batch size,
     never inherits the other's confidences. A request without history (new, or absent from the
-    previous call) gets survival 1.0, vLLM's policy for a new request (research/scheduler.md §1.7).
+    previous call) gets survival 1.0, vLLM's policy for a new request (docs/scheduler.md, "Missing history").
     Without `request_ids`, row i is taken to be the same request in every call.
     """
 

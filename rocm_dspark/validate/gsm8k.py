@@ -2,7 +2,7 @@
 
 Runs only with --gsm8k and only where lm-eval is installed. It must measure real block rejection: a
 server in synthetic-acceptance benchmark mode is refused (its answers say nothing about accuracy).
-Command as used by ATOM's V4.1 recipe (research/deploy.md §6.5): 5-shot, local-completions.
+Command as used by ATOM's V4.1 recipe (docs/deployment.md#gsm8k): 5-shot, local-completions.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ TINY_MODEL_SCRIPT = Path(__file__).with_name("tiny_model.py")
 NGRAM_SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
 READY_DEADLINE_S = float(os.environ.get("ROCM_DSPARK_VLLM_READY_S", "300"))
 
-# Facts about the tiny DSpark draft: the shape of shared/research/vllm_cpu.md, matching the tiny target.
+# Facts about the tiny DSpark draft: the shape in docs/vllm-cpu.md, matching the tiny target.
 TINY_DSPARK_CONFIG = {
     "architectures": ["Qwen3DSparkModel"], "model_type": "qwen3", "hidden_size": 128,
     "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,

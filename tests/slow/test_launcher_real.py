@@ -4,7 +4,7 @@ One launcher run covers: a real vLLM refusal of the adaptive argv, the fallback 
 fallback argv, readiness, one completion, and a clean stop on SIGTERM with no process left.
 
 On CPU, vLLM 0.32.0 refuses DSpark at config validation whatever the adaptive flag (Model Runner V1; see
-shared/research/vllm_cpu.md), so the fallback argv here serves the tiny model without DSpark. What this
+docs/vllm-cpu.md), so the fallback argv here serves the tiny model without DSpark. What this
 tests is the launcher handling a real vLLM refusal and a real server, not DSpark; the adaptive/block pair on
 MI300-class hardware has not been run yet.
 """

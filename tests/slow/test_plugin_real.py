@@ -4,7 +4,7 @@ Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow/test_plugin_real.py -q`
 
 vLLM's ROCm DeepSeek-V4.1 module imports on this CPU-only host once vLLM's ROCm platform is the
 current one and torch's device-properties query answers with an MI300X arch string (the recipe in
-shared/research/vllm_cpu.md, Addendum). That forcing must happen before vLLM binds
+docs/vllm-cpu.md). That forcing must happen before vLLM binds
 `current_platform`, so every scenario runs in a fresh child Python (this file run as a script),
 which prints JSON; the assertions and the brute-force reference live here, in the parent.
 Nothing in the children is a fake vLLM class: they are vLLM's own classes, configs, plugin loader

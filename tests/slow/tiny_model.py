@@ -1,7 +1,7 @@
 """A tiny random Qwen3 and a locally trained BPE tokenizer that a real `vllm serve` loads on CPU.
 
 No downloads: the tokenizer is trained on Python standard-library sources, the weights are random
-(seeded, so greedy output is deterministic). Shape from shared/research/vllm_cpu.md §2: vocab 1024,
+(seeded, so greedy output is deterministic). Shape (docs/vllm-cpu.md): vocab 1024,
 hidden 128, 2 layers, 4 heads, 2 kv heads, head_dim 32 (a head size the CPU attention backend
 supports), tied embeddings; ~430k parameters, ~2 MB. Greedy output is degenerate and repetitive,
 which is what ngram speculative decoding needs to accept drafts.

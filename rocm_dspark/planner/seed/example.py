@@ -1,10 +1,9 @@
 """The seed documents' worked examples, recomputed with the planner's own code.
 
-Sources (shared/seeds/): 000_* (an 8B model on one H100: best K by batch, adaptive verification on a
-half-accurate / half-inaccurate batch, the Markov-head example) and 002_* (lesson 8: expected tokens
-per round and the method choice). Their printed outputs are the goldens in
-tests/test_planner_seed_goldens.py. The constants below are the seed's teaching assumptions, not
-facts about any GPU in recipes/.
+What they are and what they assume: docs/seed-examples.md (the documents themselves are teaching notes not
+published with this repository). Their printed outputs are the goldens in tests/test_planner_seed_goldens.py.
+The constants below are the examples' teaching assumptions (an 8B model on one H100), not facts about any GPU
+in recipes/.
 """
 
 from __future__ import annotations
