@@ -33,6 +33,12 @@ HF_CACHE_CONTAINER = "/root/.cache/huggingface"
 PASSED_ENV = ("HF_TOKEN",)
 
 
+def default_name(profile: str) -> str:
+    """The launcher, unit and container name for a profile: lower case, [a-z0-9-] only."""
+    slug = re.sub(r"[^a-z0-9]+", "-", profile.lower()).strip("-")
+    return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
+
+
 def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_cache: str = HF_CACHE_HOST,
                     passed_env=PASSED_ENV) -> list[str]:
     """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image."""

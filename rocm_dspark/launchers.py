@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from shlex import quote  # install commands: the operator's shell is POSIX sh/bash
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,8 +43,7 @@ class LaunchFiles:
 
 def default_name(plan: LaunchPlan) -> str:
     """A unit and container name from the profile: lower case, [a-z0-9-] only."""
-    slug = re.sub(r"[^a-z0-9]+", "-", plan.profile.lower()).strip("-")
-    return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
+    return launch_facts.default_name(plan.profile)
 
 
 def _check_name(name: str) -> str:
@@ -235,8 +235,6 @@ def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
     """The commands an operator runs to install and start the unit (printed, never run)."""
     if files.unit is None:
         return ()
-    from shlex import quote  # the operator's shell is POSIX sh/bash
-
     unit_name = files.unit.name
     return (
         f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shlex
 
 from rocm_dspark import launch_facts
-from rocm_dspark.launchers import default_name
 from rocm_dspark.plan import LaunchPlan
 
 
@@ -48,7 +47,7 @@ def render_json(plan: LaunchPlan) -> str:
 def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
     """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
-    return launch_facts.docker_run_argv(default_name(plan), plan.image, plan.argv, plan.env, hf_cache=hf_cache)
+    return launch_facts.docker_run_argv(launch_facts.default_name(plan.profile), plan.image, plan.argv, plan.env, hf_cache=hf_cache)
 
 
 def render_docker(plan: LaunchPlan) -> str:

@@ -6,12 +6,16 @@ that reason; the settings that can still be read are recorded as the value, for 
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import resource
 import shutil
 import stat
 from pathlib import Path
 
 from rocm_dspark import launch_facts
+from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
@@ -172,11 +176,6 @@ def power(ctx) -> Outcome:
 
 
 def _user_ids(user: str | None) -> tuple[str, int, set[int], dict[int, str]]:
-    import grp
-    import pwd
-
-    from rocm_dspark.errors import UsageError
-
     try:
         entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())
     except KeyError:
@@ -250,8 +249,6 @@ def numa_balancing(ctx) -> Outcome:
 
 
 def memlock(ctx) -> Outcome:
-    import resource
-
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     shown = lambda v: "unlimited" if v == resource.RLIM_INFINITY else f"{v // 1024} KiB"  # noqa: E731
     value = {"soft": shown(soft), "hard": shown(hard)}

@@ -6,8 +6,10 @@ a temp file in the same directory and renamed, so a crash never leaves a half-wr
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 from rocm_dspark.atomic import write_atomic as _write_atomic
@@ -40,8 +42,6 @@ def prepare_dir(report_dir: Path, force: bool) -> Path:
     if not os.access(report_dir, os.W_OK | os.X_OK):
         raise UsageError(f"--report {str(report_dir)!r} is not writable by this user")
     if force:
-        import shutil
-
         for name in existing:  # a previous run's files must not pass for this run's
             target = report_dir / name
             shutil.rmtree(target) if target.is_dir() else target.unlink()
@@ -215,8 +215,6 @@ def cost_table(levels: list[dict], report: dict) -> dict | None:
 
 
 def _save(fig, path: Path) -> None:
-    import io
-
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()

@@ -19,6 +19,8 @@ from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.launchers import write_launchers
 from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.runtime.server_spec import load_server_spec
+from rocm_dspark.selection import plan_for
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
@@ -106,8 +108,6 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
 
 
 def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
-    from rocm_dspark.runtime.server_spec import load_server_spec
-
     custom = load_server_spec(opts.server_json, flag="--server-json") if opts.server_json else None
     if opts.endpoint and opts.launch:
         raise UsageError("--endpoint and --launch exclude each other: check a running server or start one, not both")
@@ -139,8 +139,6 @@ def _probe_only_keys(spec) -> tuple[str, ...]:
 
 
 def _plan(selection_opts: dict):
-    from rocm_dspark.selection import plan_for
-
     return plan_for(selection_opts)
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_dspark.catalog import release_tuple
+from rocm_dspark.probe.gate import gate_verdict
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
 
@@ -151,8 +153,6 @@ def vllm(ctx) -> Outcome:
     if ctx.target is not None and not ctx.target.recipe_model:
         return Outcome(PASS, f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only",
                        value=value, threshold=planned, evidence=f)
-    from rocm_dspark.catalog import release_tuple
-
     try:
         same = release_tuple(ctx.catalog.vllm_version_of(planned))[:2] == release_tuple(f["vllm"])[:2]
     except Exception:  # an unparsable build tag: report it, do not guess
@@ -190,11 +190,6 @@ def plugin(ctx) -> Outcome:
 
 def probe(ctx) -> Outcome:
     """The probe gate's verdict for this selection: is there a matching record proving adaptive verification?"""
-    try:
-        from rocm_dspark.probe.gate import gate_verdict
-    except ImportError as exc:
-        return Outcome(NOT_APPLICABLE, f"probe records not available (rocm_dspark.probe: {exc})",
-                       value={"plan_adaptive_verification": ctx.plan.adaptive_verification})
     try:
         verdict = gate_verdict(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"))
     except Exception as exc:  # the probe store is another module's: report, never crash validation

@@ -20,13 +20,20 @@ touched: these checks are classmethods and config reads).
 
 from __future__ import annotations
 
+import argparse
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import types
 from dataclasses import asdict, dataclass
 
-from rocm_dspark.vllm_plugin import entry_point
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.vllm_plugin import capability, entry_point, patch
+from rocm_dspark.vllm_plugin.swa_forward import attention_plan
 
 _CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
 
@@ -121,8 +128,6 @@ def _force_rocm(gpu: str | None) -> str:
         return ""
     import torch
 
-    from rocm_dspark.catalog import load_catalog
-
     catalog = load_catalog()
     # No GPU named: the first one in recipes/gpus.yaml stands in (only its arch is used).
     spec = catalog.find_gpu(gpu) if gpu else next(iter(catalog.gpus.values()))
@@ -144,10 +149,6 @@ def _force_rocm(gpu: str | None) -> str:
 
 def _tiny_v41_model_dir() -> str:
     """A config-only DeepSeek-V4.1 checkpoint dir: vLLM's checks read the architecture and AV flag."""
-    import atexit
-    import shutil
-    import tempfile
-
     path = tempfile.mkdtemp(prefix="rocm-dspark-v41-config-")
     atexit.register(shutil.rmtree, path, True)
     config = {
@@ -217,8 +218,6 @@ def _target_groups(rocm, num_speculative_tokens: int):
 
 
 def _evaluate(rocm, config, num_speculative_tokens: int, replaced: set[str]) -> list[dict]:
-    import types
-
     import torch
     from vllm.v1.attention.backend import AttentionCGSupport
     from vllm.v1.worker.gpu import attn_utils
@@ -311,8 +310,6 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     import vllm
     from vllm.platforms import current_platform
 
-    from rocm_dspark.vllm_plugin import capability, patch
-
     version = str(vllm.__version__)
     cap, cap_error = capability.capability_for(version)
     report["vllm_version"] = version
@@ -333,8 +330,6 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     if note:
         report["notes"].append(note)
     report["shipped"] = _evaluate(rocm, config, num_speculative_tokens, replaced=set())
-    from rocm_dspark.vllm_plugin.swa_forward import attention_plan
-
     if on_rocm.patch:
         report["patched"] = patch.patch_module(rocm)
         report["attention"] = attention_plan(installed=patch.forward_is_patched(rocm),
@@ -349,8 +344,6 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
 
 
 def main(argv=None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m rocm_dspark.vllm_plugin.checks")
     p.add_argument("-k", "--num-speculative-tokens", type=int, default=5)
     p.add_argument("--force-platform", choices=["rocm"], default=None)
