@@ -80,14 +80,7 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     outcome = run_probe(catalog, selection, levels=wanted, state_dir=state_dir, deadline_s=deadline,
                         live_target=target, progress=progress)
     if as_json:
-        click.echo(json.dumps({
-            "record_id": outcome.record.id,
-            "record_path": str(outcome.path),
-            "passed": outcome.passed,
-            "levels": [{k: getattr(lv, k) for k in ("name", "passed", "valid_for_gating", "reason", "gating_note",
-                                                    "seconds")} for lv in outcome.record.levels],
-            "gate": {"state": outcome.gate_state, "reason": outcome.gate_reason},
-        }, indent=1))
+        click.echo(json.dumps(outcome.summary(), indent=1))
     else:
         click.echo("\n".join(shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state,
                                                 outcome.gate_reason)))

@@ -25,6 +25,17 @@ class ProbeOutcome(NamedTuple):
     gate_state: str       # proven | refuted | incomplete: what the gate will make of this record
     gate_reason: str
 
+    def summary(self) -> dict:
+        """What `probe --json` prints."""
+        return {
+            "record_id": self.record.id,
+            "record_path": str(self.path),
+            "passed": self.passed,
+            "levels": [{k: getattr(lv, k) for k in ("name", "passed", "valid_for_gating", "reason", "gating_note",
+                                                    "seconds")} for lv in self.record.levels],
+            "gate": {"state": self.gate_state, "reason": self.gate_reason},
+        }
+
 
 def parse_levels(text: str) -> tuple[str, ...]:
     names = [t.strip().lower() for t in (text or "").split(",") if t.strip()]
