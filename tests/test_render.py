@@ -84,4 +84,4 @@ def test_docker_has_the_amd_device_flags_and_the_same_command():
     values = [words[j + 1] for j, w in enumerate(words) if w == "-e"]
     assert dict(v.split("=", 1) for v in values if "=" in v) == plan.env
     assert [v for v in values if "=" not in v] == ["HF_TOKEN"]  # passed by name from the caller's environment
-    assert '"${HF_HOME:-$HOME/.cache/huggingface}:/root/.cache/huggingface"' in text
+    assert '"${HF_HOME:-${HOME:-/root}/.cache/huggingface}:/root/.cache/huggingface"' in text  # expanded by the shell
