@@ -53,7 +53,7 @@ fi
 
 "$venv/bin/python" - <<'EOF'
 import importlib.metadata as m
-import torch, vllm, rocm_dspark.server
+import torch, vllm, rocm_dspark.runtime.process
 assert "+cpu" in m.version("vllm"), m.version("vllm")
 print("vllm", vllm.__version__, "(dist", m.version("vllm") + ")", "torch", torch.__version__)
 EOF

@@ -252,7 +252,7 @@ def test_hardware_suite_skips_cleanly_without_an_amd_gpu(tmp_path):
 def test_sweep_writes_a_cost_table_plan_reads(tmp_path):
     """Issue #12 item 2: the sweep's step costs (median chunk gap, running requests x (1 + drafts per step)
     from /metrics deltas) land in cost_table.json, which `plan --cost-table` reads as it is."""
-    from rocm_dspark.metrics import SpecDecodeCounters
+    from rocm_dspark.runtime.metrics import SpecDecodeCounters
     from rocm_dspark.planner.cost_table import load_cost_table
 
     levels = []

@@ -28,7 +28,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.selection import build_selection
-    from rocm_dspark.server_spec import load_server_spec
+    from rocm_dspark.runtime.server_spec import load_server_spec
     from rocm_dspark.validate.ab import run_ab
 
     levels = _levels(kwargs["concurrency"])

@@ -42,8 +42,8 @@ def _arm_from_spec(spec, flag: str) -> dict:
 
 def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, max_tokens: int, timeout_s: float,
             ready_timeout_s: float, log_dir: Path, say) -> dict:
-    from rocm_dspark.metrics import spec_decode_counters
-    from rocm_dspark.server import VllmServer
+    from rocm_dspark.runtime.metrics import spec_decode_counters
+    from rocm_dspark.runtime.process import VllmServer
     from rocm_dspark.validate.sweep import run_level, summarise
 
     server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=log_dir / f"{name}.log")
@@ -55,10 +55,10 @@ def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, max_tokens
             raise UsageError(f"A/B {name} arm did not start: {ready.reason()} (log {server.log_path})")
         warm = min(requests, max(concurrency, 2))
         asyncio.run(run_level(server.base_url, arm["served_name"], concurrency, warm, max_tokens, timeout_s))
-        before = spec_decode_counters(server.metrics_text())
+        before = spec_decode_counters(server.client.metrics_text())
         records, wall = asyncio.run(run_level(server.base_url, arm["served_name"], concurrency, requests, max_tokens,
                                               timeout_s))
-        after = spec_decode_counters(server.metrics_text())
+        after = spec_decode_counters(server.client.metrics_text())
     finally:
         server.stop()
     stats = summarise(records, wall, concurrency)

@@ -159,7 +159,7 @@ def level_check(concurrency: int):
 
 def _counters(ctx):
     """The server's spec-decode counters now, or None (no /metrics, or not Prometheus text)."""
-    from rocm_dspark.metrics import spec_decode_counters
+    from rocm_dspark.runtime.metrics import spec_decode_counters
 
     try:
         return spec_decode_counters(ctx.client.metrics_text(timeout_s=10))

@@ -20,7 +20,7 @@ from rocm_dspark.catalog import load_catalog
 from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.probe.record import RecordError
 from rocm_dspark.resolve import Selection, Verdict
-from rocm_dspark.server import free_port
+from rocm_dspark.runtime.process import free_port
 
 pytestmark = pytest.mark.slow
 
