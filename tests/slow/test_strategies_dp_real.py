@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from rocm_dspark.server import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer, free_port
 from rocm_dspark.strategies import ClusterSpec, expand
 from tests.slow.conftest import READY_DEADLINE_S
 
