@@ -71,6 +71,8 @@ def test_k8s_format_prints_manifests():
     (["--strategy", "multi_node_dep", "--nodes", "2", "--head-address", "10.0.0.1", "-k", "5,3"], "one K for every rank"),
     (["--strategy", "warp_drive"], "--strategy 'warp_drive'"),
     (["--node-rank", "1"], "--node-rank needs --strategy"),
+    (["--strategy", "multi_node_tp", "--nodes", "2", "--format", "k8s", "--node-rank", "1"], "drop --node-rank"),
+    (["--strategy", "pd_cluster", "--nodes", "2", "--format", "k8s", "--connector", "moriio"], "MoRIIO"),
     (["--strategy", "multi_node_tp_pp", "--nodes", "2", "--head-address", "10.0.0.1", "--adaptive", "on"], None),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):

@@ -53,6 +53,9 @@ def _cluster(fmt, opts, copts):
     elif fmt == "k8s":
         from rocm_dspark.k8s import manifests_for, render_yaml
 
+        if rank is not None:
+            raise UsageError("--format k8s prints the whole group (one LeaderWorkerSet); drop --node-rank")
+
         click.echo(render_yaml(manifests_for(plan, cluster, opts, copts)), nl=False)
     elif fmt == "docker":
         raise UsageError("--format docker prints one node's container; with --strategy use shell, json or k8s")
