@@ -20,6 +20,9 @@ COMMANDS = {
     "plugin": "rocm_dspark.cli.plugin:plugin",
     "probe": "rocm_dspark.cli.probe:probe",
     "validate": "rocm_dspark.cli.validate:validate",
+    "up": "rocm_dspark.cli.up:up",
+    "down": "rocm_dspark.cli.up:down",
+    "status": "rocm_dspark.cli.up:status",
 }
 
 

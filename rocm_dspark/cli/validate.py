@@ -115,8 +115,10 @@ def validate(**kwargs):
         gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
         service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
     )
-    rep = run_validation(opts, selection, command=["rocm-dspark", *sys.argv[1:]],
-                         say=lambda line: click.echo(line, err=True))
+    from rocm_dspark.progress import Display
+
+    display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
+    rep = run_validation(opts, selection, command=["rocm-dspark", *sys.argv[1:]], say=display.say, display=display)
     s = rep["summary"]
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))

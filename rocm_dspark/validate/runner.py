@@ -46,7 +46,7 @@ def _start(ctx) -> Outcome:
                         log_path=launch_dir / "server.log")
     ctx.launched = server
     server.start()
-    ready = server.wait_ready(opts.ready_timeout_s + 60)
+    ready = _wait_with_progress(ctx, server, opts.ready_timeout_s + 60)
     evidence = {"launcher": str(files.launcher), "log": str(server.log_path), "argv": list(plan.argv)}
     if not ready.ready:
         evidence["log_tail"] = ready.log_tail
@@ -54,6 +54,24 @@ def _start(ctx) -> Outcome:
                        threshold=opts.ready_timeout_s, evidence=evidence)
     return Outcome(PASS, f"started from the generated launcher, {ready.reason()}", value=round(ready.elapsed_s, 1),
                    threshold=opts.ready_timeout_s, evidence=evidence)
+
+
+def _wait_with_progress(ctx, server, deadline_s: float):
+    """wait_ready() in short slices, showing the server log's path and the start-up phase as it goes
+    (rocm_dspark.progress: rich on a terminal, plain lines otherwise)."""
+    import time
+
+    from rocm_dspark.progress import Display
+
+    display = ctx.data.get("display") or Display.plain(ctx.say)
+    t0 = time.monotonic()
+
+    def poll():
+        ready = server.wait_ready(min(1.0, max(0.01, deadline_s - (time.monotonic() - t0))), poll_s=0.25)
+        return ready if ready.status != "timeout" or time.monotonic() - t0 >= deadline_s else None
+
+    ready, _phase, _seconds = display.wait("      server.start", server.log_path, poll, poll_s=0.0)
+    return ready
 
 
 def build_checks(opts: ValidateOptions) -> list[Check]:
@@ -143,7 +161,7 @@ def _plan(selection_opts: dict):
 
 
 def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list[str] | None = None,
-                   say=lambda line: None, on_check=None) -> dict:
+                   say=lambda line: None, on_check=None, display=None) -> dict:
     """Run every check and write the report into opts.report_dir. Returns the report dict; its
     summary.exit_status is 0 when every blocking check passed, 1 otherwise. Bad input raises UsageError
     before anything runs or is written."""
@@ -155,6 +173,8 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     ctx = Context(opts, catalog, catalog.find_model(plan.model_key), plan, target=target, say=say)
     ctx.data["selection"] = selection
     ctx.data["state_dir"] = selection_opts.get("state_dir")
+    if display is not None:  # rocm_dspark.progress.Display: the live wait of --launch
+        ctx.data["display"] = display
     if target is not None:
         ctx.client = VllmClient(target.host, target.port)
     checks = build_checks(opts)

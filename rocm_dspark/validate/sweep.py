@@ -106,8 +106,9 @@ async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
 
 
 async def run_level(base_url: str, served_name: str, concurrency: int, n_requests: int, max_tokens: int,
-                    timeout_s: float) -> tuple[list[RequestRecord], float]:
-    """n_requests streamed completions, at most `concurrency` in flight; returns the records and wall time."""
+                    timeout_s: float, on_done=None) -> tuple[list[RequestRecord], float]:
+    """n_requests streamed completions, at most `concurrency` in flight; returns the records and wall time.
+    on_done(finished, failed, elapsed_s) is called after each request ends (progress)."""
     import httpx
 
     sem = asyncio.Semaphore(concurrency)
@@ -120,8 +121,13 @@ async def run_level(base_url: str, served_name: str, concurrency: int, n_request
                     "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}
             async with sem:
-                return await _one(client, url, body, timeout_s)
+                rec = await _one(client, url, body, timeout_s)
+            finished.append(rec.ok)
+            if on_done is not None:
+                on_done(len(finished), finished.count(False), time.perf_counter() - t0)
+            return rec
 
+        finished: list[bool] = []
         t0 = time.perf_counter()
         records = await asyncio.gather(*(guarded(i) for i in range(n_requests)))
         return list(records), time.perf_counter() - t0
@@ -134,8 +140,17 @@ def level_check(concurrency: int):
         opts = ctx.options
         n = opts.requests_for(concurrency)
         before = _counters(ctx)
+        shown = {"at": 0.0}
+
+        def on_done(done: int, failed: int, elapsed: float) -> None:
+            # A level can run for minutes: a line every 10 s (and at the end) says it is moving.
+            if done == n or elapsed - shown["at"] >= 10.0:
+                shown["at"] = elapsed
+                ctx.say(f"      sweep.concurrency_{concurrency}: {done}/{n} requests done"
+                        + (f" ({failed} failed)" if failed else "") + f", {elapsed:.0f} s")
+
         records, wall = asyncio.run(run_level(ctx.target.base_url, ctx.target.served_name, concurrency, n,
-                                              opts.output_tokens(), opts.request_timeout_s))
+                                              opts.output_tokens(), opts.request_timeout_s, on_done=on_done))
         stats = summarise(records, wall, concurrency)
         stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)

@@ -1,0 +1,87 @@
+"""`rocm-dspark up`, `down` and `status`: one resumable command from a node to a validated endpoint."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.errors import UsageError
+
+
+def _levels(value: str | None) -> tuple[int, ...] | None:
+    from rocm_dspark.cli.validate import _levels as parse
+
+    return parse(value)
+
+
+@click.command()
+@selection_options
+@click.option("--concurrency", default=None, metavar="N,N,...", help="Sweep (and A/B) levels for validation (default: validate's).")
+@click.option("--mode", type=click.Choice(["systemd", "foreground", "container"]), default=None,
+              help="systemd: a unit running the pinned image; container: the pinned image, no unit; foreground: the "
+                   "host's vLLM, no container. Default: systemd where usable, else container, else foreground.")
+@click.option("--dry-run", is_flag=True, help="Print every step and the exact commands; run and write nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before installing the systemd unit.")
+@click.option("--quick", is_flag=True, help="Validate with the small workload (validate --quick).")
+@click.option("--name", default=None, help="Launcher, unit and container name (default: rocm-dspark-<profile>).")
+@click.option("--service-user", default=None, help="systemd: the user the unit runs as (default: vllm); also the user the device check tests.")
+@click.option("--ready-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              help="Seconds each vLLM start may take to become ready.")
+@click.option("--request-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds each validation request may take.")
+@click.option("--probe-levels", default="static,kernel", show_default=True,
+              help="Probe levels before validation (live runs on the started server when it is the plan's adaptive command).")
+@click.option("--target", type=click.Choice(["node", "local-cpu"]), default="node", show_default=True,
+              help="local-cpu is a TEST target: the installed vLLM on --model-path, no container, no GPU checks; "
+                   "nothing it produces counts for the gate.")
+@click.option("--vllm-bin", default=None, help="local-cpu: the vllm executable (default: beside this Python, else PATH).")
+@usage_errors
+def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout, request_timeout, probe_levels,
+       target, vllm_bin, **opts):
+    """Detect, choose, check, pull, write, start, probe, A/B, validate, summarise; rerun to continue.
+
+    Exit status: 0 done, 1 a step failed (the line says the fix), 2 bad usage, 130 interrupted.
+    """
+    from rocm_dspark.probe.run import parse_levels
+    from rocm_dspark.progress import Display
+    from rocm_dspark.up.runner import UpOptions, run_up
+
+    levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
+    if (opts.get("adaptive") or "auto") == "on":
+        raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
+                         "prove adaptive verification with `rocm-dspark probe` first")
+    options = UpOptions(selection=opts, target=target, mode=mode, concurrency=_levels(concurrency), dry_run=dry_run,
+                        yes=yes, quick=quick, name=name, service_user=service_user, vllm_bin=vllm_bin,
+                        ready_timeout_s=ready_timeout, request_timeout_s=request_timeout, probe_levels=levels)
+    display = Display(sys.stdout if dry_run else sys.stderr)
+    sys.exit(run_up(options, display))
+
+
+@click.command()
+@click.option("--state-dir", default=None, help="The state directory `up` used.")
+@usage_errors
+def down(state_dir):
+    """Stop the service `up` started; keep the state, launchers, records and reports."""
+    from rocm_dspark.probe.store import state_dir as resolve
+    from rocm_dspark.progress import Display
+    from rocm_dspark.up.runner import down as stop
+
+    sys.exit(stop(resolve(state_dir), Display(sys.stdout)))
+
+
+@click.command()
+@click.option("--state-dir", default=None, help="The state directory `up` used.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@usage_errors
+def status(state_dir, as_json):
+    """Show `up`'s steps and whether its service runs."""
+    from rocm_dspark.probe.store import state_dir as resolve
+    from rocm_dspark.up.runner import status as get, status_lines
+
+    st = get(resolve(state_dir))
+    if as_json:
+        click.echo(json.dumps(st, indent=1, default=str))
+    else:
+        click.echo("\n".join(status_lines(st)))

@@ -1,0 +1,108 @@
+"""One progress display for `up`, `validate` and `probe`: lines, and a live wait on a starting server.
+
+On a terminal the wait is drawn with `rich` (an optional extra: `pip install 'rocm-dspark[progress]'`):
+a spinner, the phase read from the server's log (rocm_dspark.server_phases) and the elapsed time. Under
+journald ($JOURNAL_STREAM), in a pipe, with TERM=dumb or without rich, it prints plain lines instead: one
+when the phase changes and a heartbeat every `heartbeat_s` seconds, so a log reader sees progress too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Callable, TypeVar
+
+from rocm_dspark.server_phases import READY, LogFollower, Phase
+
+T = TypeVar("T")
+
+
+def _fmt(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def wants_rich(stream) -> bool:
+    """A terminal a person watches: not journald, not a pipe, not a dumb terminal, and rich importable."""
+    if os.environ.get("JOURNAL_STREAM") or os.environ.get("TERM") == "dumb" or os.environ.get("NO_COLOR"):
+        return False
+    try:
+        if not stream.isatty():
+            return False
+    except (AttributeError, ValueError):
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("rich") is not None
+
+
+class Display:
+    """say() prints a line; wait() shows a server starting until poll() returns something."""
+
+    def __init__(self, stream=None, *, fancy: bool | None = None, heartbeat_s: float = 30.0,
+                 say: Callable[[str], None] | None = None):
+        self.stream = stream or sys.stderr
+        self._say = say
+        self.fancy = (wants_rich(self.stream) if fancy is None else fancy) and say is None
+        self.heartbeat_s = heartbeat_s
+        self._console = None
+
+    @classmethod
+    def plain(cls, say: Callable[[str], None], heartbeat_s: float = 30.0) -> "Display":
+        """A display that hands every line to `say` (how validate's and probe's callers print)."""
+        return cls(fancy=False, say=say, heartbeat_s=heartbeat_s)
+
+    def say(self, text: str) -> None:
+        if self._say is not None:
+            self._say(text)
+        elif self._console is not None:
+            self._console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def wait(self, label: str, log_path, poll: Callable[[], T | None], *, poll_s: float = 1.0) -> tuple[T, Phase, float]:
+        """Call poll() every poll_s seconds until it returns a value; show the phase from `log_path`.
+
+        Returns (poll's value, the last phase read from the log, seconds waited)."""
+        follower = LogFollower(log_path) if log_path else None
+        t0 = time.monotonic()
+        self.say(f"{label}: server log {log_path}" if log_path else f"{label}: waiting")
+        if self.fancy:
+            return self._wait_rich(label, follower, poll, poll_s, t0)
+        return self._wait_plain(label, follower, poll, poll_s, t0)
+
+    def _wait_plain(self, label, follower, poll, poll_s, t0):
+        shown, last_beat = None, t0
+        while True:
+            result = poll()
+            phase = follower.poll() if follower else None
+            elapsed = time.monotonic() - t0
+            if result is not None:
+                return result, phase, elapsed
+            text = phase.text() if phase else "waiting"
+            now = time.monotonic()
+            if text != shown or now - last_beat >= self.heartbeat_s:
+                self.say(f"{label}: {_fmt(elapsed)} {text}")
+                shown, last_beat = text, now
+            time.sleep(poll_s)
+
+    def _wait_rich(self, label, follower, poll, poll_s, t0):
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._console = Console(file=self.stream)
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+        try:
+            with Progress(*columns, console=self._console, transient=False) as bar:
+                task = bar.add_task(f"{label}: starting", total=None)
+                while True:
+                    result = poll()
+                    phase = follower.poll() if follower else None
+                    if result is not None:
+                        bar.update(task, description=f"{label}: {(phase or READY).text()}")
+                        return result, phase, time.monotonic() - t0
+                    bar.update(task, description=f"{label}: {phase.text() if phase else 'waiting'}")
+                    time.sleep(poll_s)
+        finally:
+            self._console = None

@@ -1,0 +1,78 @@
+"""Step 4: pull the plan's image and pin the digest the registry gave us.
+
+`docker pull` (or podman's docker-compatible CLI) fetches it; `inspect --format '{{json .RepoDigests}}'`
+reports the repository digests the local image carries, which is what a later `docker run` by digest uses
+(https://docs.docker.com/reference/cli/docker/image/inspect/). When the plan pins a digest, the pulled
+image must carry exactly that digest; a tag-only plan gets the digest recorded so the launch is pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+
+def runtime() -> str | None:
+    """docker, else podman, else None."""
+    for tool in ("docker", "podman"):
+        if shutil.which(tool):
+            return tool
+    return None
+
+
+def commands(tool: str, image: str) -> list[list[str]]:
+    return [[tool, "pull", image], [tool, "image", "inspect", "--format", "{{json .RepoDigests}}", image]]
+
+
+def parse_repo_digests(text: str) -> list[str]:
+    """The `inspect --format '{{json .RepoDigests}}'` output -> ['repo@sha256:...', ...]."""
+    text = text.strip()
+    if not text or text == "null":
+        return []
+    value = json.loads(text)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"RepoDigests is not a list of strings: {text[:200]}")
+    return value
+
+
+def pinned_digest(image: str) -> str | None:
+    return image.split("@", 1)[1] if "@sha256:" in image else None
+
+
+def repository(image: str) -> str:
+    """'registry:5000/org/name:tag@sha256:..' -> 'registry:5000/org/name' (RepoDigests carry no tag)."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return (head + "/" if head else "") + last.split(":", 1)[0]
+
+
+def check_digest(image: str, digests: list[str]) -> tuple[str | None, str | None]:
+    """(the digest to record, a problem or None)."""
+    repo = repository(image)
+    mine = [d for d in digests if d.split("@", 1)[0] == repo] or digests
+    want = pinned_digest(image)
+    got = [d.split("@", 1)[1] for d in mine if "@" in d]
+    if not got:
+        return None, f"{image} has no repository digest after the pull (a locally built image?)"
+    if want and want not in got:
+        return got[0], f"the pulled image's digests {got} do not include the plan's {want}"
+    return (want or got[0]), None
+
+
+def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
+    """Run the pull and the inspect; returns {"image", "digest", "pinned", "commands"} or raises RuntimeError."""
+    pull, inspect = commands(tool, image)
+    say(f"  $ {' '.join(pull)}")
+    proc = subprocess.run(pull, text=True, capture_output=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(pull)}` failed (exit {proc.returncode}): "
+                           f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']}")
+    proc = subprocess.run(inspect, text=True, capture_output=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(inspect)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}")
+    digest, problem = check_digest(image, parse_repo_digests(proc.stdout))
+    if problem:
+        raise RuntimeError(problem)
+    return {"image": image, "digest": digest, "pinned": f"{repository(image)}@{digest}",
+            "runtime": tool, "commands": [" ".join(pull), " ".join(inspect)]}

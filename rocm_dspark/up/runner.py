@@ -1,0 +1,364 @@
+"""Run the steps in order, resumably: the library behind `rocm-dspark up`, `down` and `status`.
+
+A step is skipped when the state file says it finished with the same inputs (and, for the launchers and the
+server, that they are still there). A failed step is recorded with its fix and stops the run; Ctrl-C stops the
+server this run started, records the step as interrupted and stops. Nothing an earlier step wrote is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.up import service
+from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
+from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
+
+MODES = ("systemd", "foreground", "container")
+TARGETS = ("node", LOCAL_CPU)
+
+
+@dataclass
+class UpOptions:
+    selection: dict                       # the selection flags, as cli.options gives them
+    target: str = "node"
+    mode: str | None = None               # None: systemd if usable, else container if a runtime exists, else foreground
+    concurrency: tuple[int, ...] | None = None
+    dry_run: bool = False
+    yes: bool = False
+    quick: bool = False
+    name: str | None = None
+    service_user: str | None = None
+    vllm_bin: str | None = None           # local-cpu: the vllm executable (default: next to this Python, then PATH)
+    ready_timeout_s: float = 3600.0
+    request_timeout_s: float = 120.0
+    probe_levels: tuple[str, ...] = ("static", "kernel")
+    kernel_python: str | None = None
+    state_dir: Path = field(default=None)  # resolved in __post_init__
+
+    def __post_init__(self):
+        from rocm_dspark.probe.store import state_dir
+
+        if self.target not in TARGETS:
+            raise UsageError(f"--target {self.target!r}: use node or {LOCAL_CPU}")
+        if self.mode is not None and self.mode not in MODES:
+            raise UsageError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.target == LOCAL_CPU:
+            if self.mode not in (None, "foreground"):
+                raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
+            if not self.selection.get("model_path"):
+                raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+        self.state_dir = Path(state_dir(self.selection.get("state_dir"))).absolute()
+        self.selection = {**self.selection, "state_dir": str(self.state_dir)}
+
+
+class UpRun:
+    """What the steps share: options, state, display, and the plan once chosen."""
+
+    def __init__(self, options: UpOptions, display, state: UpState):
+        self.options, self.display, self.state = options, display, state
+        self.dir = up_dir(options.state_dir)
+        self.outputs: dict = {}
+        self.started: dict | None = None   # the service record of a server started by this run
+        self._resolved = None
+
+    # -- helpers the steps use ----------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        self.display.say(line)
+
+    def out_hash(self, step: str) -> str | None:
+        out = self.outputs.get(step)
+        return digest(out) if out is not None else None
+
+    def write_json(self, name: str, data) -> Path:
+        from rocm_dspark.atomic import write_atomic
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return write_atomic(self.dir / name, json.dumps(data, indent=1, default=str) + "\n")
+
+    def confirm(self, what: str) -> None:
+        if self.options.yes:
+            return
+        if not sys.stdin.isatty():
+            raise StepFailed(f"need confirmation to {what.splitlines()[0]}", "rerun with --yes (or from a terminal)")
+        import click
+
+        if not click.confirm(f"  {what}\n  go ahead?", default=False, err=True):
+            raise StepFailed("not confirmed", "rerun and answer yes, or pass --yes")
+
+    def selection_opts(self) -> dict:
+        opts = dict(self.options.selection)
+        detected = (self.outputs.get("detect") or {}).get("gpu")
+        if not opts.get("gpu") and detected:
+            opts["gpu"] = detected
+        if self.options.target == LOCAL_CPU and not opts.get("gpu"):
+            opts["gpu"] = "mi300x"  # the recipe recorded beside the CPU run; it is never run here
+        return opts
+
+    def resolve_plan(self):
+        """The recipe's plan and the gate's verdict (the same library path as `rocm-dspark recipe`)."""
+        if self._resolved is None:
+            from rocm_dspark.catalog import load_catalog
+            from rocm_dspark.cli.options import build_selection, verdict_for
+            from rocm_dspark.resolve import resolve
+
+            opts = self.selection_opts()
+            catalog = load_catalog()
+            selection = build_selection(opts, catalog)
+            verdict = verdict_for(opts, catalog, selection)
+            self._resolved = (catalog, selection, resolve(catalog, selection, verdict), verdict)
+        return self._resolved[2], self._resolved[3]
+
+    @property
+    def catalog(self):
+        if self._resolved is None:
+            from rocm_dspark.catalog import load_catalog
+
+            return load_catalog()
+        return self._resolved[0]
+
+    @property
+    def selection(self):
+        self.resolve_plan()
+        return self._resolved[1]
+
+    @property
+    def plan(self):
+        return self.resolve_plan()[0]
+
+    @property
+    def verdict(self):
+        return self.resolve_plan()[1]
+
+    @property
+    def model(self):
+        return self.catalog.find_model(self.plan.model_key)
+
+    def quick(self) -> bool:
+        return self.options.quick or self.options.target == LOCAL_CPU
+
+    def name(self, plan) -> str:
+        from rocm_dspark.launchers import default_name
+
+        return self.options.name or (f"rocm-dspark-{LOCAL_CPU}" if self.options.target == LOCAL_CPU else default_name(plan))
+
+    def mode(self) -> str:
+        if self.options.mode:
+            return self.options.mode
+        if self.options.target == LOCAL_CPU:
+            return "foreground"
+        from rocm_dspark.up import image
+
+        if image.runtime() and service.systemd_usable() is None:
+            return "systemd"
+        return "container" if image.runtime() else "foreground"
+
+    def mode_reason(self) -> str:
+        if self.options.mode:
+            return "--mode"
+        if self.options.target == LOCAL_CPU:
+            return "the local-cpu target"
+        from rocm_dspark.up import image
+
+        why = service.systemd_usable()
+        rt = image.runtime()
+        if rt and why is None:
+            return f"systemd and {rt} are usable"
+        return f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM")
+
+    def local_vllm_bin(self) -> str:
+        if self.options.vllm_bin:
+            return str(Path(self.options.vllm_bin).absolute())
+        beside = Path(sys.executable).parent / "vllm"
+        if beside.exists():
+            return str(beside)
+        return shutil.which("vllm") or "vllm"
+
+    def local_spec(self, plan) -> dict:
+        """The server-description file (rocm_dspark.server_spec format) the local-cpu target runs."""
+        sel = self.options.selection
+        host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
+        argv = [self.local_vllm_bin(), "serve", str(Path(sel["model_path"]).absolute()), "--host", host, "--port", str(port),
+                "--served-model-name", LOCAL_SERVED_NAME, "--enforce-eager", "--max-model-len", "512",
+                "--speculative-config", json.dumps(LOCAL_NGRAM, separators=(",", ":"))]
+        return {"argv": argv, "port": port, "host": host, "served_name": LOCAL_SERVED_NAME, "recipe_model": False,
+                "num_speculative_tokens": LOCAL_NGRAM["num_speculative_tokens"],
+                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
+                "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K=3 (a test, not the recipe)"}
+
+    def launch_plan(self):
+        """The plan the launcher runs: the recipe's, or (local-cpu) the same launcher around the local command,
+        as validate --launch does for a --server-json file; a pulled image replaces a tag-only one."""
+        plan = self.plan
+        if self.options.target == LOCAL_CPU:
+            spec = self.outputs["choose"]["server_json"]
+            return plan._replace(argv=tuple(spec["argv"]), env=dict(spec["env"]), host=spec["host"], port=spec["port"],
+                                 served_name=spec["served_name"], speculative_config={}, adaptive_verification=False,
+                                 block_argv=None)
+        pinned = (self.outputs.get("image") or {}).get("pinned")
+        return plan._replace(image=pinned) if pinned else plan
+
+    def validate_context(self):
+        from rocm_dspark.validate.context import Context, ValidateOptions
+
+        opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True)
+        return Context(opts, self.catalog, self.model, self.plan)
+
+    def selection_flags(self) -> str:
+        """The selection as command-line flags, for the commands --dry-run prints."""
+        import shlex
+
+        flags = []
+        for key, value in self.selection_opts().items():
+            if value in (None, (), [], "") or key in ("adaptive",) and value == "auto" or key == "nodes" and value == 1:
+                continue
+            flag = "--" + {"served_name": "served-model-name", "extra_args": "vllm-arg", "extra_env": "env"}.get(
+                key, key.replace("_", "-"))
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                flags.append(f"{flag} {shlex.quote(str(v))}")
+        return " ".join(flags)
+
+    def stop_service(self) -> dict:
+        return stop_recorded(self.state)
+
+
+def stop_recorded(state: UpState) -> dict:
+    """Stop the service the state file records, and record that it was stopped (the record stays)."""
+    svc = state.service
+    if not svc:
+        return {"stopped": False, "why": "no service recorded"}
+    res = service.stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else service.stop_process(svc)
+    state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
+    return res
+
+
+def _header(i: int, n: int, step) -> str:
+    return f"[{i:2d}/{n}] {step.title}"
+
+
+def run_up(options: UpOptions, display, steps=STEPS) -> int:
+    """Run (or --dry-run) the steps. Returns the exit status: 0 done, 1 a step failed, 130 interrupted."""
+    state = UpState.load(up_dir(options.state_dir))
+    run = UpRun(options, display, state)
+    if options.dry_run:
+        return _dry_run(run, steps)
+    run.dir.mkdir(parents=True, exist_ok=True)
+    state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": options.target})
+    n = len(steps)
+    for i, step in enumerate(steps, 1):
+        inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
+        rec = state.step(step.name)
+        if not step.always and state.is_done(step.name, inputs):
+            why = step.valid(run, rec.get("output") or {}) if step.valid else None
+            if why is None:
+                run.outputs[step.name] = rec.get("output") or {}
+                display.say(f"{_header(i, n, step)}: done {rec['at']}, inputs unchanged")
+                continue
+            reason = why
+        else:
+            reason = ("first run" if rec is None else "always runs" if step.always
+                      else f"last run {rec['status']}" if rec.get("status") != DONE else "its inputs changed")
+        display.say(f"{_header(i, n, step)} ({reason})")
+        t0 = time.monotonic()
+        try:
+            out = step.run(run)
+        except StepFailed as exc:
+            state.mark(step.name, FAILED, inputs, message=exc.message, fix=exc.fix, seconds=time.monotonic() - t0)
+            if exc.log_tail:
+                display.say("--- log tail ---\n" + exc.log_tail + "\n---")
+            display.say(f"rocm-dspark up: step {step.name} failed: {exc.message}; fix: {exc.fix}")
+            return 1
+        except UsageError as exc:
+            state.mark(step.name, FAILED, inputs, message=str(exc), seconds=time.monotonic() - t0)
+            display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
+            return 1
+        except KeyboardInterrupt:
+            stopped = ""
+            if run.started and service.alive(run.started):
+                run.stop_service()
+                stopped = "; stopped the server this run started"
+            state.mark(step.name, INTERRUPTED, inputs, message="Ctrl-C", seconds=time.monotonic() - t0)
+            display.say(f"rocm-dspark up: interrupted in step {step.name}{stopped}; run `rocm-dspark up` again to continue")
+            return 130
+        status = SKIPPED if isinstance(out, dict) and out.get("skipped") else DONE
+        state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
+                   message=out.get("skipped", "") if isinstance(out, dict) else "")
+        run.outputs[step.name] = out
+    return 0
+
+
+def _dry_run(run: UpRun, steps) -> int:
+    say = run.display.say
+    say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")
+    for i, step in enumerate(steps, 1):
+        rec = run.state.step(step.name)
+        done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""
+        say(f"{_header(i, len(steps), step)}{done}")
+        for line in step.dry(run):
+            say(f"    {line}")
+    return 0
+
+
+# -- down and status -------------------------------------------------------------------------------------
+
+
+def down(state_dir, display) -> int:
+    state = UpState.load(up_dir(state_dir))
+    svc = state.service
+    if not state.exists or not svc:
+        display.say(f"nothing to stop: no service recorded in {state.path}")
+        return 0
+    if not service.alive(svc) and svc.get("kind") != "systemd":
+        display.say(f"the service (pid {svc.get('pid')}) is not running; records kept in {state.path.parent}")
+        return 0
+    res = stop_recorded(state)
+    what = svc.get("unit") or f"pid {svc.get('pid')}"
+    if res.get("stopped") and not res.get("leftover_pids"):
+        display.say(f"stopped {what}; records kept in {state.path.parent} (`rocm-dspark up` starts it again)")
+        return 0
+    display.say(f"rocm-dspark down: could not stop {what} cleanly: {res}")
+    return 1
+
+
+def status(state_dir) -> dict:
+    state = UpState.load(up_dir(state_dir))
+    svc = state.service
+    running = service.alive(svc) if svc else False
+    health = None
+    if running:
+        try:
+            health = service.attach(svc).get("/health", timeout_s=5).status
+        except Exception as exc:  # noqa: BLE001 - reported, not raised
+            health = f"no answer ({exc})"
+    steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()
+                                                  if k in ("status", "at", "message", "fix", "seconds")}}
+             for s in STEPS]
+    return {"state_file": str(state.path), "exists": state.exists, "steps": steps,
+            "service": {**(svc or {}), "running": running, "health": health} if svc else None,
+            "summary": state.output("summary")}
+
+
+def status_lines(st: dict) -> list[str]:
+    if not st["exists"]:
+        return [f"no `up` state in {st['state_file']}: run `rocm-dspark up`"]
+    lines = [f"state: {st['state_file']}"]
+    for i, s in enumerate(st["steps"], 1):
+        extra = f"  {s.get('message')}" if s.get("message") else ""
+        fix = f" (fix: {s['fix']})" if s.get("fix") else ""
+        lines.append(f"  [{i:2d}] {s['name']:<10} {s['status']:<12} {s.get('at', '')}{extra}{fix}")
+    svc = st["service"]
+    if svc is None:
+        lines.append("service: none recorded")
+    else:
+        where = svc.get("unit") or f"pid {svc.get('pid')}"
+        state = "running" if svc["running"] else "stopped"
+        health = f", /health {svc['health']}" if svc["running"] else ""
+        lines.append(f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
+                     + (f"; log {svc['log']}" if svc.get("log") else ""))
+    return lines

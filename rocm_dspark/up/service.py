@@ -1,0 +1,148 @@
+"""The service `up` starts and `down` stops: the generated launcher run as a detached process, or a systemd unit.
+
+A detached launcher runs in its own session (rocm_dspark.server.VllmServer starts it that way), so it
+outlives `up` and Ctrl-C in the terminal does not reach it; `up` stops it itself when interrupted. The pid is
+recorded with its start time from /proc, so a later `down` never signals a recycled pid.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from rocm_dspark.server import VllmServer, descendants, group_members, is_alive
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw[raw.rfind(")") + 2:].split()[19])
+
+
+def same_process(service: dict | None) -> bool:
+    """The recorded process is still the one we started (alive, same start time)."""
+    if not service or service.get("kind") != "process" or not service.get("pid"):
+        return False
+    pid = int(service["pid"])
+    return is_alive(pid) and start_ticks(pid) == service.get("start_ticks")
+
+
+class _PidHandle:
+    """Enough of subprocess.Popen for VllmServer to watch a process another `up` started."""
+
+    def __init__(self, pid: int, ticks: int | None):
+        self.pid, self._ticks = pid, ticks
+
+    def poll(self):
+        return None if (is_alive(self.pid) and start_ticks(self.pid) == self._ticks) else 0
+
+
+class _UnitHandle:
+    """The same for a systemd unit: running while the unit is active."""
+
+    pid = None
+
+    def __init__(self, unit: str):
+        self.unit = unit
+
+    def poll(self):
+        return None if unit_active(self.unit) else 0
+
+
+def attach(service: dict) -> VllmServer:
+    """A VllmServer for a running service (for readiness, requests and the probe's live level)."""
+    srv = VllmServer(["(service started by rocm-dspark up)"], host=service["host"], port=int(service["port"]),
+                     log_path=service.get("log") or None)
+    if service.get("kind") == "process":
+        srv.proc = _PidHandle(int(service["pid"]), service.get("start_ticks"))
+    elif service.get("kind") == "systemd":
+        srv.proc = _UnitHandle(service["unit"])
+    return srv
+
+
+def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: Path) -> tuple[VllmServer, dict]:
+    """Run the launcher detached; returns the server handle and the service record."""
+    srv = VllmServer([str(launcher)], env, host=host, port=port, log_path=log_path).start()
+    record = {"kind": "process", "pid": srv.pid, "start_ticks": start_ticks(srv.pid), "host": srv.host, "port": port,
+              "log": str(log_path), "launcher": str(launcher), "base_url": srv.base_url}
+    return srv, record
+
+
+def stop_process(service: dict, grace_s: float = 60.0) -> dict:
+    """SIGTERM the launcher's process group (it stops vLLM and exits 143), SIGKILL what is left after grace_s."""
+    pid = int(service["pid"])
+    if not same_process(service):
+        return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}
+    tree = set(descendants(pid)) | {pid}
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    left = lambda: sorted(p for p in tree | set(group_members(pid)) if is_alive(p))  # noqa: E731
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    killed = bool(left())
+    for p in left():
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 10
+    while left() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"stopped": True, "killed": killed, "leftover_pids": left()}
+
+
+# -- systemd ----------------------------------------------------------------------------------------
+
+
+def systemd_usable() -> str | None:
+    """Why a systemd unit cannot be installed here, or None when it can."""
+    import shutil
+
+    if not shutil.which("systemctl"):
+        return "systemctl is not installed"
+    if not Path("/run/systemd/system").is_dir():
+        return "systemd is not the init system here (/run/systemd/system is absent)"
+    if os.geteuid() != 0 and not shutil.which("sudo"):
+        return "installing a unit needs root (or sudo)"
+    return None
+
+
+def as_root(command: str) -> str:
+    """The install commands are written for an operator with sudo; as root, drop the sudo."""
+    return command[len("sudo "):] if os.geteuid() == 0 and command.startswith("sudo ") else command
+
+
+def run_shell(command: str, timeout: float = 300.0) -> tuple[int, str]:
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def unit_active(unit: str) -> bool:
+    try:
+        proc = subprocess.run(["systemctl", "is-active", "--quiet", unit], timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def stop_unit(unit: str) -> dict:
+    code, out = run_shell(as_root(f"sudo systemctl disable --now {shlex.quote(unit)}"), timeout=600)
+    return {"stopped": code == 0, "output": out[-500:]}
+
+
+def alive(service: dict | None) -> bool:
+    if not service:
+        return False
+    if service.get("kind") == "systemd":
+        return unit_active(service["unit"])
+    return same_process(service)

@@ -1,0 +1,116 @@
+"""The `up` state file: which steps finished, with a hash of their inputs, and the service that runs.
+
+`<state dir>/up/up-state.json`, rewritten atomically after every change, so a crash or Ctrl-C leaves the last
+complete version. A step counts as done for a rerun only when it finished and its inputs hash the same;
+each step's inputs include the previous step's output, so a change anywhere redoes everything after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+SCHEMA = 1
+FILE = "up-state.json"
+DONE, FAILED, INTERRUPTED, SKIPPED, RUNNING = "done", "failed", "interrupted", "skipped", "running"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def digest(value) -> str:
+    """A stable hash of JSON-able inputs (key order does not matter)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def up_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / "up"
+
+
+class UpState:
+    """The parsed state file; save() writes it atomically."""
+
+    def __init__(self, path: Path, data: dict | None = None):
+        self.path = Path(path)
+        self.data = data or {"schema": SCHEMA, "created_at": utc_now(), "steps": {}, "service": None, "runs": []}
+
+    @classmethod
+    def load(cls, directory: Path) -> "UpState":
+        path = Path(directory) / FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {path} ({type(exc).__name__}): move it away to start over, "
+                             f"or pass another --state-dir") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("steps"), dict):
+            raise UsageError(f"{path} is not an `up` state file of schema {SCHEMA}: move it away to start over")
+        return cls(path, data)
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def save(self) -> None:
+        from rocm_dspark.atomic import write_atomic
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps(self.data, indent=1, default=str) + "\n", mode=0o644)
+        except OSError as exc:
+            raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}; pass a writable --state-dir") from None
+
+    # -- steps ----------------------------------------------------------------------------------
+    @property
+    def steps(self) -> dict:
+        return self.data["steps"]
+
+    def step(self, name: str) -> dict | None:
+        return self.steps.get(name)
+
+    def is_done(self, name: str, inputs_hash: str) -> bool:
+        rec = self.step(name)
+        return bool(rec and rec.get("status") in (DONE, SKIPPED) and rec.get("inputs") == inputs_hash)
+
+    def mark(self, name: str, status: str, inputs_hash: str, *, output=None, message: str = "", fix: str = "",
+             seconds: float | None = None) -> None:
+        rec = {"status": status, "inputs": inputs_hash, "at": utc_now(), "message": message}
+        if fix:
+            rec["fix"] = fix
+        if seconds is not None:
+            rec["seconds"] = round(seconds, 1)
+        if output is not None:
+            rec["output"] = output
+        elif status in (FAILED, INTERRUPTED, RUNNING) and self.step(name):
+            # Keep what the last good run of this step produced (e.g. the previous report) visible.
+            previous = self.step(name).get("output") or self.step(name).get("previous_output")
+            if previous is not None:
+                rec["previous_output"] = previous
+        self.steps[name] = rec
+        self.save()
+
+    def output(self, name: str):
+        rec = self.step(name)
+        return (rec or {}).get("output")
+
+    # -- the service ----------------------------------------------------------------------------
+    @property
+    def service(self) -> dict | None:
+        return self.data.get("service")
+
+    def set_service(self, service: dict | None) -> None:
+        self.data["service"] = service
+        self.save()
+
+    def note_run(self, entry: dict) -> None:
+        runs = self.data.setdefault("runs", [])
+        runs.append(entry)
+        del runs[:-20]  # the last 20 invocations are enough history
+        self.save()

