@@ -320,3 +320,21 @@ def test_port_check_names_the_fix():
         busy = prereq.port_check("127.0.0.1", port, ours=False)
         mine = prereq.port_check("127.0.0.1", port, ours=True)
     assert busy.status == "fail" and f"sport = :{port}" in busy.fix and mine.status == "ok"
+
+
+def test_rich_display_draws_the_phase(tmp_path):
+    import io
+
+    log = tmp_path / "s.log"
+    log.write_text(CPU_READY_LOG.read_text())
+    stream = io.StringIO()
+    calls = {"n": 0}
+
+    def poll():
+        calls["n"] += 1
+        return "ok" if calls["n"] == 3 else None
+
+    result, phase, _ = Display(stream, fancy=True).wait("start", log, poll, poll_s=0)
+    text = stream.getvalue()
+    assert result == "ok" and phase.key == "api_up"
+    assert f"start: server log {log}" in text and "start: API server up" in text  # drawn by rich.progress

@@ -27,7 +27,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before installing the systemd unit.")
 @click.option("--quick", is_flag=True, help="Validate with the small workload (validate --quick).")
 @click.option("--name", default=None, help="Launcher, unit and container name (default: rocm-dspark-<profile>).")
-@click.option("--service-user", default=None, help="systemd: the user the unit runs as (default: vllm); also the user the device check tests.")
+@click.option("--service-user", default=None, help="systemd: the user the unit runs as (default: you); also the user the device check tests.")
 @click.option("--ready-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
               help="Seconds each vLLM start may take to become ready.")
 @click.option("--request-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds each validation request may take.")

@@ -41,6 +41,7 @@ class UpOptions:
     probe_levels: tuple[str, ...] = ("static", "kernel")
     kernel_python: str | None = None
     state_dir: Path = field(default=None)  # resolved in __post_init__
+    state_dir_flag: str | None = None
 
     def __post_init__(self):
         from rocm_dspark.probe.store import state_dir
@@ -54,6 +55,7 @@ class UpOptions:
                 raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+        self.state_dir_flag = self.selection.get("state_dir")  # shown in --dry-run's commands only when given
         self.state_dir = Path(state_dir(self.selection.get("state_dir"))).absolute()
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
 
@@ -140,6 +142,13 @@ class UpRun:
     def model(self):
         return self.catalog.find_model(self.plan.model_key)
 
+    def service_user(self) -> str:
+        """The unit's user: --service-user, else whoever runs `up` (the launcher lives in their state dir,
+        which a separate service user could not read)."""
+        import getpass
+
+        return self.options.service_user or getpass.getuser()
+
     def quick(self) -> bool:
         return self.options.quick or self.options.target == LOCAL_CPU
 
@@ -217,6 +226,8 @@ class UpRun:
         flags = []
         for key, value in self.selection_opts().items():
             if value in (None, (), [], "") or key in ("adaptive",) and value == "auto" or key == "nodes" and value == 1:
+                continue
+            if key == "state_dir" and not self.options.state_dir_flag:
                 continue
             flag = "--" + {"served_name": "served-model-name", "extra_args": "vllm-arg", "extra_env": "env"}.get(
                 key, key.replace("_", "-"))

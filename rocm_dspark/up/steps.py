@@ -238,7 +238,7 @@ def launchers_run(run) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     mode = run.mode()
     files = write_launchers(run.launch_plan(), out, "systemd" if mode == "systemd" else "shell",
-                            name=run.name(run.plan), user=run.options.service_user if mode == "systemd" else None,
+                            name=run.name(run.plan), user=run.service_user() if mode == "systemd" else None,
                             container=mode in ("systemd", "container"),
                             ready_timeout_s=int(run.options.ready_timeout_s))
     written = [files.launcher] + ([files.unit] if files.unit else [])
@@ -268,6 +268,7 @@ def launchers_dry(run) -> list[str]:
     fmt = "systemd" if mode == "systemd" else "shell"
     flags = f" --format {fmt} --output {shlex.quote(str(run.dir / 'launch'))} --name {run.name(run.plan)}"
     flags += " --container" if mode in ("systemd", "container") else ""
+    flags += f" --user {shlex.quote(run.service_user())}" if mode == "systemd" else ""
     if run.options.target == LOCAL_CPU:
         return [f"writes {run.dir / 'launch' / (run.name(run.plan) + '.sh')} around the local-cpu server command"]
     return [f"{_toolkit()} launch {run.selection_flags()}{flags}"]
@@ -398,7 +399,7 @@ def start_dry(run) -> list[str]:
     if mode == "systemd":
         install = [f"sudo install -m 0644 {run.dir / 'launch' / (name + '.service')} /etc/systemd/system/{name}.service",
                    "sudo systemctl daemon-reload", f"sudo systemctl enable --now --no-block {name}.service"]
-        return install + [f"waits for http://{run.plan.host}:{run.plan.port}/health and /v1/models, showing the phase "
+        return install + [f"waits for http://127.0.0.1:{run.plan.port}/health and /v1/models, showing the phase "
                           f"from /var/lib/rocm-dspark/{name}/<mode>.log"]
     launcher = run.dir / "launch" / f"{name}.sh"
     return [f"ROCM_DSPARK_LAUNCH_STATE_DIR={run.dir / 'launch-state'} {launcher}   (detached; log in {run.dir / 'logs'})",
