@@ -19,7 +19,9 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 
 @click.command()
 @selection_options
-@click.option("--concurrency", default=None, metavar="N,N,...", help="Sweep (and A/B) levels for validation (default: validate's).")
+@click.option("--concurrency", default=None, metavar="C[,C...]",
+              help="Validation sweep (and A/B) levels; the largest also sizes the plan's workload rules (as recipe "
+                   "--concurrency). Default: validate's levels and the profile's workload.")
 @click.option("--mode", type=click.Choice(["systemd", "foreground", "container"]), default=None,
               help="systemd: a unit running the pinned image; container: the pinned image, no unit; foreground: the "
                    "host's vLLM, no container. Default: systemd where usable, else container, else foreground.")

@@ -96,6 +96,9 @@ class UpRun:
 
     def selection_opts(self) -> dict:
         opts = dict(self.options.selection)
+        if self.options.concurrency and not opts.get("concurrency"):
+            # The heaviest validated load is the one the plan's workload rules size for.
+            opts["concurrency"] = max(self.options.concurrency)
         detected = (self.outputs.get("detect") or {}).get("gpu")
         if not opts.get("gpu") and detected:
             opts["gpu"] = detected
@@ -104,17 +107,13 @@ class UpRun:
         return opts
 
     def resolve_plan(self):
-        """The recipe's plan and the gate's verdict (the same library path as `rocm-dspark recipe`)."""
+        """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses)."""
         if self._resolved is None:
-            from rocm_dspark.catalog import load_catalog
-            from rocm_dspark.cli.options import build_selection, verdict_for
-            from rocm_dspark.resolve import resolve
+            from rocm_dspark.selection import plan_for
 
-            opts = self.selection_opts()
-            catalog = load_catalog()
-            selection = build_selection(opts, catalog)
-            verdict = verdict_for(opts, catalog, selection)
-            self._resolved = (catalog, selection, resolve(catalog, selection, verdict), verdict)
+            catalog, selection, plan = plan_for(self.selection_opts())
+            why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
+            self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
 
     @property
@@ -135,7 +134,7 @@ class UpRun:
         return self.resolve_plan()[0]
 
     @property
-    def verdict(self):
+    def verdict_reason(self) -> str:
         return self.resolve_plan()[1]
 
     @property
@@ -209,7 +208,7 @@ class UpRun:
             spec = self.outputs["choose"]["server_json"]
             return plan._replace(argv=tuple(spec["argv"]), env=dict(spec["env"]), host=spec["host"], port=spec["port"],
                                  served_name=spec["served_name"], speculative_config={}, adaptive_verification=False,
-                                 block_argv=None)
+                                 block_argv=None, adaptive_argv=None)
         pinned = (self.outputs.get("image") or {}).get("pinned")
         return plan._replace(image=pinned) if pinned else plan
 
@@ -219,13 +218,18 @@ class UpRun:
         opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True)
         return Context(opts, self.catalog, self.model, self.plan)
 
-    def selection_flags(self) -> str:
+    def selection_flags(self, exclude: tuple[str, ...] = ()) -> str:
         """The selection as command-line flags, for the commands --dry-run prints."""
         import shlex
 
         flags = []
         for key, value in self.selection_opts().items():
-            if value in (None, (), [], "") or key in ("adaptive",) and value == "auto" or key == "nodes" and value == 1:
+            if value in (None, (), [], "", False) or key in ("adaptive",) and value == "auto" or key == "nodes" and value == 1:
+                continue
+            if key in exclude:
+                continue
+            if value is True:
+                flags.append("--" + key.replace("_", "-"))
                 continue
             if key == "state_dir" and not self.options.state_dir_flag:
                 continue

@@ -97,9 +97,10 @@ def choose_inputs(run) -> dict:
 
 
 def choose_run(run) -> dict:
-    plan, verdict = run.resolve_plan()
+    plan, why = run.resolve_plan()
     out = {"profile": plan.profile, "gpu": plan.gpu, "vllm_version": plan.vllm_version, "image": plan.image,
-           "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": verdict.reason,
+           "build": plan.build.name if getattr(plan, "build", None) else None,
+           "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": why,
            "mode": run.mode(), "name": run.name(plan), "plan": plan.to_json_dict()}
     if run.options.target == LOCAL_CPU:
         spec = run.local_spec(plan)
@@ -478,7 +479,7 @@ def _ab_skip(run) -> str | None:
     except ImportError:
         return "skipped: A/B not available in this rocm-dspark (validate has no A/B mode yet)"
     if not run.plan.adaptive_verification:
-        return ("skipped: adaptive verification is not proven on this host (" + run.verdict.reason
+        return ("skipped: adaptive verification is not proven on this host (" + run.verdict_reason
                 + "), so there is no adaptive command to compare")
     return None
 
@@ -540,7 +541,8 @@ def validate_dry(run) -> list[str]:
         flags += " --quick"
     if run.options.concurrency:
         flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
-    return [f"{_toolkit()} validate {run.selection_flags()}{flags}"]
+    # validate's own --concurrency is its sweep levels (the plan's workload concurrency is up's largest level)
+    return [f"{_toolkit()} validate {run.selection_flags(exclude=('concurrency',))}{flags}"]
 
 
 # -- 10. summary ---------------------------------------------------------------------------------------
