@@ -260,6 +260,17 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     assert "sudo systemctl enable --now --no-block rocm-dspark-deepseek-v4-1-flash-" + gpu in out
     assert f"rocm-dspark launch --model V4.1-Flash --gpu {gpu}" in out and "--format systemd" in out
     assert not state.exists()  # nothing written
+    assert "skipped: no workload declared; pass --concurrency C" in out
+
+
+def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
+    r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--concurrency", "1,64",
+                                 "--dry-run", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "skipped: adaptive verification is not proven on this host (no probe record in" in r.output
+    recipe = next(ln for ln in r.output.splitlines() if "rocm-dspark recipe " in ln)
+    assert recipe.endswith("--concurrency 64")  # the largest level sizes the plan
+    assert "--endpoint http://127.0.0.1:8000" in r.output and "--concurrency 1,64" in r.output  # the sweep levels
 
 
 # -- bad input -----------------------------------------------------------------------------------------

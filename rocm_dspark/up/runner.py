@@ -134,10 +134,6 @@ class UpRun:
         return self.resolve_plan()[0]
 
     @property
-    def verdict_reason(self) -> str:
-        return self.resolve_plan()[1]
-
-    @property
     def model(self):
         return self.catalog.find_model(self.plan.model_key)
 

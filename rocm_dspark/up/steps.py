@@ -92,8 +92,10 @@ def detect_dry(run) -> list[str]:
 
 def choose_inputs(run) -> dict:
     sel = {k: v for k, v in run.options.selection.items() if k != "state_dir"}
+    plan = run.plan  # the command itself (not its notes): new evidence that flips the gate redoes the launch
     return {"selection": sel, "detected_gpu": (run.outputs.get("detect") or {}).get("gpu"),
-            "mode": run.options.mode, "target": run.options.target, "name": run.options.name}
+            "mode": run.options.mode, "target": run.options.target, "name": run.options.name,
+            "command": [list(plan.argv), dict(plan.env), plan.image]}
 
 
 def choose_run(run) -> dict:
@@ -471,31 +473,59 @@ def ab_inputs(run) -> dict:
     return {"probe": run.out_hash("probe"), "concurrency": run.options.concurrency}
 
 
-def _ab_skip(run) -> str | None:
+def _ab_decision(run) -> tuple[str | None, int | None]:
+    """(why the A/B is skipped, or None to run it; the concurrency it runs at)."""
     if run.options.target == LOCAL_CPU:
-        return "skipped: the local-cpu target has no DSpark adaptive command to compare"
-    try:
-        from rocm_dspark.validate import ab  # noqa: F401  (validate's A/B mode, when this build has it)
-    except ImportError:
-        return "skipped: A/B not available in this rocm-dspark (validate has no A/B mode yet)"
-    if not run.plan.adaptive_verification:
-        return ("skipped: adaptive verification is not proven on this host (" + run.verdict_reason
-                + "), so there is no adaptive command to compare")
-    return None
+        return "skipped: the local-cpu target has no DSpark adaptive command to compare", None
+    if not run.options.concurrency:
+        return ("skipped: no workload declared; pass --concurrency C (the concurrent requests you serve) to A/B "
+                "block against adaptive verification there"), None
+    c = max(run.options.concurrency)
+    from rocm_dspark.probe.gate import gate_verdict
+    from rocm_dspark.probe.payoff import LOSES, from_ab_records, predicted
+
+    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir)
+    if not proof.adaptive_proven:
+        return f"skipped: adaptive verification is not proven on this host ({proof.reason}), so there is nothing to compare", c
+    decided, _notes = from_ab_records(run.catalog, run.plan, c, run.options.state_dir)
+    if decided is not None:
+        return f"skipped: {decided.evidence} already decides at c={c}: {decided.text}", c
+    pred = predicted(run.plan.model_key, run.plan.gpu, c, run.plan.tp)
+    if pred.state == LOSES:
+        return f"skipped: the planner says adaptive verification does not pay here: {pred.text}", c
+    return None, c
 
 
 def ab_run(run) -> dict:
-    why = _ab_skip(run)
+    why, c = _ab_decision(run)
     if why:
         run.say(f"  {why}")
         return {"skipped": why}
-    from rocm_dspark.validate import ab
+    from rocm_dspark.validate.ab import run_ab
 
-    return ab.run_ab_for_up(run)  # pragma: no cover - wired when validate's A/B mode lands
+    # Both arms start on the plan's port, one after the other: the running service makes way, then returns.
+    run.say(f"  stopping the service for the A/B at concurrency {c} (two more starts: block, then adaptive)")
+    run.stop_service()
+    report_dir = run.dir / "ab" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        record = run_ab(catalog=run.catalog, selection=run.selection, concurrency=c, report_dir=report_dir,
+                        state_dir=run.options.state_dir, request_timeout_s=run.options.request_timeout_s,
+                        ready_timeout_s=run.options.ready_timeout_s, say=lambda line: run.say(f"  {line}"))
+    finally:
+        run.say("  starting the service again")
+        run.outputs["start"] = start_run(run)
+        run.state.mark("start", "done", run.state.step("start")["inputs"], output=run.outputs["start"],
+                       message="restarted after the A/B")
+    run.say(f"  {record['verdict']['text']}; a rerun of `rocm-dspark up` serves what the gate now decides")
+    return {"record": record["id"], "verdict": record["verdict"]["text"], "report": str(report_dir / "ab.json")}
 
 
 def ab_dry(run) -> list[str]:
-    return [_ab_skip(run) or "runs validate's A/B mode (block vs adaptive) at the --concurrency levels"]
+    why, c = _ab_decision(run)
+    if why:
+        return [why]
+    return [f"rocm-dspark validate --ab {run.selection_flags(exclude=('concurrency',))} --concurrency {c} "
+            f"--report {shlex.quote(str(run.dir / 'ab' / '<UTC time>'))}   (stops the service first, restarts it after)"]
 
 
 # -- 9. validate ---------------------------------------------------------------------------------------
