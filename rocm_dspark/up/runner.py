@@ -8,7 +8,6 @@ server this run started, records the step as interrupted and stops. Nothing an e
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
