@@ -219,6 +219,7 @@ def test_state_file_is_json_and_a_corrupt_one_is_a_clear_error(tmp_path):
     data = json.loads(path.read_text())
     assert set(data["steps"]) == {"a", "b", "c", "d"} and all(len(s["inputs"]) == 16 for s in data["steps"].values())
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp files left
+    assert path.stat().st_mode & 0o077 == 0  # may hold --env values given on the command line
     path.write_text("{not json")
     r = CliRunner().invoke(cli, ["status", "--state-dir", str(tmp_path)])
     assert r.exit_code == 2 and "cannot read" in r.output and "Traceback" not in r.output

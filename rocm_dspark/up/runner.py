@@ -81,7 +81,7 @@ class UpRun:
         from rocm_dspark.atomic import write_atomic
 
         self.dir.mkdir(parents=True, exist_ok=True)
-        return write_atomic(self.dir / name, json.dumps(data, indent=1, default=str) + "\n")
+        return write_atomic(self.dir / name, json.dumps(data, indent=1, default=str) + "\n", mode=0o600)
 
     def confirm(self, what: str) -> None:
         if self.options.yes:

@@ -63,7 +63,8 @@ class UpState:
 
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(self.data, indent=1, default=str) + "\n", mode=0o644)
+            # 0600: the recorded command line and plan may carry --env values (tokens) given on it.
+            write_atomic(self.path, json.dumps(self.data, indent=1, default=str) + "\n", mode=0o600)
         except OSError as exc:
             raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}; pass a writable --state-dir") from None
 
