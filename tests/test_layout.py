@@ -23,7 +23,8 @@ LAYERS = {
     "rocm_dspark.strategies": 1, "rocm_dspark.resolve": 2, "rocm_dspark.render": 2, "rocm_dspark.launchers": 2,
     "rocm_dspark.k8s": 2, "rocm_dspark.render_cluster": 2, "rocm_dspark.launch_group": 2, "rocm_dspark.cluster": 3,
     "rocm_dspark.probe": 3, "rocm_dspark.vllm_plugin": 3, "rocm_dspark.selection": 3,
-    "rocm_dspark.validate": 4,
+    "rocm_dspark.server_phases": 1, "rocm_dspark.progress": 1,
+    "rocm_dspark.validate": 4, "rocm_dspark.up": 4,
     "rocm_dspark.cli": 5, "rocm_dspark.__main__": 5,
 }
 LAYER_NAMES = ["foundations", "facts, kernels, runtime, planner", "resolver and renderers", "probe, plugin, selection",

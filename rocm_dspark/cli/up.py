@@ -45,6 +45,11 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     """Detect, choose, check, pull, write, start, probe, A/B, validate, summarise; rerun to continue.
 
     Exit status: 0 done, 1 a step failed (the line says the fix), 2 bad usage, 130 interrupted.
+
+    \b
+    Example:
+      rocm-dspark up --model V4.1-Flash --dry-run
+      rocm-dspark up --model V4.1-Flash --concurrency 1,64 --yes
     """
     from rocm_dspark.probe.run import parse_levels
     from rocm_dspark.progress import Display
@@ -65,7 +70,12 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @usage_errors
 def down(state_dir):
-    """Stop the service `up` started; keep the state, launchers, records and reports."""
+    """Stop the service `up` started; keep the state, launchers, records and reports.
+
+    \b
+    Example:
+      rocm-dspark down
+    """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.progress import Display
     from rocm_dspark.up.runner import down as stop
@@ -78,7 +88,12 @@ def down(state_dir):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
 def status(state_dir, as_json):
-    """Show `up`'s steps and whether its service runs."""
+    """Show `up`'s steps and whether its service runs.
+
+    \b
+    Example:
+      rocm-dspark status --json
+    """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.up.runner import status as get, status_lines
 

@@ -88,9 +88,9 @@ class UpRun:
             return
         if not sys.stdin.isatty():
             raise StepFailed(f"need confirmation to {what.splitlines()[0]}", "rerun with --yes (or from a terminal)")
-        import click
-
-        if not click.confirm(f"  {what}\n  go ahead?", default=False, err=True):
+        sys.stderr.write(f"  {what}\n  go ahead? [y/N] ")
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             raise StepFailed("not confirmed", "rerun and answer yes, or pass --yes")
 
     def selection_opts(self) -> dict:
@@ -184,7 +184,7 @@ class UpRun:
         return shutil.which("vllm") or "vllm"
 
     def local_spec(self, plan) -> dict:
-        """The server-description file (rocm_dspark.server_spec format) the local-cpu target runs."""
+        """The server-description file (rocm_dspark.runtime.server_spec format) the local-cpu target runs."""
         sel = self.options.selection
         host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
         argv = [self.local_vllm_bin(), "serve", str(Path(sel["model_path"]).absolute()), "--host", host, "--port", str(port),
@@ -343,7 +343,7 @@ def status(state_dir) -> dict:
     health = None
     if running:
         try:
-            health = service.attach(svc).get("/health", timeout_s=5).status
+            health = service.attach(svc).client.get("/health", timeout_s=5).status
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             health = f"no answer ({exc})"
     steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()

@@ -1,6 +1,6 @@
 """The service `up` starts and `down` stops: the generated launcher run as a detached process, or a systemd unit.
 
-A detached launcher runs in its own session (rocm_dspark.server.VllmServer starts it that way), so it
+A detached launcher runs in its own session (rocm_dspark.runtime.process.VllmServer starts it that way), so it
 outlives `up` and Ctrl-C in the terminal does not reach it; `up` stops it itself when interrupted. The pid is
 recorded with its start time from /proc, so a later `down` never signals a recycled pid.
 """
@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rocm_dspark.server import VllmServer, descendants, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 
 
 def start_ticks(pid: int) -> int | None:

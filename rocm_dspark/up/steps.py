@@ -69,12 +69,12 @@ def detect_run(run) -> dict:
         out.update(gpus=[], gpu=None, note="local-cpu target: no GPU detection")
         out["vllm_bin"] = run.local_vllm_bin()
         return out
-    from rocm_dspark import host
+    from rocm_dspark.runtime import gpus, inventory
 
-    inv = host.inventory()
-    agents = [host.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
+    inv = inventory.inventory()
+    agents = [gpus.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
     out.update(gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus], gpu_count=len(inv.gpus),
-               gpu=host.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
+               gpu=gpus.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
                kfd=inv.kfd_present, rocm=fingerprint.rocm_version(), driver=fingerprint.driver_version(),
                no_gpu=inv.no_gpu_reason() or None)
     return out
@@ -289,7 +289,7 @@ def start_valid(run, output) -> str | None:
     if not service.alive(svc):
         return "the service it started is not running"
     try:
-        res = service.attach(svc).get("/health", timeout_s=5)
+        res = service.attach(svc).client.get("/health", timeout_s=5)
     except Exception as exc:  # noqa: BLE001 - any failure means: not serving
         return f"the service does not answer /health ({exc})"
     return None if res.status == 200 else f"the service answers /health with HTTP {res.status}"
@@ -374,7 +374,7 @@ def _start_systemd(run) -> dict:
               "log": f"/var/lib/rocm-dspark/{Path(out['unit']).stem}/{'adaptive' if plan.adaptive_verification else 'block'}.log"}
     run.started = record
     run.state.set_service(record)
-    client = service.attach(record)
+    client = service.attach(record).client
     t0, deadline = time.monotonic(), run.options.ready_timeout_s * 2 + 120
 
     def poll():
@@ -437,7 +437,7 @@ def probe_run(run) -> dict:
     if "live" in levels:
         srv = service.attach(run.state.service)
         if run.options.target == LOCAL_CPU:
-            from rocm_dspark.server_spec import load_server_spec
+            from rocm_dspark.runtime.server_spec import load_server_spec
 
             target = live.target_from_spec(load_server_spec(run.dir / "server.json", flag="server.json"), run.model)
         else:

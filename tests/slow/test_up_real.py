@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from rocm_dspark.server import descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import descendants, free_port, group_members, is_alive
 
 pytestmark = pytest.mark.slow
 
