@@ -27,23 +27,8 @@ from rocm_dspark.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
-# Flags that layers 8-12 own: overriding them by hand would bypass the K check, the capture rule
-# or the adaptive-verification gate, so they have dedicated options instead.
-GUARDED_FLAGS = {
-    "--speculative-config": "--num-speculative-tokens, --adaptive or --benchmark-synthetic",
-    "-sc": "--num-speculative-tokens, --adaptive or --benchmark-synthetic",
-    "--max-cudagraph-capture-size": "--max-num-seqs, --num-speculative-tokens or --capture-cap",
-    "--max-num-seqs": "--max-num-seqs",
-    "--max-num-batched-tokens": "--max-num-batched-tokens",
-    "--tensor-parallel-size": "--tp",
-    "-tp": "--tp",
-    "--data-parallel-size": "--dp",
-    "-dp": "--dp",
-    "--enable-expert-parallel": "--ep",
-    "--served-model-name": "--served-model-name",
-    "--host": "--host",
-    "--port": "--port",
-}
+# The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
+from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise
 
 
 class _Args:
@@ -62,9 +47,7 @@ class _Args:
     def argv(self) -> list[str]:
         out: list[str] = []
         for flag, value in self.items:
-            out.append(flag)
-            if value is not None:
-                out.append(value)
+            out.extend(emit(flag, value))  # a value starting with '-' stays glued to its flag
         return out
 
 
@@ -112,6 +95,7 @@ def model_layer(s: _State) -> None:
         s.notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change"))
     elif sel.gpu_source == "detected":
         s.notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
+    _check_given(sel)
     s.served_name = sel.served_name or model.serve["served_name"]
     s.host = sel.host or model.serve["host"]
     s.port = sel.port if sel.port is not None else int(model.serve["port"])
@@ -377,12 +361,20 @@ def capture_layer(s: _State) -> None:
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
-    if not token.startswith("-"):
-        raise UsageError(f"--vllm-arg {token!r} must start with '-' (e.g. --vllm-arg --max-model-len=65536)")
-    flag, sep, value = token.partition("=")
-    if flag in GUARDED_FLAGS:
-        raise UsageError(f"--vllm-arg {flag} conflicts with what the plan decides; use {GUARDED_FLAGS[flag]} instead")
-    return flag, (value if sep else None)
+    arg = normalise(token)  # refuses anything that reaches a plan-owned setting, by any spelling vLLM reads
+    return arg.flag, arg.value
+
+
+def _check_given(sel: Selection) -> None:
+    """An empty value (an unset shell variable) must not fall back to the default checkpoint or name."""
+    for flag, value in (("--model-path", sel.model_path), ("--served-model-name", sel.served_name), ("--host", sel.host)):
+        if value is None:
+            continue
+        if not value.strip():
+            raise UsageError(f"{flag} is empty (an unset shell variable?); give a value or leave the option out")
+    if sel.model_path is not None and sel.model_path.startswith("-"):  # the positional model of `vllm serve`
+        raise UsageError(f"--model-path {sel.model_path!r} starts with '-', which vLLM would read as a flag; "
+                         f"write ./{sel.model_path}")
 
 
 def command_layer(s: _State) -> _Args:

@@ -1,0 +1,159 @@
+"""User `--vllm-arg` tokens, read the way `vllm serve` reads them, and the guard on plan-owned settings.
+
+vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py, vLLM 0.32; github.com/vllm-project/vllm) is a
+stdlib ArgumentParser that, before argparse sees a word:
+  * turns `_` into `-` in a `--` flag's name, up to the first `.` (`--speculative_config` is `--speculative-config`);
+  * merges dotted keys into one JSON value for the head flag and appends it after every other word, so
+    `--speculative-config.enable_adaptive_verification=true` replaces the whole speculative config
+    (`-sc.key=v` works the same for a short alias); a trailing `+` on a key appends to a list;
+  * reads `--config FILE` (YAML) into flags, which can set anything;
+  * rewrites `-O3` / `-O=3` into `--optimization-level 3`.
+argparse then accepts `--flag=value` and `--flag value`, and, with allow_abbrev (the default, kept by vLLM),
+any unique prefix of a long flag (`--speculative=...`, `--max-num-seq 3`) and `-tp=3` for short ones.
+
+normalise() applies the same reading to one token and refuses every token whose flag, by any of these
+spellings, reaches a setting the plan decides. The table below lists those settings by vLLM `dest` with all
+of their option strings in vLLM 0.32; tests/slow/test_vllm_args_real.py checks it against vLLM's real parser
+(every alias, and that the plan's dests come out unchanged for every token we let through).
+
+The plan emits a user value that starts with `-` as one word, `--flag=-value`, so vLLM can never read the
+value as a flag of its own (`--enforce-eager --speculative-config=...`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from rocm_dspark.errors import UsageError
+
+_SPEC = "--num-speculative-tokens, --adaptive or --benchmark-synthetic"
+_CAPTURE = "--max-num-seqs, --num-speculative-tokens or --capture-cap"
+
+# dest -> (every option string in vLLM 0.32, the rocm-dspark option that sets it instead)
+PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
+    "speculative_config": (("--speculative-config", "-sc"), _SPEC),
+    "spec_method": (("--spec-method",), _SPEC),
+    "spec_model": (("--spec-model",), _SPEC),
+    "spec_tokens": (("--spec-tokens",), _SPEC),
+    "max_cudagraph_capture_size": (("--max-cudagraph-capture-size",), _CAPTURE),
+    "cudagraph_capture_sizes": (("--cudagraph-capture-sizes",), _CAPTURE),
+    "max_num_seqs": (("--max-num-seqs",), "--max-num-seqs"),
+    "max_num_batched_tokens": (("--max-num-batched-tokens",), "--max-num-batched-tokens"),
+    "tensor_parallel_size": (("--tensor-parallel-size", "-tp"), "--tp"),
+    "data_parallel_size": (("--data-parallel-size", "-dp"), "--dp"),
+    "enable_expert_parallel": (("--enable-expert-parallel", "--no-enable-expert-parallel", "-ep"), "--ep"),
+    "served_model_name": (("--served-model-name",), "--served-model-name"),
+    "host": (("--host",), "--host"),
+    "port": (("--port",), "--port"),
+    "model": (("--model",), "--model-path"),
+    # A vLLM config file can set any flag, the plan's included; its flags can be given one by one instead.
+    "config": (("--config",), "separate --vllm-arg flags (a vLLM --config file could set the plan's flags)"),
+}
+# dest -> (option strings, the keys of its JSON value that the plan owns)
+PARTLY_OWNED: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    "compilation_config": (("--compilation-config", "-cc"),
+                           frozenset({"max_cudagraph_capture_size", "cudagraph_capture_sizes"})),
+}
+
+# The old name->hint view, kept for callers that list the guarded flags.
+GUARDED_FLAGS: dict[str, str] = {opt: hint for opts, hint in PLAN_OWNED.values() for opt in opts}
+_PARTLY: dict[str, tuple[str, frozenset[str]]] = {
+    opt: (opts[0], keys) for opts, keys in PARTLY_OWNED.values() for opt in opts
+}
+
+# What a flag name may look like: one or two dashes, a letter, then letters, digits, '-', '_', '.', '+'.
+_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_.+-]*")
+
+
+class UserArg(NamedTuple):
+    flag: str              # canonical: `_` -> `-` before the first '.', aliases of watched dests spelled long
+    value: str | None      # None for a bare flag
+
+
+def _canonical_name(name: str) -> str:
+    """`--a_b.c_d` -> `--a-b.c_d`: vLLM rewrites `_` only between `--` and the first `.`."""
+    if not name.startswith("--"):
+        return name
+    head, dot, rest = name[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + rest
+
+
+def _reaches(name: str, option: str) -> bool:
+    """Would argparse (allow_abbrev) read `name` as `option`? Exact, or a prefix of it.
+
+    argparse takes a prefix only when it is unique among all of the parser's flags; when it is not,
+    vLLM exits with "ambiguous option". Refusing every prefix therefore never refuses a flag that would work
+    for another setting, except one that is itself a complete flag (handled by the caller: exact names win)."""
+    if name == option:
+        return True
+    if option.startswith("--"):
+        return name.startswith("--") and len(name) > 2 and option.startswith(name)
+    # short options: argparse matches "-t" to "-tp" (prefix) and reads "-tp=3" as "-tp" "3" (caller splits '=')
+    return not name.startswith("--") and len(name) > 1 and option.startswith(name)
+
+
+def _owner(head: str, table: dict[str, object]) -> str | None:
+    exact = table.get(head)
+    if exact is not None:
+        return head
+    return next((opt for opt in table if _reaches(head, opt)), None)
+
+
+def _json_keys(value: str, what: str) -> set[str]:
+    import json
+
+    try:
+        data = json.loads(value)
+    except ValueError:
+        raise UsageError(f"--vllm-arg {what}: give the value as a JSON object (vLLM parses it as JSON)") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--vllm-arg {what}: give the value as a JSON object (vLLM parses it as JSON)")
+    return {str(k).replace("-", "_") for k in data}
+
+
+def normalise(token: str) -> UserArg:
+    """One `--vllm-arg` token -> UserArg, or UsageError when it is malformed or reaches a plan-owned setting."""
+    if not isinstance(token, str) or not token.startswith("-"):
+        raise UsageError(f"--vllm-arg {token!r} must start with '-' (e.g. --vllm-arg --max-model-len=65536)")
+    raw_name, sep, value = token.partition("=")
+    if not _FLAG.fullmatch(raw_name):
+        raise UsageError(f"--vllm-arg {token!r}: {raw_name!r} is not a flag name (letters, digits, '-', '_', '.')")
+    name = _canonical_name(raw_name)
+    head, dot, keys = name.partition(".")
+    if head.startswith("-O") and not head.startswith("--"):
+        # vLLM reads -O<x> (and -O.<x>) as --optimization-level <x>: not plan-owned, passed as given.
+        return UserArg(name, value if sep else None)
+
+    owned = _owner(head, GUARDED_FLAGS)
+    if owned is not None:
+        spelled = f"{head} (read by vLLM as {owned})" if head != owned else head
+        raise UsageError(f"--vllm-arg {spelled} conflicts with what the plan decides; use {GUARDED_FLAGS[owned]} instead")
+
+    partly = _owner(head, _PARTLY)
+    if partly is not None:
+        long_name, owned_keys = _PARTLY[partly]
+        if dot:
+            touched = {keys.split(".")[0].rstrip("+").replace("-", "_")}
+        elif sep:
+            touched = _json_keys(value, long_name)
+        else:
+            touched = set()
+        hit = sorted(touched & owned_keys)
+        if hit:
+            raise UsageError(f"--vllm-arg {long_name} sets {', '.join(hit)}, which the plan decides; use {_CAPTURE} instead")
+        return UserArg(long_name + (dot + keys if dot else ""), value if sep else None)
+
+    return UserArg(name, value if sep else None)
+
+
+def emit(flag: str, value: str | None) -> list[str]:
+    """The argv words for one flag: `--flag value`, or `--flag=value` when the value could read as a flag."""
+    if value is None:
+        return [flag]
+    if value.startswith("-"):
+        return [f"{flag}={value}"]
+    return [flag, value]
+
+
+__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "normalise", "emit"]
