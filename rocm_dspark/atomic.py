@@ -1,30 +1,83 @@
-"""All-or-nothing file writes: readers never see half a file, a failed write leaves nothing behind."""
+"""All-or-nothing file writes that never surprise: readers never see half a file, a failed write leaves
+nothing behind, and only a regular file (or nothing) at the named path is ever replaced.
+
+Rules (issue #14, "Writes never surprise"):
+  * the target must be absent or a regular file: a directory, symlink, device, FIFO or socket there is
+    refused (as root, renaming over /dev/zero would replace the device node);
+  * a symlink at the target is never followed nor replaced; the parent must be an existing directory;
+  * every file is created with an explicit mode, set before any content is written;
+  * the data is strict UTF-8 when given as text (README: "Encoding").
+The check and the rename are separate system calls; a process that can swap the target in between could also
+write the directory itself, so this protects against mistakes and stale paths, not a hostile co-owner.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
+from rocm_dspark.errors import UsageError
 
-def write_files_atomic(files: list[tuple[Path, bytes | str, int]]) -> None:
+
+def check_target(path: Path, what: str = "output") -> None:
+    """UsageError unless `path` may be (re)placed by a file: absent or a regular file, in a directory."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{what} {str(path)!r}: {exc.strerror or exc}") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise UsageError(f"{what} {str(path)!r} is a symlink; refusing to replace or follow it: name the real file")
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{what} {str(path)!r} is a directory; name a file inside it")
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} {str(path)!r} exists and is not a regular file (a device, FIFO or socket); "
+                             "refusing to replace it")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist; create it first")
+
+
+def _bytes(data: bytes | str, path: Path) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    try:
+        return data.encode("utf-8", errors="strict")
+    except UnicodeEncodeError:
+        raise UsageError(f"the text for {str(path)!r} holds bytes that are not UTF-8 (from a non-UTF-8 argument "
+                         "or path); use UTF-8") from None
+
+
+def write_files_atomic(files: list[tuple[Path, bytes | str, int]], what: str = "output") -> None:
     """Write each (path, data, mode) to a temp file in its directory, fsync, then rename them all.
 
-    The mode is set before any content is written, so a secret file is never readable by others,
-    even for a moment. On any error every temp file is removed and the error propagates.
+    Every target is checked (check_target) and encoded before the first byte is written. The mode is set
+    before any content is written, so a secret file is never readable by others, even for a moment. On any
+    error every temp file is removed and the error propagates.
     """
+    planned = []
+    for path, data, mode in files:
+        path = Path(path)
+        if not isinstance(mode, int) or mode & ~0o7777:
+            raise ValueError(f"mode {mode!r} for {path}")
+        check_target(path, what)
+        planned.append((path, _bytes(data, path), mode))
     temps: list[tuple[str, Path]] = []
     try:
-        for path, data, mode in files:
-            path = Path(path)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        for path, data, mode in planned:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=path.parent)
             temps.append((tmp, path))
             with os.fdopen(fd, "wb") as fh:
                 os.fchmod(fh.fileno(), mode)
-                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
         for tmp, path in temps:
+            check_target(path, what)  # again, just before the rename
             os.replace(tmp, path)
     except BaseException:
         for tmp, _ in temps:
@@ -35,6 +88,6 @@ def write_files_atomic(files: list[tuple[Path, bytes | str, int]]) -> None:
         raise
 
 
-def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> Path:
-    write_files_atomic([(Path(path), data, mode)])
+def write_atomic(path: Path, data: bytes | str, mode: int, what: str = "output") -> Path:
+    write_files_atomic([(Path(path), data, mode)], what)
     return Path(path)

@@ -88,6 +88,10 @@ def systemd_path(path: str, what: str) -> str:
         raise UsageError(f"{what} {path!r} must be an absolute path for a systemd unit")
     if any(_is_control(ch) for ch in path) or path != path.strip():
         raise UsageError(f"{what} {path!r} has control characters or edge spaces, which a systemd unit cannot carry; choose another path")
+    if "\\" in path:
+        # A trailing backslash continues the line (systemd.syntax(7)): the next setting, User=, would be eaten
+        # and the service would run as root. systemd has no escape for it in a path, so it is refused anywhere.
+        raise UsageError(f"{what} {path!r} contains a backslash, which a systemd unit line cannot carry safely; choose another path")
     return systemd_specifiers(path)
 
 
@@ -98,12 +102,12 @@ def systemd_executable(path: str, what: str = "launcher path") -> str:
     contains special characters", systemd 252), and does no $VAR expansion on the program word, so only
     `%` needs escaping here.
     """
-    systemd_path(path, what)
     bad = sorted({ch for ch in path if ch in "'\"\\"})
     if bad:
         raise UsageError(
             f"{what} {path!r} contains {' '.join(bad)}, which systemd refuses in an ExecStart program path; choose another --output"
         )
+    systemd_path(path, what)
     return '"' + systemd_specifiers(path) + '"'
 
 

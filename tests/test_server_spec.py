@@ -53,8 +53,12 @@ def test_explicit_nulls_mean_the_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [
-    ("{", "not a JSON file (JSONDecodeError: "),
-    ("", "not a JSON file"),
+    ("{", "line 1: malformed JSON: Expecting property name"),
+    ("", "malformed JSON"),
+    ('{"argv": ["vllm"], "port": 1, "port": 2}', "malformed JSON: duplicate key 'port'"),
+    ("[" * 100000, "JSON nested too deeply"),
+    ('{"argv": ["vllm"], "port": ' + "9" * 5000 + "}", "malformed JSON: Exceeds the limit (4300 digits)"),
+    ('{"argv": ["vllm"], "port": NaN}', "malformed JSON: NaN is not a JSON number"),
     ("[]", "must hold a JSON object with at least argv and port"),
     ('"vllm serve"', "must hold a JSON object"),
     ('{"argv": ["vllm"], "port": 8000, "served_model_name": "x", "model": "y"}',
@@ -100,7 +104,7 @@ def test_missing_file_and_a_directory(tmp_path):
     with pytest.raises(UsageError) as info:
         load_server_spec(tmp_path / "missing.json", flag="--server-json")
     assert str(info.value) == f"--server-json {tmp_path / 'missing.json'}: no such file"
-    with pytest.raises(UsageError, match=r"not a JSON file \(IsADirectoryError"):
+    with pytest.raises(UsageError, match=r"not a regular file"):
         load_server_spec(tmp_path, flag="--server-json")
 
 

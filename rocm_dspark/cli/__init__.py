@@ -26,7 +26,45 @@ COMMANDS = {
 }
 
 
+def _not_utf8(arg) -> bool:
+    try:
+        str(arg).encode("utf-8")
+    except UnicodeEncodeError:  # a byte that is not UTF-8 reaches Python as a lone surrogate
+        return True
+    return False
+
+
+def _error(message: str, code: int = 2):
+    click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(code)
+
+
 class LazyGroup(click.Group):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Every usage problem, click's included, is one line on stderr and exit status 2 (README, "Bad input").
+
+        Arguments are strict UTF-8 (README, "Encoding"): one that is not is refused before anything runs."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        from rocm_dspark.errors import UsageError
+
+        argv = sys.argv[1:] if args is None else list(args)
+        for i, arg in enumerate(argv, start=1):
+            if _not_utf8(arg):
+                _error(f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only")
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:
+            _error("aborted", 1)
+        except click.exceptions.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click prints it
+                click.echo(exc.format_message(), err=True)
+                sys.exit(exc.exit_code)
+            _error(exc.format_message() + " (see --help)", exc.exit_code)
+        except UsageError as exc:
+            _error(str(exc))
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 

@@ -8,6 +8,7 @@ import json
 import click
 
 from rocm_dspark.cli.options import usage_errors
+from rocm_dspark.errors import UsageError
 
 
 @click.command()
@@ -37,7 +38,7 @@ from rocm_dspark.cli.options import usage_errors
 @click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
               "the path it wrote goes to stderr.")
 @click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
 @usage_errors
 def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
          nodes, as_json, plot, seed_example, seed):
@@ -62,7 +63,9 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     catalog = load_catalog()
     spec = catalog.find_model(model)
     concurrencies = parse_concurrency(concurrency)
-    gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu else sorted(spec.profiles)
+    gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu is not None else sorted(spec.profiles)
+    if not gpus:
+        raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
     plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
                           acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
                           cost_table=cost_table, cost_model=cost_model, seed=seed) for g in gpus]

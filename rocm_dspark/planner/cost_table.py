@@ -202,17 +202,13 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
     """Read a JSON or CSV cost table; any problem is a one-line UsageError naming the file."""
     p = Path(path)
     source = str(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"cost table {source} does not exist; pass a JSON or CSV file of tokens -> ms") from None
-    except OSError as exc:
-        raise UsageError(f"cost table {source}: cannot read: {exc.strerror}") from None
+    from rocm_dspark.inputs import loads_json, read_text
+
+    if not p.exists() and not p.is_symlink():
+        raise UsageError(f"cost table {source} does not exist; pass a JSON or CSV file of tokens -> ms")
+    text = read_text(p, "cost table")
     if p.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{source}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+        data = loads_json(text, source)
         if not isinstance(data, dict) or "verify" not in data:
             raise UsageError(f"{source}: expected an object with a \"verify\" list of [tokens, ms] pairs")
         unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source", "samples", "includes_draft",

@@ -88,6 +88,10 @@ def table_lines(plan) -> list[str]:
 def write_plot(plans, path) -> None:
     """One panel per plan: predicted tok/s against concurrency for each candidate the build can run, the
     recommended one drawn heavy with its stated error as a band; written atomically."""
+    from rocm_dspark.atomic import check_target, write_atomic
+
+    out = Path(path)
+    check_target(out, "--plot")
     try:
         import matplotlib
     except ImportError:
@@ -95,11 +99,6 @@ def write_plot(plans, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = Path(path)
-    if not out.parent.exists():
-        raise UsageError(f"--plot {path}: folder {out.parent} does not exist")
-    if out.exists() and not out.is_file():
-        raise UsageError(f"--plot {path}: exists and is not a regular file; choose a file path")
     fig, axes = plt.subplots(1, len(plans), figsize=(6.2 * len(plans), 4.8), squeeze=False)
     styles = {"none": ("no speculation", "o", "-", "#555555"),
               "fixed": (None, "s", "--", "#1f77b4"),
@@ -137,9 +136,12 @@ def write_plot(plans, path) -> None:
     fig.suptitle("rocm-dspark plan: model predictions, not measurements\n(not yet run on MI300-class hardware)",
                  fontsize=9)
     fig.tight_layout()
-    png = io.BytesIO()
+    buf = io.BytesIO()
     try:
-        fig.savefig(png, format="png", dpi=110)
+        fig.savefig(buf, format="png", dpi=110)
     finally:
         plt.close(fig)
-    write_atomic(out, png.getvalue(), 0o644)
+    try:
+        write_atomic(out, buf.getvalue(), 0o644, "--plot")
+    except OSError as exc:
+        raise UsageError(f"--plot {path}: {exc.strerror or exc}") from None

@@ -18,7 +18,7 @@ Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from rocm_dspark.probe import store
 from rocm_dspark.probe.evidence import GateEvidence
@@ -87,14 +87,79 @@ def evidence_state(record: Record) -> tuple[str, str]:
     return "proven", "static, GPU kernel (graph replay, negative control caught) and live passed"
 
 
-def read_record_file(path) -> Record:
-    from rocm_dspark.probe.record import RecordError, parse_record
+class Checked(NamedTuple):
+    """One candidate file after the trust rules: `record` when it parses, `problem` when it may not count."""
 
-    try:
-        text = path.read_text(errors="strict")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordError(f"unreadable ({type(exc).__name__})") from None
-    return parse_record(text)
+    path: object            # pathlib.Path
+    record: Record | None
+    problem: str | None     # None: trusted
+    note: str | None        # the gate's note for an ignored file
+
+
+class Loaded(NamedTuple):
+    checked: list           # [Checked], parsed records newest first (by signed content), then the rest
+    untrusted: str | None   # set when nothing in the directory may be trusted at all
+
+    @property
+    def trusted(self) -> list:
+        return [(c.path, c.record) for c in self.checked if c.problem is None]
+
+    @property
+    def notes(self) -> list[str]:
+        return [c.note for c in self.checked if c.note]
+
+
+def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> Loaded:
+    """Every candidate in the state directory, checked by the README's trust model (see store.py)."""
+    import json
+
+    from rocm_dspark.probe.record import RecordError, parse_record_data
+
+    directory = store.records_dir(state_dir)
+    names = store.record_names(directory) if names is None else names
+    if not names:
+        return Loaded([], None)
+    problem = store.untrusted_reason(directory.parent)
+    if problem:
+        return Loaded([], problem)
+    key = store.read_key(directory.parent)
+    if key is None and need_key:
+        return Loaded([], store.key_problem(directory.parent))
+    candidates, over = store.read_candidates(directory, names)
+    if over:
+        return Loaded([], over)
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not a JSON value")
+
+    records, rest = [], []
+    for c in candidates:
+        path = directory / c.name
+        if c.data is None:
+            rest.append(Checked(path, None, c.error, f"{c.name} is not trusted ({c.error}): ignored"))
+            continue
+        try:
+            try:
+                data = json.loads(c.data.decode("utf-8"), parse_constant=no_constants)
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                raise RecordError(f"not valid JSON ({exc.__class__.__name__})") from None
+            record = parse_record_data(data)
+        except RecordError as exc:
+            rest.append(Checked(path, None, str(exc), f"{c.name} is not a valid probe record ({exc}): ignored"))
+            continue
+        if record.id + ".json" != c.name:
+            why = f"holds record {record.id} (renamed file)"
+            rest.append(Checked(path, None, why, f"{c.name} {why}: ignored"))
+            continue
+        if key is None or not store.verify(data, key):
+            why = f"is not signed with this host's key ({store.KEY_FILE})"
+            records.append(Checked(path, record, why, f"record {record.id} {why}: ignored"))
+            continue
+        when = store.time_problem(record.finished_at, c.mtime)
+        why = f"is not trusted: {when}" if when else None
+        records.append(Checked(path, record, why, f"record {record.id} {why}: ignored" if why else None))
+    records.sort(key=lambda c: (c.record.finished_at, c.record.id), reverse=True)
+    return Loaded(records + rest, None)
 
 
 def _joined(notes: list[str]) -> str:
@@ -104,28 +169,23 @@ def _joined(notes: list[str]) -> str:
 
 
 def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None):
-    """The Verdict for this host and plan (resolve_plan's, before any verdict), from the records in the
-    state directory. The plan is not resolved again: its adaptive command is what a record must match."""
+    """The Verdict for this host and plan (resolve_plan's, before any verdict), from the trusted records in
+    the state directory (README: trust model). The plan is not resolved again: its adaptive command is what
+    a record must match."""
     from rocm_dspark.plan import Verdict
 
     directory = store.records_dir(state_dir)
-    files = store.record_files(directory)
-    if not files:
+    names = store.record_names(directory)
+    if not names:
         return Verdict(False, f"no probe record in {directory}")
+    loaded = load_records(state_dir, names)
+    if loaded.untrusted:
+        return Verdict(False, f"probe records in {directory} are not trusted: {loaded.untrusted}")
     from rocm_dspark.probe import fingerprint
-    from rocm_dspark.probe.record import RecordError
 
     current = fingerprint.current_fingerprint(catalog, plan, gpus)
-    notes: list[str] = []
-    for path in files:
-        try:
-            record = read_record_file(path)
-        except RecordError as exc:
-            notes.append(f"{path.name} is not a valid probe record ({exc}): ignored")
-            continue
-        if record.id != path.stem:
-            notes.append(f"{path.name} holds record {record.id} (renamed file): ignored")
-            continue
+    notes: list[str] = loaded.notes
+    for path, record in loaded.trusted:
         differ = fingerprint.mismatches(record.fingerprint, current)
         if differ:
             notes.append(f"record {record.id} is for " + ", ".join(differ) + ": ignored")
@@ -137,4 +197,4 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None):
         if state == "refuted":
             return Verdict(False, f"{where} matches this host and plan, but {why}", str(path))
         notes.append(f"record {record.id} matches but is not enough: {why}")
-    return Verdict(False, f"{len(files)} probe record(s) in {directory}, none proves it here: {_joined(notes)}")
+    return Verdict(False, f"{len(names)} probe record(s) in {directory}, none proves it here: {_joined(notes)}")

@@ -11,9 +11,12 @@ Shape (schema "rocm-dspark/probe-record/1"):
                                                      ({"kind": "command-file"|"attached", ...}); such a
                                                      live result never counts for the gate
     sha256                                           hex digest of all the other keys, canonical JSON
+    hmac                                             (added by store.write_record) HMAC-SHA256 with this
+                                                     host's key over every other key; see store.py
 
 The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
-who can write the state directory can also recompute it. parse_record() is strict: unknown or
+who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,
+"Trust model for probe records"), not here. parse_record() is strict: unknown or
 missing keys, wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
 """
 
@@ -80,7 +83,7 @@ def content_hash(data: dict) -> str:
     """sha256 over every key but `sha256`, in canonical JSON."""
     import hashlib  # only when a record is read or written, not on every recipe run
 
-    return hashlib.sha256(_canonical({k: v for k, v in data.items() if k != "sha256"})).hexdigest()
+    return hashlib.sha256(_canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
 
 
 def build_record(*, record_id: str, created_at: str, finished_at: str, toolkit_version: str, host: dict,
@@ -154,6 +157,7 @@ def _check_keys(obj: dict, spec: dict, where: str) -> None:
 def parse_record_data(data) -> Record:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
+    data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     _check_keys(data, _TOP, "record")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from rocm_dspark.probe import fingerprint, store
-from rocm_dspark.probe.gate import evidence_state, read_record_file
-from rocm_dspark.probe.record import Record, RecordError
+from rocm_dspark.errors import UsageError
+from rocm_dspark.probe.gate import evidence_state, load_records
+from rocm_dspark.probe.record import Record
 
 
 class Entry(NamedTuple):
@@ -18,14 +19,18 @@ class Entry(NamedTuple):
 
 
 def latest(state_dir=None, limit: int = 5) -> list[Entry]:
+    """The newest records (by their signed content), each with what the gate makes of it."""
+    loaded = load_records(state_dir, need_key=False)
+    if loaded.untrusted:
+        raise UsageError(f"probe records in {store.records_dir(state_dir)} are not trusted: {loaded.untrusted}")
     out = []
-    for path in store.record_files(store.records_dir(state_dir), limit):
-        try:
-            record = read_record_file(path)
-        except RecordError as exc:
-            out.append(Entry(str(path), None, str(exc), None, None))
-            continue
-        out.append(Entry(str(path), record, None, *evidence_state(record)))
+    for c in loaded.checked[:limit]:
+        if c.record is None:
+            out.append(Entry(str(c.path), None, c.problem, None, None))
+        elif c.problem:
+            out.append(Entry(str(c.path), c.record, None, "untrusted", f"the record {c.problem}"))
+        else:
+            out.append(Entry(str(c.path), c.record, None, *evidence_state(c.record)))
     return out
 
 
@@ -53,6 +58,8 @@ def level_lines(record: Record) -> list[str]:
 def gate_line(state: str, why: str) -> str:
     if state == "proven":
         return f"gate: this record turns adaptive verification ON for this host and plan ({why})"
+    if state == "untrusted":
+        return f"gate: ignores this record: {why}"
     if state == "refuted":
         return f"gate: this record keeps adaptive verification OFF for this host and plan: {why}"
     return f"gate: this record cannot turn adaptive verification on: {why}"

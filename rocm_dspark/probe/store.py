@@ -1,46 +1,281 @@
-"""Where probe records live: `<state dir>/probe/<id>.json`, written atomically, read newest first.
+"""Where probe records live, and which of them may be trusted (README: "Trust model for probe records").
 
+Layout: `<state dir>/probe/<id>.json` (records), `<state dir>/host.key` (this host's HMAC key, 0600).
 State directory, first that is set: `--state-dir`, then rocm_dspark.launch_facts.STATE_ROOTS
-(`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`). Record ids start with the UTC time, so names sort by age.
+(`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`).
+
+A record is trusted only when
+  * the state directory and probe/ are owned by this user or root and writable by nobody else (a group
+    write bit is tolerated only for the owner's own one-member group, as OpenSSH's StrictModes does), every
+    directory above the state directory is owned by this user or root and, if writable by others, sticky;
+    probe/ is a real directory, not a symlink;
+  * the file is a regular file (opened with O_NOFOLLOW|O_NONBLOCK, then fstat: no symlink, FIFO or device),
+    owned by this user or root, not writable by others, at most MAX_RECORD_BYTES, read with a bounded read;
+  * its HMAC-SHA256 under host.key verifies (store.verify), and its content is sane against its file
+    (finished_at not after the file's mtime, nor in the future).
+"Newest" is the record's own signed finished_at (then its id), never the file name. Every candidate is read,
+bounded by MAX_TOTAL_BYTES in all; past that the gate proves nothing rather than guess.
+
+With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`) the gate costs one listing.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch_facts import STATE_ROOTS, state_root
 
 ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
 SUBDIR = "probe"
-MAX_READ = 50  # the gate looks at the newest records only; older ones stay for the operator
+KEY_FILE = "host.key"
+MAX_RECORD_BYTES = 1 << 20     # a real record is a few KiB; its live log is a separate file
+MAX_TOTAL_BYTES = 64 << 20     # all candidates together
+CLOCK_SKEW_S = 300
+
+
+def _expand(raw: str | os.PathLike, what: str) -> Path:
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        raise UsageError(f"{what} {str(raw)!r}: no such user's home directory; give an absolute path") from None
 
 
 def state_dir(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
-        return Path(explicit).expanduser()
+        return _expand(explicit, "--state-dir")
     root = state_root()  # the rule the generated launcher follows too
-    return Path(root).expanduser() if root else Path.home() / ".local" / "state" / "rocm-dspark"
+    if root:
+        return _expand(root, "the state directory")
+    try:
+        home = Path.home()
+    except RuntimeError:
+        raise UsageError(f"no home directory for this user; pass --state-dir or set {ENV_VAR}") from None
+    return home / ".local" / "state" / "rocm-dspark"
 
 
 def records_dir(explicit: str | os.PathLike | None = None) -> Path:
     return state_dir(explicit) / SUBDIR
 
 
-def record_files(directory: Path, limit: int | None = MAX_READ) -> list[Path]:
-    """Record files, newest first (temp files of a write in progress start with '.' and are skipped)."""
+def _os_error(directory, exc: OSError) -> UsageError:
+    return UsageError(f"cannot read the probe record directory {directory}: {exc.strerror or exc}; "
+                      f"pass --state-dir or set {ENV_VAR}")
+
+
+def record_names(directory: Path) -> list[str]:
+    """Candidate record names (temp files of a write in progress start with '.'). One listing, no stat."""
     try:
-        names = [n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")]
+        return sorted((n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")), reverse=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
-    except PermissionError:
-        raise UsageError(f"cannot read the probe record directory {directory}: permission denied; "
-                         f"pass --state-dir or set {ENV_VAR}") from None
-    names.sort(reverse=True)
+    except OSError as exc:
+        raise _os_error(directory, exc) from None
+
+
+def record_files(directory: Path, limit: int | None = None) -> list[Path]:
+    """Record file paths by name, newest id first (a listing for people; the gate orders by content)."""
+    names = record_names(directory)
     return [directory / n for n in (names[:limit] if limit else names)]
+
+
+# --- trust -----------------------------------------------------------------------------------------
+
+
+def _owner_ok(st: os.stat_result, me: int) -> bool:
+    return st.st_uid in (me, 0)
+
+
+def _sole_member_group(st: os.stat_result) -> bool:
+    """Is the file's group the owner's private group (no other member)? OpenSSH's StrictModes rule."""
+    import grp
+    import pwd
+
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+        group = grp.getgrgid(st.st_gid)
+    except KeyError:
+        return False
+    return group.gr_name == owner and all(m == owner for m in group.gr_mem)
+
+
+def _writable_by_others(st: os.stat_result, *, sticky_ok: bool) -> bool:
+    if sticky_ok and st.st_mode & stat.S_ISVTX:
+        return False
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _sole_member_group(st)
+
+
+def _dir_problem(path: str, st: os.stat_result, me: int, *, sticky_ok: bool = False) -> str | None:
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    if not _owner_ok(st, me):
+        return f"{path} is owned by uid {st.st_uid}, not by this user ({me}) or root"
+    if _writable_by_others(st, sticky_ok=sticky_ok):
+        return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}"
+    return None
+
+
+def untrusted_reason(state: Path) -> str | None:
+    """Why records under `state` cannot be trusted, or None. Checks the state dir, its ancestors and probe/."""
+    me = os.geteuid()
+    try:
+        real = os.path.realpath(state)
+        parts = Path(real).parents
+        for ancestor in reversed(parts):  # "/" first
+            problem = _dir_problem(str(ancestor), os.stat(ancestor), me, sticky_ok=True)
+            if problem:
+                return problem
+        problem = _dir_problem(str(state), os.stat(real), me)
+        if problem:
+            return problem
+        probe = os.path.join(real, SUBDIR)
+        st = os.lstat(probe)
+    except FileNotFoundError:
+        return None  # nothing there yet: nothing to trust
+    except OSError as exc:
+        return f"cannot check {state}: {exc.strerror or exc}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{state / SUBDIR} is a symlink; records must live in a real directory"
+    return _dir_problem(str(state / SUBDIR), st, me)
+
+
+class Candidate(NamedTuple):
+    name: str
+    data: bytes | None   # None: not read, see error
+    mtime: float
+    error: str | None
+
+
+def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate], str | None]:
+    """Read every named file in `directory` (probe/) by the rules above; (candidates, over_budget_reason)."""
+    me = os.geteuid()
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _os_error(directory, exc) from None
+    out: list[Candidate] = []
+    total = 0
+    try:
+        for name in names:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError as exc:
+                why = "a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+                out.append(Candidate(name, None, 0.0, why))
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    out.append(Candidate(name, None, 0.0, "not a regular file"))
+                    continue
+                if not _owner_ok(st, me):
+                    out.append(Candidate(name, None, st.st_mtime, f"owned by uid {st.st_uid}"))
+                    continue
+                if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                    out.append(Candidate(name, None, st.st_mtime, "writable by other users"))
+                    continue
+                if st.st_size > MAX_RECORD_BYTES:
+                    out.append(Candidate(name, None, st.st_mtime, f"larger than {MAX_RECORD_BYTES} bytes"))
+                    continue
+                if total + st.st_size > MAX_TOTAL_BYTES:
+                    return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
+                                 "move old ones away so every record can be read")
+                chunks, left = [], MAX_RECORD_BYTES + 1
+                while left > 0:
+                    chunk = os.read(fd, min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    left -= len(chunk)
+                data = b"".join(chunks)
+                total += len(data)
+                if len(data) > MAX_RECORD_BYTES:
+                    out.append(Candidate(name, None, st.st_mtime, f"grew past {MAX_RECORD_BYTES} bytes while read"))
+                    continue
+                out.append(Candidate(name, data, st.st_mtime, None))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return out, None
+
+
+# --- the host key and signatures -------------------------------------------------------------------
+
+
+def _key_path(state: Path) -> Path:
+    return state / KEY_FILE
+
+
+def read_key(state: Path) -> bytes | None:
+    """This host's key, or None when there is none (no record was ever written here) or it is unsafe."""
+    try:
+        fd = os.open(_key_path(state), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != 64:
+            return None
+        return bytes.fromhex(os.read(fd, 64).decode("ascii"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def key_problem(state: Path) -> str:
+    path = _key_path(state)
+    return (f"no usable host key {path} (it must be a 0600 file of this user, made by `rocm-dspark probe`), "
+            "so no record here can be verified")
+
+
+def ensure_key(state: Path) -> bytes:
+    """Read the host key, creating it (0600, O_EXCL, 256 random bits) on the first probe."""
+    key = read_key(state)
+    if key is not None:
+        return key
+    import secrets
+
+    path = _key_path(state)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{path} exists but is not a usable host key (a 0600 regular file of this user holding "
+                         "64 hex digits); remove it (records signed with it will no longer count)") from None
+    try:
+        os.write(fd, secrets.token_hex(32).encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return read_key(state) or b""
+
+
+def signature(data: dict, key: bytes) -> str:
+    import hashlib
+    import hmac
+
+    body = {k: v for k, v in data.items() if k != "hmac"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+
+
+def verify(data: dict, key: bytes) -> bool:
+    import hmac
+
+    given = data.get("hmac")
+    return isinstance(given, str) and hmac.compare_digest(given, signature(data, key))
+
+
+# --- time ------------------------------------------------------------------------------------------
 
 
 def utc_now() -> datetime:
@@ -51,23 +286,62 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_iso(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except (TypeError, ValueError):
+        return None
+
+
+def time_problem(finished_at: str, mtime: float, now: datetime | None = None) -> str | None:
+    """A signed finish time that its file contradicts (written before it finished) or that lies in the future."""
+    finished = parse_iso(finished_at)
+    if finished is None:
+        return f"finished_at {finished_at!r} is not a UTC time"
+    now = now or utc_now()
+    ts = finished.timestamp()
+    if ts > now.timestamp() + CLOCK_SKEW_S:
+        return f"it claims to finish at {finished_at}, in the future"
+    if ts > mtime + CLOCK_SKEW_S:
+        return f"it claims to finish at {finished_at}, after its file was last written"
+    return None
+
+
 def new_record_id(moment: datetime) -> str:
     import secrets  # not at import time: the gate (recipe path) only reads
 
     return f"{moment:%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
 
 
+# --- writing ---------------------------------------------------------------------------------------
+
+
+def prepare_dir(directory: Path) -> None:
+    """Create probe/ (and the state dir) 0700 if needed, and refuse to write where records would not count."""
+    try:
+        directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create the probe record directory {directory}: {exc.strerror or exc}; "
+                         f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
+    problem = untrusted_reason(directory.parent)
+    if problem:
+        raise UsageError(f"refusing to write probe records where they would not be trusted: {problem}")
+
+
 def write_json_atomic(path: Path, data: dict) -> Path:
     """Write to a temp file in the same directory, fsync, then rename: readers never see half a file."""
     from rocm_dspark.atomic import write_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n", mode=0o644)
 
 
 def write_record(directory: Path, data: dict) -> Path:
+    """Sign `data` with this host's key (created on the first probe) and write it as <id>.json."""
     try:
-        return write_json_atomic(directory / f"{data['id']}.json", data)
+        prepare_dir(directory)
+        signed = dict(data, hmac=signature(data, ensure_key(directory.parent)))
+        return write_json_atomic(directory / f"{data['id']}.json", signed)
     except OSError as exc:
         raise UsageError(f"cannot write the probe record to {directory}: {exc.strerror or exc}; "
                          f"pass --state-dir or set {ENV_VAR} to a writable directory") from None

@@ -22,7 +22,6 @@ is recorded as an override and never counts as evidence for the recipe's plan.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,13 +57,9 @@ def load_server_spec(path: str | Path, *, flag: str) -> ServerSpec:
     def bad(problem: str) -> UsageError:
         return UsageError(f"{flag} {p}: {problem}")
 
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise bad("no such file") from None
-    except (OSError, ValueError) as exc:
-        first = (str(exc).splitlines() or [""])[0]
-        raise bad(f"not a JSON file ({type(exc).__name__}: {first})") from None
+    from rocm_dspark.inputs import load_json
+
+    data = load_json(p, flag)  # bounded, regular file, strict UTF-8 and JSON: one-line errors
     if not isinstance(data, dict):
         raise bad("must hold a JSON object with at least argv and port")
     unknown = sorted(set(data) - set(KEYS))

@@ -1,0 +1,87 @@
+"""Reading the files a user names (cost tables, server descriptions, recipe data): bounded, strict, one-line errors.
+
+Encoding (README, "Encoding"): every file, argument and path is strict UTF-8. A file that is not (binary,
+UTF-16, Latin-1) is refused with a one-line error that says so, never half-decoded.
+
+A file is opened with O_NONBLOCK (a FIFO cannot hang the command), must be a regular file, and is read with a
+bounded read. JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
+integers past its digit limit are errors that name the file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+MAX_BYTES = 16 << 20
+
+
+def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes`; UsageError `"{what} {path}: ..."` otherwise."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {p}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} {p}: not a regular file")
+        if st.st_size > max_bytes:
+            raise UsageError(f"{what} {p}: larger than {max_bytes >> 20} MiB")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > max_bytes:
+        raise UsageError(f"{what} {p}: larger than {max_bytes >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        hint = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise UsageError(f"{what} {p}: not UTF-8 text{hint}: byte {exc.start} cannot be decoded; save it as UTF-8") from None
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_json(text: str, where: str):
+    """Strict JSON; UsageError `"{where}: ..."` in one line for anything malformed."""
+    import json
+
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+    except RecursionError:
+        raise UsageError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # duplicate key, NaN, an integer past the digit limit
+        first = (str(exc).splitlines() or [""])[0].split(";")[0]
+        raise UsageError(f"{where}: malformed JSON: {first}") from None
+
+
+def load_json(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES):
+    return loads_json(read_text(path, what, max_bytes=max_bytes), f"{what} {Path(path)}")

@@ -1,0 +1,233 @@
+"""Gate attacks (issue #14, item 1): records the trust model in the README must not trust, and the proofs junk
+must not hide. Records are built and signed by the real code (tests/test_probe_gate.py explains the host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import time
+
+import pytest
+
+from rocm_dspark.catalog import load_catalog
+from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import gate, store
+from rocm_dspark.resolve import resolve_plan
+from tests.conftest import CLI, cli_env
+from tests.test_probe_gate import LIVE_REFUSED, SELECTION, here, mi300x_host, write  # noqa: F401 (fixture)
+
+CAT = load_catalog()
+OTHER_UID = 65534  # nobody
+
+
+def verdict(state):
+    return gate.gate_verdict(CAT, resolve_plan(CAT, SELECTION), state_dir=state)
+
+
+@pytest.fixture
+def proven(mi300x_host):
+    rid, path = write(mi300x_host, here(CAT))
+    assert verdict(mi300x_host).adaptive_proven  # the baseline each attack starts from
+    return mi300x_host, rid, path
+
+
+@pytest.mark.parametrize("which", ["state", "probe"])
+def test_world_or_group_writable_directories_are_not_trusted(proven, which):
+    state, _, _ = proven
+    target = state if which == "state" else state / "probe"
+    for mode in (0o777, 0o757, 0o1777):
+        target.chmod(mode)
+        v = verdict(state)
+        assert not v.adaptive_proven and "are not trusted" in v.reason and "writable by other users" in v.reason
+    target.chmod(0o700)
+    assert verdict(state).adaptive_proven
+
+
+def test_a_writable_non_sticky_ancestor_is_not_trusted(mi300x_host, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    write(shared / "state", here(CAT))
+    assert verdict(shared / "state").adaptive_proven
+    shared.chmod(0o777)
+    assert "writable by other users" in verdict(shared / "state").reason
+    shared.chmod(0o1777)  # sticky, like /tmp: others cannot replace what we own
+    assert verdict(shared / "state").adaptive_proven
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another user")
+@pytest.mark.parametrize("which", ["state", "probe", "file"])
+def test_another_users_directory_or_file_is_not_trusted(proven, which):
+    state, _, path = proven
+    target = {"state": state, "probe": state / "probe", "file": path}[which]
+    os.chown(target, OTHER_UID, -1)
+    v = verdict(state)
+    assert not v.adaptive_proven and f"uid {OTHER_UID}" in v.reason
+
+
+def test_a_symlinked_probe_directory_is_not_trusted(proven, tmp_path):
+    state, _, _ = proven
+    elsewhere = tmp_path / "elsewhere"
+    (state / "probe").rename(elsewhere)
+    (state / "probe").symlink_to(elsewhere)
+    v = verdict(state)
+    assert not v.adaptive_proven and "is a symlink" in v.reason
+
+
+def test_a_symlinked_record_file_is_not_trusted(proven, tmp_path):
+    state, rid, path = proven
+    moved = tmp_path / "real.json"
+    os.rename(path, moved)
+    os.symlink(moved, path)
+    v = verdict(state)
+    assert not v.adaptive_proven and f"{rid}.json is not trusted (a symlink)" in v.reason
+
+
+def test_a_fifo_does_not_hang_recipe_or_show(proven):
+    state, _, _ = proven
+    os.mkfifo(state / "probe" / "x.json")
+    env = cli_env(PATH=os.environ["PATH"], ROCM_PATH=os.environ["ROCM_PATH"])
+    for args in (["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0"],
+                 ["probe", "--show"]):
+        proc = subprocess.run([*CLI, *args, "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    assert "x.json: not a valid probe record (not a regular file)" in proc.stdout
+    assert verdict(state).adaptive_proven
+
+
+def test_a_symlink_to_dev_zero_and_an_oversized_file_are_not_read(proven, monkeypatch):
+    state, _, _ = proven
+    os.symlink("/dev/zero", state / "probe" / "zero.json")
+    big = state / "probe" / "big.json"
+    big.write_bytes(b" " * (store.MAX_RECORD_BYTES + 1))
+    big.chmod(0o644)
+    reads = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+    v = verdict(state)
+    assert v.adaptive_proven  # the proof is still found
+    assert sum(reads) <= 2 * store.MAX_RECORD_BYTES  # the record and the key, bounded; never /dev/zero
+
+
+def test_newest_is_the_signed_finish_time_not_the_file_name(mi300x_host, monkeypatch):
+    fp = here(CAT)
+    # A proof with the largest possible id but an older finish, then a refutation that finished later.
+    write(mi300x_host, fp, record_id="99991231T235959Z-ffffffff")
+    import tests.test_probe_gate as tg
+
+    real_build = tg.build_record
+    monkeypatch.setattr(tg, "build_record", lambda **kw: real_build(**{**kw, "finished_at": "2026-11-29T11:00:00Z"}))
+    rid, path = write(mi300x_host, fp, levels=(tg.STATIC_OK, tg.KERNEL_OK, LIVE_REFUSED))
+    v = verdict(mi300x_host)
+    assert not v.adaptive_proven and v.record == path and f"record {rid}" in v.reason
+
+
+def test_a_planted_record_without_this_hosts_key_is_not_trusted(proven, tmp_path):
+    state, rid, path = proven
+    # Someone builds a complete record with a valid digest and a far-future id, but cannot read host.key.
+    data = json.loads(open(path).read())
+    forged_id = "99991231T235959Z-ffffffff"
+    data.update(id=forged_id, finished_at="2026-11-29T12:00:00Z", hmac="0" * 64)
+    from rocm_dspark.probe.record import content_hash
+
+    data["sha256"] = content_hash(data)
+    forged = state / "probe" / f"{forged_id}.json"
+    forged.write_text(json.dumps(data))
+    v = verdict(state)
+    assert f"record {forged_id} is not signed with this host's key" in v.reason or v.adaptive_proven
+    # ... and it cannot displace a genuine newer refutation either: signed records are the only ones read.
+    os.unlink(path)
+    v = verdict(state)
+    assert not v.adaptive_proven and f"record {forged_id} is not signed with this host's key (host.key): ignored" in v.reason
+
+
+def test_a_record_from_another_host_key_is_not_trusted(proven, tmp_path):
+    state, rid, _ = proven
+    (state / "host.key").unlink()
+    store.ensure_key(state)  # a fresh key: as if the record had been copied from another host
+    v = verdict(state)
+    assert not v.adaptive_proven and f"record {rid} is not signed with this host's key" in v.reason
+
+
+def test_no_key_no_trust(proven):
+    state, _, _ = proven
+    (state / "host.key").unlink()
+    v = verdict(state)
+    assert not v.adaptive_proven and "no usable host key" in v.reason
+    store.ensure_key(state)
+    (state / "host.key").chmod(0o644)  # a key others can read is no key
+    assert "no usable host key" in verdict(state).reason
+
+
+def test_the_key_is_created_0600_exclusively(tmp_path):
+    key = store.ensure_key(tmp_path)
+    assert len(key) == 32 and stat.S_IMODE((tmp_path / "host.key").stat().st_mode) == 0o600
+    assert store.ensure_key(tmp_path) == key
+    (tmp_path / "host.key").chmod(0o640)
+    with pytest.raises(UsageError, match="not a usable host key"):
+        store.ensure_key(tmp_path)
+
+
+def test_a_finish_time_the_file_contradicts_is_not_trusted(proven):
+    state, rid, path = proven
+    old = time.mktime((2026, 11, 1, 0, 0, 0, 0, 0, -1))
+    os.utime(path, (old, old))  # written (mtime) a month before it claims to have finished
+    v = verdict(state)
+    assert not v.adaptive_proven and f"record {rid} is not trusted: it claims to finish at 2026-11-29T10:30:00Z, after its file" in v.reason
+    assert store.time_problem("2999-01-01T00:00:00Z", time.time()).endswith("in the future")
+
+
+def test_junk_cannot_push_a_proof_out(proven):
+    state, _, _ = proven
+    for n in range(300):
+        junk = state / "probe" / f"99999999T{n:06d}Z-junk.json"
+        junk.write_text("{" * 50)
+    v = verdict(state)
+    assert v.adaptive_proven
+
+
+def test_records_over_the_byte_budget_prove_nothing(proven, monkeypatch):
+    state, _, _ = proven
+    monkeypatch.setattr(store, "MAX_TOTAL_BYTES", 10)
+    v = verdict(state)
+    assert not v.adaptive_proven and "move old ones away" in v.reason
+
+
+def test_writing_refuses_a_directory_where_records_would_not_count(tmp_path):
+    state = tmp_path / "state"
+    (state / "probe").mkdir(parents=True)
+    state.chmod(0o777)
+    with pytest.raises(UsageError, match="refusing to write probe records where they would not be trusted"):
+        store.write_record(state / "probe", {"id": "x"})
+    assert not (state / "probe" / "x.json").exists() and not (state / "host.key").exists()
+
+
+def test_new_state_directories_are_private(tmp_path):
+    store.prepare_dir(tmp_path / "new" / "probe")
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new" / "probe").stat().st_mode) == 0o700
+
+
+def test_a_state_dir_of_an_unknown_user_is_one_line(tmp_path):
+    with pytest.raises(UsageError, match="no such user"):
+        store.state_dir("~nosuchuser-i14/x")
+    proc = subprocess.run([*CLI, "probe", "--show", "--state-dir", "~nosuchuser-i14/x"], capture_output=True,
+                          text=True, env=cli_env())
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_name_over_255_bytes_is_one_line(tmp_path):
+    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir",
+                           str(tmp_path / ("x" * 300))], capture_output=True, text=True, env=cli_env())
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "name too long" in proc.stderr.lower()
+
+
+def test_the_fast_path_is_one_listing(tmp_path, monkeypatch):
+    calls = []
+    for name in ("stat", "lstat", "open"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda *a, _r=real, _n=name, **k: calls.append(_n) or _r(*a, **k))
+    (tmp_path / "probe").mkdir()
+    v = verdict(tmp_path)
+    assert v == (False, f"no probe record in {tmp_path / 'probe'}", None) and calls == []
