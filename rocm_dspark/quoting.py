@@ -12,8 +12,9 @@ import re
 
 from rocm_dspark.errors import UsageError
 
-# Words bash never splits or expands; everything else is quoted.
-_BASH_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+# Words bash never splits or expands; everything else is quoted. No ',' and no leading '=': bash takes them
+# literally, but shellcheck flags them inside an array (SC2054, SC2191), and the launcher must pass shellcheck.
+_BASH_SAFE = re.compile(r"[A-Za-z0-9_@%+:./-][A-Za-z0-9_@%+=:./-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # systemd's strict user/group name rule (valid_user_group_name without VALID_USER_RELAX): the names it
 # accepts without a warning. Relaxed names ("a b", "-x", "a.b") load with a warning; ":" "/" and control

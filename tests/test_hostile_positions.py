@@ -1,0 +1,134 @@
+"""Hostile strings through every position a user controls, end to end (issue #14, item 5).
+
+The real CLI resolves the plan (`recipe --format json`) and writes the launcher and the unit (`launch`); the
+launcher then runs for real with the stand-in `vllm` of tests/test_launchers_run.py (an instrument that records
+its exact argv bytes and environment). Every value must arrive byte for byte, nothing may run, the script must
+pass shellcheck, and the systemd unit, as systemd itself reads it (`systemd-analyze security --offline`), must
+still run as the service user. A value a position cannot carry must be refused in one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rocm_dspark.cli import cli as cli_group
+from tests.conftest import CLI, cli_env
+from tests.fuzz_cli import make_runner
+from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
+
+SHELLCHECK = shutil.which("shellcheck") or str(Path(os.sys.executable).with_name("shellcheck"))
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+RUNNER = make_runner()
+CANARY = "/tmp/pwned-by-rocm-dspark-hostile-test"
+HOSTILE = ["with space", "it's \"q\"", f"$(touch {CANARY})", f"`touch {CANARY}`", "a\nb", "100% %n %h", "ünï ✓ 模型",
+           "back\\slash\\", "tab\there", "$HOME ${PATH} $'x' \\x41", "*glob*?[a]", "=", "a,b", "x=-y", "'", "\\",
+           "; rm -rf /tmp/x #", "\x1b[31mred", "--speculative-config={}", "-x", "#comment", "!!", "~root"]
+
+
+def bundles():
+    """Each run carries every hostile string somewhere: four runs cover all of them in every position."""
+    n = len(HOSTILE)
+    return [[HOSTILE[(i + k) % n] for k in range(n)] for i in range(0, n, 6)]
+
+
+def cli(*args, env=None):
+    """The real CLI in a child process (its stderr, exit status and encoding as a user sees them)."""
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env or cli_env(), timeout=120)
+
+
+def cli_in_process(*args):
+    """The same command, in process (the same LazyGroup.main), to keep the suite fast."""
+    result = RUNNER.invoke(cli_group, list(args))
+    assert isinstance(result.exception, (SystemExit, type(None))), result.exception
+    return result
+
+
+@pytest.mark.parametrize("values", bundles(), ids=lambda v: f"from-{HOSTILE.index(v[0])}")
+def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values):
+    rig = Rig(tmp_path / "rig")
+    port = free_port()
+    model_path = "./" + values[0]                     # a path never starts with '-' (refused, tested below)
+    served = values[1] if values[1].strip() else "x" + values[1]
+    flags = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir", str(tmp_path / "no-records"),
+             "--host", "127.0.0.1", "--port", str(port), "--model-path", model_path, "--served-model-name", served]
+    for i, v in enumerate(values):
+        flags += ["--vllm-arg", f"--hostile-{i}={v}", "--env", f"HOSTILE_{i}={v}"]
+    recipe = cli_in_process("recipe", "--format", "json", *flags)
+    assert recipe.exit_code == 0, recipe.output
+    plan = json.loads(recipe.stdout)
+    out = tmp_path / ("out " + values[2].replace("/", "_").replace("\n", "_")[:40])
+    out.mkdir()
+    launched = cli_in_process("launch", "--output", str(out), "--name", "svc", *flags)
+    assert launched.exit_code == 0, launched.output
+    script = out / "svc.sh"
+    sc = subprocess.run([SHELLCHECK, "-S", "style", "-s", "bash", str(script)], capture_output=True, text=True)
+    assert sc.returncode == 0, sc.stdout
+    proc = start_ready(rig, script, port)
+    assert stop_and_check(proc, rig) == 128 + signal.SIGTERM
+    (rec,) = rig.records()
+    assert rec["argv"][1:] == [os.fsencode(a) for a in plan["argv"][1:]]
+    assert rec["argv"][2] == os.fsencode(model_path)
+    for i, v in enumerate(values):
+        assert os.fsencode(f"--hostile-{i}={v}") in rec["argv"] or (
+            os.fsencode(f"--hostile-{i}") in rec["argv"] and os.fsencode(v) in rec["argv"]), v
+        assert rec["env"][f"HOSTILE_{i}".encode()] == v.encode()
+    assert not Path(CANARY).exists()
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("value", HOSTILE)
+def test_systemd_positions_keep_user_as_systemd_reads_the_unit(tmp_path, value):
+    """Served name (Description=), env file path (EnvironmentFile=), output dir (ExecStart=): either refused in
+    one line, or the unit, read by systemd after line continuation, still runs as the service user."""
+    out = tmp_path / "out"
+    out.mkdir()
+    safe_dir = tmp_path / ("d " + value.replace("/", "_").replace("\n", "_").replace("\x1b", "_"))
+    try:
+        safe_dir.mkdir()
+    except OSError:
+        safe_dir = tmp_path / "d"
+        safe_dir.mkdir()
+    served = value if value.strip() else "x" + value
+    cases = {
+        "served": ["--served-model-name", served],
+        "env_file": ["--env-file", str(tmp_path / "e") + value.replace("/", "_")],
+        "output": ["--output", str(safe_dir)],
+    }
+    for where, extra in cases.items():
+        args = ["launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--format", "systemd", "--name", "svc",
+                "--state-dir", str(tmp_path / "none"), "--output", str(out), *extra]
+        result = RUNNER.invoke(cli_group, args)  # in process: the same LazyGroup.main as the installed command
+        if result.exit_code != 0:
+            err = (result.stderr or "").strip().splitlines()
+            assert result.exit_code == 2 and len(err) == 1 and not isinstance(result.exception, Exception) or \
+                isinstance(result.exception, SystemExit), (where, result.output, result.exception)
+            continue
+        written = (safe_dir if where == "output" else out) / "svc.service"
+        res = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--json=short", str(written)],
+                             capture_output=True, text=True, timeout=120)
+        items = {i["json_field"]: i for i in json.loads(res.stdout)}
+        assert items["UserOrDynamicUser"]["set"] is True, (where, value, items["UserOrDynamicUser"])
+
+
+def test_the_env_file_backslash_of_issue_14_is_refused(tmp_path):
+    proc = cli("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--format", "systemd", "--output", str(tmp_path),
+               "--env-file", str(tmp_path / "e" / "x\\"))
+    assert proc.returncode == 2 and "contains a backslash" in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("flag,value", [("--model-path", ""), ("--model-path", "-x"), ("--served-model-name", ""),
+                                        ("--model-path", "a\udcffb")])
+def test_values_a_position_cannot_carry_are_one_line_errors(tmp_path, flag, value):
+    env = cli_env()
+    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path),
+                           flag, value], capture_output=True, env=env, timeout=120)
+    err = proc.stderr.decode(errors="replace").strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("rocm-dspark: error: "), err
+    assert list(tmp_path.iterdir()) == []
