@@ -275,8 +275,31 @@ class _Reader:
 
     def __init__(self, path: Path, data, where: str = ""):
         self.path, self.data, self.where = path, data, where
+        self.seen: set = set()
         if not isinstance(data, dict):
             self.fail(f"expected a mapping, got {type(data).__name__}")
+
+    def close(self, *also: str) -> None:
+        """Refuse keys nobody read (a typo such as `max_num_seq` would otherwise be silently ignored)."""
+        unknown = [k for k in self.data if k not in self.seen and k not in also]
+        if unknown:
+            known = ", ".join(sorted(str(k) for k in (self.seen | set(also))))
+            self.fail(f"unknown key (known: {known})", str(unknown[0]))
+
+    def number(self, key: str, *, optional: bool = False, minimum: float = 0.0, strict: bool = True,
+               maximum: float | None = None):
+        """A finite number > minimum (>= when not strict), <= maximum; None when optional and absent."""
+        value = self.req(key, (int, float), optional=optional)
+        if value is None:
+            return None
+        if isinstance(value, bool) or value != value or value in (float("inf"), float("-inf")):
+            self.fail(f"expected a finite number, got {value!r}", key)
+        low_ok = value > minimum if strict else value >= minimum
+        if not low_ok or (maximum is not None and value > maximum):
+            rel = ">" if strict else ">="
+            high = f" and <= {maximum:g}" if maximum is not None else ""
+            self.fail(f"expected a number {rel} {minimum:g}{high}, got {value!r}", key)
+        return float(value)
 
     def fail(self, problem: str, key: str | None = None):
         loc = ".".join(p for p in (self.where, key) if p) or "(top level)"
@@ -289,6 +312,7 @@ class _Reader:
         return f"{self.where}.{key}" if self.where else key
 
     def req(self, key: str, kind, *, optional: bool = False, default=None):
+        self.seen.add(key)
         if key not in self.data:
             if optional:
                 return default
@@ -298,6 +322,8 @@ class _Reader:
             return default
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if kind is float and isinstance(value, float) and (value != value or abs(value) == float("inf")):
+            self.fail(f"expected a finite number, got {value!r}", key)
         if kind is int and isinstance(value, bool):
             self.fail(f"expected an integer, got {value!r}", key)
         if not isinstance(value, kind):
@@ -338,16 +364,46 @@ class _Reader:
         return dict(value)
 
 
+def _strict_loader():
+    """libyaml's C loader when present (the recipe command's start-up time is mostly YAML parsing), refusing
+    duplicate keys, which plain YAML loaders resolve silently (the last one wins)."""
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key != "<<":
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
+
+
+_LOADER = None
+
+
 def _load_yaml(path: Path):
+    global _LOADER
+    _LOADER = _LOADER or _strict_loader()
     try:
-        with open(path, encoding="utf-8") as fh:
-            # libyaml's C loader when present: the recipe command's start-up time is mostly YAML parsing.
-            return yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        text = raw.decode("utf-8")
+        return yaml.load(text, Loader=_LOADER)
+    except UnicodeDecodeError as exc:
+        raise CatalogError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise CatalogError(f"{path}: {where}: malformed YAML: {problem}") from None
+    except RecursionError:
+        raise CatalogError(f"{path}: nested too deeply") from None
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
 
@@ -359,16 +415,18 @@ def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
     arch = r.req("arch", str)
     if not re.fullmatch(r"gfx\d+[a-z]?", arch):
         r.fail(f"expected a gfx architecture such as gfx942, got {arch!r}", "arch")
-    return GpuSpec(
+    spec = GpuSpec(
         key=key, name=r.req("name", str), arch=arch, family=r.req("family", str),
-        compute_units=r.positive_int("compute_units"), hbm_gb=r.req("hbm_gb", float),
-        hbm_bandwidth_tbps=r.req("hbm_bandwidth_tbps", float),
-        peak_bf16_tflops=r.req("peak_bf16_tflops", float), peak_fp8_tflops=r.req("peak_fp8_tflops", float),
-        peak_fp4_tflops=r.req("peak_fp4_tflops", float, optional=True),
+        compute_units=r.positive_int("compute_units"), hbm_gb=r.number("hbm_gb"),
+        hbm_bandwidth_tbps=r.number("hbm_bandwidth_tbps"),
+        peak_bf16_tflops=r.number("peak_bf16_tflops"), peak_fp8_tflops=r.number("peak_fp8_tflops"),
+        peak_fp4_tflops=r.number("peak_fp4_tflops", optional=True),
         fp8_format=fp8, native_fp4=r.req("native_fp4", bool), gpus_per_node=r.positive_int("gpus_per_node"),
-        tdp_w=r.req("tdp_w", float), marketing_names=r.str_list("marketing_names"),
+        tdp_w=r.number("tdp_w"), marketing_names=r.str_list("marketing_names"),
         sources=r.str_list("sources"),
     )
+    r.close()
+    return spec
 
 
 def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
@@ -394,7 +452,7 @@ def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
             r.fail("the image and vLLM come from the build now: use `build: <name in vllm.yaml builds>` "
                    "(or leave it out for the GPU's default build)", old)
     build = r.req("build", str, optional=True)
-    return Profile(
+    profile = Profile(
         model=model, gpu=gpu, status=status, status_date=date, evidence=evidence, image="",
         image_tag="", vllm_build=build, vllm_version=None,
         tp=r.positive_int("tp"), dp=r.positive_int("dp"), ep=r.positive_int("ep"),
@@ -403,10 +461,12 @@ def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
         capture_cap=r.positive_int("capture_cap"), cudagraph_mode=mode,
         breakable_cudagraph=r.req("breakable_cudagraph", bool, optional=True),
         moe_backend=r.req("moe_backend", str, optional=True),
-        gpu_memory_utilization=r.req("gpu_memory_utilization", float, optional=True),
+        gpu_memory_utilization=r.number("gpu_memory_utilization", optional=True, maximum=1.0),
         engram_cpu_offload={str(k): v for k, v in engram.items()} if engram else None,
         args=r.arg_list("args"), env=r.env("env"),
     )
+    r.close()
+    return profile
 
 
 def _model(path: Path, data, gpus: dict) -> ModelSpec:
@@ -416,34 +476,57 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
     spec.req("method", str)
     spec.sub("config")
     spec.req("adaptive_verification", bool)
+    spec.number("golden_acceptance_length", optional=True, minimum=1.0, strict=False)
+    spec.close("allowed_num_speculative_tokens")  # checked where it is used (planner/profile.py)
     arch = r.sub("architecture")
-    for k in ("layers", "hidden_size", "query_heads", "context_length", "swa_window", "kv_latent_dim"):
+    for k in ("layers", "hidden_size", "query_heads", "context_length", "swa_window", "kv_latent_dim",
+              "routed_experts", "experts_per_token"):
         arch.positive_int(k)
+    arch.close()
     serve = r.sub("serve")
     serve.req("host", str)
-    serve.positive_int("port")
-    serve.req("served_name", str)
-    check = r.sub("validation").sub("deterministic_check")
+    port = serve.positive_int("port")
+    if port > 65535:
+        serve.fail(f"expected a TCP port 1-65535, got {port}", "port")
+    if not serve.req("served_name", str).strip():
+        serve.fail("must not be empty", "served_name")
+    serve.close()
+    validation = r.sub("validation")
+    check = validation.sub("deterministic_check")
     check.req("prompt", str)
     check.req("expect", str)
+    check.req("chat_template_kwargs", dict, optional=True)
+    if check.req("max_tokens", int, optional=True) is not None:
+        check.positive_int("max_tokens")
+    check.close()
+    validation.number("acceptance_length_min", optional=True, minimum=1.0, strict=False)
+    validation.number("gsm8k_min", optional=True, minimum=0.0, strict=False, maximum=1.0)
+    validation.close()
     params = r.sub("params")
-    for k in ("active_output_token_b", "weight_bytes_per_step_gb"):
-        params.req(k, (int, float))
+    for k in ("active_output_token_b", "weight_bytes_per_step_gb", "backbone_b", "active_prompt_token_b"):
+        params.number(k)
+    for k in ("engram_b", "draft_b"):
+        params.number(k, optional=True, strict=False)
+    params.close()
     key = r.req("key", str)
     profiles_r = r.sub("profiles")
     profiles = {g: _profile(key, g, profiles_r.sub(g), gpus) for g in profiles_r.data}
     default_gpu = r.req("default_gpu", str)
     if default_gpu not in profiles:
         r.fail(f"{default_gpu!r} has no profile", "default_gpu")
-    return ModelSpec(
+    model = ModelSpec(
         key=key, hf_id=r.req("hf_id", str), revision=r.req("revision", str, optional=True),
         aliases=r.str_list("aliases"), fallback=r.req("fallback", str, optional=True),
-        default_gpu=default_gpu, architecture=dict(arch.data), weights_gb=r.req("weights_gb", float),
+        default_gpu=default_gpu, architecture=dict(arch.data), weights_gb=r.number("weights_gb"),
         params=dict(params.data), speculative={**spec.data, "block_size": block}, serve=dict(serve.data),
         base_args=r.arg_list("base_args"), base_env=r.env("base_env"),
         validation=dict(r.data["validation"]), profiles=profiles,
         requires=r.str_list("requires", optional=True), workload=_workload(path, r, gpus), memory=_memory(r),
     )
+    if not model.hf_id.strip():
+        r.fail("must not be empty", "hf_id")
+    r.close()
+    return model
 
 
 MEMORY_KEYS = ("fixed_gib", "sharded_weights_gib", "engram_tables_gib", "indexer_mib_per_batched_token",
@@ -506,12 +589,15 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
     for k in ("reason", "evidence", "remove_when"):
         if not r.req(k, str).strip():
             r.fail("must not be empty", k)
-    return Workaround(
+    w = Workaround(
         id=r.req("id", str), models=applies.str_list("models", optional=True), gpus=wgpus, vllm=vllm_range,
         sets=dict(r.req("sets", dict, optional=True, default={})), args=r.arg_list("args"), env=r.env("env"),
         reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
     )
+    applies.close()
+    r.close()
+    return w
 
 
 def load_catalog(root: Path | str | None = None) -> Catalog:
@@ -525,6 +611,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
     gr = _Reader(gpus_path, _load_yaml(gpus_path))
     gpus_r = gr.sub("gpus")
     gpus = {k: _gpu(gpus_path, k, gpus_r.sub(k)) for k in gpus_r.data}
+    gr.close("reference_gpus")  # read by benchmarks/sparse_swa.py for "% of peak" only
 
     models: dict[str, ModelSpec] = {}
     model_paths: dict[str, Path] = {}
@@ -545,6 +632,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
     wr = _Reader(wa_path, _load_yaml(wa_path))
     wa_list = wr.req("workarounds", list)
     workarounds = tuple(_workaround(wa_path, i, w, gpus) for i, w in enumerate(wa_list))
+    wr.close()
     for w in workarounds:
         for m in w.models:
             if m not in models:
