@@ -63,6 +63,9 @@ class LazyGroup(click.Group):
             _error(exc.format_message() + " (see --help)", exc.exit_code)
         except UsageError as exc:
             _error(str(exc))
+        except OSError as exc:  # a path the system refuses (name too long, permission, ...): the user's to fix
+            where = f"{exc.filename}: " if exc.filename else ""
+            _error(f"{where}{exc.strerror or exc}")
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def list_commands(self, ctx):
