@@ -55,7 +55,9 @@ def main() -> int:
         per_cmd[" ".join(a for a in argv[:2] if not a.startswith("-"))] += 1
         if outcome.finding:
             key = outcome.finding.split(": ")[0]
-            findings.setdefault(key, [outcome.finding, " ".join(map(repr, argv))])
+            if key not in findings:
+                findings[key] = [outcome.finding, " ".join(map(repr, argv))]
+                print(f"finding: {outcome.finding}: rocm-dspark {' '.join(map(repr, argv))}", file=sys.stderr, flush=True)
         if done % 1000 == 0:
             rate = done / (time.monotonic() - t0)
             print(f"{done} runs, {rate:.1f}/s, {len(findings)} distinct findings", file=sys.stderr, flush=True)

@@ -37,6 +37,8 @@ HOSTILE = [
     "--speculative_config.enable_adaptive_verification=true", "-sc", "--port=1", "mi300x", "V4.1-Flash",
     "0.32.0", "0.33.0", "latest", "nightly", "~", "~nosuchuser/x", "*", "?", "[a]", "#", ";", "&", "|", "<", ">",
 ]
+# A real command line cannot carry a NUL byte (argv is C strings), so the generator never makes one.
+ARGV_CHARS = st.characters(blacklist_characters="\x00")
 SAFE_NAMES = ["out", "d", "f.json", "fifo.json", "link.json", "bin.dat", "u16.json", "deep.json", "bigint.json",
               "plot.png", "new/x", "d/x.png", "state", "a b", "x\\", "%n", "\u00e9", "x" * 300, ".", "missing",
               "d/", "-d", "e.env", "loose.env"]
@@ -79,7 +81,7 @@ COMMAND_TABLE = _commands()
 def _values(opt: click.Option):
     if opt.name in PATH_OPTIONS:
         return st.sampled_from(SAFE_NAMES)
-    kinds = [st.sampled_from(HOSTILE), st.text(max_size=12)]
+    kinds = [st.sampled_from(HOSTILE), st.text(ARGV_CHARS, max_size=12)]
     t = opt.type
     if isinstance(t, click.Choice):
         kinds += [st.sampled_from(list(t.choices))] * 3
