@@ -84,6 +84,7 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     if live_target is None and "live" in levels:
         live_target = live.target_from_plan(plan, model)
     directory = store.records_dir(state_dir)
+    store.prepare_dir(directory)  # before an hour of work: refuse a directory whose records would not count
     created = store.utc_now()
     record_id = store.new_record_id(created)
 
