@@ -743,7 +743,7 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
     release = r.req("release", str, optional=True)
     if channel == "release" and release is None:
         r.fail("a release build needs `release` (e.g. \"0.33.0\")")
-    return Build(
+    build = Build(
         name=name, image=f"{image.rsplit(':', 1)[0]}@{digest}" if digest else image, image_tag=image, digest=digest,
         vllm_commit=r.req("commit", str, optional=True), reported_version=reported or release or None,
         rocm=r.req("rocm", str, optional=True), channel=channel,
@@ -751,3 +751,5 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
         evidence=r.str_list("evidence"), facts=facts, gpus=evidence_on,
         status_note=" ".join((r.req("status_note", str, optional=True) or "").split()),
     )
+    r.close("changes")  # read above only when not empty
+    return build
