@@ -231,3 +231,20 @@ def test_the_fast_path_is_one_listing(tmp_path, monkeypatch):
     (tmp_path / "probe").mkdir()
     v = verdict(tmp_path)
     assert v == (False, f"no probe record in {tmp_path / 'probe'}", None) and calls == []
+
+
+def test_ab_records_are_read_by_the_same_rules(tmp_path):
+    """A FIFO or a /dev/zero link among the A/B records (validate --ab) neither hangs nor floods the gate."""
+    from rocm_dspark.probe import payoff
+
+    ab = tmp_path / "ab"
+    ab.mkdir(parents=True)
+    os.mkfifo(ab / "x.json")
+    os.symlink("/dev/zero", ab / "zero.json")
+    decided, notes = payoff.from_ab_records(CAT, resolve_plan(CAT, SELECTION), 16, tmp_path, current={})
+    assert decided is None
+    assert any("x.json is not trusted (not a regular file)" in n for n in notes)
+    assert any("zero.json is not trusted (a symlink)" in n for n in notes)
+    tmp_path.chmod(0o777)
+    decided, notes = payoff.from_ab_records(CAT, resolve_plan(CAT, SELECTION), 16, tmp_path, current={})
+    assert decided is None and "are not trusted" in notes[0]

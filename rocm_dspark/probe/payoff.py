@@ -74,18 +74,30 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
     from rocm_dspark.probe import ab_record, store
 
     directory = ab_record.directory(state_dir)
-    files = store.record_files(directory)
-    if not files:
+    names = store.record_names(directory)
+    if not names:
         return None, []
+    # The store's trust rules for the directory and each file (README: trust model): no symlink, FIFO or
+    # device, bounded reads. A/B records carry no HMAC yet, so a trusted directory is all that vouches for them.
+    problem = store.untrusted_reason(directory.parent)
+    if problem:
+        return None, [f"A/B records in {directory} are not trusted: {problem}"]
+    candidates, over = store.read_candidates(directory, names)
+    if over:
+        return None, [over]
     from rocm_dspark.probe import fingerprint
     from rocm_dspark.probe.record import RecordError
 
     current = current if current is not None else fingerprint.current_fingerprint(catalog, plan)
     notes = []
-    for path in files:
+    for c in sorted(candidates, key=lambda c: c.name, reverse=True):
+        path = directory / c.name
+        if c.data is None:
+            notes.append(f"{c.name} is not trusted ({c.error}): ignored")
+            continue
         try:
-            rec = ab_record.parse(path.read_text(errors="strict"))
-        except (OSError, UnicodeDecodeError, RecordError) as exc:
+            rec = ab_record.parse(c.data.decode("utf-8"))
+        except (UnicodeDecodeError, RecordError) as exc:
             notes.append(f"{path.name} is not a valid A/B record ({exc}): ignored")
             continue
         if rec.id != path.stem:

@@ -333,6 +333,7 @@ def write_json_atomic(path: Path, data: dict) -> Path:
     """Write to a temp file in the same directory, fsync, then rename: readers never see half a file."""
     from rocm_dspark.atomic import write_atomic
 
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n", mode=0o644)
 
 
