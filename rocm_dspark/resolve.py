@@ -463,7 +463,7 @@ def check_user_args(catalog, build, tokens) -> None:
     """A --vllm-arg that the build cannot parse is an error naming the build (flags with a rule in
     recipes/vllm.yaml; the real parsers check the rest in the slow tests)."""
     for token in tokens:
-        flag = token.partition("=")[0]
+        flag = normalise(token).flag.partition(".")[0]  # `--engram_config`, dotted keys: the flag vLLM reads
         rule = catalog.flag_rules.get(flag)
         if rule is None:
             continue
@@ -474,10 +474,32 @@ def check_user_args(catalog, build, tokens) -> None:
                     f"{_change_words(catalog, build, change)}); drop it or pick another --build")
 
 
+def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None:
+    """Merge a user --compilation-config into the plan's: vLLM keeps only the last copy (and folds dotted keys
+    into a last copy), so passing it through would silently drop the plan's cudagraph_mode workaround."""
+    if flag != "--compilation-config" or value is None:
+        raise UsageError(
+            f"--vllm-arg {flag}: give the compilation config as one JSON object, --compilation-config='{{...}}'; "
+            f"rocm-dspark merges it with the plan's (a dotted key or a bare flag would replace the plan's whole config)")
+    user = json.loads(value)  # normalise() has checked that it is a JSON object
+    current = next((v for f, v in args.items if f == "--compilation-config"), None)
+    planned = json.loads(current) if current else {}
+    clash = sorted(k for k in user if k.replace("-", "_") in planned)
+    if clash:
+        raise UsageError(
+            f"--vllm-arg --compilation-config sets {', '.join(clash)}, which the plan decides for this GPU "
+            f"(see the plan's workaround notes); leave that key out")
+    args.set("--compilation-config", _compact_json({**planned, **user}))
+
+
 def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
     for token in s.sel.extra_args:
-        args.set(*_parse_user_arg(token))
+        flag, value = _parse_user_arg(token)
+        if flag.startswith("--compilation-config"):
+            _merge_compilation_config(args, flag, value)
+        else:
+            args.set(flag, value)
         s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
     for key, value in s.sel.extra_env:
         s.env[key] = value

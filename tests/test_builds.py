@@ -240,3 +240,9 @@ def test_memory_budget_adds_up():
     mem = resolve(CAT, Selection(model=V41, gpu="mi300x")).memory
     parts = mem.margin_gib + mem.weights_gib + mem.engram_gib + mem.indexer_gib + mem.kv_gib
     assert abs(parts - mem.usable_gib) < 0.05 and mem.engram_gib > 0  # TP8 keeps the tables resident
+
+
+@pytest.mark.parametrize("token", ['--engram_config={"cpu_offload":true}', "--engram-config.cpu_offload=true"])
+def test_a_flag_the_build_cannot_parse_is_refused_in_every_spelling_vllm_reads(token):
+    with pytest.raises(UsageError, match="nightly-eed1f3d0 cannot parse it"):
+        resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", build="nightly-eed1f3d0", extra_args=(token,)))

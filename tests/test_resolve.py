@@ -223,3 +223,25 @@ def test_capture_over_the_cap_suggests_the_fixes():
     ok = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512, capture_cap=4096,
                                 max_num_batched_tokens=16384))
     assert flags(ok.argv)["--max-cudagraph-capture-size"] == "4096"
+
+
+def _compilation(plan):
+    argv = list(plan.argv)
+    return json.loads(argv[argv.index("--compilation-config") + 1])
+
+
+@pytest.mark.parametrize("token", ['--compilation-config={"cudagraph_mode":"NONE"}', "--compilation-config.mode=3",
+                                   "--compilation_config.cudagraph_mode=PIECEWISE", "-cc.mode=3", "--compilation-config"])
+def test_user_compilation_config_cannot_drop_the_plans_graph_mode(token):
+    # vLLM keeps the last --compilation-config (dotted keys fold into a last copy), which would silently drop
+    # the gfx942 FULL_DECODE_ONLY workaround: these are refused with one line.
+    with pytest.raises(UsageError, match="compilation"):
+        resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", extra_args=(token,)))
+
+
+def test_user_compilation_config_merges_with_the_plans():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", extra_args=('-cc={"mode":3}',)))
+    assert _compilation(plan) == {"cudagraph_mode": "FULL_DECODE_ONLY", "mode": 3}
+    assert list(plan.argv).count("--compilation-config") == 1
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", extra_args=('--compilation-config={"mode":3}',)))
+    assert _compilation(plan) == {"mode": 3}
