@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import RecordError, content_hash
+from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
 
 SCHEMA = "rocm-dspark/ab-record/1"
 SUBDIR = "ab"
@@ -76,28 +76,12 @@ def verdict_of(arms: dict, concurrency: int) -> dict:
                     f"({adaptive['output_throughput_tok_s']:g} vs {block['output_throughput_tok_s']:g})"}
 
 
-def _type_ok(value, kind) -> bool:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        return False
-    return isinstance(value, kinds)
-
-
-def _keys(obj: dict, spec: dict, where: str) -> None:
-    missing, extra = sorted(spec.keys() - obj.keys()), sorted(obj.keys() - spec.keys())
-    if missing or extra:
-        raise RecordError(f"{where} " + (f"lacks {', '.join(missing)}" if missing else f"has unexpected {', '.join(extra)}"))
-    for key, kind in spec.items():
-        if not _type_ok(obj[key], kind):
-            raise RecordError(f"{where}.{key} has the wrong type ({type(obj[key]).__name__})")
-
-
 def parse_data(data) -> ABRecord:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _keys(data, _TOP, "record")
+    _check_keys(data, _TOP, "record")
     if not ID_PATTERN.match(data["id"]):
         raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
     if data["sha256"] != content_hash(data):
@@ -105,7 +89,7 @@ def parse_data(data) -> ABRecord:
     if set(data["arms"]) != set(ARMS):
         raise RecordError(f"arms must be exactly {ARMS}")
     for name in ARMS:
-        _keys(data["arms"][name], _ARM, f"arms.{name}")
+        _check_keys(data["arms"][name], _ARM, f"arms.{name}")
     if data["concurrency"] < 1:
         raise RecordError("concurrency must be positive")
     if data["verdict"] != verdict_of(data["arms"], data["concurrency"]):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -27,7 +26,7 @@ from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 from rocm_dspark.runtime.metrics import spec_decode_counters
-from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.runtime.process import VllmServer, listening
 
 DEFAULT_PROMPTS = ("def fibonacci(n):", "The three primary colours are")
 GREEDY_MAX_TOKENS = 32
@@ -122,15 +121,6 @@ def assess(ev: dict) -> list[str]:
 # --- running ---------------------------------------------------------------------------------------
 
 
-def _listening(host: str, port: int) -> bool:
-    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
 def _wait(srv, deadline_s: float, progress):
     t0 = time.monotonic()
     while True:
@@ -201,7 +191,7 @@ def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | No
 def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress) -> tuple[bool, str]:
     srv = holder[0]
     if srv is None:
-        if _listening(target.host, target.port):
+        if listening(target.host, target.port):
             return False, (f"something already listens on {target.host}:{target.port}: stop it or probe on "
                            f"another port (--port)")
         srv = holder[0] = VllmServer(list(target.argv), dict(target.env), host=target.host, port=target.port,

@@ -27,6 +27,16 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.launch_facts import find_refusal
 from rocm_dspark.runtime.client import ServerError, VllmClient, model_ids
 
+def listening(host: str, port: int) -> bool:
+    """Does something accept TCP connections on host:port? (A wildcard bind address is asked on loopback.)"""
+    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

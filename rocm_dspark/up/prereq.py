@@ -8,9 +8,10 @@ what only a start needs: where the Hugging Face cache is, a token for the downlo
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import NamedTuple
+
+from rocm_dspark.runtime.process import listening
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skipped"
 
@@ -38,15 +39,6 @@ def hf_token_present() -> str | None:
         return "$HF_TOKEN"
     path = Path(os.environ.get("HF_TOKEN_PATH") or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "token")
     return str(path) if path.is_file() and path.stat().st_size > 0 else None
-
-
-def port_in_use(host: str, port: int) -> bool:
-    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def _from_outcome(name: str, outcome, fix: str) -> Prereq:
@@ -88,7 +80,7 @@ def download_checks(plan, model_path: str | None, needs_download: bool) -> list[
 
 
 def port_check(host: str, port: int, ours: bool) -> Prereq:
-    if not port_in_use(host, port):
+    if not listening(host, port):
         return Prereq("port", OK, f"{host}:{port} is free")
     if ours:
         return Prereq("port", OK, f"{host}:{port} is served by the service this `up` started before")
