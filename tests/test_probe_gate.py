@@ -226,7 +226,12 @@ def test_renamed_record_is_ignored(mi300x_host):
     ((STATIC_OK, KERNEL_OK, LIVE_OK), {"kind": "command-file", "path": "/tmp/tiny.json", "argv": ["vllm"]},
      "its live level ran another command than the plan's"),
     ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "attached": True})), None,
-     "its live level ran another command"),
+     "its live level attached to a server not shown to run the plan's command"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "attached": True,
+                                                       "command_verified": "true"})), None,
+     "its live level attached to a server not shown to run the plan's command"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "attached": True, "command_verified": False})),
+     None, "its live level attached to a server not shown to run the plan's command"),
     ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "adaptive_verification": False})), None,
      "did not run with enable_adaptive_verification on"),
     # Only a JSON boolean counts (rocm_dspark/probe/evidence.py): look-alikes prove nothing.
@@ -242,6 +247,15 @@ def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
     verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
     assert not verdict.adaptive_proven
     assert f"record {rid} matches but is not enough: " in verdict.reason and why in verdict.reason
+
+
+def test_an_attached_live_run_shown_to_be_the_plans_command_counts(mi300x_host):
+    """`up` probes the server it started: /proc showed the plan's command serving (tests/test_probe_serving.py)."""
+    catalog = load_catalog()
+    live = LIVE_OK._replace(evidence={**LIVE_OK.evidence, "attached": True, "command_verified": True})
+    rid, path = write(mi300x_host, here(catalog), (STATIC_OK, KERNEL_OK, live))
+    verdict = gate.gate_verdict(catalog, resolve_plan(catalog, SELECTION), state_dir=mi300x_host)
+    assert verdict.adaptive_proven and verdict.record == path and f"record {rid}" in verdict.reason
 
 
 def test_newest_failure_beats_an_older_pass(mi300x_host):

@@ -16,6 +16,7 @@ class GateEvidence(NamedTuple):
     graph_replay: bool | None = None             # kernel: a captured graph was replayed
     negative_control_caught: bool | None = None  # kernel: the host-planned control was told apart
     attached: bool | None = None                 # live: a server the probe did not start
+    command_verified: bool | None = None         # live, attached: /proc showed the plan's command serving
     adaptive_verification: bool | None = None    # live: the command had enable_adaptive_verification on
     ready: bool | None = None                    # live: /health and /v1/models answered
 

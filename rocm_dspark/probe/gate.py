@@ -11,7 +11,8 @@ Rules, in order:
     is not enough, and the next older matching record is looked at.
 A level counts only with the evidence behind it: static on a real ROCm platform (not forced), kernel
 on a GPU (not interpreted) with a graph replay and the negative control caught, live of the plan's own
-command with adaptive verification on.
+command with adaptive verification on: started by the probe, or a running server that /proc showed to be that
+command before and after the requests (probe.serving).
 
 Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path.
 """
@@ -42,8 +43,10 @@ def level_counts(level: LevelResult, record: Record) -> str | None:
         return "its static level ran with the ROCm platform forced (no AMD GPU)"
     if level.name == "kernel" and ev.interpreted is not False:
         return "its kernel level ran in the Triton interpreter, not on the GPU"
-    if level.name == "live" and (record.live_override is not None or ev.attached is not False):
+    if level.name == "live" and record.live_override is not None:
         return "its live level ran another command than the plan's"
+    if level.name == "live" and ev.attached is not False and ev.command_verified is not True:
+        return "its live level attached to a server not shown to run the plan's command"
     return None
 
 

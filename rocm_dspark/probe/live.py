@@ -9,9 +9,13 @@ afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with th
 
 For hosts where the plan cannot run (this CPU-only build box) a server-description file replaces the
 plan's command (`--server-json FILE`, rocm_dspark.runtime.server_spec: the same format as `validate --server-json`);
-the Python API can also attach to a server that is already up. Both are recorded as `live_override` and
-never count for the gate. With such a file the recipe's deterministic check applies only when the file says
-`recipe_model: true`; its own `deterministic_check` and `prompts` replace the defaults.
+it is recorded as `live_override` and never counts for the gate. With such a file the recipe's deterministic
+check applies only when the file says `recipe_model: true`; its own `deterministic_check` and `prompts` replace
+the defaults.
+
+The level can also attach to a server that is already up (`rocm-dspark up` probes the server it started). That
+counts only when /proc shows that the process serving the port is the plan's own adaptive command, before and
+after the requests (rocm_dspark.probe.serving).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
+from rocm_dspark.probe import serving
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 from rocm_dspark.runtime.metrics import spec_decode_counters
@@ -167,8 +172,8 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
 
 def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | None = None, progress=lambda msg: None,
              server=None) -> LevelResult:
-    """Run the level. `server`: a VllmServer that is already started (attached: not started or stopped
-    here, and never valid for gating)."""
+    """Run the level. `server`: a VllmServer that is already started (attached: not started or stopped here;
+    valid for gating only when /proc shows it is the target's own command, rocm_dspark.probe.serving)."""
     started, t0 = utc_now(), time.monotonic()
     attached = server is not None
     ev: dict = {"source": target.source, "command_file": target.detail or None, "argv": list(target.argv),
@@ -212,8 +217,15 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
         return False, ready.reason()
     ev["ready"] = True
     progress(f"live: {ready.reason()}")
+    if ev["attached"]:
+        ev["serving_process"] = serving.identify(target.argv, target.env, target.port)
+        progress(f"live: the server on port {target.port}: {ev['serving_process']['why']}")
     try:
         _exercise(srv, target, ev, progress)
+        if ev["attached"]:
+            after = serving.still_serving(ev["serving_process"], target.argv, target.env, target.port)
+            ev["serving_process_after"] = after
+            ev["command_verified"] = bool(ev["serving_process"]["verified"] and after["verified"])
     except (EnvironmentFailure, UsageError, KeyError, IndexError, TypeError, ValueError) as exc:
         # ServerError (transport/HTTP), counters that went backwards, unparsable /metrics or JSON
         if not isinstance(exc, (EnvironmentFailure, UsageError)):
@@ -231,12 +243,17 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
 
 
 def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:
-    if attached:
-        valid, note = False, "not valid for gating: attached to a server the probe did not start"
-    elif target.source != "plan":
+    if target.source != "plan":
         valid, note = False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
     elif not target.adaptive:
         valid, note = False, "not valid for gating: the command does not enable adaptive verification"
+    elif attached and not ev.get("command_verified"):
+        shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
+        valid, note = False, ("not valid for gating: attached to a server not shown to run the plan's command"
+                              + (f" ({shown})" if shown else ""))
+    elif attached:
+        valid, note = True, ("valid for gating: the server on the plan's port is the plan's own command with "
+                             "enable_adaptive_verification on (checked in /proc before and after the requests)")
     else:
         valid, note = True, "valid for gating: the plan's own command with enable_adaptive_verification on"
     return LevelResult("live", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), ev)

@@ -8,8 +8,8 @@ Shape (schema "rocm-dspark/probe-record/1"):
     levels_requested                                 ["static", "kernel", "live"] or a subset
     levels                                           [LevelResult as a dict, ...] in run order
     live_override                                    null, or how the live level deviated from the plan
-                                                     ({"kind": "command-file"|"attached", ...}); such a
-                                                     live result never counts for the gate
+                                                     ({"kind": "command-file", ...}); such a live result
+                                                     never counts for the gate
     sha256                                           hex digest of all the other keys, canonical JSON
     hmac                                             (added by store.write_record) HMAC-SHA256 with this
                                                      host's key over every other key; see store.py

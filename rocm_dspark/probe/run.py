@@ -71,7 +71,8 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
 
     live_target: a live.LiveTarget replacing the plan's command (from a --server-json file: live.target_from_spec),
     recorded as an override.
-    attach_server: a started VllmServer to use instead of starting one (tests), recorded as an override.
+    attach_server: a started VllmServer to use instead of starting one (`up`: the server it started); the live
+    level counts only when /proc shows it serves the plan's own adaptive command (probe.serving).
     """
     from rocm_dspark.probe import kernel, live, static
 
@@ -108,9 +109,7 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
         results.append(result)
 
     override = None
-    if "live" in levels and attach_server is not None:
-        override = {"kind": "attached", "base_url": attach_server.base_url}
-    elif "live" in levels and live_target.source != "plan":
+    if "live" in levels and live_target.source != "plan":
         override = {"kind": live_target.source, "path": live_target.detail, "argv": list(live_target.argv)}
     data = build_record(
         record_id=record_id, created_at=store.iso(created), finished_at=store.iso(store.utc_now()),

@@ -7,4 +7,5 @@
   server_spec.py  the `--server-json FILE` format: a server command run instead of the recipe's plan
   gpus.py         which AMD GPUs the host has (amd-smi JSON, then rocminfo), matched to the catalog
   inventory.py    GPU health for validation: HBM, ECC, temperatures, power
+  procfs.py       /proc: who holds a listening port, a process's argv, environment, owner, parent, start time
 """

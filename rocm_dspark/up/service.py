@@ -15,15 +15,7 @@ import time
 from pathlib import Path
 
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
-
-
-def start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), or None."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(raw[raw.rfind(")") + 2:].split()[19])
+from rocm_dspark.runtime.procfs import start_ticks
 
 
 def same_process(service: dict | None) -> bool:

@@ -435,14 +435,13 @@ def probe_run(run) -> dict:
     target = None
     srv = None
     if "live" in levels:
+        # The live level asks the started server. It counts for the gate only when /proc shows that server is
+        # the plan's own adaptive command (probe.serving); run_probe takes that command from the plan itself.
         srv = service.attach(run.state.service)
         if run.options.target == LOCAL_CPU:
             from rocm_dspark.runtime.server_spec import load_server_spec
 
             target = live.target_from_spec(load_server_spec(run.dir / "server.json", flag="server.json"), run.model)
-        else:
-            target = live.target_from_plan(run.plan, run.model)
-        target = target._replace(source="attached", detail=srv.base_url)
     outcome = run_probe(run.catalog, run.selection, levels=levels, state_dir=run.options.state_dir,
                         live_target=target, attach_server=srv, progress=lambda m: run.say(f"  [probe] {m}"),
                         kernel_python=run.options.kernel_python)
@@ -460,7 +459,8 @@ def probe_dry(run) -> list[str]:
     levels, why = _probe_levels(run)
     lines = [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(lv for lv in levels if lv != 'live')}"]
     if "live" in levels:
-        lines.append("live level: attached to the started server (its counters and greedy answers)")
+        lines.append("live level: attached to the started server (its counters and greedy answers); it counts for "
+                     "the gate when /proc shows the process serving the port runs the plan's adaptive argv and env")
     if why:
         lines.append(why)
     return lines

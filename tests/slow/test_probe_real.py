@@ -129,5 +129,9 @@ def test_live_level_reads_real_counters_from_the_shared_ngram_server(in_vllm_pyt
     assert ev["metrics"]["acceptance_length"] == pytest.approx(1 + delta["num_accepted_tokens"] / delta["num_drafts"])
     assert len(delta["accepted_per_pos"]) == 3 and sum(delta["accepted_per_pos"]) == delta["num_accepted_tokens"]
     assert srv.server.returncode() is None  # attached: the probe did not stop the shared server
-    assert outcome.record.live_override == {"kind": "attached", "base_url": srv.base_url}
+    # /proc shows the real vLLM API-server process serving the port with exactly this argv and env ...
+    assert ev["serving_process"]["verified"] and ev["command_verified"], ev["serving_process"]
+    assert ev["serving_process"]["pid"] == srv.server.pid
+    # ... but it is the test's ngram command, not the plan's: it is an override and cannot count.
+    assert outcome.record.live_override == {"kind": "attached", "path": srv.base_url, "argv": list(srv.argv)}
     assert not level.valid_for_gating and outcome.gate_state == "incomplete"

@@ -117,6 +117,10 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
         assert set(levels) == {"static", "kernel", "live"}
         assert not any(lv["valid_for_gating"] for lv in levels.values())
         assert levels["live"]["passed"], levels["live"]["reason"]
+        # The live level asked the server `up` started, and /proc showed it is the launched command (real vLLM
+        # under the generated launcher); it still cannot count, because that command is the local-cpu one.
+        assert levels["live"]["evidence"]["serving_process"]["verified"], levels["live"]["evidence"]["serving_process"]
+        assert record["live_override"]["kind"] == "command-file" and "not the plan's" in levels["live"]["gating_note"]
         assert "rocm-dspark up: summary" in out2 and "mean acceptance length" in out2
 
         # 3. Nothing changed: no step reruns and no server starts.
