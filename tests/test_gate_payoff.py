@@ -74,9 +74,10 @@ def arm(tok_s, failed=0, al=None):
 _SEQ = iter(range(10, 60))
 
 
-def write_ab(state, fp, *, block=1000.0, adaptive=1100.0, concurrency=64, override=None, failed=0):
-    rid = f"20261201T01{next(_SEQ):02d}00Z-{'%08x' % next(_SEQ)}"
-    data = ab_record.build(record_id=rid, created_at="2026-12-01T01:00:00Z", finished_at="2026-12-01T01:10:00Z",
+def write_ab(state, fp, *, block=1000.0, adaptive=1100.0, concurrency=64, override=None, failed=0,
+             finished_at="2026-12-01T01:10:00Z", rid=None):
+    rid = rid or f"20261201T01{next(_SEQ):02d}00Z-{'%08x' % next(_SEQ)}"
+    data = ab_record.build(record_id=rid, created_at="2026-12-01T01:00:00Z", finished_at=finished_at,
                            toolkit_version="0.1.0", host={"hostname": "h", "platform": "Linux"},
                            selection=SELECTION._asdict(), fingerprint=fp, concurrency=concurrency,
                            workload={"requests": 64, "max_tokens": 256, "prompts": "x"},
@@ -135,6 +136,42 @@ def test_records_that_do_not_count_fall_back_to_the_prediction(tmp_path, fp, cas
     words = {"override": "ran other commands", "other-host": "is for", "other-concurrency": "measured c=16",
              "failed": "requests failed", "tampered": "not a valid A/B record", "renamed": "renamed file"}[case]
     assert words in d.text
+
+
+def test_ab_records_are_signed_with_the_host_key(tmp_path, fp):
+    rid, path = write_ab(tmp_path, fp)
+    data = json.loads(path.read_text())
+    assert store.verify(data, store.read_key(tmp_path)) and oct(path.stat().st_mode & 0o777) == "0o644"
+    assert oct(ab_record.directory(tmp_path).stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("case", ["unsigned", "other-key", "no-key", "future"])
+def test_ab_records_nobody_here_signed_do_not_decide(tmp_path, fp, case):
+    """A planted or copied A/B record (README, trust model) falls back to the prediction, with the reason."""
+    rid, path = write_ab(tmp_path, fp, adaptive=5000,
+                         finished_at="2099-01-01T00:00:00Z" if case == "future" else "2026-12-01T01:10:00Z")
+    data = json.loads(path.read_text())
+    if case == "unsigned":
+        data.pop("hmac")
+        path.write_text(json.dumps(data))
+    if case == "other-key":  # signed on another host: a valid HMAC under a key that is not this host's
+        data["hmac"] = store.signature(data, b"0" * 64)
+        path.write_text(json.dumps(data))
+    if case == "no-key":
+        (tmp_path / store.KEY_FILE).unlink()
+    d = decide(tmp_path, fp)
+    assert d.evidence == "prediction"
+    words = {"unsigned": f"A/B record {rid} is not signed with this host's key",
+             "other-key": f"A/B record {rid} is not signed with this host's key",
+             "no-key": "A/B records in ", "future": "in the future"}[case]
+    assert words in d.text
+
+
+def test_newest_ab_record_is_by_signed_finish_time_not_file_name(tmp_path, fp):
+    late, _ = write_ab(tmp_path, fp, adaptive=1200, finished_at="2026-12-01T02:00:00Z", rid="20261201T000000Z-00000001")
+    write_ab(tmp_path, fp, adaptive=900, finished_at="2026-12-01T01:00:00Z", rid="99991231T235959Z-ffffffff")
+    d = decide(tmp_path, fp)
+    assert d.state == payoff.PAYS and d.evidence == f"A/B record {late}"
 
 
 def test_verdict_must_follow_from_the_numbers(fp):

@@ -153,7 +153,7 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("rocm_dspark.atomic.os.fsync", broken_fsync)
-    with pytest.raises(UsageError, match="cannot write the probe record .* No space left on device"):
+    with pytest.raises(UsageError, match="cannot write the record to .* No space left on device"):
         store.write_record(directory, make())  # same id: would replace the old file
     assert old.read_text() == before
     assert sorted(os.listdir(directory)) == [old.name]

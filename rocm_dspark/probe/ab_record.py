@@ -15,8 +15,10 @@ Shape (schema "rocm-dspark/ab-record/1"), strict JSON like the probe's record (r
                                                      record never counts for the gate
     verdict                                          {gain_pct, pays, text}, recomputed and checked on read
     sha256                                           digest of every other key, canonical JSON
+    hmac                                             HMAC-SHA256 under this host's key (store.write_record)
 
-Files live in `<state dir>/ab/<id>.json`, written atomically. Imports stay light: the gate reads these
+Files live in `<state dir>/ab/<id>.json`, signed and written atomically, and are read by the probe
+records' trust model (rocm_dspark.probe.store, README). Imports stay light: the gate reads these
 on the recipe path.
 """
 
@@ -79,6 +81,7 @@ def verdict_of(arms: dict, concurrency: int) -> dict:
 def parse_data(data) -> ABRecord:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
+    data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     _check_keys(data, _TOP, "record")
@@ -127,9 +130,12 @@ def build(*, record_id: str, created_at: str, finished_at: str, toolkit_version:
 
 
 def write(state_dir, data: dict):
+    """Sign with this host's key and write atomically, as probe records are (store.write_record)."""
+    return store.write_record(directory(state_dir), data)
+
+
+def load(state_dir=None, names: list[str] | None = None) -> store.Loaded:
+    """The A/B records in `<state>/ab/`, checked by the probe records' trust model (store.load_signed)."""
     target = directory(state_dir)
-    try:
-        return store.write_json_atomic(target / f"{data['id']}.json", data)
-    except OSError as exc:
-        raise UsageError(f"cannot write the A/B record to {target}: {exc.strerror or exc}; pass --state-dir "
-                         f"or set {store.ENV_VAR} to a writable directory") from None
+    names = store.record_names(target) if names is None else names
+    return store.load_signed(target, names, parse_data, kind="A/B record", label="A/B record")

@@ -19,7 +19,7 @@ Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from rocm_dspark.probe import store
 from rocm_dspark.probe.evidence import GateEvidence
@@ -90,79 +90,14 @@ def evidence_state(record: Record) -> tuple[str, str]:
     return "proven", "static, GPU kernel (graph replay, negative control caught) and live passed"
 
 
-class Checked(NamedTuple):
-    """One candidate file after the trust rules: `record` when it parses, `problem` when it may not count."""
-
-    path: object            # pathlib.Path
-    record: Record | None
-    problem: str | None     # None: trusted
-    note: str | None        # the gate's note for an ignored file
-
-
-class Loaded(NamedTuple):
-    checked: list           # [Checked], parsed records newest first (by signed content), then the rest
-    untrusted: str | None   # set when nothing in the directory may be trusted at all
-
-    @property
-    def trusted(self) -> list:
-        return [(c.path, c.record) for c in self.checked if c.problem is None]
-
-    @property
-    def notes(self) -> list[str]:
-        return [c.note for c in self.checked if c.note]
-
-
-def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> Loaded:
-    """Every candidate in the state directory, checked by the README's trust model (see store.py)."""
-    import json
-
-    from rocm_dspark.probe.record import RecordError, parse_record_data
+def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> store.Loaded:
+    """Every candidate in probe/, checked by the README's trust model (store.load_signed)."""
+    from rocm_dspark.probe.record import parse_record_data
 
     directory = store.records_dir(state_dir)
     names = store.record_names(directory) if names is None else names
-    if not names:
-        return Loaded([], None)
-    problem = store.untrusted_reason(directory.parent)
-    if problem:
-        return Loaded([], problem)
-    key = store.read_key(directory.parent)
-    if key is None and need_key:
-        return Loaded([], store.key_problem(directory.parent))
-    candidates, over = store.read_candidates(directory, names)
-    if over:
-        return Loaded([], over)
-
-    def no_constants(name):
-        raise ValueError(f"{name} is not a JSON value")
-
-    records, rest = [], []
-    for c in candidates:
-        path = directory / c.name
-        if c.data is None:
-            rest.append(Checked(path, None, c.error, f"{c.name} is not trusted ({c.error}): ignored"))
-            continue
-        try:
-            try:
-                data = json.loads(c.data.decode("utf-8"), parse_constant=no_constants)
-            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-                raise RecordError(f"not valid JSON ({exc.__class__.__name__})") from None
-            record = parse_record_data(data)
-        except RecordError as exc:
-            rest.append(Checked(path, None, str(exc), f"{c.name} is not a valid probe record ({exc}): ignored"))
-            continue
-        if record.id + ".json" != c.name:
-            why = f"holds record {record.id} (renamed file)"
-            rest.append(Checked(path, None, why, f"{c.name} {why}: ignored"))
-            continue
-        if key is None or not store.verify(data, key):
-            why = f"is not signed with this host's key ({store.KEY_FILE})"
-            records.append(Checked(path, record, why, f"record {record.id} {why}: ignored"))
-            continue
-        when = store.time_problem(record.finished_at, c.mtime)
-        why = f"is not trusted: {when}" if when else None
-        records.append(Checked(path, record, why, f"record {record.id} {why}: ignored" if why else None))
-    records.sort(key=lambda c: (c.record.finished_at, c.record.id), reverse=True)
-    return Loaded(records + rest, None)
+    return store.load_signed(directory, names, parse_record_data, kind="probe record", label="record",
+                             need_key=need_key)
 
 
 def _joined(notes: list[str]) -> str:

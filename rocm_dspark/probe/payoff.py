@@ -2,7 +2,8 @@
 
 Evidence, in order:
   1. A/B records (`rocm-dspark validate --ab`, rocm_dspark.probe.ab_record) in `<state dir>/ab/`, newest
-     first. One counts only if it parses (schema, digest, verdict that follows from its numbers), ran the
+     first by their signed finish time. One counts only if the probe records' trust model accepts it (safe
+     read, this host's HMAC, sane time), it parses (schema, digest, verdict that follows from its numbers), ran the
      plan's own commands (no override), matches this host and plan (the probe's fingerprint) and was
      measured at exactly C. The first that counts decides: pays or loses.
   2. Otherwise the calibrated planner's prediction (recipes/adaptive_payoff.yaml, generated from the
@@ -77,32 +78,14 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
     names = store.record_names(directory)
     if not names:
         return None, []
-    # The store's trust rules for the directory and each file (README: trust model): no symlink, FIFO or
-    # device, bounded reads. A/B records carry no HMAC yet, so a trusted directory is all that vouches for them.
-    problem = store.untrusted_reason(directory.parent)
-    if problem:
-        return None, [f"A/B records in {directory} are not trusted: {problem}"]
-    candidates, over = store.read_candidates(directory, names)
-    if over:
-        return None, [over]
+    loaded = ab_record.load(state_dir, names)  # the probe records' trust model: signed, safe reads
+    if loaded.untrusted:
+        return None, [f"A/B records in {directory} are not trusted: {loaded.untrusted}"]
     from rocm_dspark.probe import fingerprint
-    from rocm_dspark.probe.record import RecordError
 
     current = current if current is not None else fingerprint.current_fingerprint(catalog, plan)
-    notes = []
-    for c in sorted(candidates, key=lambda c: c.name, reverse=True):
-        path = directory / c.name
-        if c.data is None:
-            notes.append(f"{c.name} is not trusted ({c.error}): ignored")
-            continue
-        try:
-            rec = ab_record.parse(c.data.decode("utf-8"))
-        except (UnicodeDecodeError, RecordError) as exc:
-            notes.append(f"{path.name} is not a valid A/B record ({exc}): ignored")
-            continue
-        if rec.id != path.stem:
-            notes.append(f"{path.name} holds A/B record {rec.id} (renamed file): ignored")
-            continue
+    notes = list(loaded.notes)
+    for path, rec in loaded.trusted:  # newest first, by the signed finished_at
         if rec.override is not None:
             notes.append(f"A/B record {rec.id} ran other commands than the plan's ({rec.override.get('kind')}): "
                          f"does not count")

@@ -1,6 +1,8 @@
-"""Where probe records live, and which of them may be trusted (README: "Trust model for probe records").
+"""Where probe and A/B records live, and which of them may be trusted (README: "Trust model for probe records").
 
-Layout: `<state dir>/probe/<id>.json` (records), `<state dir>/host.key` (this host's HMAC key, 0600).
+Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
+rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600). Both kinds follow the
+same rules, stated here for probe/.
 State directory, first that is set: `--state-dir`, then rocm_dspark.launch_facts.STATE_ROOTS
 (`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`).
 
@@ -208,6 +210,81 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
     return out, None
 
 
+class Checked(NamedTuple):
+    """One candidate file after the trust rules: `record` when it parses, `problem` when it may not count."""
+
+    path: Path
+    record: object | None   # what `parse` returned
+    problem: str | None     # None: trusted
+    note: str | None        # a note for an ignored file
+
+
+class Loaded(NamedTuple):
+    checked: list           # [Checked], parsed records newest first (by signed content), then the rest
+    untrusted: str | None   # set when nothing in the directory may be trusted at all
+
+    @property
+    def trusted(self) -> list:
+        return [(c.path, c.record) for c in self.checked if c.problem is None]
+
+    @property
+    def notes(self) -> list[str]:
+        return [c.note for c in self.checked if c.note]
+
+
+def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: str, need_key: bool = True) -> Loaded:
+    """Every named candidate in `directory` (probe/ or ab/), checked by the rules above.
+
+    parse(data) turns JSON into a record with `.id` and `.finished_at`, raising record.RecordError. `kind`
+    names the format in notes ("probe record"), `label` prefixes a record's id ("record", "A/B record").
+    need_key=False still reads (for `probe --show`) when no key exists; nothing unsigned is trusted."""
+    from rocm_dspark.probe.record import RecordError
+
+    if not names:
+        return Loaded([], None)
+    problem = untrusted_reason(directory.parent)
+    if problem:
+        return Loaded([], problem)
+    key = read_key(directory.parent)
+    if key is None and need_key:
+        return Loaded([], key_problem(directory.parent))
+    candidates, over = read_candidates(directory, names)
+    if over:
+        return Loaded([], over)
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not a JSON value")
+
+    records, rest = [], []
+    for c in candidates:
+        path = directory / c.name
+        if c.data is None:
+            rest.append(Checked(path, None, c.error, f"{c.name} is not trusted ({c.error}): ignored"))
+            continue
+        try:
+            try:
+                data = json.loads(c.data.decode("utf-8"), parse_constant=no_constants)
+            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+                raise RecordError(f"not valid JSON ({exc.__class__.__name__})") from None
+            record = parse(data)
+        except RecordError as exc:
+            rest.append(Checked(path, None, str(exc), f"{c.name} is not a valid {kind} ({exc}): ignored"))
+            continue
+        if record.id + ".json" != c.name:
+            why = f"holds {label} {record.id} (renamed file)"
+            rest.append(Checked(path, None, why, f"{c.name} {why}: ignored"))
+            continue
+        if key is None or not verify(data, key):
+            why = f"is not signed with this host's key ({KEY_FILE})"
+            records.append(Checked(path, record, why, f"{label} {record.id} {why}: ignored"))
+            continue
+        when = time_problem(record.finished_at, c.mtime)
+        why = f"is not trusted: {when}" if when else None
+        records.append(Checked(path, record, why, f"{label} {record.id} {why}: ignored" if why else None))
+    records.sort(key=lambda c: (c.record.finished_at, c.record.id), reverse=True)
+    return Loaded(records + rest, None)
+
+
 # --- the host key and signatures -------------------------------------------------------------------
 
 
@@ -317,16 +394,17 @@ def new_record_id(moment: datetime) -> str:
 
 
 def prepare_dir(directory: Path) -> None:
-    """Create probe/ (and the state dir) 0700 if needed, and refuse to write where records would not count."""
+    """Create the record directory (and the state dir) 0700 if needed, and refuse to write where records
+    would not count."""
     try:
         directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         directory.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create the probe record directory {directory}: {exc.strerror or exc}; "
+        raise UsageError(f"cannot create the record directory {directory}: {exc.strerror or exc}; "
                          f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
     problem = untrusted_reason(directory.parent)
     if problem:
-        raise UsageError(f"refusing to write probe records where they would not be trusted: {problem}")
+        raise UsageError(f"refusing to write records where they would not be trusted: {problem}")
 
 
 def write_json_atomic(path: Path, data: dict) -> Path:
@@ -338,11 +416,12 @@ def write_json_atomic(path: Path, data: dict) -> Path:
 
 
 def write_record(directory: Path, data: dict) -> Path:
-    """Sign `data` with this host's key (created on the first probe) and write it as <id>.json."""
+    """Sign `data` with this host's key (created on the first write) and write it as <id>.json in `directory`
+    (probe/ or ab/)."""
     try:
         prepare_dir(directory)
         signed = dict(data, hmac=signature(data, ensure_key(directory.parent)))
         return write_json_atomic(directory / f"{data['id']}.json", signed)
     except OSError as exc:
-        raise UsageError(f"cannot write the probe record to {directory}: {exc.strerror or exc}; "
+        raise UsageError(f"cannot write the record to {directory}: {exc.strerror or exc}; "
                          f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
