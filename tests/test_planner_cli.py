@@ -62,6 +62,14 @@ def test_plot_writes_a_png(tmp_path):
     assert out.stat().st_mode & 0o777 == 0o644                    # readable like any other output, not 0600
 
 
+def test_a_usage_error_leaves_no_plot_behind(tmp_path):
+    """Found by benchmarks/cli_fuzz.py: `plan --nodes 0 --plot P` wrote P, then refused --nodes."""
+    out = tmp_path / "plan.png"
+    proc = run("--gpu", "mi300x", "--nodes", "0", "--plot", str(out))
+    assert proc.returncode == 2 and proc.stderr.strip() == "rocm-dspark: error: --nodes must be at least 1, got 0"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cost_table_replaces_the_roofline(tmp_path):
     table = tmp_path / "costs.json"
     table.write_text(json.dumps({"verify": [[1, 20], [8, 20.5], [64, 22], [256, 30], [768, 60], [1024, 80]],

@@ -69,9 +69,6 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
                           acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
                           cost_table=cost_table, cost_model=cost_model, seed=seed) for g in gpus]
-    if plot:
-        write_plot(plans, plot)
-        click.echo(f"wrote {plot}", err=True)
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines
@@ -79,6 +76,9 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         kw = dict(concurrencies=concurrencies, acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
                   acceptance_shape=acceptance_shape, cost_table=cost_table, cost_model=cost_model, seed=seed)
         scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **kw) for g, p in zip(gpus, plans)}
+    if plot:  # last: a usage error in any input above must leave nothing written
+        write_plot(plans, plot)
+        click.echo(f"wrote {plot}", err=True)
     if as_json:
         out = {"model": spec.key, "plans": [to_dict(p) for p in plans]}
         if scaling is not None:
