@@ -28,7 +28,8 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise
+from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise, read
+from rocm_dspark.vllm_env import check_env
 
 
 class _Args:
@@ -463,7 +464,7 @@ def check_user_args(catalog, build, tokens) -> None:
     """A --vllm-arg that the build cannot parse is an error naming the build (flags with a rule in
     recipes/vllm.yaml; the real parsers check the rest in the slow tests)."""
     for token in tokens:
-        flag = normalise(token).flag.partition(".")[0]  # `--engram_config`, dotted keys: the flag vLLM reads
+        flag = read(token).flag.partition(".")[0]  # `--engram_config`, dotted keys: the flag vLLM reads
         rule = catalog.flag_rules.get(flag)
         if rule is None:
             continue
@@ -502,6 +503,7 @@ def override_layer(s: _State, args: _Args) -> None:
             args.set(flag, value)
         s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
     for key, value in s.sel.extra_env:
+        check_env(key, value, s.env)
         s.env[key] = value
         s.notes.append(Note("override", f"env {key} (given by --env)"))
     target = s.sel.model_path or s.model.hf_id

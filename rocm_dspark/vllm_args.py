@@ -13,8 +13,9 @@ any unique prefix of a long flag (`--speculative=...`, `--max-num-seq 3`) and `-
 
 normalise() applies the same reading to one token and refuses every token whose flag, by any of these
 spellings, reaches a setting the plan decides. The table below lists those settings by vLLM `dest` with all
-of their option strings in vLLM 0.32; tests/slow/test_vllm_args_real.py checks it against vLLM's real parser
-(every alias, and that the plan's dests come out unchanged for every token we let through).
+of their option strings in vLLM 0.32 and 0.33; tests/slow/test_vllm_args_real.py checks it against both real
+parsers (each dest's option strings are exactly the union of theirs, and the plan's dests come out unchanged
+for every token we let through).
 
 The plan emits a user value that starts with `-` as one word, `--flag=-value`, so vLLM can never read the
 value as a flag of its own (`--enforce-eager --speculative-config=...`).
@@ -29,8 +30,10 @@ from rocm_dspark.errors import UsageError
 
 _SPEC = "--num-speculative-tokens, --adaptive or --benchmark-synthetic"
 _CAPTURE = "--max-num-seqs, --num-speculative-tokens or --capture-cap"
+_GROUP = "--nodes, --node-rank, --head-address, --strategy, --rpc-port, --dp-lb or --backend"
 
-# dest -> (every option string in vLLM 0.32, the rocm-dspark option that sets it instead)
+# dest -> (every option string in vLLM 0.32 and 0.33 together, the rocm-dspark option that sets it instead).
+# 0.33 renamed --no-enable-expert-parallel to --disable-expert-parallel; both are listed.
 PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
     "speculative_config": (("--speculative-config", "-sc"), _SPEC),
     "spec_method": (("--spec-method",), _SPEC),
@@ -42,7 +45,27 @@ PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
     "max_num_batched_tokens": (("--max-num-batched-tokens",), "--max-num-batched-tokens"),
     "tensor_parallel_size": (("--tensor-parallel-size", "-tp"), "--tp"),
     "data_parallel_size": (("--data-parallel-size", "-dp"), "--dp"),
-    "enable_expert_parallel": (("--enable-expert-parallel", "--no-enable-expert-parallel", "-ep"), "--ep"),
+    "enable_expert_parallel": (("--enable-expert-parallel", "--no-enable-expert-parallel", "--disable-expert-parallel",
+                                "-ep"), "--ep"),
+    # The group's layout (rocm_dspark/strategies.py decides it for every node; one node's copy must match the rest).
+    "pipeline_parallel_size": (("--pipeline-parallel-size", "-pp"), "--strategy multi_node_tp_pp"),
+    "data_parallel_size_local": (("--data-parallel-size-local", "-dpl"), _GROUP),
+    "data_parallel_address": (("--data-parallel-address", "-dpa"), _GROUP),
+    "data_parallel_rpc_port": (("--data-parallel-rpc-port", "-dpp"), _GROUP),
+    "data_parallel_start_rank": (("--data-parallel-start-rank", "-dpr"), _GROUP),
+    "data_parallel_rank": (("--data-parallel-rank", "-dpn"), _GROUP),
+    "data_parallel_backend": (("--data-parallel-backend", "-dpb"), _GROUP),
+    "data_parallel_hybrid_lb": (("--data-parallel-hybrid-lb", "--no-data-parallel-hybrid-lb", "-dph"), _GROUP),
+    "data_parallel_external_lb": (("--data-parallel-external-lb", "--no-data-parallel-external-lb", "-dpe"), _GROUP),
+    "headless": (("--headless",), _GROUP),
+    "nnodes": (("--nnodes", "-n"), _GROUP),
+    "node_rank": (("--node-rank", "-r"), _GROUP),
+    "master_addr": (("--master-addr",), _GROUP),
+    "master_port": (("--master-port",), _GROUP),
+    "distributed_executor_backend": (("--distributed-executor-backend",), "--backend"),
+    # Decided per GPU, build and workload (recipes/); the plan's notes say why.
+    "moe_backend": (("--moe-backend",), "the profile in recipes/ (the plan's notes say why it is set)"),
+    "engram_config": (("--engram-config",), "--concurrency and --tp (the Engram offload rule in recipes/)"),
     "served_model_name": (("--served-model-name",), "--served-model-name"),
     "host": (("--host",), "--host"),
     "port": (("--port",), "--port"),
@@ -112,14 +135,20 @@ def _json_keys(value: str, what: str) -> set[str]:
     return {str(k).replace("-", "_") for k in data}
 
 
-def normalise(token: str) -> UserArg:
-    """One `--vllm-arg` token -> UserArg, or UsageError when it is malformed or reaches a plan-owned setting."""
+def read(token: str) -> UserArg:
+    """One `--vllm-arg` token as vLLM spells it (UsageError when malformed), before the guard."""
     if not isinstance(token, str) or not token.startswith("-"):
         raise UsageError(f"--vllm-arg {token!r} must start with '-' (e.g. --vllm-arg --max-model-len=65536)")
     raw_name, sep, value = token.partition("=")
     if not _FLAG.fullmatch(raw_name):
         raise UsageError(f"--vllm-arg {token!r}: {raw_name!r} is not a flag name (letters, digits, '-', '_', '.')")
-    name = _canonical_name(raw_name)
+    return UserArg(_canonical_name(raw_name), value if sep else None)
+
+
+def normalise(token: str) -> UserArg:
+    """One `--vllm-arg` token -> UserArg, or UsageError when it is malformed or reaches a plan-owned setting."""
+    name, value = read(token)
+    sep = value is not None
     head, dot, keys = name.partition(".")
     if head.startswith("-O") and not head.startswith("--"):
         # vLLM reads -O<x> (and -O.<x>) as --optimization-level <x>: not plan-owned, passed as given.
@@ -156,4 +185,4 @@ def emit(flag: str, value: str | None) -> list[str]:
     return [flag, value]
 
 
-__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "normalise", "emit"]
+__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "emit"]

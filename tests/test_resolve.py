@@ -164,10 +164,11 @@ def test_synthetic_only_when_asked_and_said_not_for_serving():
 def test_user_overrides_come_last_and_replace_in_place():
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x",
                                   extra_args=("--max-model-len=65536", "--enforce-eager"),
-                                  extra_env=(("VLLM_ROCM_USE_AITER", "0"),)))
+                                  extra_env=(("VLLM_ENGINE_READY_TIMEOUT_S", "7200"), ("HIP_FORCE_DEV_KERNARG", "1"))))
     f = flags(plan.argv)
     assert f["--max-model-len"] == "65536" and "--enforce-eager" in f
-    assert plan.argv.count("--max-model-len") == 1 and plan.env["VLLM_ROCM_USE_AITER"] == "0"
+    assert plan.argv.count("--max-model-len") == 1
+    assert plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "7200" and plan.env["HIP_FORCE_DEV_KERNARG"] == "1"
 
 
 def test_multi_node_data_parallel():

@@ -39,6 +39,14 @@ REFUSED = [
     "--compilation_config.max_cudagraph_capture_size=8",
     "-cc.cudagraph_capture_sizes+=8,16",
     "--compilation-config=not json",
+    # The multi-node layout (rocm_dspark/strategies.py decides it for the whole group), by every alias.
+    "-dpl=2", "--data_parallel_size_local=2", "--data-parallel-size-l=2", "-dpa=10.0.0.9", "--data-parallel-address=x",
+    "-dpp=1", "-dpr=4", "-dpn=1", "-dpb=ray", "-dph", "--no-data-parallel-hybrid-lb", "-dpe",
+    "--data-parallel-external-lb", "--headless", "--nnodes=2", "-n=2", "--node-rank=1", "-r=1",
+    "--master-addr=x", "--master-port=1", "--distributed-executor-backend=ray", "-pp=2", "--pipeline_parallel_size=2",
+    # vLLM 0.33's spelling of --no-enable-expert-parallel; the per-GPU MoE backend and Engram offload rule.
+    "--disable-expert-parallel", "--disable-expert", "--moe-backend=triton", "--moe_backend=x",
+    "--engram-config={\"cpu_offload\":false}", "--engram_config.cpu_offload=false",
 ]
 
 
@@ -99,3 +107,55 @@ def test_a_model_path_that_reads_as_a_flag_is_refused():
     with pytest.raises(UsageError, match="would read as a flag"):
         resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x",
                                model_path="--speculative-config.enable_adaptive_verification=true"))
+
+
+# --- --env (rocm_dspark/vllm_env.py) ---------------------------------------------------------------
+
+
+def _env_plan(*pairs, gpu="mi300x"):
+    return resolve(CAT, Selection(model="V4.1-Flash", gpu=gpu, extra_env=tuple(pairs)))
+
+
+@pytest.mark.parametrize("key,value", [("VLLM_USE_BREAKABLE_CUDAGRAPH", "1"), ("VLLM_ROCM_USE_AITER", "0"),
+                                       ("VLLM_ROCM_USE_AITER_MOE", ""), ("OMP_NUM_THREADS", "8")])
+def test_env_the_plan_sets_cannot_be_changed(key, value):
+    planned = _env_plan().env[key]
+    with pytest.raises(UsageError) as exc:
+        _env_plan((key, value))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"--env {key}={value}: the plan sets {key}={planned}")
+
+
+def test_env_the_plan_sets_may_be_repeated_or_be_startup_only():
+    plan = _env_plan(("VLLM_ROCM_USE_AITER", "1"), ("VLLM_ENGINE_READY_TIMEOUT_S", "7200"),
+                     ("AITER_TRITON_LOG_LEVEL", "INFO"))
+    assert plan.env["VLLM_ROCM_USE_AITER"] == "1" and plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "7200"
+
+
+@pytest.mark.parametrize("value,ok", [("", False), ("other", False), ("other,rocm_dspark", True), ("rocm_dspark", True),
+                                      ("rocm-dspark", False)])
+def test_vllm_plugins_must_keep_ours(value, ok):
+    if ok:
+        assert _env_plan(("VLLM_PLUGINS", value)).env["VLLM_PLUGINS"] == value
+        return
+    with pytest.raises(UsageError, match="rocm-dspark's attention plugin would not load; add rocm_dspark"):
+        _env_plan(("VLLM_PLUGINS", value))
+
+
+def test_other_env_passes_and_is_part_of_what_the_probe_fingerprints():
+    from rocm_dspark.probe.fingerprint import launch_identity
+
+    plan = _env_plan(("VLLM_ROCM_USE_AITER_MHA", "0"))
+    assert plan.env["VLLM_ROCM_USE_AITER_MHA"] == "0"
+    assert launch_identity(plan)["env"]["VLLM_ROCM_USE_AITER_MHA"] == "0"
+    assert launch_identity(plan) != launch_identity(_env_plan())  # another env: no record for it counts
+
+
+def test_the_plugin_name_is_the_entry_point_vllm_loads():
+    import tomllib
+    from pathlib import Path
+
+    from rocm_dspark.vllm_env import PLUGIN_NAME
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert PLUGIN_NAME in project["project"]["entry-points"]["vllm.general_plugins"]

@@ -2,6 +2,7 @@
 
 stdin: JSON list of argv lists (each starting with "vllm", "serve"). stdout (last line): JSON list with, per argv,
 either {"error": "..."} (vLLM refused it) or {dest: value} for the plan-owned dests given on argv[1].
+With `--options` after the dests: {dest: [option strings]} of the serve parser instead.
 """
 
 import contextlib
@@ -9,7 +10,10 @@ import io
 import json
 import sys
 
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
+try:  # vLLM 0.33 moved the serve parser
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 DESTS = json.loads(sys.argv[1])
@@ -31,6 +35,13 @@ def plain(value):
 
 
 def main():
+    if sys.argv[2:] == ["--options"]:  # the option strings of each dest, instead of parsing
+        options = {}
+        for action in parser()._subparsers._group_actions[0].choices["serve"]._actions:
+            if action.dest in DESTS:
+                options.setdefault(action.dest, []).extend(action.option_strings)
+        print(json.dumps(options))
+        return
     argvs = json.load(sys.stdin)
     out = []
     for argv in argvs:
