@@ -45,6 +45,33 @@ def test_world_or_group_writable_directories_are_not_trusted(proven, which):
     assert verdict(state).adaptive_proven
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory another group")
+def test_group_write_is_accepted_only_for_the_owners_own_one_member_group(proven, monkeypatch):
+    """OpenSSH's StrictModes rule (rocm_dspark/probe/store.py): a group write bit is fine for the owner's private
+    group, and means "writable by other users" for any other group."""
+    import grp
+    import pwd
+
+    state, _, _ = proven
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    own = next((g for g in grp.getgrall() if g.gr_name == me and all(m == me for m in g.gr_mem)), None)
+    other = next((g for g in grp.getgrall() if g.gr_name != me), None)
+    if own is None or other is None:
+        pytest.skip("this host has no private group for the user, or no other group")
+    os.chown(state, -1, own.gr_gid)
+    state.chmod(0o770)
+    assert verdict(state).adaptive_proven
+    os.chown(state, -1, other.gr_gid)
+    v = verdict(state)
+    assert not v.adaptive_proven and "writable by other users (mode 0770)" in v.reason
+    # The owner's name, but another member in it (grp as an instrument: /etc/group is not ours to edit).
+    os.chown(state, -1, own.gr_gid)
+    shared = grp.struct_group((own.gr_name, own.gr_passwd, own.gr_gid, [me, "mallory"]))
+    real = grp.getgrgid
+    monkeypatch.setattr(grp, "getgrgid", lambda gid: shared if gid == own.gr_gid else real(gid))
+    assert "writable by other users" in verdict(state).reason
+
+
 def test_a_writable_non_sticky_ancestor_is_not_trusted(mi300x_host, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
