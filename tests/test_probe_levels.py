@@ -131,6 +131,11 @@ def test_static_level_sees_recorded_gpus_and_checks_the_layout(rocminfo):
     result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi300x"), plan, fingerprint.host_fingerprint())
     assert "AMD GPU" not in result.reason  # 8 x gfx942: the GPU part is satisfied
     assert result.evidence["forced_platform"] is False and result.evidence["needed_gpus"] == 8
+    # The GPUs are right, but this Python has no vLLM: it ran beside vLLM, not where it serves, so its failure
+    # is no evidence against adaptive verification (found running `up --mode container` on a node, whose host
+    # Python has no vLLM: tests/test_up_node.py).
+    assert not result.passed and not result.valid_for_gating
+    assert result.gating_note.startswith("not valid for gating: vLLM is not installed in ")
     rocminfo("rocminfo_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt")
     result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi300x"), plan, fingerprint.host_fingerprint())
     assert "4 AMD GPU(s) detected; the plan's layout needs 8 on this node" in result.reason

@@ -124,10 +124,16 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
             "capability", "decision_here", "decision_on_rocm", "patched", "shipped", "with_plugin", "notes",
             "note", "error", "summary")},
     }
+    # Without vLLM or a ROCm torch here, the probe ran beside vLLM, not where it serves: that proves nothing
+    # either way (a container host's own Python), so it must not count as a refusal.
+    elsewhere = (f"vLLM is not installed in {sys.executable}" if host_fp.get("vllm_version") is None else
+                 f"torch in {sys.executable} is not a ROCm build" if host_fp.get("hip_version") is None else None)
     if gpu_problem:
         note = "not valid for gating: " + gpu_problem
     elif forced:
         note = "not valid for gating: vLLM's ROCm platform was forced (vLLM does not see this host as ROCm)"
+    elif elsewhere:
+        note = f"not valid for gating: {elsewhere}; run the probe where vLLM serves (e.g. inside the plan's image)"
     else:
         note = "valid for gating: checks ran on this host's ROCm platform"
     passed = not problems
@@ -135,6 +141,6 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
         f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
         f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
         f"vLLM's adaptive-verification checks pass " + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped"))
-    return LevelResult("static", passed, (not forced) and gpu_problem is None, reason, note, iso(started),
+    return LevelResult("static", passed, (not forced) and gpu_problem is None and elsewhere is None, reason, note, iso(started),
                        round(time.monotonic() - t0, 3), evidence)
 

@@ -27,6 +27,12 @@ class HttpResult:
         return json.loads(self.body.decode())
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """An error body (vLLM's JSON, or a proxy's HTML page) as one line for a report or an error message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 class ServerError(EnvironmentFailure):
     """A request to the server failed (connection, status or timeout); the message says which and why."""
 
@@ -72,7 +78,7 @@ class VllmClient:
     def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
         res = self.request("POST", path, body, timeout_s=timeout_s)
         if res.status != 200:
-            raise ServerError(f"POST {path}: HTTP {res.status}: {res.body.decode(errors='replace')[:300]}")
+            raise ServerError(f"POST {path}: HTTP {res.status}: {one_line(res.body.decode(errors='replace'))}")
         return res.json()
 
     def models(self, timeout_s: float = 30.0) -> list[str]:

@@ -27,6 +27,14 @@ class Prereq(NamedTuple):
         return f"{self.name:<14} {self.status:<7} {self.message}{fix}"
 
 
+HOST_ROOT_VAR = "ROCM_DSPARK_HOST_ROOT"  # the generated launcher reads it too (launcher.sh.tmpl)
+
+
+def host_root() -> str:
+    """A prefix for the /dev and /proc paths of the host checks: tests lay out a host in a directory."""
+    return os.environ.get(HOST_ROOT_VAR, "")
+
+
 def hf_cache() -> Path:
     from rocm_dspark.validate.host_checks import _hf_cache
 

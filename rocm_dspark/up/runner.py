@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.up import service
+from rocm_dspark.up import prereq, service
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
 
@@ -210,7 +210,8 @@ class UpRun:
     def validate_context(self):
         from rocm_dspark.validate.context import Context, ValidateOptions
 
-        opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True)
+        opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True,
+                               host_root=prereq.host_root())
         return Context(opts, self.catalog, self.model, self.plan)
 
     def selection_flags(self, exclude: tuple[str, ...] = ()) -> str:

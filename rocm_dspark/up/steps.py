@@ -71,7 +71,7 @@ def detect_run(run) -> dict:
         return out
     from rocm_dspark.runtime import gpus, inventory
 
-    inv = inventory.inventory()
+    inv = inventory.inventory(prereq.host_root())
     agents = [gpus.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
     out.update(gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus], gpu_count=len(inv.gpus),
                gpu=gpus.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
@@ -544,7 +544,7 @@ def validate_run(run) -> dict:
     base_url = run.outputs["start"]["base_url"]
     opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
                            server_json=(run.dir / "server.json") if run.options.target == LOCAL_CPU else None,
-                           quick=run.quick(), concurrencies=run.options.concurrency,
+                           quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + sys.argv[1:],

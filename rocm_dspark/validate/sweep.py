@@ -13,6 +13,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from rocm_dspark.runtime.client import one_line
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
 from rocm_dspark.validate.spec_checks import WORKLOAD
 
@@ -72,7 +73,7 @@ async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
         nonlocal first, last, tokens, chunks
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
-                text = (await resp.aread()).decode(errors="replace")[:200]
+                text = one_line((await resp.aread()).decode(errors="replace"), 200)
                 raise RuntimeError(f"HTTP {resp.status_code}: {text}")
             async for line in resp.aiter_lines():
                 if not line.startswith("data:"):
