@@ -384,7 +384,8 @@ def test_recipe_ab_record_decides_and_on_warns_when_it_loses(cli_host):
     arm = lambda tok_s: {"argv": ["vllm"], "description": "arm", "output_throughput_tok_s": tok_s,  # noqa: E731
                          "acceptance_length": 3.0, "ttft_ms": stats, "tpot_ms": stats, "itl_ms": stats,
                          "requests": 512, "failed": 0}
-    data = ab_record.build(record_id=ab_store.new_record_id(ab_store.utc_now()), created_at="t", finished_at="t",
+    now = ab_store.utc_now()
+    data = ab_record.build(record_id=ab_store.new_record_id(now), created_at=ab_store.iso(now), finished_at=ab_store.iso(now),
                            toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp,
                            concurrency=128, workload={}, arms={"block": arm(4000.0), "adaptive": arm(3600.0)},
                            override=None)
