@@ -131,6 +131,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert "static: FAIL; not valid for gating: vLLM is not installed in " in out
         assert st["steps"]["probe"]["output"]["gate"] == "incomplete"
         assert "live: not run: the started server uses block verification" in out
+        assert "note: with --mode container vLLM runs inside the image, and this host's Python has none" in out
         # 5. Validation ran its host checks on the laid-out host, then failed at the stand-in's first request:
         #    one line with the fix, the server left up.
         assert "host.devices               PASS" in out and "host.numa_balancing        PASS" in out

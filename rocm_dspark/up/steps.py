@@ -447,12 +447,26 @@ def probe_run(run) -> dict:
                         kernel_python=run.options.kernel_python)
     if why:
         run.say(f"  {why}")
+    if run.options.target != LOCAL_CPU and run.mode() != "foreground" and fingerprint_vllm() is None:
+        run.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode())}")
     levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
                    "note": lv.gating_note} for lv in outcome.record.levels]
     for lv in levels_out:
         run.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
     return {"record": str(outcome.path), "levels": levels_out, "gate": outcome.gate_state,
             "gate_reason": outcome.gate_reason, "live_skipped": why}
+
+
+IMAGE_ONLY_VLLM = ("with --mode {mode} vLLM runs inside the image, and this host's Python has none: the gate "
+                   "fingerprints the Python it runs in, so only records written by rocm-dspark running inside the "
+                   "image (README: probe, \"On an MI300-class host\") can turn adaptive verification on there; "
+                   "until then `up` serves block verification")
+
+
+def fingerprint_vllm() -> str | None:
+    from rocm_dspark.probe import fingerprint
+
+    return fingerprint.vllm_facts()[0]
 
 
 def probe_dry(run) -> list[str]:
