@@ -80,8 +80,9 @@ def build_selection(opts: dict, catalog) -> Selection:
     )
 
 
-def verdict_for(opts: dict, catalog, plan: LaunchPlan) -> Verdict:
-    """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records)."""
+def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None) -> Verdict:
+    """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records).
+    `soft`: the software the plan runs on when that is not this Python's (an image's, rocm_dspark.probe.software)."""
     mode = opts.get("adaptive") or "auto"
     if mode not in ADAPTIVE_MODES:
         raise UsageError(f"--adaptive {mode!r}: use one of {', '.join(ADAPTIVE_MODES)}")
@@ -91,7 +92,7 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan) -> Verdict:
         return Verdict.not_proven("synthetic benchmark mode")
     from rocm_dspark.probe.gate import gate_verdict
 
-    verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"))
+    verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"), soft=soft)
     if mode == "on" and not verdict.adaptive_proven:
         raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
     if not verdict.adaptive_proven:
@@ -99,21 +100,23 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan) -> Verdict:
     # (b) the payoff half, only once (a) holds: the common no-record run costs nothing more (probe/payoff.py).
     from rocm_dspark.probe.payoff import combine, payoff_verdict
 
-    verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir")), mode)
+    verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir"), soft=soft),
+                               mode)
     if warning:
         print(f"rocm-dspark: warning: {warning}", file=sys.stderr)
     return verdict
 
 
-def plan_for(opts: dict, catalog=None) -> tuple:
-    """Option values -> (catalog, selection, plan): resolve once, then the gate's verdict, applied last."""
+def plan_for(opts: dict, catalog=None, *, soft: dict | None = None) -> tuple:
+    """Option values -> (catalog, selection, plan): resolve once, then the gate's verdict, applied last.
+    `soft`: see verdict_for."""
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.resolve import apply_verdict, resolve_plan
 
     catalog = catalog or load_catalog()
     selection = build_selection(opts, catalog)
     plan = resolve_plan(catalog, selection)
-    return catalog, selection, apply_verdict(plan, verdict_for(opts, catalog, plan))
+    return catalog, selection, apply_verdict(plan, verdict_for(opts, catalog, plan, soft))
 
 
 def plan_from_options(opts: dict) -> LaunchPlan:

@@ -33,8 +33,24 @@ a = sys.argv[1:]
 rec = os.environ["STANDIN_RECORD_DIR"]
 with open(os.path.join(rec, f"{{time.time_ns()}}-docker.argv"), "w") as f:
     json.dump(a, f)
-if a[0] in ("pull", "rm", "stop"):
+pulled = os.path.join(rec, "pulled")
+if a[0] == "pull":
+    open(pulled, "w").close()
     sys.exit(0)
+if a[0] in ("rm", "stop"):
+    sys.exit(0)
+if a[:2] == ["image", "inspect"] and not os.path.exists(pulled):
+    print(f"Error: No such image: {{a[-1]}}", file=sys.stderr)
+    sys.exit(1)
+if a[:5] == ["image", "inspect", "--format", "{{{{.Id}}}}", a[-1]]:
+    print("sha256:" + "a" * 64)
+    sys.exit(0)
+if a[0] == "run" and a[a.index("--entrypoint") + 1] == "python3":  # a script on the image's files (this Python)
+    import subprocess
+    script = a[a.index("-c") + 1]
+    root = os.environ["STANDIN_IMAGE_ROOT"]
+    env = {{"PYTHONPATH": os.path.join(root, "site-packages"), "ROCM_PATH": os.path.join(root, "opt", "rocm")}}
+    sys.exit(subprocess.run([sys.executable, "-S", "-c", script], env=env).returncode)
 if a[:2] == ["image", "inspect"]:
     image = a[-1]
     repo = image.split("@", 1)[0].rsplit(":", 1)[0]
@@ -64,6 +80,21 @@ ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
 
+# What a ROCm vLLM image holds, for the stand-in to run rocm_dspark/probe/software.py on: the version files vLLM's
+# and torch's wheels generate (their format: vllm/_version.py by setuptools-scm, torch/version.py by torch's
+# build) with the nightly-3df4ae15 build's version (recipes/vllm.yaml) and a ROCm torch. Data for an instrument.
+IMAGE_FILES = {
+    "site-packages/vllm/__init__.py": "",
+    "site-packages/vllm/_version.py": "__version__ = version = '0.29.1rc1.dev452+g3df4ae153.rocm700'\n"
+                                      "__commit_id__ = commit_id = 'g3df4ae153'\n",
+    "site-packages/torch/__init__.py": "",
+    "site-packages/torch/version.py": "__version__ = '2.9.0a0+git1c57644'\nhip: Optional[str] = '7.0.51831-a3e329ad8'\n",
+    "opt/rocm/.info/version": "7.0.0-38\n",
+}
+IMAGE_FACTS = {"vllm_version": "0.29.1rc1.dev452+g3df4ae153.rocm700", "vllm_commit": "3df4ae153",
+               "torch_version": "2.9.0a0+git1c57644", "hip_version": "7.0.51831-a3e329ad8", "rocm_version": "7.0.0-38"}
+
+
 @pytest.fixture
 def node(tmp_path):
     bindir, rec, host, model = (tmp_path / d for d in ("bin", "rec", "host", "model"))
@@ -82,8 +113,11 @@ def node(tmp_path):
     with open(model / "model.safetensors", "wb") as f:
         f.truncate(511 * 10**9)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCM_DSPARK_", "HF_"))}
+    for name, text in IMAGE_FILES.items():
+        (tmp_path / "image" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "image" / name).write_text(text)
     env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", STANDIN_RECORD_DIR=str(rec), ROCM_DSPARK_HOST_ROOT=str(host),
-               HF_HOME=str(tmp_path / "hf"))
+               HF_HOME=str(tmp_path / "hf"), STANDIN_IMAGE_ROOT=str(tmp_path / "image"))
     return tmp_path, env
 
 
@@ -116,10 +150,13 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         # 2. Image: pulled, and the digest the registry gave pinned and recorded.
         image = st["steps"]["image"]["output"]
         assert image["digest"] == f"sha256:{DIGEST}" and image["pinned"].endswith(f"@sha256:{DIGEST}")
-        calls = _docker_calls(tmp_path / "rec")
+        calls = [c for c in _docker_calls(tmp_path / "rec") if c[:4] != ["image", "inspect", "--format", "{{.Id}}"]]
         assert calls[0][0] == "pull" and calls[1][:4] == ["image", "inspect", "--format", "{{json .RepoDigests}}"]
+        # Not pulled when the plan was chosen: the gate read this Python, and said so.
+        assert "is not pulled yet (docker: Error: No such image: " in out
+        assert "so the gate reads this Python's software" in out
         # 3. The launcher ran the pinned image with the plan's own argv (block: nothing proves adaptive here).
-        run = next(c for c in calls if c[0] == "run")
+        run = next(c for c in calls if c[0] == "run" and "python3" not in c)
         plan = json.loads((state / "up" / "plan.json").read_text())
         at = run.index("--entrypoint")
         assert run[at + 2] == image["pinned"] and [run[at + 1], *run[at + 3:]] == list(plan["argv"])
@@ -131,7 +168,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert "static: FAIL; not valid for gating: vLLM is not installed in " in out
         assert st["steps"]["probe"]["output"]["gate"] == "incomplete"
         assert "live: not run: the started server uses block verification" in out
-        assert "note: with --mode container vLLM runs inside the image, and this host's Python has none" in out
+        assert "note: with --mode container vLLM runs inside the image and this host's Python has none" in out
         # 5. Validation ran its host checks on the laid-out host, then failed at the stand-in's first request:
         #    one line with the fix, the server left up.
         assert "host.devices               PASS" in out and "host.numa_balancing        PASS" in out
@@ -148,3 +185,70 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
     assert d.returncode == 0, d.stdout + d.stderr
     assert not is_alive(st["service"]["pid"])
     assert (state / "up" / "up-state.json").exists()  # down leaves the records
+
+
+def test_the_image_software_script_reads_what_the_image_holds(node):
+    """rocm_dspark/probe/software.py run by the stand-in's `docker run --rm ... python3 -c` on the image's files."""
+    from rocm_dspark.up import image
+
+    tmp_path, env = node
+    (tmp_path / "rec" / "pulled").touch()
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        assert image.image_id("docker", "vllm/x:1") == ("sha256:" + "a" * 64, "")
+        assert image.software_in("docker", "vllm/x:1") == IMAGE_FACTS
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    run = next(c for c in _docker_calls(tmp_path / "rec") if c[0] == "run")
+    assert run[:7] == ["run", "--rm", "--network", "none", "--entrypoint", "python3", "vllm/x:1"]
+
+
+def test_up_gates_a_container_plan_on_the_image_software(node):
+    """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
+    `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.plan import Selection
+    from rocm_dspark.probe import ab_record, fingerprint, store
+    from tests.test_gate_payoff import arm
+    from tests.test_probe_gate import write
+
+    tmp_path, env = node
+    state, port = tmp_path / "state", free_port()
+    (tmp_path / "rec" / "pulled").touch()  # pulled before: its software can be read when the plan is chosen
+    catalog = load_catalog()
+    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64)
+    gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
+    fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
+    rid, _ = write(state, fp)
+    now = store.iso(store.utc_now())
+    ab = ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
+                         toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64,
+                         workload={}, arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None)
+    ab_record.write(state, ab)
+    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
+            "--port", str(port), "--state-dir", str(state), "--yes", "--ready-timeout", "60", "--concurrency", "64",
+            "--probe-levels", "static", "--request-timeout", "5", "--quick"]
+    r = _cli(env, "up", *args)
+    out = r.stdout + r.stderr
+    st = json.loads((state / "up" / "up-state.json").read_text())
+    try:
+        assert "the gate read the image's software: vLLM 0.29.1rc1.dev452+g3df4ae153.rocm700, torch 2.9.0a0+git1c57644" \
+            in out, out[-3000:]
+        choose = st["steps"]["choose"]["output"]
+        assert choose["adaptive"] is True and f"record {rid}" in choose["verdict"], choose["verdict"]
+        assert f"payoff decided by A/B record {ab['id']}" in choose["verdict"]
+        run = next(c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c)
+        assert any('"enable_adaptive_verification":true' in w for w in run)
+        assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "adaptive"
+        # The live level asked the started server; /proc shows a docker client, not the plan's vLLM, so it does
+        # not count (on a node the process serving the port is the container's vLLM).
+        assert "it runs" in out and "not vllm" in out
+        # The A/B cannot run here (vLLM is only in the image); the record written there already decides anyway.
+        assert "skipped: the A/B starts both commands with this host's vLLM" in out
+        # validate gates on the image's software too: it sees the proof and the adaptive plan.
+        assert "probe verdict: adaptive verification proven" in out
+        assert r.returncode == 1 and "validate: FAIL at server." in out
+    finally:
+        _cli(env, "down", "--state-dir", str(state))

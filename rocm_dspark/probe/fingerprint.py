@@ -1,9 +1,9 @@
 """The fields a probe record must match to count: this host's software and GPUs, and the plan.
 
-Host fields are read from files and package metadata only (vLLM's and torch's `version.py` found via
-`importlib.util.find_spec`, /opt/rocm/.info/version, /sys/module/amdgpu/version, amd-smi/rocminfo):
-the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. The probe
-records exactly the same functions' answers, so a record and the gate compare like with like.
+Host fields are read from files and package metadata only (the software in rocm_dspark.probe.software,
+/sys/module/amdgpu/version, amd-smi/rocminfo): the gate runs on the `rocm-dspark recipe` path, which must not
+import torch or vLLM. The probe records exactly the same functions' answers, so a record and the gate compare
+like with like; for a plan that runs in a container image, `up` gives the gate that image's software instead.
 
 Plan fields come from the LaunchPlan's own fields (resolved once; never re-parsed from argv): model,
 layout, K, max_num_seqs, the vLLM the plan pins, and the adaptive launch command itself (argv and env,
@@ -15,10 +15,11 @@ installed does not count where it is not (run `recipe`/`launch` where the probe 
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from pathlib import Path
+
+from rocm_dspark.probe import software
+from rocm_dspark.probe.software import rocm_version, torch_facts, vllm_facts  # noqa: F401 (the host's software)
 
 # (key, words for the note). Host fields first, in the order a reader checks them.
 HOST_FIELDS = (
@@ -57,73 +58,8 @@ AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
 # --- host ------------------------------------------------------------------------------------------
 
 
-def _package_dir(name: str) -> Path | None:
-    """The directory of an installed top-level package, without importing it."""
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return None
-
-
-def _assigned(text: str, name: str) -> str | None:
-    """The string literal assigned to `name` in a generated version.py (`x: T = '...'`, `a = x = '...'`);
-    None for `= None` or no assignment."""
-    m = re.search(rf"^(?:\w+\s*=\s*)*{name}\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(None|'([^']*)'|\"([^\"]*)\")",
-                  text, re.M)
-    if not m or m.group(1) == "None":
-        return None
-    return m.group(2) if m.group(2) is not None else m.group(3)
-
-
-def vllm_facts() -> tuple[str | None, str | None]:
-    """(version, commit) of the installed vLLM as vLLM itself reports them (vllm/_version.py)."""
-    pkg = _package_dir("vllm")
-    if pkg is None:
-        return None, None
-    text = _read(pkg / "_version.py") or ""
-    version = _assigned(text, "__version__") or _assigned(text, "version")
-    if version is None:
-        import importlib.metadata  # ~20 ms: only when vLLM's own _version.py says nothing
-
-        try:
-            version = importlib.metadata.version("vllm")
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-    commit = _assigned(text, "__commit_id__") or _assigned(text, "commit_id")
-    if commit is None:  # nightly wheels carry it in the local version: 0.30.0.dev12+geed1f3d0.rocm700
-        m = re.search(r"\+g([0-9a-f]{7,40})", version)
-        commit = m.group(1) if m else None
-    if commit and re.fullmatch(r"g[0-9a-f]{7,40}", commit):  # git-describe style 'g<hash>'
-        commit = commit[1:]
-    return version, commit
-
-
-def torch_facts() -> tuple[str | None, str | None]:
-    """(version, HIP version or None) of the installed torch, from torch/version.py."""
-    pkg = _package_dir("torch")
-    text = _read(pkg / "version.py") if pkg else None
-    if text is None:
-        return None, None
-    return _assigned(text, "__version__"), _assigned(text, "hip")
-
-
-def rocm_version() -> str | None:
-    text = _read(Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / ".info" / "version")
-    return (text or "").strip() or None
-
-
 def driver_version() -> str | None:
-    return (_read(AMDGPU_VERSION_FILE) or "").strip() or None
+    return (software._read(AMDGPU_VERSION_FILE) or "").strip() or None
 
 
 def base_arch(arch: str) -> str:
@@ -140,20 +76,20 @@ def gpu_facts() -> dict:
     return {"gpu_arch": ",".join(archs) or None, "gpu_name": " + ".join(names) or None, "gpu_count": len(agents)}
 
 
-def host_fingerprint(gpus: dict | None = None) -> dict:
-    """This environment's host fields. `gpus` (from gpu_facts()) saves a second amd-smi run."""
+def host_fingerprint(gpus: dict | None = None, soft: dict | None = None) -> dict:
+    """This environment's host fields. `gpus` (from gpu_facts()) saves a second amd-smi run; `soft` (software.facts()
+    of another interpreter: the image a plan runs in) replaces this Python's vLLM, torch and ROCm."""
     from rocm_dspark import __version__
 
-    vllm_version, vllm_commit = vllm_facts()
-    torch_version, hip_version = torch_facts()
+    soft = soft if soft is not None else software.facts()
     return {
         "toolkit_version": __version__,
-        "vllm_version": vllm_version,
-        "vllm_commit": vllm_commit,
-        "torch_version": torch_version,
-        "hip_version": hip_version,
+        "vllm_version": soft["vllm_version"],
+        "vllm_commit": soft["vllm_commit"],
+        "torch_version": soft["torch_version"],
+        "hip_version": soft["hip_version"],
         **(gpus if gpus is not None else gpu_facts()),
-        "rocm_version": rocm_version(),
+        "rocm_version": soft["rocm_version"],
         "driver_version": driver_version(),
     }
 
@@ -211,8 +147,8 @@ def adaptive_plan(catalog, selection):
     return apply_verdict(resolve_plan(catalog, selection), Verdict(True, FORCED_ON, None))
 
 
-def current_fingerprint(catalog, plan, gpus: dict | None = None) -> dict:
-    return {**host_fingerprint(gpus), **plan_fingerprint(plan, catalog)}
+def current_fingerprint(catalog, plan, gpus: dict | None = None, soft: dict | None = None) -> dict:
+    return {**host_fingerprint(gpus, soft), **plan_fingerprint(plan, catalog)}
 
 
 # --- comparison -----------------------------------------------------------------------------------

@@ -106,10 +106,10 @@ def _joined(notes: list[str]) -> str:
     return "; ".join(shown) + (f"; and {more} more record(s) not matching" if more else "")
 
 
-def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None):
+def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None, soft: dict | None = None):
     """The Verdict for this host and plan (resolve_plan's, before any verdict), from the trusted records in
     the state directory (README: trust model). The plan is not resolved again: its adaptive command is what
-    a record must match."""
+    a record must match. `soft`: the software the plan runs on, when not this Python's (an image's)."""
     from rocm_dspark.plan import Verdict
 
     directory = store.records_dir(state_dir)
@@ -121,7 +121,7 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None):
         return Verdict(False, f"probe records in {directory} are not trusted: {loaded.untrusted}")
     from rocm_dspark.probe import fingerprint
 
-    current = fingerprint.current_fingerprint(catalog, plan, gpus)
+    current = fingerprint.current_fingerprint(catalog, plan, gpus, soft)
     notes: list[str] = loaded.notes
     for path, record in loaded.trusted:
         differ = fingerprint.mismatches(record.fingerprint, current)

@@ -70,7 +70,8 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
     return Payoff(state, "prediction", text)
 
 
-def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None) -> tuple[Payoff | None, list[str]]:
+def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None,
+                    soft: dict | None = None) -> tuple[Payoff | None, list[str]]:
     """The newest A/B record that counts for this host, plan and concurrency, or None and why not."""
     from rocm_dspark.probe import ab_record, store
 
@@ -83,7 +84,7 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
         return None, [f"A/B records in {directory} are not trusted: {loaded.untrusted}"]
     from rocm_dspark.probe import fingerprint
 
-    current = current if current is not None else fingerprint.current_fingerprint(catalog, plan)
+    current = current if current is not None else fingerprint.current_fingerprint(catalog, plan, soft=soft)
     notes = list(loaded.notes)
     for path, rec in loaded.trusted:  # newest first, by the signed finished_at
         if rec.override is not None:
@@ -105,12 +106,13 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
     return None, notes
 
 
-def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, current=None) -> Payoff:
+def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, current=None,
+                   soft: dict | None = None) -> Payoff:
     """Pays, loses or unknown for `concurrency` on this LaunchPlan, and which evidence decided."""
     if concurrency is None:
         return Payoff(UNKNOWN, "none", "no workload declared: pass --concurrency C (the concurrent requests you "
                                        "serve) so the gate can check that adaptive verification pays there")
-    decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current)
+    decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current, soft=soft)
     if decided is not None:
         return decided
     pred = predicted(plan.model_key, plan.gpu, concurrency, plan.tp)

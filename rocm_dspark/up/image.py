@@ -4,6 +4,9 @@
 reports the repository digests the local image carries, which is what a later `docker run` by digest uses
 (https://docs.docker.com/reference/cli/docker/image/inspect/). When the plan pins a digest, the pulled
 image must carry exactly that digest; a tag-only plan gets the digest recorded so the launch is pinned.
+
+The image's software (its vLLM, torch and ROCm: rocm_dspark.probe.software run by the image's own python3,
+with no network) is what the gate must fingerprint for a plan that runs in the image: `software_in`.
 """
 
 from __future__ import annotations
@@ -76,3 +79,41 @@ def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: flo
         raise RuntimeError(problem)
     return {"image": image, "digest": digest, "pinned": f"{repository(image)}@{digest}",
             "runtime": tool, "commands": [" ".join(pull), " ".join(inspect)]}
+
+
+def image_id(tool: str, image: str) -> tuple[str | None, str]:
+    """(the local image's ID from `inspect --format '{{.Id}}'`, or None; what the tool said when it is None)."""
+    try:
+        proc = subprocess.run([tool, "image", "inspect", "--format", "{{.Id}}", image], text=True,
+                              capture_output=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    out = proc.stdout.strip()
+    if proc.returncode == 0 and out.startswith("sha256:"):
+        return out, ""
+    return None, " ".join((proc.stderr or out).split())[:300]
+
+
+def software_command(tool: str, image: str) -> list[str]:
+    """Run rocm_dspark.probe.software with the image's python3: no network, removed afterwards."""
+    from rocm_dspark.probe.software import script
+
+    return [tool, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", script()]
+
+
+def software_in(tool: str, image: str, timeout_s: float = 600.0) -> dict:
+    """The image's software facts (rocm_dspark.probe.software.KEYS); RuntimeError with the reason."""
+    from rocm_dspark.probe.software import parse
+
+    argv = software_command(tool, image)
+    try:
+        proc = subprocess.run(argv, text=True, capture_output=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"`{tool} run --rm {image} python3` failed: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"`{tool} run --rm {image} python3` exited {proc.returncode}: {last[0][:300]}")
+    try:
+        return parse(proc.stdout)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None

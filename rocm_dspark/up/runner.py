@@ -68,6 +68,8 @@ class UpRun:
         self.outputs: dict = {}
         self.started: dict | None = None   # the service record of a server started by this run
         self._resolved = None
+        self.software_note: str | None = None  # why the gate could not read the image's software
+        self._software: dict = {}              # image -> image_software(), once per run
 
     # -- helpers the steps use ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -106,14 +108,67 @@ class UpRun:
         return opts
 
     def resolve_plan(self):
-        """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses)."""
+        """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
+        In the container modes the gate fingerprints the image's software, not this Python's (image_software)."""
         if self._resolved is None:
             from rocm_dspark.selection import plan_for
 
-            catalog, selection, plan = plan_for(self.selection_opts())
+            opts = self.selection_opts()
+            catalog, selection, plan = plan_for(opts)
+            soft = self.image_software(plan.image)
+            if soft is not None:
+                catalog, selection, plan = plan_for(opts, catalog, soft=soft["facts"])
             why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
             self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
+
+    def gate_software(self) -> dict | None:
+        """The software facts the gate read for this plan (an image's), or None (this Python's)."""
+        found = self.image_software(self.plan.image)
+        return found["facts"] if found else None
+
+    def image_software(self, image: str | None) -> dict | None:
+        """{"image", "id", "facts"} of the plan's image when vLLM runs in it (container modes) and it is pulled;
+        cached by image ID in the up directory. None otherwise: the gate then reads this Python.
+        --dry-run runs nothing, so it reads only the cache."""
+        if image in self._software:
+            return self._software[image]
+        self._software[image] = found = self._read_image_software(image)
+        return found
+
+    def _read_image_software(self, image: str | None) -> dict | None:
+        if self.options.target == LOCAL_CPU or self.mode() == "foreground" or not image:
+            self.software_note = None
+            return None
+        from rocm_dspark.up import image as image_mod
+
+        cache = self.dir / "image-software.json"
+        try:
+            cached = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            cached = {}
+        tool = image_mod.runtime()
+        if tool is None or self.options.dry_run:
+            hit = cached if cached.get("image") == image else None
+            self.software_note = None if hit else "the image's software is read after it is pulled"
+            return hit
+        ident, said = image_mod.image_id(tool, image)
+        if ident is None:
+            self.software_note = (f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's "
+                                  f"software; rerun `up` after the image step")
+            return None
+        if cached.get("id") == ident and cached.get("image") == image:
+            self.software_note = None
+            return cached
+        try:
+            facts = image_mod.software_in(tool, image)
+        except RuntimeError as exc:
+            self.software_note = f"cannot read the image's software ({exc}); the gate reads this Python's"
+            return None
+        found = {"image": image, "id": ident, "facts": facts}
+        self.write_json(cache.name, found)
+        self.software_note = None
+        return found
 
     @property
     def catalog(self):

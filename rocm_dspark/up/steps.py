@@ -93,17 +93,26 @@ def detect_dry(run) -> list[str]:
 def choose_inputs(run) -> dict:
     sel = {k: v for k, v in run.options.selection.items() if k != "state_dir"}
     plan = run.plan  # the command itself (not its notes): new evidence that flips the gate redoes the launch
+    soft = run.image_software(plan.image)
     return {"selection": sel, "detected_gpu": (run.outputs.get("detect") or {}).get("gpu"),
             "mode": run.options.mode, "target": run.options.target, "name": run.options.name,
-            "command": [list(plan.argv), dict(plan.env), plan.image]}
+            "command": [list(plan.argv), dict(plan.env), plan.image], "image_software": soft}
 
 
 def choose_run(run) -> dict:
     plan, why = run.resolve_plan()
+    soft = run.image_software(plan.image)  # cached by resolve_plan: what the gate fingerprinted
     out = {"profile": plan.profile, "gpu": plan.gpu, "vllm_version": plan.vllm_version, "image": plan.image,
            "build": plan.build.name if getattr(plan, "build", None) else None,
            "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": why,
-           "mode": run.mode(), "name": run.name(plan), "plan": plan.to_json_dict()}
+           "mode": run.mode(), "name": run.name(plan), "plan": plan.to_json_dict(),
+           "gate_software": soft or {"source": "this Python", "note": run.software_note}}
+    if soft:
+        f = soft["facts"]
+        run.say(f"  the gate read the image's software: vLLM {f['vllm_version']}, torch {f['torch_version']} "
+                f"(HIP {f['hip_version']}), ROCm {f['rocm_version']}")
+    elif run.software_note:
+        run.say(f"  note: {run.software_note}")
     if run.options.target == LOCAL_CPU:
         spec = run.local_spec(plan)
         out["server_json"] = spec
@@ -120,6 +129,11 @@ def choose_dry(run) -> list[str]:
 
     plan, _ = run.resolve_plan()
     lines = [f"{_toolkit()} recipe {run.selection_flags()}", f"mode: {run.mode()} ({run.mode_reason()})"]
+    if run.options.target != LOCAL_CPU and run.mode() != "foreground":
+        tool = image_mod.runtime() or "docker"
+        lines.append(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
+                     f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
+                     f"{plan.image} -c <rocm_dspark/probe/software.py>")
     lines += ["the plan (written to " + str(run.dir / "plan.json") + "):"]
     lines += ["  " + ln for ln in render_shell(plan).rstrip("\n").splitlines()]
     if run.options.target == LOCAL_CPU:
@@ -457,10 +471,10 @@ def probe_run(run) -> dict:
             "gate_reason": outcome.gate_reason, "live_skipped": why}
 
 
-IMAGE_ONLY_VLLM = ("with --mode {mode} vLLM runs inside the image, and this host's Python has none: the gate "
-                   "fingerprints the Python it runs in, so only records written by rocm-dspark running inside the "
-                   "image (README: probe, \"On an MI300-class host\") can turn adaptive verification on there; "
-                   "until then `up` serves block verification")
+IMAGE_ONLY_VLLM = ("with --mode {mode} vLLM runs inside the image and this host's Python has none, so the levels "
+                   "above cannot count; records that do are written by `rocm-dspark probe` run inside the image "
+                   "(README: probe, \"On an MI300-class host\"), and `up` gates on the image's software, so its "
+                   "next run serves what they prove")
 
 
 def fingerprint_vllm() -> str | None:
@@ -498,10 +512,14 @@ def _ab_decision(run) -> tuple[str | None, int | None]:
     from rocm_dspark.probe.gate import gate_verdict
     from rocm_dspark.probe.payoff import LOSES, from_ab_records, predicted
 
-    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir)
+    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
     if not proof.adaptive_proven:
         return f"skipped: adaptive verification is not proven on this host ({proof.reason}), so there is nothing to compare", c
-    decided, _notes = from_ab_records(run.catalog, run.plan, c, run.options.state_dir)
+    if run.mode() != "foreground" and fingerprint_vllm() is None:
+        return (f"skipped: the A/B starts both commands with this host's vLLM, and with --mode {run.mode()} vLLM is "
+                f"only in the image: run `rocm-dspark validate --ab --concurrency C` inside the image (its record, "
+                f"in the shared state directory, then decides)"), c
+    decided, _notes = from_ab_records(run.catalog, run.plan, c, run.options.state_dir, soft=run.gate_software())
     if decided is not None:
         return f"skipped: {decided.evidence} already decides at c={c}: {decided.text}", c
     pred = predicted(run.plan.model_key, run.plan.gpu, c, run.plan.tp)
@@ -559,6 +577,7 @@ def validate_run(run) -> dict:
     opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
                            server_json=(run.dir / "server.json") if run.options.target == LOCAL_CPU else None,
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
+                           gate_software=run.gate_software(),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + sys.argv[1:],

@@ -40,6 +40,7 @@ class ValidateOptions:
     require_gpu: bool = False
     python: str | None = None              # the Python environment vLLM runs in
     host_root: str = ""                    # prefix for /proc and /dev paths (tests)
+    gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)
 
     def levels(self) -> tuple[int, ...]:
         if self.concurrencies:

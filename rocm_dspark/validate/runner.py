@@ -156,8 +156,8 @@ def _probe_only_keys(spec) -> tuple[str, ...]:
             f"deterministic check (judged only with recipe_model true) and its own fixed workload",)
 
 
-def _plan(selection_opts: dict):
-    return plan_for(selection_opts)
+def _plan(selection_opts: dict, soft: dict | None = None):
+    return plan_for(selection_opts, soft=soft)
 
 
 def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list[str] | None = None,
@@ -165,7 +165,7 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     """Run every check and write the report into opts.report_dir. Returns the report dict; its
     summary.exit_status is 0 when every blocking check passed, 1 otherwise. Bad input raises UsageError
     before anything runs or is written."""
-    catalog, selection, plan = _plan(selection_opts)
+    catalog, selection, plan = _plan(selection_opts, opts.gate_software)
     target = _target(opts, plan)
     for note in target.notes if target else ():
         say(f"note: {note}")

@@ -191,7 +191,7 @@ def plugin(ctx) -> Outcome:
 def probe(ctx) -> Outcome:
     """The probe gate's verdict for this selection: is there a matching record proving adaptive verification?"""
     try:
-        verdict = gate_verdict(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"))
+        verdict = gate_verdict(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"), soft=ctx.options.gate_software)
     except Exception as exc:  # the probe store is another module's: report, never crash validation
         return Outcome(WARN, f"the probe gate failed: {type(exc).__name__}: {exc}")
     value = {"adaptive_proven": verdict.adaptive_proven, "plan_adaptive_verification": ctx.plan.adaptive_verification}
