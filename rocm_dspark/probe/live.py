@@ -217,13 +217,14 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
         return False, ready.reason()
     ev["ready"] = True
     progress(f"live: {ready.reason()}")
+    whose = "the plan's" if target.source == "plan" else f"the {target.source}'s"
     if ev["attached"]:
-        ev["serving_process"] = serving.identify(target.argv, target.env, target.port)
+        ev["serving_process"] = serving.identify(target.argv, target.env, target.port, whose)
         progress(f"live: the server on port {target.port}: {ev['serving_process']['why']}")
     try:
         _exercise(srv, target, ev, progress)
         if ev["attached"]:
-            after = serving.still_serving(ev["serving_process"], target.argv, target.env, target.port)
+            after = serving.still_serving(ev["serving_process"], target.argv, target.env, target.port, whose)
             ev["serving_process_after"] = after
             ev["command_verified"] = bool(ev["serving_process"]["verified"] and after["verified"])
     except (EnvironmentFailure, UsageError, KeyError, IndexError, TypeError, ValueError) as exc:

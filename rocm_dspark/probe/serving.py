@@ -61,8 +61,9 @@ def _server_pid(holders: list[int]) -> int:
     return next(p for p in chains[0] if p in common) if common else holders[0]
 
 
-def identify(argv, env: dict, port: int) -> dict:
-    """Evidence about the process serving `port` (JSON-ready); "verified" is True only when every rule holds."""
+def identify(argv, env: dict, port: int, whose: str = "the plan's") -> dict:
+    """Evidence about the process serving `port` (JSON-ready); "verified" is True only when every rule holds.
+    `whose` names the command in the reasons ("the plan's", or a --server-json file's)."""
     ev: dict = {"port": port, "verified": False, "pid": None}
     inodes = procfs.listening_inodes(port)
     if not inodes:
@@ -79,15 +80,15 @@ def identify(argv, env: dict, port: int) -> dict:
         why = f"process {pid} runs as uid {ev['uid']}, not as this user ({os.getuid()}) or root"
     else:
         why = argv_difference(ev["cmdline"] or [], list(argv)) or env_difference(procfs.environ(pid), env)
-        why = f"process {pid} is not the plan's command: {why}" if why else None
+        why = f"process {pid} is not {whose} command: {why}" if why else None
     ev["verified"] = why is None
-    ev["why"] = why or f"process {pid} (uid {ev['uid']}) serves port {port} with the plan's argv and environment"
+    ev["why"] = why or f"process {pid} (uid {ev['uid']}) serves port {port} with {whose} argv and environment"
     return ev
 
 
-def still_serving(before: dict, argv, env: dict, port: int) -> dict:
+def still_serving(before: dict, argv, env: dict, port: int, whose: str = "the plan's") -> dict:
     """identify() again after the requests: verified only if it is the same process as before."""
-    after = identify(argv, env, port)
+    after = identify(argv, env, port, whose)
     if before.get("verified") and after["verified"] and \
             (after["pid"], after["start_ticks"]) != (before["pid"], before["start_ticks"]):
         after.update(verified=False, why=f"another process serves port {port} now (pid {before['pid']} -> {after['pid']})")
