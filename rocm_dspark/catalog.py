@@ -4,7 +4,8 @@ Facts live in YAML (models, GPUs, per-(model, GPU) profiles, workarounds, the vL
 this module only checks their shape. A broken file fails with one line: file, key, problem.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
+# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
 import os
 import re
@@ -386,13 +387,50 @@ def _strict_loader():
 
 _LOADER = None
 
+# The parsed recipes, generated (`python -m rocm_dspark.catalog --snapshot`, tests/test_catalog_snapshot.py keeps
+# it equal to recipes/): PyYAML's object construction is most of `recipe`'s start-up, JSON's is 1/50 of it. An
+# entry is used only for a file of exactly the size and CRC-32 it was made from (an edited recipe is parsed
+# again), and only where JSON holds the data exactly (int keys do not survive: those files stay YAML-only).
+# It sits beside the code, with the same trust as recipes/ itself.
+PARSED = Path(__file__).with_name("recipes_parsed.json")
+
+
+@lru_cache(maxsize=1)
+def _parsed() -> dict:
+    import json
+
+    try:
+        data = json.loads(PARSED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == 1 else None
+    return files if isinstance(files, dict) else {}
+
+
+def _content_key(raw: bytes) -> str:
+    import binascii  # already loaded by yaml.constructor; hashlib would cost ~10 ms of start-up
+
+    return f"{len(raw)}:{binascii.crc32(raw):08x}"
+
 
 def _load_yaml(path: Path):
-    global _LOADER
-    _LOADER = _LOADER or _strict_loader()
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
+    hit = _parsed().get(_content_key(raw))
+    if isinstance(hit, str):
+        import json
+
+        return json.loads(hit)
+    return _parse_yaml(path, raw)
+
+
+def _parse_yaml(path: Path, raw: bytes):
+    global _LOADER
+    _LOADER = _LOADER or _strict_loader()
+    try:
         text = raw.decode("utf-8")
         return yaml.load(text, Loader=_LOADER)
     except UnicodeDecodeError as exc:
@@ -404,8 +442,6 @@ def _load_yaml(path: Path):
         raise CatalogError(f"{path}: {where}: malformed YAML: {problem}") from None
     except RecursionError:
         raise CatalogError(f"{path}: nested too deeply") from None
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
 
 
 def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
@@ -753,3 +789,30 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
     )
     r.close("changes")  # read above only when not empty
     return build
+
+
+def snapshot_text(root: Path | None = None) -> str:
+    """The content of PARSED for the recipe files under `root` (default: the packaged recipes/)."""
+    import json
+
+    root = Path(root) if root else recipes_dir()
+    files = {}
+    for path in sorted(root.rglob("*.yaml")):
+        raw = path.read_bytes()
+        data = _parse_yaml(path, raw)  # the strict loader: duplicate keys and bad UTF-8 fail here, as at run time
+        text = json.dumps(data, allow_nan=False, separators=(",", ":"))
+        if repr(json.loads(text)) == repr(data):  # same types, values and key order (the order is meaningful)
+            files[_content_key(raw)] = text
+    return json.dumps({"format": 1, "generated_by": "python -m rocm_dspark.catalog --snapshot", "files": files},
+                      indent=0, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--snapshot"]:
+        sys.exit("usage: python -m rocm_dspark.catalog --snapshot   (rewrites " + str(PARSED) + ")")
+    from rocm_dspark.atomic import write_atomic
+
+    write_atomic(PARSED, snapshot_text(), mode=0o644)
+    print(f"wrote {PARSED}")

@@ -21,7 +21,8 @@ bounded by MAX_TOTAL_BYTES in all; past that the gate proves nothing rather than
 With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`) the gate costs one listing.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
+# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
 import errno
 import json
