@@ -98,6 +98,17 @@ def _serve(tmp_path, bindir, argv, env, port) -> VllmServer:
     return srv
 
 
+def _probe_attached(tmp_path, bindir, catalog, selection, argv, env, port):
+    """Serve argv/env with the stand-in, run the live level attached to it, stop it: (outcome, server)."""
+    srv = _serve(tmp_path, bindir, argv, env, port)
+    try:
+        outcome = run.run_probe(catalog, selection, levels=("live",), state_dir=tmp_path / "state", deadline_s=30,
+                                attach_server=srv)
+    finally:
+        srv.stop()
+    return outcome, srv
+
+
 def test_procfs_reads_a_real_listener_its_command_line_and_environment(tmp_path):
     port = free_port()
     code = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); "
@@ -138,12 +149,7 @@ def test_attached_plan_command_counts_for_the_gate(tmp_path, stand_in_bin):
     port = free_port()
     catalog, selection, plan = _adaptive_plan(port)
     assert plan.adaptive_verification and plan.env
-    srv = _serve(tmp_path, stand_in_bin, plan.argv, plan.env, port)
-    try:
-        outcome = run.run_probe(catalog, selection, levels=("live",), state_dir=tmp_path / "state", deadline_s=30,
-                                attach_server=srv)
-    finally:
-        srv.stop()
+    outcome, srv = _probe_attached(tmp_path, stand_in_bin, catalog, selection, plan.argv, plan.env, port)
     level = outcome.record.level("live")
     ev = level.evidence
     assert level.passed, level.reason
@@ -172,12 +178,7 @@ def test_attached_server_that_is_not_the_plans_command_does_not_count(tmp_path, 
         env = {k: v + "0" if k.startswith("VLLM_") else v for k, v in env.items()}
     else:
         argv.append("--enforce-eager")
-    srv = _serve(tmp_path, stand_in_bin, argv, env, port)
-    try:
-        outcome = run.run_probe(catalog, selection, levels=("live",), state_dir=tmp_path / "state", deadline_s=30,
-                                attach_server=srv)
-    finally:
-        srv.stop()
+    outcome, _ = _probe_attached(tmp_path, stand_in_bin, catalog, selection, argv, env, port)
     level = outcome.record.level("live")
     assert level.passed and not level.valid_for_gating, level.gating_note  # it answered well: that is not enough
     assert why in level.evidence["serving_process"]["why"] and why in level.gating_note
