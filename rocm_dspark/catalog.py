@@ -204,6 +204,8 @@ class Catalog(NamedTuple):
     flag_rules: dict = {}         # "--flag" -> FlagRule
     adaptive_change: str = ""     # the change that makes a build accept adaptive verification for V4.1 on ROCm
     adaptive_notes: dict = {}     # refused_note, refused_evidence, native_evidence
+    channels: dict = {}           # channel -> {retention_builds, retention_days, source}
+    arch_defaults: dict = {}      # gfx arch -> {builds: (release names, in order), reason, source}
 
     def find_model(self, name: str) -> ModelSpec:
         wanted = name.strip().lower()
@@ -239,21 +241,22 @@ class Catalog(NamedTuple):
         known = ", ".join(self.builds)
         raise UsageError(f"unknown vLLM build {name!r}; known builds: {known} (releases also by number, e.g. 0.33.0)")
 
+    def default_builds(self, gpu: GpuSpec) -> tuple:
+        """The releases this GPU's arch runs by default, in order (the first the registry holds wins), and why."""
+        d = self.arch_defaults.get(gpu.arch)
+        if not d:
+            raise UsageError(f"recipes/vllm.yaml names no default build for {gpu.arch} ({gpu.key}); pass --build "
+                             f"(known: {', '.join(self.builds)})")
+        return tuple(self.builds[n] for n in d["builds"]), f"the {gpu.arch} default: {d['reason']} ({d['source']})"
+
     def default_build(self, gpu: GpuSpec):
-        """(build, why): the newest build with public evidence on this GPU; failing that, the newest with
-        evidence on a GPU of the same arch (said in `why`); superseded and floating builds never default."""
-        usable = [b for b in self.builds.values() if b.status == "current" and b.date]
-        own = [b for b in usable if gpu.key in b.gpus]
-        if own:
-            b = max(own, key=lambda b: b.date)
-            return b, f"the newest build with public evidence on {gpu.key} ({', '.join(b.gpus[gpu.key])})"
-        same = [(b, g) for b in usable for g in b.gpus if self.gpus.get(g) and self.gpus[g].arch == gpu.arch]
-        if same:
-            b, g = max(same, key=lambda bg: bg[0].date)
-            return b, (f"no build has public evidence on {gpu.key}; the newest with evidence on another {gpu.arch} GPU "
-                       f"({g}: {', '.join(b.gpus[g])})")
-        raise UsageError(f"no vLLM build has public evidence on {gpu.key} or another {gpu.arch} GPU; pass --build "
-                         f"(known: {', '.join(self.builds)})")
+        """(build, why): the arch's first default release (before any registry answer)."""
+        builds, why = self.default_builds(gpu)
+        return builds[0], why
+
+    def evidence_builds(self, gpu: GpuSpec) -> list:
+        """Builds with public V4.1 evidence on this GPU, newest first."""
+        return sorted((b for b in self.builds.values() if gpu.key in b.gpus), key=lambda b: b.date, reverse=True)
 
     def contains(self, build, change: str) -> bool | None:
         """True/False where recipes/vllm.yaml establishes it for this build, None where nothing does."""
@@ -701,6 +704,28 @@ def _load_catalog_cached(root: Path) -> Catalog:
         av.fail(f"unknown change {adaptive_change!r}", "change")
     adaptive_notes = {k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")}
     builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus) for name in vr.sub("builds").data}
+    channels = {}
+    for ch, c in vr.req("channels", dict, optional=True, default={}).items():
+        cr = _Reader(vpath, c, f"channels.{ch}")
+        if ch not in CHANNELS:
+            cr.fail(f"unknown channel (known: {', '.join(CHANNELS)})")
+        channels[ch] = {"retention_builds": cr.req("retention_builds", int, optional=True),
+                        "retention_days": cr.req("retention_days", int, optional=True), "source": cr.req("source", str)}
+        cr.close()
+    arch_defaults = {}
+    for arch, d in vr.req("defaults", dict, optional=True, default={}).items():
+        dr = _Reader(vpath, d, f"defaults.{arch}")
+        names = dr.str_list("builds")
+        for n in names:
+            if n not in builds:
+                dr.fail(f"{n!r} is not in builds", "builds")
+            if builds[n].channel != "release":
+                dr.fail(f"{n!r} is a {builds[n].channel} build: defaults are releases (nightlies are pruned)", "builds")
+        if not names:
+            dr.fail("name at least one build", "builds")
+        arch_defaults[arch] = {"builds": names, "reason": " ".join(dr.req("reason", str).split()),
+                               "source": dr.req("source", str)}
+        dr.close()
     flag_rules = {}
     for flag, f in vr.req("flags", dict).items():
         fr = _Reader(vpath, f, f"flags.{flag}")
@@ -721,6 +746,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
         root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
         min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds, changes=changes,
         flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
+        channels=channels, arch_defaults=arch_defaults,
     )
     for model in models.values():  # each profile names the build it runs by default, for readers of the catalog
         for g, p in list(model.profiles.items()):

@@ -41,9 +41,12 @@ def default_name(profile: str) -> str:
 
 
 def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_cache: str = HF_CACHE_HOST,
-                    passed_env=PASSED_ENV) -> list[str]:
-    """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image."""
+                    passed_env=PASSED_ENV, model_path: str | None = None) -> list[str]:
+    """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image; a local
+    --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged."""
     out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, "-v", f"{hf_cache}:{HF_CACHE_CONTAINER}"]
+    if model_path:
+        out += ["-v", f"{model_path}:{model_path}:ro"]
     for key, value in env.items():
         out += ["-e", f"{key}={value}"]
     for key in passed_env:

@@ -142,8 +142,13 @@ def render_launcher(
         raise UsageError("the plan has an empty argv; nothing to launch")
     if container and not plan.image:
         raise UsageError("--container needs the plan's image and this plan has none: run without --container")
-    # An image without a published digest is pinned by the launcher at start: it pulls the tag once and runs
-    # (and records) the digest it pulled, so a moving tag cannot change under the service.
+    # An image without a digest is pinned by the launcher at its first start to the digest this host holds
+    # (it never pulls; `launch --pull` and `up` pull once and pass the digest in plan.image).
+    model_path = plan.model_path if container else None
+    if model_path is not None:
+        from rocm_dspark.images.mounts import check_model_path
+
+        check_model_path(model_path)
     for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
@@ -158,6 +163,9 @@ def render_launcher(
         "HEADER_STATUS": quoting.bash_comment(f"{plan.status} ({plan.status_date}), vLLM {plan.vllm_version}"),
         "PROFILE": quoting.bash_word(plan.profile, "profile"),
         "IMAGE": quoting.bash_word(plan.image, "image"),
+        "IMAGE_TAG": quoting.bash_word(plan.build.image_tag if plan.build is not None and plan.image else plan.image,
+                                       "image tag"),
+        "MODEL_PATH": quoting.bash_word(model_path, "model path") if model_path else "''",
         "HOST": quoting.bash_word(plan.host, "host"),
         "PORT": quoting.bash_word(str(int(plan.port)), "port"),
         "SERVED_NAME": quoting.bash_word(plan.served_name, "served name"),

@@ -52,6 +52,8 @@ class Selection(NamedTuple):
     build: str | None = None          # a build name from recipes/vllm.yaml (wins over vllm_version)
     concurrency: int | None = None    # expected concurrent requests: drives workload rules
     memory_override: bool = False     # start even when the memory model finds no KV room (noted)
+    images: tuple = ()                # (repo:tag, registry answer) read from this host's cache (rocm_dspark.images.cache)
+    today: str | None = None          # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
 
 
 class Verdict(NamedTuple):
@@ -86,6 +88,7 @@ class Build(NamedTuple):
     facts: dict = {}                  # change -> {"in": True/False/None, "how": ancestry|wheel|parser|note, "source"}
     gpus: dict = {}                   # GPU key -> public evidence of V4.1 runs on this build
     status_note: str = ""
+    resolution: dict = {}             # this host's registry answer for image_tag (rocm_dspark.images.cache), {} if none
 
 
 class Memory(NamedTuple):
@@ -139,6 +142,7 @@ class LaunchPlan(NamedTuple):
     k: int = 0                    # num_speculative_tokens (0: no speculative decoding)
     concurrency: int | None = None
     memory: Memory | None = None
+    model_path: str | None = None  # --model-path: a local checkpoint (container modes mount it read-only)
 
     @property
     def gpus_per_node_used(self) -> int:
@@ -159,6 +163,7 @@ class LaunchPlan(NamedTuple):
             b["changes"], b["evidence"] = list(self.build.changes), list(self.build.evidence)
             b["facts"] = {k: dict(v) for k, v in self.build.facts.items()}
             b["gpus"] = {k: list(v) for k, v in self.build.gpus.items()}
+            b["resolution"] = dict(self.build.resolution)
             d["build"] = b
         if self.memory is not None:
             m = self.memory._asdict()

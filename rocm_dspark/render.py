@@ -47,7 +47,8 @@ def render_json(plan: LaunchPlan) -> str:
 def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
     """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
-    return launch_facts.docker_run_argv(launch_facts.default_name(plan.profile), plan.image, plan.argv, plan.env, hf_cache=hf_cache)
+    return launch_facts.docker_run_argv(launch_facts.default_name(plan.profile), plan.image, plan.argv, plan.env,
+                                        hf_cache=hf_cache, model_path=plan.model_path)
 
 
 def render_docker(plan: LaunchPlan) -> str:
@@ -58,9 +59,9 @@ def render_docker(plan: LaunchPlan) -> str:
         shlex.quote(f"HF_CACHE_PLACEHOLDER:{launch_facts.HF_CACHE_CONTAINER}"),
         f'"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"')
     out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]")
-    if plan.build is not None and not plan.build.digest:
-        out += _comment(f"image {plan.image} has no published digest: after `docker pull`, pin the digest "
-                        f"`docker image inspect` reports (RepoDigests) and run that")
+    if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
+        out += _comment(f"image {plan.image} is unresolved here: `rocm-dspark images` records its digest, then this "
+                        f"prints it; or pin the digest `docker image inspect` reports (RepoDigests) after a pull")
     for note in plan.notes:
         out += _comment(f"{note.topic}: {note.text}")
     return "\n".join(out + [text]) + "\n"

@@ -25,6 +25,7 @@ import json
 from rocm_dspark.capture import capture_size
 from rocm_dspark.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
+from rocm_dspark.images import pick
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
@@ -139,7 +140,8 @@ def profile_layer(s: _State) -> None:
 
 
 def _pick_build(s: _State):
-    """The selected build (--build, or --vllm-version mapped onto a build), else the profile's."""
+    """The selected build (--build, or --vllm-version mapped onto a build), else the profile's pin, else the
+    arch's first default release the registry holds (rocm_dspark.images.pick)."""
     catalog, sel = s.catalog, s.sel
     if sel.build and sel.vllm_version:
         b, v = catalog.find_build(sel.build), catalog.find_build(sel.vllm_version)
@@ -147,12 +149,19 @@ def _pick_build(s: _State):
             raise UsageError(f"--build {sel.build} and --vllm-version {sel.vllm_version} name different builds "
                              f"({b.name}, {v.name}); pass one of them")
         return b, "given by --build"
-    if sel.build or sel.vllm_version:
-        b = catalog.find_build(sel.build or sel.vllm_version)
-        return b, "given by --build" if sel.build else f"--vllm-version {sel.vllm_version}"
-    default, why = catalog.default_build(s.gpu)
-    b = catalog.builds[s.profile.vllm_build]
-    return (b, why) if b.name == default.name else (b, f"the profile {s.profile.id} pins it")
+    defaults, why = catalog.default_builds(s.gpu)
+    if sel.build:
+        return catalog.find_build(sel.build), "given by --build"
+    if sel.vllm_version:
+        b = catalog.find_build(sel.vllm_version)
+        same = [d for d in defaults if d.reported_version == b.reported_version and d.channel == b.channel == "release"]
+        return (pick.first_held(same, sel.images)[0] if same else b), f"--vllm-version {sel.vllm_version}"
+    if s.profile.vllm_build not in [d.name for d in defaults]:  # the loader fills in the default otherwise
+        return catalog.builds[s.profile.vllm_build], f"the profile {s.profile.id} pins it"
+    b, skipped = pick.first_held(defaults, sel.images)
+    if skipped:
+        why += "; " + ", ".join(f"{x.image_tag} is not in the registry" for x in skipped)
+    return b, why
 
 
 def build_layer(s: _State) -> None:
@@ -169,17 +178,23 @@ def build_layer(s: _State) -> None:
                 + (f" or use the fallback model --model {model.fallback}" if model.fallback else ""))
     av = catalog.contains(b, catalog.adaptive_change)
     notes = catalog.adaptive_notes
+    replacement = pick.first_held(catalog.default_builds(s.gpu)[0], s.sel.images)[0].name
+    entry = pick.lookup(s.sel.images, b.image_tag)
+    image, image_note = pick.image_for(b, entry, replacement if replacement != b.name else None)
     s.build = b._replace(
         adaptive_on_rocm_v41={True: "native", False: "refused", None: "unknown"}[av],
-        adaptive_evidence=notes["native_evidence"] if av else notes["refused_evidence"])
+        adaptive_evidence=notes["native_evidence"] if av else notes["refused_evidence"],
+        image=image, resolution=dict(entry or {}))
     version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
-    digest = ("digest published" if b.digest else
-              "no published digest: the launcher pins the digest it pulls and records it")
     s.notes.append(Note("build", (
-        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'unknown'}{version}; {b.status}): {why}; image "
-        f"{b.image_tag}, {digest}")))
+        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}")))
+    s.notes.append(Note("image", image_note))
+    gone = pick.retention_note(catalog, b, s.sel.today, replacement)
+    if gone:
+        s.notes.append(Note("build gone", gone))
     if b.status != "current":
         s.notes.append(Note("build status", f"{b.name} is {b.status}: {b.status_note}"))
+    s.notes.append(Note("evidence", pick.evidence_note(catalog, s.gpu, b, s.profile)))
 
 
 def workaround_layer(s: _State) -> None:
@@ -535,7 +550,7 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
         adaptive_verification=False, block_argv=s.block_argv, notes=tuple(s.notes), adaptive_argv=s.adaptive_argv,
         build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
         max_num_seqs=f["max_num_seqs"], max_num_batched_tokens=f["max_num_batched_tokens"],
-        capture_size=s.cap_size, k=s.k, concurrency=sel.concurrency, memory=s.memory,
+        capture_size=s.cap_size, k=s.k, concurrency=sel.concurrency, memory=s.memory, model_path=sel.model_path,
     )
     if f["adaptive_verification"] and s.adaptive_allowed:
         # The model's recipe turns it on here and no workaround turned it off: no gate needed.

@@ -77,7 +77,25 @@ def build_selection(opts: dict, catalog) -> Selection:
         model_path=opts.get("model_path"), served_name=opts.get("served_name"), host=opts.get("host"),
         port=opts.get("port"), extra_args=tuple(opts.get("extra_args") or ()),
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
+        images=_registry_answers(opts), today=_today(),
     )
+
+
+def _registry_answers(opts: dict) -> tuple:
+    """This host's cached registry answers (rocm_dspark.images.cache); () when there are none."""
+    from rocm_dspark.images import cache
+    from rocm_dspark.probe.store import state_dir
+
+    try:
+        return cache.for_selection(state_dir(opts.get("state_dir")))
+    except UsageError:  # no home directory: nothing recorded, the plan says "unresolved"
+        return ()
+
+
+def _today() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None) -> Verdict:

@@ -321,9 +321,10 @@ def test_container_mode_runs_docker_with_amd_flags_and_pinned_image(rig):
     assert any(r["argv"][1] == b"stop" for r in rig.records("docker")), "docker stop was not called on SIGTERM"
 
 
-def test_container_mode_pins_an_unpublished_digest_at_launch_and_records_it(rig):
-    """A build with no published digest: the launcher pulls the tag once, runs the digest it pulled and
-    records both in vllm_command.txt (the stand-in docker answers `image inspect` as docker does)."""
+def test_container_mode_pins_the_local_copy_at_first_start_never_pulls_and_records_it(rig):
+    """A launcher written with a tag: its first start pins the digest this host holds (`image inspect`, no pull),
+    records it in image-pinned and vllm_command.txt; a later start runs the recorded digest even when the local
+    tag now points elsewhere (the stand-in docker answers `image inspect` as docker does)."""
     port = free_port()
     tag = "vllm/vllm-openai-rocm:v0.33.0"
     plan = make_plan(port, adaptive=False)._replace(image=tag)
@@ -331,12 +332,19 @@ def test_container_mode_pins_an_unpublished_digest_at_launch_and_records_it(rig)
     proc = start_ready(rig, script, port, STANDIN_DIGEST="c" * 64)
     assert stop_and_check(proc, rig, who="docker") == 143
     calls = [r["argv"][1:3] for r in rig.records("docker")]
-    assert [b"pull", tag.encode()] in calls and [b"image", b"inspect"] in calls
+    assert [b"image", b"inspect"] in calls and not any(c[0] == b"pull" for c in calls)
     runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
     pinned = "vllm/vllm-openai-rocm@sha256:" + "c" * 64
     assert len(runs) == 1 and pinned in runs[0] and tag not in runs[0]
     provenance = (rig.root / "state" / "vllm_command.txt").read_text()
     assert f"# image: {tag}, run as {pinned}" in provenance and pinned in provenance.splitlines()[-1]
+    assert (rig.root / "state" / "image-pinned").read_text() == f"{tag}\n{pinned}\n"
+    port2 = free_port()  # the same launcher again, the tag re-pulled to another digest meanwhile
+    script = rig.write(make_plan(port2, adaptive=False)._replace(image=tag), container=True)
+    proc = start_ready(rig, script, port2, STANDIN_DIGEST="d" * 64)
+    assert stop_and_check(proc, rig, who="docker") == 143
+    runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
+    assert pinned in runs[-1] and not any(b"pull" == r["argv"][1] for r in rig.records("docker"))
 
 
 # ---- start-up fallback ----

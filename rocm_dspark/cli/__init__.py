@@ -23,6 +23,7 @@ COMMANDS = {
     "up": "rocm_dspark.cli.up:up",
     "down": "rocm_dspark.cli.up:down",
     "status": "rocm_dspark.cli.up:status",
+    "images": "rocm_dspark.cli.images:images",
 }
 
 

@@ -9,6 +9,7 @@ import click
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.cluster import pop_cluster, wants_cluster
+from rocm_dspark.errors import UsageError
 from rocm_dspark.selection import plan_from_options
 
 
@@ -25,11 +26,13 @@ from rocm_dspark.selection import plan_from_options
               help="systemd: EnvironmentFile for secrets such as HF_TOKEN (default: <output>/<name>.env); "
                    "an existing file is kept and must be mode 0600.")
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
+@click.option("--pull", is_flag=True,
+              help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
 @click.option("--ready-timeout", type=int, default=3600, show_default=True,
               help="Seconds each start may take to answer /health and /v1/models.")
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors
-def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json, **opts):
+def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, **opts):
     """Write launcher files for a model on this (or the given) AMD GPU.
 
     \b
@@ -56,8 +59,17 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
         for line in written["next"]:
             click.echo(line)
         return
+    plan = plan_from_options(opts)
+    if pull:
+        if not container:
+            raise UsageError("--pull pins the image of a container launcher: add --container")
+        from rocm_dspark.images.pull import pin_for_launch
+        from rocm_dspark.probe.store import state_dir
+
+        plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
+        click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)
     files = write_launchers(
-        plan_from_options(opts), output, fmt, name=name, user=user, env_file=env_file,
+        plan, output, fmt, name=name, user=user, env_file=env_file,
         container=container, ready_timeout_s=ready_timeout,
     )
     if as_json:

@@ -81,6 +81,19 @@ def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: flo
             "runtime": tool, "commands": [" ".join(pull), " ".join(inspect)]}
 
 
+def pin_local(tool: str, image: str) -> dict:
+    """The digest of the copy this host holds (no pull): for a registry that cannot be reached."""
+    inspect = commands(tool, image)[1]
+    proc = subprocess.run(inspect, text=True, capture_output=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{' '.join(inspect)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}")
+    digest, problem = check_digest(image, parse_repo_digests(proc.stdout))
+    if problem:
+        raise RuntimeError(problem)
+    return {"image": image, "digest": digest, "pinned": f"{repository(image)}@{digest}", "runtime": tool,
+            "commands": [" ".join(inspect)]}
+
+
 def image_id(tool: str, image: str) -> tuple[str | None, str]:
     """(the local image's ID from `inspect --format '{{.Id}}'`, or None; what the tool said when it is None)."""
     try:

@@ -223,12 +223,14 @@ def image_run(run) -> dict:
     if why:
         run.say(f"  {why}")
         return {"skipped": why}
+    from rocm_dspark.images.pull import PullFailed, pin
+
     tool = image_mod.runtime()
     try:
-        got = image_mod.pull_and_pin(tool, run.plan.image, say=run.say)
-    except (RuntimeError, ValueError, OSError) as exc:
-        raise StepFailed(f"image: {exc}", "check the registry is reachable and the image name in recipes/ "
-                         f"(`{tool} pull {run.plan.image}` by hand shows the error)") from None
+        got = pin(run.plan, run.options.state_dir, tool=tool, replacement=run.catalog.default_build(
+            run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.say)
+    except PullFailed as exc:
+        raise StepFailed(exc.message, exc.fix) from None
     run.say(f"  pinned {got['pinned']}")
     return got
 
@@ -238,7 +240,9 @@ def image_dry(run) -> list[str]:
     if why:
         return [why]
     tool = image_mod.runtime() or "docker"
-    return [_cmd(c) for c in image_mod.commands(tool, run.plan.image)] + ["records the RepoDigests entry (must equal the plan's digest)"]
+    return ([f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"]
+            + [_cmd(c) for c in image_mod.commands(tool, run.plan.image)]
+            + ["records the RepoDigests entry (must equal the registry's digest); every start runs it, none pulls"])
 
 
 # -- 5. launchers ---------------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""`rocm-dspark images`: what this host's registry holds for each candidate build, and what the plan runs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from rocm_dspark.cli.options import fail, usage_errors
+from rocm_dspark.errors import EXIT_ENVIRONMENT
+
+
+@click.command()
+@click.option("--gpu", default=None, help="GPU (recipes/gpus.yaml key); detected with amd-smi/rocminfo when omitted.")
+@click.option("--build", default=None, help="Ask about this build only (recipes/vllm.yaml).")
+@click.option("--state-dir", default=None, help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).")
+@click.option("--skopeo/--http", "use_skopeo", default=None,
+              help="Ask with skopeo, or with the Docker Registry HTTP API (default: skopeo when installed).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@usage_errors
+def images(gpu, build, state_dir, use_skopeo, as_json):
+    """Ask the registry what each candidate image tag is now; record the answers for the plans.
+
+    \b
+    Example:
+      rocm-dspark images --gpu mi300x
+      rocm-dspark images --build v0.33.0-rocm72 --json
+    """
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.images import registry, report
+    from rocm_dspark.probe.store import state_dir as resolve_state_dir
+    from rocm_dspark.selection import detect_gpu
+
+    catalog = load_catalog()
+    key = gpu or detect_gpu(catalog)
+    spec = catalog.find_gpu(key) if key else None
+    resolver = lambda image: registry.resolve(image, use_skopeo=use_skopeo)  # noqa: E731
+    result = report.run(catalog, resolve_state_dir(state_dir), spec, build, resolver=resolver)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        for line in report.lines(result):
+            click.echo(line)
+    runs = result.get("runs") or {}
+    if runs.get("missing"):
+        fail(runs["missing"])
+    if all("error" in r for r in result["images"]):
+        fail(f"no registry answered: {result['images'][0]['error']}", EXIT_ENVIRONMENT)

@@ -1,0 +1,53 @@
+"""This host's registry answers: a small JSON file in the state dir, `<state>/images/resolved.json`.
+
+`rocm-dspark images`, `up` and `launch --pull` write it (rocm_dspark.images.registry asks the registry); the
+recipe path only reads it, and resolve() takes what it read as an input (Selection.images), like probe evidence.
+Each entry: {"exists": bool, "digest": "sha256:..." | null, "stack": {...} | null, "answer": the registry's
+words, "registry": host, "via": "http" | "skopeo", "checked_at": UTC time}. Light imports only: this is on the
+`recipe` path (benchmarks/recipe_latency.py).
+"""
+
+import json
+import os
+
+FORMAT = 1
+SUBPATH = os.path.join("images", "resolved.json")
+
+
+def cache_path(state_dir) -> str:
+    return os.path.join(str(state_dir), SUBPATH)
+
+
+def read(state_dir) -> dict:
+    """{repo:tag: entry}; {} when there is no cache or it is unreadable (the plan then says "unresolved")."""
+    try:
+        with open(cache_path(state_dir), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if not isinstance(images, dict):
+        return {}
+    return {k: v for k, v in images.items() if isinstance(k, str) and _valid(v)}
+
+
+def _valid(entry) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("exists"), bool) and isinstance(entry.get("checked_at"), str)
+            and (entry.get("digest") is None or (isinstance(entry["digest"], str) and entry["digest"].startswith("sha256:"))))
+
+
+def for_selection(state_dir) -> tuple:
+    """The cache as Selection.images: ((repo:tag, entry), ...), sorted so equal caches give equal plans."""
+    return tuple(sorted(read(state_dir).items()))
+
+
+def record(state_dir, answers: dict) -> str:
+    """Merge definite answers (exists True/False) into the cache; unreachable registries record nothing."""
+    from rocm_dspark.atomic import write_atomic
+
+    merged = read(state_dir)
+    merged.update({k: v for k, v in answers.items() if _valid(v)})
+    path = cache_path(state_dir)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomic(path, json.dumps({"format": FORMAT, "images": merged}, indent=1, sort_keys=True) + "\n", mode=0o644)
+    return path

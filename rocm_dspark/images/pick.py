@@ -1,0 +1,97 @@
+"""Which image a plan runs, from the catalog and this host's registry answers (Selection.images). Pure.
+
+resolve.build_layer calls these: the arch's default release that the registry holds, the image by digest where
+this host resolved it (else the tag, said to be unresolved), a one-line error for a tag the registry does not
+hold, the nightly retention note and what the public evidence is evidence for. No network, files or clock.
+"""
+
+from rocm_dspark.errors import UsageError
+
+
+def repository(image_tag: str) -> str:
+    """'host:5000/org/name:tag' -> 'host:5000/org/name'."""
+    head, _, last = image_tag.rpartition("/")
+    return (head + "/" if head else "") + last.split(":", 1)[0].split("@", 1)[0]
+
+
+def lookup(images, tag: str) -> dict | None:
+    for ref, entry in images or ():
+        if ref == tag:
+            return entry
+    return None
+
+
+def first_held(builds, images):
+    """(the first build whose tag the registry holds, or the first with no answer yet; skipped builds)."""
+    skipped = []
+    for b in builds:
+        entry = lookup(images, b.image_tag)
+        if entry is None or entry["exists"]:
+            return b, skipped
+        skipped.append(b)
+    return builds[0], skipped  # none held: the first, whose absence image_for reports
+
+
+def _answer(entry: dict) -> str:
+    where = f" from {entry['registry']}" if entry.get("registry") else ""
+    return f"{entry.get('answer') or 'not found'}{where}, checked {entry['checked_at']}"
+
+
+def image_for(build, entry: dict | None, replacement: str | None) -> tuple:
+    """(image to run, note text); UsageError (one line) when the registry said the tag is gone."""
+    if build.digest:  # a digest from public evidence: what the plan runs whatever the tag does now
+        if entry is not None and not entry["exists"]:
+            return build.image, (f"{build.image} (published digest); its tag {build.image_tag} is gone from the "
+                                 f"registry ({_answer(entry)}): only a node cache may still hold it")
+        return build.image, f"{build.image} (published digest)"
+    if entry is None:
+        return build.image_tag, (f"{build.image_tag}: unresolved (no registry answer on this host yet: "
+                                 f"`rocm-dspark images` asks); `up` and `launch --pull` pull it once and run the digest")
+    if not entry["exists"]:
+        fix = f"use --build {replacement}" if replacement else "pick another --build (`rocm-dspark images` lists them)"
+        raise UsageError(f"image {build.image_tag} is not in the registry ({_answer(entry)}); {fix}")
+    if not entry.get("digest"):
+        return build.image_tag, f"{build.image_tag}: the registry holds it but gave no digest ({_answer(entry)})"
+    pinned = f"{repository(build.image_tag)}@{entry['digest']}"
+    stack = entry.get("stack") or {}
+    says = f"; the image reports ROCm {stack['rocm']} ({stack.get('source', 'its config')})" if stack.get("rocm") else ""
+    return pinned, f"{build.image_tag} resolved on this host to {pinned} ({_answer(entry)}){says}"
+
+
+def _day(date: str) -> int:
+    """'2026-09-21' or '2026-11' -> a day number (the first of the month when only the month is known)."""
+    y, m, d = (date.split("-") + ["01"])[:3]
+    y, m, d = int(y), int(m), int(d)
+    # Days since 0000-03-01 (a civil-calendar formula): no datetime import on the recipe path.
+    y -= m <= 2
+    era_day = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return 365 * y + y // 4 - y // 100 + y // 400 + era_day
+
+
+def retention_note(catalog, build, today: str | None, replacement: str | None) -> str | None:
+    """A nightly older than its channel's retention window is probably gone: say so, and name the release."""
+    rule = catalog.channels.get(build.channel) or {}
+    days = rule.get("retention_days")
+    if not days or not build.date:
+        return None
+    dated = [b.date for b in catalog.builds.values() if b.date]
+    as_of, what = (today, "today") if today else (max(dated), "the newest build in recipes/vllm.yaml")
+    age = _day(as_of) - _day(build.date)
+    if age <= days:
+        return None
+    use = f"; use its replacement, release {replacement} (--build {replacement})" if replacement else ""
+    return (f"{build.name} ({build.date}) is probably gone from the registry: vLLM keeps the last "
+            f"{rule['retention_builds']} {build.channel} builds (about {days} days; {rule['source']}) and it is {age} days "
+            f"older than {what} ({as_of}){use}")
+
+
+def evidence_note(catalog, gpu, build, profile) -> str:
+    """What the profile's public evidence is evidence for, against the build the plan runs."""
+    own = build.gpus.get(gpu.key)
+    if own:
+        return f"public V4.1 evidence on {gpu.key} with this build: {', '.join(own)}"
+    others = [b for b in catalog.evidence_builds(gpu) if b.name != build.name]
+    were = (f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: "
+            + ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)) if others else ""
+    return (f"no public V4.1 run on {gpu.key} with {build.name}{were}; `rocm-dspark validate` or `up` produce this "
+            f"host's evidence")

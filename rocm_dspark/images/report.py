@@ -1,0 +1,99 @@
+"""The library behind `rocm-dspark images`: ask the registry about each candidate tag, record the answers
+in this host's cache (rocm_dspark.images.cache) and say which image each plan would run."""
+
+from __future__ import annotations
+
+from rocm_dspark.errors import UsageError
+from rocm_dspark.images import cache, pick, registry
+
+
+def candidates(catalog, gpu=None, build: str | None = None) -> list[tuple]:
+    """[(build, role)]: the asked build; or the GPU's defaults, the other releases, then the builds its
+    public evidence ran on; or, with neither, every build."""
+    if build:
+        return [(catalog.find_build(build), "asked (--build)")]
+    if gpu is None:
+        return [(b, b.channel) for b in catalog.builds.values()]
+    defaults, _ = catalog.default_builds(gpu)
+    out = [(b, f"{gpu.arch} default, choice {i}") for i, b in enumerate(defaults, 1)]
+    seen = {b.name for b in defaults}
+    for b in catalog.builds.values():
+        if b.channel == "release" and b.status == "current" and b.name not in seen:
+            out.append((b, "release"))
+            seen.add(b.name)
+    for b in catalog.evidence_builds(gpu):
+        if b.name not in seen:
+            out.append((b, f"public evidence on {gpu.key}"))
+            seen.add(b.name)
+    return out
+
+
+def ask(rows: list[tuple], resolver=registry.resolve) -> list[dict]:
+    """Resolve each candidate's tag; an unreachable registry is a row with `error` (nothing recorded)."""
+    out = []
+    for b, role in rows:
+        row = {"build": b.name, "role": role, "tag": b.image_tag, "channel": b.channel, "rocm_recorded": b.rocm,
+               "published_digest": b.digest}
+        try:
+            row["answer"] = resolver(b.image_tag)
+        except registry.RegistryUnreachable as exc:
+            row["error"] = str(exc)
+        except ValueError as exc:
+            row["error"] = str(exc)
+        out.append(row)
+    return out
+
+
+def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registry.resolve) -> dict:
+    """Ask, record, and decide what the plan runs (`runs.missing`: the one-line error when its tag is gone)."""
+    rows = ask(candidates(catalog, gpu, build), resolver)
+    answers = {r["tag"]: r["answer"] for r in rows if "answer" in r}
+    path = cache.record(state_dir, answers) if answers else cache.cache_path(state_dir)
+    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows}
+    if gpu is None and not build:
+        return result
+    images = cache.for_selection(state_dir)
+    if build:
+        chosen = catalog.find_build(build)
+    else:
+        chosen = pick.first_held(catalog.default_builds(gpu)[0], images)[0]
+    replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu else None
+    entry = pick.lookup(images, chosen.image_tag)
+    unreachable = next((r["error"] for r in rows if r["build"] == chosen.name and "error" in r), None)
+    result["runs"] = {"build": chosen.name, "tag": chosen.image_tag, "unreachable": unreachable}
+    try:
+        image, note = pick.image_for(chosen, entry, replacement if replacement != chosen.name else None)
+        result["runs"].update(image=image, note=note, missing=None)
+    except UsageError as exc:  # the tag is gone: the caller prints the table, then this one line (exit 2)
+        result["runs"].update(image=None, note="the registry does not hold it", missing=str(exc))
+    return result
+
+
+def _short(digest: str | None) -> str:
+    return digest[:19] + "…" if digest else "-"
+
+
+def lines(result: dict) -> list[str]:
+    head = f"{'build':<26} {'tag':<60} {'in registry':<12} {'digest':<20} {'stack (image config)':<22} answer / role"
+    out = [head]
+    for r in result["images"]:
+        a = r.get("answer")
+        if a is None:
+            held, digest, stack, said = "unknown", "-", "-", f"unreachable: {r['error']}"
+        else:
+            held = "yes" if a["exists"] else "NO"
+            digest = _short(a.get("digest"))
+            stack = f"ROCm {a['stack']['rocm']}" if a.get("stack") else "not in config"
+            said = f"{a['answer']} via {a['via']}"
+        out.append(f"{r['build']:<26} {r['tag']:<60} {held:<12} {digest:<20} {stack:<22} {said}; {r['role']}")
+    runs = result.get("runs")
+    if runs:
+        where = f" on {result['gpu']}" if result["gpu"] else ""
+        out.append(f"plan{where} runs {runs['build']}: {runs['note']}")
+        if runs["unreachable"]:
+            out.append(f"  (no answer now: {runs['unreachable']}; the plan keeps the last recorded answer, if any)")
+    out.append(f"answers recorded in {result['cache']} (the plan reads them; `recipe`, `launch`, `up` run the digest)")
+    return out
+
+
+__all__ = ["candidates", "ask", "run", "lines"]
