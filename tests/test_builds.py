@@ -36,6 +36,8 @@ FEATURE_TABLE = {
     "nightly-rocm100-ac9126e5": (True, True, "refused"),  # same; also #58671, #53492
     "v0.32.0": (True, False, "refused"),                  # #57906 in the wheel: ROCm turns replay off itself
     "v0.33.0": (True, False, "native"),                   # #58151 in the wheel
+    "v0.33.0-rocm72": (True, False, "native"),            # the same release on the legacy ROCm 7.2 stack
+    "v0.33.0-rocm100": (True, False, "native"),           # the same release, the ROCm 10.0 variant tag
 }
 
 
@@ -73,18 +75,14 @@ def test_flag_rules_come_from_the_change_table():
     assert flag_verdict(CAT, b033, "--max-model-len") == (True, "")
 
 
-def test_each_gpu_defaults_to_the_newest_build_with_public_evidence_on_it():
+def test_each_gpu_defaults_to_a_release_and_its_evidence_builds_are_named():
     got = {g: resolve(CAT, Selection(model=V41, gpu=g)).build.name for g in CAT.gpus}
-    assert got == {"mi300x": "nightly-3df4ae15", "mi325x": "nightly-3df4ae15",
-                   "mi355x": "nightly-rocm100-ac9126e5", "mi350x": "nightly-rocm100-ac9126e5"}
-    for g, name in got.items():
-        b = CAT.builds[name]
-        assert b.status == "current" and (g in b.gpus or g == "mi350x")
-        newer = [o for o in CAT.builds.values() if g in o.gpus and o.status == "current" and o.date > b.date]
-        assert not newer
-    # MI350X has no public run of any build: the note says whose evidence (same gfx950 arch) is used.
+    assert got == {"mi300x": "v0.33.0-rocm72", "mi325x": "v0.33.0-rocm72", "mi355x": "v0.33.0", "mi350x": "v0.33.0"}
+    # The public evidence is shown for what it is: evidence for another build (MI350X has none at all).
+    notes = {n.topic: n.text for n in resolve(CAT, Selection(model=V41, gpu="mi300x")).notes}
+    assert "is for another build: nightly-3df4ae15" in notes["evidence"]
     notes = {n.topic: n.text for n in resolve(CAT, Selection(model=V41, gpu="mi350x")).notes}
-    assert "no build has public evidence on mi350x" in notes["build"] and "mi355x" in notes["build"]
+    assert notes["evidence"].startswith("no public V4.1 run on mi350x with v0.33.0;") and "another build" not in notes["evidence"]
 
 
 def test_vllm_version_maps_onto_builds_and_versions_are_labels():
@@ -220,13 +218,13 @@ def test_list_shows_the_builds():
     assert builds["nightly-3df4ae15"]["evidence_on"].keys() == {"mi300x", "mi325x"}
 
 
-def test_docker_form_says_when_the_image_has_no_published_digest():
+def test_docker_form_says_when_the_image_is_unresolved():
     from rocm_dspark.render import render_docker
 
     text = render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")))
-    assert "vllm/vllm-openai-rocm:v0.33.0 has no published digest" in text
-    assert "no published digest" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
-                                                                               build="nightly-eed1f3d0")))
+    assert "vllm/vllm-openai-rocm:v0.33.0 is unresolved here" in text
+    assert "is unresolved here" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
+                                                                              build="nightly-eed1f3d0")))
 
 
 def test_concurrency_without_rules_says_it_changes_nothing():

@@ -94,14 +94,15 @@ def test_mi355x_plan_agrees_with_the_public_recipe_command():
 
 def test_gfx942_profiles_carry_the_day_zero_differences():
     """docs/deployment.md (gfx942): what InferenceX needed on gfx942 that the generator missed."""
-    mi300 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x"))
+    # On the build InferenceX ran (the defaults are releases that turn replay off by themselves: test_images_defaults).
+    mi300 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", build="nightly-3df4ae15"))
     f = flags(mi300.argv)
     assert f["--tensor-parallel-size"] == "8" and f["--max-num-batched-tokens"] == "8192"
     assert json.loads(f["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     assert mi300.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
     assert "--no-swa-bounded-replay" in f and json.loads(f["--engram-config"]) == {"cpu_offload": False}
     assert f["--moe-backend"] == "aiter"
-    mi325 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi325x"))
+    mi325 = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi325x", build="nightly-3df4ae15"))
     g = flags(mi325.argv)
     assert g["--tensor-parallel-size"] == "8" and "--moe-backend" not in g
     # InferenceX #3337 repinned MI325X to 3df4ae15 with --no-swa-bounded-replay and explicit Engram placement.
@@ -122,7 +123,8 @@ def test_amd_default_is_block_verification_with_a_reason(gpu):
     assert not plan.adaptive_verification and plan.argv == plan.block_argv and plan.adaptive_argv is not None
     notes = {n.topic: n.text for n in plan.notes}
     assert notes["adaptive verification"].startswith("OFF: full 5-token block verification")
-    assert "refuses it for V4.1 on ROCm" in notes["adaptive verification"]
+    # The default releases accept it natively; the gate still keeps it off until this host proves it.
+    assert "supports it natively" in notes["adaptive verification"] and "not been proven on this host" in notes["adaptive verification"]
 
 
 def test_a_proven_verdict_turns_adaptive_on_and_keeps_a_block_fallback():

@@ -11,6 +11,7 @@ must stop there with one line, the fix and exit 1, leaving the server up for a l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -23,7 +24,16 @@ from rocm_dspark.runtime.process import free_port, is_alive
 from tests.conftest import FIXTURES
 
 ROCMINFO = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"
-DIGEST = "c" * 64
+# What the stand-in registry serves for every tag (`skopeo inspect --raw`): the digest is its SHA-256, as docker's.
+MANIFEST = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}'
+DIGEST = hashlib.sha256(MANIFEST).hexdigest()
+SKOPEO = f"""#!{sys.executable}
+import sys
+if "--raw" in sys.argv:
+    sys.stdout.buffer.write({MANIFEST!r})
+else:
+    print('{{"Labels": null, "Env": ["PATH=/usr/bin"]}}')
+"""
 
 DOCKER = r'''#!{python}
 import json, os, signal, sys, time
@@ -102,7 +112,8 @@ def node(tmp_path):
         d.mkdir(parents=True)
     (bindir / "rocminfo").write_text(f"#!/bin/sh\ncat {ROCMINFO}\n")
     (bindir / "docker").write_text(DOCKER.format(python=sys.executable, digest=DIGEST))
-    for tool in ("rocminfo", "docker"):
+    (bindir / "skopeo").write_text(SKOPEO)  # the registry up asks before pulling (rocm_dspark.images.registry)
+    for tool in ("rocminfo", "docker", "skopeo"):
         (bindir / tool).chmod(0o755)
     # The host: the KFD and one render node open to us, NUMA balancing off.
     for dev in ("dev/kfd", "dev/dri/renderD128"):
@@ -218,7 +229,14 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
     state, port = tmp_path / "state", free_port()
     (tmp_path / "rec" / "pulled").touch()  # pulled before: its software can be read when the plan is chosen
     catalog = load_catalog()
-    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64)
+    # The registry's answer is on this host already (as `rocm-dspark images` leaves it): every step plans the digest.
+    from rocm_dspark.images import cache
+
+    tag = catalog.default_build(catalog.gpus["mi300x"])[0].image_tag
+    cache.record(state, {tag: {"exists": True, "digest": "sha256:" + DIGEST, "stack": None, "answer": "skopeo",
+                               "registry": "registry-1.docker.io", "via": "skopeo", "checked_at": "2026-12-01T00:00:00Z"}})
+    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64,
+                    images=cache.for_selection(state))
     gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
     fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
     rid, _ = write(state, fp)
