@@ -164,7 +164,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
              "rocm-dspark/hardware": "not yet run on MI300-class hardware"}
     image = plan.image
     if "@sha256:" not in image:
-        notes["rocm-dspark/image"] = "not pinned by digest: the build publishes no digest; pin it before production"
+        notes["rocm-dspark/image"] = "not pinned by digest: unresolved here; run `rocm-dspark images` and regenerate (the plan then names the digest)"
     g = spec.gpus_per_node
     vols = _volumes(shm_gib, model_cache_claim, state_claim)
     port = int(plan.port)
