@@ -92,3 +92,15 @@ def test_resolution_is_an_input_digest_when_held_one_line_error_when_gone():
         ("vllm/vllm-openai-rocm:nightly-eed1f3d0c6043bd494424a22443ee198dd56f657", _answer(False)),)))
     assert eed.image.endswith(CAT.builds["nightly-eed1f3d0"].digest)
     assert "gone from the registry" in next(n.text for n in eed.notes if n.topic == "image")
+
+
+@pytest.mark.parametrize("gpu", sorted(CAT.gpus))
+def test_the_stack_variants_run_exactly_the_argv_vllm_033s_parser_checks(gpu):
+    """tests/slow/test_parser_real.py parses the v0.33.0 plans with 0.33.0's own parser; the -rocm72/-rocm100
+    variants are the same release (same commit and change facts), so their argv must be exactly those."""
+    ref = resolve(CAT, Selection(model=V41, gpu=gpu, build="v0.33.0"))
+    for name in ("v0.33.0-rocm72", "v0.33.0-rocm100"):
+        b = CAT.builds[name]
+        assert b.vllm_commit == CAT.builds["v0.33.0"].vllm_commit and b.facts == CAT.builds["v0.33.0"].facts
+        plan = resolve(CAT, Selection(model=V41, gpu=gpu, build=name))
+        assert (plan.block_argv, plan.adaptive_argv, plan.env) == (ref.block_argv, ref.adaptive_argv, ref.env)

@@ -34,7 +34,8 @@ def first_held(builds, images):
 
 def _answer(entry: dict) -> str:
     where = f" from {entry['registry']}" if entry.get("registry") else ""
-    return f"{entry.get('answer') or 'not found'}{where}, checked {entry['checked_at']}"
+    via = f" ({entry['via']})" if entry.get("via") else ""
+    return f"{entry.get('answer') or 'not found'}{via}{where}, checked {entry['checked_at']}"
 
 
 def image_for(build, entry: dict | None, replacement: str | None) -> tuple:

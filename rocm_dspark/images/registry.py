@@ -197,8 +197,8 @@ def _skopeo(args: list[str], image: str, timeout_s: float) -> subprocess.Complet
 
 def _skopeo_error(stderr: bytes) -> str:
     text = stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-    msg = re.sub(r'^time="[^"]*" level=\w+ msg="?', "", text[0]).rstrip('"')
-    return msg
+    msg = re.sub(r'^time="[^"]*" level=\w+ msg="?', "", text[0]).rstrip('"').replace('\\"', '"')
+    return re.sub(r'^Error parsing image name "[^"]*": ', "", msg)
 
 
 def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
@@ -206,7 +206,7 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
     if raw.returncode != 0:
         msg = _skopeo_error(raw.stderr)
         if "manifest unknown" in msg.lower() or "not found" in msg.lower():
-            return _entry(image, False, None, f"skopeo: {msg.split(': ')[-1]}", "skopeo")
+            return _entry(image, False, None, msg.split(": ")[-1], "skopeo")
         raise RegistryUnreachable(f"{split(image)[0]} unreachable: skopeo: {msg}")
     digest = "sha256:" + hashlib.sha256(raw.stdout).hexdigest()
     info = _skopeo([], image, timeout_s)  # the image for this platform: its labels and env
@@ -217,7 +217,7 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
             stack = stack_from(data.get("Labels"), data.get("Env"))
         except ValueError:
             stack = None
-    return _entry(image, True, digest, "skopeo: manifest found", "skopeo", stack)
+    return _entry(image, True, digest, "manifest found", "skopeo", stack)
 
 
 def have_skopeo() -> bool:

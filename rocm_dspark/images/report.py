@@ -79,20 +79,25 @@ def lines(result: dict) -> list[str]:
     for r in result["images"]:
         a = r.get("answer")
         if a is None:
-            held, digest, stack, said = "unknown", "-", "-", f"unreachable: {r['error']}"
+            held, digest, stack, said = "unknown", "-", "-", "no answer (below)"
         else:
             held = "yes" if a["exists"] else "NO"
             digest = _short(a.get("digest"))
             stack = f"ROCm {a['stack']['rocm']}" if a.get("stack") else "not in config"
-            said = f"{a['answer']} via {a['via']}"
+            said = f"{a['answer']} ({a['via']})"
         out.append(f"{r['build']:<26} {r['tag']:<60} {held:<12} {digest:<20} {stack:<22} {said}; {r['role']}")
+    for err in dict.fromkeys(r["error"] for r in result["images"] if "error" in r):
+        out.append(f"no answer: {err}")
     runs = result.get("runs")
     if runs:
         where = f" on {result['gpu']}" if result["gpu"] else ""
         out.append(f"plan{where} runs {runs['build']}: {runs['note']}")
         if runs["unreachable"]:
-            out.append(f"  (no answer now: {runs['unreachable']}; the plan keeps the last recorded answer, if any)")
-    out.append(f"answers recorded in {result['cache']} (the plan reads them; `recipe`, `launch`, `up` run the digest)")
+            out.append("  (no answer now: the plan keeps the last recorded answer, if any)")
+    if any("answer" in r for r in result["images"]):
+        out.append(f"answers recorded in {result['cache']} (plans read them: `recipe`, `launch` and `up` run the digest)")
+    else:
+        out.append(f"nothing recorded: no registry answered (earlier answers in {result['cache']} stay)")
     return out
 
 
