@@ -140,22 +140,54 @@ def test_pull_once_then_restarts_run_the_recorded_digest_through_a_repush_and_an
 
 
 def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, monkeypatch):
-    """up's image step with the registry stopped and no local copy: a stop that names the tag and the reason."""
+    """up's image step (rocm_dspark.images.pull.pin) with the registry stopped: with no local copy, a stop that
+    names the tag and the reason; with the copy an earlier pull left, the digest this host holds."""
     registry, env, tmp = host
-    registry.push("v0.33.0-rocm72", "first", ROCM72)
-    registry.stop()
+    held = registry.push("v0.33.0-rocm72", "first", ROCM72)
+    registry.push("v0.33.0", "other", ROCM72)
     monkeypatch.setenv("ROCM_DSPARK_RECIPES", env["ROCM_DSPARK_RECIPES"])
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.images.pull import PullFailed, pin
     from rocm_dspark.resolve import Selection, resolve
 
-    plan = resolve(load_catalog(env["ROCM_DSPARK_RECIPES"]), Selection(model="V4.1-Flash", gpu="mi300x"))
+    cat = load_catalog(env["ROCM_DSPARK_RECIPES"])
     rig = Rig(tmp / "rig")
     _registry_docker(rig, tmp / "images")
     monkeypatch.setenv("PATH", f"{rig.root / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("STANDIN_IMAGE_STORE", str(tmp / "images"))
+    subprocess.run(["docker", "pull", registry.image("v0.33.0-rocm72")], check=True, capture_output=True)
+    registry.stop()
+    other = resolve(cat, Selection(model="V4.1-Flash", gpu="mi300x", build="v0.33.0"))
     with pytest.raises(PullFailed) as exc:
-        pin(plan, tmp / "state", tool="docker", replacement="v0.33.0")
-    assert exc.value.message.startswith(f"cannot resolve {registry.image('v0.33.0-rocm72')}: {registry.host} unreachable")
+        pin(other, tmp / "state", tool="docker", replacement="v0.33.0-rocm72")
+    assert exc.value.message.startswith(f"cannot resolve {registry.image('v0.33.0')}: {registry.host} unreachable")
     assert "this host holds no copy" in exc.value.message and "registry reachable" in exc.value.fix
     assert not (tmp / "state" / "images" / "resolved.json").exists()  # no answer, nothing recorded
+    said = []
+    got = pin(resolve(cat, Selection(model="V4.1-Flash", gpu="mi300x")), tmp / "state", tool="docker", say=said.append)
+    assert got["pinned"] == f"{registry.host}/vllm/vllm-openai-rocm@{held}" and got["resolved"] is None
+    assert any("using the copy this host holds" in line for line in said)
+    assert not any(c[0] == "pull" for c in _docker_calls(tmp / "images")[1:])
+
+
+def test_a_tag_only_launcher_without_a_local_copy_stops_before_starting_and_never_pulls(tmp_path):
+    """No registry needed: the host holds no copy, so the first start says how to get one; and a --model-path
+    removed after the launcher was written is refused before anything starts."""
+    from tests.test_launchers_run import make_plan
+
+    rig = Rig(tmp_path / "rig")
+    store = tmp_path / "images"
+    _registry_docker(rig, store)
+    plan = make_plan(free_port(), adaptive=False)._replace(image="vllm/vllm-openai-rocm:v0.33.0")
+    r = rig.run(rig.write(plan, container=True), STANDIN_IMAGE_STORE=str(store))
+    assert r.returncode == 1 and b"is not on this host and the launcher never pulls" in r.stderr
+    calls = _docker_calls(store)
+    assert calls and all(c[0] != "pull" and c[0] != "run" for c in calls)
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    pinned = make_plan(free_port(), adaptive=False)._replace(model_path=str(model))
+    script = rig.write(pinned, container=True)
+    model.rmdir()
+    r = rig.run(script, STANDIN_IMAGE_STORE=str(store))
+    assert r.returncode == 1 and f"--model-path {model} does not exist on this host".encode() in r.stderr
+    assert not [c for c in _docker_calls(store) if c[0] == "run"]
