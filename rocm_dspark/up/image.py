@@ -65,24 +65,18 @@ def check_digest(image: str, digests: list[str]) -> tuple[str | None, str | None
 
 def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
     """Run the pull and the inspect; returns {"image", "digest", "pinned", "commands"} or raises RuntimeError."""
-    pull, inspect = commands(tool, image)
+    pull = commands(tool, image)[0]
     say(f"  $ {' '.join(pull)}")
     proc = subprocess.run(pull, text=True, capture_output=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(pull)}` failed (exit {proc.returncode}): "
                            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']}")
-    proc = subprocess.run(inspect, text=True, capture_output=True, timeout=120)
-    if proc.returncode != 0:
-        raise RuntimeError(f"`{' '.join(inspect)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}")
-    digest, problem = check_digest(image, parse_repo_digests(proc.stdout))
-    if problem:
-        raise RuntimeError(problem)
-    return {"image": image, "digest": digest, "pinned": f"{repository(image)}@{digest}",
-            "runtime": tool, "commands": [" ".join(pull), " ".join(inspect)]}
+    got = pin_local(tool, image)
+    return {**got, "commands": [" ".join(pull), *got["commands"]]}
 
 
 def pin_local(tool: str, image: str) -> dict:
-    """The digest of the copy this host holds (no pull): for a registry that cannot be reached."""
+    """The digest of the copy this host holds (no pull; after a pull, or for a registry that cannot be reached)."""
     inspect = commands(tool, image)[1]
     proc = subprocess.run(inspect, text=True, capture_output=True, timeout=120)
     if proc.returncode != 0:
