@@ -25,6 +25,7 @@ LAYERS = {
     "rocm_dspark.k8s": 2, "rocm_dspark.render_cluster": 2, "rocm_dspark.launch_group": 2, "rocm_dspark.cluster": 3,
     "rocm_dspark.probe": 3, "rocm_dspark.vllm_plugin": 3, "rocm_dspark.selection": 3,
     "rocm_dspark.server_phases": 1, "rocm_dspark.progress": 1,
+    "rocm_dspark.images": 1, "rocm_dspark.images.pull": 4,  # pull is up's image step, shared with `launch --pull`
     "rocm_dspark.validate": 4, "rocm_dspark.up": 4,
     "rocm_dspark.cli": 5, "rocm_dspark.__main__": 5,
 }
