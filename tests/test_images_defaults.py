@@ -104,3 +104,18 @@ def test_the_stack_variants_run_exactly_the_argv_vllm_033s_parser_checks(gpu):
         assert b.vllm_commit == CAT.builds["v0.33.0"].vllm_commit and b.facts == CAT.builds["v0.33.0"].facts
         plan = resolve(CAT, Selection(model=V41, gpu=gpu, build=name))
         assert (plan.block_argv, plan.adaptive_argv, plan.env) == (ref.block_argv, ref.adaptive_argv, ref.env)
+
+
+def test_the_recipe_path_never_imports_the_registry_code(tmp_path):
+    """`recipe` reads the cache (json, os) and pick (pure); registry, report, pull and httpx stay out."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; from rocm_dspark.cli import main\n"
+            "try:\n    main(['recipe', '--model', 'V4.1-Flash', '--gpu', 'mi300x', '--format', 'docker'])\n"
+            "except SystemExit: pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('rocm_dspark.images', 'httpx'))), file=sys.stderr)")
+    env = dict(os.environ, ROCM_DSPARK_STATE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stderr.strip().splitlines()[-1] == "['rocm_dspark.images', 'rocm_dspark.images.cache', 'rocm_dspark.images.pick']"
