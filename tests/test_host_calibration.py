@@ -210,3 +210,55 @@ def test_the_payoff_verdict_names_its_capture_assumption(tmp_path):
     note = next(n for n in plan.notes if n.startswith("capture assumption"))
     assert "only because fixed K=5 overruns the capture size 512" in note
     assert "a capture size of 1024 removes the advantage" in note
+
+
+# --- the other input formats ------------------------------------------------------------------------
+
+
+def _argv(k, adaptive, capture):
+    spec = {"method": "dspark", "num_speculative_tokens": k, "enable_adaptive_verification": adaptive}
+    return ["vllm", "serve", "m", "--speculative-config", json.dumps(spec), "--max-cudagraph-capture-size", str(capture)]
+
+
+def test_validate_reports_and_ab_records_become_rows(tmp_path):
+    rows = synthetic_rows("mi355x")
+    files = []
+    for arm, k in (("none", 0), ("k5", 5), ("k3", 3)):
+        sweep = [{"concurrency": r["concurrency"], "output_throughput_tok_s": r["output_tok_s"],
+                  "acceptance_length": r["acceptance_length"], "failed": 0} for r in rows if r["arm"] == arm]
+        argv = _argv(k, False, 512) if k else ["vllm", "serve", "m", "--max-cudagraph-capture-size", "512"]
+        report = {"plan": {"argv": argv}, "measurements": {"sweep": sweep}}
+        files.append(tmp_path / f"report_{arm}.json")
+        files[-1].write_text(json.dumps(report))
+    block, av = (next(r for r in rows if r["arm"] == a and r["concurrency"] == 64) for a in ("k5", "av"))
+    ab = {"schema": "rocm-dspark/ab-record/1", "concurrency": 64,
+          "arms": {"block": {"argv": _argv(5, False, 512), "output_throughput_tok_s": block["output_tok_s"],
+                             "acceptance_length": block["acceptance_length"]},
+                   "adaptive": {"argv": _argv(5, True, 512), "output_throughput_tok_s": av["output_tok_s"],
+                                "acceptance_length": av["acceptance_length"]}}}
+    files.append(tmp_path / "ab.json")
+    files[-1].write_text(json.dumps(ab))
+    got = H.read_table(files[-1])
+    assert [(r["arm"], r["k"], r["adaptive"], r["capture_size"]) for r in got] == [("block", 5, False, 512),
+                                                                               ("adaptive", 5, True, 512)]
+    with pytest.raises(UsageError, match="repeats row"):  # the A/B's block arm is the k5 report's c64 run
+        H.calibrate(files, CAT, MODEL, "mi355x")
+    calib, loo, used = H.calibrate(files[:3], CAT, MODEL, "mi355x")
+    assert len(used) == 15 and calib.params.fixed_ms == pytest.approx(TRUE.fixed_ms, abs=1e-3)
+
+
+# --- recipe --capture-cap below the verify batch: a note, not a refusal ------------------------------------
+
+
+def test_recipe_capture_cap_below_the_verify_batch_is_a_noted_overrun():
+    from rocm_dspark.plan import Selection
+    from rocm_dspark.resolve import resolve
+
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512, capture_cap=1024))
+    argv = list(plan.argv)
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == "1024"
+    note = next(n for n in plan.notes if n.topic == "capture overrun")
+    assert "3072" in note.text and "plan --capture-size 1024" in note.text and "\n" not in note.text
+    assert not any(n.topic == "capture overrun" for n in resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x")).notes)
+    with pytest.raises(UsageError, match="exceeds the cap"):  # the profile's own cap still refuses
+        resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512))

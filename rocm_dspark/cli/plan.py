@@ -37,9 +37,10 @@ from rocm_dspark.errors import UsageError
 @click.option("--capture-size", type=click.IntRange(1, 1 << 20), default=None,
               help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
                    "priced as eager/piecewise steps and marked.")
-@click.option("--calibrate", "calibrate_file", default=None,
-              help="Fit the step model to your own runs (a plain table, or a `validate --ab` record) for one --gpu, "
-                   "print the leave-one-out error and keep the fit as this host's calibration (docs/calibration.md).")
+@click.option("--calibrate", "calibrate_file", multiple=True,
+              help="Fit the step model to your own runs (a plain table, a `validate --ab` record or a `validate` "
+                   "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
+                   "as this host's calibration (docs/calibration.md).")
 @click.option("--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
@@ -73,12 +74,13 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu is not None else sorted(spec.profiles)
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
-    if calibrate_file is not None:
+    if calibrate_file:
         from rocm_dspark.planner.calibrate_cli import run_calibrate
 
         if len(gpus) != 1:
             raise UsageError("--calibrate fits one GPU profile: pass exactly one --gpu (the GPU the runs used)")
-        click.echo("\n".join(run_calibrate(catalog, spec, gpus[0], calibrate_file, state_dir, as_json=as_json)))
+        click.echo("\n".join(run_calibrate(catalog, spec, gpus[0], list(calibrate_file), state_dir,
+                                             as_json=as_json)))
         return
     plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
                           acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,

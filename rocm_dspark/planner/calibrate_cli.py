@@ -18,17 +18,18 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
     payoff = {"tp": profile.tp, "error_pp": plan.payoff_error_pp, "acceptance_length": float(length),
               "capture_size": _largest(catalog, model, gpu_key),
               "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows}}
-    record = build_record(calib, loo, rows, payoff, str(path))
+    source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
+    record = build_record(calib, loo, rows, payoff, source)
     written = write(state_dir, record)
     p = calib.params
     if as_json:
         return [json.dumps({"record": str(written), "leave_one_out_pct": [round(e, 2) for e in loo],
                             "params": record["params"], "payoff": payoff}, indent=2)]
-    lines = [f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {path}: {len(rows)} runs",
+    lines = [f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {source}: {len(rows)} runs",
              f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token {p.per_token_ms:.5f} ms "
              f"+ draft {p.draft_ms:.3f} ms + adaptive {p.adaptive_ms:.2f} ms + eager {p.eager_launch_ms:g} ms/layer + "
              f"{p.eager_per_token_ms:g} ms/token above the capture size; rho {p.rho:g}",
-             f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left out':>9} {'err':>6}"]
+             f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}"]
     for r, e in zip(rows, loo):
         lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {r['concurrency']:>5} "
                      f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%")

@@ -298,6 +298,22 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
                    readings=tuple(r for f in fits for r in f.readings))
 
 
+def leave_one_out(data: dict, catalog, largest: int, only=None) -> tuple[float, float, list]:
+    """Leave one concurrency out of the whole A/B, fit on the rest (fit_reading), predict it: the worst
+    tok/s error (%) and adaptive-gain error (points) over the left-out cells, and the per-cell errors.
+    `only`: leave out just these concurrencies (each fit takes seconds)."""
+    src = data["sources"][data["split"]["source"]]
+    every = sorted(int(c) for c in src["output_tok_s"])
+    cells = []
+    for c in (only or every):
+        one = {**data, "split": {**data["split"], "fit_concurrency": [x for x in every if x != c],
+                                 "held_out_concurrency": [c]}}
+        row = next(r for r in fit_reading(one, catalog, largest).rows if r["part"] == "held-out")
+        pct = max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"]))
+        cells.append((c, round(pct, 1), round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1)))
+    return max(x[1] for x in cells), max(x[2] for x in cells), cells
+
+
 def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     """Fit the linear terms (non-negative least squares on relative step-time error) for every rho in
     the grid and every acceptance length on a 0.01 grid, keep the best; then the adaptive overhead by a
@@ -591,10 +607,18 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description="Refit the planner's step-cost model from recipes/step_cost.yaml.")
     parser.add_argument("--write", action="store_true", help="store the fit in recipes/step_cost.yaml")
+    parser.add_argument("--loo", action="store_true", help="also leave each concurrency out in turn (slow)")
     args = parser.parse_args(argv)
     data = load_data()
     calib = fit(data)
     print("\n".join(report_lines(calib, data.get("previous_fit"))))
+    if args.loo:
+        from rocm_dspark.catalog import load_catalog
+
+        for size in [r["capture_size"] for r in calib.readings]:
+            pct, pp, cells = leave_one_out(data, load_catalog(), size)
+            print(f"leave-one-concurrency-out (reading {size}): tok/s within {pct:g}%, gain within {pp:g} points; "
+                  + ", ".join(f"c{c} {a:g}%/{b:g}pp" for c, a, b in cells))
     if args.write:
         _write_fit(calib, data_path())
         print(f"wrote the fit into {data_path()}")

@@ -2,7 +2,8 @@
 measurements and keeps the fit, signed, in `<state dir>/calibration/<id>.json` (docs/calibration.md).
 
 FILE is a plain table (CSV with a header, or JSON: a list of rows or {"rows": [...]}) with exactly the
-columns COLUMNS, or a `validate --ab` record (its two arms become two rows). One row is one measured run:
+columns COLUMNS, a `validate --ab` record (its two arms become two rows) or a `validate` report.json (one
+row per sweep level of the plan it ran). One row is one measured run:
 arm (a name), k (0 for no speculation), adaptive (true/false), concurrency, capture_size (the server's
 largest captured graph size), output_tok_s, acceptance_length (tokens per request per step, 1 without
 speculation). Later `plan` and the gate's payoff half use the newest trusted record for the model, GPU
@@ -34,27 +35,47 @@ def _bad(path, what: str) -> UsageError:
     return UsageError(f"--calibrate {path}: {what}")
 
 
+def _argv_setting(path, name: str, argv) -> tuple[int, bool, str]:
+    """(K, adaptive, capture size) from a vLLM argv (the plan's): --speculative-config and
+    --max-cudagraph-capture-size, as the plan writes them."""
+    argv = [str(a) for a in argv or []]
+    spec, cap = {}, None
+    for i, tok in enumerate(argv[:-1]):
+        if tok == "--speculative-config":
+            try:
+                spec = json.loads(argv[i + 1])
+            except ValueError:
+                raise _bad(path, f"{name}: --speculative-config is not JSON") from None
+        if tok == "--max-cudagraph-capture-size":
+            cap = argv[i + 1]
+    if cap is None:
+        raise _bad(path, f"{name}: its argv names no --max-cudagraph-capture-size; use a plain table instead")
+    if not isinstance(spec, dict):
+        raise _bad(path, f"{name}: --speculative-config is not a JSON object")
+    return spec.get("num_speculative_tokens", 0), bool(spec.get("enable_adaptive_verification")), cap
+
+
 def _rows_from_ab(path, data: dict) -> list[dict]:
     """A validate --ab record: block and adaptive arms at its concurrency (K and capture size from argv)."""
     rows = []
     for name in ("block", "adaptive"):
         arm = data["arms"][name]
-        argv = [str(a) for a in arm.get("argv", [])]
-        spec, cap = {}, None
-        for i, tok in enumerate(argv[:-1]):
-            if tok == "--speculative-config":
-                try:
-                    spec = json.loads(argv[i + 1])
-                except ValueError:
-                    raise _bad(path, f"arm {name}: --speculative-config is not JSON") from None
-            if tok == "--max-cudagraph-capture-size":
-                cap = argv[i + 1]
-        if cap is None or "num_speculative_tokens" not in spec:
-            raise _bad(path, f"arm {name}: its argv names no --max-cudagraph-capture-size or num_speculative_tokens")
-        rows.append({"arm": name, "k": spec["num_speculative_tokens"], "adaptive": name == "adaptive",
-                     "concurrency": data["concurrency"], "capture_size": cap,
-                     "output_tok_s": arm["output_throughput_tok_s"], "acceptance_length": arm["acceptance_length"]})
+        k, adaptive, cap = _argv_setting(path, f"arm {name}", arm.get("argv"))
+        rows.append({"arm": name, "k": k, "adaptive": adaptive, "concurrency": data["concurrency"],
+                     "capture_size": cap, "output_tok_s": arm["output_throughput_tok_s"],
+                     "acceptance_length": arm["acceptance_length"] if k else 1.0})
     return rows
+
+
+def _rows_from_report(path, data: dict) -> list[dict]:
+    """A `validate` report.json: one row per sweep level of the plan it ran (K and capture size from argv)."""
+    plan = data.get("plan") or {}
+    k, adaptive, cap = _argv_setting(path, "the report's plan", plan.get("argv"))
+    arm = f"{'adaptive' if adaptive else 'fixed' if k else 'none'}-k{k}"
+    return [{"arm": arm, "k": k, "adaptive": adaptive, "concurrency": lv.get("concurrency"), "capture_size": cap,
+             "output_tok_s": lv.get("output_throughput_tok_s"),
+             "acceptance_length": (lv.get("acceptance_length") if k else 1.0)}
+            for lv in ((data.get("measurements") or {}).get("sweep") or []) if not lv.get("failed")]
 
 
 def read_table(path) -> list[dict]:
@@ -75,6 +96,8 @@ def read_table(path) -> list[dict]:
             raise _bad(path, f"not valid JSON ({exc.__class__.__name__})") from None
         if isinstance(data, dict) and data.get("schema") == "rocm-dspark/ab-record/1":
             rows = _rows_from_ab(path, data)
+        elif isinstance(data, dict) and "measurements" in data and "plan" in data:
+            rows = _rows_from_report(path, data)
         else:
             rows = data.get("rows") if isinstance(data, dict) else data
             if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -143,11 +166,14 @@ def _check_row(path, i: int, r: dict) -> dict:
 def check_points(path, rows: list[dict]) -> None:
     seen = {}
     for i, r in enumerate(rows, 1):
-        key = (r["arm"], r["concurrency"])
-        if key in seen:
-            raise _bad(path, f"row {i}: arm {r['arm']!r} at concurrency {r['concurrency']} repeats row {seen[key]}; "
-                             f"give each run once")
-        seen[key] = i
+        # the same arm name, or the same setting under another name, at one concurrency: one run twice
+        for key in (("arm", r["arm"], r["concurrency"]),
+                    ("setting", r["k"], r["adaptive"], r["capture_size"], r["concurrency"])):
+            if key in seen:
+                raise _bad(path, f"row {i}: arm {r['arm']!r} (K={r['k']}, adaptive {str(r['adaptive']).lower()}, "
+                                 f"capture {r['capture_size']}) at concurrency {r['concurrency']} repeats row "
+                                 f"{seen[key]}; give each run once")
+            seen[key] = i
     linear = [r for r in rows if not r["adaptive"]]
     unknowns = 4 + (2 if any(r["concurrency"] * (1 + r["k"]) > r["capture_size"] for r in linear) else 0)
     need = unknowns + 2
@@ -243,10 +269,13 @@ def leave_one_out(physics, rows, rho_grid) -> list[float]:
 
 
 def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
-    """Read, check and fit FILE for (model, GPU). Returns (Calibration, leave-one-out errors, rows)."""
+    """Read, check and fit FILE (or a list of files, their runs together) for (model, GPU).
+    Returns (Calibration, leave-one-out errors, rows)."""
     from rocm_dspark.planner.calibration import Calibration, load_data, physics_for
 
-    rows = read_table(path)
+    paths = list(path) if isinstance(path, (list, tuple)) else [path]
+    rows = [r for p in paths for r in read_table(p)]
+    path = ", ".join(map(str, paths))
     check_points(path, rows)
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
