@@ -16,6 +16,7 @@ import pytest
 from rocm_dspark.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner import host_calibration as H
+from rocm_dspark.probe import host_calibration as R
 from rocm_dspark.planner.calibration import StepParams, physics_for
 from rocm_dspark.planner.capture_term import eager_ms, needed_capture_size
 
@@ -106,24 +107,22 @@ def test_calibrate_cli_prints_loo_and_the_plan_and_gate_use_it_next(tmp_path):
     data = json.loads(plan.stdout)["plans"][0]
     assert "this host's calibration" in data["cost"]
     assert any("ahead of the public one" in n for n in data["notes"])
-    from rocm_dspark.probe.payoff import PAYS
+    from rocm_dspark.probe.payoff import PAYS, gate_prediction
 
-    pred = H.gate_prediction(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, 128, s)
+    pred = gate_prediction(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, 128, s)
     assert pred.state == PAYS and "this host's calibration" in pred.evidence
 
 
 def test_a_tampered_host_calibration_is_not_trusted(tmp_path):
-    from rocm_dspark.planner.calibrate_cli import run_calibrate
-
     s = state(tmp_path)
-    run_calibrate(CAT, MODEL, "mi300x", synthetic_table(tmp_path, "mi300x"), s)
+    R.run_calibrate(CAT, MODEL, "mi300x", synthetic_table(tmp_path, "mi300x"), s)
     (path,) = (s / "calibration").glob("*.json")
     data = json.loads(path.read_text())
     data["payoff"]["gain_pct"]["128"] = 99.0
     path.write_text(json.dumps(data))
-    assert H.newest(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)[0] is None
+    assert R.newest(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)[0] is None
     os.chmod(s, 0o777)
-    rec, note = H.newest(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)
+    rec, note = R.newest(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)
     assert rec is None and "not trusted" in note
 
 

@@ -314,7 +314,7 @@ def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host, tmp_pa
     adaptive paying there) is stored; the payoff half reads data, so the recipe path imports nothing heavy."""
     from tests.test_host_calibration import synthetic_table
 
-    from rocm_dspark.planner.calibrate_cli import run_calibrate
+    from rocm_dspark.probe.host_calibration import run_calibrate
 
     state, env = cli_host
     rid, _ = write(state, here(load_catalog(), SELECTION._replace(concurrency=128)))
@@ -374,7 +374,7 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
 
     from rocm_dspark import resolve as resolver
     from rocm_dspark import selection
-    from rocm_dspark.planner.calibrate_cli import run_calibrate
+    from rocm_dspark.probe.host_calibration import run_calibrate
 
     catalog = load_catalog()
     rid, _ = write(mi300x_host, here(catalog, SELECTION._replace(concurrency=128)))

@@ -75,17 +75,24 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
     if calibrate_file:
-        from rocm_dspark.planner.calibrate_cli import run_calibrate
+        from rocm_dspark.probe.host_calibration import run_calibrate
 
         if len(gpus) != 1:
             raise UsageError("--calibrate fits one GPU profile: pass exactly one --gpu (the GPU the runs used)")
         click.echo("\n".join(run_calibrate(catalog, spec, gpus[0], list(calibrate_file), state_dir,
                                              as_json=as_json)))
         return
-    plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
-                          acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
-                          cost_table=cost_table, cost_model=cost_model, seed=seed, capture_size=capture_size,
-                          state_dir=state_dir) for g in gpus]
+    from rocm_dspark.probe.host_calibration import host_calibration
+
+    plans = []
+    for g in gpus:
+        key = catalog.find_gpu(g).key
+        profile = spec.profiles.get(key)  # this host's `plan --calibrate` fit for it, ahead of the public one
+        own, note = host_calibration(spec.key, key, profile.tp, state_dir) if profile else (None, None)
+        plans.append(plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
+                                  acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
+                                  cost_table=cost_table, cost_model=cost_model, seed=seed, capture_size=capture_size,
+                                  calibration=own, calibration_note=note))
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines

@@ -1,16 +1,12 @@
-"""This host's calibration: `rocm-dspark plan --calibrate FILE` fits the step model to the operator's own
-measurements and keeps the fit, signed, in `<state dir>/calibration/<id>.json` (docs/calibration.md).
+"""This host's calibration, the fit: `rocm-dspark plan --calibrate FILE` fits the step model to the operator's
+own measurements (docs/calibration.md); rocm_dspark.probe.host_calibration keeps the fit, signed.
 
 FILE is a plain table (CSV with a header, or JSON: a list of rows or {"rows": [...]}) with exactly the
 columns COLUMNS, a `validate --ab` record (its two arms become two rows) or a `validate` report.json (one
 row per sweep level of the plan it ran). One row is one measured run:
 arm (a name), k (0 for no speculation), adaptive (true/false), concurrency, capture_size (the server's
 largest captured graph size), output_tok_s, acceptance_length (tokens per request per step, 1 without
-speculation). Later `plan` and the gate's payoff half use the newest trusted record for the model, GPU
-and TP ahead of the public calibration, and say so. Records are read by the probe records' trust model
-(rocm_dspark.probe.store: owner and mode checks, bounded safe reads, this host's HMAC, sane times).
-
-Imports at module level stay light (the gate reads records on the `recipe` path); the fit imports numpy.
+speculation). The fit imports numpy.
 """
 
 from __future__ import annotations
@@ -20,12 +16,7 @@ import math
 
 from rocm_dspark.errors import UsageError
 
-SCHEMA = "rocm-dspark/host-calibration/1"
-SUBDIR = "calibration"
 COLUMNS = ("arm", "k", "adaptive", "concurrency", "capture_size", "output_tok_s", "acceptance_length")
-_TOP = {"schema": str, "id": str, "created_at": str, "finished_at": str, "model": str, "gpu": str, "tp": int,
-        "source_file": str, "points": list, "params": dict, "acceptance_length": (int, float),
-        "loo_error_pct": (int, float), "payoff_error_pp": (int, float), "payoff": dict, "sha256": str}
 
 
 # --- the table ------------------------------------------------------------------------------------------
@@ -295,118 +286,3 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
                         model=model.key, gpu=gpu.key, tp=tp, bandwidth_efficiency=float(data["bandwidth_efficiency"]),
                         capture_size=max(r["capture_size"] for r in rows))
     return calib, loo, rows
-
-
-# --- the signed record ----------------------------------------------------------------------------------
-
-
-def directory(state_dir=None):
-    from rocm_dspark.probe import store
-
-    return store.state_dir(state_dir) / SUBDIR
-
-
-def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
-    from dataclasses import asdict
-
-    from rocm_dspark.probe import store
-    from rocm_dspark.probe.record import content_hash
-
-    now = store.utc_now()
-    data = {"schema": SCHEMA, "id": store.new_record_id(now), "created_at": store.iso(now),
-            "finished_at": store.iso(now), "model": calib.model, "gpu": calib.gpu, "tp": int(calib.tp),
-            "source_file": source_file, "points": rows, "params": asdict(calib.params),
-            "acceptance_length": calib.acceptance_length, "loo_error_pct": calib.held_out_error_pct,
-            "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff}
-    data = json.loads(json.dumps(data, allow_nan=False))
-    data["sha256"] = content_hash(data)
-    return data
-
-
-class HostRecord(dict):
-    """A parsed record (a dict with .id and .finished_at for store.load_signed)."""
-
-    @property
-    def id(self):
-        return self["id"]
-
-    @property
-    def finished_at(self):
-        return self["finished_at"]
-
-
-def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
-
-    if not isinstance(data, dict):
-        raise RecordError("not a JSON object")
-    data = {k: v for k, v in data.items() if k != "hmac"}
-    if data.get("schema") != SCHEMA:
-        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _check_keys(data, _TOP, "record")
-    if data["sha256"] != content_hash(data):
-        raise RecordError("content hash does not match (edited or corrupted)")
-    return HostRecord(data)
-
-
-def write(state_dir, data: dict):
-    from rocm_dspark.probe import store
-
-    return store.write_record(directory(state_dir), data)
-
-
-def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
-    """(record or None, note or None): the newest trusted record for this model, GPU and TP."""
-    from rocm_dspark.probe import store
-
-    target = directory(state_dir)
-    names = store.record_names(target)
-    if not names:
-        return None, None
-    loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
-    if loaded.untrusted:
-        return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
-    for _, rec in loaded.trusted:
-        if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
-            return rec, None
-    return None, None
-
-
-def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
-    """(Calibration or None, note): this host's stored fit for plan, ahead of the public calibration."""
-    rec, note = newest(model_key, gpu_key, tp, state_dir)
-    if rec is None:
-        return None, note
-    from rocm_dspark.planner.calibration import Calibration, StepParams, load_data
-
-    p = rec["params"]
-    calib = Calibration(params=StepParams(**{k: float(v) for k, v in p.items()}),
-                        acceptance_length=float(rec["acceptance_length"]),
-                        held_out_error_pct=float(rec["loo_error_pct"]),
-                        held_out_payoff_error_pp=float(rec["payoff_error_pp"]), cross_build_spread_pct=0.0,
-                        cross_build_spread_pp=0.0, source_url=f"{directory(state_dir)}/{rec['id']}.json",
-                        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)",
-                        model=rec["model"], gpu=rec["gpu"], tp=int(rec["tp"]),
-                        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]))
-    return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
-                   f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
-                   f"public one")
-
-
-def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
-    """The gate's payoff prediction from this host's calibration (no numpy: the record carries the gains),
-    or None when no trusted record is stored for this model, GPU and TP."""
-    from rocm_dspark.probe.payoff import LOSES, PAYS, UNKNOWN, Payoff, _interpolate
-
-    rec, _ = newest(model_key, gpu_key, tp, state_dir)
-    if rec is None:
-        return None
-    pay = rec["payoff"]
-    gain, where = _interpolate({int(c): g for c, g in pay["gain_pct"].items()}, concurrency)
-    err = float(pay["error_pp"])
-    state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
-    word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
-    return Payoff(state, f"this host's calibration {rec['id']}",
-                  f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
-                  f"(this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
-                  f"capture size {pay['capture_size']} holds fixed K's verify batch)")

@@ -112,10 +112,10 @@ COMMON_NOTES = (
 
 def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
                  acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None,
-                 capture_size=None, state_dir=None, calibration=None):
+                 capture_size=None, calibration=None, calibration_note=None):
     """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
-    ("calibrated": this host's `plan --calibrate` fit when one is stored for the profile, else
-    recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
+    ("calibrated": `calibration`, this host's `plan --calibrate` fit that the caller found for the profile
+    (`calibration_note` says so), else recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
     `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more).
     `capture_size`: the largest captured graph size the server runs with (default: the recipe's); verify
     batches above it pay the eager term (capture_term) and are marked."""
@@ -153,10 +153,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     else:
         from rocm_dspark.planner.calibration import class_matrix, class_rates, stored, transfer
 
-        from rocm_dspark.planner.host_calibration import host_calibration
-
-        calib, host_note = (calibration, None) if calibration is not None else \
-            host_calibration(model.key, gpu.key, profile.tp, state_dir)
+        calib, host_note = calibration, calibration_note
         if calib is None:
             calib = stored()
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
@@ -206,7 +203,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
             return plan_profile(catalog, model, gpu_key, concurrencies=concurrencies_,
                                 acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
                                 acceptance_shape=acceptance_shape, steps=steps, seed=seed, dp=dp,
-                                capture_size=size, state_dir=state_dir, calibration=calibration)
+                                capture_size=size, calibration=calibration, calibration_note=calibration_note)
 
         result.notes += capture_notes(result, cost, rerun)
     return result

@@ -74,6 +74,25 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
     return Payoff(state, "prediction", text)
 
 
+def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
+    """The gate's payoff prediction from this host's calibration (no numpy: the record carries the gains),
+    or None when no trusted record is stored for this model, GPU and TP."""
+    from rocm_dspark.probe.host_calibration import newest
+
+    rec, _ = newest(model_key, gpu_key, tp, state_dir)
+    if rec is None:
+        return None
+    pay = rec["payoff"]
+    gain, where = _interpolate({int(c): g for c, g in pay["gain_pct"].items()}, concurrency)
+    err = float(pay["error_pp"])
+    state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
+    word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
+    return Payoff(state, f"this host's calibration {rec['id']}",
+                  f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
+                  f"(this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
+                  f"capture size {pay['capture_size']} holds fixed K's verify batch)")
+
+
 def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None,
                     soft: dict | None = None) -> tuple[Payoff | None, list[str]]:
     """The newest A/B record that counts for this host, plan and concurrency, or None and why not."""
@@ -119,8 +138,6 @@ def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, cu
     decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current, soft=soft)
     if decided is not None:
         return decided
-    from rocm_dspark.planner.host_calibration import gate_prediction
-
     host = gate_prediction(plan.model_key, plan.gpu, plan.tp, concurrency, state_dir)  # `plan --calibrate`
     pred = host if host is not None else predicted(plan.model_key, plan.gpu, concurrency, plan.tp)
     if notes:
