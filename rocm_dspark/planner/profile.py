@@ -98,8 +98,9 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
         f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points",
         "not yet run on MI300-class hardware by this project; the calibration is one public A/B "
         "(recipes/step_cost.yaml says how thin the data is). Measure your own: `rocm-dspark validate` writes "
-        "cost_table.json into its report (pass it as --cost-table), and `rocm-dspark validate --ab --concurrency C` "
-        "measures adaptive against block verification for the gate",
+        "cost_table.json into its report (pass it as --cost-table), `rocm-dspark validate --ab --concurrency C` "
+        "measures adaptive against block verification for the gate, and `plan --calibrate FILE` fits this "
+        "model to your runs for plan and the gate (docs/calibration.md)",
     ]
 
 
