@@ -359,16 +359,26 @@ def speculative_layer(s: _State) -> None:
 
 
 def capture_layer(s: _State) -> None:
-    mns, mnbt = s.fields["max_num_seqs"], s.fields["max_num_batched_tokens"]
-    s.cap_size = cap_size = capture_size(mns, s.k, s.fields["capture_cap"])
+    mns, mnbt, cap = s.fields["max_num_seqs"], s.fields["max_num_batched_tokens"], s.fields["capture_cap"]
+    tokens = mns * (1 + s.k)
+    overrun = "capture_cap" in s.explicit and tokens > cap >= 8
+    # An explicit --capture-cap below the full verify batch is the operator's choice (graph memory): capture
+    # up to it (a power of two, kept as given on vLLM's grid) and say which steps leave the graphs.
+    s.cap_size = cap_size = 1 << (cap.bit_length() - 1) if overrun else capture_size(mns, s.k, cap)
     if mnbt < cap_size:
         raise UsageError(
             f"max_num_batched_tokens {mnbt} is below the capture size {cap_size}; use --max-num-batched-tokens "
             f"{cap_size} or more, or a smaller --max-num-seqs")
-    s.notes.append(Note("capture", (
-        f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {mns * (1 + s.k)} "
-        f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
-        f"above it would run eager)")))
+    if overrun:
+        s.notes.append(Note("capture overrun", (
+            f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
+            f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
+            f"{cap_size}` prices them")))
+    else:
+        s.notes.append(Note("capture", (
+            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
+            f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
+            f"above it would run eager)")))
     if mnbt < 6 * 1024:
         s.notes.append(Note("max_num_seqs", (
             f"--max-num-batched-tokens {mnbt} is below 6 x 1024 (the API server's default max_num_seqs 1024 x "

@@ -211,7 +211,9 @@ def test_prediction_needs_the_error_to_be_beaten():
     for c, gain in prof["gain_pct"].items():
         d = payoff.predicted("DeepSeek-V4.1-Flash", "mi300x", c)
         assert d.state == (payoff.PAYS if gain - err > 0 else payoff.LOSES if gain + err < 0 else payoff.UNKNOWN)
-    assert any(g - err > 0 for g in prof["gain_pct"].values())        # the table has both outcomes
+    # Issue 24: vllm#52362's capture size is unpublished, and its two readings disagree by more than the
+    # predicted gain, so the public calibration alone never decides "pays" (an A/B or --calibrate must).
+    assert not any(g - err > 0 for g in prof["gain_pct"].values())
     assert any(abs(g) < err for g in prof["gain_pct"].values())
 
 

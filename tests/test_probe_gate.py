@@ -307,18 +307,30 @@ def cli_host(mi300x_host, monkeypatch):
     return mi300x_host, cli_env(PATH=os.environ["PATH"], ROCM_PATH=os.environ["ROCM_PATH"])
 
 
-def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host):
-    """Proof (the probe record) and payoff for the declared workload (--concurrency 128: the calibrated
-    prediction, recipes/adaptive_payoff.yaml, beats its stated error there) turn it on; the payoff half
-    reads data, so the recipe path still imports nothing heavy (tests/test_gate_payoff.py: the truth table)."""
+def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host, tmp_path):
+    """Proof (the probe record) and payoff for the declared workload turn it on. The public prediction
+    cannot decide at c=128 (its stated error covers both capture readings of vllm#52362, issue 24), so the
+    same recipe stays off until this host's own calibration (`plan --calibrate`, whose table shows
+    adaptive paying there) is stored; the payoff half reads data, so the recipe path imports nothing heavy."""
+    from tests.test_host_calibration import synthetic_table
+
+    from rocm_dspark.probe.host_calibration import run_calibrate
+
     state, env = cli_host
     rid, _ = write(state, here(load_catalog(), SELECTION._replace(concurrency=128)))
-    proc = _recipe(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
-                    "--concurrency", "128", "--format", "json", "--state-dir", str(state)], env)
+    args = ["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
+            "--concurrency", "128", "--format", "json", "--state-dir", str(state)]
+    before = json.loads(_recipe(args, env).stdout)
+    assert before["adaptive_verification"] is False
+    assert any("payoff decided by prediction" in n["text"] and "cannot be told apart" in n["text"]
+               for n in before["notes"])
+    catalog = load_catalog()
+    run_calibrate(catalog, catalog.find_model("V4.1-Flash"), "mi300x", synthetic_table(tmp_path, "mi300x"), state)
+    proc = _recipe(args, env)
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["adaptive_verification"] is True and plan["block_argv"]
-    assert any(rid in n["text"] and "payoff decided by prediction" in n["text"] for n in plan["notes"])
+    assert any(rid in n["text"] and "payoff decided by this host's calibration" in n["text"] for n in plan["notes"])
     assert "HEAVY=[]" in proc.stderr
 
 
@@ -356,13 +368,18 @@ def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
     assert any(n["text"].startswith("OFF") and "no live level" in n["text"] for n in plan["notes"])
 
 
-def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host, monkeypatch):
+def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host, monkeypatch, tmp_path):
     """The gate reads the plan it is given (its adaptive command); it never resolves a second time."""
+    from tests.test_host_calibration import synthetic_table
+
     from rocm_dspark import resolve as resolver
     from rocm_dspark import selection
+    from rocm_dspark.probe.host_calibration import run_calibrate
 
     catalog = load_catalog()
     rid, _ = write(mi300x_host, here(catalog, SELECTION._replace(concurrency=128)))
+    # the payoff half pays at c=128 by this host's calibration (the public prediction cannot decide there)
+    run_calibrate(catalog, catalog.find_model("V4.1-Flash"), "mi300x", synthetic_table(tmp_path, "mi300x"), mi300x_host)
     calls = []
     real = resolver.resolve_plan
     monkeypatch.setattr(resolver, "resolve_plan", lambda *a, **k: calls.append(1) or real(*a, **k))

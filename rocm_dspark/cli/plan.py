@@ -34,6 +34,14 @@ from rocm_dspark.errors import UsageError
                    "or the uncalibrated roofline.")
 @click.option("--nodes", type=int, default=None,
               help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.")
+@click.option("--capture-size", type=click.IntRange(1, 1 << 20), default=None,
+              help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
+                   "priced as eager/piecewise steps and marked.")
+@click.option("--calibrate", "calibrate_file", multiple=True,
+              help="Fit the step model to your own runs (a plain table, a `validate --ab` record or a `validate` "
+                   "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
+                   "as this host's calibration (docs/calibration.md).")
+@click.option("--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
               "the path it wrote goes to stderr.")
@@ -41,7 +49,7 @@ from rocm_dspark.errors import UsageError
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
 @usage_errors
 def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
-         nodes, as_json, plot, seed_example, seed):
+         nodes, capture_size, calibrate_file, state_dir, as_json, plot, seed_example, seed):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
 
     \b
@@ -66,9 +74,25 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu is not None else sorted(spec.profiles)
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
-    plans = [plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
-                          acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
-                          cost_table=cost_table, cost_model=cost_model, seed=seed) for g in gpus]
+    if calibrate_file:
+        from rocm_dspark.probe.host_calibration import run_calibrate
+
+        if len(gpus) != 1:
+            raise UsageError("--calibrate fits one GPU profile: pass exactly one --gpu (the GPU the runs used)")
+        click.echo("\n".join(run_calibrate(catalog, spec, gpus[0], list(calibrate_file), state_dir,
+                                             as_json=as_json)))
+        return
+    from rocm_dspark.probe.host_calibration import host_calibration
+
+    plans = []
+    for g in gpus:
+        key = catalog.find_gpu(g).key
+        profile = spec.profiles.get(key)  # this host's `plan --calibrate` fit for it, ahead of the public one
+        own, note = host_calibration(spec.key, key, profile.tp, state_dir) if profile else (None, None)
+        plans.append(plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
+                                  acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
+                                  cost_table=cost_table, cost_model=cost_model, seed=seed, capture_size=capture_size,
+                                  calibration=own, calibration_note=note))
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines

@@ -43,6 +43,7 @@ class Physics:
     expert_bytes: float
     expert_share: float          # k/E
     bandwidth_bytes_per_s: float  # TP x HBM x efficiency
+    layers: int = 0              # the eager term's launches are per layer (capture_term)
 
     def weights_ms(self, requests, tokens, rho: float):
         import numpy as np
@@ -63,6 +64,8 @@ class StepParams:
     adaptive_ms: float
     rho: float
     spread: float = 0.0   # acceptance heterogeneity: two equal request classes, alpha_hi - alpha_lo
+    eager_launch_ms: float = 0.0     # per layer, steps above the largest captured size (capture_term)
+    eager_per_token_ms: float = 0.0  # per token, same steps
 
     def step_ms(self, physics: Physics, requests, tokens, *, drafted: bool, adaptive: bool = False):
         import numpy as np
@@ -90,6 +93,13 @@ class Calibration:
     tp: int
     bandwidth_efficiency: float
     rows: list = field(default_factory=list, compare=False)   # per point: measured and predicted
+    capture_size: int | None = None    # the largest captured size the fitted reading takes for the A/B
+    capture_known: bool = True         # False: the run's capture size is not published (both readings fit)
+    fit_held_out_error_pct: float | None = None   # the chosen reading's own held-out error (before covering)
+    fit_held_out_payoff_error_pp: float | None = None
+    reading_spread_pct: float = 0.0    # max |reading A / reading B - 1| of the predictions, tok/s
+    reading_spread_pp: float = 0.0     # same, adaptive-vs-fixed gain
+    readings: tuple = field(default=(), compare=False)   # per capture reading: its own errors
 
     def stated_error_pct(self, calibrated_setting: bool) -> float:
         """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread
@@ -137,7 +147,8 @@ def physics_for(model, gpu, profile_tp: int, bandwidth_efficiency: float) -> Phy
     except KeyError as exc:
         raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
     return Physics(dense_bytes=cost.dense_bytes, expert_bytes=cost.expert_bytes, expert_share=cost.expert_share,
-                   bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency)
+                   bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
+                   layers=int(arch.get("layers") or 0))
 
 
 def _cells(source: dict, concurrencies):
@@ -152,7 +163,7 @@ def _cells(source: dict, concurrencies):
 
 
 def _nonneg_lstsq(a, b):
-    """min ||a x - b|| with x >= 0 by trying every support (4 unknowns: 16 small solves)."""
+    """min ||a x - b|| with x >= 0 by trying every support (n unknowns: 2^n small solves, n <= 6)."""
     import numpy as np
 
     best, best_x = math.inf, None
@@ -171,19 +182,26 @@ def _nonneg_lstsq(a, b):
     return best_x, best
 
 
-def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float):
+def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int | None = None):
     """Rows (one per measured no-spec or fixed-K cell), in relative units: a x = 1 when the model
-    matches the measured step time exactly (step = R x tokens per request per step / tok/s)."""
+    matches the measured step time exactly (step = R x tokens per request per step / tok/s). With a
+    capture size (`largest`), two more columns: the eager term of steps above it (capture_term)."""
     import numpy as np
+
+    from rocm_dspark.planner.capture_term import eager_columns
 
     rows, rhs = [], []
     for c, nospec, fixed, _ in cells:
         for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, 0.0), (fixed, c * (1 + k), acceptance_length, 1.0)):
             measured_ms = 1e3 * c * per_req / tok_s
             known = float(physics.weights_ms(c, tokens, rho))
-            rows.append(np.array([1.0, c, tokens, drafted]) / measured_ms)
+            rows.append(np.array([1.0, c, tokens, drafted, *eager_columns(tokens, largest, physics.layers)])
+                        / measured_ms)
             rhs.append(1.0 - known / measured_ms)
-    return np.array(rows), np.array(rhs)
+    a = np.array(rows)
+    if not a[:, 4:].any():  # no step crosses the capture size: the eager term is not identified here
+        a = a[:, :4]
+    return a, np.array(rhs)
 
 
 def class_rates(acceptance_length: float, k: int, spread: float):
@@ -220,14 +238,14 @@ def class_matrix(alphas, batch: int, k: int):
     return np.array([[alphas[i % len(alphas)]] * k for i in range(batch)])
 
 
-def _predict_cells(params: StepParams, physics: Physics, cells, k: int, acceptance_length: float):
+def _predict_cells(params: StepParams, physics: Physics, cells, k: int, acceptance_length: float, grid=()):
     """Predicted (no-spec, fixed K, adaptive) tok/s per cell; adaptive through the real scheduler."""
     from rocm_dspark.planner.simulator import Policy, simulate
 
     alphas = class_rates(acceptance_length, k, params.spread)
     out = []
     for c, *_ in cells:
-        cost = CalibratedCost(params=params, physics=physics)
+        cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(grid))
         rates = class_matrix(alphas, c, k)
         nospec = simulate(cost, rates, c, Policy("none"), steps=1).expected_tokens_per_s
         fixed = simulate(cost, rates, c, Policy("fixed", k), steps=1).expected_tokens_per_s
@@ -236,16 +254,76 @@ def _predict_cells(params: StepParams, physics: Physics, cells, k: int, acceptan
     return out
 
 
-def fit(data: dict | None = None, catalog=None) -> Calibration:
-    """Fit the linear terms (non-negative least squares on relative step-time error) for every rho in
-    the grid and every acceptance length on a 0.01 grid, keep the best; then the adaptive overhead by a
-    1-D search; then measure the error on the held-out concurrencies and across builds."""
-    import numpy as np
+def capture_readings(src: dict) -> tuple[list[int], bool]:
+    """The capture size(s) a source's runs used: ([size], True) when published, else every stated
+    reading and False (step_cost.yaml `capture`)."""
+    cap = src.get("capture") or {}
+    if cap.get("max_cudagraph_capture_size") is not None:
+        return [int(cap["max_cudagraph_capture_size"])], True
+    readings = [int(r["max_cudagraph_capture_size"]) for r in cap.get("readings", [])]
+    if not readings:
+        raise UsageError("step_cost.yaml: the calibration source states no capture size and no readings")
+    return readings, False
 
+
+def fit(data: dict | None = None, catalog=None) -> Calibration:
+    """Fit once per capture reading of the calibration source (fit_reading). An unknown capture size
+    gives two readings: the one whose fit-set error is smaller is kept, and its stated held-out error
+    adds the largest difference between the readings' predictions, so it covers either being true."""
     from rocm_dspark.catalog import load_catalog
 
     data = data or load_data()
     catalog = catalog or load_catalog()
+    src = data["sources"][data["split"]["source"]]
+    sizes, known = capture_readings(src)
+    fits = [fit_reading(data, catalog, size) for size in sizes]
+    chosen = min(fits, key=lambda c: (c.readings[0]["fit_error_pct"], c.capture_size))
+    spread_pct = spread_pp = 0.0
+    for other in fits:
+        for a, b in zip(chosen.rows, other.rows):
+            spread_pct = max(spread_pct, *(abs(p / q - 1) * 100 for p, q in zip(a["predicted"], b["predicted"])))
+            spread_pp = max(spread_pp, abs(a["adaptive_gain_pct"][1] - b["adaptive_gain_pct"][1]))
+    own_pct, own_pp = chosen.held_out_error_pct, chosen.held_out_payoff_error_pp
+    identified = [f for f in fits if f.readings[0]["overrun_cells"]]
+    if not chosen.readings[0]["overrun_cells"] and identified:
+        # The kept reading has no step past its capture size, so it cannot price one: the eager term is
+        # taken from the reading in which steps cross it (the same A/B's only estimate; capture_lines says so).
+        src_fit = identified[0]
+        chosen = replace(chosen, params=replace(chosen.params, eager_launch_ms=src_fit.params.eager_launch_ms,
+                                                eager_per_token_ms=src_fit.params.eager_per_token_ms))
+    return replace(chosen, capture_known=known, fit_held_out_error_pct=own_pct, fit_held_out_payoff_error_pp=own_pp,
+                   held_out_error_pct=round(own_pct + (0.0 if known else spread_pct), 1),
+                   held_out_payoff_error_pp=round(own_pp + (0.0 if known else spread_pp), 1),
+                   reading_spread_pct=round(spread_pct, 1), reading_spread_pp=round(spread_pp, 1),
+                   readings=tuple(r for f in fits for r in f.readings))
+
+
+def leave_one_out(data: dict, catalog, largest: int, only=None) -> tuple[float, float, list]:
+    """Leave one concurrency out of the whole A/B, fit on the rest (fit_reading), predict it: the worst
+    tok/s error (%) and adaptive-gain error (points) over the left-out cells, and the per-cell errors.
+    `only`: leave out just these concurrencies (each fit takes seconds)."""
+    src = data["sources"][data["split"]["source"]]
+    every = sorted(int(c) for c in src["output_tok_s"])
+    cells = []
+    for c in (only or every):
+        one = {**data, "split": {**data["split"], "fit_concurrency": [x for x in every if x != c],
+                                 "held_out_concurrency": [c]}}
+        row = next(r for r in fit_reading(one, catalog, largest).rows if r["part"] == "held-out")
+        pct = max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"]))
+        cells.append((c, round(pct, 1), round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1)))
+    return max(x[1] for x in cells), max(x[2] for x in cells), cells
+
+
+def fit_reading(data: dict, catalog, largest: int) -> Calibration:
+    """Fit the linear terms (non-negative least squares on relative step-time error) for every rho in
+    the grid and every acceptance length on a 0.01 grid, keep the best; then the adaptive overhead by a
+    1-D search; then measure the error on the held-out concurrencies and across builds. Steps above
+    `largest` (the run's largest captured size) carry the eager term (capture_term), fitted with the rest."""
+    import numpy as np
+
+    from rocm_dspark.capture import vllm_capture_grid
+
+    grid = tuple(vllm_capture_grid(largest))
     split = data["split"]
     src = data["sources"][split["source"]]
     model = catalog.find_model(src["model"])
@@ -259,12 +337,14 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
     best = (math.inf, None)
     for rho in data["rho_grid"]:
         for al in np.arange(1.5, k + 1.0 + 1e-9, 0.01):
-            a, b = _design(physics, train, k, float(al), float(rho))
+            a, b = _design(physics, train, k, float(al), float(rho), largest)
             x, resid = _nonneg_lstsq(a, b)
             if resid < best[0]:
                 best = (resid, (float(rho), float(al), x))
     _, (rho, al, x) = best
-    params = StepParams(*map(float, x), adaptive_ms=0.0, rho=rho)
+    eager = [float(v) for v in x[4:]] or [0.0, 0.0]
+    params = StepParams(*map(float, x[:4]), adaptive_ms=0.0, rho=rho, eager_launch_ms=eager[0],
+                        eager_per_token_ms=eager[1])
 
     # Adaptive verification: how much requests differ (spread) and its own per-step work (adaptive_ms),
     # both from the adaptive cells of the fit set (relative error). The overhead is a constant per step
@@ -282,8 +362,8 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
             continue
         tokens, step = [], []
         for c, *_ in train:
-            res = simulate(CalibratedCost(params=params, physics=physics), class_matrix(alphas, c, k), c,
-                           Policy("adaptive", k), steps=1)
+            res = simulate(CalibratedCost(params=params, physics=physics, capture_sizes=grid),
+                           class_matrix(alphas, c, k), c, Policy("adaptive", k), steps=1)
             step.append(res.step_ms)
             tokens.append(res.expected_tokens_per_s * res.step_ms / 1e3)
         tokens, step = np.array(tokens), np.array(step)
@@ -294,14 +374,18 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
     params = replace(params, spread=best_av[1], adaptive_ms=best_av[2])
 
     rows = []
-    worst_pct = worst_pp = 0.0
+    worst_pct = worst_pp = fit_pct = 0.0
     for part, cells in (("fit", train), ("held-out", test)):
-        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(cells, _predict_cells(params, physics, cells, k, al)):
+        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(cells, _predict_cells(params, physics, cells, k,
+                                                                                             al, grid)):
             gain_m, gain_p = 100 * (m_ad / m_fixed - 1), 100 * (p_ad / p_fixed - 1)
             row = {"part": part, "concurrency": c, "measured": [m_none, m_fixed, m_ad],
                    "predicted": [round(p_none, 2), round(p_fixed, 2), round(p_ad, 2)],
                    "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)]}
             rows.append(row)
+            if part == "fit":
+                fit_pct = max(fit_pct, *(abs(p / m - 1) * 100 for p, m in
+                                        zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad))))
             if part == "held-out":
                 worst_pct = max(worst_pct, *(abs(p / m - 1) * 100 for p, m in
                                             zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad))))
@@ -321,7 +405,13 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
                        cross_build_spread_pp=round(spread_pp, 1), source_url=src["url"],
                        source_label=f"{model.key}, {src['tp']}x {gpu.key} TP{src['tp']}, {src['url'].rsplit('/', 3)[-3]}#"
                                     f"{src['url'].rsplit('/', 1)[-1]}",
-                       model=model.key, gpu=gpu.key, tp=int(src["tp"]), bandwidth_efficiency=eff, rows=rows)
+                       model=model.key, gpu=gpu.key, tp=int(src["tp"]), bandwidth_efficiency=eff, rows=rows,
+                       capture_size=int(largest),
+                       readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
+                                  "held_out_error_pct": round(worst_pct, 1), "held_out_payoff_error_pp": round(worst_pp, 1),
+                                  "eager_launch_ms": round(params.eager_launch_ms, 6),
+                                  "eager_per_token_ms": round(params.eager_per_token_ms, 6),
+                                  "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
 
 
 def stored(data: dict | None = None) -> Calibration:
@@ -332,7 +422,8 @@ def stored(data: dict | None = None) -> Calibration:
     if any(f.get(key) is None for key in (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")):
         raise UsageError("recipes/step_cost.yaml has no fit; run `python -m rocm_dspark.planner.calibration --write`")
     params = StepParams(*(float(f[key]) for key in LINEAR), adaptive_ms=float(f["adaptive_ms"]), rho=float(f["rho"]),
-                        spread=float(f.get("spread") or 0.0))
+                        spread=float(f.get("spread") or 0.0), eager_launch_ms=float(f.get("eager_launch_ms") or 0.0),
+                        eager_per_token_ms=float(f.get("eager_per_token_ms") or 0.0))
     return Calibration(params=params, acceptance_length=float(f["acceptance_length"]),
                        held_out_error_pct=float(f["held_out_error_pct"]),
                        held_out_payoff_error_pp=float(f["held_out_payoff_error_pp"]),
@@ -341,7 +432,12 @@ def stored(data: dict | None = None) -> Calibration:
                        source_label=f"{src['model']}, {src['tp']}x {src['gpu']} TP{src['tp']}, vllm#"
                                     f"{src['url'].rsplit('/', 1)[-1]}",
                        model=src["model"], gpu=src["gpu"], tp=int(src["tp"]),
-                       bandwidth_efficiency=float(data["bandwidth_efficiency"]))
+                       bandwidth_efficiency=float(data["bandwidth_efficiency"]),
+                       capture_size=f.get("capture_size"), capture_known=bool(f.get("capture_known", True)),
+                       fit_held_out_error_pct=f.get("fit_held_out_error_pct"),
+                       fit_held_out_payoff_error_pp=f.get("fit_held_out_payoff_error_pp"),
+                       reading_spread_pct=float(f.get("reading_spread_pct") or 0.0),
+                       reading_spread_pp=float(f.get("reading_spread_pp") or 0.0))
 
 
 # --- the cost object the simulator and the scheduler use --------------------------------------------
@@ -368,11 +464,17 @@ class CalibratedCost:
 
         from rocm_dspark.planner.roofline import pad_to_capture
 
+        from rocm_dspark.planner.capture_term import eager_ms
+
         padded = pad_to_capture(tokens, self.capture_sizes).astype(np.float64)
         requests = self.requests or padded
         p = self.params
         ms = p.fixed_ms + self.physics.weights_ms(np.minimum(requests, np.maximum(padded, 1)), padded, p.rho) \
             + p.per_token_ms * padded
+        if p.eager_launch_ms or p.eager_per_token_ms:  # steps past the largest captured size (capture_term)
+            ms = ms + eager_ms(padded, self.capture_sizes[-1] if self.capture_sizes else None,
+                               layers=self.physics.layers, launch_ms_per_layer=p.eager_launch_ms,
+                               per_token_ms=p.eager_per_token_ms)
         return np.where(padded > 0, ms, 0.0) / 1e3
 
     def request_seconds(self, num_requests: int) -> float:
@@ -386,7 +488,8 @@ class CalibratedCost:
         return self.params.adaptive_ms / 1e3
 
 
-def transfer(calibration: Calibration, catalog, model, gpu, profile) -> tuple[CalibratedCost, bool, list[str]]:
+def transfer(calibration: Calibration, catalog, model, gpu, profile, *,
+             capture_size: int | None = None) -> tuple[CalibratedCost, bool, list[str]]:
     """The calibrated cost for any (model, GPU, TP): (cost, is the calibration setting itself, notes).
 
     Scaling rules outside the calibration setting (stated, not validated by any public measurement):
@@ -395,9 +498,12 @@ def transfer(calibration: Calibration, catalog, model, gpu, profile) -> tuple[Ca
       * per-token term: x (active params per token / TP x peak FP8) / same for the calibration setting;
       * per-request term: x layers / calibration layers x calibration HBM / HBM (KV reads; the
         MLA latent cache is replicated over TP, so TP does not divide it);
-      * drafter and adaptive overhead: unchanged.
+      * drafter and adaptive overhead: unchanged;
+      * eager term (capture_term): per-layer launch unchanged (x this model's layers), per token as the
+        per-token term.
     """
-    from rocm_dspark.capture import capture_size, vllm_capture_grid
+    from rocm_dspark.capture import capture_size as _capture_size
+    from rocm_dspark.capture import vllm_capture_grid
 
     ref_model = catalog.find_model(calibration.model)
     ref_gpu = catalog.find_gpu(calibration.gpu)
@@ -412,13 +518,13 @@ def transfer(calibration: Calibration, catalog, model, gpu, profile) -> tuple[Ca
                    / (float(ref_model.params["active_output_token_b"]) / (calibration.tp * ref_gpu.peak_fp8_tflops)))
         kv = layers * ref_gpu.hbm_bandwidth_tbps / gpu.hbm_bandwidth_tbps
         p = replace(p, fixed_ms=p.fixed_ms * layers, per_token_ms=p.per_token_ms * compute,
-                    per_request_ms=p.per_request_ms * kv)
+                    per_request_ms=p.per_request_ms * kv, eager_per_token_ms=p.eager_per_token_ms * compute)
         notes.append(f"calibration transferred from {calibration.source_label} to {model.key} on {tp}x {gpu.key}: "
                      f"fixed x{layers:.2f} (layers), per-token x{compute:.2f} (active params / TP x FP8 peak), "
                      f"per-request x{kv:.2f} (layers, HBM); these rules are not validated by any public measurement")
     k_max = model.block_size
-    grid = tuple(vllm_capture_grid(capture_size(profile.max_num_seqs, k_max, profile.capture_cap),
-                                   profile.max_num_batched_tokens))
+    largest = capture_size or _capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
+    grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     cost = CalibratedCost(params=p, physics=physics, capture_sizes=grid,
                           label=f"calibrated ({'calibration setting' if same else 'transferred from'} "
                                 f"{calibration.source_label})")
@@ -442,12 +548,18 @@ def _write_fit(calib: Calibration, path: Path) -> None:
               "acceptance_length": calib.acceptance_length, "held_out_error_pct": calib.held_out_error_pct,
               "held_out_payoff_error_pp": calib.held_out_payoff_error_pp,
               "cross_build_spread_pct": calib.cross_build_spread_pct,
-              "cross_build_spread_pp": calib.cross_build_spread_pp}
-    body = "".join(f"  {key}: {round(value, 6)!r}\n" for key, value in values.items())
+              "cross_build_spread_pp": calib.cross_build_spread_pp,
+              "eager_launch_ms": p.eager_launch_ms, "eager_per_token_ms": p.eager_per_token_ms,
+              "capture_size": calib.capture_size, "capture_known": calib.capture_known,
+              "fit_held_out_error_pct": calib.fit_held_out_error_pct,
+              "fit_held_out_payoff_error_pp": calib.fit_held_out_payoff_error_pp,
+              "reading_spread_pct": calib.reading_spread_pct, "reading_spread_pp": calib.reading_spread_pp}
+    body = "".join(f"  {key}: {round(value, 6) if isinstance(value, float) else value!r}\n"
+                   for key, value in values.items())
     write_atomic(path, (head + sep + body).encode(), mode=0o644)
 
 
-def report_lines(calib: Calibration) -> list[str]:
+def report_lines(calib: Calibration, previous: dict | None = None) -> list[str]:
     p = calib.params
     lines = [f"calibration: {calib.source_label} ({calib.source_url})",
              f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token "
@@ -463,6 +575,30 @@ def report_lines(calib: Calibration) -> list[str]:
     lines.append(f"held-out error: tok/s within {calib.held_out_error_pct:g}%, adaptive-vs-fixed gain within "
                  f"{calib.held_out_payoff_error_pp:g} points; cross-build spread (same A/B, MI355X image): "
                  f"{calib.cross_build_spread_pct:g}% tok/s, {calib.cross_build_spread_pp:g} points of gain")
+    return lines + capture_lines(calib, previous)
+
+
+def capture_lines(calib: Calibration, previous: dict | None = None) -> list[str]:
+    """The capture readings, the eager term and the held-out error next to the previous fit's."""
+    p = calib.params
+    lines = []
+    for r in calib.readings:
+        lines.append(f"capture reading {r['capture_size']}: {r['overrun_cells']} cell(s) overrun it; eager term "
+                     f"{r['eager_launch_ms']:g} ms/layer + {r['eager_per_token_ms']:g} ms/token; fit-set error "
+                     f"{r['fit_error_pct']:g}%, held-out {r['held_out_error_pct']:g}% tok/s and "
+                     f"{r['held_out_payoff_error_pp']:g} points")
+    how = ("published" if calib.capture_known else
+           f"not published: both readings fitted, kept {calib.capture_size} (smaller fit-set error); the stated "
+           f"error adds the readings' largest difference, {calib.reading_spread_pct:g}% and "
+           f"{calib.reading_spread_pp:g} points")
+    lines.append(f"capture size of the calibration runs: {how}; eager term in use: {p.eager_launch_ms:g} ms/layer + "
+                 f"{p.eager_per_token_ms:g} ms/token above the largest captured size (from the reading in which "
+                 f"steps cross it; it prices only plans whose verify batches leave the graphs)")
+    if previous:
+        lines.append(f"held-out error, previous fit (no capture term): {previous['held_out_error_pct']:g}% tok/s, "
+                     f"{previous['held_out_payoff_error_pp']:g} points; this fit: {calib.fit_held_out_error_pct:g}% "
+                     f"and {calib.fit_held_out_payoff_error_pp:g} points (stated, covering the readings: "
+                     f"{calib.held_out_error_pct:g}% and {calib.held_out_payoff_error_pp:g} points)")
     return lines
 
 
@@ -471,9 +607,18 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description="Refit the planner's step-cost model from recipes/step_cost.yaml.")
     parser.add_argument("--write", action="store_true", help="store the fit in recipes/step_cost.yaml")
+    parser.add_argument("--loo", action="store_true", help="also leave each concurrency out in turn (slow)")
     args = parser.parse_args(argv)
-    calib = fit()
-    print("\n".join(report_lines(calib)))
+    data = load_data()
+    calib = fit(data)
+    print("\n".join(report_lines(calib, data.get("previous_fit"))))
+    if args.loo:
+        from rocm_dspark.catalog import load_catalog
+
+        for size in [r["capture_size"] for r in calib.readings]:
+            pct, pp, cells = leave_one_out(data, load_catalog(), size)
+            print(f"leave-one-concurrency-out (reading {size}): tok/s within {pct:g}%, gain within {pp:g} points; "
+                  + ", ".join(f"c{c} {a:g}%/{b:g}pp" for c, a, b in cells))
     if args.write:
         _write_fit(calib, data_path())
         print(f"wrote the fit into {data_path()}")

@@ -44,8 +44,11 @@ def compute(catalog=None) -> dict:
         for gpu_key, profile in sorted(model.profiles.items()):
             plan = plan_profile(catalog, model, gpu_key, concurrencies=grid_for(profile.max_num_seqs),
                                 acceptance_length=float(length), steps=1)
+            from rocm_dspark.capture import capture_size
+
             profiles[gpu_key] = {
                 "tp": profile.tp, "dp": profile.dp, "error_pp": plan.payoff_error_pp,
+                "capture_size": capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap),
                 "gain_pct": {r.concurrency: round(plan.adaptive_gain_pct(r), 1) for r in plan.rows},
             }
         models[model.key] = {"acceptance_length": float(length), "acceptance_source": source, "profiles": profiles}

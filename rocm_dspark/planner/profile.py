@@ -98,8 +98,9 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
         f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points",
         "not yet run on MI300-class hardware by this project; the calibration is one public A/B "
         "(recipes/step_cost.yaml says how thin the data is). Measure your own: `rocm-dspark validate` writes "
-        "cost_table.json into its report (pass it as --cost-table), and `rocm-dspark validate --ab --concurrency C` "
-        "measures adaptive against block verification for the gate",
+        "cost_table.json into its report (pass it as --cost-table), `rocm-dspark validate --ab --concurrency C` "
+        "measures adaptive against block verification for the gate, and `plan --calibrate FILE` fits this "
+        "model to your runs for plan and the gate (docs/calibration.md)",
     ]
 
 
@@ -111,11 +112,16 @@ COMMON_NOTES = (
 
 
 def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
-                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None):
+                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None,
+                 capture_size=None, calibration=None, calibration_note=None):
     """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
-    ("calibrated": recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
-    `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more)."""
-    from rocm_dspark.capture import capture_size, vllm_capture_grid
+    ("calibrated": `calibration`, this host's `plan --calibrate` fit that the caller found for the profile
+    (`calibration_note` says so), else recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
+    `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more).
+    `capture_size`: the largest captured graph size the server runs with (default: the recipe's); verify
+    batches above it pay the eager term (capture_term) and are marked."""
+    from rocm_dspark.capture import capture_size as _capture_size
+    from rocm_dspark.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import plan_grid
 
@@ -131,7 +137,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     error_pct = payoff_pp = None
     error_source = "uncalibrated"
     if cost_table is not None:
-        grid = vllm_capture_grid(capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
+        grid = vllm_capture_grid(capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
                                  profile.max_num_batched_tokens)
         cost = load_cost_table(cost_table, capture_sizes=grid)
         notes = [f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
@@ -148,10 +154,13 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     else:
         from rocm_dspark.planner.calibration import class_matrix, class_rates, stored, transfer
 
-        calib = stored()
-        cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile)
+        calib, host_note = calibration, calibration_note
+        if calib is None:
+            calib = stored()
+        cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
         error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
-        notes = calibrated_notes(calib, cost, same, error_pct, payoff_pp) + transfer_notes
+        notes = ([host_note] if host_note else []) + calibrated_notes(calib, cost, same, error_pct, payoff_pp) \
+            + transfer_notes
         error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
         if acceptance_rates is None and calib.params.spread > 0:
             length = acceptance_length if acceptance_length is not None else float(
@@ -188,4 +197,14 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                                 f"from every sample; predictions there lean on interpolation or extrapolation. "
                                 f"Measure at concurrencies closer to them")
     result.notes = notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
+    if cost_table is None and cost_model == "calibrated":
+        from rocm_dspark.planner.capture_term import capture_notes
+
+        def rerun(size, concurrencies_):
+            return plan_profile(catalog, model, gpu_key, concurrencies=concurrencies_,
+                                acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
+                                acceptance_shape=acceptance_shape, steps=steps, seed=seed, dp=dp,
+                                capture_size=size, calibration=calibration, calibration_note=calibration_note)
+
+        result.notes += capture_notes(result, cost, rerun)
     return result

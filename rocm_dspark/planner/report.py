@@ -46,6 +46,7 @@ def to_dict(plan) -> dict:
             }
             for r in plan.rows
         ],
+        "capture_overruns": list(getattr(plan, "capture_overruns", [])),
         "notes": list(plan.notes),
     }
 
@@ -66,6 +67,9 @@ def table_lines(plan) -> list[str]:
             f"{f'AV vs block {perr}':>17} {'verdict':>9}" + (f" | {'recommended, range':>19}" if plan.error_pct is not None else ""))
     lines = [f"rocm-dspark plan: {plan.title}", f"cost: {plan.cost_label}",
              f"error: every tok/s below: {err} ({plan.error_source})", head, "-" * len(head)]
+    over = {}
+    for cell in getattr(plan, "capture_overruns", []):  # capture_term: verify batches past the captured graphs
+        over.setdefault(cell["concurrency"], []).append(cell["k"])
     for r in plan.rows:
         fixed, per, ad = r.at_k(k), plan.per_batch_result(r), r.adaptive
         lines.append(
@@ -73,7 +77,9 @@ def table_lines(plan) -> list[str]:
             f"{fixed.mean_acceptance_length:>5.2f} | {r.best_k:>11} {per.expected_tokens_per_s:>8.0f} "
             f"{per.mean_acceptance_length:>5.2f} | {ad.expected_tokens_per_s:>13.0f} {ad.mean_acceptance_length:>5.2f} "
             f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}"
-            + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else ""))
+            + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else "")
+            + (f" [capture overrun K{min(over[r.concurrency])}-{max(over[r.concurrency])}]"
+               if r.concurrency in over else ""))
     lines.append("tok/s: predicted output tokens/s of the whole server; AL: simulated tokens per request per step "
                  "(accepted drafts + 1); drafts: verified drafts per request; AV vs block: adaptive against all "
                  f"{plan.gamma} drafts verified, 'pays'/'loses' only when the stated error cannot flip the sign; "

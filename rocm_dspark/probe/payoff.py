@@ -6,7 +6,9 @@ Evidence, in order:
      read, this host's HMAC, sane time), it parses (schema, digest, verdict that follows from its numbers), ran the
      plan's own commands (no override), matches this host and plan (the probe's fingerprint) and was
      measured at exactly C. The first that counts decides: pays or loses.
-  2. Otherwise the calibrated planner's prediction (recipes/adaptive_payoff.yaml, generated from the
+  2. Otherwise this host's calibration (`plan --calibrate`, planner.host_calibration: a signed record in
+     `<state dir>/calibration/` read by the same trust model), then the public calibrated prediction
+     (recipes/adaptive_payoff.yaml, generated from the
      planner; the recipe path must not import numpy): the gain at C, interpolated in log2(C) between the
      planned concurrencies, decides only when the stated error cannot flip its sign: gain - error > 0
      pays, gain + error < 0 loses, anything else is unknown.
@@ -62,12 +64,33 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
     gain, where = _interpolate(prof["gain_pct"], concurrency)
     err = float(prof["error_pp"])
     layout = "" if tp in (None, prof["tp"]) else f"; predicted for the profile's TP{prof['tp']}, not TP{tp}"
+    capture = (f"; capture size {prof['capture_size']} holds fixed K's verify batch, so no fixed-K arm leaves the "
+               f"graphs" if prof.get("capture_size") else "")
     state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
     word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
     text = (f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
             f"(calibrated planner, {data.get('calibration')}, acceptance length {entry['acceptance_length']:g}"
-            f"{layout})")
+            f"{layout}{capture})")
     return Payoff(state, "prediction", text)
+
+
+def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
+    """The gate's payoff prediction from this host's calibration (no numpy: the record carries the gains),
+    or None when no trusted record is stored for this model, GPU and TP."""
+    from rocm_dspark.probe.host_calibration import newest
+
+    rec, _ = newest(model_key, gpu_key, tp, state_dir)
+    if rec is None:
+        return None
+    pay = rec["payoff"]
+    gain, where = _interpolate({int(c): g for c, g in pay["gain_pct"].items()}, concurrency)
+    err = float(pay["error_pp"])
+    state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
+    word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
+    return Payoff(state, f"this host's calibration {rec['id']}",
+                  f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
+                  f"(this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
+                  f"capture size {pay['capture_size']} holds fixed K's verify batch)")
 
 
 def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None,
@@ -115,7 +138,8 @@ def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, cu
     decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current, soft=soft)
     if decided is not None:
         return decided
-    pred = predicted(plan.model_key, plan.gpu, concurrency, plan.tp)
+    host = gate_prediction(plan.model_key, plan.gpu, plan.tp, concurrency, state_dir)  # `plan --calibrate`
+    pred = host if host is not None else predicted(plan.model_key, plan.gpu, concurrency, plan.tp)
     if notes:
         shown = "; ".join(notes[:_SHOWN]) + (f"; and {len(notes) - _SHOWN} more" if len(notes) > _SHOWN else "")
         pred = pred._replace(text=f"{pred.text}; no A/B record decides ({shown})")

@@ -1,0 +1,111 @@
+"""The graph-capture cliff as a term of its own (docs/capture.md, docs/calibration.md).
+
+A step with more tokens than the largest captured graph size runs without a full graph: vLLM falls back
+to piecewise graphs or eager execution (vLLM 0.33 `VllmConfig._set_cudagraph_sizes`: "Larger uniform decode
+batches fall back to eager execution"). Such a step pays, on top of the captured step's cost,
+
+    eager(T) = 0                                            T <= largest captured size
+             = layers x launch_ms_per_layer + per_token_ms x T   T >  largest
+
+the kernel launches a graph would have replayed (per layer: the host launches every layer's kernels) and
+a per-token penalty of the unfused, uncaptured kernels. Both are non-negative, so the term is zero below
+the limit and non-decreasing in T above it. They are fitted where a run's tokens cross its capture size
+(calibration.fit, `rocm-dspark plan --calibrate`), and carried over otherwise (docs/calibration.md).
+
+This module also marks the plan's cells whose verify batch leaves the captured graphs, and says what
+capture size would hold them; it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+
+def eager_ms(tokens, largest: int | None, *, layers: int, launch_ms_per_layer: float, per_token_ms: float):
+    """The extra milliseconds of a step of `tokens` tokens above the largest captured size (numpy array)."""
+    import numpy as np
+
+    tokens = np.asarray(tokens, dtype=np.float64)
+    if not largest:
+        return np.zeros_like(tokens)
+    return np.where(tokens > largest, layers * launch_ms_per_layer + per_token_ms * tokens, 0.0)
+
+
+def eager_columns(tokens: float, largest: int | None, layers: int) -> tuple[float, float]:
+    """The two design-matrix entries of the eager term for a step of `tokens` (launch, per token)."""
+    if not largest or tokens <= largest:
+        return 0.0, 0.0
+    return float(layers), float(tokens)
+
+
+def needed_capture_size(tokens: int) -> int:
+    """The capture size the toolkit would set to hold a verify batch of `tokens` (capture.capture_size's
+    rounding: the next power of two, at least 8)."""
+    size = 8
+    while size < tokens:
+        size *= 2
+    return size
+
+
+def largest_captured(cost) -> int | None:
+    sizes = getattr(cost, "capture_sizes", ())
+    return int(sizes[-1]) if sizes else None
+
+
+def overrun_cells(result, largest: int | None) -> list[tuple[int, int, int]]:
+    """(concurrency, K, verify tokens) of every planned fixed-K cell (and the block arm) whose full verify
+    batch, batch x (1+K) per DP rank, exceeds the largest captured size."""
+    if not largest:
+        return []
+    out = []
+    for row in result.rows:
+        per_rank = -(-row.batch // max(1, min(result.dp, row.batch)))
+        for k in sorted(row.fixed):
+            tokens = per_rank * (1 + k)
+            if tokens > largest:
+                out.append((row.concurrency, k, tokens))
+    return out
+
+
+def overrun_note(result, largest: int | None) -> str | None:
+    """One line naming the cells that leave the captured graphs and the capture size that would hold them."""
+    cells = overrun_cells(result, largest)
+    if not cells:
+        return None
+    by_c: dict[int, list[int]] = {}
+    for c, k, _ in cells:
+        by_c.setdefault(c, []).append(k)
+    worst = max(t for _, _, t in cells)
+    shown = "; ".join(f"c{c} K{ks[0]}" + (f"-{ks[-1]}" if len(ks) > 1 else "") for c, ks in sorted(by_c.items()))
+    return (f"capture overrun: verify batches above the largest captured size {largest} run without a full graph "
+            f"(eager/piecewise term priced): {shown}; a capture size of {needed_capture_size(worst)} would hold "
+            f"them all (up to {worst} tokens)")
+
+
+def capture_notes(result, cost, rerun) -> list[str]:
+    """The plan's capture lines: which cells leave the graphs (also kept as result.capture_overruns), and
+    the payoff verdict's capture assumption. `rerun(capture_size, concurrencies)` plans the same profile
+    with another capture size; it is called only when adaptive "pays" where block verification overruns."""
+    largest = largest_captured(cost)
+    cells = overrun_cells(result, largest)
+    result.capture_overruns = [{"concurrency": c, "k": k, "verify_tokens": t, "needed_capture_size": needed_capture_size(t)}
+                               for c, k, t in cells]
+    if not cells:
+        return [f"capture: every planned verify batch fits the largest captured size {largest}, so no verdict "
+                f"below leans on a batch leaving the graphs"] if largest else []
+    notes = [overrun_note(result, largest)]
+    block = {c: t for c, k, t in cells if k == result.gamma}
+    paying = [r for r in result.rows if r.concurrency in block and result.payoff(r) == "pays"]
+    if paying:
+        size = needed_capture_size(max(block[r.concurrency] for r in paying))
+        other = rerun(size, [r.concurrency for r in paying])
+        gone = [(r, o) for r, o in zip(paying, other.rows) if other.payoff(o) != "pays"]
+        if gone:
+            shown = ", ".join(f"c{r.concurrency} ({result.adaptive_gain_pct(r):+.1f}% -> "
+                              f"{other.adaptive_gain_pct(o):+.1f}%, {other.payoff(o)})" for r, o in gone)
+            notes.append(f"capture assumption: adaptive verification pays at {shown} only because fixed K="
+                         f"{result.gamma} overruns the capture size {largest}; a capture size of {size} removes "
+                         f"the advantage there")
+        else:
+            notes.append(f"capture assumption: adaptive verification still pays at "
+                         f"{', '.join(f'c{r.concurrency}' for r in paying)} with a capture size of {size} that "
+                         f"holds fixed K={result.gamma}")
+    return notes

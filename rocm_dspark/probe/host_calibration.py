@@ -1,0 +1,154 @@
+"""This host's calibration, the record: `rocm-dspark plan --calibrate FILE` keeps the fit of
+rocm_dspark.planner.host_calibration, signed, in `<state dir>/calibration/<id>.json` (docs/calibration.md).
+
+Later `plan` and the gate's payoff half use the newest trusted record for the model, GPU and TP ahead of
+the public calibration, and say so. Records are read by the probe records' trust model
+(rocm_dspark.probe.store: owner and mode checks, bounded safe reads, this host's HMAC, sane times).
+Module-level imports stay light: the gate reads records on the `recipe` path (gate_prediction).
+"""
+
+from __future__ import annotations
+
+import json
+
+SCHEMA = "rocm-dspark/host-calibration/1"
+SUBDIR = "calibration"
+_TOP = {"schema": str, "id": str, "created_at": str, "finished_at": str, "model": str, "gpu": str, "tp": int,
+        "source_file": str, "points": list, "params": dict, "acceptance_length": (int, float),
+        "loo_error_pct": (int, float), "payoff_error_pp": (int, float), "payoff": dict, "sha256": str}
+
+
+def directory(state_dir=None):
+    from rocm_dspark.probe import store
+
+    return store.state_dir(state_dir) / SUBDIR
+
+
+def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
+    from dataclasses import asdict
+
+    from rocm_dspark.probe import store
+    from rocm_dspark.probe.record import content_hash
+
+    now = store.utc_now()
+    data = {"schema": SCHEMA, "id": store.new_record_id(now), "created_at": store.iso(now),
+            "finished_at": store.iso(now), "model": calib.model, "gpu": calib.gpu, "tp": int(calib.tp),
+            "source_file": source_file, "points": rows, "params": asdict(calib.params),
+            "acceptance_length": calib.acceptance_length, "loo_error_pct": calib.held_out_error_pct,
+            "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff}
+    data = json.loads(json.dumps(data, allow_nan=False))
+    data["sha256"] = content_hash(data)
+    return data
+
+
+class HostRecord(dict):
+    """A parsed record (a dict with .id and .finished_at for store.load_signed)."""
+
+    @property
+    def id(self):
+        return self["id"]
+
+    @property
+    def finished_at(self):
+        return self["finished_at"]
+
+
+def parse_data(data) -> HostRecord:
+    from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
+
+    if not isinstance(data, dict):
+        raise RecordError("not a JSON object")
+    data = {k: v for k, v in data.items() if k != "hmac"}
+    if data.get("schema") != SCHEMA:
+        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    _check_keys(data, _TOP, "record")
+    if data["sha256"] != content_hash(data):
+        raise RecordError("content hash does not match (edited or corrupted)")
+    return HostRecord(data)
+
+
+def write(state_dir, data: dict):
+    from rocm_dspark.probe import store
+
+    return store.write_record(directory(state_dir), data)
+
+
+def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
+    """(record or None, note or None): the newest trusted record for this model, GPU and TP."""
+    from rocm_dspark.probe import store
+
+    target = directory(state_dir)
+    names = store.record_names(target)
+    if not names:
+        return None, None
+    loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
+    if loaded.untrusted:
+        return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
+    for _, rec in loaded.trusted:
+        if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
+            return rec, None
+    return None, None
+
+
+def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
+    """(Calibration or None, note): this host's stored fit for plan, ahead of the public calibration."""
+    rec, note = newest(model_key, gpu_key, tp, state_dir)
+    if rec is None:
+        return None, note
+    from rocm_dspark.planner.calibration import Calibration, StepParams, load_data
+
+    p = rec["params"]
+    calib = Calibration(params=StepParams(**{k: float(v) for k, v in p.items()}),
+                        acceptance_length=float(rec["acceptance_length"]),
+                        held_out_error_pct=float(rec["loo_error_pct"]),
+                        held_out_payoff_error_pp=float(rec["payoff_error_pp"]), cross_build_spread_pct=0.0,
+                        cross_build_spread_pp=0.0, source_url=f"{directory(state_dir)}/{rec['id']}.json",
+                        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)",
+                        model=rec["model"], gpu=rec["gpu"], tp=int(rec["tp"]),
+                        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]))
+    return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
+                   f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
+                   f"public one")
+
+
+def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json: bool = False) -> list[str]:
+    from rocm_dspark.planner.host_calibration import calibrate
+    from rocm_dspark.planner.payoff_table import grid_for
+    from rocm_dspark.planner.profile import plan_profile
+
+    calib, loo, rows = calibrate(path, catalog, model, gpu_key)
+    profile = model.profiles[catalog.find_gpu(gpu_key).key]
+    length = model.speculative.get("golden_acceptance_length") or calib.acceptance_length
+    plan = plan_profile(catalog, model, gpu_key, concurrencies=grid_for(profile.max_num_seqs),
+                        acceptance_length=float(length), steps=1, calibration=calib)
+    payoff = {"tp": profile.tp, "error_pp": plan.payoff_error_pp, "acceptance_length": float(length),
+              "capture_size": _largest(catalog, model, gpu_key),
+              "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows}}
+    source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
+    record = build_record(calib, loo, rows, payoff, source)
+    written = write(state_dir, record)
+    p = calib.params
+    if as_json:
+        return [json.dumps({"record": str(written), "leave_one_out_pct": [round(e, 2) for e in loo],
+                            "params": record["params"], "payoff": payoff}, indent=2)]
+    lines = [f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {source}: {len(rows)} runs",
+             f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token {p.per_token_ms:.5f} ms "
+             f"+ draft {p.draft_ms:.3f} ms + adaptive {p.adaptive_ms:.2f} ms + eager {p.eager_launch_ms:g} ms/layer + "
+             f"{p.eager_per_token_ms:g} ms/token above the capture size; rho {p.rho:g}",
+             f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}"]
+    for r, e in zip(rows, loo):
+        lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {r['concurrency']:>5} "
+                     f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%")
+    lines.append(f"leave-one-out error: max {max(loo):.1f}%, mean {sum(loo) / len(loo):.1f}% (tok/s); stated for "
+                 f"plan: +-{calib.held_out_error_pct:g}% tok/s, +-{calib.held_out_payoff_error_pp:g} points of "
+                 f"adaptive gain (twice the tok/s error: a ratio of two predictions)")
+    lines.append(f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
+                 f"the public one")
+    return lines
+
+
+def _largest(catalog, model, gpu_key: str) -> int:
+    from rocm_dspark.capture import capture_size
+
+    profile = model.profiles[catalog.find_gpu(gpu_key).key]
+    return capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)
