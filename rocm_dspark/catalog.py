@@ -161,6 +161,7 @@ class Workaround(NamedTuple):
     reason: str
     evidence: str
     remove_when: str
+    short: str = ""                   # what it does and why in a few words: the default output's note
 
     def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
         if self.models and model not in self.models:
@@ -630,6 +631,7 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
         sets=dict(r.req("sets", dict, optional=True, default={})), args=r.arg_list("args"), env=r.env("env"),
         reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
+        short=" ".join(r.req("short", str, optional=True, default="").split()),
     )
     applies.close()
     r.close()

@@ -224,7 +224,7 @@ def test_docker_form_says_when_the_image_has_no_published_digest():
     from rocm_dspark.render import render_docker
 
     text = render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")))
-    assert "vllm/vllm-openai-rocm:v0.33.0 has no published digest" in text
+    assert "# image: vllm/vllm-openai-rocm:v0.33.0\n# no published digest: after `docker pull`" in text
     assert "no published digest" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
                                                                                build="nightly-eed1f3d0")))
 
