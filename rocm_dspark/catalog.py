@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, did_you_mean
 
 RECIPES_ENV = "ROCM_DSPARK_RECIPES"
 STATUSES = ("verified", "experimental", "unverified")
@@ -213,13 +213,14 @@ class Catalog(NamedTuple):
             if wanted in names:
                 return model
         known = ", ".join(f"{m.key} ({', '.join(m.aliases[:2])})" for m in self.models.values())
-        raise UsageError(f"unknown model {name!r}; known models: {known}")
+        names = [n for m in self.models.values() for n in (m.key, m.hf_id, *m.aliases)]
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, names)}; known models: {known}")
 
     def find_gpu(self, name: str) -> GpuSpec:
         key = name.strip().lower()
         if key in self.gpus:
             return self.gpus[key]
-        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}")
+        raise UsageError(f"unknown GPU {name!r}{did_you_mean(name, self.gpus)}; known GPUs: {', '.join(sorted(self.gpus))}")
 
     def vllm_version_of(self, build_or_version: str) -> str:
         """A build name (e.g. nightly-3df4ae15) -> the version it reports (or its name when none is
@@ -238,7 +239,8 @@ class Catalog(NamedTuple):
             if b.channel == "release" and key.lstrip("v") == b.reported_version:
                 return b
         known = ", ".join(self.builds)
-        raise UsageError(f"unknown vLLM build {name!r}; known builds: {known} (releases also by number, e.g. 0.33.0)")
+        raise UsageError(f"unknown vLLM build {name!r}{did_you_mean(name, self.builds)}; known builds: {known} "
+                         f"(releases also by number, e.g. 0.33.0)")
 
     def default_build(self, gpu: GpuSpec):
         """(build, why): the newest build with public evidence on this GPU; failing that, the newest with

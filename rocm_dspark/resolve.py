@@ -267,6 +267,9 @@ def layout_layer(s: _State) -> None:
         raise UsageError(
             f"--tp {tp} exceeds the {gpus_per_node} GPUs of one node; tensor parallelism stays inside a node, "
             f"use --tp {gpus_per_node} and scale out with --dp")
+    if dp % nodes and "dp" not in s.explicit:  # --nodes alone: the layout across nodes is a strategy's to make
+        raise UsageError(f"--nodes {nodes} needs a layout across the nodes: pass --strategy NAME (e.g. multi_node_dep; "
+                         f"`rocm-dspark recipe --help` lists them), or --dp with a multiple of {nodes}")
     if dp % nodes:
         raise UsageError(f"--dp {dp} must be a multiple of --nodes {nodes} (each node runs the same number of ranks)")
     if tp * dp // nodes > gpus_per_node:

@@ -194,7 +194,7 @@ def test_feasible_layouts_say_their_kv_capacity():
     (["--build", "nightly"], "is not shown to contain DeepSeek-V4.1-Flash"),
     (["--build", "nightly-eed1f3d0", "--vllm-arg", "--engram-config={}"], "nightly-eed1f3d0 cannot parse it"),
     (["--gpu", "mi300x", "--tp", "2"], "no room for KV cache"),
-    (["--concurrency", "0"], "--concurrency must be a positive integer"),
+    (["--concurrency", "0"], "'--concurrency': every level must be at least 1"),
     (["--gpu", "h100"], "unknown GPU 'h100'; known GPUs: mi300x, mi325x, mi350x, mi355x"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
