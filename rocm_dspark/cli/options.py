@@ -57,15 +57,26 @@ def selection_options(fn):
     return fn
 
 
+def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
+    """`--concurrency N,N,...` (recipe, validate, up) -> the levels; None when not given."""
+    if not value:
+        return None
+    try:
+        levels = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
+    if not levels or any(c < 1 for c in levels):
+        raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
+    return levels
+
+
 def _largest_level(ctx, param, value):
     """`--concurrency C[,C...]` -> the largest level: one plan serves them all, and the workload rules are
     thresholds that the largest level crosses first (as `up` sizes its plan)."""
     if value is None or isinstance(value, int):
         return value
-    from rocm_dspark.cli.validate import _levels
-
     try:
-        return max(_levels(value))
+        return max(concurrency_levels(value))
     except UsageError as exc:
         raise click.BadParameter(str(exc).partition(": ")[2] or str(exc)) from None
 
