@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, did_you_mean
 
 RECIPES_ENV = "ROCM_DSPARK_RECIPES"
 STATUSES = ("verified", "experimental", "unverified")
@@ -161,6 +161,7 @@ class Workaround(NamedTuple):
     reason: str
     evidence: str
     remove_when: str
+    short: str = ""                   # what it does and why in a few words: the default output's note
 
     def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
         if self.models and model not in self.models:
@@ -214,13 +215,14 @@ class Catalog(NamedTuple):
             if wanted in names:
                 return model
         known = ", ".join(f"{m.key} ({', '.join(m.aliases[:2])})" for m in self.models.values())
-        raise UsageError(f"unknown model {name!r}; known models: {known}")
+        names = [n for m in self.models.values() for n in (m.key, m.hf_id, *m.aliases)]
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, names)}; known models: {known}")
 
     def find_gpu(self, name: str) -> GpuSpec:
         key = name.strip().lower()
         if key in self.gpus:
             return self.gpus[key]
-        raise UsageError(f"unknown GPU {name!r}; known GPUs: {', '.join(sorted(self.gpus))}")
+        raise UsageError(f"unknown GPU {name!r}{did_you_mean(name, self.gpus)}; known GPUs: {', '.join(sorted(self.gpus))}")
 
     def vllm_version_of(self, build_or_version: str) -> str:
         """A build name (e.g. nightly-3df4ae15) -> the version it reports (or its name when none is
@@ -239,7 +241,8 @@ class Catalog(NamedTuple):
             if b.channel == "release" and key.lstrip("v") == b.reported_version:
                 return b
         known = ", ".join(self.builds)
-        raise UsageError(f"unknown vLLM build {name!r}; known builds: {known} (releases also by number, e.g. 0.33.0)")
+        raise UsageError(f"unknown vLLM build {name!r}{did_you_mean(name, self.builds)}; known builds: {known} "
+                         f"(releases also by number, e.g. 0.33.0)")
 
     def default_builds(self, gpu: GpuSpec) -> tuple:
         """The releases this GPU's arch runs by default, in order (the first the registry holds wins), and why."""
@@ -633,6 +636,7 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
         sets=dict(r.req("sets", dict, optional=True, default={})), args=r.arg_list("args"), env=r.env("env"),
         reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
+        short=" ".join(r.req("short", str, optional=True, default="").split()),
     )
     applies.close()
     r.close()

@@ -5,6 +5,18 @@ class UsageError(Exception):
     """Bad input: the message says what is wrong and how to fix it, in one line."""
 
 
+def did_you_mean(word: str, names) -> str:
+    """" (did you mean X?)" for the known name(s) closest to a mistyped one (difflib ratio >= 0.8, ties all
+    named, case-insensitive), else ""."""
+    import difflib  # only on the error path
+
+    by_lower = {n.lower(): n for n in names}
+    wanted = str(word).strip().lower()
+    scored = sorted(((difflib.SequenceMatcher(None, wanted, n).ratio(), n) for n in by_lower), reverse=True)
+    best = [n for r, n in scored if r >= 0.8 and r == scored[0][0]]
+    return f" (did you mean {' or '.join(by_lower[n] for n in sorted(best))}?)" if best else ""
+
+
 class EnvironmentFailure(Exception):
     """The environment failed under us (a server died or stopped answering, a counter reset): the input
     was fine, so this is not a UsageError. The CLI prints it as one line and exits 3."""

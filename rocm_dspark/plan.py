@@ -19,10 +19,13 @@ from typing import NamedTuple
 
 
 class Note(NamedTuple):
-    """Why one non-obvious value in the plan is what it is."""
+    """Why one non-obvious value in the plan is what it is: `text` in full (reasons, evidence, removal
+    condition; `--explain` and JSON), `short` in a few words for the default output (empty: render.brief
+    shortens `text`)."""
 
     topic: str
     text: str
+    short: str = ""
 
 
 class Selection(NamedTuple):

@@ -29,18 +29,60 @@ def _comment(text: str) -> list[str]:
     return [f"# {line}" for line in text.replace("\r", " ").split("\n")]
 
 
-def render_shell(plan: LaunchPlan) -> str:
-    """`K=V ... vllm serve MODEL \\` then one flag per line; shlex.split() gives back env + argv."""
-    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}] image {plan.image}")
-    for note in plan.notes:
-        out += _comment(f"{note.topic}: {note.text}")
+NOTE_WIDTH = 120  # a default note line, "# " included: read at a glance (issue 23)
+EXPLAIN_HINT = "# --explain: every note's full reasons, evidence and removal conditions"
+
+
+def brief(line: str, width: int = NOTE_WIDTH - 2) -> str:
+    """One line of at most `width` characters: whitespace folded, cut at a word and marked "..."."""
+    line = " ".join(line.split())
+    if len(line) <= width:
+        return line
+    cut = line[:width - 3]
+    cut = cut[:cut.rfind(" ")] if " " in cut[width // 2:] else cut
+    return cut.rstrip(" ,;:(") + "..."
+
+
+def note_lines(notes, explain: bool = False) -> list[str]:
+    """The notes as comment lines: in full with `explain`, else one short line each (`short`, or the
+    text's first clause when a note has no short form), so a new note is shortened the same way."""
+    if explain:
+        return [c for n in notes for c in _comment(f"{n.topic}: {n.text}")]
+    out = []
+    for n in notes:
+        text = n.short or _first_clause(n.text)
+        out.append("# " + brief(f"{n.topic}: {text}"))
+    return out
+
+
+def _first_clause(text: str) -> str:
+    text = " ".join(text.split())
+    for stop in (". ", "; "):
+        if len(text) <= NOTE_WIDTH - 30:  # room left for the topic
+            break
+        head, sep, _ = text.partition(stop)
+        if sep and len(head) >= 20 and head.count("(") == head.count(")"):  # not inside "(e.g. ...)"
+            text = head
+    return text
+
+
+def header_lines(plan: LaunchPlan) -> list[str]:
+    return [f"# rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]", f"# image: {plan.image}"]
+
+
+def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
+    """The command first (`K=V ... vllm serve MODEL \\` then one flag per line; shlex.split() gives back
+    env + argv), then the plan's header and notes as comments."""
     lines = [f"{k}={shlex.quote(v)}" for k, v in plan.env.items()]
     lines += _argv_lines(plan.argv, 3)
-    out.append(" \\\n".join(lines))
+    out = [" \\\n".join(lines), *header_lines(plan), *note_lines(plan.notes, explain)]
+    if not explain:
+        out.append(EXPLAIN_HINT)
     return "\n".join(out) + "\n"
 
 
-def render_json(plan: LaunchPlan) -> str:
+def render_json(plan: LaunchPlan, explain: bool = False) -> str:
+    """Everything, always (`explain` changes nothing: JSON keeps every note's full text and short form)."""
     return plan.to_json() + "\n"
 
 
@@ -51,20 +93,20 @@ def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) ->
                                         hf_cache=hf_cache, model_path=plan.model_path)
 
 
-def render_docker(plan: LaunchPlan) -> str:
+def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     argv = docker_argv(plan, hf_cache="HF_CACHE_PLACEHOLDER")
     lines = _argv_lines(argv, 2)
     # The cache path is left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(lines).replace(
         shlex.quote(f"HF_CACHE_PLACEHOLDER:{launch_facts.HF_CACHE_CONTAINER}"),
         f'"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"')
-    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}]")
+    out = [text, *header_lines(plan)]
     if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
-        out += _comment(f"image {plan.image} is unresolved here: `rocm-dspark images` records its digest, then this "
-                        f"prints it; or pin the digest `docker image inspect` reports (RepoDigests) after a pull")
-    for note in plan.notes:
-        out += _comment(f"{note.topic}: {note.text}")
-    return "\n".join(out + [text]) + "\n"
+        out.append("# unresolved here: `rocm-dspark images` records the digest, then this prints it")
+    out += note_lines(plan.notes, explain)
+    if not explain:
+        out.append(EXPLAIN_HINT)
+    return "\n".join(out) + "\n"
 
 
 RENDERERS = {"shell": render_shell, "json": render_json, "docker": render_docker}

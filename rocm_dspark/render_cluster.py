@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 import shlex
 
-from rocm_dspark.render import _argv_lines, _comment
+from rocm_dspark.plan import Note
+from rocm_dspark.render import EXPLAIN_HINT, _argv_lines, _comment, header_lines, note_lines
 
 
 def _commands(cluster, node_rank):
     return cluster.commands if node_rank is None else cluster.for_node(node_rank)
 
 
-def render_cluster_shell(plan, cluster, node_rank: int | None = None) -> str:
-    out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}] image {plan.image}")
-    out += _comment(f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
-                    + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
-    if cluster.status:
-        out += _comment(f"prefill/decode status: {cluster.status}")
-    for note in plan.notes:
-        out += _comment(f"{note.topic}: {note.text}")
-    for topic, text in cluster.notes:
-        out += _comment(f"{topic}: {text}")
+def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: bool = False) -> str:
+    """The layout line, every node's commands, then the plan's header and notes (short unless `explain`)."""
+    out = _comment(f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
+                   + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
     for cmd in _commands(cluster, node_rank):
         where = f" ({cmd.address})" if cmd.address else ""
         out += ["", *_comment(f"--- node {cmd.node}{where}: {cmd.role}"
@@ -31,6 +26,13 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None) -> str:
         lines = [f"{k}={shlex.quote(v)}" for k, v in cmd.env.items()]
         lines += _argv_lines(cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 2 if cmd.argv[:2] == ("ray", "start") else 1)
         out.append(" \\\n".join(lines))
+    out += ["", *header_lines(plan)]
+    if cluster.status:
+        out += _comment(f"prefill/decode status: {cluster.status}")
+    notes = [*plan.notes, *(n if isinstance(n, Note) else Note(*n) for n in cluster.notes)]
+    out += note_lines(notes, explain)
+    if not explain:
+        out.append(EXPLAIN_HINT)
     return "\n".join(out) + "\n"
 
 

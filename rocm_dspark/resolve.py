@@ -94,7 +94,8 @@ def model_layer(s: _State) -> None:
     s.model = model = catalog.find_model(sel.model)
     s.gpu = gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
     if sel.gpu is None or sel.gpu_source == "default":
-        s.notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change"))
+        s.notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change",
+                            f"{gpu.key}, the model's default (none given or detected); pass --gpu to change"))
     elif sel.gpu_source == "detected":
         s.notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
     _check_given(sel)
@@ -132,11 +133,16 @@ def profile_layer(s: _State) -> None:
         raise UsageError(f"--concurrency must be a positive integer (expected concurrent requests), got {sel.concurrency}")
     s.env.update(profile.env)
     s.extra_args = list(profile.args)
-    if profile.status != "verified":
-        s.notes.append(Note("status", (
-            f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
-            f"{', '.join(profile.evidence)}); not yet run on MI300-class hardware by rocm-dspark: run "
-            f"`rocm-dspark validate` before taking traffic")))
+    # Every status, "verified" included: a public verification is not a run of this plan on this host.
+    unrun = not any(gpu.key in b.gpus for b in s.catalog.builds.values())
+    no_run = f"; no build in recipes/vllm.yaml has a public run on {gpu.key}" if unrun else ""
+    s.notes.append(Note("status", (
+        f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
+        f"{', '.join(profile.evidence)}){no_run}; not yet run on MI300-class hardware by rocm-dspark: run "
+        f"`rocm-dspark validate` before taking traffic"), (
+        f"{profile.status} ({profile.status_date}), "
+        + (f"no public {gpu.key} run of any build" if unrun else "not yet run by rocm-dspark")
+        + ": run `rocm-dspark validate` before taking traffic")))
 
 
 def _pick_build(s: _State):
@@ -164,6 +170,15 @@ def _pick_build(s: _State):
     return b, why
 
 
+def _short_why(why: str) -> str:
+    """catalog.default_build's reason in a few words (the full one stays in the note's text)."""
+    if why.startswith("the newest build with public evidence on "):
+        return "newest with evidence on " + why.split(" on ", 1)[1].split(" ")[0]
+    if why.startswith("no build has public evidence on "):
+        return f"no public run on {why.split(' on ', 1)[1].split(';')[0]}, newest on its arch"
+    return why.split("; ")[0].split(": ")[0]
+
+
 def build_layer(s: _State) -> None:
     """The vLLM build: the plan's image, and which upstream changes it contains (recipes/vllm.yaml)."""
     catalog, model = s.catalog, s.model
@@ -187,8 +202,10 @@ def build_layer(s: _State) -> None:
         image=image, resolution=dict(entry or {}))
     version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
     s.notes.append(Note("build", (
-        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}")))
-    s.notes.append(Note("image", image_note))
+        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}"),
+        f"{b.name} (ROCm {b.rocm or 'not established'}): {_short_why(why)}"))
+    s.notes.append(Note("image", image_note, "" if entry or b.digest else (
+        "unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest")))
     gone = pick.retention_note(catalog, b, s.sel.today, replacement)
     if gone:
         s.notes.append(Note("build gone", gone))
@@ -204,7 +221,7 @@ def workaround_layer(s: _State) -> None:
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
         s.env.update(w.env)
-        s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})"))
+        s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
 def workload_layer(s: _State) -> None:
@@ -265,6 +282,9 @@ def layout_layer(s: _State) -> None:
         raise UsageError(
             f"--tp {tp} exceeds the {gpus_per_node} GPUs of one node; tensor parallelism stays inside a node, "
             f"use --tp {gpus_per_node} and scale out with --dp")
+    if dp % nodes and "dp" not in s.explicit:  # --nodes alone: the layout across nodes is a strategy's to make
+        raise UsageError(f"--nodes {nodes} needs a layout across the nodes: pass --strategy NAME (e.g. multi_node_dep; "
+                         f"`rocm-dspark recipe --help` lists them), or --dp with a multiple of {nodes}")
     if dp % nodes:
         raise UsageError(f"--dp {dp} must be a multiple of --nodes {nodes} (each node runs the same number of ranks)")
     if tp * dp // nodes > gpus_per_node:
@@ -329,11 +349,14 @@ def memory_layer(s: _State) -> None:
             raise UsageError(f"no room for KV cache: {budget}; use a larger --tp{hint}, or --memory-override to "
                              f"emit it anyway")
         mem = mem._replace(override=True)
-        s.notes.append(Note("memory", f"OVERRIDDEN (--memory-override): {budget}; vLLM will likely refuse to start"))
+        s.notes.append(Note("memory", f"OVERRIDDEN (--memory-override): {budget}; vLLM will likely refuse to start",
+                            f"OVERRIDDEN (--memory-override): KV {kv:.1f} GiB per rank; vLLM will likely refuse to start"))
     else:
         room = (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len {max_len}" if tokens
                 else "none by the estimate, within the model's error")
-        s.notes.append(Note("memory", f"{budget}: {room} (calibrated on InferenceX's published KV headroom: {m['sources'][0]})"))
+        s.notes.append(Note("memory", f"{budget}: {room} (calibrated on InferenceX's published KV headroom: {m['sources'][0]})",
+                            f"KV {kv:.1f} GiB per rank (+-{err:g}) at TP{tp}: "
+                            + (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len" if tokens else room)))
     s.memory = mem
 
 
@@ -355,7 +378,8 @@ def speculative_layer(s: _State) -> None:
         s.adaptive_allowed = False  # a throughput knob: never gated on, never adaptive
         s.notes.append(Note("synthetic", (
             f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
-            f"fakes acceptance; NOT for serving and never for evals")))
+            f"fakes acceptance; NOT for serving and never for evals"),
+            f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals"))
 
 
 def capture_layer(s: _State) -> None:
@@ -373,17 +397,22 @@ def capture_layer(s: _State) -> None:
         s.notes.append(Note("capture overrun", (
             f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
             f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
-            f"{cap_size}` prices them")))
+            f"{cap_size}` prices them"),
+            f"capture size {cap_size} < max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}: bigger verify batches run "
+            f"without a full graph"))
     else:
         s.notes.append(Note("capture", (
             f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
             f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
-            f"above it would run eager)")))
+            f"above it would run eager)"),
+            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
+            f"rounded up to a power of two"))
     if mnbt < 6 * 1024:
         s.notes.append(Note("max_num_seqs", (
             f"--max-num-batched-tokens {mnbt} is below 6 x 1024 (the API server's default max_num_seqs 1024 x "
             f"(1+K)), so max_num_seqs stays at the capture shape ({mns}): with 1024 sequences the Engram projection "
-            f"faults during profiling (HSA_STATUS_ERROR_EXCEPTION; InferenceX MI355X script)")))
+            f"faults during profiling (HSA_STATUS_ERROR_EXCEPTION; InferenceX MI355X script)"),
+            f"stays {mns}: 1024 sequences fault in Engram profiling below 6 x 1024 batched tokens"))
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
@@ -420,7 +449,9 @@ def command_layer(s: _State) -> _Args:
             args.set("--data-parallel-address", sel.head_address)
             s.notes.append(Note("multi-node", (
                 f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
-                f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}")))
+                f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"),
+                f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
+                f"r*{f['dp'] // sel.nodes}"))
     if f["ep"] > 1:
         args.set("--enable-expert-parallel")
     if f["moe_backend"]:
@@ -479,7 +510,7 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
         if keep:
             kept.append((flag, value))
         else:
-            s.notes.append(Note("build flags", why))
+            s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
     args.items = kept
@@ -584,7 +615,8 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return plan  # already on by the recipe's default, or not allowed (synthetic benchmark)
     if verdict.adaptive_proven:
         return _switch(plan, True, Note("adaptive verification", (
-            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})")))
+            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
+            f"ON: proven on this host (record {verdict.record})"))
     if verdict.reason.startswith(PROVEN_BUT_NOT_PAYING):  # the gate's payoff half kept it off (probe/payoff.py)
         return _switch(plan, False, Note("adaptive verification", (
             f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
@@ -593,9 +625,12 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     why = {"refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
            "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",
            }.get(b.adaptive_on_rocm_v41, f"whether vLLM {label} accepts it for V4.1 on ROCm is not established")
+    short = {"refused": f"{b.name} refuses it for V4.1 on ROCm",
+             "native": f"{b.name} has it natively; prove it here with `rocm-dspark probe`",
+             }.get(b.adaptive_on_rocm_v41, f"{b.name} is not shown to accept it; see `rocm-dspark probe`")
     return _switch(plan, False, Note("adaptive verification", (
         f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-        f"on this host to prove it")))
+        f"on this host to prove it"), f"OFF ({plan.k}-token block verification): {short}"))
 
 
 def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:

@@ -30,7 +30,7 @@ import re
 from functools import lru_cache
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, did_you_mean
 
 STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
                   "multi_node_tp_pp", "pd_cluster")
@@ -220,7 +220,8 @@ def _check_port(value: int, what: str) -> int:
 
 def _check_common(spec: ClusterSpec) -> None:
     if spec.strategy not in STRATEGY_NAMES:
-        raise UsageError(f"--strategy {spec.strategy!r}: use one of {', '.join(STRATEGY_NAMES)}")
+        raise UsageError(f"--strategy {spec.strategy!r}{did_you_mean(spec.strategy, STRATEGY_NAMES)}: use one of "
+                         f"{', '.join(STRATEGY_NAMES)}")
     if spec.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {spec.nodes}")
     if spec.gpus_per_node < 1:

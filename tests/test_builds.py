@@ -192,7 +192,7 @@ def test_feasible_layouts_say_their_kv_capacity():
     (["--build", "nightly"], "is not shown to contain DeepSeek-V4.1-Flash"),
     (["--build", "nightly-eed1f3d0", "--vllm-arg", "--engram-config={}"], "nightly-eed1f3d0 cannot parse it"),
     (["--gpu", "mi300x", "--tp", "2"], "no room for KV cache"),
-    (["--concurrency", "0"], "--concurrency must be a positive integer"),
+    (["--concurrency", "0"], "'--concurrency': every level must be at least 1"),
     (["--gpu", "h100"], "unknown GPU 'h100'; known GPUs: mi300x, mi325x, mi350x, mi355x"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
@@ -222,9 +222,9 @@ def test_docker_form_says_when_the_image_is_unresolved():
     from rocm_dspark.render import render_docker
 
     text = render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")))
-    assert "vllm/vllm-openai-rocm:v0.33.0 is unresolved here" in text
-    assert "is unresolved here" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
-                                                                              build="nightly-eed1f3d0")))
+    assert "# image: vllm/vllm-openai-rocm:v0.33.0\n# unresolved here: `rocm-dspark images`" in text
+    assert "unresolved here" not in render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x",
+                                                                          build="nightly-eed1f3d0")))
 
 
 def test_concurrency_without_rules_says_it_changes_nothing():

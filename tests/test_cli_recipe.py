@@ -18,7 +18,7 @@ def run(*args, env=None):
 def test_recipe_default_prints_a_plan_and_says_which_gpu():
     proc = run("recipe", "--model", "V4.1-Flash")
     assert proc.returncode == 0, proc.stderr
-    assert "using the model's default mi355x" in proc.stdout
+    assert "# gpu: mi355x, the model's default (none given or detected); pass --gpu to change" in proc.stdout
     assert "vllm serve deepseek-ai/DeepSeek-V4.1-Flash" in proc.stdout
     assert '"enable_adaptive_verification":false' in proc.stdout
 

@@ -3,7 +3,7 @@
 * only rocm_dspark/cli imports click (the library is usable without the CLI);
 * no module imports a module of a higher layer (below), and nothing imports the CLI;
 * no import cycles, counting imports inside functions too;
-* the README's "Where things are" table names every folder, and every path it names exists.
+* the README's "Layout" table names every folder, and every path it names exists.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def test_no_import_cycles():
 
 def _layout_table() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text.split("## Where things are", 1)[1]
+    section = text.split("\n## Layout\n", 1)[1]
     return section.split("\n## ", 1)[0]
 
 

@@ -258,7 +258,7 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     for i, step in enumerate(STEPS, 1):
         assert f"[{i:2d}/10] {step.title}" in out
     assert "vllm serve deepseek-ai/DeepSeek-V4.1-Flash" in out
-    image = next(ln.split("image ", 1)[1] for ln in out.splitlines() if "# rocm-dspark plan " in ln)
+    image = next(ln.split("# image: ", 1)[1] for ln in out.splitlines() if "# image: " in ln)
     assert f"docker pull {image}\n" in out and f"docker image inspect --format '{{{{json .RepoDigests}}}}' {image}\n" in out
     assert "sudo systemctl enable --now --no-block rocm-dspark-deepseek-v4-1-flash-" + gpu in out
     assert f"rocm-dspark launch --model V4.1-Flash --gpu {gpu}" in out and "--format systemd" in out

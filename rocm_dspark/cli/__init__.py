@@ -27,6 +27,11 @@ COMMANDS = {
 }
 
 
+BARE = (f"usage: rocm-dspark COMMAND [OPTIONS]; commands: {', '.join(COMMANDS)}\n"
+        "start with: rocm-dspark recipe --model V4.1-Flash\n"
+        "rocm-dspark COMMAND --help: a command's options; rocm-dspark --help: every command in a line")
+
+
 def _not_utf8(arg) -> bool:
     try:
         str(arg).encode("utf-8")
@@ -42,7 +47,8 @@ def _error(message: str, code: int = 2):
 
 class LazyGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        """Every usage problem, click's included, is one line on stderr and exit status 2 (README, "Bad input").
+        """Every usage error, click's included, is one line on stderr and exit status 2 (README, "Bad input");
+        a bare `rocm-dspark` prints the three-line command list (BARE), also with status 2.
 
         Arguments are strict UTF-8 (README, "Encoding"): one that is not is refused before anything runs."""
         if not standalone_mode:
@@ -58,8 +64,8 @@ class LazyGroup(click.Group):
         except click.exceptions.Abort:
             _error("aborted", 1)
         except click.exceptions.ClickException as exc:
-            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click prints it
-                click.echo(exc.format_message(), err=True)
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `rocm-dspark`: the commands, in a few lines
+                click.echo(BARE, err=True)
                 sys.exit(exc.exit_code)
             _error(exc.format_message() + " (see --help)", exc.exit_code)
         except UsageError as exc:

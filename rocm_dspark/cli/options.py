@@ -30,8 +30,9 @@ def selection_options(fn):
         click.option("--capture-cap", type=int, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
         click.option("--vllm-version", default=None, help="vLLM release (e.g. 0.33.0) or build name to plan for; maps onto a build in recipes/vllm.yaml."),
         click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the newest with public evidence on the GPU)."),
-        click.option("--concurrency", type=int, default=None, metavar="C",
-                     help="Expected concurrent requests: drives the workload rules in the recipe (batch tokens, Engram offload)."),
+        click.option("--concurrency", default=None, metavar="C[,C...]", callback=_largest_level,
+                     help="Expected concurrent requests: drives the workload rules in the recipe (batch tokens, Engram "
+                          "offload). A list (as plan and up take) sizes the plan for its largest level."),
         click.option("--memory-override", is_flag=True, default=False,
                      help="Emit the plan even when the memory model finds no room for KV cache (recorded in the notes)."),
         click.option("--adaptive", type=click.Choice(["auto", "off", "on"]), default="auto", show_default=True,
@@ -54,6 +55,30 @@ def selection_options(fn):
         if probe.name not in taken:
             fn = opt(fn)
     return fn
+
+
+def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
+    """`--concurrency N,N,...` (recipe, validate, up) -> the levels; None when not given."""
+    if not value:
+        return None
+    try:
+        levels = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
+    if not levels or any(c < 1 for c in levels):
+        raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
+    return levels
+
+
+def _largest_level(ctx, param, value):
+    """`--concurrency C[,C...]` -> the largest level: one plan serves them all, and the workload rules are
+    thresholds that the largest level crosses first (as `up` sizes its plan)."""
+    if value is None or isinstance(value, int):
+        return value
+    try:
+        return max(concurrency_levels(value))
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).partition(": ")[2] or str(exc)) from None
 
 
 def pop_selection(kwargs: dict, keep: tuple[str, ...] = ()) -> dict:

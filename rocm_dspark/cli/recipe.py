@@ -19,8 +19,9 @@ from rocm_dspark.selection import plan_from_options
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker", "k8s"]), default="shell", show_default=True,
               help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags; "
                    "k8s: Kubernetes manifests (with --strategy).")
+@click.option("--explain", is_flag=True, help="Print every note in full: reasons, evidence links, removal conditions.")
 @usage_errors
-def recipe(fmt, **opts):
+def recipe(fmt, explain, **opts):
     """Print the vLLM launch for a model on this (or the given) AMD GPU.
 
     \b
@@ -30,16 +31,16 @@ def recipe(fmt, **opts):
     """
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
-        _cluster(fmt, opts, copts)
+        _cluster(fmt, opts, copts, explain)
         return
     if copts.get("node_rank") is not None:
         raise UsageError("--node-rank needs --strategy (which node of which layout?)")
     from rocm_dspark.render import RENDERERS
 
-    click.echo(RENDERERS[fmt](plan_from_options(opts)), nl=False)
+    click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
 
 
-def _cluster(fmt, opts, copts):
+def _cluster(fmt, opts, copts, explain=False):
     from rocm_dspark.cluster import cluster_for
 
     copts.setdefault("strategy", None)
@@ -62,7 +63,7 @@ def _cluster(fmt, opts, copts):
     else:
         from rocm_dspark.render_cluster import render_cluster_shell
 
-        click.echo(render_cluster_shell(plan, cluster, rank), nl=False)
+        click.echo(render_cluster_shell(plan, cluster, rank, explain=explain), nl=False)
 
 
 @click.command(name="list")

@@ -7,20 +7,11 @@ from pathlib import Path
 
 import click
 
-from rocm_dspark.cli.options import pop_selection, selection_options, usage_errors
+from rocm_dspark.cli.options import concurrency_levels, pop_selection, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
 
-def _levels(value: str | None) -> tuple[int, ...] | None:
-    if not value:
-        return None
-    try:
-        levels = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
-    if not levels or any(c < 1 for c in levels):
-        raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
-    return levels
+_levels = concurrency_levels  # --concurrency N,N,... (rocm_dspark.cli.options, shared with recipe and up)
 
 
 def _ab(selection_opts: dict, kwargs: dict, as_json: bool):

@@ -266,6 +266,7 @@ class UpRun:
         from rocm_dspark.validate.context import Context, ValidateOptions
 
         opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True,
+                               require_gpu_why="`up` needs an AMD GPU",
                                host_root=prereq.host_root())
         return Context(opts, self.catalog, self.model, self.plan)
 

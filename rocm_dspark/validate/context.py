@@ -38,6 +38,7 @@ class ValidateOptions:
     acceptance_min: float | None = None    # overrides the recipe floor (a custom server's own floor)
     service_user: str | None = None
     require_gpu: bool = False
+    require_gpu_why: str = "--require-gpu"  # what made a GPU required, for the failure message (`up` has no such flag)
     python: str | None = None              # the Python environment vLLM runs in
     host_root: str = ""                    # prefix for /proc and /dev paths (tests)
     gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)

@@ -47,7 +47,7 @@ def gpus(ctx) -> Outcome:
     if not inv.gpus:
         reason = inv.no_gpu_reason()
         if inv.kfd_present or ctx.options.require_gpu:
-            return Outcome(FAIL, reason + ("" if not ctx.options.require_gpu else " (--require-gpu)"),
+            return Outcome(FAIL, reason + ("" if not ctx.options.require_gpu else f" ({ctx.options.require_gpu_why})"),
                            value=0, evidence=evidence)
         return Outcome(NOT_APPLICABLE, reason, value=0, evidence=evidence)
     names = sorted({f"{g.marketing_name} ({g.arch or 'arch unknown'})" for g in inv.gpus})
