@@ -444,7 +444,10 @@ def _probe_levels(run) -> tuple[tuple[str, ...], str | None]:
 def probe_run(run) -> dict:
     from rocm_dspark.probe import live
     from rocm_dspark.probe.run import run_probe
+    from rocm_dspark.up import inimage
 
+    if inimage.skip_reason(run) is None:  # container modes: the probe runs inside the image (up/inimage.py)
+        return inimage.probe_step(run)
     levels, why = _probe_levels(run)
     target = None
     srv = None
@@ -484,6 +487,10 @@ def fingerprint_vllm() -> str | None:
 
 
 def probe_dry(run) -> list[str]:
+    from rocm_dspark.up import inimage
+
+    if inimage.skip_reason(run) is None:
+        return inimage.probe_dry(run)
     levels, why = _probe_levels(run)
     lines = [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(lv for lv in levels if lv != 'live')}"]
     if "live" in levels:

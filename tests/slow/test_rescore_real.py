@@ -48,6 +48,6 @@ def test_a_correct_speculating_server_has_zero_violations(vllm_ngram_server, tmp
 
 
 def test_negative_control_sampled_tokens_judged_as_greedy_fail(vllm_ngram_server):
-    got = _run(vllm_ngram_server, temperature=1.0)
+    got = _run(vllm_ngram_server, temperature=1.0, prompts=rescore.RESCORE_PROMPTS[:4], max_tokens=8)
     assert got["proven"] is False and got["violations"] > 0
     assert "are not the reference argmax" in got["why"]
