@@ -418,8 +418,7 @@ def test_check_results_for_the_startup_probe():
     by_name = {r.name: r for r in results}
     assert by_name["sliding-window (SWA): RocmDspark" + SHIPPED_SWA_BUILDER + ".get_cudagraph_support(AV config)"].passed
     assert by_name["indexer (MXFP4): DeepseekV41RocmMxfp4IndexerBackend.supports_device_cpu_query_lens_mismatch()"].passed
-    shipped = adaptive_verification_checks("rocm", plugin=False)
-    assert shipped[-1].passed is False and shipped[-1].refusal == REFUSAL_INDEXER
+
 
 
 if __name__ == "__main__":
