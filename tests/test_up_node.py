@@ -215,6 +215,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert f"-m rocm_dspark probe --model V4.1-Flash --gpu mi300x" in script
         assert f"--state-dir {state} --levels static,live" in script and f"--port {port}" in script
         assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "vllm_plugin" / "patch.py").exists()
+        assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "recipes" / "vllm.yaml").exists()  # the plugin's table
         assert list((tmp_path / "rec" / "toolkit").glob("rocm_dspark-*.dist-info/entry_points.txt"))
         inimage = next(c for c in calls if c[0] == "run" and "bash" in c)
         assert f"{state}:{state}" in inimage and "--device=/dev/kfd" in inimage

@@ -45,13 +45,25 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
     if src is None:
         raise RuntimeError("the running rocm-dspark has no source tree beside it (installed from a wheel?), so no "
                            "wheel can be built for the image; install it with `pip install -e <checkout>`")
+    import shutil
+    import tempfile
+
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("*.whl"):
         old.unlink()
-    argv = [python, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q", "-w",
-            str(out_dir), str(src)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                          env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    with tempfile.TemporaryDirectory(prefix="rocm-dspark-wheel-src-") as tmp:
+        # setuptools writes build/ and *.egg-info beside the sources: build from a copy (symlinks such as
+        # rocm_dspark/recipes copied as the files they point to), never in the checkout.
+        copy = Path(tmp) / "src"
+        copy.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(src / name, copy / name)
+        shutil.copytree(src / "rocm_dspark", copy / "rocm_dspark",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        argv = [python, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q", "-w",
+                str(out_dir), str(copy)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
+                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     wheels = sorted(out_dir.glob("rocm_dspark-*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
