@@ -114,12 +114,15 @@ def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flag
 # -- the `up` probe step's container-mode path --------------------------------------------------------------
 
 
-def skip_reason(run) -> str | None:
-    """Why `up`'s probe step does not run the probe inside the image (None: it does)."""
-    from rocm_dspark.up import image as image_mod
-    from rocm_dspark.up.steps import LOCAL_CPU
+WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), or run `rocm-dspark probe` inside the "
+             "image yourself (docs/adaptive-verification.md)")
 
-    if run.options.target == LOCAL_CPU:
+
+def skip_reason(run, *, local: bool) -> str | None:
+    """Why `up`'s probe step does not run the probe inside the image (None: it does). local: the local-cpu target."""
+    from rocm_dspark.up import image as image_mod
+
+    if local:
         return "the local-cpu target runs the installed vLLM"
     if run.mode() == "foreground":
         return "vLLM runs on this host in the foreground mode"
@@ -143,21 +146,17 @@ def selection_args(run) -> list[str]:
 
 
 def probe_step(run) -> dict:
-    """Stop the service, probe inside the image, read the records back; restart block verification unless the
-    records now prove adaptive verification (then the runner chooses again: `replan`)."""
+    """Stop the service, probe inside the image, read the records back. `replan` in the result: the records now
+    prove adaptive verification (the runner chooses again); else the caller restarts block verification.
+    RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
     from rocm_dspark.probe import store
     from rocm_dspark.probe.gate import gate_verdict
     from rocm_dspark.up import image as image_mod
-    from rocm_dspark.up.steps import StepFailed, start_run
 
     tool = image_mod.runtime()
     image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
     levels = tuple(dict.fromkeys(run.options.probe_levels + ("live",)))
-    try:
-        wheel = build_wheel(run.dir / "wheel")
-    except RuntimeError as exc:
-        raise StepFailed(str(exc), "install rocm-dspark from a source checkout (`pip install -e .`), or run "
-                                   "`rocm-dspark probe` inside the image yourself (docs/adaptive-verification.md)")
+    wheel = build_wheel(run.dir / "wheel")
     run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     run.say("  vLLM runs only in the image, so the probe runs there; its live level loads the model, so the "
             "service stops until it is done")
@@ -176,11 +175,6 @@ def probe_step(run) -> dict:
             f"{proof.reason}")
     if run.plan.adaptive_verification:
         out["replan"] = "the probe inside the image proved adaptive verification on this host"
-        return out
-    run.say("  adaptive verification stays off here; starting the service again (block verification)")
-    run.outputs["start"] = start_run(run)
-    run.state.mark("start", "done", run.state.step("start")["inputs"], output=run.outputs["start"],
-                   message="restarted after the probe inside the image")
     return out
 
 
