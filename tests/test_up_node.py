@@ -256,31 +256,39 @@ def test_the_image_software_script_reads_what_the_image_holds(node):
     assert run[:7] == ["run", "--rm", "--network", "none", "--entrypoint", "python3", "vllm/x:1"]
 
 
+def _image_proof_setup(tmp_path, port):
+    """The fingerprint a probe in the stand-in image writes for this selection, and `up`'s arguments."""
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.plan import Selection
+    from rocm_dspark.probe import fingerprint
+
+    catalog = load_catalog()
+    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64)
+    gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
+    fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
+    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
+            "--port", str(port), "--state-dir", str(tmp_path / "state"), "--yes", "--ready-timeout", "60",
+            "--concurrency", "64", "--probe-levels", "static", "--request-timeout", "5", "--quick"]
+    return fp, args
+
+
 def test_up_gates_a_container_plan_on_the_image_software(node):
     """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
     `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.plan import Selection
-    from rocm_dspark.probe import ab_record, fingerprint, store
+    from rocm_dspark.probe import ab_record, store
     from tests.test_gate_payoff import arm
     from tests.test_probe_gate import write
 
     tmp_path, env = node
     state, port = tmp_path / "state", free_port()
     (tmp_path / "rec" / "pulled").touch()  # pulled before: its software can be read when the plan is chosen
-    catalog = load_catalog()
-    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64)
-    gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
-    fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
+    fp, args = _image_proof_setup(tmp_path, port)
     rid, _ = write(state, fp)
     now = store.iso(store.utc_now())
     ab = ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
                          toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64,
                          workload={}, arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None)
     ab_record.write(state, ab)
-    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
-            "--port", str(port), "--state-dir", str(state), "--yes", "--ready-timeout", "60", "--concurrency", "64",
-            "--probe-levels", "static", "--request-timeout", "5", "--quick"]
     r = _cli(env, "up", *args)
     out = r.stdout + r.stderr
     st = json.loads((state / "up" / "up-state.json").read_text())
@@ -308,20 +316,10 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
 def test_one_up_on_a_fresh_container_host_reaches_adaptive_verification(node):
     """No record, image not pulled: `up` serves block, runs the probe inside the image it pulled (the stand-in
     writes what an MI300X image's probe would), reads the records back, chooses again and serves adaptive."""
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.plan import Selection
-    from rocm_dspark.probe import fingerprint
-
     tmp_path, env = node
     state, port = tmp_path / "state", free_port()
-    catalog = load_catalog()
-    sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64)
-    gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}
-    fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
+    fp, args = _image_proof_setup(tmp_path, port)
     env = {**env, "STANDIN_INIMAGE": "prove", "STANDIN_PROVE_FP": json.dumps(fp)}
-    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
-            "--port", str(port), "--state-dir", str(state), "--yes", "--ready-timeout", "60", "--concurrency", "64",
-            "--probe-levels", "static", "--request-timeout", "5", "--quick"]
     r = _cli(env, "up", *args)
     out = r.stdout + r.stderr
     st = json.loads((state / "up" / "up-state.json").read_text())

