@@ -121,11 +121,9 @@ def _child_groups(rocm, swa_backend):
 
 def _child_vllm_checks(rocm, config) -> dict:
     """vLLM's own AV checks on the current classes: per-backend answers and vLLM's verdict."""
-    import types
-
-    import torch
     from vllm.v1.worker.gpu import attn_utils
-    from vllm.v1.worker.gpu.spec_decode.adaptive_verification import maybe_create_adaptive_verification_manager
+
+    from rocm_dspark.vllm_plugin.checks import vllm_verdict
 
     swa = rocm.DeepseekV41ROCMAiterMLAAttention.swa_backend_cls
     groups = _child_groups(rocm, swa)
@@ -140,14 +138,8 @@ def _child_vllm_checks(rocm, config) -> dict:
         "all_mismatch": attn_utils.get_query_lens_mismatch_unsupported_backend([groups]),
         "all_varlen": attn_utils.get_varlen_cudagraph_unsupported_backend([groups], config, K + 1),
     }
-    try:
-        maybe_create_adaptive_verification_manager(
-            enable_adaptive_verification=True, attn_groups=[groups],
-            req_states=types.SimpleNamespace(num_speculative_steps=K), query_start_loc=torch.zeros(1, dtype=torch.int32),
-            num_bonus_tokens=1, max_total_logits=1 << 20, vllm_config=config)
-        out["refusal"] = None
-    except ValueError as exc:
-        out["refusal"] = str(exc)
+    # vLLM's own manager factory (past both checks it needs a real RequestState: checks.vllm_verdict says so).
+    out["refusal"] = vllm_verdict([groups], config, K)["refusal"]
     return out
 
 
