@@ -128,6 +128,8 @@ def skip_reason(run, *, local: bool) -> str | None:
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
         return "the plan already runs adaptive verification"
+    if not run.plan.adaptive_argv:
+        return "the plan has no adaptive command to prove"
     if run.options.selection.get("adaptive") == "off":
         return "--adaptive off"
     if image_mod.runtime() is None:
