@@ -191,6 +191,7 @@ class Capability(NamedTuple):
     native_adaptive_on_rocm_v41: bool
     note: str
     evidence: str
+    backport: dict | None = None  # what the plugin patches on this release (vllm_plugin/patch.py); None: nothing
 
 
 class Catalog(NamedTuple):
@@ -695,6 +696,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
             refuses_adaptive_on_rocm_v41=cr.req("refuses_adaptive_on_rocm_v41", bool),
             native_adaptive_on_rocm_v41=cr.req("native_adaptive_on_rocm_v41", bool),
             note=" ".join(cr.req("note", str).split()), evidence=cr.req("evidence", str),
+            backport=_backport(cr) if cr.req("backport", dict, optional=True) else None,
         ))
     changes = {}
     for cid, c in vr.req("changes", dict).items():
@@ -819,6 +821,18 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
     )
     r.close("changes")  # read above only when not empty
     return build
+
+
+def _backport(cr: _Reader) -> dict:
+    """A capability's `backport` entry: which vLLM modules and classes the plugin patches on that release."""
+    br = cr.sub("backport")
+    out = {"rocm_modules": br.str_list("rocm_modules"), "indexer_module": br.req("indexer_module", str),
+           "indexer_backends": br.str_list("indexer_backends"),
+           "k1_predicate": br.req("k1_predicate", str, optional=True)}
+    if not out["rocm_modules"] or not out["indexer_backends"]:
+        br.fail("rocm_modules and indexer_backends must name at least one each")
+    br.close()
+    return out
 
 
 def snapshot_text(root: Path | None = None) -> str:

@@ -14,26 +14,5 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$repo/.cache/vllm-0.33.0}
 version=0.33.0
-py=${PYTHON:-python3}
 
-if [ -f "$dir/vllm/_version.py" ] && grep -q "__version__ = version = '$version'" "$dir/vllm/_version.py"; then
-  echo "vLLM $version overlay already in $dir"
-  exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$py" -m pip download -q --no-deps --only-binary=:all: --dest "$tmp" "vllm==$version"
-wheel=$(ls "$tmp"/vllm-"$version"-*.whl)
-mkdir -p "$dir.partial"
-"$py" - "$wheel" "$dir.partial" <<'PY'
-import sys, zipfile
-wheel, out = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z:
-    names = [n for n in z.namelist() if (n.startswith("vllm/") and n.endswith(".py")) or ".dist-info/" in n]
-    z.extractall(out, names)
-print(f"unpacked {len(names)} files of {wheel.rsplit('/', 1)[-1]}")
-PY
-rm -rf "$dir"
-mv "$dir.partial" "$dir"
-grep "__commit_id__ = " "$dir/vllm/_version.py"
-echo "vLLM $version overlay ready in $dir"
+exec bash "$repo/scripts/setup_vllm_overlay.sh" vllm "$version" "$dir" py

@@ -37,7 +37,7 @@ def test_unknown_model_and_gpu_list_the_known_ones():
 
 
 @pytest.mark.parametrize("version,spec,expected", [
-    ("0.32.0", ">=0.30.0,<0.33.0", True), ("0.32.9+rocm", "<0.33.0", True), ("0.33.0", "<0.33.0", False),
+    ("0.32.0", ">=0.32.0,<0.33.0", True), ("0.32.9+rocm", "<0.33.0", True), ("0.33.0", "<0.33.0", False),
     ("0.33.0rc1", ">=0.33.0", True), ("0.30.0.dev", ">=0.30.0", True), ("0.29.1", ">=0.30.0", False),
 ])
 def test_version_ranges(version, spec, expected):
@@ -69,7 +69,7 @@ def _break(recipes, rel, old, new):
     ("models/deepseek-v4.1-flash.yaml", "  block_size: 5", "  block_size: 0", "speculative.block_size: expected a positive integer"),
     ("gpus.yaml", "    fp8_format: fnuz               # e4m3fnuz, max 224", "    fp8_format: e5m2", "gpus.mi300x.fp8_format: expected fnuz or ocp"),
     ("workarounds.yaml", "    reason: \"On gfx942 every worker", "    reasonx: \"On gfx942 every worker", "workarounds[1].reason: missing key"),
-    ("vllm.yaml", "  - versions: \">=0.33.0\"", "  - versions: \"about 0.33\"", "capabilities[2].versions: bad version range"),
+    ("vllm.yaml", "  - versions: \">=0.33.0\"", "  - versions: \"about 0.33\"", "capabilities[4].versions: bad version range"),
     ("models/deepseek-v4.1-flash.yaml", "    tp: 4\n    dp: 1\n", "    image: vllm/vllm-openai-rocm:nightly\n    tp: 4\n    dp: 1\n",
      "profiles.mi355x.image: the image and vLLM come from the build now"),
     ("vllm.yaml", "    digest: sha256:960228cf", "    digest: sha256:960228cX", "builds.nightly-eed1f3d0.digest: expected sha256:"),

@@ -39,7 +39,7 @@ def test_decision_reads_the_table_not_the_version(recipes_copy):
     # Mark 0.30-0.32 as native in a private copy: the same vLLM 0.32.0 is then left alone.
     path = recipes_copy / "vllm.yaml"
     text = path.read_text()
-    block = text[text.index('versions: ">=0.30.0,<0.33.0"'):]
+    block = text[text.index('versions: ">=0.32.0,<0.33.0"'):]
     edited = block.replace("refuses_adaptive_on_rocm_v41: true", "refuses_adaptive_on_rocm_v41: false", 1) \
                   .replace("native_adaptive_on_rocm_v41: false", "native_adaptive_on_rocm_v41: true", 1)
     path.write_text(text.replace(block, edited))

@@ -42,7 +42,8 @@ KERNEL_OK = LevelResult("kernel", True, True, "5 device layouts match the refere
 LIVE_OK = LevelResult("live", True, True, "ready after 1500.0 s; deterministic check passed; ...",
                       "valid for gating: the plan's own command with enable_adaptive_verification on",
                       "2026-11-29T10:01:00Z", 1600.0,
-                      {"source": "plan", "attached": False, "adaptive_verification": True, "ready": True})
+                      {"source": "plan", "attached": False, "adaptive_verification": True, "ready": True,
+                       "token_correct": True})
 LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: ValueError: Adaptive verification trims ...",
                                 evidence={**LIVE_OK.evidence, "ready": False})
 
@@ -240,6 +241,12 @@ def test_renamed_record_is_ignored(mi300x_host):
     ((STATIC_OK._replace(evidence={"forced_platform": 0}), KERNEL_OK, LIVE_OK), None, "ROCm platform forced"),
     ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "ready": 1})), None,
      "never saw the server ready"),
+    # A live level that started and answered but whose tokens were not proven by re-scoring (probe.rescore).
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={k: v for k, v in LIVE_OK.evidence.items()
+                                                       if k != "token_correct"})), None,
+     "did not prove the emitted tokens by re-scoring"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "token_correct": "true"})), None,
+     "did not prove the emitted tokens by re-scoring"),
 ])
 def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
     catalog = load_catalog()

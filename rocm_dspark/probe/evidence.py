@@ -20,6 +20,7 @@ class GateEvidence(NamedTuple):
     command_verified: bool | None = None         # live, attached: /proc showed the plan's command serving
     adaptive_verification: bool | None = None    # live: the command had enable_adaptive_verification on
     ready: bool | None = None                    # live: /health and /v1/models answered
+    token_correct: bool | None = None            # live: re-scoring proved the emitted tokens (probe.rescore)
 
     @classmethod
     def of(cls, evidence: dict) -> "GateEvidence":

@@ -12,7 +12,8 @@ Rules, in order:
 A level counts only with the evidence behind it: static on a real ROCm platform (not forced), kernel
 on a GPU (not interpreted) with a graph replay and the negative control caught, live of the plan's own
 command with adaptive verification on: started by the probe, or a running server that /proc showed to be that
-command before and after the requests (probe.serving).
+command before and after the requests (probe.serving); a live level proves only with its token re-scoring
+proven (probe.rescore: zero violations over the stated minimum).
 
 Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path.
 """
@@ -63,6 +64,8 @@ def level_proves(level: LevelResult) -> str | None:
             return "its live level did not run with enable_adaptive_verification on"
         if ev.ready is not True:
             return "its live level never saw the server ready"
+        if ev.token_correct is not True:
+            return "its live level did not prove the emitted tokens by re-scoring (probe.rescore)"
     return None
 
 
@@ -87,7 +90,8 @@ def evidence_state(record: Record) -> tuple[str, str]:
             gaps.append(missing)
     if gaps:
         return "incomplete", "; ".join(gaps)
-    return "proven", "static, GPU kernel (graph replay, negative control caught) and live passed"
+    return "proven", ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored, "
+                      "0 violations) passed")
 
 
 def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> store.Loaded:

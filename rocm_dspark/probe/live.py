@@ -3,7 +3,8 @@
 The command is the plan's own (resolve() with adaptive verification forced on), started by the one
 process manager (rocm_dspark.runtime.process.VllmServer). The level passes when the server becomes ready
 (/health then /v1/models) within the deadline, answers the model's deterministic check (the recipe's
-"17*19" with thinking off), gives the same greedy answer twice per prompt, counts speculative drafts
+"17*19" with thinking off), gives the same greedy answer twice per prompt, emits only tokens its own prefill agrees with
+(rocm_dspark.probe.rescore: every greedy token re-scored with prompt_logprobs), counts speculative drafts
 in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
 afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
 
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
-from rocm_dspark.probe import serving
+from rocm_dspark.probe import rescore, serving
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 from rocm_dspark.runtime.metrics import spec_decode_counters
@@ -52,6 +53,12 @@ class LiveTarget(NamedTuple):
 
 
 def _adaptive_in(argv) -> bool | None:
+    spec = _spec_config_in(argv)
+    return None if spec is None else bool(spec.get("enable_adaptive_verification", False))
+
+
+def _spec_config_in(argv) -> dict | None:
+    """The --speculative-config JSON of an argv (None: none, or not a JSON object)."""
     for i, token in enumerate(argv):
         value = None
         if token in ("--speculative-config", "-sc") and i + 1 < len(argv):
@@ -60,9 +67,10 @@ def _adaptive_in(argv) -> bool | None:
             value = token.partition("=")[2]
         if value is not None:
             try:
-                return bool(json.loads(value).get("enable_adaptive_verification", False))
-            except (ValueError, AttributeError):
+                spec = json.loads(value)
+            except ValueError:
                 return None
+            return spec if isinstance(spec, dict) else None
     return None
 
 
@@ -111,6 +119,11 @@ def assess(ev: dict) -> list[str]:
             problems.append(f"greedy prompt {g['prompt']!r} gave two different answers: {g['first']!r} vs {g['second']!r}")
         elif not g["first"].strip():
             problems.append(f"greedy prompt {g['prompt']!r} gave an empty answer")
+    rs = ev.get("rescore")
+    if rs is None:
+        problems.append("the outputs were not re-scored")
+    elif not rs.get("proven"):
+        problems.append(f"token re-scoring: {rs.get('why')}")
     m = ev.get("metrics")
     if m is None:
         problems.append("no spec-decode counters were read")
@@ -166,6 +179,17 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         texts = [client.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
                  for _ in range(2)]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
+    spec = _spec_config_in(target.argv) or {}
+    k = spec.get("num_speculative_tokens") if isinstance(spec.get("num_speculative_tokens"), int) else None
+    start = client.metrics_text()
+
+    def drafts_counted():
+        delta = counters_evidence(start, client.metrics_text(), model)["delta"]
+        return {key: delta[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+
+    ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress)
+    progress(f"live: token re-scoring: {ev['rescore']['why']}")
+    ev["token_correct"] = bool(ev["rescore"]["proven"])
     ev["metrics"] = counters_evidence(before, client.metrics_text(), model)
     ev["alive_after"] = srv.returncode() is None
 
@@ -240,7 +264,8 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
         return False, "; ".join(problems)
     return True, (f"ready after {ready.elapsed_s:.1f} s; "
                   + ("deterministic check passed; " if ev.get("deterministic_check") else "")
-                  + f"{len(ev['greedy'])} greedy prompt(s) stable; {ev['metrics']['summary']}")
+                  + f"{len(ev['greedy'])} greedy prompt(s) stable; token re-scoring: {ev['rescore']['why']}; "
+                  + f"{ev['metrics']['summary']}")
 
 
 def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:

@@ -70,6 +70,7 @@ class UpRun:
         self._resolved = None
         self.software_note: str | None = None  # why the gate could not read the image's software
         self._software: dict = {}              # image -> image_software(), once per run
+        self.replanned = False                 # a step's new evidence already made this run choose again
 
     # -- helpers the steps use ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -318,7 +319,10 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     run.dir.mkdir(parents=True, exist_ok=True)
     state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": options.target})
     n = len(steps)
-    for i, step in enumerate(steps, 1):
+    i = 0
+    while i < n:
+        i += 1
+        step = steps[i - 1]
         inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
         rec = state.step(step.name)
         if not step.always and state.is_done(step.name, inputs):
@@ -357,6 +361,11 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
         state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
                    message=out.get("skipped", "") if isinstance(out, dict) else "")
         run.outputs[step.name] = out
+        if isinstance(out, dict) and out.get("replan") and not run.replanned:
+            # New evidence (the probe run inside the image) changes the plan: choose again, once; the steps whose
+            # inputs did not change are skipped as usual.
+            run.replanned, run._resolved, i = True, None, 0
+            display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
 
 

@@ -448,7 +448,20 @@ def _probe_levels(run) -> tuple[tuple[str, ...], str | None]:
 def probe_run(run) -> dict:
     from rocm_dspark.probe import live
     from rocm_dspark.probe.run import run_probe
+    from rocm_dspark.up import inimage
 
+    if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
+        # Container modes: the probe runs inside the image (up/inimage.py); the service it stopped comes back.
+        try:
+            out = inimage.probe_step(run)
+        except RuntimeError as exc:
+            raise StepFailed(str(exc), inimage.WHEEL_FIX) from None
+        if not out.get("replan"):
+            run.say("  adaptive verification stays off here; starting the service again (block verification)")
+            run.outputs["start"] = start_run(run)
+            run.state.mark("start", "done", run.state.step("start")["inputs"], output=run.outputs["start"],
+                           message="restarted after the probe inside the image")
+        return out
     levels, why = _probe_levels(run)
     target = None
     srv = None
@@ -488,6 +501,10 @@ def fingerprint_vllm() -> str | None:
 
 
 def probe_dry(run) -> list[str]:
+    from rocm_dspark.up import inimage
+
+    if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
+        return inimage.probe_dry(run)
     levels, why = _probe_levels(run)
     lines = [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(lv for lv in levels if lv != 'live')}"]
     if "live" in levels:

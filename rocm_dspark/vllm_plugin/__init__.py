@@ -1,13 +1,11 @@
-"""rocm-dspark's vLLM plugin: adaptive verification's SWA backend for vLLM builds that refuse it.
+"""rocm-dspark's vLLM plugin: the backport of vllm#58151 (adaptive verification for DeepSeek-V4.1 on ROCm).
 
-vLLM 0.30-0.32 refuses adaptive verification (AV) for DeepSeek-V4.1 on ROCm with two checks: the
-V4.1 indexer backend's `supports_device_cpu_query_lens_mismatch()` is False, and the sparse-SWA
-backend's builder reports UNIFORM_BATCH where AV needs ALWAYS. vLLM 0.33.0 fixed both upstream.
-On a refusing release on ROCm this plugin replaces the SWA backend with ours (`swa_backend.py`),
-which reports ALWAYS under AV because its decode metadata is built per token from the device
-`query_start_loc` (our Triton kernels) into persistent buffers. The indexer and the compressed
-sparse-MLA builder are NOT replaced (no numerically tested replacement), so vLLM 0.32 still refuses
-AV at the indexer check with the plugin; `rocm-dspark plugin status` shows exactly that.
+vLLM 0.30-0.32 refuse adaptive verification (AV) for V4.1 on ROCm: the V4.1 indexer backend answers
+`supports_device_cpu_query_lens_mismatch()` False, and the compressed sparse-MLA and sparse-SWA builders
+report UNIFORM_BATCH where AV needs ALWAYS. vLLM 0.33.0 (#58151) changed only those declarations; its
+kernels and metadata builds were already the same. On a refusing release on ROCm this plugin adds the
+same declarations to vLLM's own classes (patch.py), as recipes/vllm.yaml's `backport` entry for that
+release names them. `rocm-dspark plugin status` shows what is patched and vLLM's own verdict.
 
 Entry point (pyproject.toml): `vllm.general_plugins: rocm_dspark = rocm_dspark.vllm_plugin:register`.
 vLLM calls it in every process and swallows its exceptions, so `register()` is idempotent, cheap
@@ -52,17 +50,17 @@ def register_with(*, vllm_version: str, capability, is_rocm: bool, platform_name
                                platform_name=platform_name)
     if not decision.patch:
         return RegisterResult("skipped", f"rocm-dspark: did nothing: {decision.reason}")
-    action = patch.patch_now_or_on_import()
-    swa = f"{patch.TARGET_CLASS}.swa_backend_cls"
+    backport = cap_rule.as_capability(capability).backport
+    action = patch.patch_now_or_on_import(backport)
+    what = "vllm#58151's declarations on vLLM's own classes"
     text = {
-        "hooked": f"will replace {swa} with rocm-dspark's sparse-SWA backend when {patch.TARGET_MODULE} is imported",
-        "patched": f"replaced {swa} with rocm-dspark's sparse-SWA backend",
-        "already": "rocm-dspark's sparse-SWA backend is already in place in this process",
-        "failed": f"could not replace {swa}; vLLM's own backend stays",
+        "hooked": f"will backport {what} when {' or '.join(backport['rocm_modules'])} is imported",
+        "patched": f"backported {what}",
+        "already": f"{what} are already in place in this process",
+        "failed": f"could not backport {what}; vLLM keeps refusing adaptive verification",
     }[action]
     if action != "failed":
-        text += ("; it reports ALWAYS under adaptive verification, but the V4.1 indexer is not replaced, so this "
-                 "vLLM still refuses adaptive verification at its indexer check")
+        text += "; " + patch.k1_state(backport)
     return RegisterResult(action, f"rocm-dspark: {decision.reason}: {text}")
 
 

@@ -21,6 +21,7 @@ touched: these checks are classmethods and config reads).
 from __future__ import annotations
 
 import argparse
+import importlib
 import atexit
 import json
 import os
@@ -33,12 +34,15 @@ from dataclasses import asdict, dataclass
 
 from rocm_dspark.catalog import load_catalog
 from rocm_dspark.vllm_plugin import capability, entry_point, patch
-from rocm_dspark.vllm_plugin.swa_forward import attention_plan
 
 _CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
 
-# The target caches of one DeepSeek-V4.1 ROCm attention layer; each is its own attention group in vLLM.
-ROLES = ("sliding-window (SWA)", "compressed sparse-MLA", "indexer")
+# The target caches of one DeepSeek-V4.1 ROCm attention layer; each is its own attention group in vLLM. The
+# indexer's backend is DeepseekV41IndexerBackend, or the MXFP4 one with indexer_kv_dtype=mxfp4 (0.32+,
+# attention.py get_attn_backend): both are checked where the release has them.
+ROLES = ("sliding-window (SWA)", "compressed sparse-MLA", "indexer", "indexer (MXFP4)")
+MISMATCH_NAME = patch.MISMATCH
+MXFP4_INDEXER = ("vllm.v1.attention.backends.mla.rocm_paged_mxfp4_indexer", "DeepseekV41RocmMxfp4IndexerBackend")
 
 
 @dataclass(frozen=True)
@@ -131,21 +135,72 @@ def cpu_kernels_for_rocm_module() -> None:
     sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))
 
 
+def force_rocm_platform(props) -> str | None:
+    """Make vLLM's ROCm platform the one `current_platform` resolves to, on a host that is not ROCm; `props` is
+    what torch.cuda.get_device_properties answers there (gcnArchName, name, total_memory,
+    multi_processor_count). Call it before vLLM is imported: vLLM 0.30.0 resolves its platform while
+    `import vllm` runs (utils/torch_utils.py PIN_MEMORY), so the resolver is replaced as `vllm.platforms` loads.
+    Returns the host's own platform name, or None when the host is ROCm (nothing forced)."""
+    import torch
+
+    if "vllm" in sys.modules:
+        import vllm.platforms as platforms
+
+        current = platforms._current_platform
+        if current is not None and not current.is_rocm():
+            raise RuntimeError("vLLM resolved its platform before the ROCm platform could be forced")
+        if current is not None:
+            return None
+        _replace_resolver(platforms, props, torch)
+        return platforms._rocm_dspark_host
+    sys.meta_path.insert(0, _ForceRocmOnImport(props, torch))
+    import vllm.platforms as platforms  # noqa: F401 - runs the hook
+
+    return platforms._rocm_dspark_host
+
+
+def _replace_resolver(platforms, props, torch) -> None:
+    real = platforms.resolve_current_platform_cls_qualname()
+    platforms._rocm_dspark_host = None if real.endswith("RocmPlatform") else \
+        real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    if platforms._rocm_dspark_host is None:
+        return
+    torch.cuda.get_device_properties = lambda *args, **kwargs: props
+
+    def resolve_rocm() -> str:
+        cpu_kernels_for_rocm_module()
+        return "vllm.platforms.rocm.RocmPlatform"
+
+    platforms.resolve_current_platform_cls_qualname = resolve_rocm
+
+
+class _ForceRocmOnImport:
+    """Meta-path finder: right after `vllm.platforms` executes, its resolver answers ROCm."""
+
+    def __init__(self, props, torch):
+        self.props, self.torch = props, torch
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "vllm.platforms":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        exec_module = spec.loader.exec_module
+
+        def exec_then_force(module):
+            exec_module(module)
+            _replace_resolver(module, self.props, self.torch)
+
+        spec.loader.exec_module = exec_then_force
+        return spec
+
+
 def _force_rocm(gpu: str | None) -> str:
     """Make vLLM's ROCm platform current. On a ROCm host that is the real one (nothing is faked);
     elsewhere torch's device-properties query answers with the GPU's arch from recipes/gpus.yaml.
     Returns a note ("" when nothing was forced)."""
-    import vllm.platforms as platforms
-
-    if platforms._current_platform is not None:
-        if platforms._current_platform.is_rocm():
-            return ""
-        raise RuntimeError("vLLM resolved its platform before the ROCm platform could be forced")
-    real = platforms.resolve_current_platform_cls_qualname()
-    if real.endswith("RocmPlatform"):
-        return ""
-    import torch
-
     catalog = load_catalog()
     # No GPU named: the first one in recipes/gpus.yaml stands in (only its arch is used).
     spec = catalog.find_gpu(gpu) if gpu else next(iter(catalog.gpus.values()))
@@ -156,12 +211,13 @@ def _force_rocm(gpu: str | None) -> str:
         total_memory = int(spec.hbm_gb * 2**30)
         multi_processor_count = spec.compute_units
 
-    torch.cuda.get_device_properties = lambda *args, **kwargs: _RecordedDeviceProperties()
-    cpu_kernels_for_rocm_module()
-    from vllm.platforms.rocm import RocmPlatform
+    host = force_rocm_platform(_RecordedDeviceProperties)
+    from vllm.platforms import current_platform
 
-    platforms._current_platform = RocmPlatform()
-    host = real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    if not current_platform.is_rocm():
+        raise RuntimeError("vLLM's platform is not ROCm after forcing it")
+    if host is None:
+        return ""
     return (f"platform forced to ROCm ({spec.name}, {spec.arch} from recipes/gpus.yaml) on this {host} host, which "
             "has no AMD GPU: the checks below are vLLM's class-level answers for a ROCm host, not a run on one")
 
@@ -223,9 +279,15 @@ def _target_groups(rocm, num_speculative_tokens: int):
                                 tokens_per_state=2)
     index_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=torch.uint8,
                                   tokens_per_state=2)
+    indexers = [("indexer", DeepseekV41IndexerBackend)]
+    try:
+        mxfp4 = importlib.import_module(MXFP4_INDEXER[0])
+        indexers.append(("indexer (MXFP4)", getattr(mxfp4, MXFP4_INDEXER[1])))
+    except ImportError:  # before 0.32 (#58671)
+        pass
     groups = []
     for i, (role, backend, spec, layer) in enumerate((
-        ("indexer", DeepseekV41IndexerBackend, index_spec, "model.layers.1.attn.indexer.k_cache"),
+        *((role, b, index_spec, "model.layers.1.attn.indexer.k_cache") for role, b in indexers),
         ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
         ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
     )):
@@ -236,7 +298,7 @@ def _target_groups(rocm, num_speculative_tokens: int):
     return groups
 
 
-def _evaluate(rocm, config, num_speculative_tokens: int, replaced: set[str]) -> list[dict]:
+def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[dict]:
     import torch
     from vllm.v1.attention.backend import AttentionCGSupport
     from vllm.v1.worker.gpu import attn_utils
@@ -248,65 +310,73 @@ def _evaluate(rocm, config, num_speculative_tokens: int, replaced: set[str]) -> 
     for role, group in groups:
         backend = group.backend
         builder = group.get_metadata_builder(0)
-        via = " via rocm-dspark" if role in replaced else ""
         ok = bool(backend.supports_device_cpu_query_lens_mismatch())
+        via = " via rocm-dspark" if patched and MISMATCH_NAME in vars(backend).get(patch.MARKER, {}) else ""
         results.append(asdict(CheckResult(
-            f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok,
-            f"{ok}{via}" + ("" if ok else _why_kept(role, replaced)),
-        )))
+            f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok, f"{ok}{via}")))
         support = builder.get_cudagraph_support(config, group.kv_cache_spec)
         bound = None
         if support not in (AttentionCGSupport.ALWAYS, AttentionCGSupport.NEVER):
-            bound = builder.get_varlen_cudagraph_max_query_len(config, group.kv_cache_spec)
+            varlen_bound = getattr(builder, "get_varlen_cudagraph_max_query_len", None)  # not in 0.30
+            bound = None if varlen_bound is None else varlen_bound(config, group.kv_cache_spec)
         passed = support == AttentionCGSupport.ALWAYS or (bound is not None and bound >= k1)
+        via = " via rocm-dspark" if patched and patch.MARKER in vars(builder) else ""
         detail = f"{support.name}{via}" + ("" if bound is None else f", varlen bound {bound}")
         if not passed:
-            detail += f" (needs ALWAYS or a varlen bound >= {k1})" + _why_kept(role, replaced)
+            detail += f" (needs ALWAYS or a varlen bound >= {k1})"
         results.append(asdict(CheckResult(
             f"{role}: {type(builder).__name__ if not isinstance(builder, type) else builder.__name__}"
             ".get_cudagraph_support(AV config)", passed, detail)))
 
     # vLLM's own verdict over the same groups, and its exact words where it refuses.
-    attn_groups = [[g for _, g in groups]]
-    mismatch = attn_utils.get_query_lens_mismatch_unsupported_backend(attn_groups)
-    varlen = attn_utils.get_varlen_cudagraph_unsupported_backend(attn_groups, config, k1)
-    refusal = None
-    if mismatch is not None or varlen is not None:
-        try:
-            av.maybe_create_adaptive_verification_manager(
-                enable_adaptive_verification=True, attn_groups=attn_groups,
-                req_states=types.SimpleNamespace(num_speculative_steps=num_speculative_tokens),
-                query_start_loc=torch.zeros(1, dtype=torch.int32), num_bonus_tokens=1,
-                max_total_logits=1 << 20, vllm_config=config,
-            )
-            refusal = "vLLM's check functions refused but maybe_create_adaptive_verification_manager did not raise"
-        except ValueError as exc:
-            refusal = str(exc)
-    verdict = "accepts" if refusal is None else "refuses"
+    verdict = vllm_verdict([[g for _, g in groups]], config, num_speculative_tokens)
+    refusal = verdict["refusal"]
     results.append(asdict(CheckResult(
         "vLLM verdict (maybe_create_adaptive_verification_manager)", refusal is None,
-        f"vLLM {verdict} adaptive verification for these groups"
-        + ("" if mismatch is None else f"; first failing check: {mismatch} query-length mismatch")
-        + ("" if varlen is None else f"; varlen cudagraph check fails for {varlen[0]}"),
+        f"vLLM {'accepts' if refusal is None else 'refuses'} adaptive verification for these groups"
+        + ("" if verdict["mismatch"] is None else f"; first failing check: {verdict['mismatch']} query-length mismatch")
+        + ("" if verdict["cudagraph"] is None else f"; cudagraph check fails for {verdict['cudagraph']}")
+        + (f"; {verdict['note']}" if verdict["note"] else ""),
         refusal,
     )))
     return results
 
 
-# Why a target is left as vLLM ships it (shown next to each failing check it keeps failing).
-_NOT_REPLACED = {
-    "indexer": "this vLLM does not validate the V4.1 indexer's device-query-length path on ROCm "
-               "(DeepseekV41IndexerBackend opts out) and rocm-dspark has no numerically tested "
-               "replacement, so vLLM's refusal stays",
-    "compressed sparse-MLA": "rocm-dspark has no numerically tested replacement (its top-k input comes "
-                             "from the indexer, which stays vLLM's), so vLLM's answer stays",
-}
+def vllm_verdict(attn_groups, config, num_speculative_tokens: int) -> dict:
+    """vLLM's own `maybe_create_adaptive_verification_manager` over `attn_groups`, in the signature of the
+    installed release (0.30 takes the weakest cudagraph support precomputed; 0.31+ check varlen bounds).
+    {refusal: vLLM's ValueError text or None, mismatch, cudagraph: the failing backend per vLLM's own check
+    functions, note: set when the checks passed but the manager could not be built on the stub RequestState}."""
+    import inspect
 
+    import torch
+    from vllm.v1.worker.gpu import attn_utils
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
 
-def _why_kept(role: str, replaced: set[str]) -> str:
-    if role in _NOT_REPLACED:
-        return "; not replaced by rocm-dspark: " + _NOT_REPLACED[role]
-    return "" if role in replaced else "; vLLM as shipped (rocm-dspark replaces this backend on refusing releases)"
+    make = av.maybe_create_adaptive_verification_manager
+    kwargs = dict(enable_adaptive_verification=True, attn_groups=attn_groups,
+                  req_states=types.SimpleNamespace(num_speculative_steps=num_speculative_tokens),
+                  query_start_loc=torch.zeros(1, dtype=torch.int32), num_bonus_tokens=1,
+                  max_total_logits=1 << 20, vllm_config=config)
+    out = {"mismatch": attn_utils.get_query_lens_mismatch_unsupported_backend(attn_groups), "note": ""}
+    if "attn_cg_support" in inspect.signature(make).parameters:
+        support = attn_utils.get_attn_cg_support(attn_groups, config)
+        kwargs["attn_cg_support"] = support
+        out["cudagraph"] = support.min_cg_attn_backend
+    else:
+        failing = attn_utils.get_varlen_cudagraph_unsupported_backend(attn_groups, config, num_speculative_tokens + 1)
+        out["cudagraph"] = None if failing is None else failing[0]
+    try:
+        make(**kwargs)
+        out["refusal"] = None
+    except ValueError as exc:
+        out["refusal"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - past both checks: only the stub state is missing
+        out["refusal"] = None
+        out["note"] = f"both checks passed; building the manager on a stub RequestState raised {type(exc).__name__}"
+    if out["refusal"] is None and (out["mismatch"] or out["cudagraph"]):
+        out["refusal"] = "vLLM's check functions refused but maybe_create_adaptive_verification_manager did not raise"
+    return out
 
 
 def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, model: str | None) -> dict:
@@ -318,14 +388,15 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     report["entry_point"] = entry_point.entry_point_status(os.environ.get(_CALLER_PLUGINS))
     if not report["vllm_distributions"]:
         return {**report, "error": f"vLLM is not installed in {sys.executable}: nothing loads the plugin here"}
-    import vllm.platforms as platforms
-
-    host_qualname = platforms.resolve_current_platform_cls_qualname()
-    report["host_platform"] = host_qualname.rsplit(".", 1)[-1].removesuffix("Platform").lower()
     if force_platform == "rocm":
         note = _force_rocm(gpu)
         if note:
             report["notes"].append(note)
+    import vllm.platforms as platforms
+
+    host = getattr(platforms, "_rocm_dspark_host", None)
+    host_qualname = platforms.resolve_current_platform_cls_qualname() if host is None else host
+    report["host_platform"] = host_qualname.rsplit(".", 1)[-1].removesuffix("Platform").lower()
     import vllm
     from vllm.platforms import current_platform
 
@@ -344,20 +415,22 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
         report["note"] = (f"platform is {report['platform']}: vLLM uses the ROCm V4.1 classes only on ROCm; "
                           "evaluate them with force_platform='rocm' (CLI: without --host-only)")
         return report
-    rocm = patch.import_target()
+    backport = getattr(cap, "backport", None) or {}
+    if on_rocm.patch:
+        rocm = patch.import_target(backport)
+    else:
+        rocm = importlib.import_module("vllm.models.deepseek_v41.amd.rocm")
     config, note = _av_config(num_speculative_tokens, model)
     if note:
         report["notes"].append(note)
-    report["shipped"] = _evaluate(rocm, config, num_speculative_tokens, replaced=set())
+    report["shipped"] = _evaluate(rocm, config, num_speculative_tokens, patched=False)
     if on_rocm.patch:
-        report["patched"] = patch.patch_module(rocm)
-        report["attention"] = attention_plan(installed=patch.forward_is_patched(rocm),
-                                             fnuz=bool(current_platform.is_fp8_fnuz()))
-        report["with_plugin"] = _evaluate(rocm, config, num_speculative_tokens, replaced={ROLES[0]})
-        patch.unpatch_module(rocm)
+        report["patched"] = patch.patch_module(rocm, backport)
+        report["k1"] = patch.k1_state(backport)
+        report["with_plugin"] = _evaluate(rocm, config, num_speculative_tokens, patched=True)
+        patch.unpatch_module(rocm, backport)
     else:
         report["patched"] = []
-        report["attention"] = attention_plan(installed=False, why_not=on_rocm.reason)
         report["with_plugin"] = report["shipped"]
     return report
 

@@ -1,110 +1,200 @@
-"""Swap the SWA backend of vLLM's ROCm DeepSeek-V4.1 attention layer, now or when it is imported.
+"""The backport of vllm#58151 onto vLLM 0.30-0.32: declarations on vLLM's own classes, no kernel, no metadata.
 
-DeepSeek-V4.1 never asks the attention selector for its SWA backend: each layer reads the class
-attribute `DeepseekV41ROCMAiterMLAAttention.swa_backend_cls` (so `--attention-backend` and
-`register_backend()` cannot reach it). We replace that attribute. vLLM's ROCm module pulls in
-torch, triton and aiter, so instead of importing it from `register()` we patch it right after
-vLLM imports it (an import hook): a process that never builds a V4.1 model never pays, and is
-never touched.
+What 0.33.0 changed for DeepSeek-V4.1 adaptive verification (AV) on ROCm, and what this module does on a
+release the capability table (recipes/vllm.yaml `backport`) says lacks it:
+
+* The compressed sparse-MLA and sparse-SWA ROCm builders gain a `get_cudagraph_support` answering ALWAYS
+  when AV is on (0.33 `models/deepseek_v41/amd/rocm.py` `DeepseekV41ROCMAiter{MLASparse,SparseSWA}Metadata-
+  Builder`). Here: a declaration-only subclass of the builder vLLM's backend returns from `get_builder_cls()`,
+  returned by that same backend's `get_builder_cls()`, as 0.33 wires its own. The backend classes stay
+  vLLM's, so the names vLLM compares (`ROCM_FLASHMLA_SPARSE_DSV4`, attention.py / amd/model.py) are kept.
+* `DeepseekV41IndexerBackend` loses the override returning V3.2's CUDA-only answer to
+  `supports_device_cpu_query_lens_mismatch()`, so it inherits V4's `is_rocm() or ...`. Here: an explicit
+  override with that answer on every indexer backend the entry names (the MXFP4 one included), which works
+  whether the release overrides (0.31/0.32) or inherits (0.30).
+* K=1 only: `_rocm_supports_flattened_device_query_lens` also accepts `DeepseekV41ForCausalLM`. Here: the
+  module global is wrapped where the entry names it (0.31+); 0.30 has no such predicate, so K=1 stays
+  refused there (the indexer builder keeps UNIFORM_BATCH: fail-closed).
+
+Why declarations are enough: vLLM's own builders already build every role from the device query_start_loc
+(docs/adaptive-verification.md; tests/slow/test_backport_real.py checks it on vLLM's classes).
+
+vLLM's ROCm module imports torch, triton and aiter, so `register()` installs an import hook and the patch
+lands right after vLLM imports that module. Every patched object carries MARKER (what it replaced), so
+patching is idempotent and `unpatch` restores vLLM's classes exactly.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.util
 import logging
 import sys
 
-TARGET_MODULE = "vllm.models.deepseek_v41.amd.rocm"
-TARGET_CLASS = "DeepseekV41ROCMAiterMLAAttention"
+ATTENTION_CLASS = "DeepseekV41ROCMAiterMLAAttention"
+#: (role, attribute of ATTENTION_CLASS holding the backend whose builder gets the declaration)
+BUILDER_ROLES = (("compressed sparse-MLA", "backend_cls"), ("sliding-window (SWA)", "swa_backend_cls"))
+MISMATCH = "supports_device_cpu_query_lens_mismatch"
+V41_ARCH = "DeepseekV41ForCausalLM"
+#: Set on every class or module we change: the object it replaced (_ABSENT: the attribute was inherited).
+MARKER = "rocm_dspark_backport"
+_ABSENT = "inherited"
 
 logger = logging.getLogger("rocm_dspark.vllm_plugin")
 
 
-def import_target():
-    return importlib.import_module(TARGET_MODULE)
+def _av_on(vllm_config) -> bool:
+    spec = getattr(vllm_config, "speculative_config", None)
+    return bool(spec is not None and getattr(spec, "enable_adaptive_verification", False))
 
 
-def is_patched(module) -> bool:
-    from rocm_dspark.vllm_plugin.swa_backend import MARKER
+def declared_builder(base_builder: type) -> type:
+    """vLLM 0.33's declaration on `base_builder`: ALWAYS under AV, the base's own answer otherwise."""
+    from vllm.v1.attention.backend import AttentionCGSupport
 
-    return MARKER in vars(getattr(module, TARGET_CLASS).swa_backend_cls)
+    class Declared(base_builder):
+        @classmethod
+        def get_cudagraph_support(cls, vllm_config, kv_cache_spec):
+            if _av_on(vllm_config):
+                return AttentionCGSupport.ALWAYS
+            return super().get_cudagraph_support(vllm_config, kv_cache_spec)
+
+    Declared.__name__ = Declared.__qualname__ = "RocmDspark" + base_builder.__name__
+    Declared.__module__ = __name__
+    setattr(Declared, MARKER, base_builder)
+    return Declared
 
 
-def forward_is_patched(module) -> bool:
-    from rocm_dspark.vllm_plugin.swa_forward import METHOD, ORIGINAL
+def _set(owner, name: str, value) -> None:
+    """Replace owner.name, remembering vLLM's own (once) in owner.MARKER[name]."""
+    saved = vars(owner).get(MARKER)
+    if saved is None:
+        saved = {}
+        setattr(owner, MARKER, saved)
+    saved.setdefault(name, vars(owner).get(name, _ABSENT))
+    setattr(owner, name, value)
 
-    return hasattr(vars(getattr(module, TARGET_CLASS)).get(METHOD), ORIGINAL)
 
-
-def patch_module(module) -> list[str]:
-    """Replace the SWA backend and wrap the layer's decode so SWA-only layers run our attention
-    (swa_forward.py says where). Idempotent. Returns what was replaced, as 'attr: old -> new'."""
-    from rocm_dspark.vllm_plugin.swa_backend import make_swa_backend
-    from rocm_dspark.vllm_plugin.swa_forward import METHOD, make_forward_decode
-
-    attn = getattr(module, TARGET_CLASS)
-    replaced = []
-    if not is_patched(module):
-        original = attn.swa_backend_cls
-        attn.swa_backend_cls = make_swa_backend(original)
-        replaced.append(f"{TARGET_CLASS}.swa_backend_cls: {original.__name__} -> {attn.swa_backend_cls.__name__}")
-    if not forward_is_patched(module):
-        try:
-            from vllm.platforms import current_platform
-
-            # vLLM's SWA reader decodes with this same value (FNUZ on gfx942, OCP on gfx950).
-            fnuz = bool(current_platform.is_fp8_fnuz())
-            setattr(attn, METHOD, make_forward_decode(getattr(attn, METHOD), fnuz=fnuz))
-        except Exception as exc:  # noqa: BLE001 - the backend swap stands on its own; say why the decode did not
-            logger.warning("rocm-dspark: could not wrap %s.%s (%s: %s); vLLM's decode attention stays",
-                           TARGET_CLASS, METHOD, type(exc).__name__, exc)
+def _restore(owner) -> bool:
+    saved = vars(owner).get(MARKER)
+    if not isinstance(saved, dict):
+        return False
+    for name, original in saved.items():
+        if original == _ABSENT:
+            delattr(owner, name)
         else:
-            replaced.append(f"{TARGET_CLASS}.{METHOD}: SWA-only layers run rocm-dspark's Triton attention "
-                            f"(fp8_ds_mla, {'FNUZ' if fnuz else 'OCP'} e4m3), other cases vLLM's kernel")
-    return replaced
+            setattr(owner, name, original)
+    delattr(owner, MARKER)
+    return True
 
 
-def unpatch_module(module) -> bool:
-    """Put vLLM's own backend and decode back (for `plugin status` and tests). True if something changed."""
-    from rocm_dspark.vllm_plugin.swa_backend import MARKER
-    from rocm_dspark.vllm_plugin.swa_forward import METHOD, ORIGINAL
+def _indexer_backend(backport: dict, ref: str):
+    """'Class' (in indexer_module) or 'module:Class'; None when that module is not in this vLLM."""
+    module_name, _, cls = ref.rpartition(":") if ":" in ref else (backport["indexer_module"], "", ref)
+    try:
+        if importlib.util.find_spec(module_name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return getattr(importlib.import_module(module_name), cls)
 
-    attn = getattr(module, TARGET_CLASS)
-    changed = False
-    original = vars(attn.swa_backend_cls).get(MARKER)
-    if original is not None:
-        attn.swa_backend_cls = original
-        changed = True
-    wrapper = vars(attn).get(METHOD)
-    if hasattr(wrapper, ORIGINAL):
-        original_method = getattr(wrapper, ORIGINAL)
-        inherited = next((vars(c)[METHOD] for c in attn.__mro__[1:] if METHOD in vars(c)), None)
-        if original_method is inherited:
-            delattr(attn, METHOD)  # it was inherited: leave the class as vLLM defined it
-        else:
-            setattr(attn, METHOD, original_method)
-        changed = True
+
+def _rocm_or(original):
+    def supports_device_cpu_query_lens_mismatch(cls) -> bool:
+        # vLLM 0.33 (#58151): V4.1 inherits V4's answer; ROCm flattens per token from device decode lengths.
+        from vllm.platforms import current_platform
+
+        return bool(current_platform.is_rocm()) or bool(original())
+
+    return classmethod(supports_device_cpu_query_lens_mismatch)
+
+
+def _k1_predicate(original):
+    def rocm_supports_flattened_device_query_lens(vllm_config) -> bool:
+        from vllm.platforms import current_platform
+
+        model_config = vllm_config.model_config
+        return bool(original(vllm_config)) or bool(
+            current_platform.is_rocm() and model_config is not None and V41_ARCH in model_config.architectures)
+
+    return rocm_supports_flattened_device_query_lens
+
+
+def patch_module(rocm, backport: dict) -> list[str]:
+    """Apply the backport to vLLM's imported ROCm module; idempotent. Returns what it changed, one line each
+    (empty when everything was already in place)."""
+    changed = []
+    attn = getattr(rocm, ATTENTION_CLASS)
+    for role, attr in BUILDER_ROLES:
+        backend = getattr(attn, attr)
+        if MARKER in vars(backend):
+            continue
+        base = backend.get_builder_cls()
+        declared = declared_builder(base)
+        _set(backend, "get_builder_cls", staticmethod(lambda declared=declared: declared))
+        changed.append(f"{role}: {backend.__name__}.get_builder_cls() -> {declared.__name__} "
+                       f"(subclass of vLLM's {base.__name__}: ALWAYS under AV, else vLLM's answer)")
+    for ref in backport["indexer_backends"]:
+        backend = _indexer_backend(backport, ref)
+        if backend is None or MARKER in vars(backend):
+            continue
+        _set(backend, MISMATCH, _rocm_or(getattr(backend, MISMATCH)))
+        changed.append(f"indexer: {backend.__name__}.{MISMATCH}() -> is_rocm() or vLLM's answer")
+    name = backport.get("k1_predicate")
+    if name:
+        indexer = importlib.import_module(backport["indexer_module"])
+        if MARKER not in vars(indexer):
+            if not hasattr(indexer, name):
+                raise AttributeError(f"{indexer.__name__} has no {name} (recipes/vllm.yaml backport.k1_predicate)")
+            _set(indexer, name, _k1_predicate(getattr(indexer, name)))
+            changed.append(f"indexer (K=1): {name}() also accepts {V41_ARCH} on ROCm under AV")
     return changed
 
 
-def _patch_and_log(module) -> None:
+def k1_state(backport: dict) -> str:
+    """One line: what K=1 does with this release and the plugin."""
+    if backport.get("k1_predicate"):
+        return f"K=1 flattens under AV ({backport['k1_predicate']} extended to {V41_ARCH})"
+    return ("K=1 stays refused: this release's indexer has no ROCm flatten predicate, so its builder keeps "
+            "UNIFORM_BATCH at next_n=2 (use K>=2)")
+
+
+def unpatch_module(rocm, backport: dict) -> bool:
+    """Put vLLM's own classes back (for `plugin status` and tests). True if something changed."""
+    attn = getattr(rocm, ATTENTION_CLASS)
+    owners = [getattr(attn, attr) for _, attr in BUILDER_ROLES]
+    owners += [b for b in (_indexer_backend(backport, r) for r in backport["indexer_backends"]) if b is not None]
+    owners.append(importlib.import_module(backport["indexer_module"]))
+    return any([_restore(o) for o in owners])
+
+
+def is_patched(rocm) -> bool:
+    attn = getattr(rocm, ATTENTION_CLASS)
+    return all(MARKER in vars(getattr(attn, attr)) for _, attr in BUILDER_ROLES)
+
+
+def _patch_and_log(module, backport: dict) -> None:
     try:
-        replaced = patch_module(module)
+        changed = patch_module(module, backport)
     except Exception as exc:  # noqa: BLE001 - never break vLLM's import; say why instead
-        logger.warning("rocm-dspark: could not patch %s (%s: %s); vLLM's own backend stays", TARGET_MODULE,
+        logger.warning("rocm-dspark: could not backport vllm#58151 onto %s (%s: %s); vLLM's classes may be "
+                       "partly patched, so adaptive verification must stay off", module.__name__,
                        type(exc).__name__, exc)
         return
-    if replaced:
-        logger.info("rocm-dspark: replaced %s (ALWAYS under adaptive verification; decode metadata from the device "
-                    "query_start_loc); the V4.1 indexer and sparse-MLA builder keep vLLM's answers", "; ".join(replaced))
+    if changed:
+        logger.info("rocm-dspark: backported vllm#58151 (declarations only, vLLM's kernels and builders): %s; %s",
+                    "; ".join(changed), k1_state(backport))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Finds TARGET_MODULE through the other finders and patches it after it executes."""
+    """Finds one of the backport's ROCm modules through the other finders and patches it after it executes."""
+
+    def __init__(self, backport: dict):
+        self.backport = backport
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET_MODULE:
+        if fullname not in self.backport["rocm_modules"]:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -118,24 +208,38 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
         exec_module = loader.exec_module
+        backport = self.backport
 
         def exec_then_patch(module):
             exec_module(module)
-            _patch_and_log(module)
+            _patch_and_log(module, backport)
 
         loader.exec_module = exec_then_patch
         return spec
 
 
-def patch_now_or_on_import() -> str:
-    """'patched' (module already imported), 'already' (patched before) or 'hooked' (on import)."""
-    module = sys.modules.get(TARGET_MODULE)
-    if module is not None:
-        if is_patched(module) and forward_is_patched(module):
-            return "already"
-        _patch_and_log(module)
-        return "patched" if is_patched(module) else "failed"
+def patch_now_or_on_import(backport: dict) -> str:
+    """'patched' (module already imported), 'already' (patched before), 'hooked' (on import) or 'failed'."""
+    for name in backport["rocm_modules"]:
+        module = sys.modules.get(name)
+        if module is not None:
+            if is_patched(module):
+                return "already"
+            _patch_and_log(module, backport)
+            return "patched" if is_patched(module) else "failed"
     if any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
         return "already"
-    sys.meta_path.insert(0, _PatchOnImport())
+    sys.meta_path.insert(0, _PatchOnImport(backport))
     return "hooked"
+
+
+def import_target(backport: dict):
+    """The first of the backport's ROCm module names this vLLM has, imported."""
+    for name in backport["rocm_modules"]:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package of that name is not in this vLLM
+            found = False
+        if found:
+            return importlib.import_module(name)
+    raise ImportError(f"none of {', '.join(backport['rocm_modules'])} is in this vLLM")

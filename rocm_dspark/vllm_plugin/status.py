@@ -11,9 +11,9 @@ def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens
     is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
     evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
     evaluates the host platform only. Keys: python, vllm_distributions, entry_point, vllm_version,
-    host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched,
-    attention (which decode attention runs per case: [{case, runs, reason}], see swa_forward.py),
-    shipped, with_plugin (lists of CheckResult dicts), notes, error, summary."""
+    host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched (one line per
+    declaration the backport adds, patch.py), k1, shipped, with_plugin (lists of CheckResult dicts), notes,
+    error, summary."""
     report = run_checks_report(force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
                                python=python, timeout=timeout)
     report["summary"] = summarize(report)
@@ -26,7 +26,7 @@ def _verdict(checks: list[dict] | None) -> dict | None:
 
 def role_states(checks: list[dict] | None) -> str:
     """One line: each target's state, e.g. 'sliding-window (SWA): ALWAYS via rocm-dspark; indexer:
-    refuses (supports_device_cpu_query_lens_mismatch() False, not replaced)'."""
+    refuses (supports_device_cpu_query_lens_mismatch() False)'."""
     parts = []
     for role in ROLES:
         mine = [c for c in checks or [] if c["name"].startswith(role + ":")]
@@ -39,8 +39,7 @@ def role_states(checks: list[dict] | None) -> str:
         c = failing[0]
         method = c["name"].split(".", 1)[-1].replace("(AV config)", "")
         value = c["detail"].split(";")[0].split(" (needs")[0]
-        kept = ", not replaced" if "not replaced" in c["detail"] else ""
-        parts.append(f"{role}: refuses ({method} {value}{kept})")
+        parts.append(f"{role}: refuses ({method} {value})")
     return "; ".join(parts)
 
 
@@ -55,8 +54,8 @@ def summarize(report: dict) -> str:
     if "decision_here" in report:
         lines.append(f"here ({report['host_platform']}): {report['decision_here']['reason']}")
         lines.append(f"on ROCm: {report['decision_on_rocm']['reason']}")
-    for row in report.get("attention") or []:
-        lines.append(f"decode attention, {row['case']}: {row['runs']}")
+    if report.get("patched"):
+        lines.append(f"with rocm-dspark on ROCm: {len(report['patched'])} declaration(s) patched; {report.get('k1', '')}")
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         verdict = _verdict(report.get(key))
         if verdict is not None:
@@ -87,15 +86,11 @@ def format_table(report: dict) -> str:
         out.append(f"here:         {report['decision_here']['reason']}")
         out.append(f"on ROCm:      {report['decision_on_rocm']['reason']}")
         if "patched" in report:
-            out.append("on ROCm it patches: " + ("; ".join(report["patched"]) or "nothing"))
+            out.append("on ROCm it patches:" + ("".join(f"\n  {line}" for line in report["patched"]) or " nothing"))
+        if report.get("k1"):
+            out.append(f"K=1:          {report['k1']}")
     for note in report.get("notes", []) + ([report["note"]] if report.get("note") else []):
         out.append(f"note:         {note}")
-    if report.get("attention"):
-        out.append("")
-        out.append("decode attention on ROCm with rocm-dspark (which kernel runs, and why):")
-        for row in report["attention"]:
-            out.append(f"  {row['runs']:<11}  {row['case']}")
-            out.append(f"               {row['reason']}")
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         checks = report.get(key)
         if not checks:

@@ -1,0 +1,195 @@
+"""`up` in the container modes: run `rocm-dspark probe` inside the pulled image, so one `up` can prove adaptive
+verification where vLLM only exists in the image.
+
+The probe must run on the software that will serve (the trust model: only records written there count), so:
+1. A wheel of the running toolkit is built from its own source tree with `pip wheel --no-deps --no-index
+   --no-build-isolation` (no registry is asked; rocm-dspark is not on PyPI) into `<state>/up/wheel/`.
+2. The image runs, with the launcher's GPU flags (launch_facts.DOCKER_RUN_FLAGS), the state directory
+   bind-mounted at the same path and the wheel directory read-only:
+   `pip install --no-deps --no-index --target /tmp/rocm-dspark-toolkit <wheel>`, then
+   `python3 -m rocm_dspark probe <the same selection flags> --state-dir <same> --levels <levels>`. With the wheel on
+   PYTHONPATH, the vLLM that the live level starts there loads the plugin through its entry point.
+3. `up` then reads the records back with the gate, on the image's software (runner.image_software).
+The GPUs must be free for the live level's model load, so the caller stops the server it started first.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+WHEEL_MOUNT = "/rocm-dspark-wheel"
+TARGET = "/tmp/rocm-dspark-toolkit"
+HF_CACHE_CONTAINER = "/root/.cache/huggingface"
+
+
+def toolkit_source() -> Path | None:
+    """The source tree of the running toolkit (its pyproject.toml names rocm-dspark), or None."""
+    import rocm_dspark
+
+    root = Path(rocm_dspark.__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    try:
+        text = pyproject.read_text()
+    except OSError:
+        return None
+    return root if 'name = "rocm-dspark"' in text else None
+
+
+def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float = 600.0) -> Path:
+    """Build this toolkit's wheel into out_dir (cleared first); RuntimeError with one line on failure."""
+    src = toolkit_source()
+    if src is None:
+        raise RuntimeError("the running rocm-dspark has no source tree beside it (installed from a wheel?), so no "
+                           "wheel can be built for the image; install it with `pip install -e <checkout>`")
+    import shutil
+    import tempfile
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.whl"):
+        old.unlink()
+    with tempfile.TemporaryDirectory(prefix="rocm-dspark-wheel-src-") as tmp:
+        # setuptools writes build/ and *.egg-info beside the sources: build from a copy (symlinks such as
+        # rocm_dspark/recipes copied as the files they point to), never in the checkout.
+        copy = Path(tmp) / "src"
+        copy.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(src / name, copy / name)
+        shutil.copytree(src / "rocm_dspark", copy / "rocm_dspark",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        argv = [python, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q", "-w",
+                str(out_dir), str(copy)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
+                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    wheels = sorted(out_dir.glob("rocm_dspark-*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"`pip wheel --no-deps {src}` failed (exit {proc.returncode}): {last}")
+    return wheels[0]
+
+
+def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
+                  *, hf_cache: str | None = None) -> list[str]:
+    """The `docker run` argv of the in-image probe (see the module docstring)."""
+    from rocm_dspark.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV
+
+    state = str(Path(state_dir).absolute())
+    hf = hf_cache or os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    probe = ["python3", "-m", "rocm_dspark", "probe", *flags, "--state-dir", state, "--levels", ",".join(levels)]
+    script = "; ".join([
+        "set -e",
+        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)}",
+        f'export PYTHONPATH={TARGET}${{PYTHONPATH:+:$PYTHONPATH}}',
+        "python3 -c 'import click, yaml' || { echo 'the image lacks click or pyyaml, which rocm-dspark needs' >&2; "
+        "exit 3; }",
+        shlex.join(probe),
+    ])
+    argv = [tool, "run", *DOCKER_RUN_FLAGS, "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
+            "-v", f"{hf}:{HF_CACHE_CONTAINER}"]
+    for name in PASSED_ENV:
+        argv += ["-e", name]
+    return argv + ["--entrypoint", "bash", image, "-c", script]
+
+
+def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
+                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
+    """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code}."""
+    argv = probe_command(tool, image, wheel, state_dir, flags, levels)
+    say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
+        f"rocm-dspark probe --levels {','.join(levels)}>'")
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        try:
+            for line in proc.stdout:
+                say(f"  [in image] {line.rstrip()}")
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = -9
+    return {"argv": argv, "exit_code": code}
+
+
+# -- the `up` probe step's container-mode path --------------------------------------------------------------
+
+
+WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), or run `rocm-dspark probe` inside the "
+             "image yourself (docs/adaptive-verification.md)")
+
+
+def skip_reason(run, *, local: bool) -> str | None:
+    """Why `up`'s probe step does not run the probe inside the image (None: it does). local: the local-cpu target."""
+    from rocm_dspark.up import image as image_mod
+
+    if local:
+        return "the local-cpu target runs the installed vLLM"
+    if run.mode() == "foreground":
+        return "vLLM runs on this host in the foreground mode"
+    if run.plan.adaptive_verification:
+        return "the plan already runs adaptive verification"
+    if not run.plan.adaptive_argv:
+        return "the plan has no adaptive command to prove"
+    if run.options.selection.get("adaptive") == "off":
+        return "--adaptive off"
+    if image_mod.runtime() is None:
+        return "no docker or podman to run the image"
+    from rocm_dspark.probe.gate import gate_verdict
+
+    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
+    if proof.adaptive_proven:
+        return f"a record already proves adaptive verification here ({proof.reason})"
+    return None
+
+
+def selection_args(run) -> list[str]:
+    """The selection as probe flags (the state dir is passed on its own)."""
+    return shlex.split(run.selection_flags(exclude=("state_dir",)))
+
+
+def probe_step(run) -> dict:
+    """Stop the service, probe inside the image, read the records back. `replan` in the result: the records now
+    prove adaptive verification (the runner chooses again); else the caller restarts block verification.
+    RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
+    from rocm_dspark.probe import store
+    from rocm_dspark.probe.gate import gate_verdict
+    from rocm_dspark.up import image as image_mod
+
+    tool = image_mod.runtime()
+    image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    levels = tuple(dict.fromkeys(run.options.probe_levels + ("live",)))
+    wheel = build_wheel(run.dir / "wheel")
+    run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
+    run.say("  vLLM runs only in the image, so the probe runs there; its live level loads the model, so the "
+            "service stops until it is done")
+    run.stop_service()
+    directory = store.records_dir(run.options.state_dir)
+    before = set(store.record_names(directory))
+    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say)
+    new = sorted(set(store.record_names(directory)) - before)
+    # The records may prove it now, on the image's software (read now that the image is pulled): gate again.
+    run._resolved, run._software = None, {}
+    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
+    out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
+                        "argv": res["argv"], "new_records": new},
+           "gate": "proven" if proof.adaptive_proven else "not proven", "gate_reason": proof.reason}
+    run.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
+            f"{proof.reason}")
+    if run.plan.adaptive_verification:
+        out["replan"] = "the probe inside the image proved adaptive verification on this host"
+    return out
+
+
+def probe_dry(run) -> list[str]:
+    """What the container-mode probe step would run (for --dry-run)."""
+    from rocm_dspark.up import image as image_mod
+
+    tool = image_mod.runtime() or "docker"
+    image = run.plan.image
+    levels = tuple(dict.fromkeys(run.options.probe_levels + ("live",)))
+    wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
+    src = toolkit_source() or "<the toolkit's source tree>"
+    return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
+            "stops the service (the live level inside the image loads the model), then:",
+            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels)),
+            "reads the records back with the gate: proven -> chooses again (adaptive); else restarts block"]
