@@ -89,8 +89,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 def validate(**kwargs):
     """Check a node in order, stop at the first blocking failure, and write a report.
 
-    Exit status: 0 every blocking check passed, 1 a blocking check failed, 2 bad usage, 3 the environment
-    failed (the server died or stopped answering).
+    Exit status: 0 every blocking check passed, 1 a blocking check failed or was skipped (the report says
+    INCOMPLETE), 2 bad usage (neither --endpoint nor --launch included), 3 the environment failed under it.
 
     \b
     Example:
@@ -127,6 +127,8 @@ def validate(**kwargs):
         click.echo(f"validation {s['result'].upper()} ({counts}); report in {opts.report_dir}/report.md")
         if s["stopped_at"]:
             click.echo(f"stopped at {s['stopped_at']}: {s['reason']}")
+        elif s["reason"]:
+            click.echo(f"not a PASS: {s['reason']}")
         if not s["hardware_checked"]:
             click.echo("no AMD GPU was checked: this run does not validate an MI300-class node")
     sys.exit(s["exit_status"])
