@@ -139,6 +139,9 @@ class LaunchPlan(NamedTuple):
     k: int = 0                    # num_speculative_tokens (0: no speculative decoding)
     concurrency: int | None = None
     memory: Memory | None = None
+    # name -> value for every --env: delivered only through the 0600 env file (rocm_dspark/secret_env.py);
+    # to_json_dict keeps the names, never the values.
+    secret_env: dict = {}
 
     @property
     def gpus_per_node_used(self) -> int:
@@ -148,6 +151,7 @@ class LaunchPlan(NamedTuple):
     def to_json_dict(self) -> dict:
         d = self._asdict()
         d["env"] = dict(self.env)
+        d["secret_env"] = sorted(self.secret_env)
         d["speculative_config"] = dict(self.speculative_config)
         d["argv"] = list(self.argv)
         d["block_argv"] = list(self.block_argv) if self.block_argv else None

@@ -34,6 +34,8 @@ def render_shell(plan: LaunchPlan) -> str:
     out = _comment(f"rocm-dspark plan {plan.profile} [{plan.status}, {plan.status_date}] image {plan.image}")
     for note in plan.notes:
         out += _comment(f"{note.topic}: {note.text}")
+    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+        out += _comment(f"set in your environment first (given by --env, not printed): {' '.join(plan.secret_env)}")
     lines = [f"{k}={shlex.quote(v)}" for k, v in plan.env.items()]
     lines += _argv_lines(plan.argv, 3)
     out.append(" \\\n".join(lines))
@@ -47,7 +49,9 @@ def render_json(plan: LaunchPlan) -> str:
 def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
     """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
-    return launch_facts.docker_run_argv(launch_facts.default_name(plan.profile), plan.image, plan.argv, plan.env, hf_cache=hf_cache)
+    name = launch_facts.default_name(plan.profile)
+    return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_cache=hf_cache,
+                                        env_file=f"./{name}.env" if plan.secret_env else None)
 
 
 def render_docker(plan: LaunchPlan) -> str:
@@ -61,6 +65,9 @@ def render_docker(plan: LaunchPlan) -> str:
     if plan.build is not None and not plan.build.digest:
         out += _comment(f"image {plan.image} has no published digest: after `docker pull`, pin the digest "
                         f"`docker image inspect` reports (RepoDigests) and run that")
+    if plan.secret_env:
+        out += _comment(f"--env-file ./{launch_facts.default_name(plan.profile)}.env: create it with mode 0600 and one "
+                        f"NAME=value line for each of {' '.join(plan.secret_env)} (given by --env; not printed here)")
     for note in plan.notes:
         out += _comment(f"{note.topic}: {note.text}")
     return "\n".join(out + [text]) + "\n"

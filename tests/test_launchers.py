@@ -243,7 +243,7 @@ def test_cli_writes_systemd_files_and_prints_install_commands(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "not_dir", "unwritable", "user", "loose_env", "env_in_unwritable",
-                                  "shell_env_file", "name", "timeout"])
+                                  "shell_user", "name", "timeout"])
 def test_cli_bad_input(tmp_path, case):
     out = tmp_path / "out"
     out.mkdir()
@@ -267,9 +267,9 @@ def test_cli_bad_input(tmp_path, case):
     elif case == "env_in_unwritable":
         args += ["--env-file", "/proc/self/x.env"]
         needle = "cannot write"
-    elif case == "shell_env_file":
-        args = ["--format", "shell", "--output", str(out), "--env-file", str(tmp_path / "e.env")]
-        needle = "--format systemd"
+    elif case == "shell_user":  # the shell launcher reads --env-file too, but runs as whoever starts it
+        args = ["--format", "shell", "--output", str(out), "--user", "vllm"]
+        needle = "--user belongs to --format systemd"
     elif case == "name":
         args += ["--name", "../evil"]
         needle = "--name"

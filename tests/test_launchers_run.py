@@ -559,3 +559,14 @@ def test_state_dir_defaults_under_the_project_state_root(rig):
     subprocess.run([str(script)], env=env, capture_output=True, timeout=60)
     # Beside the probe records (<root>/probe), never mixed with them.
     assert json.loads((root / "launch" / "svc" / "launch-state.json").read_text())["phase"] == "failed"
+
+
+def test_host_mode_without_vllm_on_path_says_so_in_one_line(rig):
+    # Issue 22: it died with `setsid: failed to execute vllm`, exit 127.
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    r = rig.run(script, PATH="/usr/bin:/bin")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "error: vllm is not on PATH (/usr/bin:/bin): install vLLM for this user, or set ROCM_DSPARK_CONTAINER=1" in err
+    assert "setsid" not in err and not rig.records()

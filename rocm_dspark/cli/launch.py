@@ -22,8 +22,9 @@ from rocm_dspark.selection import plan_from_options
 @click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
 @click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
 @click.option("--env-file", default=None,
-              help="systemd: EnvironmentFile for secrets such as HF_TOKEN (default: <output>/<name>.env); "
-                   "an existing file is kept and must be mode 0600.")
+              help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
+                   "<output>/<name>.env; systemd's EnvironmentFile=). An existing one is kept, must be mode 0600, "
+                   "and gets the --env values set in it.")
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
 @click.option("--ready-timeout", type=int, default=3600, show_default=True,
               help="Seconds each start may take to answer /health and /v1/models.")
@@ -69,6 +70,8 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
         }, indent=2))
         return
     click.echo(f"wrote {files.launcher}")
+    if files.unit is None and files.env_file_written:
+        click.echo(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
         click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to ~/.local/state/rocm-dspark/launch/{files.name})")
         return

@@ -54,6 +54,10 @@ class UpOptions:
                 raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+        if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
+            from rocm_dspark.launchers import check_name
+
+            check_name(self.name)
         self.state_dir_flag = self.selection.get("state_dir")  # shown in --dry-run's commands only when given
         self.state_dir = Path(state_dir(self.selection.get("state_dir"))).absolute()
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
@@ -287,6 +291,8 @@ class UpRun:
             flag = "--" + {"served_name": "served-model-name", "extra_args": "vllm-arg", "extra_env": "env"}.get(
                 key, key.replace("_", "-"))
             for v in value if isinstance(value, (list, tuple)) else [value]:
+                if key == "extra_env":  # --env KEY reads the value from the environment: it is never printed
+                    v = str(v).partition("=")[0]
                 flags.append(f"{flag} {shlex.quote(str(v))}")
         return " ".join(flags)
 
