@@ -25,6 +25,11 @@ FORMATS = ("shell", "systemd")
 DEFAULT_READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight requests off
 DEFAULT_USER = "vllm"
+# Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
+INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
+DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
+# `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
+EXPOSURE = "2.0 OK"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
@@ -195,6 +200,7 @@ def render_unit(
     container: bool = False,
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    watchdog_s: int = DEFAULT_WATCHDOG_S,
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = _check_name(name or default_name(plan))
@@ -221,6 +227,11 @@ def render_unit(
         # The launcher escalates to SIGKILL itself shortly before systemd would.
         "TIMEOUT_STOP_S": str(stop_timeout_s + 30),
         "RESTART_SEC": "60",
+        "WATCHDOG_S": str(int(watchdog_s)),
+        "EXPOSURE": EXPOSURE,
+        # Container mode runs `docker`: the unit needs the daemon up first, and stops before it.
+        "RUNTIME_AFTER": " docker.service\nRequires=docker.service" if container else "",
+        "DOCKER_SOCKET_NOTE": " and the docker socket" if container else "",
     }
     return _fill(_template("service.tmpl"), values)
 
@@ -238,6 +249,11 @@ def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_
     )
 
 
+def installed_launcher(name: str) -> str:
+    """Where the unit's ExecStart finds the launcher (INSTALL_DIR; `name` is checked by _check_name)."""
+    return f"{INSTALL_DIR}/{_check_name(name)}.sh"
+
+
 def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
     """The commands an operator runs to install and start the unit (printed, never run)."""
     if files.unit is None:
@@ -246,6 +262,7 @@ def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
     return (
         f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "
         f"--groups video,render {quote(user)}",
+        f"sudo install -D -m 0755 -o root -g root {quote(str(files.launcher))} {quote(installed_launcher(files.name))}",
         f"sudo install -m 0644 {quote(str(files.unit))} /etc/systemd/system/{quote(unit_name)}",
         "sudo systemctl daemon-reload",
         # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
@@ -344,7 +361,7 @@ def write_launchers(
     unit = out / f"{name}.service"
     unit_text = render_unit(
         plan,
-        launcher_path=str(launcher),
+        launcher_path=installed_launcher(name),
         env_file_path=str(env_path),
         user=user,
         name=name,

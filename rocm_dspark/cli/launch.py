@@ -38,7 +38,7 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
-    from rocm_dspark.launchers import write_launchers
+    from rocm_dspark.launchers import INSTALL_DIR, write_launchers
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
@@ -77,7 +77,8 @@ def launch(fmt, output, name, user, env_file, container, ready_timeout, as_json,
         return
     click.echo(f"wrote {files.unit}")
     click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")
-    click.echo(f"The unit runs the launcher in place: keep {files.launcher} where it is, readable by the service user.")
+    click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
+               "run them again after regenerating it.")
     click.echo("Install and start:")
     for cmd in files.install_commands:
         click.echo(f"  {cmd}")
