@@ -477,12 +477,18 @@ def test_term_ignoring_server_is_killed_after_the_stop_timeout(rig):
     assert b"killing its process group" in proc.stderr.read()
 
 
-def test_systemd_notify_is_called_when_ready(rig):
-    port = free_port()
+def notify_recorder(rig: Rig) -> Path:
+    """A stand-in systemd-notify on the rig's PATH: it appends `$NOTIFY_SOCKET|args` to the returned file."""
     log = rig.root / "notify.log"
     notify = rig.root / "bin" / "systemd-notify"
     notify.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "$NOTIFY_SOCKET" "$*" >> {shlex.quote(str(log))}\n')
     notify.chmod(0o755)
+    return log
+
+
+def test_systemd_notify_is_called_when_ready(rig):
+    port = free_port()
+    log = notify_recorder(rig)
     proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, NOTIFY_SOCKET="/run/test.sock")
     stop_and_check(proc, rig)
     lines = log.read_text().splitlines()
@@ -575,16 +581,14 @@ def test_host_mode_without_vllm_on_path_says_so_in_one_line(rig):
 def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig):
     # Issue 22: nothing noticed a hung vLLM after ready. WatchdogSec=3 -> WATCHDOG_USEC=3000000: a poll a second.
     port = free_port()
-    log = rig.root / "notify.log"
-    notify = rig.root / "bin" / "systemd-notify"
-    notify.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {shlex.quote(str(log))}\n')
-    notify.chmod(0o755)
+    log = notify_recorder(rig)
     proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, NOTIFY_SOCKET="/run/test.sock",
                        WATCHDOG_USEC="3000000")
-    fed = lambda: log.read_text().splitlines().count("WATCHDOG=1")  # noqa: E731
+    fed = lambda: log.read_text().splitlines().count("/run/test.sock|WATCHDOG=1")  # noqa: E731
     assert wait_until(lambda: fed() >= 2, 20)
     lines = log.read_text().splitlines()
-    assert lines.index("--ready --status=serving (block verification)") < lines.index("WATCHDOG=1")
+    assert lines.index("/run/test.sock|--ready --status=serving (block verification)") < \
+        lines.index("/run/test.sock|WATCHDOG=1")
     (server,) = rig.records()[0]["pids"][:1]
     os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
     try:
