@@ -18,6 +18,8 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None) -> str:
                     + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
     if cluster.status:
         out += _comment(f"prefill/decode status: {cluster.status}")
+    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+        out += _comment(f"set on every node first (given by --env, not printed): {' '.join(plan.secret_env)}")
     for note in plan.notes:
         out += _comment(f"{note.topic}: {note.text}")
     for topic, text in cluster.notes:

@@ -52,9 +52,10 @@ def invoke(*args):
     return r
 
 
-@pytest.mark.parametrize("fmt", ["json", "docker", "shell", "k8s"])
-def test_recipe_prints_names_never_values(fmt):
-    extra = ["--strategy", "multi_node_tp", "--nodes", "2", "--head-address", "10.0.0.1"] if fmt == "k8s" else []
+@pytest.mark.parametrize("fmt,strategy", [("json", None), ("docker", None), ("shell", None), ("k8s", "multi_node_tp"),
+                                          ("shell", "multi_node_tp"), ("json", "multi_node_dep")])
+def test_recipe_prints_names_never_values(fmt, strategy):
+    extra = ["--strategy", strategy, "--nodes", "2", "--head-address", "10.0.0.1"] if strategy else []
     r = invoke("recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--format", fmt, *ENV_FLAGS, *extra)
     assert "HF_TOKEN" in r.output and "SOME_SETTING" in r.output
     # The credential-looking names given with a value on the command line are warned about.
