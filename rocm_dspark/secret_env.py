@@ -38,6 +38,26 @@ def env_file_line(name: str, value: str) -> str:
     return f'{name}="' + re.sub(r'([\\"`$])', r"\\\1", value) + '"'
 
 
+def digest(value: str) -> str:
+    """What records keep of a value: its sha256 (another value is another launch; the value is not kept)."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def redact_argv(argv) -> list[str]:
+    """A command line as records keep it: `--env NAME=value` becomes `--env NAME=<not recorded>`."""
+    out, after_env = [], False
+    for word in map(str, argv):
+        if after_env or word.startswith("--env="):
+            head, _, rest = (("", "", word) if after_env else word.partition("="))
+            name, sep, _ = rest.partition("=")
+            word = (f"{head}=" if head else "") + (f"{name}=<not recorded>" if sep else name)
+        after_env = word == "--env"
+        out.append(word)
+    return out
+
+
 def merge_env_file(existing: str, values: dict[str, str]) -> str:
     """`existing` with each NAME in `values` set: its line replaced in place, or appended when absent."""
     lines: list[str] = []
@@ -54,4 +74,4 @@ def merge_env_file(existing: str, values: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["is_credential", "check_value", "env_file_line", "merge_env_file", "SECRET_FLAGS"]
+__all__ = ["is_credential", "check_value", "env_file_line", "merge_env_file", "digest", "redact_argv", "SECRET_FLAGS"]

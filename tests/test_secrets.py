@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.secret_env import env_file_line, is_credential, merge_env_file
+from rocm_dspark.secret_env import digest, env_file_line, is_credential, merge_env_file, redact_argv
 from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
 
 SECRET = "hf_PLANTEDsecret7f3a"
@@ -190,6 +190,21 @@ def test_env_file_lines_read_back_by_the_launchers_reader(tmp_path, value):
                           + reader + '\nread_env_file; printf %s "$X"', "_", str(path)],
                          capture_output=True, env={"PATH": os.environ["PATH"]}, check=True).stdout
     assert got == value.encode()
+
+
+def test_records_keep_a_command_line_without_env_values():
+    assert redact_argv(["up", "--env", f"HF_TOKEN={SECRET}", f"--env=K={KEY}", "--env", "NAME", "--port", "1"]) == \
+        ["up", "--env", "HF_TOKEN=<not recorded>", "--env=K=<not recorded>", "--env", "NAME", "--port", "1"]
+
+
+def test_a_probe_record_keeps_env_values_by_digest(tmp_path):
+    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.probe.run import _selection_dict
+    from rocm_dspark.selection import build_selection
+
+    sel = build_selection({"model": "V4.1-Flash", "gpu": "mi300x", "extra_env": (f"HF_TOKEN={SECRET}",)}, load_catalog())
+    kept = _selection_dict(sel)["extra_env"]
+    assert kept == [["HF_TOKEN", digest(SECRET)]] and SECRET not in str(kept)
 
 
 def test_merge_replaces_keeps_and_appends():

@@ -99,6 +99,7 @@ def validate(**kwargs):
     """
     import json
 
+    from rocm_dspark.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     selection = pop_selection(kwargs, keep=("concurrency",))
@@ -118,7 +119,7 @@ def validate(**kwargs):
     from rocm_dspark.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
-    rep = run_validation(opts, selection, command=["rocm-dspark", *sys.argv[1:]], say=display.say, display=display)
+    rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say, display=display)
     s = rep["summary"]
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))

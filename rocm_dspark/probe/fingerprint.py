@@ -114,10 +114,9 @@ def launch_identity(plan) -> dict:
         argv.append(token)
         i += 1
     # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
-    import hashlib
+    from rocm_dspark.secret_env import digest
 
-    env = {**plan.env, **{k: "sha256:" + hashlib.sha256(v.encode()).hexdigest()
-                          for k, v in getattr(plan, "secret_env", {}).items()}}
+    env = {**plan.env, **{k: digest(v) for k, v in getattr(plan, "secret_env", {}).items()}}
     return {"argv": argv, "env": dict(sorted(env.items()))}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
@@ -321,7 +322,7 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     if options.dry_run:
         return _dry_run(run, steps)
     run.dir.mkdir(parents=True, exist_ok=True)
-    state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": options.target})
+    state.note_run({"at": utc_now(), "argv": redact_argv(sys.argv[1:]), "target": options.target})
     n = len(steps)
     for i, step in enumerate(steps, 1):
         inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})

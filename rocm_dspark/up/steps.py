@@ -571,6 +571,7 @@ def validate_inputs(run) -> dict:
 
 
 def validate_run(run) -> dict:
+    from rocm_dspark.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -582,7 +583,7 @@ def validate_run(run) -> dict:
                            gate_software=run.gate_software(),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
                            request_timeout_s=run.options.request_timeout_s)
-    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + sys.argv[1:],
+    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
                          say=lambda line: run.say(f"  {line}"), display=run.display)
     s = rep["summary"]
     checks = {c["name"]: c for c in rep["checks"]}
