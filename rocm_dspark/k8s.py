@@ -14,7 +14,12 @@ Every pod mounts /dev/shm (memory-backed emptyDir), the model cache and the prob
 What runs is the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher,
 which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster.
 Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word
-is POSIX-quoted, and `$(` is doubled to `$$(` because Kubernetes expands $(VAR) in command, args and env.
+is POSIX-quoted, and every `$` is doubled because Kubernetes expands $(VAR) in command, args and env values and
+turns `$$` into `$` (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
+
+Operator-grade defaults (issue 22, docs/security.md): pods run as a non-root user with the GPU device groups as
+supplemental groups, have CPU and memory requests and limits (HOST_BUDGET), read every --env value from a Secret,
+and the PersistentVolumeClaims they mount are in the output with the access mode their pods need.
 """
 
 from __future__ import annotations
@@ -31,14 +36,32 @@ GPU_RESOURCE = "amd.com/gpu"
 _LEADER = LEADER_PLACEHOLDER = "lws-leader-address.invalid"
 DEFAULT_STARTUP_BUDGET_S = 3600   # a 511 GB checkpoint can take most of an hour to load
 PROBE_PERIOD_S = 10
-MODEL_CACHE_MOUNT = "/root/.cache/huggingface"
-STATE_MOUNT = "/var/lib/rocm-dspark"
+# Outside /root: a non-root user cannot traverse the image's /root (mode 0700).
+MODEL_CACHE_MOUNT = "/var/lib/rocm-dspark/hf-cache"
+STATE_MOUNT = "/var/lib/rocm-dspark/state"
+HOME_MOUNT = "/var/lib/rocm-dspark/home"  # HOME for vLLM's, torch's and Triton's caches (an emptyDir)
+# The router, pinned to a release: vllm-project/router publishes vllm/vllm-router:v<version> for each release
+# (.buildkite/scripts/publish-release-images.sh, commit e0c942d4); 0.1.17 is the newest vllm-router on PyPI
+# (https://pypi.org/project/vllm-router/0.1.17/, 2026-11). Its digest is not resolved here (no registry access).
+ROUTER_IMAGE = "vllm/vllm-router:v0.1.17"
+# Non-root, with the GPU device files' groups. video is GID 44 on Debian/Ubuntu (base-passwd's static list);
+# render has no fixed GID (a dynamic system group): 109 is a default to check with `getent group render`.
+RUN_AS = 1000
+GPU_GROUP_IDS = (44, 109)
+# Host budget per vLLM pod (not yet run on MI300-class hardware; a budget, not a measurement): CPU for the API
+# server and one busy worker process per GPU rank; memory for /dev/shm (a memory emptyDir counts against the
+# pod's limit) plus each rank's host-side runtime (torch, ROCm, pinned staging).
+HOST_BUDGET = {"cpu_base": 4, "cpu_per_gpu": 2, "mem_base_gib": 16, "mem_per_gpu_gib": 16}
+ROUTER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
+MODEL_CACHE_GIB = 1024  # the 511 GB checkpoint, with room for a second revision
+STATE_GIB = 1
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
 
 
 def _k8s_literal(text: str) -> str:
-    """Kubernetes expands $(VAR) in command, args and env values; $$ is its escape for a literal $."""
-    return text.replace("$(", "$$(")
+    """Kubernetes expands $(VAR) in command, args and env values and reads $$ as a literal $: doubling every $
+    makes any string arrive as written (`x$$(HF_TOKEN)` stays that, never `x$` + the secret)."""
+    return text.replace("$", "$$")
 
 
 def _sh(argv: tuple[str, ...], raw: dict[int, str] | None = None) -> str:
@@ -54,10 +77,16 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _env_list(env: dict[str, str], extra: list[dict] | None = None) -> list[dict]:
-    out = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items()]
-    out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}}})
+def _env_list(env: dict[str, str], extra: list[dict] | None = None, secrets: tuple[str, str, tuple[str, ...]] = ("", "", ())) -> list[dict]:
+    """The plan's env as values; every --env name (secrets[2]) from the Secret secrets[1], never a value here."""
+    _, secret_name, names = secrets
+    out = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items() if k not in names]
+    for k in names:
+        out.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}})
+    if "HF_TOKEN" not in names:
+        out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}}})
     out.append({"name": "HF_HOME", "value": MODEL_CACHE_MOUNT})
+    out.append({"name": "HOME", "value": HOME_MOUNT})
     out.append({"name": "ROCM_DSPARK_STATE_DIR", "value": STATE_MOUNT})
     return out + (extra or [])
 
@@ -80,6 +109,7 @@ def _volumes(shm_gib: int, model_cache_claim: str, state_claim: str) -> list[dic
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_claim}},
         {"name": "probe-state", "persistentVolumeClaim": {"claimName": state_claim}},
+        {"name": "home", "emptyDir": {}},
     ]
 
 
@@ -87,19 +117,30 @@ _MOUNTS = [
     {"name": "dshm", "mountPath": "/dev/shm"},
     {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
     {"name": "probe-state", "mountPath": STATE_MOUNT},
+    {"name": "home", "mountPath": HOME_MOUNT},
 ]
 
 
+def host_budget(gpus: int, shm_gib: int) -> dict:
+    """CPU and memory requests = limits for one vLLM pod using `gpus` GPUs (HOST_BUDGET)."""
+    b = HOST_BUDGET
+    budget = {"cpu": str(b["cpu_base"] + b["cpu_per_gpu"] * gpus),
+              "memory": f"{shm_gib + b['mem_base_gib'] + b['mem_per_gpu_gib'] * gpus}Gi"}
+    return {"limits": {GPU_RESOURCE: str(gpus), **budget}, "requests": {GPU_RESOURCE: str(gpus), **budget}}
+
+
 def _container(name: str, image: str, script: str, env: list[dict], gpus: int, port: int | None,
-               probes: dict | None) -> dict:
+               probes: dict | None, shm_gib: int = 64) -> dict:
     c = {
         "name": name, "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", _k8s_literal(script)],
         "env": env,
-        "resources": {"limits": {GPU_RESOURCE: str(gpus)}, "requests": {GPU_RESOURCE: str(gpus)}},
+        "resources": host_budget(gpus, shm_gib),
         "volumeMounts": [dict(m) for m in _MOUNTS],
-        # ROCm needs the device files the plugin hands over, and unlimited locked memory for RDMA/KV tiers.
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"]}, "seccompProfile": {"type": "Unconfined"}},
+        # ROCm needs the device files the plugin hands over (open through the pod's supplemental groups) and
+        # unlimited locked memory for RDMA/KV tiers; nothing else is added and no privilege can be gained.
+        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"], "drop": ["ALL"]},
+                            "allowPrivilegeEscalation": False, "seccompProfile": {"type": "Unconfined"}},
     }
     if port is not None:
         c["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -107,9 +148,27 @@ def _container(name: str, image: str, script: str, env: list[dict], gpus: int, p
     return c
 
 
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+                "supplementalGroups": list(GPU_GROUP_IDS)}
+
+
 def _pod_spec(containers: list[dict], volumes: list[dict], budget_s: int) -> dict:
     return {"containers": containers, "volumes": volumes, "terminationGracePeriodSeconds": 330,
-            "enableServiceLinks": False, "restartPolicy": "Always"}
+            "enableServiceLinks": False, "restartPolicy": "Always", "securityContext": dict(POD_SECURITY),
+            "automountServiceAccountToken": False}
+
+
+def _claims(model_cache_claim: str, state_claim: str, shared: bool, labels: dict) -> list[dict]:
+    """The PVCs the pods mount. Pods on several nodes mounting one claim need ReadWriteMany."""
+    mode = "ReadWriteMany" if shared else "ReadWriteOnce"
+    why = ("ReadWriteMany: pods on different nodes mount this claim at once; the storage class must support it"
+           if shared else "ReadWriteOnce: one pod on one node mounts it")
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": claim, "labels": dict(labels), "annotations": {"rocm-dspark/access-mode": why,
+                                                                                "rocm-dspark/holds": holds}},
+             "spec": {"accessModes": [mode], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
+            for claim, gib, holds in ((model_cache_claim, MODEL_CACHE_GIB, "the Hugging Face cache (HF_HOME)"),
+                                      (state_claim, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"))]
 
 
 def _labels(name: str, component: str) -> dict:
@@ -159,35 +218,45 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     if startup_budget_s <= 0:
         raise UsageError(f"--ready-timeout {startup_budget_s}: give a positive number of seconds")
     argv = tuple(plan.block_argv or plan.argv)
+    secret_names = tuple(plan.secret_env)
+    secrets = ("", f"{name}-env", secret_names)
     notes = {"rocm-dspark/profile": plan.profile, "rocm-dspark/status": f"{plan.status} ({plan.status_date})",
              "rocm-dspark/verification": "block (the adaptive fallback lives in the bash launcher, not in these pods)",
              "rocm-dspark/hardware": "not yet run on MI300-class hardware"}
     image = plan.image
     if "@sha256:" not in image:
         notes["rocm-dspark/image"] = "not pinned by digest: unresolved here; run `rocm-dspark images` and regenerate (the plan then names the digest)"
+    notes["rocm-dspark/gpu-groups"] = (f"pods run as uid {RUN_AS} with supplementalGroups {list(GPU_GROUP_IDS)} (video, "
+                                       "render): set them to `getent group video render` on the nodes")
+    if secret_names:
+        notes["rocm-dspark/secret"] = (f"Secret {name}-env holds {', '.join(secret_names)} (given by --env; not in "
+                                       f"this file): kubectl create secret generic {name}-env --from-env-file=FILE")
     g = spec.gpus_per_node
     vols = _volumes(shm_gib, model_cache_claim, state_claim)
     port = int(plan.port)
 
     if spec.strategy == "single_node":
         labels = _labels(name, "server")
-        c = _container("vllm", image, _sh(argv), _env_list(plan.env), _gpus_used(argv), port, _probes(port, startup_budget_s))
-        return [_deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port)]
+        c = _container("vllm", image, _sh(argv), _env_list(plan.env, secrets=secrets), _gpus_used(argv), port,
+                       _probes(port, startup_budget_s), shm_gib)
+        return [*_claims(model_cache_claim, state_claim, False, labels),
+                _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port)]
 
     if spec.strategy == "pd_cluster":
-        return _pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads)
+        return [*_claims(model_cache_claim, state_claim, True, _labels(name, "storage")),
+                *_pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads, secrets, shm_gib)]
 
     k8s_spec = spec._replace(head_address=_LEADER)
     cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
     head, worker = cluster.commands[0], cluster.commands[1]
     labels = _labels(name, "group")
-    leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env), g, port,
-                          _probes(port, startup_budget_s))
+    leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env, secrets=secrets),
+                          g, port, _probes(port, startup_budget_s), shm_gib)
     worker_script = (_worker_script(worker.argv, cluster.layout["dp_local"] or 1) if worker.argv[0] == "vllm"
                      else _worker_script(worker.argv, 1))
-    worker_c = _container("vllm-worker", image, worker_script, _env_list(worker.env), g,
+    worker_c = _container("vllm-worker", image, worker_script, _env_list(worker.env, secrets=secrets), g,
                           port if worker.serves_http else None,
-                          _probes(port, startup_budget_s) if worker.serves_http else None)
+                          _probes(port, startup_budget_s) if worker.serves_http else None, shm_gib)
     lws = {
         "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "labels": dict(labels), "annotations": {**notes, "rocm-dspark/strategy": spec.strategy}},
@@ -209,7 +278,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     svc = _service(name, {**labels, "role": "leader"}, port)
     if worker.serves_http:
         svc["spec"]["selector"] = dict(labels)  # hybrid LB: every node serves its own ranks
-    return [lws, svc]
+    return [*_claims(model_cache_claim, state_claim, True, labels), lws, svc]
 
 
 def _gpus_used(argv: tuple[str, ...]) -> int:
@@ -221,7 +290,7 @@ def _gpus_used(argv: tuple[str, ...]) -> int:
     return n
 
 
-def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads) -> list[dict]:
+def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads, secrets, shm_gib) -> list[dict]:
     if (spec.connector or "nixl") != "nixl":
         raise UsageError("--format k8s emits prefill/decode with --connector nixl only: MoRIIO instances register "
                          "with the proxy's IP at start; use --format shell or systemd for MoRIIO")
@@ -236,8 +305,8 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
         labels = _labels(name, role)
         env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
         pod_ip = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        c = _container("vllm", image, _sh(cmd.argv), _env_list(env, pod_ip), _gpus_used(cmd.argv),
-                       cmd.port, _probes(cmd.port, budget))
+        c = _container("vllm", image, _sh(cmd.argv), _env_list(env, pod_ip, secrets), _gpus_used(cmd.argv),
+                       cmd.port, _probes(cmd.port, budget), shm_gib)
         out.append(_deployment(f"{name}-{role}", labels, replicas, _pod_spec([c], vols, budget),
                                {**notes, "rocm-dspark/strategy": "pd_cluster"}))
         out.append(_service(f"{name}-{role}", labels, cmd.port))
@@ -255,12 +324,17 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     ports = {c.role: c.port for c in cluster.commands}
     r_argv[2:2] = ["--prefill", f"http://{name}-prefill:{ports['prefill']}", "--decode", f"http://{name}-decode:{ports['decode']}"]
     labels = _labels(name, "router")
-    rc = {"name": "vllm-router", "image": "vllm/vllm-router:nightly", "imagePullPolicy": "IfNotPresent",
+    rc = {"name": "vllm-router", "image": ROUTER_IMAGE, "imagePullPolicy": "IfNotPresent",
           "command": ["/bin/sh", "-c", _k8s_literal(_sh(tuple(r_argv)))],
           "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+          "resources": {k: dict(v) for k, v in ROUTER_RESOURCES.items()},
+          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
           "readinessProbe": {"tcpSocket": {"port": router.port}, "periodSeconds": 10}}
-    out.append(_deployment(f"{name}-router", labels, 1, {"containers": [rc], "enableServiceLinks": False},
-                           {**notes, "rocm-dspark/image": "vllm/vllm-router:nightly is a tag: pin it by digest"}))
+    router_pod = {"containers": [rc], "enableServiceLinks": False, "automountServiceAccountToken": False,
+                  "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS}}
+    out.append(_deployment(f"{name}-router", labels, 1, router_pod,
+                           {**notes, "rocm-dspark/image": f"{ROUTER_IMAGE}: a vllm-project/router release tag; "
+                                                          "pin its digest (docker buildx imagetools inspect) before production"}))
     out.append(_service(name, labels, router.port))
     return out
 
@@ -275,12 +349,23 @@ def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict 
                             query_heads=cluster.query_heads)
 
 
+_LOOKS_TYPED = re.compile(r"[-+]?(\.?[0-9]|\.(inf|nan)\b)|(y|yes|n|no|on|off|true|false|null|~)$", re.IGNORECASE)
+
+
 def render_yaml(manifests: list[dict]) -> str:
     import yaml
 
     class _Dumper(yaml.SafeDumper):
         def ignore_aliases(self, data):  # no &id001 anchors: each manifest reads on its own
             return True
+
+    def _str(dumper, data):
+        # PyYAML quotes only what YAML 1.1 reads as non-strings; Kubernetes' YAML 1.2 reader also takes 0o17,
+        # 1e5 or .5 as numbers. Quote every string that starts like a number, bool or null.
+        style = '"' if _LOOKS_TYPED.match(data) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _Dumper.add_representer(str, _str)
 
     return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 

@@ -41,14 +41,18 @@ def default_name(profile: str) -> str:
 
 
 def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_cache: str = HF_CACHE_HOST,
-                    passed_env=PASSED_ENV, model_path: str | None = None) -> list[str]:
+                    passed_env=PASSED_ENV, model_path: str | None = None,
+                    env_file: str | None = None) -> list[str]:
     """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image; a local
-    --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged."""
+    --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged; secrets and --env
+    values only through `env_file` (docker --env-file), never as -e NAME=VALUE."""
     out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, "-v", f"{hf_cache}:{HF_CACHE_CONTAINER}"]
     if model_path:
         out += ["-v", f"{model_path}:{model_path}:ro"]
     for key, value in env.items():
         out += ["-e", f"{key}={value}"]
+    if env_file:
+        out += ["--env-file", env_file]
     for key in passed_env:
         out += ["-e", key]
     return out + ["--entrypoint", argv[0], image, *argv[1:]]

@@ -14,7 +14,7 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rocm_dspark import launch_facts, quoting
+from rocm_dspark import launch_facts, quoting, secret_env
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import LaunchPlan
@@ -25,6 +25,11 @@ FORMATS = ("shell", "systemd")
 DEFAULT_READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight requests off
 DEFAULT_USER = "vllm"
+# Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
+INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
+DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
+# `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
+EXPOSURE = "2.0 OK"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 
 
@@ -51,6 +56,9 @@ def _check_name(name: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name) or ".." in name:
         raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     return name
+
+
+check_name = _check_name  # the rule, for `up` to apply before it runs anything (its --dry-run included)
 
 
 def _fill(template: str, values: dict[str, str]) -> str:
@@ -130,8 +138,10 @@ def render_launcher(
     ready_host: str = "",
     ready_port: int | None = None,
     group_name: str | None = None,
+    env_file: str = "",
 ) -> str:
-    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in).
+    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
+    the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
 
     group_role: single | head | worker (rocm_dspark.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR."""
@@ -181,6 +191,8 @@ def render_launcher(
         "GROUP_NAME": _check_name(group_name or name),
         "READY_HOST": quoting.bash_word(ready_host, "ready host") if ready_host else "''",
         "READY_PORT": str(int(ready_port)) if ready_port else "''",
+        "ENV_FILE": quoting.bash_word(env_file, "--env-file") if env_file else "''",
+        "SECRET_NAMES": " ".join(quoting.env_name(k) for k in plan.secret_env),
         **_shared_facts(),
     }
     return _fill(_template("launcher.sh.tmpl"), values)
@@ -196,6 +208,7 @@ def render_unit(
     container: bool = False,
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    watchdog_s: int = DEFAULT_WATCHDOG_S,
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = _check_name(name or default_name(plan))
@@ -222,6 +235,11 @@ def render_unit(
         # The launcher escalates to SIGKILL itself shortly before systemd would.
         "TIMEOUT_STOP_S": str(stop_timeout_s + 30),
         "RESTART_SEC": "60",
+        "WATCHDOG_S": str(int(watchdog_s)),
+        "EXPOSURE": EXPOSURE,
+        # Container mode runs `docker`: the unit needs the daemon up first, and stops before it.
+        "RUNTIME_AFTER": " docker.service\nRequires=docker.service" if container else "",
+        "DOCKER_SOCKET_NOTE": " and the docker socket" if container else "",
     }
     return _fill(_template("service.tmpl"), values)
 
@@ -239,6 +257,11 @@ def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_
     )
 
 
+def installed_launcher(name: str) -> str:
+    """Where the unit's ExecStart finds the launcher (INSTALL_DIR; `name` is checked by _check_name)."""
+    return f"{INSTALL_DIR}/{_check_name(name)}.sh"
+
+
 def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
     """The commands an operator runs to install and start the unit (printed, never run)."""
     if files.unit is None:
@@ -247,6 +270,7 @@ def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
     return (
         f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "
         f"--groups video,render {quote(user)}",
+        f"sudo install -D -m 0755 -o root -g root {quote(str(files.launcher))} {quote(installed_launcher(files.name))}",
         f"sudo install -m 0644 {quote(str(files.unit))} /etc/systemd/system/{quote(unit_name)}",
         "sudo systemctl daemon-reload",
         # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
@@ -281,6 +305,20 @@ def _check_env_file(path: Path) -> bool:
     return False
 
 
+def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int) -> str | None:
+    """The env file to write: the skeleton (new file) or the existing one, with every --env value set in it;
+    None when an existing file needs no change."""
+    if not _check_env_file(path):  # exists, mode checked
+        if not plan.secret_env:
+            return None
+        try:
+            existing = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeError) as exc:
+            raise UsageError(f"--env-file {str(path)!r}: cannot read it ({exc}); fix or remove it") from None
+        return secret_env.merge_env_file(existing, plan.secret_env)
+    return secret_env.merge_env_file(render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), plan.secret_env)
+
+
 def _write_all(files: list[tuple[Path, str, int]]) -> None:
     """Write every file to a temp file in its directory, then rename them all; on failure remove the temps."""
     try:
@@ -310,24 +348,28 @@ def write_launchers(
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
-    if fmt == "shell" and (user is not None or env_file is not None):
-        raise UsageError("--user and --env-file belong to --format systemd; the shell launcher reads its environment")
+    if fmt == "shell" and user is not None:
+        raise UsageError("--user belongs to --format systemd; the shell launcher runs as whoever starts it")
     name = _check_name(name or default_name(plan))
     out = _check_output_dir(Path(output_dir))
     launcher = out / f"{name}.sh"
+    env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           **(group or {}))
+                           env_file=str(env_path), **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
+        env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None
+        if env_text is not None:
+            to_write.append((env_path, env_text, 0o600))
         _write_all(to_write)
-        return LaunchFiles(fmt=fmt, name=name, launcher=launcher)
+        return LaunchFiles(fmt=fmt, name=name, launcher=launcher, env_file=env_path if env_text is not None else None,
+                           env_file_written=env_text is not None)
 
     user = user or DEFAULT_USER
-    env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
     unit = out / f"{name}.service"
     unit_text = render_unit(
         plan,
-        launcher_path=str(launcher),
+        launcher_path=installed_launcher(name),
         env_file_path=str(env_path),
         user=user,
         name=name,
@@ -335,10 +377,11 @@ def write_launchers(
         ready_timeout_s=ready_timeout_s,
         stop_timeout_s=stop_timeout_s,
     )
-    write_env = _check_env_file(env_path)
+    env_text = _env_file_text(plan, env_path, name, ready_timeout_s)
+    write_env = env_text is not None
     to_write.append((unit, unit_text, 0o644))
     if write_env:
-        to_write.append((env_path, render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), 0o600))
+        to_write.append((env_path, env_text, 0o600))
     _write_all(to_write)
     files = LaunchFiles(fmt=fmt, name=name, launcher=launcher, unit=unit, env_file=env_path, env_file_written=write_env)
     return replace(files, install_commands=install_commands(files, user))

@@ -146,6 +146,9 @@ class LaunchPlan(NamedTuple):
     concurrency: int | None = None
     memory: Memory | None = None
     model_path: str | None = None  # --model-path: a local checkpoint (container modes mount it read-only)
+    # name -> value for every --env: delivered only through the 0600 env file (rocm_dspark/secret_env.py);
+    # to_json_dict keeps the names, never the values.
+    secret_env: dict = {}
 
     @property
     def gpus_per_node_used(self) -> int:
@@ -155,6 +158,7 @@ class LaunchPlan(NamedTuple):
     def to_json_dict(self) -> dict:
         d = self._asdict()
         d["env"] = dict(self.env)
+        d["secret_env"] = sorted(self.secret_env)
         d["speculative_config"] = dict(self.speculative_config)
         d["argv"] = list(self.argv)
         d["block_argv"] = list(self.block_argv) if self.block_argv else None

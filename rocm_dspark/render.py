@@ -75,7 +75,10 @@ def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
     env + argv), then the plan's header and notes as comments."""
     lines = [f"{k}={shlex.quote(v)}" for k, v in plan.env.items()]
     lines += _argv_lines(plan.argv, 3)
-    out = [" \\\n".join(lines), *header_lines(plan), *note_lines(plan.notes, explain)]
+    out = [" \\\n".join(lines), *header_lines(plan)]
+    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+        out.append(f"# set in your environment first (given by --env, not printed): {' '.join(plan.secret_env)}")
+    out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)
     return "\n".join(out) + "\n"
@@ -89,8 +92,10 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
 def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
     """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
-    return launch_facts.docker_run_argv(launch_facts.default_name(plan.profile), plan.image, plan.argv, plan.env,
-                                        hf_cache=hf_cache, model_path=plan.model_path)
+    name = launch_facts.default_name(plan.profile)
+    return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_cache=hf_cache,
+                                        model_path=plan.model_path,
+                                        env_file=f"./{name}.env" if plan.secret_env else None)
 
 
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
@@ -103,6 +108,9 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     out = [text, *header_lines(plan)]
     if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
         out.append("# unresolved here: `rocm-dspark images` records the digest, then this prints it")
+    if plan.secret_env:
+        out.append(f"# --env-file ./{launch_facts.default_name(plan.profile)}.env: mode 0600, one NAME=value line each "
+                   f"for {' '.join(plan.secret_env)} (given by --env; not printed)")
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)

@@ -29,6 +29,8 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: b
     out += ["", *header_lines(plan)]
     if cluster.status:
         out += _comment(f"prefill/decode status: {cluster.status}")
+    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+        out += _comment(f"set on every node first (given by --env, not printed): {' '.join(plan.secret_env)}")
     notes = [*plan.notes, *(n if isinstance(n, Note) else Note(*n) for n in cluster.notes)]
     out += note_lines(notes, explain)
     if not explain:

@@ -30,6 +30,7 @@ from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
 from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise, read
+from rocm_dspark.secret_env import SECRET_FLAGS, check_value
 from rocm_dspark.vllm_env import check_env
 
 
@@ -66,6 +67,7 @@ class _State:
         self.fields: dict = {}
         self.explicit: set[str] = set()
         self.env: dict[str, str] = {}
+        self.secret_env: dict[str, str] = {}
         self.extra_args: list[tuple[str, ...]] = []
         self.served_name = self.host = ""
         self.port = 0
@@ -553,6 +555,11 @@ def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
     for token in s.sel.extra_args:
         flag, value = _parse_user_arg(token)
+        if flag.replace("_", "-") in SECRET_FLAGS:  # argv is world-readable (ps, /proc) and vLLM logs its args
+            name = SECRET_FLAGS[flag.replace("_", "-")]
+            raise UsageError(f"--vllm-arg {flag}: a secret on the command line is readable by every user of the host "
+                             f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
+                             f"vLLM only through the 0600 env file")
         if flag.startswith("--compilation-config"):
             _merge_compilation_config(args, flag, value)
         else:
@@ -560,8 +567,11 @@ def override_layer(s: _State, args: _Args) -> None:
         s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
     for key, value in s.sel.extra_env:
         check_env(key, value, s.env)
-        s.env[key] = value
-        s.notes.append(Note("override", f"env {key} (given by --env)"))
+        # Every --env value is the operator's and may be a secret: the plan keeps its name, the value goes only
+        # to the 0600 env file (rocm_dspark/secret_env.py); a planned key it repeats or overrides moves there too.
+        s.env.pop(key, None)
+        s.secret_env[key] = check_value(key, value)
+        s.notes.append(Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)"))
     target = s.sel.model_path or s.model.hf_id
 
     def with_spec(adaptive: bool) -> tuple[str, ...]:
@@ -592,6 +602,7 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
         build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
         max_num_seqs=f["max_num_seqs"], max_num_batched_tokens=f["max_num_batched_tokens"],
         capture_size=s.cap_size, k=s.k, concurrency=sel.concurrency, memory=s.memory, model_path=sel.model_path,
+        secret_env=s.secret_env,
     )
     if f["adaptive_verification"] and s.adaptive_allowed:
         # The model's recipe turns it on here and no workaround turned it off: no gate needed.

@@ -23,9 +23,20 @@ ADAPTIVE_MODES = ("auto", "off", "on")
 
 
 def env_pair(value: str) -> tuple[str, str]:
+    """KEY=VALUE, or KEY alone: the value of KEY in this environment (so a secret stays off the command line)."""
     key, sep, val = value.partition("=")
-    if not sep or not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-        raise UsageError(f"--env {value!r} must be KEY=VALUE with a valid variable name")
+    if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
+        raise UsageError(f"--env {value!r} must be KEY=VALUE (or KEY, taken from this environment) with a valid variable name")
+    if not sep:
+        if key not in os.environ:
+            raise UsageError(f"--env {key}: {key} is not set in this environment; export it first or give {key}=VALUE")
+        return key, os.environ[key]
+    from rocm_dspark.secret_env import is_credential
+
+    if is_credential(key):  # the value is in shell history and `ps` now, though in none of our files
+        print(f"rocm-dspark: warning: --env {key}=...: a secret on the command line is visible in shell history "
+              f"and to other users (ps); export {key} and pass --env {key}, or write it into the 0600 env file",
+              file=sys.stderr)
     return key, val
 
 

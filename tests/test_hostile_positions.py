@@ -59,7 +59,9 @@ def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values)
     flags = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir", str(tmp_path / "no-records"),
              "--host", "127.0.0.1", "--port", str(port), "--model-path", model_path, "--served-model-name", served]
     for i, v in enumerate(values):
-        flags += ["--vllm-arg", f"--hostile-{i}={v}", "--env", f"HOSTILE_{i}={v}"]
+        flags += ["--vllm-arg", f"--hostile-{i}={v}"]
+        if "\n" not in v:  # an env file line cannot carry a newline: refused (test below)
+            flags += ["--env", f"HOSTILE_{i}={v}"]
     recipe = cli_in_process("recipe", "--format", "json", *flags)
     assert recipe.exit_code == 0, recipe.output
     plan = json.loads(recipe.stdout)
@@ -78,8 +80,16 @@ def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values)
     for i, v in enumerate(values):
         assert os.fsencode(f"--hostile-{i}={v}") in rec["argv"] or (
             os.fsencode(f"--hostile-{i}") in rec["argv"] and os.fsencode(v) in rec["argv"]), v
-        assert rec["env"][f"HOSTILE_{i}".encode()] == v.encode()
+        if "\n" not in v:  # through the 0600 env file, which the launcher read
+            assert rec["env"][f"HOSTILE_{i}".encode()] == v.encode()
     assert not Path(CANARY).exists()
+
+
+def test_an_env_value_with_a_newline_is_refused_in_one_line(tmp_path):
+    r = cli_in_process("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path),
+                       "--env", "X=a\nb")
+    err = (r.stderr or "").strip().splitlines()
+    assert r.exit_code == 2 and len(err) == 1 and "cannot carry" in err[0] and not list(tmp_path.iterdir())
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")

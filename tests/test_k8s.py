@@ -82,20 +82,24 @@ def manifests(gpu: str, strategy: str, **kw) -> list[dict]:
 
 def _script(container: dict) -> str:
     assert container["command"][:2] == ["/bin/sh", "-c"]
-    return container["command"][2].replace("$$(", "$(")
+    return container["command"][2].replace("$$", "$")  # what Kubernetes hands the pod
 
 
 @pytest.mark.parametrize("gpu", GPUS)
 @pytest.mark.parametrize("strategy", ("single_node",) + MULTI + ("pd_cluster",))
 def test_every_manifest_validates(gpu, strategy):
     objs = manifests(gpu, strategy)
+    for obj in objs:
+        validate(obj)
     kinds = [o["kind"] for o in objs]
+    claims = ["PersistentVolumeClaim"] * 2
     if strategy == "single_node":
-        assert kinds == ["Deployment", "Service"]
+        assert kinds == claims + ["Deployment", "Service"]
     elif strategy == "pd_cluster":
-        assert kinds == ["Deployment", "Service"] * 3
+        assert kinds == claims + ["Deployment", "Service"] * 3
     else:
-        assert kinds == ["LeaderWorkerSet", "Service"]
+        assert kinds == claims + ["LeaderWorkerSet", "Service"]
+        objs = objs[2:]
         assert objs[0]["spec"]["leaderWorkerTemplate"]["size"] == 2
         assert objs[0]["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     for obj in objs:
@@ -103,7 +107,7 @@ def test_every_manifest_validates(gpu, strategy):
 
 
 def test_lws_validation_can_fail():
-    lws = manifests("mi300x", "multi_node_tp")[0]
+    lws = manifests("mi300x", "multi_node_tp")[2]
     bad = copy.deepcopy(lws)
     bad["spec"]["leaderWorkerTemplate"]["sizee"] = 2
     with pytest.raises(AssertionError):
@@ -119,7 +123,7 @@ def test_lws_validation_can_fail():
 
 
 def test_builtin_validation_can_fail():
-    dep = manifests("mi300x", "single_node")[0]
+    dep = manifests("mi300x", "single_node")[2]
     dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["httpGet"]["paht"] = "/health"
     with pytest.raises(kv.ValidationError):
         kv.validate(dep, K8S_VERSION, strict=True)
@@ -144,12 +148,12 @@ def test_pods_get_gpus_shm_cache_state_secret_and_probes(strategy):
             continue
         assert int(c["resources"]["limits"][GPU_RESOURCE]) >= 1
         mounts = {m["mountPath"] for m in c["volumeMounts"]}
-        assert {"/dev/shm", "/root/.cache/huggingface", "/var/lib/rocm-dspark"} <= mounts
+        assert {"/dev/shm", "/var/lib/rocm-dspark/hf-cache", "/var/lib/rocm-dspark/state"} <= mounts
         vols = {v["name"]: v for v in pod["volumes"]}
         assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
         env = {e["name"]: e for e in c["env"]}
         assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
-        assert env["ROCM_DSPARK_STATE_DIR"]["value"] == "/var/lib/rocm-dspark"
+        assert env["ROCM_DSPARK_STATE_DIR"]["value"] == "/var/lib/rocm-dspark/state"
         if "startupProbe" in c:
             sp = c["startupProbe"]
             assert sp["httpGet"]["path"] == "/health"
@@ -162,7 +166,7 @@ def test_pods_get_gpus_shm_cache_state_secret_and_probes(strategy):
 
 
 def test_block_verification_runs_in_pods_and_k_is_the_same_everywhere():
-    objs = manifests("mi300x", "multi_node_dep")
+    objs = manifests("mi300x", "multi_node_dep")[2:]
     scripts = [_script(p["containers"][0]) for p in _pods(objs)]
     specs = set()
     for s in scripts:
@@ -173,11 +177,11 @@ def test_block_verification_runs_in_pods_and_k_is_the_same_everywhere():
 
 
 def test_worker_rank_and_leader_address_come_from_lws_env():
-    lws = manifests("mi300x", "multi_node_dep")[0]
+    lws = manifests("mi300x", "multi_node_dep")[2]
     worker = _script(lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0])
     assert '--data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))"' in worker
     assert '--data-parallel-address "${LWS_LEADER_ADDRESS}"' in worker
-    tp = manifests("mi300x", "multi_node_tp")[0]["spec"]["leaderWorkerTemplate"]
+    tp = manifests("mi300x", "multi_node_tp")[2]["spec"]["leaderWorkerTemplate"]
     w = _script(tp["workerTemplate"]["spec"]["containers"][0])
     assert '--node-rank "${LWS_WORKER_INDEX}"' in w and "--headless" in w
     assert '--master-addr "${LWS_LEADER_ADDRESS}"' in _script(tp["leaderTemplate"]["spec"]["containers"][0])
@@ -189,7 +193,7 @@ def test_worker_rank_and_leader_address_come_from_lws_env():
 
 
 def test_ray_variant_in_lws():
-    lws = manifests("mi355x", "multi_node_tp_dp", backend="ray")[0]["spec"]["leaderWorkerTemplate"]
+    lws = manifests("mi355x", "multi_node_tp_dp", backend="ray")[2]["spec"]["leaderWorkerTemplate"]
     leader = _script(lws["leaderTemplate"]["spec"]["containers"][0])
     worker = _script(lws["workerTemplate"]["spec"]["containers"][0])
     assert leader.startswith("ray start --head --port=6379 && exec vllm serve")
@@ -212,7 +216,7 @@ def test_hostile_strings_reach_vllm_literally():
 
 
 def test_pd_router_and_side_channel_from_pod_ip():
-    objs = manifests("mi355x", "pd_cluster")
+    objs = manifests("mi355x", "pd_cluster")[2:]
     names = [o["metadata"]["name"] for o in objs]
     assert names == ["v41-prefill", "v41-prefill", "v41-decode", "v41-decode", "v41-router", "v41"]
     router = objs[4]["spec"]["template"]["spec"]["containers"][0]
@@ -236,7 +240,7 @@ def test_bad_name_is_refused():
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_parses_them_offline(tmp_path):
     env = {"KUBECONFIG": str(tmp_path / "no-kubeconfig"), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(tmp_path)}
-    for strategy, count in (("single_node", 2), ("multi_node_dep", 2), ("pd_cluster", 6)):
+    for strategy, count in (("single_node", 4), ("multi_node_dep", 4), ("pd_cluster", 8)):
         d = tmp_path / strategy
         d.mkdir()
         (d / "all.yaml").write_text(render_yaml(manifests("mi300x", strategy)))
@@ -250,3 +254,107 @@ def test_kubectl_parses_them_offline(tmp_path):
     if r.returncode != 0 and ("connection refused" in r.stderr or "openapi" in r.stderr):
         pytest.skip(f"kubectl apply --dry-run=client needs a cluster for discovery: {r.stderr.strip().splitlines()[-1][:200]}")
     assert r.returncode == 0, r.stderr
+
+
+# ---- issue 22: what an SRE would apply ----------------------------------------------------------------
+
+def k8s_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of command/args/env values (kubernetes third_party/forked/golang/expansion):
+    $$ -> $, $(NAME) -> NAME's value when defined (else kept as written), any other $ kept."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2:end]
+                    out.append(env.get(name, text[i:end + 1]))
+                    i = end + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+@pytest.mark.parametrize("strategy", ("single_node", "multi_node_tp", "pd_cluster"))
+def test_dollar_strings_reach_the_pod_literally_after_kubernetes_expansion(strategy):
+    name = "x$$(HF_TOKEN) $(HF_TOKEN) $$ $"
+    objs = manifests("mi355x", strategy, served_name=name)
+    pod_env = {"HF_TOKEN": "hf_SECRET", "HOME": "/h"}
+    seen = 0
+    for pod in _pods(objs):
+        c = pod["containers"][0]
+        if c["name"] == "vllm-router":
+            continue
+        script = k8s_expand(c["command"][2], pod_env)
+        argv = shlex.split(script.replace('"${LWS_LEADER_ADDRESS}"', "leader").replace('"${LWS_WORKER_INDEX}"', "1"))
+        if "--served-model-name" in argv:
+            assert argv[argv.index("--served-model-name") + 1] == name
+            seen += 1
+        assert "hf_SECRET" not in script
+    assert seen
+
+
+def test_env_values_yaml_would_read_as_numbers_are_quoted():
+    plan, heads = _plan("mi300x")
+    plan = plan._replace(env={**plan.env, "A": "0o17", "B": "1e5", "C": ".5", "D": "on", "E": "0x1F", "F": "plain"})
+    text = render_yaml(render_manifests(plan, ClusterSpec(), name="v41", query_heads=heads))
+    for key, value in (("A", "0o17"), ("B", "1e5"), ("C", ".5"), ("D", "on"), ("E", "0x1F")):
+        assert f'- name: {key}\n          value: "{value}"' in text, key
+    assert "- name: F\n          value: plain" in text
+    env = {e["name"]: e.get("value") for e in list(yaml.safe_load_all(text))[2]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["A"] == "0o17" and env["B"] == "1e5"
+
+
+@pytest.mark.parametrize("strategy", ("single_node", "multi_node_dep", "pd_cluster"))
+def test_pods_have_requests_limits_non_root_and_their_claims(strategy):
+    objs = manifests("mi355x", strategy)
+    claims = {o["metadata"]["name"]: o for o in objs if o["kind"] == "PersistentVolumeClaim"}
+    assert set(claims) == {"rocm-dspark-model-cache", "rocm-dspark-probe-state"}
+    shared = strategy != "single_node"
+    for c in claims.values():
+        assert c["spec"]["accessModes"] == (["ReadWriteMany"] if shared else ["ReadWriteOnce"])
+        assert c["metadata"]["annotations"]["rocm-dspark/access-mode"].startswith(c["spec"]["accessModes"][0])
+        validate(c)
+    for pod in _pods(objs):
+        c = pod["containers"][0]
+        res = c["resources"]
+        for part in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(res[part]), part
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        if c["name"] != "vllm-router":
+            assert pod["securityContext"]["supplementalGroups"] == [44, 109]      # video, render
+            gpus = int(res["limits"][GPU_RESOURCE])
+            assert res["limits"]["cpu"] == str(4 + 2 * gpus) and res["limits"]["memory"] == f"{64 + 16 + 16 * gpus}Gi"
+            for v in pod["volumes"]:
+                if "persistentVolumeClaim" in v:
+                    assert v["persistentVolumeClaim"]["claimName"] in claims
+
+
+def test_router_image_is_a_release_not_nightly():
+    objs = manifests("mi355x", "pd_cluster")
+    (router,) = [p["containers"][0] for p in _pods(objs) if p["containers"][0]["name"] == "vllm-router"]
+    assert router["image"] == "vllm/vllm-router:v0.1.17" and "vllm-router:nightly" not in render_yaml(objs)
+
+
+def test_env_values_given_by_the_operator_come_from_a_secret():
+    cat = load_catalog()
+    plan = resolve(cat, Selection(model="V4.1-Flash", gpu="mi300x",
+                                  extra_env=(("HF_TOKEN", "hf_PLANTED"), ("MY_VAR", "planted-2"))))
+    for strategy in ("single_node", "multi_node_tp", "pd_cluster"):
+        objs = render_manifests(plan, ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2),
+                                name="v41", query_heads=cat.find_model("V4.1-Flash").query_heads)
+        text = render_yaml(objs)
+        assert "PLANTED" not in text and "planted-2" not in text
+        for pod in _pods(objs):
+            env = {e["name"]: e for e in pod["containers"][0].get("env", [])}
+            if not env:
+                continue
+            for k in ("HF_TOKEN", "MY_VAR"):
+                assert env[k]["valueFrom"]["secretKeyRef"] == {"name": "v41-env", "key": k}

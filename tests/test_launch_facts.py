@@ -92,11 +92,19 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
         pinned = image.split(b":")[0] + PINNED.encode()
         assert from_launcher[from_launcher.index(b"--entrypoint") + 2] == pinned
         from_launcher = [image if word == pinned else word for word in from_launcher]
+    # The --env value reaches docker only through --env-file: the operator's file for the printed command, the
+    # launcher's 0600 copy of what it read (the env file launch wrote) in its state directory.
+    i = from_recipe.index(b"--env-file") + 1
+    container_env = Path(from_launcher[i].decode())
+    assert container_env == tmp_path / "launch-state" / "container.env"
+    assert (container_env.stat().st_mode & 0o777) == 0o600
+    assert "WEIRD=a b $(x) 'q'\n" in container_env.read_text()
+    from_launcher[i] = from_recipe[i]
     assert from_recipe == from_launcher
     argv = [a.decode() for a in from_recipe]
     assert argv[:1 + len(launch_facts.DOCKER_RUN_FLAGS)] == ["run", *launch_facts.DOCKER_RUN_FLAGS]
     assert f"{tmp_path}/home/.cache/huggingface:/root/.cache/huggingface" in argv  # expanded by bash in both
-    assert "WEIRD=a b $(x) 'q'" in argv and argv[argv.index("HF_TOKEN") - 1] == "-e"
+    assert not any("WEIRD" in a for a in argv) and argv[argv.index("HF_TOKEN") - 1] == "-e"
 
 
 def _fragment(script: str, start: str, end: str) -> str:

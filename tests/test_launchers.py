@@ -37,11 +37,36 @@ def shellcheck(path: Path) -> None:
     assert res.returncode == 0, res.stderr
 
 
-def verify_unit(path: Path) -> str:
-    res = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(path)], capture_output=True, text=True)
+def verify_unit(path: Path, launcher: Path | None = None) -> str:
+    """`systemd-analyze verify`, silent. A generated unit runs the launcher from INSTALL_DIR, which the install
+    commands fill and a test may not write: verify a copy whose ExecStart is the written launcher instead."""
+    from rocm_dspark.launchers import INSTALL_DIR
+
+    text = path.read_text()
+    if f'ExecStart="{INSTALL_DIR}/' in text:
+        launcher = launcher or path.with_suffix(".sh")
+        start = text.index('ExecStart="') + len('ExecStart="')
+        text = text[:start] + quoting.systemd_executable(str(launcher))[1:-1] + text[text.index('"', start):]
+        path = path.parent / ("verify-" + path.name)
+        path.write_text(text)
+    env = dict(os.environ)
+    if "Requires=docker.service" in text:  # no docker daemon here: a stand-in unit, so Requires= resolves
+        stub = path.parent / "verify-units"
+        stub.mkdir(exist_ok=True)
+        (stub / "docker.service").write_text("[Unit]\nDescription=stand-in (verify only)\n[Service]\nExecStart=/bin/true\n")
+        env["SYSTEMD_UNIT_PATH"] = f"{stub}:"  # the trailing ':' keeps systemd's own search path
+    res = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", str(path)], capture_output=True, text=True, env=env)
     out = res.stdout + res.stderr
     assert res.returncode == 0 and out.strip() == "", out
     return out
+
+
+def exposure(unit: Path) -> float:
+    """The overall exposure `systemd-analyze security --offline=yes` gives the unit (0 = most locked down)."""
+    res = subprocess.run([SYSTEMD_ANALYZE, "security", "--offline=yes", "--no-pager", str(unit)],
+                         capture_output=True, text=True, timeout=120)
+    line = next(ln for ln in res.stdout.splitlines() if "Overall exposure level" in ln)
+    return float(line.split(":", 1)[1].split()[0])
 
 
 # ---- quoting against the real interpreters ----
@@ -193,7 +218,7 @@ def test_unit_has_the_service_settings(tmp_path):
     assert settings["KillMode"] == "mixed" and int(settings["TimeoutStopSec"]) >= 300
     assert settings["SupplementaryGroups"] == "video render" and settings["LimitMEMLOCK"] == "infinity"
     assert settings["User"] == "svc"
-    assert settings["ExecStart"] == f'"{files.launcher}"'
+    assert settings["ExecStart"] == f'"/usr/local/libexec/rocm-dspark/{files.name}.sh"'
     assert settings["EnvironmentFile"] == str(files.env_file)
     assert settings["StateDirectory"] == f"rocm-dspark/{files.name}"
     assert settings["WorkingDirectory"] == f"%S/rocm-dspark/{files.name}"
@@ -213,6 +238,9 @@ def test_env_file_is_written_0600_and_an_existing_one_is_kept(tmp_path):
 def test_install_commands_install_reload_and_start(tmp_path):
     files = write_launchers(make_plan(8000), tmp_path, "systemd", user="svc")
     cmds = "\n".join(files.install_commands)
+    # The launcher first goes to the fixed root-owned place the unit runs it from.
+    assert files.install_commands[1] == (f"sudo install -D -m 0755 -o root -g root {files.launcher} "
+                                         f"/usr/local/libexec/rocm-dspark/{files.name}.sh")
     assert f"install -m 0644 {files.unit} /etc/systemd/system/{files.unit.name}" in cmds
     assert "systemctl daemon-reload" in cmds and f"systemctl enable --now --no-block {files.unit.name}" in cmds
 
@@ -243,7 +271,7 @@ def test_cli_writes_systemd_files_and_prints_install_commands(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "not_dir", "unwritable", "user", "loose_env", "env_in_unwritable",
-                                  "shell_env_file", "name", "timeout"])
+                                  "shell_user", "name", "timeout"])
 def test_cli_bad_input(tmp_path, case):
     out = tmp_path / "out"
     out.mkdir()
@@ -267,9 +295,9 @@ def test_cli_bad_input(tmp_path, case):
     elif case == "env_in_unwritable":
         args += ["--env-file", "/proc/self/x.env"]
         needle = "cannot write"
-    elif case == "shell_env_file":
-        args = ["--format", "shell", "--output", str(out), "--env-file", str(tmp_path / "e.env")]
-        needle = "--format systemd"
+    elif case == "shell_user":  # the shell launcher reads --env-file too, but runs as whoever starts it
+        args = ["--format", "shell", "--output", str(out), "--user", "vllm"]
+        needle = "--user belongs to --format systemd"
     elif case == "name":
         args += ["--name", "../evil"]
         needle = "--name"
@@ -292,3 +320,39 @@ def test_render_functions_need_no_files(tmp_path):
     with pytest.raises(UsageError, match="has none"):
         render_launcher(plan._replace(image=""), container=True)
     assert "pin_image" in render_launcher(plan._replace(image="vllm/vllm-openai-rocm:nightly"), container=True)
+
+
+# ---- issue 22: the hardened unit ----
+
+@needs_systemd_analyze
+@pytest.mark.parametrize("container", [False, True])
+def test_unit_exposure_is_at_most_5_and_keeps_what_rocm_needs(tmp_path, container):
+    from rocm_dspark.launchers import EXPOSURE
+
+    files = write_launchers(make_plan(8000), tmp_path, "systemd", user="svc", container=container)
+    score = exposure(files.unit)
+    assert score <= 5.0 and f"{score:.1f}" == EXPOSURE.split()[0], score  # the docs quote EXPOSURE
+    unit = files.unit.read_text()
+    for line in ("SupplementaryGroups=video render" + (" docker" if container else ""), "DeviceAllow=/dev/kfd rw",
+                 "DeviceAllow=char-drm rw", "DevicePolicy=closed", "LimitMEMLOCK=infinity"):
+        assert line + "\n" in unit, line
+    assert "\nMemoryDenyWriteExecute=" not in unit  # Triton and torch JIT-compile kernels
+    verify_unit(files.unit, files.launcher)
+    # The check can fail: the unit before hardening (issue 22) rated 9.4 UNSAFE.
+    bare = tmp_path / "bare.service"
+    bare.write_text("[Service]\nExecStart=/bin/true\nUser=svc\n")
+    assert exposure(bare) > 5.0
+
+
+def test_container_mode_orders_and_requires_the_runtime(tmp_path):
+    host = write_launchers(make_plan(8000), tmp_path, "systemd", name="h").unit.read_text()
+    box = write_launchers(make_plan(8000), tmp_path, "systemd", name="c", container=True).unit.read_text()
+    assert "After=network-online.target docker.service\nRequires=docker.service\n" in box
+    assert "docker.service" not in host and "WatchdogSec=120\n" in host and "WatchdogSignal=SIGTERM\n" in host
+
+
+def test_the_unit_never_runs_the_launcher_from_output(tmp_path):
+    for out in (tmp_path / "a", tmp_path / "b"):
+        out.mkdir()
+        files = write_launchers(make_plan(8000), out, "systemd", name="svc")
+        assert str(out) not in files.unit.read_text().split("[Service]")[1].split("EnvironmentFile=")[0]

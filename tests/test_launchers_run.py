@@ -485,12 +485,18 @@ def test_term_ignoring_server_is_killed_after_the_stop_timeout(rig):
     assert b"killing its process group" in proc.stderr.read()
 
 
-def test_systemd_notify_is_called_when_ready(rig):
-    port = free_port()
+def notify_recorder(rig: Rig) -> Path:
+    """A stand-in systemd-notify on the rig's PATH: it appends `$NOTIFY_SOCKET|args` to the returned file."""
     log = rig.root / "notify.log"
     notify = rig.root / "bin" / "systemd-notify"
     notify.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "$NOTIFY_SOCKET" "$*" >> {shlex.quote(str(log))}\n')
     notify.chmod(0o755)
+    return log
+
+
+def test_systemd_notify_is_called_when_ready(rig):
+    port = free_port()
+    log = notify_recorder(rig)
     proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, NOTIFY_SOCKET="/run/test.sock")
     stop_and_check(proc, rig)
     lines = log.read_text().splitlines()
@@ -567,3 +573,39 @@ def test_state_dir_defaults_under_the_project_state_root(rig):
     subprocess.run([str(script)], env=env, capture_output=True, timeout=60)
     # Beside the probe records (<root>/probe), never mixed with them.
     assert json.loads((root / "launch" / "svc" / "launch-state.json").read_text())["phase"] == "failed"
+
+
+def test_host_mode_without_vllm_on_path_says_so_in_one_line(rig):
+    # Issue 22: it died with `setsid: failed to execute vllm`, exit 127.
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    r = rig.run(script, PATH="/usr/bin:/bin")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert "error: vllm is not on PATH (/usr/bin:/bin): install vLLM for this user, or set ROCM_DSPARK_CONTAINER=1" in err
+    assert "setsid" not in err and not rig.records()
+
+
+def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig):
+    # Issue 22: nothing noticed a hung vLLM after ready. WatchdogSec=3 -> WATCHDOG_USEC=3000000: a poll a second.
+    port = free_port()
+    log = notify_recorder(rig)
+    proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, NOTIFY_SOCKET="/run/test.sock",
+                       WATCHDOG_USEC="3000000")
+    fed = lambda: log.read_text().splitlines().count("/run/test.sock|WATCHDOG=1")  # noqa: E731
+    assert wait_until(lambda: fed() >= 2, 20)
+    lines = log.read_text().splitlines()
+    assert lines.index("/run/test.sock|--ready --status=serving (block verification)") < \
+        lines.index("/run/test.sock|WATCHDOG=1")
+    (server,) = rig.records()[0]["pids"][:1]
+    os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
+    try:
+        time.sleep(6)                # the poll in flight may still land; after it, none may
+        before = fed()
+        time.sleep(7)
+        assert fed() == before, "the watchdog was fed while vLLM did not answer"
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert wait_until(lambda: fed() > before, 20)  # answering again: fed again
+    assert b"WATCHDOG_USEC" not in rig.records()[0]["env"]
+    stop_and_check(proc, rig)

@@ -8,7 +8,7 @@ import pytest
 
 from rocm_dspark.catalog import load_catalog
 from rocm_dspark.plan import LaunchPlan, Note
-from rocm_dspark.render import render_docker, render_json, render_shell
+from rocm_dspark.render import RENDERERS, render_docker, render_json, render_shell
 from rocm_dspark.resolve import Selection, resolve
 
 CAT = load_catalog()
@@ -35,7 +35,8 @@ def test_shell_round_trips(model, gpu):
 def test_shell_round_trips_hostile_values(tmp_path):
     plan = resolve(CAT, Selection(
         model="V4.1-Flash", gpu="mi355x", served_name="it's \"$(rm -rf /)\" `x` \n%h ü",
-        model_path="/models/with space/$HOME", extra_env=(("HF_TOKEN", "a'b\"c$d\ne"),)))
+        model_path="/models/with space/$HOME"))
+    plan = plan._replace(env={**plan.env, "HF_TOKEN": "a'b\"c$d\ne"})  # a plan value (--env values are never printed)
     env, argv = split_shell(render_shell(plan))
     assert env == plan.env and tuple(argv) == plan.argv
     # And a real bash agrees: run the text with a stand-in `vllm` that records its argv and env.
@@ -49,6 +50,16 @@ def test_shell_round_trips_hostile_values(tmp_path):
     recorded = out_argv.read_bytes().split(b"\0")[:-1]
     assert [w.decode() for w in recorded[1:]] == list(plan.argv[1:])
     assert out_env.read_text() == plan.env["HF_TOKEN"]
+
+
+def test_env_values_given_by_the_operator_are_named_never_printed():
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", extra_env=(("HF_TOKEN", "hf_PLANTED"), ("X", "y"))))
+    for fmt in ("shell", "docker", "json"):
+        text = RENDERERS[fmt](plan)
+        assert "hf_PLANTED" not in text, fmt
+    assert "# set in your environment first (given by --env, not printed): HF_TOKEN X" in render_shell(plan)
+    assert "--env-file ./rocm-dspark-deepseek-v4-1-flash-mi355x.env" in RENDERERS["docker"](plan)
+    assert json.loads(RENDERERS["json"](plan))["secret_env"] == ["HF_TOKEN", "X"]
 
 
 def test_notes_cannot_break_out_of_comments():

@@ -170,7 +170,8 @@ def test_user_overrides_come_last_and_replace_in_place():
     f = flags(plan.argv)
     assert f["--max-model-len"] == "65536" and "--enforce-eager" in f
     assert plan.argv.count("--max-model-len") == 1
-    assert plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "7200" and plan.env["HIP_FORCE_DEV_KERNARG"] == "1"
+    assert plan.secret_env == {"VLLM_ENGINE_READY_TIMEOUT_S": "7200", "HIP_FORCE_DEV_KERNARG": "1"}
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" not in plan.env  # the planned value gives way to the env file's
 
 
 def test_multi_node_data_parallel():

@@ -352,3 +352,32 @@ def test_rich_display_draws_the_phase(tmp_path):
     text = stream.getvalue()
     assert result == "ok" and phase.key == "api_up"
     assert f"start: server log {log}" in text and "start: API server up" in text  # drawn by rich.progress
+
+
+# -- issue 22: dry runs print what the real run would accept, shell-quoted --------------------------------
+
+
+@pytest.mark.parametrize("name", ["$(touch P)", "a b", "-x", "../up"])
+def test_dry_run_refuses_a_name_the_real_run_refuses(tmp_path, name):
+    for dry in (["--dry-run"], []):
+        r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "systemd", *dry,
+                                     "--state-dir", str(tmp_path / "s"), "--name", name])
+        assert r.exit_code == 2 and f"--name {name!r}: use letters" in r.output, r.output
+        assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkeypatch):
+    import shlex
+
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
+    state = tmp_path / "st $(touch P) 'q'"
+    for mode in ("systemd", "container"):
+        r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
+                                     "--state-dir", str(state)])
+        assert r.exit_code == 0, r.output
+        for line in r.output.splitlines():
+            line = line.strip()
+            if line.startswith(("sudo install", "ROCM_DSPARK_LAUNCH_STATE_DIR=", "rocm-dspark launch")):
+                words = shlex.split(line.split("   (")[0])
+                assert any(str(state) in w for w in words), line   # one word each, the path intact
+                assert not any(w in ("$(touch", "P)") for w in words), line

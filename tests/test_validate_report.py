@@ -119,7 +119,8 @@ def test_runner_stops_at_the_first_blocking_failure(tmp_path, monkeypatch):
             Check("s.after", "software", True, make("s.after", "pass")),
             Check("v.server", "server", True, make("v.server", "pass"), needs_server=True)]
     monkeypatch.setattr(runner, "build_checks", lambda opts: fake)
-    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r"), SELECTION)
+    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}"),
+                                SELECTION)
     assert calls == ["h.ok", "h.warn", "h.soft", "s.stop"]
     status = {c["name"]: c["status"] for c in rep["checks"]}
     assert status == {"h.ok": "pass", "h.warn": "warn", "h.soft": "fail", "h.crash": "fail", "s.stop": "fail",
@@ -145,21 +146,61 @@ def run_cli(*args, env=None):
     return subprocess.run([*CLI, "validate", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
 
 
-def test_cli_without_gpu_or_server(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--quick"], ["--server-json", "{t}/s.json"]])
+def test_cli_without_a_server_is_usage_exit_2_and_writes_nothing(tmp_path, extra):
+    # Issue 22: it printed "validation PASS" and exited 0 with every server check skipped.
+    (tmp_path / "s.json").write_text(json.dumps({"argv": ["vllm"], "port": 9, "served_name": "x"}))
+    proc = run_cli("--model", "V4.1-Flash", "--report", str(tmp_path / "r"), *[a.format(t=tmp_path) for a in extra])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no server to check: pass --endpoint URL" in line and "--launch" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_skipped_blocking_check_is_not_a_pass(tmp_path, monkeypatch):
+    fake = [Check("h.ok", "host", True, lambda ctx: Outcome("pass", "ok")),
+            Check("s.skip", "software", True, lambda ctx: Outcome("skipped", "could not look")),
+            Check("s.soft", "software", False, lambda ctx: Outcome("skipped", "optional"))]
+    monkeypatch.setattr(runner, "build_checks", lambda opts: fake)
+    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}"),
+                                SELECTION)
+    assert rep["summary"] == {**rep["summary"], "result": "incomplete", "exit_status": 1, "stopped_at": None,
+                              "reason": "blocking check s.skip was skipped: could not look"}
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert md.startswith("# rocm-dspark validation: INCOMPLETE") and "**Not a PASS**: blocking check s.skip" in md
+    # A non-blocking skip alone keeps the PASS.
+    monkeypatch.setattr(runner, "build_checks", lambda opts: [fake[0], fake[2]])
+    rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r2", endpoint=f"http://127.0.0.1:{free_port()}"),
+                                SELECTION)
+    assert rep["summary"]["result"] == "pass" and rep["summary"]["exit_status"] == 0
+
+
+def test_gsm8k_not_requested_is_not_applicable_not_a_skipped_blocker():
+    from rocm_dspark.validate import gsm8k
+
+    class Ctx:
+        options = ValidateOptions(report_dir="x")
+
+    assert gsm8k.gsm8k(Ctx()).status == "not_applicable"
+
+
+def test_cli_without_gpu_against_a_dead_server(tmp_path):
     env = cli_env(PATH=f"{tmp_path}:/usr/bin:/bin")    # no amd-smi / rocminfo on this host anyway
     out = tmp_path / "rep"
-    proc = run_cli("--model", "V4.1-Flash", "--report", str(out), env=env)
-    assert proc.returncode == 0, proc.stderr
-    assert "no AMD GPU was checked" in proc.stdout
+    dead = ["--endpoint", f"http://127.0.0.1:{free_port()}"]
+    proc = run_cli("--model", "V4.1-Flash", "--report", str(out), *dead, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "validation FAIL" in proc.stdout and "no AMD GPU was checked" in proc.stdout
     rep = json.loads((out / "report.json").read_text())
     by = {c["name"]: c for c in rep["checks"]}
     assert by["host.gpus"]["status"] == "not_applicable"
     assert by["host.gpus"]["message"] == "no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd"
-    assert all(c["status"] == "skipped" for c in rep["checks"] if c["category"] in ("server", "spec_decode", "sweep"))
+    assert all(c["status"] == "skipped" for c in rep["checks"]
+               if c["category"] in ("server", "spec_decode", "sweep") and c["name"] != "server.health")
     assert "[ 1/29] host.gpus" in proc.stderr                    # the progress display
     # A second run into the same directory is refused, in one line, and changes nothing.
     before = (out / "report.json").read_bytes()
-    again = run_cli("--model", "V4.1-Flash", "--report", str(out), env=env)
+    again = run_cli("--model", "V4.1-Flash", "--report", str(out), *dead, env=env)
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "Traceback" not in again.stderr
     assert "--force" in again.stderr and (out / "report.json").read_bytes() == before
 

@@ -129,14 +129,16 @@ def test_env_the_plan_sets_cannot_be_changed(key, value):
 def test_env_the_plan_sets_may_be_repeated_or_be_startup_only():
     plan = _env_plan(("VLLM_ROCM_USE_AITER", "1"), ("VLLM_ENGINE_READY_TIMEOUT_S", "7200"),
                      ("AITER_TRITON_LOG_LEVEL", "INFO"))
-    assert plan.env["VLLM_ROCM_USE_AITER"] == "1" and plan.env["VLLM_ENGINE_READY_TIMEOUT_S"] == "7200"
+    # Every --env value goes to the env file (plan.secret_env), never into the plan's own env.
+    assert plan.secret_env["VLLM_ROCM_USE_AITER"] == "1" and plan.secret_env["VLLM_ENGINE_READY_TIMEOUT_S"] == "7200"
+    assert "VLLM_ENGINE_READY_TIMEOUT_S" not in plan.env and "VLLM_ROCM_USE_AITER" not in plan.env
 
 
 @pytest.mark.parametrize("value,ok", [("", False), ("other", False), ("other,rocm_dspark", True), ("rocm_dspark", True),
                                       ("rocm-dspark", False)])
 def test_vllm_plugins_must_keep_ours(value, ok):
     if ok:
-        assert _env_plan(("VLLM_PLUGINS", value)).env["VLLM_PLUGINS"] == value
+        assert _env_plan(("VLLM_PLUGINS", value)).secret_env["VLLM_PLUGINS"] == value
         return
     with pytest.raises(UsageError, match="rocm-dspark's attention plugin would not load; add rocm_dspark"):
         _env_plan(("VLLM_PLUGINS", value))
@@ -146,9 +148,11 @@ def test_other_env_passes_and_is_part_of_what_the_probe_fingerprints():
     from rocm_dspark.probe.fingerprint import launch_identity
 
     plan = _env_plan(("VLLM_ROCM_USE_AITER_MHA", "0"))
-    assert plan.env["VLLM_ROCM_USE_AITER_MHA"] == "0"
-    assert launch_identity(plan)["env"]["VLLM_ROCM_USE_AITER_MHA"] == "0"
+    assert plan.secret_env["VLLM_ROCM_USE_AITER_MHA"] == "0"
+    # By digest: another value is another launch, and the record never holds the value itself.
+    assert launch_identity(plan)["env"]["VLLM_ROCM_USE_AITER_MHA"].startswith("sha256:")
     assert launch_identity(plan) != launch_identity(_env_plan())  # another env: no record for it counts
+    assert launch_identity(plan) != launch_identity(_env_plan(("VLLM_ROCM_USE_AITER_MHA", "1")))
 
 
 def test_the_plugin_name_is_the_entry_point_vllm_loads():

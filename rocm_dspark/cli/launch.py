@@ -23,8 +23,9 @@ from rocm_dspark.selection import plan_from_options
 @click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
 @click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
 @click.option("--env-file", default=None,
-              help="systemd: EnvironmentFile for secrets such as HF_TOKEN (default: <output>/<name>.env); "
-                   "an existing file is kept and must be mode 0600.")
+              help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
+                   "<output>/<name>.env; systemd's EnvironmentFile=). An existing one is kept, must be mode 0600, "
+                   "and gets the --env values set in it.")
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
 @click.option("--pull", is_flag=True,
               help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
@@ -40,7 +41,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
-    from rocm_dspark.launchers import write_launchers
+    from rocm_dspark.launchers import INSTALL_DIR, write_launchers
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
@@ -81,12 +82,15 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         }, indent=2))
         return
     click.echo(f"wrote {files.launcher}")
+    if files.unit is None and files.env_file_written:
+        click.echo(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
         click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to ~/.local/state/rocm-dspark/launch/{files.name})")
         return
     click.echo(f"wrote {files.unit}")
     click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")
-    click.echo(f"The unit runs the launcher in place: keep {files.launcher} where it is, readable by the service user.")
+    click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
+               "run them again after regenerating it.")
     click.echo("Install and start:")
     for cmd in files.install_commands:
         click.echo(f"  {cmd}")

@@ -80,8 +80,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 def validate(**kwargs):
     """Check a node in order, stop at the first blocking failure, and write a report.
 
-    Exit status: 0 every blocking check passed, 1 a blocking check failed, 2 bad usage, 3 the environment
-    failed (the server died or stopped answering).
+    Exit status: 0 every blocking check passed, 1 a blocking check failed or was skipped (the report says
+    INCOMPLETE), 2 bad usage (neither --endpoint nor --launch included), 3 the environment failed under it.
 
     \b
     Example:
@@ -90,6 +90,7 @@ def validate(**kwargs):
     """
     import json
 
+    from rocm_dspark.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     selection = pop_selection(kwargs, keep=("concurrency",))
@@ -109,7 +110,7 @@ def validate(**kwargs):
     from rocm_dspark.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
-    rep = run_validation(opts, selection, command=["rocm-dspark", *sys.argv[1:]], say=display.say, display=display)
+    rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say, display=display)
     s = rep["summary"]
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))
@@ -118,6 +119,8 @@ def validate(**kwargs):
         click.echo(f"validation {s['result'].upper()} ({counts}); report in {opts.report_dir}/report.md")
         if s["stopped_at"]:
             click.echo(f"stopped at {s['stopped_at']}: {s['reason']}")
+        elif s["reason"]:
+            click.echo(f"not a PASS: {s['reason']}")
         if not s["hardware_checked"]:
             click.echo("no AMD GPU was checked: this run does not validate an MI300-class node")
     sys.exit(s["exit_status"])

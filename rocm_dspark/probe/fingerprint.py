@@ -113,7 +113,11 @@ def launch_identity(plan) -> dict:
             continue
         argv.append(token)
         i += 1
-    return {"argv": argv, "env": dict(sorted(plan.env.items()))}
+    # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
+    from rocm_dspark.secret_env import digest
+
+    env = {**plan.env, **{k: digest(v) for k, v in getattr(plan, "secret_env", {}).items()}}
+    return {"argv": argv, "env": dict(sorted(env.items()))}
 
 
 def plan_fingerprint(plan, catalog, selection=None) -> dict:

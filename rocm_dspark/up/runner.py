@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
@@ -54,6 +55,10 @@ class UpOptions:
                 raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+        if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
+            from rocm_dspark.launchers import check_name
+
+            check_name(self.name)
         self.state_dir_flag = self.selection.get("state_dir")  # shown in --dry-run's commands only when given
         self.state_dir = Path(state_dir(self.selection.get("state_dir"))).absolute()
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
@@ -289,6 +294,8 @@ class UpRun:
             flag = "--" + {"served_name": "served-model-name", "extra_args": "vllm-arg", "extra_env": "env"}.get(
                 key, key.replace("_", "-"))
             for v in value if isinstance(value, (list, tuple)) else [value]:
+                if key == "extra_env":  # --env KEY reads the value from the environment: it is never printed
+                    v = str(v).partition("=")[0]
                 flags.append(f"{flag} {shlex.quote(str(v))}")
         return " ".join(flags)
 
@@ -317,7 +324,7 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     if options.dry_run:
         return _dry_run(run, steps)
     run.dir.mkdir(parents=True, exist_ok=True)
-    state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": options.target})
+    state.note_run({"at": utc_now(), "argv": redact_argv(sys.argv[1:]), "target": options.target})
     n = len(steps)
     i = 0
     while i < n:

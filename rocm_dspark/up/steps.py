@@ -287,11 +287,11 @@ def launchers_valid(run, output) -> str | None:
 def launchers_dry(run) -> list[str]:
     mode = run.mode()
     fmt = "systemd" if mode == "systemd" else "shell"
-    flags = f" --format {fmt} --output {shlex.quote(str(run.dir / 'launch'))} --name {run.name(run.plan)}"
+    flags = f" --format {fmt} --output {shlex.quote(str(run.dir / 'launch'))} --name {shlex.quote(run.name(run.plan))}"
     flags += " --container" if mode in ("systemd", "container") else ""
     flags += f" --user {shlex.quote(run.service_user())}" if mode == "systemd" else ""
     if run.options.target == LOCAL_CPU:
-        return [f"writes {run.dir / 'launch' / (run.name(run.plan) + '.sh')} around the local-cpu server command"]
+        return [f"writes {shlex.quote(str(run.dir / 'launch' / (run.name(run.plan) + '.sh')))} around the local-cpu server command"]
     return [f"{_toolkit()} launch {run.selection_flags()}{flags}"]
 
 
@@ -418,12 +418,14 @@ def start_dry(run) -> list[str]:
     mode = run.mode()
     name = run.name(run.plan)
     if mode == "systemd":
-        install = [f"sudo install -m 0644 {run.dir / 'launch' / (name + '.service')} /etc/systemd/system/{name}.service",
-                   "sudo systemctl daemon-reload", f"sudo systemctl enable --now --no-block {name}.service"]
+        q = shlex.quote
+        install = [f"sudo install -m 0644 {q(str(run.dir / 'launch' / (name + '.service')))} {q(f'/etc/systemd/system/{name}.service')}",
+                   "sudo systemctl daemon-reload", f"sudo systemctl enable --now --no-block {q(name + '.service')}"]
         return install + [f"waits for http://127.0.0.1:{run.plan.port}/health and /v1/models, showing the phase "
                           f"from /var/lib/rocm-dspark/{name}/<mode>.log"]
     launcher = run.dir / "launch" / f"{name}.sh"
-    return [f"ROCM_DSPARK_LAUNCH_STATE_DIR={run.dir / 'launch-state'} {launcher}   (detached; log in {run.dir / 'logs'})",
+    return [f"ROCM_DSPARK_LAUNCH_STATE_DIR={shlex.quote(str(run.dir / 'launch-state'))} {shlex.quote(str(launcher))}"
+            f"   (detached; log in {shlex.quote(str(run.dir / 'logs'))})",
             f"waits for /health and /v1/models on port {run.plan.port}, showing the phase read from the log"]
 
 
@@ -590,6 +592,7 @@ def validate_inputs(run) -> dict:
 
 
 def validate_run(run) -> dict:
+    from rocm_dspark.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -601,7 +604,7 @@ def validate_run(run) -> dict:
                            gate_software=run.gate_software(),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
                            request_timeout_s=run.options.request_timeout_s)
-    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + sys.argv[1:],
+    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
                          say=lambda line: run.say(f"  {line}"), display=run.display)
     s = rep["summary"]
     checks = {c["name"]: c for c in rep["checks"]}

@@ -53,7 +53,7 @@ def read_score(out_dir: str) -> tuple[float, str]:
 
 def gsm8k(ctx) -> Outcome:
     if not ctx.options.gsm8k:
-        return Outcome(SKIPPED, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
+        return Outcome(NOT_APPLICABLE, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
     spec = ctx.plan.speculative_config or {}
     if ctx.target.recipe_model and spec.get("rejection_sample_method") == "synthetic":
         return Outcome(FAIL, "the plan uses synthetic acceptance (a benchmark knob): GSM8K must run with block "

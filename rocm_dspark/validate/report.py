@@ -23,6 +23,7 @@ COST_TABLE = "cost_table.json"          # the sweep's step costs, for `rocm-dspa
 LAUNCH_DIR = "launch"   # the generated launcher, its state and the server log, with --launch
 OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, COST_TABLE, LAUNCH_DIR)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+INCOMPLETE = "incomplete"  # a run-level result only: a blocking check was skipped
 _MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
 
 
@@ -56,13 +57,17 @@ def write_atomic(path: Path, data: bytes) -> None:
 def summary(checks: list[dict]) -> dict:
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
     stopper = next((c for c in checks if c["blocking"] and c["status"] == FAIL), None)
+    # A blocking check that did not run proves nothing: the run is not a PASS (exit 1, as a failure is).
+    unrun = None if stopper else next((c for c in checks if c["blocking"] and c["status"] == SKIPPED), None)
     hardware = any(c["category"] == "host" and c["status"] not in (NOT_APPLICABLE, SKIPPED) for c in checks)
+    result = FAIL if stopper else INCOMPLETE if unrun else PASS
     return {
-        "result": FAIL if stopper else PASS,
-        "exit_status": 1 if stopper else 0,
+        "result": result,
+        "exit_status": 0 if result == PASS else 1,
         "counts": counts,
         "stopped_at": stopper["name"] if stopper else None,
-        "reason": stopper["message"] if stopper else None,
+        "reason": (stopper["message"] if stopper
+                   else f"blocking check {unrun['name']} was skipped: {unrun['message']}" if unrun else None),
         "hardware_checked": hardware,
     }
 
@@ -90,6 +95,8 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
               + ("" if server.get("recipe_model", True) else f" (not the recipe's model: {server.get('description') or 'custom server'})"),
               f"- Host: {report['host']['hostname']}; started {report['started_at']}, took {report['duration_s']:.1f} s",
               "- Checks: " + ", ".join(f"{n} {st}" for st, n in s["counts"].items() if n), ""]
+    if not s["stopped_at"] and s["reason"]:
+        lines += [f"**Not a PASS**: {s['reason']}", ""]
     if s["stopped_at"]:
         lines += [f"**Stopped at `{s['stopped_at']}`** (blocking): {s['reason']}", "",
                   "Every check after it is `skipped`.", ""]

@@ -167,7 +167,10 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     before anything runs or is written."""
     catalog, selection, plan = _plan(selection_opts, opts.gate_software)
     target = _target(opts, plan)
-    for note in target.notes if target else ():
+    if target is None:  # host checks alone say nothing about a server: that is not a validation
+        raise UsageError(f"validate {NO_SERVER}" + (" (--server-json describes it; it does not choose one)"
+                                                     if opts.server_json else ""))
+    for note in target.notes:
         say(f"note: {note}")
     report.prepare_dir(opts.report_dir, opts.force)  # after every input is checked: a refusal writes nothing
     ctx = Context(opts, catalog, catalog.find_model(plan.model_key), plan, target=target, say=say)

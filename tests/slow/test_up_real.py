@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 
@@ -43,6 +44,9 @@ def _serving(port: int) -> list[int]:
     return found
 
 
+SECRET = "hf_PLANTEDupRealRun0d9e"  # issue 22: must reach vLLM through the 0600 env file, and no other file
+
+
 def _env(tmp_path):
     # The vLLM cache in the test's own directory; offline: the tiny model is local.
     return {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "TRANSFORMERS_OFFLINE": "1"}
@@ -53,7 +57,8 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
     port = free_port()
     up = _cli(vllm_venv, "up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--target", "local-cpu",
               "--model-path", str(tiny_model), "--port", str(port), "--state-dir", str(state_dir),
-              "--request-timeout", "60", "--ready-timeout", "300")
+              "--request-timeout", "60", "--ready-timeout", "300", "--env", f"HF_TOKEN={SECRET}",
+              "--env", f"ROCM_DSPARK_TEST_API_KEY={SECRET}-2")
     env = _env(tmp_path)
     up_dir = state_dir / "up"
 
@@ -122,6 +127,23 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
         assert levels["live"]["evidence"]["serving_process"]["verified"], levels["live"]["evidence"]["serving_process"]
         assert record["live_override"]["kind"] == "command-file" and "not the plan's" in levels["live"]["gating_note"]
         assert "rocm-dspark up: summary" in out2 and "mean acceptance length" in out2
+
+        # Issue 22: the planted --env values reached the real vLLM (its environment) through the 0600 env file,
+        # and appear in no other file this run wrote (state, plan, summary, logs, probe record, report) nor output.
+        (env_file,) = (up_dir / "launch").glob("*.env")
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600 and SECRET in env_file.read_text()
+        environs = []
+        for p in descendants(state["service"]["pid"]):
+            try:
+                environs.append(open(f"/proc/{p}/environ", "rb").read())
+            except OSError:
+                pass
+        assert any(f"HF_TOKEN={SECRET}".encode() in e for e in environs), "the value never reached vLLM"
+        files = [p for p in tmp_path.rglob("*") if p.is_file() and p != env_file]
+        assert len(files) > 10
+        for p in files:
+            assert SECRET.encode() not in p.read_bytes(), f"the planted value leaked into {p}"
+        assert SECRET not in out1 + out2
 
         # 3. Nothing changed: no step reruns and no server starts.
         pid = state["service"]["pid"]
