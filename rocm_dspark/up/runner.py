@@ -314,8 +314,18 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     run = UpRun(options, display, state)
     if options.dry_run:
         return _dry_run(run, steps)
-    run.dir.mkdir(parents=True, exist_ok=True)
-    state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": options.target})
+    from rocm_dspark.up.trust import prepare, up_lock
+
+    prepare(run.dir)
+    with up_lock(run.dir):  # one `up` per state dir: a second refuses and names the holder
+        # Read again under the lock: the run that held it may have changed the state.
+        run.state = state = UpState.load(up_dir(options.state_dir))
+        return _run_steps(run, state, steps)
+
+
+def _run_steps(run: UpRun, state: UpState, steps) -> int:
+    display = run.display
+    state.note_run({"at": utc_now(), "argv": sys.argv[1:], "target": run.options.target})
     n = len(steps)
     for i, step in enumerate(steps, 1):
         inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
