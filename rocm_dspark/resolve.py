@@ -28,7 +28,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise, read
+from rocm_dspark.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
 from rocm_dspark.vllm_env import check_env
 
 
@@ -66,6 +66,7 @@ class _State:
         self.explicit: set[str] = set()
         self.env: dict[str, str] = {}
         self.extra_args: list[tuple[str, ...]] = []
+        self.workaround_args: dict[str, str] = {}  # flag -> the workaround id that adds it
         self.served_name = self.host = ""
         self.port = 0
         self.k = 0
@@ -188,6 +189,7 @@ def workaround_layer(s: _State) -> None:
             continue
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
+        s.workaround_args.update({a[0]: w.id for a in w.args})
         s.env.update(w.env)
         s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})"))
 
@@ -495,8 +497,13 @@ def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None
 
 def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
+    planned = {f: v for f, v in args.items if f in s.workaround_args}  # the workaround flags the build kept
     for token in s.sel.extra_args:
         flag, value = _parse_user_arg(token)
+        undone = undoes(UserArg(flag, value), planned)
+        if undone:
+            raise UsageError(f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
+                             f"on this GPU and build (see the plan's notes); drop it")
         if flag.startswith("--compilation-config"):
             _merge_compilation_config(args, flag, value)
         else:
