@@ -6,6 +6,7 @@ import json
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.cluster import pop_cluster, wants_cluster
@@ -25,7 +26,7 @@ from rocm_dspark.selection import plan_from_options
               help="systemd: EnvironmentFile for secrets such as HF_TOKEN (default: <output>/<name>.env); "
                    "an existing file is kept and must be mode 0600.")
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
-@click.option("--ready-timeout", type=int, default=3600, show_default=True,
+@click.option("--ready-timeout", type=bounds.INT_SECONDS, default=3600, show_default=True,
               help="Seconds each start may take to answer /health and /v1/models.")
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors

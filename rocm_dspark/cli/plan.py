@@ -7,6 +7,7 @@ import json
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
@@ -17,7 +18,7 @@ from rocm_dspark.errors import UsageError
               help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")
 @click.option("--concurrency", default="1,16,64,128,512", show_default=True,
               help="Concurrent requests to plan for, comma-separated.")
-@click.option("--acceptance-length", type=float, default=None,
+@click.option("--acceptance-length", type=bounds.ACCEPTANCE, default=None,
               help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
                    "default: the model's golden from recipes/.")
 @click.option("--acceptance-rates", default=None,
@@ -32,7 +33,7 @@ from rocm_dspark.errors import UsageError
 @click.option("--cost-model", type=click.Choice(["calibrated", "roofline"]), default="calibrated", show_default=True,
               help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
                    "or the uncalibrated roofline.")
-@click.option("--nodes", type=int, default=None,
+@click.option("--nodes", type=bounds.NODES, default=None,
               help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
