@@ -52,6 +52,8 @@ class Selection(NamedTuple):
     build: str | None = None          # a build name from recipes/vllm.yaml (wins over vllm_version)
     concurrency: int | None = None    # expected concurrent requests: drives workload rules
     memory_override: bool = False     # start even when the memory model finds no KV room (noted)
+    k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.k_schedule)
+    no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
 
 
 class Verdict(NamedTuple):

@@ -60,7 +60,7 @@ def test_list_shows_profiles_with_status():
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "--tp", "16"], "exceeds the 8 GPUs of one node"),
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "-k", "9"], "outside 1..5"),
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "-k", "3,5"], "per-rank K is refused"),
-    (["--model", "V4.1-Flash", "--gpu", "mi355x", "--max-num-seqs", "0"], "--max-num-seqs must be at least 1, got 0"),
+    (["--model", "V4.1-Flash", "--gpu", "mi355x", "--max-num-seqs", "0"], "must be a positive integer"),
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "--max-num-seqs", "1024"], "exceeds the cap 2048"),
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "--vllm-arg", "--tensor-parallel-size=2"], "use --tp instead"),
     (["--model", "V4.1-Flash", "--gpu", "mi355x", "--env", "1BAD=x"], "must be KEY=VALUE"),

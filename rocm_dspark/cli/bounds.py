@@ -29,6 +29,8 @@ def _name(param) -> str:
 def _fail(param, value, lo, hi, kind: str, unit: str | None = None):
     from rocm_dspark.errors import UsageError
 
+    if unit == "positive" and kind == "at least":
+        raise UsageError(f"{_name(param)} must be a positive integer (at most {hi}), got {_show(value)}")
     if unit and kind == "at least":
         raise UsageError(f"{_name(param)} {_show(value)} must be a positive number of {unit} (at most {hi})")
     raise UsageError(f"{_name(param)} must be {kind} {lo if kind == 'at least' else hi}, got {_show(value)}")
@@ -98,10 +100,10 @@ class BoundedFloat(click.ParamType):
 
 
 NODES = BoundedInt(1, MAX_NODES)
-GPUS_PER_NODE = BoundedInt(1, MAX_GPUS_PER_NODE)
-RANKS = BoundedInt(1, MAX_RANKS)          # --tp, --dp, --ep
-SEQS = BoundedInt(1, MAX_SEQS)            # --max-num-seqs, --concurrency, --capture-cap
-TOKENS = BoundedInt(1, MAX_TOKENS)        # --max-num-batched-tokens, --max-tokens
+GPUS_PER_NODE = BoundedInt(1, MAX_GPUS_PER_NODE, "positive")
+RANKS = BoundedInt(1, MAX_RANKS, "positive")          # --tp, --dp, --ep
+SEQS = BoundedInt(1, MAX_SEQS, "positive")            # --max-num-seqs, --concurrency, --capture-cap
+TOKENS = BoundedInt(1, MAX_TOKENS, "positive")        # --max-num-batched-tokens, --max-tokens
 PORT = BoundedInt(1, 65535)
 NODE_RANK = BoundedInt(0, MAX_NODES - 1)
 PREFILL_NODES = BoundedInt(1, MAX_NODES - 1)

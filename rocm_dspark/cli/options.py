@@ -28,6 +28,11 @@ def selection_options(fn):
         click.option("--max-num-batched-tokens", type=bounds.TOKENS, default=None, help="Token budget per step (default: the profile's)."),
         click.option("--num-speculative-tokens", "-k", "num_speculative_tokens", default=None,
                      help="DSpark draft length K, 1..block size (default: the block size, 5)."),
+        click.option("--k-per-batch-size", "k_schedule", default=None, metavar="LO-HI:K[,...]",
+                     help="Per-batch-size K (vLLM num_speculative_tokens_per_batch_size), e.g. 1-16:5,17-64:4,65-128:2: "
+                          "what `plan` prints when it recommends one."),
+        click.option("--no-speculation", is_flag=True, default=False,
+                     help="Serve the target model without a DSpark draft (what `plan` prints when drafting does not pay)."),
         click.option("--capture-cap", type=bounds.SEQS, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
         click.option("--vllm-version", default=None, help="vLLM release (e.g. 0.33.0) or build name to plan for; maps onto a build in recipes/vllm.yaml."),
         click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the newest with public evidence on the GPU)."),

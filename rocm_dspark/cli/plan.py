@@ -80,13 +80,34 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
+    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.k_schedule).
+    from rocm_dspark.k_schedule import apply_command
+
+    def applied(g, p):
+        argv, why = apply_command(catalog, spec, g, p.speculative_config)
+        if why is None or not p.fixed_k:
+            return argv, why, None
+        return argv, why, apply_command(catalog, spec, g, {"num_speculative_tokens": p.fixed_k})[0]
+
+    applies = [applied(g, p) for g, p in zip(gpus, plans)]
     if as_json:
-        out = {"model": spec.key, "plans": [to_dict(p) for p in plans]}
+        out = {"model": spec.key, "plans": [dict(to_dict(p), apply={"recipe": argv, "refused": why, "instead": other})
+                                           for p, (argv, why, other) in zip(plans, applies)]}
         if scaling is not None:
             out["strategies"] = {g: [row for row, _ in rows] for g, rows in scaling.items()}
         click.echo(json.dumps(out, indent=2))
         return
-    text = "\n\n".join("\n".join(table_lines(p)) for p in plans)
+    import shlex
+
+    def with_apply(lines, applied):
+        argv, why, other = applied
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
+        line = (f"  apply: {shlex.join(argv)}" if why is None
+                else f"  apply: `recipe` refuses it on every build ({why})"
+                     + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
+        return lines[:at] + [line] + lines[at:]
+
+    text = "\n\n".join("\n".join(with_apply(table_lines(p), a)) for p, a in zip(plans, applies))
     if scaling is not None:
         text += "".join("\n\n" + "\n".join(line for _, line in rows) for rows in scaling.values())
     click.echo(text)
