@@ -36,13 +36,25 @@ def _fail(param, value, lo, hi, kind: str, unit: str | None = None):
     raise UsageError(f"{_name(param)} must be {kind} {lo if kind == 'at least' else hi}, got {_show(value)}")
 
 
-class BoundedInt(click.ParamType):
-    """An integer in lo..hi; outside it, `--nodes must be at most 1024, got 1000000000 (range 1..1024)`."""
+class _Bounded(click.ParamType):
+    def __init__(self, lo, hi, unit: str | None = None):
+        self.lo, self.hi, self.unit = lo, hi, unit
+
+    def _in_range(self, number, param):
+        if number < self.lo:
+            _fail(param, number, self.lo, self.hi, "at least", self.unit)
+        if number > self.hi:
+            _fail(param, number, self.lo, self.hi, "at most")
+        return number
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.lo}, {self.hi})"
+
+
+class BoundedInt(_Bounded):
+    """An integer in lo..hi; outside it, `--nodes must be at most 1024, got 1000000000`."""
 
     name = "integer"
-
-    def __init__(self, lo: int, hi: int, unit: str | None = None):
-        self.lo, self.hi, self.unit = lo, hi, unit
 
     def convert(self, value, param, ctx):
         if isinstance(value, int) and not isinstance(value, bool):
@@ -62,23 +74,13 @@ class BoundedInt(click.ParamType):
                 number = int(text, 10)
             except ValueError:
                 self.fail(f"{value!r} is not a valid integer", param, ctx)
-        if number < self.lo:
-            _fail(param, number, self.lo, self.hi, "at least", self.unit)
-        if number > self.hi:
-            _fail(param, number, self.lo, self.hi, "at most")
-        return number
-
-    def __repr__(self) -> str:
-        return f"BoundedInt({self.lo}, {self.hi})"
+        return self._in_range(number, param)
 
 
-class BoundedFloat(click.ParamType):
+class BoundedFloat(_Bounded):
     """A finite number in lo..hi (nan and inf are refused: a comparison with nan is always false)."""
 
     name = "float"
-
-    def __init__(self, lo: float, hi: float, unit: str | None = None):
-        self.lo, self.hi, self.unit = lo, hi, unit
 
     def convert(self, value, param, ctx):
         try:
@@ -89,14 +91,7 @@ class BoundedFloat(click.ParamType):
             from rocm_dspark.errors import UsageError
 
             raise UsageError(f"{_name(param)} must be a finite number in {self.lo:g}..{self.hi:g}, got {value}")
-        if number < self.lo:
-            _fail(param, number, self.lo, self.hi, "at least", self.unit)
-        if number > self.hi:
-            _fail(param, number, self.lo, self.hi, "at most")
-        return number
-
-    def __repr__(self) -> str:
-        return f"BoundedFloat({self.lo}, {self.hi})"
+        return self._in_range(number, param)
 
 
 NODES = BoundedInt(1, MAX_NODES)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_at_most
 from rocm_dspark.launch_facts import STATE_ROOTS, state_root
 
 ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
@@ -191,14 +192,7 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
                 if total + st.st_size > MAX_TOTAL_BYTES:
                     return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
                                  "move old ones away so every record can be read")
-                chunks, left = [], MAX_RECORD_BYTES + 1
-                while left > 0:
-                    chunk = os.read(fd, min(left, 1 << 16))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    left -= len(chunk)
-                data = b"".join(chunks)
+                data = read_at_most(fd, MAX_RECORD_BYTES + 1)
                 total += len(data)
                 if len(data) > MAX_RECORD_BYTES:
                     out.append(Candidate(name, None, st.st_mtime, f"grew past {MAX_RECORD_BYTES} bytes while read"))

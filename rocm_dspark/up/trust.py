@@ -75,14 +75,9 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise UsageError(f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
                              f"{_fix(path)}")
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        from rocm_dspark.inputs import read_at_most
+
+        data = read_at_most(fd, limit + 1)
         if len(data) > limit:
             raise UsageError(f"{what} {path} is larger than {limit} bytes; {_fix(path)}")
         return data
