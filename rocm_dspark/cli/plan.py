@@ -80,8 +80,8 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
-    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.k_schedule).
-    from rocm_dspark.k_schedule import apply_command
+    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.plan_apply).
+    from rocm_dspark.plan_apply import apply_command
 
     def applied(g, p):
         argv, why = apply_command(catalog, spec, g, p.speculative_config)

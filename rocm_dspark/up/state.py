@@ -46,7 +46,7 @@ class UpState:
         from rocm_dspark.up.trust import load_state
 
         path = Path(directory) / FILE
-        data = load_state(Path(directory), FILE)
+        data = load_state(Path(directory), FILE, SCHEMA)
         return cls(path) if data is None else cls(path, data)
 
     @property

@@ -85,7 +85,7 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
         os.close(fd)
 
 
-def load_state(up_dir: Path, file_name: str) -> dict | None:
+def load_state(up_dir: Path, file_name: str, schema: int) -> dict | None:
     """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line."""
     import json
 
@@ -107,7 +107,7 @@ def load_state(up_dir: Path, file_name: str) -> dict | None:
         parsed = json.loads(data.decode("utf-8"), parse_constant=no_constants)
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read {path} ({type(exc).__name__}): {_fix(path)}") from None
-    why = check_shape(parsed, up_dir)
+    why = check_shape(parsed, up_dir, schema)
     if why:
         raise UsageError(f"{path} is not an `up` state file ({why}): {_fix(path)}")
     return parsed
@@ -157,14 +157,12 @@ def _inside(path, directory: Path) -> bool:
     return os.path.commonpath([real, root]) == root and real != root
 
 
-def check_shape(data, up_dir: Path) -> str | None:
-    """The state's shape as `up` writes it (rocm_dspark.up.state), or what differs."""
-    from rocm_dspark.up.state import SCHEMA
-
+def check_shape(data, up_dir: Path, schema: int) -> str | None:
+    """The state's shape as `up` writes it (rocm_dspark.up.state, schema `schema`), or what differs."""
     if not isinstance(data, dict):
         return "not a JSON object"
-    if data.get("schema") != SCHEMA:
-        return f"schema is not {SCHEMA}"
+    if data.get("schema") != schema:
+        return f"schema is not {schema}"
     steps = data.get("steps")
     if not isinstance(steps, dict):
         return "steps is not an object"
