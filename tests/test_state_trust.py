@@ -240,3 +240,17 @@ def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
         first.join(20)
     assert ran == ["start"] and codes == [0]
     assert run_up(opts(), Display.plain(lambda s: None), steps=steps) == 0  # the lock went with the first run
+
+
+def test_a_fifo_as_the_launch_state_does_not_hang_up(tmp_path):
+    from rocm_dspark.up.steps import _launch_state
+
+    os.mkfifo(tmp_path / "launch-state.json", 0o600)
+    t0 = __import__("time").monotonic()
+    assert _launch_state(tmp_path, wait_s=1.0) == {}
+    assert __import__("time").monotonic() - t0 < 10
+    (tmp_path / "launch-state.json").unlink()
+    (tmp_path / "launch-state.json").write_text('["not", "an object"]')
+    assert _launch_state(tmp_path, wait_s=0.6) == {}
+    (tmp_path / "launch-state.json").write_text('{"phase": "serving", "mode": "block", "pid": 7}')
+    assert _launch_state(tmp_path, wait_s=5) == {"phase": "serving", "mode": "block", "pid": 7}
