@@ -585,6 +585,15 @@ def _memory(r: _Reader) -> dict:
         if v < 0 or (k == "kv_gib_per_million_tokens" and v == 0):
             m.fail(f"must be positive, got {v!r}", k)
     out["sources"] = m.str_list("sources")
+    out["layout"] = {}
+    if m.data.get("layout") is not None:  # how the parts lie over TP x DP x PP ranks (rocm_dspark/memory.py)
+        lay = m.sub("layout")
+        out["layout"] = {k: lay.req(k, float) for k in ("expert_bytes_per_param", "dense_bytes_per_param")}
+        for k, v in out["layout"].items():
+            if not v > 0:
+                lay.fail(f"must be positive, got {v!r}", k)
+        out["layout"]["engram_dp_shard_builds"] = tuple(lay.str_list("engram_dp_shard_builds", optional=True))
+        lay.close()
     return out
 
 

@@ -68,8 +68,10 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     layout = layout_for(spec, model.query_heads, moe)
     node_rank_check(copts.get("node_rank"), nodes)
     node_opts = dict(opts, nodes=1, head_address=None)
-    if strategy not in ("single_node", "pd_cluster"):
-        node_opts.update(node_plan_layout(layout))
+    grouped = strategy not in ("single_node", "pd_cluster")
+    if grouped:
+        # The per-rank memory check runs for the group's own layout below, not for this one-node TP group.
+        node_opts.update(node_plan_layout(layout), memory_override=True)
     catalog, _, plan = plan_for(node_opts, catalog)
     argv, fallback = plan.argv, (plan.block_argv if plan.adaptive_verification else None)
     extra_notes: list[tuple[str, str]] = []
@@ -78,10 +80,34 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
         argv, fallback = plan.block_argv, None
         extra_notes.append(("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification"))
     cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
-    if strategy not in ("single_node", "pd_cluster"):
-        extra_notes.append(("node plan", f"resolved for one node as TP {layout['gpus_per_node']} (memory, Engram and capture "
-                                         "rules per node); the group's parallel flags come from the strategy"))
+    if grouped:  # after expand(): its usage errors (a missing --head-address) come first
+        plan = _group_memory(model, gpu, plan, layout, bool(opts.get("memory_override")))
+    if grouped:
+        extra_notes.append(("node plan", f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
+                                         "rules per node); the group's parallel flags come from the strategy, and the "
+                                         "memory note is per rank of the group's layout"))
     return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes))
+
+
+def _group_memory(model, gpu, plan, layout: dict, override: bool):
+    """The node plan with its memory budget redone per rank of the group's layout (rocm_dspark.memory): at
+    TP1 x DP16 a rank holds what TP8 splits eight ways, except the parts vLLM splits over DP too."""
+    if plan.memory is None or not model.memory:
+        return plan
+    from rocm_dspark.memory import RankLayout, plan_memory, short_text
+    from rocm_dspark.plan import Note
+
+    argv = list(plan.argv)
+    util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9
+    builds = (model.memory.get("layout") or {}).get("engram_dp_shard_builds") or ()
+    ranks = RankLayout(tp=layout["tp"], dp=layout["dp"], pp=layout.get("pp") or 1, nodes=layout["nodes"],
+                       gpus_per_node=layout["gpus_per_node"], ep=bool(layout.get("ep")))
+    memory, text = plan_memory(model, gpu, ranks, util=util, max_num_batched_tokens=plan.max_num_batched_tokens,
+                               engram_resident=plan.memory.engram_gib > 0,
+                               engram_dp_shard=plan.build is not None and plan.build.name in builds
+                               and "--engram-config" in argv, override=override)
+    notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
+    return plan._replace(memory=memory, notes=notes)
 
 
 __all__ = ["CLUSTER_KEYS", "pop_cluster", "wants_cluster", "cluster_for"]

@@ -19,6 +19,18 @@ from rocm_dspark.errors import UsageError
 MAX_BYTES = 16 << 20
 
 
+def read_at_most(fd: int, limit: int, chunk_size: int = 1 << 16) -> bytes:
+    """Up to `limit` bytes from `fd` (a caller that passes its maximum + 1 sees a file that is too long)."""
+    chunks, left = [], limit
+    while left > 0:
+        chunk = os.read(fd, min(left, chunk_size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of a regular file of at most `max_bytes`; UsageError `"{what} {path}: ..."` otherwise."""
     p = Path(path)
@@ -34,13 +46,7 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES)
             raise UsageError(f"{what} {p}: not a regular file")
         if st.st_size > max_bytes:
             raise UsageError(f"{what} {p}: larger than {max_bytes >> 20} MiB")
-        chunks, left = [], max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        chunks = [read_at_most(fd, max_bytes + 1, 1 << 20)]
     except OSError as exc:
         raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
     finally:

@@ -57,6 +57,8 @@ class Selection(NamedTuple):
     memory_override: bool = False     # start even when the memory model finds no KV room (noted)
     images: tuple = ()                # (repo:tag, registry answer) read from this host's cache (rocm_dspark.images.cache)
     today: str | None = None          # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
+    k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.k_schedule)
+    no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
 
 
 class Verdict(NamedTuple):

@@ -29,7 +29,7 @@ from rocm_dspark.images import pick
 from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.vllm_args import GUARDED_FLAGS, emit, normalise, read
+from rocm_dspark.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
 from rocm_dspark.secret_env import SECRET_FLAGS, check_value
 from rocm_dspark.vllm_env import check_env
 
@@ -69,6 +69,7 @@ class _State:
         self.env: dict[str, str] = {}
         self.secret_env: dict[str, str] = {}
         self.extra_args: list[tuple[str, ...]] = []
+        self.workaround_args: dict[str, str] = {}  # flag -> the workaround id that adds it
         self.served_name = self.host = ""
         self.port = 0
         self.k = 0
@@ -222,6 +223,7 @@ def workaround_layer(s: _State) -> None:
             continue
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
+        s.workaround_args.update({a[0]: w.id for a in w.args})
         s.env.update(w.env)
         s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
@@ -313,6 +315,13 @@ def _engram_resident(s: _State) -> bool:
     return not has  # unknown counts as resident: the conservative side for a memory check
 
 
+def _engram_dp_shard(s: _State) -> bool:
+    """Whether this build shards resident Engram tables over a node-local DP group: it resolves an
+    EngramConfig (the plan passes --engram-config) and its wheel was read to do so (the model's memory layout)."""
+    builds = ((s.model.memory or {}).get("layout") or {}).get("engram_dp_shard_builds") or ()
+    return s.build.name in builds and flag_verdict(s.catalog, s.build, "--engram-config")[0]
+
+
 def memory_layer(s: _State) -> None:
     """Per-rank HBM budget from recipe data; refuse a layout that leaves no KV room (with the numbers)."""
     model, f, gpu = s.model, s.fields, s.gpu
@@ -323,54 +332,35 @@ def memory_layer(s: _State) -> None:
             raise UsageError(f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
                              f"HBM ({gpu.hbm_gb * tp:g} GB); use a larger --tp")
         return
-    from rocm_dspark.plan import Memory
+    from rocm_dspark.memory import RankLayout, plan_memory, short_text
 
-    usable = gpu.hbm_gb * util  # HBM capacities are binary: 192 GB HBM3 = 192 GiB
-    fixed = m["fixed_gib"]  # per rank whatever TP: replicated weights, activations, graphs, runtime (fitted)
-    weights = m["sharded_weights_gib"] / tp
-    engram = m["engram_tables_gib"] / tp if _engram_resident(s) else 0.0
-    mnbt = f["max_num_batched_tokens"]
-    indexer = mnbt * m["indexer_mib_per_batched_token"] / 1024
-    kv = usable - fixed - weights - engram - indexer
-    err = m["error_gib"]
-    max_len = int(next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
-                  or model.architecture["context_length"])
-    tokens = int(kv / m["kv_gib_per_million_tokens"] * 1024 * 1024) if kv > 0 else None
-    mem = Memory(hbm_gib=gpu.hbm_gb, usable_gib=round(usable, 2), weights_gib=round(weights, 2),
-                 engram_gib=round(engram, 2), indexer_gib=round(indexer, 2), margin_gib=round(fixed, 2),
-                 kv_gib=round(kv, 2), kv_tokens=tokens, kv_multiples=round(tokens / max_len, 2) if tokens else None,
-                 error_gib=err, sources=tuple(m["sources"]), override=False)
-    budget = (f"per rank on {gpu.key} TP{tp}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - fixed {fixed:.1f} "
-              f"- sharded weights {weights:.1f} - Engram tables {engram:.1f}{' (offloaded)' if not engram else ''} "
-              f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) = KV {kv:.1f} GiB "
-              f"(model error +-{err:g} GiB)")
-    if kv + err <= 0:
-        if not s.sel.memory_override:
-            hint = (f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"
-                    if mnbt > 4096 else "")
-            raise UsageError(f"no room for KV cache: {budget}; use a larger --tp{hint}, or --memory-override to "
-                             f"emit it anyway")
-        mem = mem._replace(override=True)
-        s.notes.append(Note("memory", f"OVERRIDDEN (--memory-override): {budget}; vLLM will likely refuse to start",
-                            f"OVERRIDDEN (--memory-override): KV {kv:.1f} GiB per rank; vLLM will likely refuse to start"))
-    else:
-        room = (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len {max_len}" if tokens
-                else "none by the estimate, within the model's error")
-        s.notes.append(Note("memory", f"{budget}: {room} (calibrated on InferenceX's published KV headroom: {m['sources'][0]})",
-                            f"KV {kv:.1f} GiB per rank (+-{err:g}) at TP{tp}: "
-                            + (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len" if tokens else room)))
-    s.memory = mem
+    layout = RankLayout(tp=tp, dp=f["dp"], nodes=s.sel.nodes, ep=f["ep"] > 1,
+                        gpus_per_node=s.sel.gpus_per_node or gpu.gpus_per_node)
+    s.memory, text = plan_memory(model, gpu, layout, util=util, max_num_batched_tokens=f["max_num_batched_tokens"],
+                                 engram_resident=_engram_resident(s), engram_dp_shard=_engram_dp_shard(s),
+                                 override=s.sel.memory_override)
+    s.notes.append(Note("memory", text, short_text(s.memory, layout)))
 
 
 def speculative_layer(s: _State) -> None:
     sel, model = s.sel, s.model
     block = model.block_size
+    if sel.no_speculation:
+        given = [f for f, v in (("--num-speculative-tokens", sel.num_speculative_tokens), ("--k-per-batch-size",
+                 sel.k_schedule), ("--benchmark-synthetic", sel.benchmark_synthetic)) if v is not None]
+        if given:
+            raise UsageError(f"--no-speculation serves without a draft: drop {', '.join(given)}")
+        s.k, s.spec, s.adaptive_allowed = 0, {}, False
+        s.notes.append(Note("speculation", "OFF (--no-speculation): the target model alone, no DSpark draft"))
+        return
     k = sel.num_speculative_tokens if sel.num_speculative_tokens is not None else block
     if not 1 <= k <= block:
         raise UsageError(f"--num-speculative-tokens {k} is outside 1..{block} (the trained DSpark block of {model.key})")
     s.k = k
     s.spec = {"method": model.speculative["method"], "num_speculative_tokens": k,
               **model.speculative["config"], "enable_adaptive_verification": False}
+    if sel.k_schedule:
+        _k_schedule(s, k)
     if sel.benchmark_synthetic is not None:
         al = sel.benchmark_synthetic
         if not 1.0 <= al <= k + 1:
@@ -382,6 +372,38 @@ def speculative_layer(s: _State) -> None:
             f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
             f"fakes acceptance; NOT for serving and never for evals"),
             f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals"))
+
+
+DYNAMIC_K_CHANGE = "vllm#32374"  # num_speculative_tokens_per_batch_size (recipes/vllm.yaml)
+
+
+def _k_schedule(s: _State, k: int) -> None:
+    """--k-per-batch-size: vLLM's num_speculative_tokens_per_batch_size, where vLLM would really run it."""
+    from rocm_dspark.k_schedule import format_schedule
+
+    sched = s.sel.k_schedule
+    if s.catalog.contains(s.build, DYNAMIC_K_CHANGE) is not True:
+        raise UsageError(f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
+                         f"{_change_words(s.catalog, s.build, DYNAMIC_K_CHANGE)}; pick a build that does "
+                         "(--vllm-version 0.32.0 or 0.33.0) or use one K")
+    top = max(e[2] for e in sched)
+    if top > k:
+        raise UsageError(f"--k-per-batch-size asks for K={top}, more than --num-speculative-tokens {k} (vLLM would "
+                         f"clamp it); use K <= {k} or pass -k {top}")
+    if s.fields["dp"] > 1:
+        raise UsageError("--k-per-batch-size with data parallel: vLLM drops the schedule when data_parallel_size > 1 "
+                         "(ranks could pick different K and deadlock; vllm/config/vllm.py); use one K")
+    mode = s.fields.get("cudagraph_mode")
+    if mode and "FULL" in str(mode):
+        raise UsageError(f"--k-per-batch-size on {s.gpu.key}: vLLM turns cudagraph_mode {mode} into PIECEWISE for a "
+                         "per-batch-size K (vllm/config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode), which this "
+                         "GPU's workaround avoids (see the plan's notes); use one K")
+    s.spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in sched]
+    s.adaptive_allowed = False
+    s.notes.append(Note("per-batch-size K", (
+        f"num_speculative_tokens_per_batch_size {format_schedule(sched)} (--k-per-batch-size), block verification: "
+        f"each batch size runs its fixed K; adaptive verification is not combined with it; not yet run with DSpark "
+        f"on MI300-class hardware")))
 
 
 def capture_layer(s: _State) -> None:
@@ -553,6 +575,7 @@ def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None
 
 def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
+    planned = {f: v for f, v in args.items if f in s.workaround_args}  # the workaround flags the build kept
     for token in s.sel.extra_args:
         flag, value = _parse_user_arg(token)
         if flag.replace("_", "-") in SECRET_FLAGS:  # argv is world-readable (ps, /proc) and vLLM logs its args
@@ -560,6 +583,10 @@ def override_layer(s: _State, args: _Args) -> None:
             raise UsageError(f"--vllm-arg {flag}: a secret on the command line is readable by every user of the host "
                              f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
                              f"vLLM only through the 0600 env file")
+        undone = undoes(UserArg(flag, value), planned)
+        if undone:
+            raise UsageError(f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
+                             f"on this GPU and build (see the plan's notes); drop it")
         if flag.startswith("--compilation-config"):
             _merge_compilation_config(args, flag, value)
         else:
@@ -575,7 +602,10 @@ def override_layer(s: _State, args: _Args) -> None:
     target = s.sel.model_path or s.model.hf_id
 
     def with_spec(adaptive: bool) -> tuple[str, ...]:
-        args.set("--speculative-config", _compact_json(dict(s.spec, enable_adaptive_verification=adaptive)))
+        if not s.spec:  # --no-speculation
+            args.items = [(f, v) for f, v in args.items if f != "--speculative-config"]
+        else:
+            args.set("--speculative-config", _compact_json(dict(s.spec, enable_adaptive_verification=adaptive)))
         return ("vllm", "serve", target, *args.argv())
 
     s.block_argv = with_spec(False)
@@ -597,7 +627,7 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
         model_id=s.block_argv[2], model_key=s.model.key, served_name=s.served_name, gpu=s.gpu.key,
         arch=s.gpu.arch, profile=s.profile.id, status=s.profile.status, status_date=s.profile.status_date,
         evidence=s.profile.evidence, vllm_version=b.reported_version or b.name, image=b.image, host=s.host, port=s.port,
-        argv=s.block_argv, env=s.env, speculative_config=dict(s.spec, enable_adaptive_verification=False),
+        argv=s.block_argv, env=s.env, speculative_config=dict(s.spec, enable_adaptive_verification=False) if s.spec else {},
         adaptive_verification=False, block_argv=s.block_argv, notes=tuple(s.notes), adaptive_argv=s.adaptive_argv,
         build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
         max_num_seqs=f["max_num_seqs"], max_num_batched_tokens=f["max_num_batched_tokens"],

@@ -17,7 +17,7 @@ SELECTION_KEYS = (
     "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
     "max_num_batched_tokens", "num_speculative_tokens", "capture_cap", "vllm_version", "build", "concurrency",
     "memory_override", "adaptive", "state_dir", "benchmark_synthetic", "model_path", "served_name", "host", "port",
-    "extra_args", "extra_env",
+    "extra_args", "extra_env", "k_schedule", "no_speculation",
 )
 ADAPTIVE_MODES = ("auto", "off", "on")
 
@@ -89,6 +89,7 @@ def build_selection(opts: dict, catalog) -> Selection:
         port=opts.get("port"), extra_args=tuple(opts.get("extra_args") or ()),
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
         images=_registry_answers(opts), today=_today(),
+        k_schedule=_schedule(opts.get("k_schedule")), no_speculation=bool(opts.get("no_speculation")),
     )
 
 
@@ -109,6 +110,14 @@ def _today() -> str:
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
+def _schedule(value):
+    if value is None:
+        return None
+    from rocm_dspark.k_schedule import parse_schedule
+
+    return parse_schedule(value)
+
+
 def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None) -> Verdict:
     """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records).
     `soft`: the software the plan runs on when that is not this Python's (an image's, rocm_dspark.probe.software)."""
@@ -118,7 +127,8 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None)
     if mode == "off":
         return Verdict.not_proven("--adaptive off forces block verification")
     if plan.adaptive_argv is None:
-        return Verdict.not_proven("synthetic benchmark mode")
+        why = next((n.text for n in plan.notes if n.topic in ("speculation", "per-batch-size K")), None)
+        return Verdict.not_proven(why or "synthetic benchmark mode")
     from rocm_dspark.probe.gate import gate_verdict
 
     verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"), soft=soft)

@@ -198,15 +198,23 @@ def _rewrite(argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extr
 # --- input checks -------------------------------------------------------------------------------------
 
 _HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
-_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+_IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # Linux interface names: IFNAMSIZ 16 with the NUL
+_SCOPE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")    # an IPv6 zone: an interface name or index, no ':' (URLs)
 
 
 def check_address(value: str, what: str = "--head-address") -> str:
     """An IP literal or a DNS name; anything else (spaces, quotes, URLs) is refused."""
     try:
-        return str(ipaddress.ip_address(value))
+        ip = ipaddress.ip_address(value)
     except ValueError:
         pass
+    else:
+        # ipaddress takes any scope id but '/'; a real one names an interface (IFNAMSIZ 16) or its index.
+        scope = getattr(ip, "scope_id", None)
+        if scope is not None and not _SCOPE.match(scope):
+            raise UsageError(f"{what} {value!r}: the IPv6 scope id {scope!r} is not an interface name or index "
+                             "(letters, digits, '_.-', at most 15); pass e.g. fe80::1%eth0")
+        return str(ip)
     if _HOSTNAME.match(value or ""):
         return value
     raise UsageError(f"{what} {value!r} is not an IP address or host name; pass e.g. {what} 10.0.0.1")

@@ -160,6 +160,11 @@ def normalise(token: str) -> UserArg:
         spelled = f"{head} (read by vLLM as {owned})" if head != owned else head
         raise UsageError(f"--vllm-arg {spelled} conflicts with what the plan decides; use {GUARDED_FLAGS[owned]} instead")
 
+    if not head.startswith("--") and len(head) > 2 and head[:2] in GUARDED_FLAGS:
+        # argparse reads a joined short option `-n2` as `-n 2` (its _get_option_tuples), so `-n2` sets nnodes.
+        raise UsageError(f"--vllm-arg {head} (read by vLLM as {head[:2]} {head[2:]}) conflicts with what the plan "
+                         f"decides; use {GUARDED_FLAGS[head[:2]]} instead")
+
     partly = _owner(head, _PARTLY)
     if partly is not None:
         long_name, owned_keys = _PARTLY[partly]
@@ -177,6 +182,26 @@ def normalise(token: str) -> UserArg:
     return UserArg(name, value if sep else None)
 
 
+def _negation(flag: str) -> str:
+    """argparse's BooleanOptionalAction pair: `--x` <-> `--no-x`."""
+    return "--" + flag[5:] if flag.startswith("--no-") else "--no-" + flag[2:]
+
+
+def undoes(arg: UserArg, planned: dict) -> str | None:
+    """The planned workaround flag (of `planned`: flag -> value) that `arg` would undo, or None: its
+    BooleanOptionalAction opposite by any spelling vLLM reads (vLLM keeps the last one), or the same flag
+    with another value."""
+    head = arg.flag.partition(".")[0]
+    for flag, value in planned.items():
+        if not flag.startswith("--"):
+            continue
+        if _reaches(head, _negation(flag)) and head != flag:
+            return flag
+        if head == flag and arg.value != value:
+            return flag
+    return None
+
+
 def emit(flag: str, value: str | None) -> list[str]:
     """The argv words for one flag: `--flag value`, or `--flag=value` when the value could read as a flag."""
     if value is None:
@@ -186,4 +211,4 @@ def emit(flag: str, value: str | None) -> list[str]:
     return [flag, value]
 
 
-__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "emit"]
+__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "undoes", "emit"]

@@ -19,7 +19,8 @@ PACKAGE = ROOT / "rocm_dspark"
 LAYERS = {
     "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.quoting": 0,
     "rocm_dspark.plan": 0, "rocm_dspark.capture": 0, "rocm_dspark.launch_facts": 0,
-    "rocm_dspark.vllm_args": 0, "rocm_dspark.vllm_env": 0, "rocm_dspark.inputs": 0, "rocm_dspark.secret_env": 0,
+    "rocm_dspark.vllm_args": 0, "rocm_dspark.vllm_env": 0, "rocm_dspark.inputs": 0, "rocm_dspark.secret_env": 0, "rocm_dspark.k_schedule": 0,
+    "rocm_dspark.memory": 1, "rocm_dspark.plan_apply": 3,
     "rocm_dspark.catalog": 1, "rocm_dspark.attention": 1, "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1,
     "rocm_dspark.strategies": 1, "rocm_dspark.resolve": 2, "rocm_dspark.render": 2, "rocm_dspark.launchers": 2,
     "rocm_dspark.k8s": 2, "rocm_dspark.render_cluster": 2, "rocm_dspark.launch_group": 2, "rocm_dspark.cluster": 3,

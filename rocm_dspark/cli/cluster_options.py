@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from rocm_dspark.cli import bounds
+
 STRATEGY_HELP = ("single_node | multi_node_tp | multi_node_tep | multi_node_dep | multi_node_tp_dp | multi_node_tp_pp | "
                  "pd_cluster (vllm-project/recipes' names; see recipes/strategies.yaml).")
 
@@ -11,19 +13,19 @@ STRATEGY_HELP = ("single_node | multi_node_tp | multi_node_tep | multi_node_dep 
 def cluster_options(fn):
     opts = [
         click.option("--strategy", default=None, metavar="NAME", help=STRATEGY_HELP),
-        click.option("--node-rank", type=int, default=None, help="Print only this node's commands (0 = head)."),
+        click.option("--node-rank", type=bounds.NODE_RANK, default=None, help="Print only this node's commands (0 = head)."),
         click.option("--iface", default=None, help="Inter-node network interface: sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME."),
         click.option("--backend", type=click.Choice(["mp", "ray"]), default="mp", show_default=True,
                      help="mp: vLLM's own rendezvous; ray: a Ray cluster (node 0 runs the Ray head)."),
         click.option("--dp-lb", type=click.Choice(["hybrid", "internal"]), default=None,
                      help="DP strategies: hybrid (every node serves HTTP; the recipes' default) or internal (one endpoint on node 0, workers headless)."),
-        click.option("--rpc-port", type=int, default=None, help="--data-parallel-rpc-port (default 13345)."),
-        click.option("--prefill-nodes", type=int, default=None, help="pd_cluster: nodes in the prefill pool (default: half)."),
+        click.option("--rpc-port", type=bounds.PORT, default=None, help="--data-parallel-rpc-port (default 13345)."),
+        click.option("--prefill-nodes", type=bounds.PREFILL_NODES, default=None, help="pd_cluster: nodes in the prefill pool (default: half)."),
         click.option("--node-addresses", default=None, metavar="A,B,...",
                      help="pd_cluster: every node's address, prefill nodes first."),
         click.option("--connector", type=click.Choice(["nixl", "moriio"]), default=None,
                      help="pd_cluster KV connector: nixl (RIXL/UCX, default) or moriio (ROCm-native)."),
-        click.option("--router-port", type=int, default=None, help="pd_cluster: vllm-router's port (default 8000)."),
+        click.option("--router-port", type=bounds.PORT, default=None, help="pd_cluster: vllm-router's port (default 8000)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

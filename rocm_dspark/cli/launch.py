@@ -6,6 +6,7 @@ import json
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.cluster import pop_cluster, wants_cluster
@@ -29,7 +30,7 @@ from rocm_dspark.selection import plan_from_options
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
 @click.option("--pull", is_flag=True,
               help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
-@click.option("--ready-timeout", type=int, default=3600, show_default=True,
+@click.option("--ready-timeout", type=bounds.INT_SECONDS, default=3600, show_default=True,
               help="Seconds each start may take to answer /health and /v1/models.")
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
 from rocm_dspark.selection import SELECTION_KEYS
 
@@ -17,17 +18,22 @@ def selection_options(fn):
         click.option("--model", "-m", required=True, help="Model name or alias, e.g. V4.1-Flash."),
         click.option("--gpu", default=None,
                      help="GPU: a recipes/gpus.yaml key (see `rocm-dspark list`); detected with amd-smi/rocminfo when omitted."),
-        click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the GPU's usual 8)."),
-        click.option("--nodes", type=int, default=1, show_default=True, help="Number of nodes (data parallel across nodes)."),
+        click.option("--gpus-per-node", type=bounds.GPUS_PER_NODE, default=None, help="GPUs per node (default: the GPU's usual 8)."),
+        click.option("--nodes", type=bounds.NODES, default=1, show_default=True, help="Number of nodes (data parallel across nodes)."),
         click.option("--head-address", default=None, help="IP of node 0, needed with --nodes > 1."),
-        click.option("--tp", type=int, default=None, help="Tensor parallel size (default: the profile's)."),
-        click.option("--dp", type=int, default=None, help="Data parallel size (default: the profile's)."),
-        click.option("--ep", type=int, default=None, help="Expert parallel size: 1 (off) or tp x dp."),
-        click.option("--max-num-seqs", type=int, default=None, help="Max concurrent sequences (default: the profile's)."),
-        click.option("--max-num-batched-tokens", type=int, default=None, help="Token budget per step (default: the profile's)."),
+        click.option("--tp", type=bounds.RANKS, default=None, help="Tensor parallel size (default: the profile's)."),
+        click.option("--dp", type=bounds.RANKS, default=None, help="Data parallel size (default: the profile's)."),
+        click.option("--ep", type=bounds.RANKS, default=None, help="Expert parallel size: 1 (off) or tp x dp."),
+        click.option("--max-num-seqs", type=bounds.SEQS, default=None, help="Max concurrent sequences (default: the profile's)."),
+        click.option("--max-num-batched-tokens", type=bounds.TOKENS, default=None, help="Token budget per step (default: the profile's)."),
         click.option("--num-speculative-tokens", "-k", "num_speculative_tokens", default=None,
                      help="DSpark draft length K, 1..block size (default: the block size, 5)."),
-        click.option("--capture-cap", type=int, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
+        click.option("--k-per-batch-size", "k_schedule", default=None, metavar="LO-HI:K[,...]",
+                     help="Per-batch-size K (vLLM num_speculative_tokens_per_batch_size), e.g. 1-16:5,17-64:4,65-128:2: "
+                          "what `plan` prints when it recommends one."),
+        click.option("--no-speculation", is_flag=True, default=False,
+                     help="Serve the target model without a DSpark draft (what `plan` prints when drafting does not pay)."),
+        click.option("--capture-cap", type=bounds.SEQS, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
         click.option("--vllm-version", default=None, help="vLLM release (e.g. 0.33.0) or build name to plan for; maps onto a build in recipes/vllm.yaml."),
         click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the newest with public evidence on the GPU)."),
         click.option("--concurrency", default=None, metavar="C[,C...]", callback=_largest_level,
@@ -38,12 +44,12 @@ def selection_options(fn):
         click.option("--adaptive", type=click.Choice(["auto", "off", "on"]), default="auto", show_default=True,
                      help="auto: on only with a matching, complete probe record; off: block verification; on: require a record."),
         click.option("--state-dir", default=None, help="Probe record directory (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir)."),
-        click.option("--benchmark-synthetic", type=float, default=None, metavar="AL",
+        click.option("--benchmark-synthetic", type=bounds.ACCEPTANCE, default=None, metavar="AL",
                      help="Benchmark only: synthetic acceptance length AL instead of real rejection. Never for serving."),
         click.option("--model-path", default=None, help="Serve from this local path instead of the Hugging Face id."),
         click.option("--served-model-name", "served_name", default=None, help="Name clients use (default: the HF id)."),
         click.option("--host", default=None, help="Address to bind (default: 0.0.0.0)."),
-        click.option("--port", type=int, default=None, help="Port (default: 8000)."),
+        click.option("--port", type=bounds.PORT, default=None, help="Port (default: 8000)."),
         click.option("--vllm-arg", "extra_args", multiple=True, metavar="--FLAG[=VALUE]",
                      help="Extra vLLM flag, applied last (repeatable)."),
         click.option("--env", "extra_env", multiple=True, metavar="KEY=VALUE", help="Extra environment variable (repeatable)."),
@@ -67,6 +73,8 @@ def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
         raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
     if not levels or any(c < 1 for c in levels):
         raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
+    if any(c > bounds.MAX_SEQS for c in levels):
+        raise UsageError(f"--concurrency: every level must be at most {bounds.MAX_SEQS}")
     return levels
 
 

@@ -7,6 +7,7 @@ import json
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
@@ -17,7 +18,7 @@ from rocm_dspark.errors import UsageError
               help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")
 @click.option("--concurrency", default="1,16,64,128,512", show_default=True,
               help="Concurrent requests to plan for, comma-separated.")
-@click.option("--acceptance-length", type=float, default=None,
+@click.option("--acceptance-length", type=bounds.ACCEPTANCE, default=None,
               help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
                    "default: the model's golden from recipes/.")
 @click.option("--acceptance-rates", default=None,
@@ -32,7 +33,7 @@ from rocm_dspark.errors import UsageError
 @click.option("--cost-model", type=click.Choice(["calibrated", "roofline"]), default="calibrated", show_default=True,
               help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
                    "or the uncalibrated roofline.")
-@click.option("--nodes", type=int, default=None,
+@click.option("--nodes", type=bounds.NODES, default=None,
               help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.")
 @click.option("--capture-size", type=click.IntRange(1, 1 << 20), default=None,
               help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
@@ -103,13 +104,35 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
+    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.plan_apply).
+    from rocm_dspark.plan_apply import apply_command
+
+    def applied(g, p):
+        argv, why = apply_command(catalog, spec, g, p.speculative_config)
+        if why is None or not p.fixed_k:
+            return argv, why, None
+        return argv, why, apply_command(catalog, spec, g, {"num_speculative_tokens": p.fixed_k})[0]
+
+    applies = [applied(g, p) for g, p in zip(gpus, plans)]
     if as_json:
-        out = {"model": spec.key, "plans": [to_dict(p) for p in plans]}
+        out = {"model": spec.key, "plans": [dict(to_dict(p), apply={"recipe": argv, "refused": why, "instead": other})
+                                           for p, (argv, why, other) in zip(plans, applies)]}
         if scaling is not None:
             out["strategies"] = {g: [row for row, _ in rows] for g, rows in scaling.items()}
         click.echo(json.dumps(out, indent=2))
         return
-    text = "\n\n".join("\n".join(table_lines(p)) for p in plans)
+    import shlex
+
+    def with_apply(lines, applied):
+        argv, why, other = applied
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
+        gated = " (turns on once `rocm-dspark probe` has proven it on this host)" if argv[-2:] == ["--adaptive", "on"] else ""
+        line = (f"  apply: {shlex.join(argv)}{gated}" if why is None
+                else f"  apply: `recipe` refuses it on every build ({why})"
+                     + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
+        return lines[:at] + [line] + lines[at:]
+
+    text = "\n\n".join("\n".join(with_apply(table_lines(p), a)) for p, a in zip(plans, applies))
     if scaling is not None:
         text += "".join("\n\n" + "\n".join(line for _, line in rows) for rows in scaling.values())
     click.echo(text)

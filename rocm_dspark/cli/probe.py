@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.selection import build_selection
 from rocm_dspark.errors import UsageError
@@ -25,7 +26,7 @@ def _model_optional(fn):
 @selection_options
 @click.option("--levels", default="static,kernel,live", show_default=True,
               help="Comma-separated levels to run: static, kernel, live.")
-@click.option("--deadline", type=float, default=3600.0, show_default=True,
+@click.option("--deadline", type=bounds.SECONDS, default=3600.0, show_default=True,
               help="Seconds the live level waits for the server to become ready.")
 @click.option("--server-json", "server_json", default=None, metavar="FILE",
               help="JSON file describing the server the live level runs instead of the plan's (same format as "
@@ -33,7 +34,7 @@ def _model_optional(fn):
                    "never turns the flag on.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.option("--show", is_flag=True, help="Print the latest probe records in the state directory and exit.")
-@click.option("--limit", type=int, default=5, show_default=True, help="With --show: how many records.")
+@click.option("--limit", type=bounds.COUNT, default=5, show_default=True, help="With --show: how many records.")
 @usage_errors
 def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     """Prove (or refute) adaptive verification on this host and write a fingerprinted record.

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
@@ -30,9 +31,9 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option("--quick", is_flag=True, help="Validate with the small workload (validate --quick).")
 @click.option("--name", default=None, help="Launcher, unit and container name (default: rocm-dspark-<profile>).")
 @click.option("--service-user", default=None, help="systemd: the user the unit runs as (default: you); also the user the device check tests.")
-@click.option("--ready-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+@click.option("--ready-timeout", type=bounds.SECONDS, default=3600.0, show_default=True,
               help="Seconds each vLLM start may take to become ready.")
-@click.option("--request-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds each validation request may take.")
+@click.option("--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each validation request may take.")
 @click.option("--probe-levels", default="static,kernel", show_default=True,
               help="Probe levels before validation (live runs on the started server when it is the plan's adaptive command).")
 @click.option("--target", type=click.Choice(["node", "local-cpu"]), default="node", show_default=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import concurrency_levels, pop_selection, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
@@ -59,13 +60,13 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
                    "served_name, recipe_model, ...; same format as probe --server-json).")
 @click.option("--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs.")
 @click.option("--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128).")
-@click.option("--requests-per-level", type=click.IntRange(min=1), default=None, help="Requests per level (default 4 x concurrency, at most 512).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Output tokens per request (default 256; 32 with --quick).")
-@click.option("--request-timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds each request may take.")
-@click.option("--ready-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True, help="Seconds --launch waits for readiness.")
+@click.option("--requests-per-level", type=bounds.COUNT, default=None, help="Requests per level (default 4 x concurrency, at most 512).")
+@click.option("--max-tokens", type=bounds.TOKENS, default=None, help="Output tokens per request (default 256; 32 with --quick).")
+@click.option("--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each request may take.")
+@click.option("--ready-timeout", type=bounds.SECONDS, default=3600.0, show_default=True, help="Seconds --launch waits for readiness.")
 @click.option("--gsm8k", is_flag=True, help="Also run GSM8K through lm-eval (must be installed).")
-@click.option("--gsm8k-limit", type=click.IntRange(min=1), default=None, help="Only the first N GSM8K questions.")
-@click.option("--acceptance-min", type=float, default=None, help="Acceptance-length floor instead of the recipe's.")
+@click.option("--gsm8k-limit", type=bounds.COUNT, default=None, help="Only the first N GSM8K questions.")
+@click.option("--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's.")
 @click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
 @click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")

@@ -177,13 +177,25 @@ class MeasuredCost:
         return max(float(lookup_ms(self.draft_ms, [num_requests], self.cudagraph_limit)[0]), 0.0) / 1000.0
 
 
-def _number(value, source: str, where: str) -> float:
+# Sanity bounds on a measured table (1e308 overflowed the interpolation to inf and then 0/0): a step size is a
+# token count vLLM indexes with int32; one step of more than 1000 s is no measurement of a serving step.
+MAX_SIZE = (1 << 31) - 1
+MAX_STEP_MS = 1e6
+
+
+def _number(value, source: str, where: str, limit: float = MAX_SIZE) -> float:
+    if isinstance(value, str) and len(value) > 64:
+        raise UsageError(f"{source}: {where}: a {len(value)}-character value is not a number")
     try:
         out = float(value)
+    except OverflowError:  # a JSON integer past float range
+        raise UsageError(f"{source}: {where}: a {len(str(value))}-digit number is out of range (at most {limit:.0f})") from None
     except (TypeError, ValueError):
         raise UsageError(f"{source}: {where}: {value!r} is not a number") from None
     if out != out or out in (float("inf"), float("-inf")):
         raise UsageError(f"{source}: {where}: {value!r} is not a finite number")
+    if abs(out) > limit:
+        raise UsageError(f"{source}: {where}: {out:g} is out of range (at most {limit:.0f})")
     return out
 
 
@@ -194,7 +206,8 @@ def _pairs(value, source: str, key: str):
     for i, item in enumerate(value):
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise UsageError(f"{source}: {key}[{i}] must be a [size, ms] pair, got {item!r}")
-        out.append((_number(item[0], source, f"{key}[{i}][0]"), _number(item[1], source, f"{key}[{i}][1]")))
+        out.append((_number(item[0], source, f"{key}[{i}][0]"),
+                    _number(item[1], source, f"{key}[{i}][1]", MAX_STEP_MS)))
     return out
 
 
@@ -224,7 +237,10 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
         if any(s != int(s) for s in sizes):
             raise UsageError(f"{source}: capture_sizes must be integers")
     else:
-        rows = list(csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#")))
+        try:
+            rows = list(csv.reader(line for line in text.splitlines() if line.strip() and not line.startswith("#")))
+        except csv.Error as exc:  # e.g. a field past csv.field_size_limit() (a 2 MB cell)
+            raise UsageError(f"{source}: not a CSV cost table ({exc}); expected rows of tokens,ms") from None
         if not rows:
             raise UsageError(f"{source}: empty cost table; expected a header `tokens,ms` and rows")
         header = [h.strip().lower() for h in rows[0]]
@@ -235,7 +251,8 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
         for n, row in enumerate(rows[1:], start=2):
             if len(row) <= max(it, im):
                 raise UsageError(f"{source}: row {n} has {len(row)} columns, expected {len(header)}")
-            verify.append((_number(row[it], source, f"row {n} tokens"), _number(row[im], source, f"row {n} ms")))
+            verify.append((_number(row[it], source, f"row {n} tokens"),
+                           _number(row[im], source, f"row {n} ms", MAX_STEP_MS)))
         draft, sizes = [], capture_sizes
         data = {}
     includes_draft = data.get("includes_draft", False)

@@ -45,8 +45,15 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
             c, tps, label = best(res)
             row = {"strategy": name, "dp": dp, "tp": tp, "concurrency": c, "tokens_per_s": tps, "recommended": label,
                    "single_node_tokens_per_s": base_tps, "speedup": tps / base_tps if base_tps else None}
+            # recipe --strategy multi_node_tp_dp runs TP = the node's GPUs unless --tp is given
+            # (rocm_dspark/strategies.py layout_for); this line prices the profile's TP, so say the flag.
+            flag = [] if tp == g else ["--tp", str(tp)]
+            row["recipe"] = ["rocm-dspark", "recipe", "--strategy", name, "--nodes", str(nodes), *flag]
+            same = ("" if not flag else f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, "
+                    f"the layout priced here")
             out.append((row, f"  {name:<17} DP{dp} x TP{tp}: {tps:,.0f} tok/s at c={c} ({label}); "
-                             f"{row['speedup']:.2f}x the profile's one TP{tp} group ({base_tps:,.0f} tok/s)"))
+                             f"{row['speedup']:.2f}x the profile's one TP{tp} group ({base_tps:,.0f} tok/s); "
+                             f"recipe --strategy {name} --nodes {nodes}{' --tp ' + str(tp) if flag else ''}{same}"))
         else:
             why = NOT_MODELLED.get(name, "not modelled").format(all=nodes * g, tp=tp)
             out.append(({"strategy": name, "tokens_per_s": None, "why": why}, f"  {name:<17} not predicted: {why}"))

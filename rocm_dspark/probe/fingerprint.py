@@ -23,6 +23,7 @@ from rocm_dspark.probe.software import rocm_version, torch_facts, vllm_facts  # 
 
 # (key, words for the note). Host fields first, in the order a reader checks them.
 HOST_FIELDS = (
+    ("host_id", "host"),
     ("toolkit_version", "rocm-dspark"),
     ("vllm_version", "vLLM"),
     ("vllm_commit", "vLLM commit"),
@@ -53,9 +54,25 @@ _HOST_KEYS = {k for k, _ in HOST_FIELDS}
 
 # Overridable in tests (an instrument: the real files exist only on an AMD host).
 AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
+# systemd's machine-id(5), then the D-Bus copy; a container sees the host's when it is mounted read-only.
+MACHINE_ID_FILES = (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id"))
 
 
 # --- host ------------------------------------------------------------------------------------------
+
+
+def host_id() -> str:
+    """Which machine this is, so a state dir shared over NFS or a PVC (one host.key for all) does not let one
+    host's proof count on another. machine-id(5) is confidential, so only an app-specific hash of it is kept
+    (as sd_id128_get_machine_app_specific does); without one, the host name."""
+    import hashlib
+    import socket
+
+    for path in MACHINE_ID_FILES:
+        ident = (software._read(path) or "").strip()
+        if ident:
+            return "machine-" + hashlib.sha256(b"rocm-dspark host id\0" + ident.encode()).hexdigest()[:16]
+    return "hostname-" + socket.gethostname()
 
 
 def driver_version() -> str | None:
@@ -83,6 +100,7 @@ def host_fingerprint(gpus: dict | None = None, soft: dict | None = None) -> dict
 
     soft = soft if soft is not None else software.facts()
     return {
+        "host_id": host_id(),
         "toolkit_version": __version__,
         "vllm_version": soft["vllm_version"],
         "vllm_commit": soft["vllm_commit"],

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_at_most
 from rocm_dspark.launch_facts import STATE_ROOTS, state_root
 
 ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
@@ -126,8 +127,9 @@ def _dir_problem(path: str, st: os.stat_result, me: int, *, sticky_ok: bool = Fa
     return None
 
 
-def untrusted_reason(state: Path) -> str | None:
-    """Why records under `state` cannot be trusted, or None. Checks the state dir, its ancestors and probe/."""
+def untrusted_reason(state: Path, subdir: str = SUBDIR) -> str | None:
+    """Why records under `state` cannot be trusted, or None. Checks the state dir, its ancestors and the record
+    directory `subdir` (probe/, or ab/ for A/B records: the same rules)."""
     me = os.geteuid()
     try:
         real = os.path.realpath(state)
@@ -139,15 +141,14 @@ def untrusted_reason(state: Path) -> str | None:
         problem = _dir_problem(str(state), os.stat(real), me)
         if problem:
             return problem
-        probe = os.path.join(real, SUBDIR)
-        st = os.lstat(probe)
+        st = os.lstat(os.path.join(real, subdir))
     except FileNotFoundError:
         return None  # nothing there yet: nothing to trust
     except OSError as exc:
         return f"cannot check {state}: {exc.strerror or exc}"
     if stat.S_ISLNK(st.st_mode):
-        return f"{state / SUBDIR} is a symlink; records must live in a real directory"
-    return _dir_problem(str(state / SUBDIR), st, me)
+        return f"{state / subdir} is a symlink; records must live in a real directory"
+    return _dir_problem(str(state / subdir), st, me)
 
 
 class Candidate(NamedTuple):
@@ -191,14 +192,7 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
                 if total + st.st_size > MAX_TOTAL_BYTES:
                     return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
                                  "move old ones away so every record can be read")
-                chunks, left = [], MAX_RECORD_BYTES + 1
-                while left > 0:
-                    chunk = os.read(fd, min(left, 1 << 16))
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                    left -= len(chunk)
-                data = b"".join(chunks)
+                data = read_at_most(fd, MAX_RECORD_BYTES + 1)
                 total += len(data)
                 if len(data) > MAX_RECORD_BYTES:
                     out.append(Candidate(name, None, st.st_mtime, f"grew past {MAX_RECORD_BYTES} bytes while read"))
@@ -243,7 +237,7 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
 
     if not names:
         return Loaded([], None)
-    problem = untrusted_reason(directory.parent)
+    problem = untrusted_reason(directory.parent, directory.name)
     if problem:
         return Loaded([], problem)
     key = read_key(directory.parent)
@@ -317,24 +311,36 @@ def key_problem(state: Path) -> str:
 
 
 def ensure_key(state: Path) -> bytes:
-    """Read the host key, creating it (0600, O_EXCL, 256 random bits) on the first probe."""
+    """Read the host key, creating it on the first probe: 256 random bits written to a 0600 temp file, fsynced,
+    then hard-linked into place (link fails if the name exists, so two first probes race safely: the loser
+    reads the winner's complete key). A reader never sees a half-written key."""
     key = read_key(state)
     if key is not None:
         return key
     import secrets
+    import tempfile
 
     path = _key_path(state)
+    fd, tmp = tempfile.mkstemp(prefix=f".{KEY_FILE}.", suffix=".tmp", dir=state)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        raise UsageError(f"{path} exists but is not a usable host key (a 0600 regular file of this user holding "
-                         "64 hex digits); remove it (records signed with it will no longer count)") from None
-    try:
+        os.fchmod(fd, 0o600)
         os.write(fd, secrets.token_hex(32).encode("ascii"))
         os.fsync(fd)
-    finally:
         os.close(fd)
-    return read_key(state) or b""
+        fd = -1
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+        except FileExistsError:
+            pass  # another first probe linked its complete key first: use that one
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(tmp)
+    key = read_key(state)
+    if key is None:
+        raise UsageError(f"{path} exists but is not a usable host key (a 0600 regular file of this user holding "
+                         "64 hex digits); remove it (records signed with it will no longer count)")
+    return key
 
 
 def signature(data: dict, key: bytes) -> str:
@@ -403,7 +409,7 @@ def prepare_dir(directory: Path) -> None:
     except OSError as exc:
         raise UsageError(f"cannot create the record directory {directory}: {exc.strerror or exc}; "
                          f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
-    problem = untrusted_reason(directory.parent)
+    problem = untrusted_reason(directory.parent, directory.name)
     if problem:
         raise UsageError(f"refusing to write records where they would not be trusted: {problem}")
 

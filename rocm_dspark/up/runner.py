@@ -323,8 +323,18 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     run = UpRun(options, display, state)
     if options.dry_run:
         return _dry_run(run, steps)
-    run.dir.mkdir(parents=True, exist_ok=True)
-    state.note_run({"at": utc_now(), "argv": redact_argv(sys.argv[1:]), "target": options.target})
+    from rocm_dspark.up.trust import prepare, up_lock
+
+    prepare(run.dir)
+    with up_lock(run.dir):  # one `up` per state dir: a second refuses and names the holder
+        # Read again under the lock: the run that held it may have changed the state.
+        run.state = state = UpState.load(up_dir(options.state_dir))
+        return _run_steps(run, state, steps)
+
+
+def _run_steps(run: UpRun, state: UpState, steps) -> int:
+    display = run.display
+    state.note_run({"at": utc_now(), "argv": redact_argv(sys.argv[1:]), "target": run.options.target})
     n = len(steps)
     i = 0
     while i < n:

@@ -121,14 +121,15 @@ def run_shell(command: str, timeout: float = 300.0) -> tuple[int, str]:
 
 def unit_active(unit: str) -> bool:
     try:
-        proc = subprocess.run(["systemctl", "is-active", "--quiet", unit], timeout=30)
+        proc = subprocess.run(["systemctl", "is-active", "--quiet", "--", unit], timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0
 
 
 def stop_unit(unit: str) -> dict:
-    code, out = run_shell(as_root(f"sudo systemctl disable --now {shlex.quote(unit)}"), timeout=600)
+    # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
+    code, out = run_shell(as_root(f"sudo systemctl disable --now -- {shlex.quote(unit)}"), timeout=600)
     return {"stopped": code == 0, "output": out[-500:]}
 
 

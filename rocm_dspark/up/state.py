@@ -42,17 +42,12 @@ class UpState:
 
     @classmethod
     def load(cls, directory: Path) -> "UpState":
+        """The state as found, only if it may be believed (rocm_dspark.up.trust: the probe store's rules)."""
+        from rocm_dspark.up.trust import load_state
+
         path = Path(directory) / FILE
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            return cls(path)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot read {path} ({type(exc).__name__}): move it away to start over, "
-                             f"or pass another --state-dir") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("steps"), dict):
-            raise UsageError(f"{path} is not an `up` state file of schema {SCHEMA}: move it away to start over")
-        return cls(path, data)
+        data = load_state(Path(directory), FILE, SCHEMA)
+        return cls(path) if data is None else cls(path, data)
 
     @property
     def exists(self) -> bool:
@@ -62,7 +57,7 @@ class UpState:
         from rocm_dspark.atomic import write_atomic
 
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # 0600: the recorded command line and plan may carry --env values (tokens) given on it.
             write_atomic(self.path, json.dumps(self.data, indent=1, default=str) + "\n", mode=0o600)
         except OSError as exc:

@@ -319,12 +319,16 @@ def _launch_state(directory: Path, wait_s: float = 10.0) -> dict:
     deadline = time.monotonic() + wait_s
     data: dict = {}
     while time.monotonic() < deadline:
-        try:
-            data = json.loads(path.read_text())
-            if data.get("phase") == "serving":
+        from rocm_dspark.errors import UsageError
+        from rocm_dspark.up.trust import read_bounded
+
+        try:  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
+            data = json.loads(read_bounded(path, "launch state") or b"{}")
+            if isinstance(data, dict) and data.get("phase") == "serving":
                 break
-        except (OSError, ValueError):
-            pass
+            data = data if isinstance(data, dict) else {}
+        except (OSError, ValueError, UsageError):
+            data = {}
         time.sleep(0.5)
     return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
 

@@ -1,0 +1,50 @@
+"""The one `rocm-dspark recipe` command that applies a recommendation `plan` printed (issue 22, item 6), checked
+by resolving it: `plan` never prints an option that `recipe` would refuse without saying so."""
+
+from __future__ import annotations
+
+from rocm_dspark.k_schedule import FLAG, format_schedule
+
+
+def _option_words(speculative_config: dict) -> tuple[list[str], dict, str | None]:
+    """(argv words, the same as option values, the vLLM change a build needs for it)."""
+    if not speculative_config:
+        return ["--no-speculation"], {"no_speculation": True}, None
+    k = speculative_config.get("num_speculative_tokens")
+    if speculative_config.get("enable_adaptive_verification"):
+        return ["--adaptive", "on"], {"adaptive": "on"}, "adaptive"
+    schedule = speculative_config.get("num_speculative_tokens_per_batch_size")
+    if schedule:
+        text = format_schedule(schedule)
+        return (["--num-speculative-tokens", str(k), FLAG, text], {"num_speculative_tokens": str(k), "k_schedule": text},
+                "vllm#32374")
+    return ["--num-speculative-tokens", str(k)], {"num_speculative_tokens": str(k)}, None
+
+
+def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tuple[list[str], str | None]:
+    """The `rocm-dspark recipe` command that applies a `plan` recommendation, checked by resolving it: on the
+    profile's own build, else on the first build that contains what it needs. (argv, None) when it resolves,
+    (argv, why not) when no build does."""
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.resolve import resolve_plan
+    from rocm_dspark.selection import build_selection
+
+    words, values, change = _option_words(speculative_config)
+    base = ["rocm-dspark", "recipe", "--model", model.key, "--gpu", gpu_key]
+    if change == "adaptive":
+        change = catalog.adaptive_change
+    tries = [[]] + [["--build", name] for name, b in catalog.builds.items()
+                    if change and catalog.contains(b, change) is True]
+    why = None
+    for extra in tries:
+        opts = {"model": model.key, "gpu": gpu_key, **values, **({"build": extra[1]} if extra else {})}
+        try:
+            resolve_plan(catalog, build_selection(opts, catalog))
+        except UsageError as exc:
+            why = str(exc)  # the last build's reason: it had what the option needs
+            continue
+        return base + extra + words, None
+    return base + words, why
+
+
+__all__ = ["apply_command"]

@@ -1,0 +1,215 @@
+"""When `up`, `down` and `status` may believe `<state>/up/up-state.json`, and one `up` at a time per state dir.
+
+The state file names a pid `down` signals, a systemd unit it disables and a launcher `up` runs, so it gets the
+probe store's rules (rocm_dspark.probe.store, docs/trust.md): the state dir and up/ owned by this user or root
+and writable by nobody else, every directory above sticky where others can write it, up/ a real directory;
+the file opened O_NOFOLLOW|O_NONBLOCK, a regular file of this user or root that others cannot write, at most
+MAX_STATE_BYTES, read with a bounded read. Its content must have the shape `up` writes (check_shape): a
+pid is a positive int, a unit a plain systemd unit name, a launcher a file inside up/launch/.
+
+The lock (up_lock) is flock(2) on up/up.lock, held for the whole run: a second `up` on the same state dir
+refuses at once and names the pid that holds it; the kernel drops the lock when the holder exits, so a crash
+leaves nothing stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+SUBDIR = "up"
+MAX_STATE_BYTES = 1 << 20     # a real state file is a few KiB
+LOCK_FILE = "up.lock"
+# systemd.unit(5): letters, digits, ":-_.\" and "@" for instances; never a leading "-" (it would be an option).
+_UNIT = re.compile(r"^[A-Za-z0-9_:.@\\][A-Za-z0-9_:.@\\-]{0,250}\.service$")
+
+
+def _fix(path) -> str:
+    return f"move {path} away to start over, or pass another --state-dir"
+
+
+def dir_problem(up_dir: Path) -> str | None:
+    """Why nothing in up/ may be believed, or None (the probe store's directory rules, with up/ for probe/)."""
+    from rocm_dspark.probe.store import untrusted_reason
+
+    return untrusted_reason(Path(up_dir).parent, Path(up_dir).name)
+
+
+def prepare(up_dir: Path) -> None:
+    """Create the state dir and up/ 0700 where missing; refuse to write where the state would not be trusted."""
+    up_dir = Path(up_dir)
+    try:
+        up_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        up_dir.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {up_dir}: {exc.strerror or exc}; pass a writable --state-dir") from None
+    problem = dir_problem(up_dir)
+    if problem:
+        raise UsageError(f"refusing to use the `up` state in {up_dir}: {problem}")
+
+
+def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BYTES) -> bytes | None:
+    """The bytes of a regular file of this user or root that others cannot write; None when it is absent.
+    Anything else (a FIFO, device, symlink, another user's or a group/world-writable file, a huge one) is a
+    UsageError: read without blocking and never more than `limit` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        why = "is a symlink" if exc.errno == errno.ELOOP else f"cannot be read ({exc.strerror or exc})"
+        raise UsageError(f"{what} {path} {why}; {_fix(path)}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{what} {path} is not a regular file (a FIFO, device or socket); {_fix(path)}")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise UsageError(f"{what} {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()}) or root; "
+                             f"{_fix(path)}")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UsageError(f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
+                             f"{_fix(path)}")
+        from rocm_dspark.inputs import read_at_most
+
+        data = read_at_most(fd, limit + 1)
+        if len(data) > limit:
+            raise UsageError(f"{what} {path} is larger than {limit} bytes; {_fix(path)}")
+        return data
+    finally:
+        os.close(fd)
+
+
+def load_state(up_dir: Path, file_name: str, schema: int) -> dict | None:
+    """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line."""
+    import json
+
+    up_dir = Path(up_dir)
+    path = up_dir / file_name
+    problem = dir_problem(up_dir)
+    if problem:
+        if not os.path.lexists(path):
+            return None
+        raise UsageError(f"the `up` state {path} is not trusted: {problem}")
+    data = read_bounded(path)
+    if data is None:
+        return None
+
+    def no_constants(name):
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        parsed = json.loads(data.decode("utf-8"), parse_constant=no_constants)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"cannot read {path} ({type(exc).__name__}): {_fix(path)}") from None
+    why = check_shape(parsed, up_dir, schema)
+    if why:
+        raise UsageError(f"{path} is not an `up` state file ({why}): {_fix(path)}")
+    return parsed
+
+
+def _int(value, lo: int, hi: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _opt_str(d: dict, key: str) -> bool:
+    return d.get(key) is None or isinstance(d.get(key), str)
+
+
+def service_problem(svc, up_dir: Path) -> str | None:
+    """What is wrong with a recorded service, or None. Only the shapes `up` itself records pass."""
+    if svc is None:
+        return None
+    if not isinstance(svc, dict):
+        return "service is not an object"
+    if not _int(svc.get("port"), 1, 65535):
+        return "service.port is not a TCP port"
+    for key in ("host", "log", "base_url", "stopped_at"):
+        if not _opt_str(svc, key):
+            return f"service.{key} is not a string"
+    kind = svc.get("kind")
+    if kind == "process":
+        if not _int(svc.get("pid"), 2, 1 << 22):  # Linux pid_max is at most 2^22; 1 is init
+            return "service.pid is not a process id"
+        if svc.get("start_ticks") is not None and not _int(svc.get("start_ticks"), 0, 1 << 63):
+            return "service.start_ticks is not a number"
+        launcher = svc.get("launcher")
+        if launcher is not None and not _inside(launcher, up_dir / "launch"):
+            return f"service.launcher {launcher!r} is not a launcher `up` wrote in {up_dir / 'launch'}"
+        return None
+    if kind == "systemd":
+        unit = svc.get("unit")
+        if not isinstance(unit, str) or not _UNIT.match(unit):
+            return f"service.unit {unit!r} is not a systemd unit name (NAME.service, no leading '-')"
+        return None
+    return f"service.kind {kind!r} is neither process nor systemd"
+
+
+def _inside(path, directory: Path) -> bool:
+    if not isinstance(path, str) or not path:
+        return False
+    real, root = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([real, root]) == root and real != root
+
+
+def check_shape(data, up_dir: Path, schema: int) -> str | None:
+    """The state's shape as `up` writes it (rocm_dspark.up.state, schema `schema`), or what differs."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    if data.get("schema") != schema:
+        return f"schema is not {schema}"
+    steps = data.get("steps")
+    if not isinstance(steps, dict):
+        return "steps is not an object"
+    for name, rec in steps.items():
+        if not isinstance(rec, dict):
+            return f"steps.{name} is not an object"
+        for key in ("status", "inputs", "at", "message", "fix"):
+            if not _opt_str(rec, key):
+                return f"steps.{name}.{key} is not a string"
+        if rec.get("seconds") is not None and (isinstance(rec["seconds"], bool)
+                                               or not isinstance(rec["seconds"], (int, float))):
+            return f"steps.{name}.seconds is not a number"
+    launchers = steps.get("launchers")
+    out = launchers.get("output") if isinstance(launchers, dict) else None
+    if isinstance(out, dict):
+        for key in ("launcher", "unit", "env_file"):
+            if out.get(key) is not None and not _inside(out[key], up_dir / "launch"):
+                return f"steps.launchers.output.{key} {out[key]!r} is not a file `up` wrote in {up_dir / 'launch'}"
+        if not isinstance(out.get("files", {}), dict) or not isinstance(out.get("install", []), list):
+            return "steps.launchers.output has the wrong shape"
+    if not isinstance(data.get("runs", []), list):
+        return "runs is not a list"
+    return service_problem(data.get("service"), up_dir)
+
+
+@contextlib.contextmanager
+def up_lock(up_dir: Path):
+    """Hold up/up.lock for one `up` run; a second run on the same state dir refuses and says who holds it."""
+    import fcntl
+
+    path = Path(up_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot open the lock {path}: {exc.strerror or exc}; remove it if it is not a file") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+            raise UsageError(f"the lock {path} is not a regular file of this user; remove it and rerun")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise UsageError(f"refusing to start: another `rocm-dspark up` (pid {holder}) is running on the state dir "
+                             f"{Path(up_dir).parent}; wait for it to finish or stop it, then rerun") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
