@@ -230,6 +230,9 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert list((tmp_path / "rec" / "toolkit").glob("rocm_dspark-*.dist-info/entry_points.txt"))
         inimage = next(c for c in calls if c[0] == "run" and "bash" in c)
         assert f"{state}:{state}" in inimage and "--device=/dev/kfd" in inimage
+        # The record must name this host (the fingerprint's host_id reads machine-id), and the checkpoint is there.
+        assert ("/etc/machine-id:/etc/machine-id:ro" in inimage) == Path("/etc/machine-id").is_file()
+        assert f"{tmp_path / 'model'}:{tmp_path / 'model'}:ro" in inimage
         assert "adaptive verification stays off here; starting the service again (block verification)" in out
         # 5. Validation ran its host checks on the laid-out host, then failed at the stand-in's first request:
         #    one line with the fix, the server left up.

@@ -89,6 +89,13 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     ])
     argv = [tool, "run", *DOCKER_RUN_FLAGS, "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
             "-v", f"{hf}:{HF_CACHE_CONTAINER}"]
+    # The fingerprint names the host by machine-id (probe/fingerprint.host_id): the record written in the
+    # container must name this host, or it never counts here.
+    if os.path.isfile("/etc/machine-id"):
+        argv += ["-v", "/etc/machine-id:/etc/machine-id:ro"]
+    if "--model-path" in flags[:-1]:  # a local checkpoint: mounted read-only at the same path, as the launcher does
+        path = flags[flags.index("--model-path") + 1]
+        argv += ["-v", f"{path}:{path}:ro"]
     for name in PASSED_ENV:
         argv += ["-e", name]
     return argv + ["--entrypoint", "bash", image, "-c", script]
