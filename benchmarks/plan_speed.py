@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from rocm_dspark.capture import vllm_capture_grid
+from rocm_dspark.recipe.capture import vllm_capture_grid
 from rocm_dspark.planner.cost_table import MeasuredCost
 from rocm_dspark.planner.scheduler import plan_step
 

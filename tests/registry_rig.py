@@ -127,7 +127,7 @@ def registry(tmp_path):
 
 def recipes_on(registry: Registry, dest: Path) -> Path:
     """A copy of recipes/ whose images live on the loopback registry (ROCM_DSPARK_RECIPES points at it)."""
-    from rocm_dspark.catalog import recipes_dir
+    from rocm_dspark.recipe.catalog import recipes_dir
 
     shutil.copytree(recipes_dir(), dest)
     vllm = dest / "vllm.yaml"

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import rescore
-from rocm_dspark.selection import build_selection
+from rocm_dspark.recipe.selection import build_selection
 from rocm_dspark.validate import acceptance
 
 # lm-eval's results["gsm8k"] layout (metric,filter keys and their _stderr twins), values made up.

@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.resolve import Selection, flag_verdict, resolve
+from rocm_dspark.recipe.resolve import Selection, flag_verdict, resolve
 from tests.conftest import CLI, FIXTURES, cli_env
 
 CAT = load_catalog()
@@ -219,7 +219,7 @@ def test_list_shows_the_builds():
 
 
 def test_docker_form_says_when_the_image_is_unresolved():
-    from rocm_dspark.render import render_docker
+    from rocm_dspark.launch.render import render_docker
 
     text = render_docker(resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")))
     assert "# image: vllm/vllm-openai-rocm:v0.33.0\n# unresolved here: `rocm-dspark images`" in text

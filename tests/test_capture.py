@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocm_dspark.capture import capture_size, vllm_capture_grid
+from rocm_dspark.recipe.capture import capture_size, vllm_capture_grid
 from rocm_dspark.errors import UsageError
 
 

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.catalog import CatalogError, load_catalog, release_tuple, version_in_range
+from rocm_dspark.recipe.catalog import CatalogError, load_catalog, release_tuple, version_in_range
 from rocm_dspark.errors import UsageError
 from tests.conftest import CLI, cli_env
 

@@ -1,4 +1,4 @@
-"""rocm_dspark/recipes_parsed.json, the parsed-recipes snapshot that keeps `recipe` within its start-up budget
+"""rocm_dspark/recipe/recipes_parsed.json, the parsed-recipes snapshot that keeps `recipe` within its start-up budget
 (benchmarks/recipe_latency.py): it must equal what recipes/ parses to, and never stand in for an edited file."""
 
 from __future__ import annotations
@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 
-from rocm_dspark import catalog
+from rocm_dspark.recipe import catalog
 
 
 def test_the_snapshot_is_fresh():
     assert catalog.PARSED.read_text() == catalog.snapshot_text(), \
-        "recipes/ changed: run `python -m rocm_dspark.catalog --snapshot` and commit rocm_dspark/recipes_parsed.json"
+        "recipes/ changed: run `python -m rocm_dspark.recipe.catalog --snapshot` and commit rocm_dspark/recipe/recipes_parsed.json"
 
 
 def test_every_snapshot_entry_is_exactly_what_the_strict_yaml_loader_reads():

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.catalog import CatalogError, load_catalog
+from rocm_dspark.recipe.catalog import CatalogError, load_catalog
 from tests.conftest import CLI, cli_env
 from tests.test_catalog import _break
 

@@ -153,9 +153,9 @@ def test_ci_runs_the_readme_test_command():
 
 def gpu_build_table() -> list[str]:
     """The README's GPU x build table, from recipes/ (the resolver decides every cell)."""
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.errors import UsageError
-    from rocm_dspark.resolve import Selection, resolve
+    from rocm_dspark.recipe.resolve import Selection, resolve
 
     cat = load_catalog()
     model = cat.models["DeepSeek-V4.1-Flash"]

@@ -13,15 +13,15 @@ import sys
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import ab_record, payoff, store
-from rocm_dspark.resolve import Selection, Verdict
+from rocm_dspark.recipe.resolve import Selection, Verdict
 
 SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.33.0")
 
 
 def plan_of(selection=SELECTION):
-    from rocm_dspark.resolve import resolve_plan
+    from rocm_dspark.recipe.resolve import resolve_plan
 
     return resolve_plan(load_catalog(), selection)
 PROVEN = Verdict(True, "record P matches this host and plan: static, GPU kernel and live passed", "p.json")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.vllm_args import normalise
+from rocm_dspark.recipe.vllm_args import normalise
 
 WITH_REPLAY_FLAG = ["--model", "V4.1-Flash", "--gpu", "mi355x", "--build", "nightly-rocm100-ac9126e5"]
 

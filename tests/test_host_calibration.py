@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner import host_calibration as H
 from rocm_dspark.probe import host_calibration as R
@@ -250,8 +250,8 @@ def test_validate_reports_and_ab_records_become_rows(tmp_path):
 
 
 def test_recipe_capture_cap_below_the_verify_batch_is_a_noted_overrun():
-    from rocm_dspark.plan import Selection
-    from rocm_dspark.resolve import resolve
+    from rocm_dspark.recipe.plan import Selection
+    from rocm_dspark.recipe.resolve import resolve
 
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512, capture_cap=1024))
     argv = list(plan.argv)

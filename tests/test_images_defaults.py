@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.recipe.resolve import Selection, resolve
 
 CAT = load_catalog()
 GOLDEN = Path(__file__).parent / "golden"

@@ -146,9 +146,9 @@ def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, mon
     held = registry.push("v0.33.0-rocm72", "first", ROCM72)
     registry.push("v0.33.0", "other", ROCM72)
     monkeypatch.setenv("ROCM_DSPARK_RECIPES", env["ROCM_DSPARK_RECIPES"])
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.images.pull import PullFailed, pin
-    from rocm_dspark.resolve import Selection, resolve
+    from rocm_dspark.recipe.resolve import Selection, resolve
 
     cat = load_catalog(env["ROCM_DSPARK_RECIPES"])
     rig = Rig(tmp / "rig")

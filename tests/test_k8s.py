@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.k8s import GPU_RESOURCE, LWS_API, render_manifests, render_yaml
-from rocm_dspark.resolve import Selection, resolve
-from rocm_dspark.strategies import ClusterSpec
+from rocm_dspark.launch.k8s import GPU_RESOURCE, LWS_API, render_manifests, render_yaml
+from rocm_dspark.recipe.resolve import Selection, resolve
+from rocm_dspark.recipe.strategies import ClusterSpec
 
 kv = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")

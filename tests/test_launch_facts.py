@@ -1,4 +1,4 @@
-"""One source for launch facts (rocm_dspark/launch_facts.py), checked by running both sides.
+"""One source for launch facts (rocm_dspark/launch/launch_facts.py), checked by running both sides.
 
 * `rocm-dspark recipe --format docker` and the launcher's container mode run the same `docker` argv: both
   are executed for real with a stand-in `docker` on PATH that records its argv (NUL-separated bytes);
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark import launch_facts
-from rocm_dspark.launchers import render_launcher
+from rocm_dspark.launch import launch_facts
+from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
 from tests.test_launchers_run import make_plan
 

@@ -39,7 +39,7 @@ def rigs(tmp_path):
 
 
 def _write(rig, plan, name, group):
-    from rocm_dspark.launchers import write_launchers
+    from rocm_dspark.launch.launchers import write_launchers
 
     return write_launchers(plan, rig.root / "out", "shell", name=name, group=group).launcher
 

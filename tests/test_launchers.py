@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocm_dspark import quoting
+from rocm_dspark.launch import quoting
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launchers import render_launcher, render_unit, write_launchers
+from rocm_dspark.launch.launchers import render_launcher, render_unit, write_launchers
 from tests.conftest import CLI, cli_env
 from tests.test_launchers_run import HOSTILE, make_plan
 
@@ -40,7 +40,7 @@ def shellcheck(path: Path) -> None:
 def verify_unit(path: Path, launcher: Path | None = None) -> str:
     """`systemd-analyze verify`, silent. A generated unit runs the launcher from INSTALL_DIR, which the install
     commands fill and a test may not write: verify a copy whose ExecStart is the written launcher instead."""
-    from rocm_dspark.launchers import INSTALL_DIR
+    from rocm_dspark.launch.launchers import INSTALL_DIR
 
     text = path.read_text()
     if f'ExecStart="{INSTALL_DIR}/' in text:
@@ -158,9 +158,9 @@ def test_root_is_refused_as_service_user():
 # ---- every profile, both forms, through the real tools ----
 
 def _profile_plans():
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.selection import build_selection
-    from rocm_dspark.resolve import Verdict, resolve
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.selection import build_selection
+    from rocm_dspark.recipe.resolve import Verdict, resolve
 
     catalog = load_catalog()
     for model in catalog.models.values():
@@ -327,7 +327,7 @@ def test_render_functions_need_no_files(tmp_path):
 @needs_systemd_analyze
 @pytest.mark.parametrize("container", [False, True])
 def test_unit_exposure_is_at_most_5_and_keeps_what_rocm_needs(tmp_path, container):
-    from rocm_dspark.launchers import EXPOSURE
+    from rocm_dspark.launch.launchers import EXPOSURE
 
     files = write_launchers(make_plan(8000), tmp_path, "systemd", user="svc", container=container)
     score = exposure(files.unit)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.launch_facts import DOCKER_RUN_FLAGS
-from rocm_dspark.launchers import write_launchers
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
+from rocm_dspark.launch.launchers import write_launchers
+from rocm_dspark.recipe.plan import LaunchPlan
 
 # vLLM 0.32.0's refusal (recipes PR #963), as the stand-in prints it before exiting 1.
 REFUSAL = (
@@ -308,7 +308,7 @@ def test_container_mode_runs_docker_with_amd_flags_and_pinned_image(rig):
     runs = [r for r in rig.records("docker") if r["argv"][1] == b"run"]
     assert len(runs) == 1
     argv = [a.decode() for a in runs[0]["argv"]]
-    # The flags are rocm_dspark.launch_facts' (tests/test_launch_facts.py: the same argv as `recipe --format docker`).
+    # The flags are rocm_dspark.launch.launch_facts' (tests/test_launch_facts.py: the same argv as `recipe --format docker`).
     assert argv[1:2 + len(DOCKER_RUN_FLAGS)] == ["run", *DOCKER_RUN_FLAGS]
     assert {"--device=/dev/kfd", "--device=/dev/dri", "--group-add=video", "--ipc=host"} <= set(DOCKER_RUN_FLAGS)
     # Each value is one argv word, byte for byte; the secret is passed by name only.

@@ -17,15 +17,17 @@ PACKAGE = ROOT / "rocm_dspark"
 
 # Lower layers never import higher ones. A module's layer is that of its longest listed prefix.
 LAYERS = {
-    "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.quoting": 0,
-    "rocm_dspark.plan": 0, "rocm_dspark.capture": 0, "rocm_dspark.launch_facts": 0,
-    "rocm_dspark.vllm_args": 0, "rocm_dspark.vllm_env": 0, "rocm_dspark.inputs": 0, "rocm_dspark.secret_env": 0, "rocm_dspark.k_schedule": 0,
-    "rocm_dspark.memory": 1, "rocm_dspark.plan_apply": 3,
-    "rocm_dspark.catalog": 1, "rocm_dspark.attention": 1, "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1,
-    "rocm_dspark.strategies": 1, "rocm_dspark.resolve": 2, "rocm_dspark.render": 2, "rocm_dspark.launchers": 2,
-    "rocm_dspark.k8s": 2, "rocm_dspark.render_cluster": 2, "rocm_dspark.launch_group": 2, "rocm_dspark.cluster": 3,
-    "rocm_dspark.probe": 3, "rocm_dspark.vllm_plugin": 3, "rocm_dspark.selection": 3,
-    "rocm_dspark.server_phases": 1, "rocm_dspark.progress": 1,
+    "rocm_dspark.recipe": 0,
+    "rocm_dspark.launch": 0,
+    "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.launch.quoting": 0,
+    "rocm_dspark.recipe.plan": 0, "rocm_dspark.recipe.capture": 0, "rocm_dspark.launch.launch_facts": 0,
+    "rocm_dspark.recipe.vllm_args": 0, "rocm_dspark.recipe.vllm_env": 0, "rocm_dspark.inputs": 0, "rocm_dspark.recipe.secret_env": 0, "rocm_dspark.recipe.k_schedule": 0,
+    "rocm_dspark.recipe.memory": 1, "rocm_dspark.recipe.plan_apply": 3,
+    "rocm_dspark.recipe.catalog": 1, "rocm_dspark.attention": 1, "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1,
+    "rocm_dspark.recipe.strategies": 1, "rocm_dspark.recipe.resolve": 2, "rocm_dspark.launch.render": 2, "rocm_dspark.launch.launchers": 2,
+    "rocm_dspark.launch.k8s": 2, "rocm_dspark.launch.render_cluster": 2, "rocm_dspark.launch.launch_group": 2, "rocm_dspark.recipe.cluster": 3,
+    "rocm_dspark.probe": 3, "rocm_dspark.vllm_plugin": 3, "rocm_dspark.recipe.selection": 3,
+    "rocm_dspark.runtime.server_phases": 1, "rocm_dspark.runtime.progress": 1,
     "rocm_dspark.images": 1, "rocm_dspark.images.pull": 4,  # pull is up's image step, shared with `launch --pull`
     "rocm_dspark.validate": 4, "rocm_dspark.up": 4,
     "rocm_dspark.cli": 5, "rocm_dspark.__main__": 5,
@@ -99,8 +101,8 @@ def test_no_module_imports_upward():
 
 def test_the_checker_sees_an_upward_import():
     # The test above must be able to fail: the CLI sits above everything.
-    assert layer("rocm_dspark.cli.recipe") > layer("rocm_dspark.validate.runner") > layer("rocm_dspark.catalog")
-    assert "rocm_dspark.catalog" in graph()["rocm_dspark.resolve"]
+    assert layer("rocm_dspark.cli.recipe") > layer("rocm_dspark.validate.runner") > layer("rocm_dspark.recipe.catalog")
+    assert "rocm_dspark.recipe.catalog" in graph()["rocm_dspark.recipe.resolve"]
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -3,9 +3,9 @@
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.cli import COMMANDS, cli
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.recipe.resolve import Selection, resolve
 from tests.fuzz_cli import make_runner
 
 RUNNER = make_runner()

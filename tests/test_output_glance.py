@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
-from rocm_dspark.plan import Note
-from rocm_dspark.render import NOTE_WIDTH, note_lines, render_docker, render_json, render_shell
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.plan import Note
+from rocm_dspark.launch.render import NOTE_WIDTH, note_lines, render_docker, render_json, render_shell
+from rocm_dspark.recipe.resolve import Selection, resolve
 from tests.conftest import CLI, cli_env
 
 CAT = load_catalog()

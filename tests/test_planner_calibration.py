@@ -60,7 +60,7 @@ def test_both_capture_readings_are_fitted_and_the_stated_error_covers_them(refit
     got = {r["capture_size"]: (r["held_out_error_pct"], r["held_out_payoff_error_pp"]) for r in refit.readings}
     assert got == DOC_HELD_OUT
     assert (refit.held_out_error_pct, refit.held_out_payoff_error_pp) == DOC_STATED
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
 
     other = C.fit_reading(C.load_data(), load_catalog(), 512)
     diff_pct = max(abs(p / q - 1) * 100 for a, b in zip(refit.rows, other.rows)
@@ -79,7 +79,7 @@ DOC_LOO = {128: (12.9, 10.4), 256: (30.3, 45.5)}
 
 
 def test_leave_one_concurrency_out_on_vllm52362_matches_the_documented_figures():
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
 
     pct, pp, cells = C.leave_one_out(C.load_data(), load_catalog(), 2048, only=sorted(DOC_LOO))
     assert {c: (a, b) for c, a, b in cells} == DOC_LOO
@@ -159,7 +159,7 @@ def test_json_carries_the_error():
 
 
 def test_calibration_setting_states_the_held_out_error():
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import plan_profile
 
     catalog = load_catalog()

@@ -42,7 +42,7 @@ def test_json_output_and_vllm_schedule_format():
     assert schedule[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:]))
     assert schedule[-1][1] >= 128
     # Adaptive is recommended only if the profile's pinned vLLM build accepts it (recipes/vllm.yaml).
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import adaptive_status
 
     cat = load_catalog()
@@ -124,7 +124,7 @@ def test_allowed_draft_lengths_from_recipes_limit_the_plan(recipes_copy):
     """If recipes/ lists the draft lengths a build accepts, only those K are planned and scheduled."""
     import yaml
 
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import plan_profile
 
     path = recipes_copy / "models" / "deepseek-v4.1-flash.yaml"

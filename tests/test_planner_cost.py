@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner.cost_table import MeasuredCost, load_cost_table
 from rocm_dspark.planner.roofline import from_catalog, moe_model_cost, pad_to_capture

@@ -36,7 +36,7 @@ def _random_curve(rng, sizes):
 def test_measured_cost_equals_vllms_tables(vllm_av, seed):
     """MeasuredCost lookups equal build_cost_tables_from_curves at every size, for random (also
     non-monotone) curves sampled at the captured sizes plus tail sizes above the capture limit."""
-    from rocm_dspark.capture import vllm_capture_grid
+    from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import MeasuredCost
 
     rng = np.random.default_rng(seed)
@@ -69,7 +69,7 @@ def test_per_batch_size_schedule_is_accepted_by_vllm(vllm_dynamic):
 
 
 def test_cli_schedule_for_v41_is_accepted_by_vllm(vllm_dynamic):
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import plan_profile
 
     cat = load_catalog()

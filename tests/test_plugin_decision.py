@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.vllm_plugin import register, register_with
 from rocm_dspark.vllm_plugin.capability import capability_for, decide
 

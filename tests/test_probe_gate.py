@@ -18,11 +18,11 @@ import sys
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import fingerprint, gate, store
 from rocm_dspark.probe.fingerprint import FIELDS
 from rocm_dspark.probe.record import LevelResult, build_record
-from rocm_dspark.resolve import Selection, resolve, resolve_plan
+from rocm_dspark.recipe.resolve import Selection, resolve, resolve_plan
 from tests.conftest import CLI, FIXTURES, cli_env
 
 ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"
@@ -379,8 +379,8 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
     """The gate reads the plan it is given (its adaptive command); it never resolves a second time."""
     from tests.test_host_calibration import synthetic_table
 
-    from rocm_dspark import resolve as resolver
-    from rocm_dspark import selection
+    from rocm_dspark.recipe import resolve as resolver
+    from rocm_dspark.recipe import selection
     from rocm_dspark.probe.host_calibration import run_calibrate
 
     catalog = load_catalog()

@@ -20,11 +20,11 @@ import time
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import fingerprint, kernel, live, rescore, run, static
 from rocm_dspark.probe.gate import evidence_state
-from rocm_dspark.resolve import Selection
+from rocm_dspark.recipe.resolve import Selection
 from rocm_dspark.runtime.process import free_port
 from rocm_dspark.runtime.server_spec import load_server_spec
 from tests.conftest import FIXTURES

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
-from rocm_dspark.plan import Selection
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.plan import Selection
 from rocm_dspark.probe import fingerprint, run, serving
 from rocm_dspark.probe.gate import evidence_state, level_counts
 from rocm_dspark.runtime import procfs

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import gate, store
-from rocm_dspark.resolve import resolve_plan
+from rocm_dspark.recipe.resolve import resolve_plan
 from tests.conftest import CLI, cli_env
 from tests.test_probe_gate import LIVE_REFUSED, SELECTION, here, mi300x_host, write  # noqa: F401 (fixture)
 

@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
-from rocm_dspark.plan import LaunchPlan, Note
-from rocm_dspark.render import RENDERERS, render_docker, render_json, render_shell
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.plan import LaunchPlan, Note
+from rocm_dspark.launch.render import RENDERERS, render_docker, render_json, render_shell
+from rocm_dspark.recipe.resolve import Selection, resolve
 
 CAT = load_catalog()
 PROFILES = [(m, g) for m in CAT.models for g in CAT.models[m].profiles]

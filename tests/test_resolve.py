@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.resolve import Selection, Verdict, resolve
+from rocm_dspark.recipe.resolve import Selection, Verdict, resolve
 from tests.conftest import FIXTURES
 
 GOLDEN = Path(__file__).parent / "golden"

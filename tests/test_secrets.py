@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.secret_env import digest, env_file_line, is_credential, merge_env_file, redact_argv
+from rocm_dspark.recipe.secret_env import digest, env_file_line, is_credential, merge_env_file, redact_argv
 from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
 
 SECRET = "hf_PLANTEDsecret7f3a"
@@ -155,7 +155,7 @@ def test_up_dry_run_prints_no_value_and_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_env_without_a_value_reads_this_environment(monkeypatch):
-    from rocm_dspark.selection import env_pair
+    from rocm_dspark.recipe.selection import env_pair
 
     monkeypatch.setenv("HF_TOKEN", SECRET)
     assert env_pair("HF_TOKEN") == ("HF_TOKEN", SECRET)
@@ -198,9 +198,9 @@ def test_records_keep_a_command_line_without_env_values():
 
 
 def test_a_probe_record_keeps_env_values_by_digest(tmp_path):
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.probe.run import _selection_dict
-    from rocm_dspark.selection import build_selection
+    from rocm_dspark.recipe.selection import build_selection
 
     sel = build_selection({"model": "V4.1-Flash", "gpu": "mi300x", "extra_env": (f"HF_TOKEN={SECRET}",)}, load_catalog())
     kept = _selection_dict(sel)["extra_env"]

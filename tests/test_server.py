@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import ServerError, VllmClient
 from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, free_port, group_members, is_alive

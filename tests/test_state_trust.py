@@ -214,7 +214,7 @@ def test_a_huge_state_file_is_refused_unread(tmp_path):
 
 
 def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
-    from rocm_dspark.progress import Display
+    from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import UpOptions, run_up
     from rocm_dspark.up.steps import Step
 

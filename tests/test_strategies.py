@@ -1,4 +1,4 @@
-"""Strategies: every node's argv/env from one node's plan (rocm_dspark/strategies.py). vLLM's own parser checks
+"""Strategies: every node's argv/env from one node's plan (rocm_dspark/recipe/strategies.py). vLLM's own parser checks
 the same argvs in tests/slow/test_strategies_real.py; here the rules themselves are pinned down."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from functools import lru_cache
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.resolve import Selection, resolve
-from rocm_dspark.strategies import STRATEGY_NAMES, ClusterSpec, expand, kv_transfer_config, layout_for
+from rocm_dspark.recipe.resolve import Selection, resolve
+from rocm_dspark.recipe.strategies import STRATEGY_NAMES, ClusterSpec, expand, kv_transfer_config, layout_for
 
 GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
 MULTI = ("multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp", "multi_node_tp_pp")

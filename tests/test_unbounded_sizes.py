@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.strategies import check_address
+from rocm_dspark.recipe.strategies import check_address
 
 
 @pytest.mark.parametrize("name,content,words", [

@@ -272,8 +272,8 @@ def test_the_image_software_script_reads_what_the_image_holds(node):
 
 def _image_proof_setup(tmp_path, port):
     """The fingerprint a probe in the stand-in image writes for this selection, and `up`'s arguments."""
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.plan import Selection
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.plan import Selection
     from rocm_dspark.probe import fingerprint
 
     from rocm_dspark.images import cache

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.resolve import Selection, resolve
-from rocm_dspark.vllm_args import GUARDED_FLAGS, PARTLY_OWNED, PLAN_OWNED, emit, normalise
+from rocm_dspark.recipe.resolve import Selection, resolve
+from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, PARTLY_OWNED, PLAN_OWNED, emit, normalise
 
 CAT = load_catalog()
 
@@ -39,7 +39,7 @@ REFUSED = [
     "--compilation_config.max_cudagraph_capture_size=8",
     "-cc.cudagraph_capture_sizes+=8,16",
     "--compilation-config=not json",
-    # The multi-node layout (rocm_dspark/strategies.py decides it for the whole group), by every alias.
+    # The multi-node layout (rocm_dspark/recipe/strategies.py decides it for the whole group), by every alias.
     "-dpl=2", "--data_parallel_size_local=2", "--data-parallel-size-l=2", "-dpa=10.0.0.9", "--data-parallel-address=x",
     "-dpp=1", "-dpr=4", "-dpn=1", "-dpb=ray", "-dph", "--no-data-parallel-hybrid-lb", "-dpe",
     "--data-parallel-external-lb", "--headless", "--nnodes=2", "-n=2", "--node-rank=1", "-r=1",
@@ -109,7 +109,7 @@ def test_a_model_path_that_reads_as_a_flag_is_refused():
                                model_path="--speculative-config.enable_adaptive_verification=true"))
 
 
-# --- --env (rocm_dspark/vllm_env.py) ---------------------------------------------------------------
+# --- --env (rocm_dspark/recipe/vllm_env.py) ---------------------------------------------------------------
 
 
 def _env_plan(*pairs, gpu="mi300x"):
@@ -159,7 +159,7 @@ def test_the_plugin_name_is_the_entry_point_vllm_loads():
     import tomllib
     from pathlib import Path
 
-    from rocm_dspark.vllm_env import PLUGIN_NAME
+    from rocm_dspark.recipe.vllm_env import PLUGIN_NAME
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert PLUGIN_NAME in project["project"]["entry-points"]["vllm.general_plugins"]

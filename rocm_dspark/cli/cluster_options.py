@@ -1,4 +1,4 @@
-"""The strategy flags shared by `recipe` and `launch` (rocm_dspark.strategies, rocm_dspark.cluster)."""
+"""The strategy flags shared by `recipe` and `launch` (rocm_dspark.recipe.strategies, rocm_dspark.recipe.cluster)."""
 
 from __future__ import annotations
 

@@ -26,10 +26,10 @@ def images(gpu, build, state_dir, use_skopeo, as_json):
       rocm-dspark images --gpu mi300x
       rocm-dspark images --build v0.33.0-rocm72 --json
     """
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.images import registry, report
     from rocm_dspark.probe.store import state_dir as resolve_state_dir
-    from rocm_dspark.selection import detect_gpu
+    from rocm_dspark.recipe.selection import detect_gpu
 
     catalog = load_catalog()
     key = gpu or detect_gpu(catalog)

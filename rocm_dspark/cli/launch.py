@@ -9,9 +9,9 @@ import click
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
-from rocm_dspark.cluster import pop_cluster, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
-from rocm_dspark.selection import plan_from_options
+from rocm_dspark.recipe.selection import plan_from_options
 
 
 @click.command()
@@ -42,12 +42,12 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
-    from rocm_dspark.launchers import INSTALL_DIR, write_launchers
+    from rocm_dspark.launch.launchers import INSTALL_DIR, write_launchers
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
-        from rocm_dspark.cluster import cluster_for
-        from rocm_dspark.launch_group import write_group
+        from rocm_dspark.recipe.cluster import cluster_for
+        from rocm_dspark.launch.launch_group import write_group
 
         copts["strategy"] = copts.get("strategy") or "single_node"
         plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")

@@ -9,7 +9,7 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
-from rocm_dspark.selection import SELECTION_KEYS
+from rocm_dspark.recipe.selection import SELECTION_KEYS
 
 
 def selection_options(fn):

@@ -65,7 +65,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         click.echo(json.dumps(report, indent=2) if as_json else "\n".join(seed_lines(report)))
         return
 
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import parse_concurrency, plan_profile
     from rocm_dspark.planner.report import table_lines, to_dict, write_plot
 
@@ -104,8 +104,8 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
-    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.plan_apply).
-    from rocm_dspark.plan_apply import apply_command
+    # The one `recipe` command that applies each recommendation, checked by resolving it (rocm_dspark.recipe.plan_apply).
+    from rocm_dspark.recipe.plan_apply import apply_command
 
     def applied(g, p):
         argv, why = apply_command(catalog, spec, g, p.speculative_config)

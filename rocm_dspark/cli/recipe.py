@@ -8,9 +8,9 @@ import click
 
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
-from rocm_dspark.cluster import pop_cluster, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
-from rocm_dspark.selection import plan_from_options
+from rocm_dspark.recipe.selection import plan_from_options
 
 
 @click.command()
@@ -35,24 +35,24 @@ def recipe(fmt, explain, **opts):
         return
     if copts.get("node_rank") is not None:
         raise UsageError("--node-rank needs --strategy (which node of which layout?)")
-    from rocm_dspark.render import RENDERERS
+    from rocm_dspark.launch.render import RENDERERS
 
     click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
 
 
 def _cluster(fmt, opts, copts, explain=False):
-    from rocm_dspark.cluster import cluster_for
+    from rocm_dspark.recipe.cluster import cluster_for
 
     copts.setdefault("strategy", None)
     copts["strategy"] = copts["strategy"] or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     rank = copts.get("node_rank")
     if fmt == "json":
-        from rocm_dspark.render_cluster import render_cluster_json
+        from rocm_dspark.launch.render_cluster import render_cluster_json
 
         click.echo(render_cluster_json(plan, cluster, rank), nl=False)
     elif fmt == "k8s":
-        from rocm_dspark.k8s import manifests_for, render_yaml
+        from rocm_dspark.launch.k8s import manifests_for, render_yaml
 
         if rank is not None:
             raise UsageError("--format k8s prints the whole group (one LeaderWorkerSet); drop --node-rank")
@@ -61,7 +61,7 @@ def _cluster(fmt, opts, copts, explain=False):
     elif fmt == "docker":
         raise UsageError("--format docker prints one node's container; with --strategy use shell, json or k8s")
     else:
-        from rocm_dspark.render_cluster import render_cluster_shell
+        from rocm_dspark.launch.render_cluster import render_cluster_shell
 
         click.echo(render_cluster_shell(plan, cluster, rank, explain=explain), nl=False)
 
@@ -77,7 +77,7 @@ def list_catalog(as_json):
       rocm-dspark list
       rocm-dspark list --json
     """
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
 
     cat = load_catalog()
     if as_json:

@@ -53,7 +53,7 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
       rocm-dspark up --model V4.1-Flash --concurrency 1,64 --yes
     """
     from rocm_dspark.probe.run import parse_levels
-    from rocm_dspark.progress import Display
+    from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import UpOptions, run_up
 
     levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
@@ -78,7 +78,7 @@ def down(state_dir):
       rocm-dspark down
     """
     from rocm_dspark.probe.store import state_dir as resolve
-    from rocm_dspark.progress import Display
+    from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import down as stop
 
     sys.exit(stop(resolve(state_dir), Display(sys.stdout)))

@@ -18,8 +18,8 @@ _levels = concurrency_levels  # --concurrency N,N,... (rocm_dspark.cli.options, 
 def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     import json
 
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.selection import build_selection
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.selection import build_selection
     from rocm_dspark.runtime.server_spec import load_server_spec
     from rocm_dspark.validate.ab import run_ab
 
@@ -91,7 +91,7 @@ def validate(**kwargs):
     """
     import json
 
-    from rocm_dspark.secret_env import redact_argv
+    from rocm_dspark.recipe.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     selection = pop_selection(kwargs, keep=("concurrency",))
@@ -108,7 +108,7 @@ def validate(**kwargs):
         gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
         service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
     )
-    from rocm_dspark.progress import Display
+    from rocm_dspark.runtime.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
     rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say, display=display)

@@ -116,7 +116,7 @@ class Calibration:
 
 
 def data_path() -> Path:
-    from rocm_dspark.catalog import recipes_dir
+    from rocm_dspark.recipe.catalog import recipes_dir
 
     return recipes_dir() / "step_cost.yaml"
 
@@ -270,7 +270,7 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
     """Fit once per capture reading of the calibration source (fit_reading). An unknown capture size
     gives two readings: the one whose fit-set error is smaller is kept, and its stated held-out error
     adds the largest difference between the readings' predictions, so it covers either being true."""
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
 
     data = data or load_data()
     catalog = catalog or load_catalog()
@@ -321,7 +321,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     `largest` (the run's largest captured size) carry the eager term (capture_term), fitted with the rest."""
     import numpy as np
 
-    from rocm_dspark.capture import vllm_capture_grid
+    from rocm_dspark.recipe.capture import vllm_capture_grid
 
     grid = tuple(vllm_capture_grid(largest))
     split = data["split"]
@@ -502,8 +502,8 @@ def transfer(calibration: Calibration, catalog, model, gpu, profile, *,
       * eager term (capture_term): per-layer launch unchanged (x this model's layers), per token as the
         per-token term.
     """
-    from rocm_dspark.capture import capture_size as _capture_size
-    from rocm_dspark.capture import vllm_capture_grid
+    from rocm_dspark.recipe.capture import capture_size as _capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
 
     ref_model = catalog.find_model(calibration.model)
     ref_gpu = catalog.find_gpu(calibration.gpu)
@@ -613,7 +613,7 @@ def main(argv=None) -> int:
     calib = fit(data)
     print("\n".join(report_lines(calib, data.get("previous_fit"))))
     if args.loo:
-        from rocm_dspark.catalog import load_catalog
+        from rocm_dspark.recipe.catalog import load_catalog
 
         for size in [r["capture_size"] for r in calib.readings]:
             pct, pp, cells = leave_one_out(data, load_catalog(), size)

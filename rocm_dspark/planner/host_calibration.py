@@ -220,7 +220,7 @@ def _params(x, rho, adaptive_ms=0.0):
 def predict_tok_s(params, physics, r) -> float:
     """Output tok/s of one run: c x acceptance length per step over the step time. An adaptive run verifies
     about c x acceptance length tokens (its trimmed drafts; a lower bound) and pays adaptive_ms."""
-    from rocm_dspark.capture import vllm_capture_grid
+    from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.calibration import CalibratedCost
 
     c, k = r["concurrency"], r["k"]

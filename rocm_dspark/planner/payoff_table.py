@@ -25,7 +25,7 @@ def grid_for(max_num_seqs: int) -> list[int]:
 
 
 def compute(catalog=None) -> dict:
-    from rocm_dspark.catalog import load_catalog
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.calibration import stored
     from rocm_dspark.planner.profile import plan_profile
 
@@ -44,7 +44,7 @@ def compute(catalog=None) -> dict:
         for gpu_key, profile in sorted(model.profiles.items()):
             plan = plan_profile(catalog, model, gpu_key, concurrencies=grid_for(profile.max_num_seqs),
                                 acceptance_length=float(length), steps=1)
-            from rocm_dspark.capture import capture_size
+            from rocm_dspark.recipe.capture import capture_size
 
             profiles[gpu_key] = {
                 "tp": profile.tp, "dp": profile.dp, "error_pp": plan.payoff_error_pp,
@@ -57,7 +57,7 @@ def compute(catalog=None) -> dict:
 
 
 def path() -> Path:
-    from rocm_dspark.catalog import recipes_dir
+    from rocm_dspark.recipe.catalog import recipes_dir
 
     return recipes_dir() / "adaptive_payoff.yaml"
 

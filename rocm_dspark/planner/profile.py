@@ -120,8 +120,8 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more).
     `capture_size`: the largest captured graph size the server runs with (default: the recipe's); verify
     batches above it pay the eager term (capture_term) and are marked."""
-    from rocm_dspark.capture import capture_size as _capture_size
-    from rocm_dspark.capture import vllm_capture_grid
+    from rocm_dspark.recipe.capture import capture_size as _capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import plan_grid
 

@@ -134,7 +134,7 @@ def from_catalog(model, gpu, profile, *, k_max: int | None = None,
                  bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
                  compute_efficiency: float = COMPUTE_EFFICIENCY) -> RooflineCost:
     """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile)."""
-    from rocm_dspark.capture import capture_size, vllm_capture_grid
+    from rocm_dspark.recipe.capture import capture_size, vllm_capture_grid
 
     if profile.dp != 1 or profile.ep != 1:
         raise UsageError(

@@ -22,7 +22,7 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
     from rocm_dspark.errors import UsageError
     from rocm_dspark.planner.profile import plan_profile
     from rocm_dspark.planner.recommend import CANDIDATE_LABELS
-    from rocm_dspark.strategies import STRATEGY_NAMES
+    from rocm_dspark.recipe.strategies import STRATEGY_NAMES
 
     if nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {nodes}")
@@ -46,7 +46,7 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
             row = {"strategy": name, "dp": dp, "tp": tp, "concurrency": c, "tokens_per_s": tps, "recommended": label,
                    "single_node_tokens_per_s": base_tps, "speedup": tps / base_tps if base_tps else None}
             # recipe --strategy multi_node_tp_dp runs TP = the node's GPUs unless --tp is given
-            # (rocm_dspark/strategies.py layout_for); this line prices the profile's TP, so say the flag.
+            # (rocm_dspark/recipe/strategies.py layout_for); this line prices the profile's TP, so say the flag.
             flag = [] if tp == g else ["--tp", str(tp)]
             row["recipe"] = ["rocm-dspark", "recipe", "--strategy", name, "--nodes", str(nodes), *flag]
             same = ("" if not flag else f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, "

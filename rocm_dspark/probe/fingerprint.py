@@ -132,7 +132,7 @@ def launch_identity(plan) -> dict:
         argv.append(token)
         i += 1
     # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
-    from rocm_dspark.secret_env import digest
+    from rocm_dspark.recipe.secret_env import digest
 
     env = {**plan.env, **{k: digest(v) for k, v in getattr(plan, "secret_env", {}).items()}}
     return {"argv": argv, "env": dict(sorted(env.items()))}
@@ -163,8 +163,8 @@ FORCED_ON = "probe: adaptive verification forced on to test it"
 def adaptive_plan(catalog, selection):
     """The plan with adaptive verification on (resolved once, the verdict forced): what the probe's live
     level starts and the gate guards."""
-    from rocm_dspark.plan import Verdict
-    from rocm_dspark.resolve import apply_verdict, resolve_plan
+    from rocm_dspark.recipe.plan import Verdict
+    from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
     return apply_verdict(resolve_plan(catalog, selection), Verdict(True, FORCED_ON, None))
 

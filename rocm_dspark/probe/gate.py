@@ -114,7 +114,7 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None, sof
     """The Verdict for this host and plan (resolve_plan's, before any verdict), from the trusted records in
     the state directory (README: trust model). The plan is not resolved again: its adaptive command is what
     a record must match. `soft`: the software the plan runs on, when not this Python's (an image's)."""
-    from rocm_dspark.plan import Verdict
+    from rocm_dspark.recipe.plan import Verdict
 
     directory = store.records_dir(state_dir)
     names = store.record_names(directory)

@@ -148,7 +148,7 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
 
 
 def _largest(catalog, model, gpu_key: str) -> int:
-    from rocm_dspark.capture import capture_size
+    from rocm_dspark.recipe.capture import capture_size
 
     profile = model.profiles[catalog.find_gpu(gpu_key).key]
     return capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)

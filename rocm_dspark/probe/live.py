@@ -147,7 +147,7 @@ def _wait(srv, deadline_s: float, progress):
         elapsed = time.monotonic() - t0
         if ready.status != "timeout" or elapsed >= deadline_s:
             return dataclasses.replace(ready, elapsed_s=round(elapsed, 3))
-        from rocm_dspark.server_phases import phase_of
+        from rocm_dspark.runtime.server_phases import phase_of
 
         progress(f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s, "
                  f"{phase_of(srv.log_text()).text()} (last: {ready.last_error or 'no answer yet'})")

@@ -50,7 +50,7 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
 
 
 def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None) -> Payoff:
-    from rocm_dspark.catalog import _load_yaml, recipes_dir
+    from rocm_dspark.recipe.catalog import _load_yaml, recipes_dir
 
     path = recipes_dir() / "adaptive_payoff.yaml"
     try:
@@ -151,7 +151,7 @@ def combine(proof, payoff: Payoff | None, mode: str):
 
     auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
     on:   proof alone; a warning when (b) says it loses."""
-    from rocm_dspark.resolve import PROVEN_BUT_NOT_PAYING, Verdict
+    from rocm_dspark.recipe.resolve import PROVEN_BUT_NOT_PAYING, Verdict
 
     if not proof.adaptive_proven or payoff is None:
         return proof, None

@@ -46,9 +46,9 @@ def parse_levels(text: str) -> tuple[str, ...]:
 
 
 def _selection_dict(selection) -> dict:
-    from rocm_dspark.secret_env import digest
+    from rocm_dspark.recipe.secret_env import digest
 
-    # --env values are kept by digest only (rocm_dspark/secret_env.py): a record never holds a secret.
+    # --env values are kept by digest only (rocm_dspark/recipe/secret_env.py): a record never holds a secret.
     return {k: ([[n, digest(v_)] for n, v_ in v] if k == "extra_env" else list(v) if isinstance(v, tuple) else v)
             for k, v in selection._asdict().items()}
 

@@ -3,7 +3,7 @@
 Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
 rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600). Both kinds follow the
 same rules, stated here for probe/.
-State directory, first that is set: `--state-dir`, then rocm_dspark.launch_facts.STATE_ROOTS
+State directory, first that is set: `--state-dir`, then rocm_dspark.launch.launch_facts.STATE_ROOTS
 (`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`).
 
 A record is trusted only when
@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_at_most
-from rocm_dspark.launch_facts import STATE_ROOTS, state_root
+from rocm_dspark.launch.launch_facts import STATE_ROOTS, state_root
 
 ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
 SUBDIR = "probe"

@@ -8,4 +8,6 @@
   gpus.py         which AMD GPUs the host has (amd-smi JSON, then rocminfo), matched to the catalog
   inventory.py    GPU health for validation: HBM, ECC, temperatures, power
   procfs.py       /proc: who holds a listening port, a process's argv, environment, owner, parent, start time
+  progress.py     the live progress display of up, validate --launch and probe (rich on a terminal)
+  server_phases.py  vLLM's start-up phases read from its log, each pattern with its source line
 """

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launch_facts import find_refusal
+from rocm_dspark.launch.launch_facts import find_refusal
 from rocm_dspark.runtime.client import ServerError, VllmClient, model_ids
 
 def listening(host: str, port: int) -> bool:
@@ -163,7 +163,7 @@ class VllmServer:
 
     @classmethod
     def from_plan(cls, plan, log_path=None, *, cwd=None) -> "VllmServer":
-        """A server for a LaunchPlan (rocm_dspark.plan): its argv, env, host and port."""
+        """A server for a LaunchPlan (rocm_dspark.recipe.plan): its argv, env, host and port."""
         return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
 
     @property

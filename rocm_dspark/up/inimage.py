@@ -74,7 +74,7 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
                   *, hf_cache: str | None = None) -> list[str]:
     """The `docker run` argv of the in-image probe (see the module docstring)."""
-    from rocm_dspark.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV
+    from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV
 
     state = str(Path(state_dir).absolute())
     hf = hf_cache or os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.secret_env import redact_argv
+from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
@@ -56,7 +56,7 @@ class UpOptions:
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
         if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
-            from rocm_dspark.launchers import check_name
+            from rocm_dspark.launch.launchers import check_name
 
             check_name(self.name)
         self.state_dir_flag = self.selection.get("state_dir")  # shown in --dry-run's commands only when given
@@ -117,7 +117,7 @@ class UpRun:
         """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
         In the container modes the gate fingerprints the image's software, not this Python's (image_software)."""
         if self._resolved is None:
-            from rocm_dspark.selection import plan_for
+            from rocm_dspark.recipe.selection import plan_for
 
             opts = self.selection_opts()
             catalog, selection, plan = plan_for(opts)
@@ -179,7 +179,7 @@ class UpRun:
     @property
     def catalog(self):
         if self._resolved is None:
-            from rocm_dspark.catalog import load_catalog
+            from rocm_dspark.recipe.catalog import load_catalog
 
             return load_catalog()
         return self._resolved[0]
@@ -208,7 +208,7 @@ class UpRun:
         return self.options.quick or self.options.target == LOCAL_CPU
 
     def name(self, plan) -> str:
-        from rocm_dspark.launchers import default_name
+        from rocm_dspark.launch.launchers import default_name
 
         return self.options.name or (f"rocm-dspark-{LOCAL_CPU}" if self.options.target == LOCAL_CPU else default_name(plan))
 

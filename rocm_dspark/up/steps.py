@@ -125,7 +125,7 @@ def choose_run(run) -> dict:
 
 
 def choose_dry(run) -> list[str]:
-    from rocm_dspark.render import render_shell
+    from rocm_dspark.launch.render import render_shell
 
     plan, _ = run.resolve_plan()
     lines = [f"{_toolkit()} recipe {run.selection_flags()}", f"mode: {run.mode()} ({run.mode_reason()})"]
@@ -253,7 +253,7 @@ def launchers_inputs(run) -> dict:
 
 
 def launchers_run(run) -> dict:
-    from rocm_dspark.launchers import write_launchers
+    from rocm_dspark.launch.launchers import write_launchers
 
     out = run.dir / "launch"
     out.mkdir(parents=True, exist_ok=True)
@@ -596,7 +596,7 @@ def validate_inputs(run) -> dict:
 
 
 def validate_run(run) -> dict:
-    from rocm_dspark.secret_env import redact_argv
+    from rocm_dspark.recipe.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -200,8 +200,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.concurrency < 4:
         p.error("--concurrency must be at least 4 (the re-scoring minimum)")
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.selection import build_selection
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.selection import build_selection
 
     catalog = load_catalog()
     selection = build_selection({"model": args.model, "gpu": args.gpu, "concurrency": args.concurrency}, catalog)

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-from rocm_dspark.catalog import Catalog, ModelSpec
+from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.errors import UsageError
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.inventory import HostInventory
 from rocm_dspark.runtime.process import VllmServer

@@ -14,7 +14,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from rocm_dspark import launch_facts
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory

@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
-from rocm_dspark.launchers import write_launchers
+from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer
 from rocm_dspark.runtime.server_spec import load_server_spec
-from rocm_dspark.selection import plan_for
+from rocm_dspark.recipe.selection import plan_for
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
@@ -58,10 +58,10 @@ def _start(ctx) -> Outcome:
 
 def _wait_with_progress(ctx, server, deadline_s: float):
     """wait_ready() in short slices, showing the server log's path and the start-up phase as it goes
-    (rocm_dspark.progress: rich on a terminal, plain lines otherwise)."""
+    (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
     import time
 
-    from rocm_dspark.progress import Display
+    from rocm_dspark.runtime.progress import Display
 
     display = ctx.data.get("display") or Display.plain(ctx.say)
     t0 = time.monotonic()
@@ -176,7 +176,7 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     ctx = Context(opts, catalog, catalog.find_model(plan.model_key), plan, target=target, say=say)
     ctx.data["selection"] = selection
     ctx.data["state_dir"] = selection_opts.get("state_dir")
-    if display is not None:  # rocm_dspark.progress.Display: the live wait of --launch
+    if display is not None:  # rocm_dspark.runtime.progress.Display: the live wait of --launch
         ctx.data["display"] = display
     if target is not None:
         ctx.client = VllmClient(target.host, target.port)

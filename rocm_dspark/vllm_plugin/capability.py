@@ -25,7 +25,7 @@ def platform_name(platform) -> str:
 def capability_for(vllm_version: str):
     """(capability, None) from recipes/vllm.yaml, or (None, "why not") when it cannot be read."""
     try:
-        from rocm_dspark.catalog import load_catalog
+        from rocm_dspark.recipe.catalog import load_catalog
 
         return load_catalog().vllm_capability(vllm_version), None
     except Exception as exc:  # noqa: BLE001 - a plugin must not raise into vLLM; the reason is logged

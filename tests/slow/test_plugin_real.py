@@ -195,7 +195,7 @@ def child_main(scenario: str, payload: dict) -> dict:
         # real entry point leaves vLLM 0.32.0 alone; register_with then drives both table entries.
         import importlib
 
-        from rocm_dspark.catalog import load_catalog
+        from rocm_dspark.recipe.catalog import load_catalog
         from rocm_dspark.vllm_plugin import register, register_with
 
         out["register"] = register().action

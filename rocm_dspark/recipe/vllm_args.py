@@ -48,7 +48,7 @@ PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
     "data_parallel_size": (("--data-parallel-size", "-dp"), "--dp"),
     "enable_expert_parallel": (("--enable-expert-parallel", "--no-enable-expert-parallel", "--disable-expert-parallel",
                                 "-ep"), "--ep"),
-    # The group's layout (rocm_dspark/strategies.py decides it for every node; one node's copy must match the rest).
+    # The group's layout (rocm_dspark/recipe/strategies.py decides it for every node; one node's copy must match the rest).
     "pipeline_parallel_size": (("--pipeline-parallel-size", "-pp"), "--strategy multi_node_tp_pp"),
     "data_parallel_size_local": (("--data-parallel-size-local", "-dpl"), _GROUP),
     "data_parallel_address": (("--data-parallel-address", "-dpa"), _GROUP),

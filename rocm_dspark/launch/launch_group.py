@@ -1,6 +1,6 @@
 """A Cluster -> launcher files for every node (or one node), or Kubernetes manifests.
 
-Each node of a group gets the bash launcher (launch/launcher.sh.tmpl) in a role: the head starts the group's
+Each node of a group gets the bash launcher (rocm_dspark/launch/templates/launcher.sh.tmpl) in a role: the head starts the group's
 mode and, when its adaptive start fails, publishes block verification in ROCM_DSPARK_GROUP_DIR (a directory
 every node shares); workers wait for the head's readiness (which covers the group: vLLM's API server answers
 /v1/models only once every rank has joined) and restart with whatever mode the head published. So the
@@ -32,12 +32,12 @@ def _router_script(cmd) -> str:
 
 def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=None, container=False,
                 ready_timeout_s=3600, node_rank=None) -> dict:
-    from rocm_dspark.launchers import _check_output_dir, default_name, write_launchers
+    from rocm_dspark.launch.launchers import _check_output_dir, default_name, write_launchers
 
     base = name or default_name(plan)
     out = _check_output_dir(Path(output))
     if fmt == "k8s":
-        from rocm_dspark.k8s import manifests_for, render_yaml
+        from rocm_dspark.launch.k8s import manifests_for, render_yaml
 
         if node_rank is not None:
             raise UsageError("--format k8s writes the whole group (LeaderWorkerSet); drop --node-rank")

@@ -3,7 +3,7 @@
 The library behind `recipe --strategy` and `launch --strategy`: it resolves ONE node's plan with the layout
 the strategy gives a node (its GPUs as one TP group, expert parallel where the strategy has it), so the
 resolver's per-node rules (memory, Engram offload by TP, capture size) apply, and then lets
-rocm_dspark.strategies set the group's parallel flags on every node. No click here.
+rocm_dspark.recipe.strategies set the group's parallel flags on every node. No click here.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands.
 
     k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here."""
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.selection import build_selection, plan_for
-    from rocm_dspark.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.selection import build_selection, plan_for
+    from rocm_dspark.recipe.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()
@@ -52,7 +52,7 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     head = opts.get("head_address")
     addresses = _addresses(copts.get("node_addresses"))
     if k8s:
-        from rocm_dspark.k8s import LEADER_PLACEHOLDER
+        from rocm_dspark.launch.k8s import LEADER_PLACEHOLDER
 
         head = head or LEADER_PLACEHOLDER
         addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
@@ -90,12 +90,12 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
 
 
 def _group_memory(model, gpu, plan, layout: dict, override: bool):
-    """The node plan with its memory budget redone per rank of the group's layout (rocm_dspark.memory): at
+    """The node plan with its memory budget redone per rank of the group's layout (rocm_dspark.recipe.memory): at
     TP1 x DP16 a rank holds what TP8 splits eight ways, except the parts vLLM splits over DP too."""
     if plan.memory is None or not model.memory:
         return plan
-    from rocm_dspark.memory import RankLayout, plan_memory, short_text
-    from rocm_dspark.plan import Note
+    from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
+    from rocm_dspark.recipe.plan import Note
 
     argv = list(plan.argv)
     util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9

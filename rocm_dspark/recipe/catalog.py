@@ -394,7 +394,7 @@ def _strict_loader():
 
 _LOADER = None
 
-# The parsed recipes, generated (`python -m rocm_dspark.catalog --snapshot`, tests/test_catalog_snapshot.py keeps
+# The parsed recipes, generated (`python -m rocm_dspark.recipe.catalog --snapshot`, tests/test_catalog_snapshot.py keeps
 # it equal to recipes/): PyYAML's object construction is most of `recipe`'s start-up, JSON's is 1/50 of it. An
 # entry is used only for a file of exactly the size and CRC-32 it was made from (an edited recipe is parsed
 # again), and only where JSON holds the data exactly (int keys do not survive: those files stay YAML-only).
@@ -586,7 +586,7 @@ def _memory(r: _Reader) -> dict:
             m.fail(f"must be positive, got {v!r}", k)
     out["sources"] = m.str_list("sources")
     out["layout"] = {}
-    if m.data.get("layout") is not None:  # how the parts lie over TP x DP x PP ranks (rocm_dspark/memory.py)
+    if m.data.get("layout") is not None:  # how the parts lie over TP x DP x PP ranks (rocm_dspark/recipe/memory.py)
         lay = m.sub("layout")
         out["layout"] = {k: lay.req(k, float) for k in ("expert_bytes_per_param", "dense_bytes_per_param")}
         for k, v in out["layout"].items():
@@ -777,7 +777,7 @@ HOW = ("ancestry", "wheel", "parser", "note")
 
 
 def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
-    from rocm_dspark.plan import Build
+    from rocm_dspark.recipe.plan import Build
 
     image = r.req("image", str)
     if "@" in image or ":" not in image.rsplit("/", 1)[-1]:
@@ -856,7 +856,7 @@ def snapshot_text(root: Path | None = None) -> str:
         text = json.dumps(data, allow_nan=False, separators=(",", ":"))
         if repr(json.loads(text)) == repr(data):  # same types, values and key order (the order is meaningful)
             files[_content_key(raw)] = text
-    return json.dumps({"format": 1, "generated_by": "python -m rocm_dspark.catalog --snapshot", "files": files},
+    return json.dumps({"format": 1, "generated_by": "python -m rocm_dspark.recipe.catalog --snapshot", "files": files},
                       indent=0, sort_keys=True) + "\n"
 
 
@@ -864,7 +864,7 @@ if __name__ == "__main__":
     import sys
 
     if sys.argv[1:] != ["--snapshot"]:
-        sys.exit("usage: python -m rocm_dspark.catalog --snapshot   (rewrites " + str(PARSED) + ")")
+        sys.exit("usage: python -m rocm_dspark.recipe.catalog --snapshot   (rewrites " + str(PARSED) + ")")
     from rocm_dspark.atomic import write_atomic
 
     write_atomic(PARSED, snapshot_text(), mode=0o644)

@@ -139,7 +139,7 @@ def plan_memory(model, gpu, layout: RankLayout, *, util: float, max_num_batched_
                 engram_dp_shard: bool, override: bool):
     """(plan.Memory, the memory note's text) for `layout`; UsageError with the numbers when it leaves no KV room
     and `override` (--memory-override) is not given."""
-    from rocm_dspark.plan import Memory
+    from rocm_dspark.recipe.plan import Memory
 
     m = model.memory
     b = rank_budget(model, gpu, layout, util=util, max_num_batched_tokens=max_num_batched_tokens,

@@ -1,7 +1,7 @@
 """LaunchPlan -> launcher files: a bash launcher, and for systemd a unit plus an EnvironmentFile.
 
 The templates live in launch/ so an operator can read them. Every value from the plan or the command line is
-inserted through rocm_dspark.quoting for its target language; this module only decides which value goes where
+inserted through rocm_dspark.launch.quoting for its target language; this module only decides which value goes where
 and writes the files so that a failure leaves nothing half-written.
 """
 
@@ -14,13 +14,14 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rocm_dspark import launch_facts, quoting, secret_env
+from rocm_dspark.launch import launch_facts, quoting
+from rocm_dspark.recipe import secret_env
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.recipe.plan import LaunchPlan
 
-# rocm_dspark/launch is a symlink to the top-level launch/ (so wheels ship the templates too).
-LAUNCH_DIR = Path(__file__).resolve().parent / "launch"
+# The templates are package data next to this module (so wheels ship them).
+LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
 FORMATS = ("shell", "systemd")
 DEFAULT_READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight requests off
@@ -140,10 +141,10 @@ def render_launcher(
     group_name: str | None = None,
     env_file: str = "",
 ) -> str:
-    """The bash launcher for `plan` (launch/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
+    """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
 
-    group_role: single | head | worker (rocm_dspark.strategies); a worker polls the head's readiness at
+    group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")

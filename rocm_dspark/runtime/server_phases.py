@@ -31,9 +31,9 @@ class Phase(NamedTuple):
 # (key, label, pattern, source). Order does not matter for matching: the log's own order does.
 PATTERNS = (
     ("launcher", "starting vLLM", re.compile(r"rocm-dspark\[[^\]]*\]: starting vLLM with (\w[\w-]*) verification"),
-     "launch/launcher.sh.tmpl: start_vllm()"),
+     "rocm_dspark/launch/templates/launcher.sh.tmpl: start_vllm()"),
     ("fallback", "falling back to block verification",
-     re.compile(r"rocm-dspark\[[^\]]*\]: falling back to block verification"), "launch/launcher.sh.tmpl"),
+     re.compile(r"rocm-dspark\[[^\]]*\]: falling back to block verification"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
     ("args", "vLLM reading its configuration", re.compile(r"\bnon-default args: "), "vllm/entrypoints/serve/utils/api_utils.py:286"),
     ("engine", "initialising the engine", re.compile(r"Initializing a V1 LLM engine"), "vllm/v1/engine/core.py:134"),
     ("load", "loading weights", re.compile(r"Starting to load model "),
@@ -58,7 +58,7 @@ PATTERNS = (
     ("api", "starting the API server", re.compile(r"Starting vLLM server on (\S+)"),
      "vllm/entrypoints/launchers/api_server/entry.py:140"),
     ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete"), "uvicorn"),
-    ("ready", "ready", re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"), "launch/launcher.sh.tmpl"),
+    ("ready", "ready", re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
 )
 
 STARTING = Phase("starting", "starting")

@@ -1,6 +1,6 @@
 """Facts the Python side and the generated bash launcher both use, each defined once, here.
 
-rocm_dspark.launchers writes them into launch/launcher.sh.tmpl as bash (the launcher runs without this
+rocm_dspark.launch.launchers writes them into rocm_dspark/launch/templates/launcher.sh.tmpl as bash (the launcher runs without this
 package installed); the renderers, the process manager, the probe's store and validation read them here.
 tests/test_launch_facts.py checks that both sides agree, by running both.
 """

@@ -11,7 +11,7 @@ import os
 import sys
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.plan import LaunchPlan, Selection, Verdict
+from rocm_dspark.recipe.plan import LaunchPlan, Selection, Verdict
 
 SELECTION_KEYS = (
     "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
@@ -31,7 +31,7 @@ def env_pair(value: str) -> tuple[str, str]:
         if key not in os.environ:
             raise UsageError(f"--env {key}: {key} is not set in this environment; export it first or give {key}=VALUE")
         return key, os.environ[key]
-    from rocm_dspark.secret_env import is_credential
+    from rocm_dspark.recipe.secret_env import is_credential
 
     if is_credential(key):  # the value is in shell history and `ps` now, though in none of our files
         print(f"rocm-dspark: warning: --env {key}=...: a secret on the command line is visible in shell history "
@@ -113,7 +113,7 @@ def _today() -> str:
 def _schedule(value):
     if value is None:
         return None
-    from rocm_dspark.k_schedule import parse_schedule
+    from rocm_dspark.recipe.k_schedule import parse_schedule
 
     return parse_schedule(value)
 
@@ -149,8 +149,8 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None)
 def plan_for(opts: dict, catalog=None, *, soft: dict | None = None) -> tuple:
     """Option values -> (catalog, selection, plan): resolve once, then the gate's verdict, applied last.
     `soft`: see verdict_for."""
-    from rocm_dspark.catalog import load_catalog
-    from rocm_dspark.resolve import apply_verdict, resolve_plan
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
     catalog = catalog or load_catalog()
     selection = build_selection(opts, catalog)

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import json
 
-from rocm_dspark.capture import capture_size
-from rocm_dspark.catalog import Catalog, GpuSpec, ModelSpec, Profile
+from rocm_dspark.recipe.capture import capture_size
+from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.plan import Build, LaunchPlan, Note, Selection, Verdict
+from rocm_dspark.recipe.plan import Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
-from rocm_dspark.secret_env import SECRET_FLAGS, check_value
-from rocm_dspark.vllm_env import check_env
+from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
+from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
+from rocm_dspark.recipe.vllm_env import check_env
 
 
 class _Args:
@@ -332,7 +332,7 @@ def memory_layer(s: _State) -> None:
             raise UsageError(f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
                              f"HBM ({gpu.hbm_gb * tp:g} GB); use a larger --tp")
         return
-    from rocm_dspark.memory import RankLayout, plan_memory, short_text
+    from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
 
     layout = RankLayout(tp=tp, dp=f["dp"], nodes=s.sel.nodes, ep=f["ep"] > 1,
                         gpus_per_node=s.sel.gpus_per_node or gpu.gpus_per_node)
@@ -379,7 +379,7 @@ DYNAMIC_K_CHANGE = "vllm#32374"  # num_speculative_tokens_per_batch_size (recipe
 
 def _k_schedule(s: _State, k: int) -> None:
     """--k-per-batch-size: vLLM's num_speculative_tokens_per_batch_size, where vLLM would really run it."""
-    from rocm_dspark.k_schedule import format_schedule
+    from rocm_dspark.recipe.k_schedule import format_schedule
 
     sched = s.sel.k_schedule
     if s.catalog.contains(s.build, DYNAMIC_K_CHANGE) is not True:
@@ -595,7 +595,7 @@ def override_layer(s: _State, args: _Args) -> None:
     for key, value in s.sel.extra_env:
         check_env(key, value, s.env)
         # Every --env value is the operator's and may be a secret: the plan keeps its name, the value goes only
-        # to the 0600 env file (rocm_dspark/secret_env.py); a planned key it repeats or overrides moves there too.
+        # to the 0600 env file (rocm_dspark/recipe/secret_env.py); a planned key it repeats or overrides moves there too.
         s.env.pop(key, None)
         s.secret_env[key] = check_value(key, value)
         s.notes.append(Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from rocm_dspark.plan import Note
-from rocm_dspark.render import EXPLAIN_HINT, _argv_lines, _comment, header_lines, note_lines
+from rocm_dspark.recipe.plan import Note
+from rocm_dspark.launch.render import EXPLAIN_HINT, _argv_lines, _comment, header_lines, note_lines
 
 
 def _commands(cluster, node_rank):
@@ -29,7 +29,7 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: b
     out += ["", *header_lines(plan)]
     if cluster.status:
         out += _comment(f"prefill/decode status: {cluster.status}")
-    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+    if plan.secret_env:  # values never printed (rocm_dspark/recipe/secret_env.py)
         out += _comment(f"set on every node first (given by --env, not printed): {' '.join(plan.secret_env)}")
     notes = [*plan.notes, *(n if isinstance(n, Note) else Note(*n) for n in cluster.notes)]
     out += note_lines(notes, explain)

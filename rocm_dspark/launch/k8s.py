@@ -28,7 +28,7 @@ import re
 import shlex
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.strategies import Cluster, ClusterSpec, expand
+from rocm_dspark.recipe.strategies import Cluster, ClusterSpec, expand
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
@@ -342,7 +342,7 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
 def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict | None = None, *,
                   name: str | None = None, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S) -> list[dict]:
     """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
-    from rocm_dspark.launchers import default_name
+    from rocm_dspark.launch.launchers import default_name
 
     raw = name or default_name(plan)
     return render_manifests(plan, cluster.spec, name=raw[:42].rstrip("-"), startup_budget_s=startup_budget_s,

@@ -57,7 +57,7 @@ class Selection(NamedTuple):
     memory_override: bool = False     # start even when the memory model finds no KV room (noted)
     images: tuple = ()                # (repo:tag, registry answer) read from this host's cache (rocm_dspark.images.cache)
     today: str | None = None          # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
-    k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.k_schedule)
+    k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.recipe.k_schedule)
     no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
 
 
@@ -148,7 +148,7 @@ class LaunchPlan(NamedTuple):
     concurrency: int | None = None
     memory: Memory | None = None
     model_path: str | None = None  # --model-path: a local checkpoint (container modes mount it read-only)
-    # name -> value for every --env: delivered only through the 0600 env file (rocm_dspark/secret_env.py);
+    # name -> value for every --env: delivered only through the 0600 env file (rocm_dspark/recipe/secret_env.py);
     # to_json_dict keeps the names, never the values.
     secret_env: dict = {}
 

@@ -3,7 +3,7 @@ by resolving it: `plan` never prints an option that `recipe` would refuse withou
 
 from __future__ import annotations
 
-from rocm_dspark.k_schedule import FLAG, format_schedule
+from rocm_dspark.recipe.k_schedule import FLAG, format_schedule
 
 
 def _option_words(speculative_config: dict) -> tuple[list[str], dict, str | None]:
@@ -26,8 +26,8 @@ def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tup
     profile's own build, else on the first build that contains what it needs. (argv, None) when it resolves,
     (argv, why not) when no build does."""
     from rocm_dspark.errors import UsageError
-    from rocm_dspark.resolve import resolve_plan
-    from rocm_dspark.selection import build_selection
+    from rocm_dspark.recipe.resolve import resolve_plan
+    from rocm_dspark.recipe.selection import build_selection
 
     words, values, change = _option_words(speculative_config)
     base = ["rocm-dspark", "recipe", "--model", model.key, "--gpu", gpu_key]

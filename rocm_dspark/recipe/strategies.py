@@ -113,7 +113,7 @@ class Cluster(NamedTuple):
 def strategy_facts() -> dict:
     import yaml
 
-    from rocm_dspark.catalog import recipes_dir
+    from rocm_dspark.recipe.catalog import recipes_dir
 
     path = recipes_dir() / "strategies.yaml"
     try:

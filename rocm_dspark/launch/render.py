@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from rocm_dspark import launch_facts
-from rocm_dspark.plan import LaunchPlan
+from rocm_dspark.launch import launch_facts
+from rocm_dspark.recipe.plan import LaunchPlan
 
 
 def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
@@ -76,7 +76,7 @@ def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
     lines = [f"{k}={shlex.quote(v)}" for k, v in plan.env.items()]
     lines += _argv_lines(plan.argv, 3)
     out = [" \\\n".join(lines), *header_lines(plan)]
-    if plan.secret_env:  # values never printed (rocm_dspark/secret_env.py)
+    if plan.secret_env:  # values never printed (rocm_dspark/recipe/secret_env.py)
         out.append(f"# set in your environment first (given by --env, not printed): {' '.join(plan.secret_env)}")
     out += note_lines(plan.notes, explain)
     if not explain:
@@ -90,7 +90,7 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
 
 
 def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
-    """`docker run` argv (rocm_dspark.launch_facts, the same as the launcher's container mode); the image's
+    """`docker run` argv (rocm_dspark.launch.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
     name = launch_facts.default_name(plan.profile)
     return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_cache=hf_cache,

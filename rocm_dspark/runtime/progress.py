@@ -1,7 +1,7 @@
 """One progress display for `up`, `validate` and `probe`: lines, and a live wait on a starting server.
 
 On a terminal the wait is drawn with `rich` (an optional extra: `pip install 'rocm-dspark[progress]'`):
-a spinner, the phase read from the server's log (rocm_dspark.server_phases) and the elapsed time. Under
+a spinner, the phase read from the server's log (rocm_dspark.runtime.server_phases) and the elapsed time. Under
 journald ($JOURNAL_STREAM), in a pipe, with TERM=dumb or without rich, it prints plain lines instead: one
 when the phase changes and a heartbeat every `heartbeat_s` seconds, so a log reader sees progress too.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Callable, TypeVar
 
-from rocm_dspark.server_phases import READY, LogFollower, Phase
+from rocm_dspark.runtime.server_phases import READY, LogFollower, Phase
 
 T = TypeVar("T")
 

@@ -33,7 +33,7 @@ def check_value(name: str, value: str) -> str:
 
 def env_file_line(name: str, value: str) -> str:
     """NAME="value" as systemd.exec(5) EnvironmentFile= reads it: inside double quotes a backslash escapes
-    \\ " ` and $ (systemd src/basic/env-file.c); the launcher's reader (launch/launcher.sh.tmpl) undoes the same."""
+    \\ " ` and $ (systemd src/basic/env-file.c); the launcher's reader (rocm_dspark/launch/templates/launcher.sh.tmpl) undoes the same."""
     check_value(name, value)
     return f'{name}="' + re.sub(r'([\\"`$])', r"\\\1", value) + '"'
 

@@ -1,7 +1,7 @@
 """User `--env KEY=VALUE` entries, and the guard on the environment the plan decides (issue #14, item 2).
 
 An `--env` reaches vLLM as given. Two kinds would change what the plan says it runs, and are refused:
-  * a variable the plan itself sets (profile, workaround or build layers in rocm_dspark/resolve.py), with
+  * a variable the plan itself sets (profile, workaround or build layers in rocm_dspark/recipe/resolve.py), with
     another value: the plan's value is a decision its notes explain (VLLM_USE_BREAKABLE_CUDAGRAPH on gfx942,
     the AITER switches), and an override would leave those notes false. STARTUP_ONLY variables are the
     exception: they change how long vLLM waits or what it logs, not what it computes.

@@ -1,0 +1,12 @@
+"""Recipe resolution: data in, plan out.
+
+  catalog.py     recipes/ (YAML) -> validated records; recipes_parsed.json is its start-up snapshot
+  selection.py   option values -> Selection -> Verdict -> LaunchPlan: the library behind the CLI
+  resolve.py     the pure resolver: named layers from model to verdict
+  plan.py        the records: Selection, Verdict, Build, Memory, Note, LaunchPlan
+  capture.py     the graph capture size rule, max_num_seqs x (1+K) rounded up
+  strategies.py  multi-node strategies: every node's argv/env from one node's plan
+  cluster.py     option values -> one node's plan -> every node's commands
+  vllm_args.py   a user's --vllm-arg read as vLLM reads it, and the guard on what the plan decides
+  vllm_env.py    the same for --env
+"""
