@@ -67,29 +67,26 @@ def steps(body: list[str]):
     return out
 
 
-def examples():
-    found = []
+def all_blocks():
+    """(page, info, start, end, marker, body) for every fenced block of every page."""
     for page in PAGES:
         lines, bl = blocks(page)
         for info, start, end, mark in bl:
-            body = lines[start:end]
-            if body and body[0].startswith("$ ") and not (mark or "").startswith("not run"):
-                code = int(mark.split()[1]) if mark else 0
-                found.append(pytest.param(page, start, end, code, id=f"{page.name}:{start}"))
-    return found
+            yield page, info, start, end, mark, lines[start:end]
 
 
-EXAMPLES = examples()
+def is_example(body) -> bool:
+    return bool(body) and body[0].startswith("$ ")
+
+
+EXAMPLES = [pytest.param(page, start, end, int(mark.split()[1]) if mark else 0, id=f"{page.name}:{start}")
+            for page, _, start, end, mark, body in all_blocks()
+            if is_example(body) and not (mark or "").startswith("not run")]
 
 
 def test_every_shell_block_runs_or_says_why_not():
-    unmarked = []
-    for page in PAGES:
-        lines, bl = blocks(page)
-        for info, start, end, mark in bl:
-            body = lines[start:end]
-            if info in ("bash", "sh", "shell", "console") and not (body and body[0].startswith("$ ")) and not mark:
-                unmarked.append(f"{page.relative_to(REPO)}:{start}")
+    unmarked = [f"{page.relative_to(REPO)}:{start}" for page, info, start, _, mark, body in all_blocks()
+                if info in ("bash", "sh", "shell", "console") and not is_example(body) and not mark]
     assert not unmarked, f"shell blocks that are neither examples nor marked <!-- not run: why -->: {unmarked}"
     assert 0 < len(EXAMPLES) <= MAX_EXAMPLES
 

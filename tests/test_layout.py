@@ -3,7 +3,9 @@
 * only rocm_dspark/cli imports click (the library is usable without the CLI);
 * no module imports a module of a higher layer (below), and nothing imports the CLI;
 * no import cycles, counting imports inside functions too;
-* the README's "Layout" table names every folder, and every path it names exists.
+* the README's "Layout" table names every folder, and every path it names exists;
+* the package root holds only the foundations; the templates are package data of rocm_dspark.launch, and
+  the one symlink left is rocm_dspark/recipes (README, "Layout", says why).
 """
 
 from __future__ import annotations
@@ -17,18 +19,23 @@ PACKAGE = ROOT / "rocm_dspark"
 
 # Lower layers never import higher ones. A module's layer is that of its longest listed prefix.
 LAYERS = {
-    "rocm_dspark.recipe": 0,
-    "rocm_dspark.launch": 0,
-    "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.launch.quoting": 0,
-    "rocm_dspark.recipe.plan": 0, "rocm_dspark.recipe.capture": 0, "rocm_dspark.launch.launch_facts": 0,
-    "rocm_dspark.recipe.vllm_args": 0, "rocm_dspark.recipe.vllm_env": 0, "rocm_dspark.inputs": 0, "rocm_dspark.recipe.secret_env": 0, "rocm_dspark.recipe.k_schedule": 0,
-    "rocm_dspark.recipe.memory": 1, "rocm_dspark.recipe.plan_apply": 3,
-    "rocm_dspark.recipe.catalog": 1, "rocm_dspark.attention": 1, "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1,
-    "rocm_dspark.recipe.strategies": 1, "rocm_dspark.recipe.resolve": 2, "rocm_dspark.launch.render": 2, "rocm_dspark.launch.launchers": 2,
-    "rocm_dspark.launch.k8s": 2, "rocm_dspark.launch.render_cluster": 2, "rocm_dspark.launch.launch_group": 2, "rocm_dspark.recipe.cluster": 3,
-    "rocm_dspark.probe": 3, "rocm_dspark.vllm_plugin": 3, "rocm_dspark.recipe.selection": 3,
+    # foundations: what every subsystem imports
+    "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.inputs": 0,
+    "rocm_dspark.recipe": 0, "rocm_dspark.recipe.plan": 0, "rocm_dspark.recipe.capture": 0,
+    "rocm_dspark.recipe.vllm_args": 0, "rocm_dspark.recipe.vllm_env": 0, "rocm_dspark.recipe.secret_env": 0,
+    "rocm_dspark.recipe.k_schedule": 0,
+    "rocm_dspark.launch": 0, "rocm_dspark.launch.quoting": 0, "rocm_dspark.launch.launch_facts": 0,
+    # facts, kernels, runtime, planner
+    "rocm_dspark.recipe.catalog": 1, "rocm_dspark.recipe.strategies": 1, "rocm_dspark.attention": 1,
+    "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1, "rocm_dspark.recipe.memory": 1,
     "rocm_dspark.runtime.server_phases": 1, "rocm_dspark.runtime.progress": 1,
     "rocm_dspark.images": 1, "rocm_dspark.images.pull": 4,  # pull is up's image step, shared with `launch --pull`
+    # resolver and renderers
+    "rocm_dspark.recipe.resolve": 2, "rocm_dspark.launch.render": 2, "rocm_dspark.launch.render_cluster": 2,
+    "rocm_dspark.launch.launchers": 2, "rocm_dspark.launch.launch_group": 2, "rocm_dspark.launch.k8s": 2,
+    # probe, plugin, selection
+    "rocm_dspark.recipe.selection": 3, "rocm_dspark.recipe.cluster": 3, "rocm_dspark.probe": 3,
+    "rocm_dspark.vllm_plugin": 3, "rocm_dspark.recipe.plan_apply": 3,
     "rocm_dspark.validate": 4, "rocm_dspark.up": 4,
     "rocm_dspark.cli": 5, "rocm_dspark.__main__": 5,
 }
@@ -160,3 +167,25 @@ def test_readme_layout_names_every_folder_and_only_real_paths():
                 and p.name not in ("tests", "rocm_dspark") and not p.name.endswith(".egg-info")]
     unnamed = sorted(f for f in folders if f"`{f}`" not in table and f"({f})" not in table)
     assert unnamed == [], f"folders the README layout section does not name: {unnamed}"
+
+
+ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs"}  # what every subsystem imports
+
+
+def test_the_package_root_holds_only_the_foundations():
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in ROOT_MODULES)
+    assert loose == [], (f"modules at the package root that belong to a subsystem: {loose}; move them into "
+                         "recipe/, launch/, runtime/ or the subsystem that uses them")
+    assert {p.stem for p in PACKAGE.glob("*.py")} == ROOT_MODULES
+
+
+def test_templates_are_package_data_and_the_only_symlink_is_recipes():
+    links = sorted(p.relative_to(ROOT).as_posix() for p in PACKAGE.rglob("*") if p.is_symlink())
+    assert links == ["rocm_dspark/recipes"] and (PACKAGE / "recipes").resolve() == ROOT / "recipes"
+    templates = PACKAGE / "launch" / "templates"
+    assert {"launcher.sh.tmpl", "service.tmpl", "env.tmpl"} <= {p.name for p in templates.iterdir()}
+    assert not (ROOT / "launch").exists()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"rocm_dspark.launch" = ["templates/*"]' in pyproject
+    assert 'LAUNCH_DIR = Path(__file__).resolve().parent / "templates"' in (PACKAGE / "launch" / "launchers.py").read_text()
+
