@@ -84,7 +84,10 @@ def _largest_level(ctx, param, value):
     if value is None or isinstance(value, int):
         return value
     try:
-        return max(concurrency_levels(value))
+        levels = concurrency_levels(value)
+        if levels is None:  # an empty value (an unset shell variable?)
+            raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128")
+        return max(levels)
     except UsageError as exc:
         raise click.BadParameter(str(exc).partition(": ")[2] or str(exc)) from None
 
