@@ -244,3 +244,13 @@ def test_memory_budget_adds_up():
 def test_a_flag_the_build_cannot_parse_is_refused_in_every_spelling_vllm_reads(token):
     with pytest.raises(UsageError, match="nightly-eed1f3d0 cannot parse it"):
         resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", build="nightly-eed1f3d0", extra_args=(token,)))
+
+
+def test_a_workaround_whose_flag_the_build_drops_says_it_is_not_applied():
+    """v0.33.0 contains vllm#57906, so --no-swa-bounded-replay is left out; its workaround note must not claim
+    the flag (it did: 'workaround rocm-no-swa-bounded-replay: --no-swa-bounded-replay' next to 'left out')."""
+    notes = {n.topic: n for n in resolve(CAT, Selection(model=V41, gpu="mi355x", build="v0.33.0")).notes}
+    w = notes["workaround rocm-no-swa-bounded-replay"]
+    assert w.short.startswith("not applied: v0.33.0 has the fix") and w.text.startswith("not applied on build v0.33.0")
+    kept = {n.topic: n for n in resolve(CAT, Selection(model=V41, gpu="mi355x", build="nightly-3df4ae15")).notes}
+    assert "not applied" not in kept["workaround rocm-no-swa-bounded-replay"].text

@@ -534,6 +534,12 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
         if keep:
             kept.append((flag, value))
         else:
+            wid = s.workaround_args.get(flag)
+            if wid:  # the workaround's flag is gone, so its note must not claim it still applies
+                topic = f"workaround {wid}"
+                s.notes = [Note(n.topic, f"not applied on build {s.build.name} ({flag} left out, see build flags). "
+                                         + n.text, f"not applied: {s.build.name} has the fix ({flag} left out)")
+                           if n.topic == topic else n for n in s.notes]
             s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
