@@ -174,6 +174,19 @@ def test_the_cli_refuses_a_bad_table_with_one_line_and_writes_nothing(tmp_path):
     assert not (s / "calibration").exists()
 
 
+def test_a_control_character_in_the_file_name_stays_on_one_line(tmp_path):
+    """Found by benchmarks/cli_fuzz.py on the merged tree: a \\x1e in --calibrate's name split the error in two
+    (str.splitlines breaks there); the name is shown as repr."""
+    from click.testing import CliRunner
+
+    from rocm_dspark.cli import cli
+
+    r = CliRunner().invoke(cli, ["plan", "--gpu", "mi355x", "--state-dir", str(state(tmp_path)),
+                                 "--calibrate", str(tmp_path / "\u00d2d\x1e")])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "\\x1e" in r.output and "cannot read it" in r.output
+
+
 # --- plan marks capture overruns ------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ COLUMNS = ("arm", "k", "adaptive", "concurrency", "capture_size", "output_tok_s"
 
 
 def _bad(path, what: str) -> UsageError:
-    return UsageError(f"--calibrate {path}: {what}")
+    return UsageError(f"--calibrate {str(path)!r}: {what}")  # repr: a control character in a name cannot break the line
 
 
 def _argv_setting(path, name: str, argv) -> tuple[int, bool, str]:
