@@ -174,11 +174,7 @@ def _pick_build(s: _State):
 
 
 def _short_why(why: str) -> str:
-    """catalog.default_build's reason in a few words (the full one stays in the note's text)."""
-    if why.startswith("the newest build with public evidence on "):
-        return "newest with evidence on " + why.split(" on ", 1)[1].split(" ")[0]
-    if why.startswith("no build has public evidence on "):
-        return f"no public run on {why.split(' on ', 1)[1].split(';')[0]}, newest on its arch"
+    """The build's reason in a few words: its first clause (the full one stays in the note's text)."""
     return why.split("; ")[0].split(": ")[0]
 
 
