@@ -63,7 +63,8 @@ def _arm(violations=0, trimmed=True, score=0.95, stderr=0.006, k=5):
             "first_violations": [{"index": 0, "emitted": 1, "rank": 3, "reference": 2, "gap_nats": 1.0}] if violations and i == 0 else [],
             "drafts": {"num_spec_steps": 10, "num_draft_tokens": 50 - (5 if trimmed else 0), "num_accepted_draft_tokens": 30}}
            for i in range(16)]
-    return {"rescore": rescore.summarize(per, concurrency=16, k=k), "gsm8k": {"score": score, "stderr": stderr}}
+    return {"rescore": rescore.summarize(per, concurrency=16, k=k, reference=acceptance.REFERENCE),
+            "gsm8k": {"score": score, "stderr": stderr}}
 
 
 def test_verdict_accepts_only_lossless_trimmed_runs():
@@ -78,6 +79,40 @@ def test_verdict_accepts_only_lossless_trimmed_runs():
     assert "adaptive: GSM8K 0.9000 differs from nospec 0.9500 by more than 0.0170" in acceptance.verdict(accuracy)["text"]
     missing = {**good, "block": {"error": "ready timeout"}}
     assert "block: not re-scored (ready timeout)" in acceptance.verdict(missing)["text"]
+    # Only the nospec arm's server is the reference (vllm#53488), and the verdict says so.
+    own = {**good, "adaptive": {**_arm(), "rescore": {**_arm()["rescore"], "reference": {"route": "eager-padded"}}}}
+    assert "adaptive: re-scored against eager-padded, not the nospec arm" in acceptance.verdict(own)["text"]
+    assert acceptance.verdict(good)["text"].endswith(f"({acceptance.REFERENCE_TEXT})")
+
+
+def test_every_arm_is_judged_on_the_nospec_server_so_a_53488_reference_fails_none():
+    """The spec arms' own prompt logprobs are corrupted (vllm#53488 stand-in); the nospec server's are right."""
+    from tests.test_rescore_reference import StandIn
+
+    seen = []
+
+    def run(name, arm, *, generated, concurrency, k):
+        seen.append(name)
+        with StandIn(limit=None if name == "nospec" else 4096) as client:
+            generated[name] = rescore.generate(client, "m", prompts=acceptance.prompts_for(concurrency))
+            if name != "nospec":
+                return {"argv": arm["argv"], "gsm8k": {"score": 0.95, "stderr": 0.006}}
+            return {"argv": arm["argv"], "gsm8k": {"score": 0.95, "stderr": 0.006},
+                    "rescored": acceptance.judge_all(generated, client, "m", concurrency=concurrency, k=k)}
+
+    commands = {name: {"argv": [name]} for name in acceptance.ARMS}
+    results = acceptance.run_arms(commands, run=run, concurrency=8, k=3)
+    assert seen == ["block", "adaptive", "nospec"] and list(results) == list(acceptance.ARMS)
+    for name in acceptance.ARMS:
+        rs = results[name]["rescore"]
+        assert rs["proven"] and rs["violations"] == 0 and rs["reference"]["route"] == "nospec-server", name
+    # Without the nospec arm there is no reference, and no arm is called wrong for it.
+    def broken(name, arm, *, generated, concurrency, k):
+        return {"argv": arm["argv"], "error": "ready timeout"} if name == "nospec" else run(name, arm, generated=generated, concurrency=concurrency, k=k)
+
+    results = acceptance.run_arms(commands, run=broken, concurrency=8, k=3)
+    assert results["block"]["error"] == "no reference: the nospec arm did not re-score (ready timeout)"
+    assert "block: not re-scored (no reference" in acceptance.verdict(results)["text"]
 
 
 def test_report_and_recipe_evidence():
@@ -96,7 +131,7 @@ def test_the_command_dry_run_and_bad_usage(tmp_path):
     r = subprocess.run([sys.executable, "validation/acceptance.py", "--dry-run", "--report", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == list(acceptance.ARMS)
+    assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == [*acceptance.RUN_ORDER, "reference"]
     assert not (tmp_path / "r").exists()
     r = subprocess.run([sys.executable, "validation/acceptance.py", "--concurrency", "2", "--report", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
@@ -124,5 +159,5 @@ def test_judge_counts_argmax_near_ties_and_violations():
 def test_too_little_is_not_proof():
     one = [{"prompt": "p", "tokens": rescore.MIN_TOKENS, "near_ties": 0, "violations": 0, "first_violations": [],
             "drafts": None}]
-    got = rescore.summarize(one, concurrency=1, k=5)
+    got = rescore.summarize(one, concurrency=1, k=5, reference=acceptance.REFERENCE)
     assert got["proven"] is False and "too little re-scored" in got["why"]

@@ -43,7 +43,7 @@ LIVE_OK = LevelResult("live", True, True, "ready after 1500.0 s; deterministic c
                       "valid for gating: the plan's own command with enable_adaptive_verification on",
                       "2026-11-29T10:01:00Z", 1600.0,
                       {"source": "plan", "attached": False, "adaptive_verification": True, "ready": True,
-                       "token_correct": True})
+                       "token_correct": True, "reference_independent": True})
 LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: ValueError: Adaptive verification trims ...",
                                 evidence={**LIVE_OK.evidence, "ready": False})
 
@@ -247,6 +247,21 @@ def test_renamed_record_is_ignored(mi300x_host):
      "did not prove the emitted tokens by re-scoring"),
     ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "token_correct": "true"})), None,
      "did not prove the emitted tokens by re-scoring"),
+    # vllm#53488: a record from before the reference route was recorded (no field) proves nothing, nor does a
+    # reference whose self-check failed, even where the level says it passed.
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={k: v for k, v in LIVE_OK.evidence.items()
+                                                       if k != "reference_independent"})), None,
+     "re-scoring reference is not shown to be out of the drafter's reach (vllm#53488): re-probe"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "reference_independent": False})), None,
+     "re-scoring reference is not shown to be out of the drafter's reach"),
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(evidence={**LIVE_OK.evidence, "reference_unreliable": True})), None,
+     "its live level's re-scoring reference was unreliable (vllm#53488)"),
+    # A failed live level that does not count (its reference was unreliable) is not a refutation.
+    ((STATIC_OK, KERNEL_OK, LIVE_OK._replace(passed=False, valid_for_gating=False, reason="token re-scoring: ...",
+                                             gating_note="not valid for gating: reference unreliable (vllm#53488)",
+                                             evidence={**LIVE_OK.evidence, "token_correct": False,
+                                                       "reference_unreliable": True})), None,
+     "does not count (reference unreliable (vllm#53488))"),
 ])
 def test_incomplete_evidence_is_not_enough(mi300x_host, levels, override, why):
     catalog = load_catalog()

@@ -273,6 +273,11 @@ def test_server_json_target_keeps_the_recipes_check_for_the_recipes_model_only(t
     assert off.adaptive is False
 
 
+EAGER = {"reference": rescore.eager_reference(1024, 8192, 4096, 100),
+         "self_check": {"routes": ["eager-padded", "unpadded"], "prompts": 4, "positions": 256, "disagreements": 0,
+                        "prompt": None, "first_disagreements": []}}
+
+
 def _answers(**changes):
     ev = {"deterministic_check": {"prompt": "What is 17*19?", "expect": "323", "answer": "323", "passed": True},
           "greedy": [{"prompt": "def f(", "first": " import import", "second": " import import"}],
@@ -281,7 +286,7 @@ def _answers(**changes):
           "alive_after": True,
           "rescore": rescore.summarize([{"prompt": f"p{i}", "tokens": 64, "near_ties": 0, "violations": 0,
                                          "first_violations": [], "drafts": None} for i in range(8)],
-                                       concurrency=8, k=3)}
+                                       concurrency=8, k=3, **EAGER)}
     ev.update(changes)
     return ev
 
@@ -303,11 +308,14 @@ def test_recorded_vllm_counters_make_a_passing_assessment():
     ({"rescore": None}, "the outputs were not re-scored"),
     ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 1, "drafts": None,
                                      "first_violations": [{"index": 3, "emitted": 7, "rank": 2, "reference": 9,
-                                                           "gap_nats": 0.5}]}] * 8, concurrency=8, k=3)},
+                                                           "gap_nats": 0.5}]}] * 8, concurrency=8, k=3, **EAGER)},
      "token re-scoring: 8 of 512 emitted tokens are not the reference argmax"),
     ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 0, "drafts": None,
-                                     "first_violations": []}] * 2, concurrency=2, k=3)},
+                                     "first_violations": []}] * 2, concurrency=2, k=3, **EAGER)},
      "token re-scoring: too little re-scored: 128 tokens from 2 prompts at concurrency 2"),
+    ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 0, "drafts": None,
+                                     "first_violations": []}] * 8, concurrency=8, k=3)},
+     "token re-scoring: reference unreliable (vllm#53488): it is not independent of the drafter"),
 ])
 def test_wrong_answers_fail_the_assessment(changes, problem):
     assert any(problem in p for p in live.assess(_answers(**changes)))

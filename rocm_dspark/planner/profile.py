@@ -123,7 +123,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     from rocm_dspark.recipe.capture import capture_size as _capture_size
     from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
-    from rocm_dspark.planner.recommend import plan_grid
+    from rocm_dspark.planner.recommend import hold_to_error, plan_grid
 
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
@@ -188,6 +188,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                        adaptive_allowed=allowed, adaptive_blocker=blocker, title=title,
                        acceptance_label=acceptance_label, steps=steps, seed=seed)
     result.error_pct, result.payoff_error_pp, result.error_source = error_pct, payoff_pp, error_source
+    hold_to_error(result)
     result.build = f"vLLM {profile.vllm_build or profile.vllm_version}"
     if cost_table is not None:
         sizes = [r.batch * (1 + k) for r in result.rows for k in (0, *result.rows[0].fixed)]

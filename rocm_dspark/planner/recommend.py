@@ -24,7 +24,9 @@ from rocm_dspark.planner.simulator import Policy, SimResult, simulate
 TOLERANCE = 0.02
 CANDIDATES = ("none", "fixed", "per_batch_size", "adaptive")  # simplest first
 CANDIDATE_LABELS = {"none": "no speculation", "fixed": "fixed K", "per_batch_size": "per-batch-size K",
-                    "adaptive": "adaptive verification"}
+                    "adaptive": "adaptive verification", "block": "block verification"}
+DECIDE = ("measure it: `rocm-dspark validate --ab --concurrency C` (adaptive against block verification on this "
+          "host) or `rocm-dspark plan --calibrate FILE` (this model fit to your own runs)")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class PlanResult:
         return row.at_k(row.best_k)
 
     def candidate_result(self, candidate: str, row: Row) -> SimResult:
+        if candidate == "block":  # every drafted position verified: K = gamma
+            return row.fixed.get(self.gamma) or row.fixed[max(row.fixed)]
         if candidate == "none":
             return row.no_spec
         if candidate == "fixed":
@@ -168,9 +172,66 @@ def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_
     return result
 
 
+def gain_over_block_pct(result: PlanResult, candidate: str) -> float:
+    """Geometric mean over the grid of a candidate's predicted tok/s over block verification's, in percent."""
+    return 100.0 * (_geomean(result.candidate_result(candidate, r).expected_tokens_per_s
+                             / result.candidate_result("block", r).expected_tokens_per_s for r in result.rows) - 1.0)
+
+
+def hold_to_error(result: PlanResult) -> None:
+    """Recommend over block verification only what beats it beyond the stated error (adaptive: its gain's own
+    error, and a 'pays' verdict at some concurrency; the others: the tok/s error). The table keeps the point
+    predictions; without a stated error nothing changes."""
+    if result.error_pct is None or not result.rows:
+        return
+
+    def margin(c: str) -> float:
+        return result.payoff_error_pp if c == "adaptive" and result.payoff_error_pp is not None else result.error_pct
+
+    def supported(c: str) -> bool:
+        if c == "fixed" and result.fixed_k == result.gamma:
+            return False  # that is block verification itself
+        if c == "adaptive" and (not result.adaptive_available or
+                                not any(result.payoff(r) == "pays" for r in result.rows)):
+            return False
+        return gain_over_block_pct(result, c) > margin(c)
+
+    offered = [c for c in result.scores if c != "block" and (c != "adaptive" or result.adaptive_available)]
+    result.scores["block"] = _geomean(
+        result.candidate_result("block", r).expected_tokens_per_s / max(
+            r.no_spec.expected_tokens_per_s, r.adaptive.expected_tokens_per_s,
+            *(x.expected_tokens_per_s for x in r.fixed.values())) for r in result.rows)
+    chosen = result.recommended
+    if chosen == "fixed" and result.fixed_k == result.gamma:
+        chosen = "block"
+    backed = [c for c in offered if supported(c)]
+    if chosen != "block" and chosen not in backed:
+        gains = "; ".join(f"{CANDIDATE_LABELS[c]} {gain_over_block_pct(result, c):+.1f}% (error +-{margin(c):g}"
+                          f"{' points' if c == 'adaptive' and result.payoff_error_pp is not None else '%'})"
+                          for c in offered if not (c == "fixed" and result.fixed_k == result.gamma))
+        if backed:
+            chosen = max(backed, key=lambda c: result.scores[c])
+        else:
+            result.recommended = "block"
+            result.speculative_config = {"num_speculative_tokens": result.gamma}
+            result.recommendation = (
+                f"block verification: num_speculative_tokens={result.gamma}: no setting beats it beyond the stated "
+                f"error (predicted over block, geometric mean: {gains}); the table keeps the point predictions. "
+                f"To decide, {DECIDE}")
+            return
+    result.recommended = chosen
+    result.speculative_config, result.recommendation = _describe(result, chosen)
+    if chosen != "block":
+        result.recommendation += (f"; {gain_over_block_pct(result, chosen):+.1f}% over block verification, beyond "
+                                  f"the stated error +-{margin(chosen):g}")
+
+
 def _describe(result: PlanResult, chosen: str) -> tuple[dict, str]:
     score = result.scores[chosen]
     tail = f"(geometric mean {score:.1%} of the best per concurrency)"
+    if chosen == "block":
+        return ({"num_speculative_tokens": result.gamma},
+                f"block verification: num_speculative_tokens={result.gamma} {tail}")
     if chosen == "none":
         return {}, f"no speculation: drafting does not pay on this grid {tail}"
     if chosen == "fixed":

@@ -21,6 +21,8 @@ class GateEvidence(NamedTuple):
     adaptive_verification: bool | None = None    # live: the command had enable_adaptive_verification on
     ready: bool | None = None                    # live: /health and /v1/models answered
     token_correct: bool | None = None            # live: re-scoring proved the emitted tokens (probe.rescore)
+    reference_independent: bool | None = None    # live: the re-scoring reference is out of the drafter's reach
+    reference_unreliable: bool | None = None     # live: the reference's self-check failed (vllm#53488)
 
     @classmethod
     def of(cls, evidence: dict) -> "GateEvidence":

@@ -13,7 +13,8 @@ A level counts only with the evidence behind it: static on a real ROCm platform 
 on a GPU (not interpreted) with a graph replay and the negative control caught, live of the plan's own
 command with adaptive verification on: started by the probe, or a running server that /proc showed to be that
 command before and after the requests (probe.serving); a live level proves only with its token re-scoring
-proven (probe.rescore: zero violations over the stated minimum).
+proven (probe.rescore: zero violations over the stated minimum) against a reference the drafter cannot reach
+(`reference_independent`; a record without it, from before vllm#53488 was known, proves nothing).
 
 Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path.
 """
@@ -48,6 +49,8 @@ def level_counts(level: LevelResult, record: Record) -> str | None:
         return "its live level ran another command than the plan's"
     if level.name == "live" and ev.attached is not False and ev.command_verified is not True:
         return "its live level attached to a server not shown to run the plan's command"
+    if level.name == "live" and ev.reference_unreliable is True:
+        return "its live level's re-scoring reference was unreliable (vllm#53488)"
     return None
 
 
@@ -66,6 +69,9 @@ def level_proves(level: LevelResult) -> str | None:
             return "its live level never saw the server ready"
         if ev.token_correct is not True:
             return "its live level did not prove the emitted tokens by re-scoring (probe.rescore)"
+        if ev.reference_independent is not True:  # records from before the field: re-probe
+            return ("its live level's re-scoring reference is not shown to be out of the drafter's reach "
+                    "(vllm#53488): re-probe")
     return None
 
 
@@ -90,8 +96,8 @@ def evidence_state(record: Record) -> tuple[str, str]:
             gaps.append(missing)
     if gaps:
         return "incomplete", "; ".join(gaps)
-    return "proven", ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored, "
-                      "0 violations) passed")
+    return "proven", ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored "
+                      "against an independent reference, 0 violations) passed")
 
 
 def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> store.Loaded:

@@ -50,6 +50,25 @@ class LiveTarget(NamedTuple):
     deterministic_check: dict | None
     prompts: tuple[str, ...]
     detail: str = ""             # the --server-json file's path
+    capture_size: int | None = None            # largest captured graph size (0: none; None: not known)
+    max_num_batched_tokens: int | None = None  # None: not known
+
+
+def _int_flag(argv, flag: str) -> int | None:
+    for i, token in enumerate(argv):
+        value = argv[i + 1] if token == flag and i + 1 < len(argv) else (
+            token.partition("=")[2] if token.startswith(flag + "=") else None)
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def capture_of(argv, capture_size: int | None = None) -> int | None:
+    """The largest captured graph size a command runs with: 0 under --enforce-eager (no graphs), else
+    --max-cudagraph-capture-size or `capture_size`, else None (not known)."""
+    if "--enforce-eager" in argv:
+        return 0
+    return _int_flag(argv, "--max-cudagraph-capture-size") or capture_size or None
 
 
 def _adaptive_in(argv) -> bool | None:
@@ -76,7 +95,9 @@ def _spec_config_in(argv) -> dict | None:
 
 def target_from_plan(plan, model) -> LiveTarget:
     return LiveTarget(tuple(plan.argv), dict(plan.env), plan.host, plan.port, plan.served_name,
-                      plan.adaptive_verification, "plan", model.validation.get("deterministic_check"), DEFAULT_PROMPTS)
+                      plan.adaptive_verification, "plan", model.validation.get("deterministic_check"), DEFAULT_PROMPTS,
+                      capture_size=capture_of(plan.argv, plan.capture_size),
+                      max_num_batched_tokens=plan.max_num_batched_tokens or None)
 
 
 def target_from_spec(spec, model) -> LiveTarget:
@@ -86,7 +107,8 @@ def target_from_spec(spec, model) -> LiveTarget:
         check = model.validation.get("deterministic_check")
     prompts = spec.prompts if spec.prompts is not None else DEFAULT_PROMPTS
     return LiveTarget(tuple(spec.argv), dict(spec.env), spec.host, spec.port, spec.served_name,
-                      _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "")
+                      _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "",
+                      capture_of(spec.argv), _int_flag(spec.argv, "--max-num-batched-tokens"))
 
 
 # --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
@@ -187,9 +209,14 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         delta = counters_evidence(start, client.metrics_text(), model)["delta"]
         return {key: delta[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
-    ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress)
+    capture = target.capture_size if target.capture_size is not None else capture_of(target.argv)
+    ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress,
+                                    capture_size=capture, max_num_batched_tokens=target.max_num_batched_tokens
+                                    or _int_flag(target.argv, "--max-num-batched-tokens"))
     progress(f"live: token re-scoring: {ev['rescore']['why']}")
     ev["token_correct"] = bool(ev["rescore"]["proven"])
+    ev["reference_independent"] = bool(ev["rescore"]["reference_independent"])
+    ev["reference_unreliable"] = ev["rescore"]["status"] == "reference-unreliable"
     ev["metrics"] = counters_evidence(before, client.metrics_text(), model)
     ev["alive_after"] = srv.returncode() is None
 
@@ -260,6 +287,8 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
         died = f"; the server exited with status {code}" + (f": {refusal}" if refusal else "") if code is not None else ""
         return False, f"{exc}{died}"
     problems = assess(ev)
+    # A reference the drafter may have reached refutes nothing: the level then does not count (gate: incomplete).
+    ev["reference_only"] = bool(ev.get("reference_unreliable")) and len(problems) == 1
     if problems:
         return False, "; ".join(problems)
     return True, (f"ready after {ready.elapsed_s:.1f} s; "
@@ -273,6 +302,9 @@ def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reaso
         valid, note = False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
     elif not target.adaptive:
         valid, note = False, "not valid for gating: the command does not enable adaptive verification"
+    elif not passed and ev.get("reference_only"):
+        rs = ev["rescore"]
+        valid, note = False, f"not valid for gating: {rs['why']}; to change: {rs['fix']}"
     elif attached and not ev.get("command_verified"):
         shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
         valid, note = False, ("not valid for gating: attached to a server not shown to run the plan's command"

@@ -7,9 +7,11 @@ Arms, each the plan's own launch started and stopped in turn on the plan's port 
   nospec    the block command without --speculative-config (no speculation: the accuracy reference)
   block     the plan's block-verification command (all K drafts verified)
   adaptive  the plan's command with enable_adaptive_verification on (fingerprint.adaptive_plan)
-On each arm: token re-scoring (rocm_dspark.probe.rescore) with `concurrency` prompts in flight at once, so a
-decode step holds requests verified to different depths, and GSM8K 5-shot through lm-eval (all 1,319 questions
-unless --gsm8k-limit; validate/gsm8k.py's command). The report (acceptance.json, acceptance.md) says per arm:
+On each arm: `concurrency` greedy prompts in flight at once (rocm_dspark.probe.rescore.generate), so a decode
+step holds requests verified to different depths, and GSM8K 5-shot through lm-eval (all 1,319 questions unless
+--gsm8k-limit; validate/gsm8k.py's command). Every arm's tokens are re-scored on the nospec arm's server: no
+drafter runs in it, so none can corrupt its prompt logprobs (vllm#53488, docs/adaptive-verification.md). That is
+why nospec runs last (block, adaptive, nospec): one model load per arm. The report (acceptance.json, acceptance.md) says per arm:
 tokens re-scored, violations, near-ties, drafts verified per request (and whether AV trimmed), GSM8K with its
 stderr; and the verdict: AV is accepted only if every arm has zero violations, the adaptive arm trimmed, and
 adaptive and block GSM8K agree with nospec within two combined standard errors (upstream's check for #52362).
@@ -30,6 +32,11 @@ import time
 from pathlib import Path
 
 ARMS = ("nospec", "block", "adaptive")
+RUN_ORDER = ("block", "adaptive", "nospec")  # the nospec server re-scores every arm's tokens: it runs last
+REFERENCE = {"route": "nospec-server", "independent": True,
+             "why": "the nospec arm's server (no --speculative-config: no drafter can reach its prompt logprobs, "
+                    "vllm#53488)"}
+REFERENCE_TEXT = "every arm's tokens are re-scored against the nospec arm's server (no --speculative-config, vllm#53488)"
 SPEC_FLAGS = ("--speculative-config", "-sc")
 
 
@@ -92,6 +99,8 @@ def verdict(report_arms: dict) -> dict:
         rs = arm.get("rescore")
         if not rs:
             problems.append(f"{name}: not re-scored ({arm.get('error', 'no result')})")
+        elif (rs.get("reference") or {}).get("route") != "nospec-server":
+            problems.append(f"{name}: re-scored against {(rs.get('reference') or {}).get('route')}, not the nospec arm")
         elif rs["violations"] or not rs["proven"]:
             problems.append(f"{name}: {rs['why']}")
     rs = (report_arms.get("adaptive") or {}).get("rescore") or {}
@@ -111,8 +120,9 @@ def verdict(report_arms: dict) -> dict:
         if abs(got["score"] - ref["score"]) > bound:
             problems.append(f"{name}: GSM8K {got['score']:.4f} differs from nospec {ref['score']:.4f} by more than "
                             f"{bound:.4f} (2 combined stderr)")
-    return {"accepted": not problems, "problems": problems,
-            "text": "adaptive verification accepted on this host" if not problems else "; ".join(problems)}
+    return {"accepted": not problems, "problems": problems, "reference": REFERENCE_TEXT,
+            "text": ("adaptive verification accepted on this host" if not problems else "; ".join(problems))
+            + f" ({REFERENCE_TEXT})"}
 
 
 def recipe_evidence(report: dict) -> dict:
@@ -124,6 +134,7 @@ def recipe_evidence(report: dict) -> dict:
                          "tokens_rescored": {a: (arms_[a].get("rescore") or {}).get("tokens_checked") for a in ARMS},
                          "violations": {a: (arms_[a].get("rescore") or {}).get("violations") for a in ARMS},
                          "gsm8k": {a: (arms_[a].get("gsm8k") or {}).get("score") for a in ARMS},
+                         "reference": "nospec-server",
                          "report": "acceptance.json"}}
 
 
@@ -137,7 +148,7 @@ def markdown(report: dict) -> str:
         gs = f"{g['score']:.4f} ({g['stderr']})" if g else arm.get("error", "-")
         lines.append(f"| {name} | {rs.get('tokens_checked', '-')} | {rs.get('violations', '-')} | "
                      f"{rs.get('near_ties', '-')} | {rs.get('trimmed', '-')} | {gs} |")
-    lines += ["", f"**verdict**: {report['verdict']['text']}", ""]
+    lines += ["", f"reference: {REFERENCE_TEXT}.", "", f"**verdict**: {report['verdict']['text']}", ""]
     return "\n".join(lines)
 
 
@@ -160,8 +171,18 @@ def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path
     return read_gsm8k(json.loads(files[-1].read_text())["results"]["gsm8k"])
 
 
+def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:
+    """{arm: re-scoring summary}: each arm's generated tokens judged on the nospec server `client`."""
+    from rocm_dspark.probe import rescore
+
+    return {name: rescore.judge(gen, client, model, REFERENCE, concurrency=concurrency,
+                                k=None if name == "nospec" else k) for name, gen in generated.items()}
+
+
 def run_arm(name: str, arm: dict, *, concurrency: int, k, gsm8k_limit, report_dir: Path, ready_timeout_s: float,
-            say) -> dict:
+            say, generated: dict) -> dict:
+    """Start the arm, generate into `generated[name]`, and on nospec (last) re-score every arm's tokens there:
+    its result then has `rescored`, {arm: summary}. GSM8K on every arm."""
     from rocm_dspark.probe import rescore
     from rocm_dspark.runtime.process import VllmServer
 
@@ -175,9 +196,11 @@ def run_arm(name: str, arm: dict, *, concurrency: int, k, gsm8k_limit, report_di
         if not ready.ready:
             return {**out, "error": ready.reason()}
         model = arm["served_name"] or server.client.models()[0]
-        out["rescore"] = rescore.rescore(server.client, model, prompts=prompts_for(concurrency),
-                                         k=None if name == "nospec" else k, progress=say)
-        say(f"{name}: re-scoring: {out['rescore']['why']}")
+        generated[name] = rescore.generate(server.client, model, prompts=prompts_for(concurrency))
+        if name == "nospec":
+            out["rescored"] = judge_all(generated, server.client, model, concurrency=concurrency, k=k)
+            for arm_name, rs in out["rescored"].items():
+                say(f"{arm_name}: re-scoring on the nospec server: {rs['why']}")
         try:
             out["gsm8k"] = _run_gsm8k(model, server.base_url, gsm8k_limit, report_dir / f"gsm8k-{name}")
             say(f"{name}: GSM8K {out['gsm8k']['score']:.4f} +- {out['gsm8k']['stderr']}")
@@ -186,6 +209,19 @@ def run_arm(name: str, arm: dict, *, concurrency: int, k, gsm8k_limit, report_di
     finally:
         server.stop()
     return out
+
+
+def run_arms(commands: dict, *, run=run_arm, **kw) -> dict:
+    """Every arm in RUN_ORDER; each arm's `rescore` from the nospec server, or why there is none."""
+    generated: dict = {}
+    results = {name: run(name, commands[name], generated=generated, **kw) for name in RUN_ORDER}
+    rescored = results["nospec"].pop("rescored", None) or {}
+    for name in ARMS:
+        if name in rescored:
+            results[name]["rescore"] = rescored[name]
+        elif "error" not in results[name]:
+            results[name]["error"] = f"no reference: the nospec arm did not re-score ({results['nospec'].get('error')})"
+    return {name: results[name] for name in ARMS}
 
 
 def main(argv=None) -> int:
@@ -214,8 +250,9 @@ def main(argv=None) -> int:
     if args.dry_run:
         import shlex
 
-        for name in ARMS:
+        for name in RUN_ORDER:
             print(f"{name}: {shlex.join(commands[name]['argv'])}")
+        print(f"reference: {REFERENCE_TEXT}")
         return 0
     report_dir = Path(args.report)
     if report_dir.exists() and any(report_dir.iterdir()):
@@ -223,11 +260,10 @@ def main(argv=None) -> int:
         return 2
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results = {name: run_arm(name, commands[name], concurrency=args.concurrency, k=plan["k"],
-                             gsm8k_limit=args.gsm8k_limit, report_dir=report_dir,
-                             ready_timeout_s=args.ready_timeout, say=lambda m: print(m, file=sys.stderr))
-               for name in ARMS}
-    report = {"plan": plan, "concurrency": args.concurrency, "started_at": started,
+    results = run_arms(commands, concurrency=args.concurrency, k=plan["k"], gsm8k_limit=args.gsm8k_limit,
+                       report_dir=report_dir, ready_timeout_s=args.ready_timeout,
+                       say=lambda m: print(m, file=sys.stderr))
+    report = {"plan": plan, "concurrency": args.concurrency, "started_at": started, "reference": REFERENCE,
               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arms": results,
               "verdict": verdict(results)}
     report["recipe_evidence"] = recipe_evidence(report)
