@@ -37,7 +37,7 @@ def test_json_output_and_vllm_schedule_format():
     plan = data["plans"][0]
     assert data["model"] == "DeepSeek-V4.1-Flash" and plan["conditional_rates"] == [0.9, 0.8, 0.7, 0.6, 0.5]
     assert [r["concurrency"] for r in plan["rows"]] == [1, 16, 64, 128, 512]
-    assert plan["recommended"] in ("none", "fixed", "per_batch_size", "adaptive")
+    assert plan["recommended"] in ("none", "fixed", "per_batch_size", "adaptive", "block")
     schedule = plan["num_speculative_tokens_per_batch_size"]
     assert schedule[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(schedule, schedule[1:]))
     assert schedule[-1][1] >= 128

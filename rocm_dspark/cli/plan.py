@@ -38,6 +38,9 @@ from rocm_dspark.errors import UsageError
 @click.option("--capture-size", type=click.IntRange(1, 1 << 20), default=None,
               help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
                    "priced as eager/piecewise steps and marked.")
+@click.option("--max-num-seqs", type=click.IntRange(1, 1 << 16), default=None,
+              help="The server's max_num_seqs (default: the recipe's): plan concurrencies above it without queueing; "
+                   "the recipe's capture size follows it up to the cap, so bigger verify batches are priced eager.")
 @click.option("--calibrate", "calibrate_file", multiple=True,
               help="Fit the step model to your own runs (a plain table, a `validate --ab` record or a `validate` "
                    "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
@@ -50,7 +53,7 @@ from rocm_dspark.errors import UsageError
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
 @usage_errors
 def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
-         nodes, capture_size, calibrate_file, state_dir, as_json, plot, seed_example, seed):
+         nodes, capture_size, max_num_seqs, calibrate_file, state_dir, as_json, plot, seed_example, seed):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
 
     \b
@@ -93,7 +96,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         plans.append(plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
                                   acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
                                   cost_table=cost_table, cost_model=cost_model, seed=seed, capture_size=capture_size,
-                                  calibration=own, calibration_note=note))
+                                  calibration=own, calibration_note=note, max_num_seqs=max_num_seqs))
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines

@@ -111,15 +111,29 @@ COMMON_NOTES = (
 )
 
 
+def recipe_capture(max_num_seqs: int, k: int, cap: int) -> int:
+    """The capture size the recipe sets for max_num_seqs (rocm_dspark.recipe.capture), or, where a full verify
+    batch would need more than the cap, the largest power of two within it (resolve.capture_layer's overrun)."""
+    from rocm_dspark.recipe.capture import capture_size
+
+    try:
+        return capture_size(max_num_seqs, k, cap)
+    except UsageError:
+        return 1 << (cap.bit_length() - 1)
+
+
 def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
                  acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None,
-                 capture_size=None, calibration=None, calibration_note=None):
+                 capture_size=None, calibration=None, calibration_note=None, max_num_seqs=None):
     """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
     ("calibrated": `calibration`, this host's `plan --calibrate` fit that the caller found for the profile
     (`calibration_note` says so), else recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
     `dp`: data-parallel ranks of the profile's TP group (default: the profile's; a strategy may give more).
     `capture_size`: the largest captured graph size the server runs with (default: the recipe's); verify
-    batches above it pay the eager term (capture_term) and are marked."""
+    batches above it pay the eager term (capture_term) and are marked. `max_num_seqs`: the server's limit on
+    running requests (default: the recipe's), so a plan can cover concurrencies above it; the recipe's capture
+    size follows it up to the profile's cap and stays there above (vLLM runs bigger steps without graphs:
+    vllm/v1/cudagraph_dispatcher.py `dispatch`)."""
     from rocm_dspark.recipe.capture import capture_size as _capture_size
     from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
@@ -131,6 +145,18 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
         raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles: {', '.join(sorted(model.profiles))}")
     if cost_model not in ("calibrated", "roofline"):
         raise UsageError(f"--cost-model {cost_model!r}: expected calibrated or roofline")
+    extra_notes = []
+    if max_num_seqs is not None:
+        if max_num_seqs < 1:
+            raise UsageError(f"--max-num-seqs {max_num_seqs}: must be at least 1")
+        if capture_size is None:
+            capture_size = recipe_capture(max_num_seqs, model.block_size, profile.capture_cap)
+            if max_num_seqs * (1 + model.block_size) > capture_size:
+                extra_notes.append(
+                    f"max_num_seqs {max_num_seqs}: the recipe's capture size stays at {capture_size} (cap "
+                    f"{profile.capture_cap}), below a full verify batch of {max_num_seqs} x (1+{model.block_size}) = "
+                    f"{max_num_seqs * (1 + model.block_size)} tokens; pass --capture-size to price another")
+        profile = profile._replace(max_num_seqs=max_num_seqs)
     rates, acceptance_label = acceptance_for(model, length=acceptance_length, rates_text=acceptance_rates,
                                             shape=acceptance_shape)
     gamma = model.block_size
@@ -149,7 +175,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     elif cost_model == "roofline":
         from rocm_dspark.planner.roofline import from_catalog
 
-        cost = from_catalog(model, gpu, profile)
+        cost = from_catalog(model, gpu, profile, capture_size=capture_size)
         notes = roofline_notes(cost, model, profile)
     else:
         from rocm_dspark.planner.calibration import class_matrix, class_rates, stored, transfer
@@ -197,7 +223,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
             result.notes.append(f"cost table: padded step sizes {', '.join(map(str, far))} tokens are more than 2x "
                                 f"from every sample; predictions there lean on interpolation or extrapolation. "
                                 f"Measure at concurrencies closer to them")
-    result.notes = notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
+    result.notes = notes + extra_notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes
 
@@ -205,7 +231,8 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
             return plan_profile(catalog, model, gpu_key, concurrencies=concurrencies_,
                                 acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
                                 acceptance_shape=acceptance_shape, steps=steps, seed=seed, dp=dp,
-                                capture_size=size, calibration=calibration, calibration_note=calibration_note)
+                                capture_size=size, calibration=calibration, calibration_note=calibration_note,
+                                max_num_seqs=max_num_seqs)
 
         result.notes += capture_notes(result, cost, rerun)
     return result

@@ -132,9 +132,11 @@ def moe_model_cost(*, weight_bytes: float, total_params: float, active_params: f
 
 def from_catalog(model, gpu, profile, *, k_max: int | None = None,
                  bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-                 compute_efficiency: float = COMPUTE_EFFICIENCY) -> RooflineCost:
-    """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile)."""
-    from rocm_dspark.recipe.capture import capture_size, vllm_capture_grid
+                 compute_efficiency: float = COMPUTE_EFFICIENCY, capture_size: int | None = None) -> RooflineCost:
+    """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile);
+    `capture_size`: the largest captured size (default: the recipe's for the profile's max_num_seqs)."""
+    from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
 
     if profile.dp != 1 or profile.ep != 1:
         raise UsageError(
@@ -159,7 +161,7 @@ def from_catalog(model, gpu, profile, *, k_max: int | None = None,
         flops_per_s=tp * gpu.peak_fp8_tflops * 1e12 * compute_efficiency,
     )
     k_max = k_max or model.block_size
-    largest = capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
+    largest = capture_size or recipe_capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
     grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     return RooflineCost(
         hardware=hardware, target=target,
