@@ -83,8 +83,10 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
         if len(gpus) != 1:
             raise UsageError("--calibrate fits one GPU profile: pass exactly one --gpu (the GPU the runs used)")
-        click.echo("\n".join(run_calibrate(catalog, spec, gpus[0], list(calibrate_file), state_dir,
-                                             as_json=as_json)))
+        lines, kept = run_calibrate(catalog, spec, gpus[0], list(calibrate_file), state_dir, as_json=as_json)
+        click.echo("\n".join(lines))
+        if not kept:  # shown, not kept (above the leave-one-out bound): exit 1 so a script notices
+            raise SystemExit(1)
         return
     from rocm_dspark.probe.host_calibration import host_calibration
 

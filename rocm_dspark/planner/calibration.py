@@ -100,6 +100,8 @@ class Calibration:
     reading_spread_pct: float = 0.0    # max |reading A / reading B - 1| of the predictions, tok/s
     reading_spread_pp: float = 0.0     # same, adaptive-vs-fixed gain
     readings: tuple = field(default=(), compare=False)   # per capture reading: its own errors
+    host: bool = False                 # this host's fit (plan --calibrate), not the public A/B
+    not_identified: tuple = ()         # terms no run of the fit identifies: they carry the public values
 
     def stated_error_pct(self, calibrated_setting: bool) -> float:
         """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread

@@ -85,6 +85,8 @@ def roofline_notes(cost, model, profile) -> list[str]:
 
 def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
     p = calib.params
+    if calib.host:
+        return host_fit_notes(calib, error_pct, payoff_pp)
     where = ("this is the calibration setting" if same else
              "outside the calibration setting: the stated error adds the spread between two builds of the same A/B")
     return [
@@ -101,6 +103,25 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
         "cost_table.json into its report (pass it as --cost-table), `rocm-dspark validate --ab --concurrency C` "
         "measures adaptive against block verification for the gate, and `plan --calibrate FILE` fits this "
         "model to your runs for plan and the gate (docs/calibration.md)",
+    ]
+
+
+def host_fit_notes(calib, error_pct: float, payoff_pp: float) -> list[str]:
+    """The notes of a plan on this host's own fit (plan --calibrate): what it was fit to and what it left out."""
+    p = calib.params
+    adaptive = ("adaptive not identified by these runs (the public value "
+                f"{p.adaptive_ms:.2f} ms)" if "adaptive_ms" in calib.not_identified
+                else f"{p.adaptive_ms:.2f} ms adaptive-verification work")
+    public = [t.removesuffix("_ms").replace("_", " ") for t in calib.not_identified if t != "spread"]
+    return [
+        f"cost: calibrated step model, fit to this host's own runs: {calib.source_label} ({calib.source_url}); "
+        f"step = {p.fixed_ms:.2f} ms fixed + weight/expert reads (recipe bytes / HBM) + {p.per_request_ms:.4f} ms "
+        f"x requests + {p.per_token_ms:.4f} ms x tokens + {p.draft_ms:.2f} ms draft + {adaptive}; routing overlap "
+        f"rho {p.rho:g}",
+        f"error: each run left out of the fit was predicted within {calib.held_out_error_pct:g}% (tok/s); stated: "
+        f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points (a ratio of two predictions)"
+        + (f"; not identified by these runs, so the public calibration's values: {', '.join(public)}" if public
+           else ""),
     ]
 
 

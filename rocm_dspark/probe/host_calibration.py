@@ -35,7 +35,8 @@ def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
             "finished_at": store.iso(now), "model": calib.model, "gpu": calib.gpu, "tp": int(calib.tp),
             "source_file": source_file, "points": rows, "params": asdict(calib.params),
             "acceptance_length": calib.acceptance_length, "loo_error_pct": calib.held_out_error_pct,
-            "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff}
+            "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff,
+            "not_identified": list(calib.not_identified)}
     data = json.loads(json.dumps(data, allow_nan=False))
     data["sha256"] = content_hash(data)
     return data
@@ -61,7 +62,8 @@ def parse_data(data) -> HostRecord:
     data = {k: v for k, v in data.items() if k != "hmac"}
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _check_keys(data, _TOP, "record")
+    # not_identified: written since issue #29; an older record without it parses as before
+    _check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
     return HostRecord(data)
@@ -84,8 +86,13 @@ def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
     loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
     if loaded.untrusted:
         return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
+    from rocm_dspark.planner.host_calibration import LOO_BOUND_PCT
+
     for _, rec in loaded.trusted:
         if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
+            if rec["loo_error_pct"] > LOO_BOUND_PCT:  # kept by a toolkit without the bound
+                return None, (f"host calibration {rec['id']} has a leave-one-out error of {rec['loo_error_pct']:g}%, "
+                              f"above the {LOO_BOUND_PCT:g}% bound (docs/calibration.md): the public one is used")
             return rec, None
     return None, None
 
@@ -105,13 +112,17 @@ def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
                         cross_build_spread_pp=0.0, source_url=f"{directory(state_dir)}/{rec['id']}.json",
                         source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)",
                         model=rec["model"], gpu=rec["gpu"], tp=int(rec["tp"]),
-                        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]))
+                        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]), host=True,
+                        not_identified=tuple(rec.get("not_identified", ())))
     return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
                    f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
                    f"public one")
 
 
-def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json: bool = False) -> list[str]:
+def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json: bool = False
+                  ) -> tuple[list[str], bool]:
+    """Fit, show, and keep the fit as this host's calibration only within the leave-one-out bound:
+    (lines, kept)."""
     from rocm_dspark.planner.host_calibration import calibrate
     from rocm_dspark.planner.payoff_table import grid_for
     from rocm_dspark.planner.profile import plan_profile
@@ -125,26 +136,53 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
               "capture_size": _largest(catalog, model, gpu_key),
               "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows}}
     source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
+    from rocm_dspark.planner.host_calibration import LOO_BOUND_PCT, TERMS
+
+    kept = max(loo) <= LOO_BOUND_PCT
     record = build_record(calib, loo, rows, payoff, source)
-    written = write(state_dir, record)
+    written = write(state_dir, record) if kept else None
     p = calib.params
     if as_json:
-        return [json.dumps({"record": str(written), "leave_one_out_pct": [round(e, 2) for e in loo],
-                            "params": record["params"], "payoff": payoff}, indent=2)]
+        return [json.dumps({"record": str(written) if written else None, "kept": kept,
+                            "loo_bound_pct": LOO_BOUND_PCT, "leave_one_out_pct": [round(e, 2) for e in loo],
+                            "not_identified": list(calib.not_identified), "params": record["params"],
+                            "payoff": payoff}, indent=2)], kept
+
+    def term(name: str, text: str) -> str:
+        return f"{name} not identified" if f"{name}_ms" in calib.not_identified else text
+
+    eager = ("eager not identified" if "eager_launch_ms" in calib.not_identified else
+             f"eager {p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token above the capture size")
     lines = [f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {source}: {len(rows)} runs",
              f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token {p.per_token_ms:.5f} ms "
-             f"+ draft {p.draft_ms:.3f} ms + adaptive {p.adaptive_ms:.2f} ms + eager {p.eager_launch_ms:g} ms/layer + "
-             f"{p.eager_per_token_ms:g} ms/token above the capture size; rho {p.rho:g}",
-             f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}"]
+             f"+ draft {p.draft_ms:.3f} ms + {term('adaptive', f'adaptive {p.adaptive_ms:.2f} ms')} + {eager}; "
+             f"rho {p.rho:g}"]
+    for name in calib.not_identified:
+        if name == "spread":
+            lines.append(f"spread: not identified (needs {TERMS[name]}); one request class is used, not the public "
+                         "value: the adaptive overhead above is fitted to each run's measured acceptance length")
+            continue
+        if name == "eager_per_token_ms":
+            continue
+        shown = ("eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " "))
+        value = (f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token" if name.startswith("eager")
+                 else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else ""))
+        lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
+    lines.append(f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}")
     for r, e in zip(rows, loo):
         lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {r['concurrency']:>5} "
                      f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%")
     lines.append(f"leave-one-out error: max {max(loo):.1f}%, mean {sum(loo) / len(loo):.1f}% (tok/s); stated for "
                  f"plan: +-{calib.held_out_error_pct:g}% tok/s, +-{calib.held_out_payoff_error_pp:g} points of "
                  f"adaptive gain (twice the tok/s error: a ratio of two predictions)")
-    lines.append(f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
-                 f"the public one")
-    return lines
+    if kept:
+        lines.append(f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
+                     f"the public one")
+    else:
+        lines.append(f"not kept: the leave-one-out error {max(loo):.1f}% is above the {LOO_BOUND_PCT:g}% bound "
+                     f"(docs/calibration.md); `plan` and the gate keep the public calibration. Measure more runs "
+                     f"(other concurrencies, repeats) and calibrate again")
+    return lines, kept
 
 
 def _largest(catalog, model, gpu_key: str) -> int:
