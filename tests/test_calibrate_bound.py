@@ -1,6 +1,6 @@
 """`plan --calibrate` keeps only what it can stand behind (issue #29): the leave-one-out bound, terms no run
 identifies, and notes that describe the host fit. Tables are generated from known parameters by the fit's own
-predictor (tests/test_host_calibration.py), with seeded noise where a test needs a fit that cannot be trusted."""
+predictor (tests/test_host_fit.py), with seeded noise where a test needs a fit that cannot be trusted."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import sys
 
 import numpy as np
 
-from rocm_dspark.planner import host_calibration as H
+from rocm_dspark.planner import host_fit as H
 from rocm_dspark.planner.calibration import stored
 from rocm_dspark.planner.profile import plan_profile
-from rocm_dspark.probe import host_calibration as R
+from rocm_dspark.probe import calibration_record as R
 from tests.conftest import cli_env
-from tests.test_host_calibration import CAT, MODEL, state, synthetic_rows, write_csv
+from tests.test_host_fit import CAT, MODEL, state, synthetic_rows, write_csv
 
 TP = MODEL.profiles["mi300x"].tp
 

@@ -28,7 +28,7 @@ def test_refit_matches_the_stored_fit(refit):
     """recipes/step_cost.yaml's `fit:` is the output of fit(), not hand-tuned numbers."""
     stored = C.stored()
     # On failure: the data or recipes/models changed; refit with
-    # `python -m rocm_dspark.planner.calibration --write`, then regenerate the payoff table.
+    # `python scripts/refit_step_cost.py --write`, then regenerate the payoff table.
     for name in ("fixed_ms", "per_request_ms", "per_token_ms", "draft_ms", "adaptive_ms", "rho", "spread",
                  "eager_launch_ms", "eager_per_token_ms"):
         assert getattr(refit.params, name) == pytest.approx(getattr(stored.params, name), abs=1e-5), name
@@ -87,7 +87,7 @@ def test_leave_one_concurrency_out_on_vllm52362_matches_the_documented_figures()
 
 
 def test_the_refit_prints_old_and_new_held_out_error():
-    proc = subprocess.run([sys.executable, "-m", "rocm_dspark.planner.calibration"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "scripts/refit_step_cost.py"], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("held-out error, previous fit"))

@@ -334,9 +334,9 @@ def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host, tmp_pa
     cannot decide at c=128 (its stated error covers both capture readings of vllm#52362, issue 24), so the
     same recipe stays off until this host's own calibration (`plan --calibrate`, whose table shows
     adaptive paying there) is stored; the payoff half reads data, so the recipe path imports nothing heavy."""
-    from tests.test_host_calibration import synthetic_table
+    from tests.test_host_fit import synthetic_table
 
-    from rocm_dspark.probe.host_calibration import run_calibrate
+    from rocm_dspark.probe.calibration_record import run_calibrate
 
     state, env = cli_host
     rid, _ = write(state, here(load_catalog(), SELECTION._replace(concurrency=128)))
@@ -392,11 +392,11 @@ def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
 
 def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host, monkeypatch, tmp_path):
     """The gate reads the plan it is given (its adaptive command); it never resolves a second time."""
-    from tests.test_host_calibration import synthetic_table
+    from tests.test_host_fit import synthetic_table
 
     from rocm_dspark.recipe import resolve as resolver
     from rocm_dspark.recipe import selection
-    from rocm_dspark.probe.host_calibration import run_calibrate
+    from rocm_dspark.probe.calibration_record import run_calibrate
 
     catalog = load_catalog()
     rid, _ = write(mi300x_host, here(catalog, SELECTION._replace(concurrency=128)))

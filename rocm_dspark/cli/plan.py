@@ -79,7 +79,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
     if calibrate_file:
-        from rocm_dspark.probe.host_calibration import run_calibrate
+        from rocm_dspark.probe.calibration_record import run_calibrate
 
         if len(gpus) != 1:
             raise UsageError("--calibrate fits one GPU profile: pass exactly one --gpu (the GPU the runs used)")
@@ -88,7 +88,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         if not kept:  # shown, not kept (above the leave-one-out bound): exit 1 so a script notices
             raise SystemExit(1)
         return
-    from rocm_dspark.probe.host_calibration import host_calibration
+    from rocm_dspark.probe.calibration_record import host_calibration
 
     plans = []
     for g in gpus:

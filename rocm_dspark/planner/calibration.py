@@ -19,8 +19,8 @@ the public A/B and checked on the others (`held_out()`).
 
 Outside the calibration setting (another model, GPU or TP) the fitted terms are carried over with
 stated scaling rules (see `transfer`), which no public measurement validates; the stated error there
-adds the spread between two builds of the same A/B. Run `python -m rocm_dspark.planner.calibration`
-to refit and print everything.
+adds the spread between two builds of the same A/B. `python scripts/refit_step_cost.py` refits and prints
+everything (`--write` stores the fit in recipes/step_cost.yaml).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def _cells(source: dict, concurrencies):
 # --- fit --------------------------------------------------------------------------------------------
 
 
-def _nonneg_lstsq(a, b):
+def nonneg_lstsq(a, b):
     """min ||a x - b|| with x >= 0 by trying every support (n unknowns: 2^n small solves, n <= 6)."""
     import numpy as np
 
@@ -184,26 +184,72 @@ def _nonneg_lstsq(a, b):
     return best_x, best
 
 
-def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int | None = None):
-    """Rows (one per measured no-spec or fixed-K cell), in relative units: a x = 1 when the model
-    matches the measured step time exactly (step = R x tokens per request per step / tok/s). With a
-    capture size (`largest`), two more columns: the eager term of steps above it (capture_term)."""
+def design_row(physics: Physics, requests: int, tokens: int, per_request_tokens: float, drafted: bool,
+               tok_s: float, rho: float, largest: int | None):
+    """One measured step as a row of the linear fit, in relative units: a x = 1 when the model matches the
+    measured step time (requests x tokens per request per step / tok/s) exactly. With a capture size
+    (`largest`), two more columns: the eager term of a step above it (capture_term). Both fits use it."""
     import numpy as np
 
     from rocm_dspark.planner.capture_term import eager_columns
 
-    rows, rhs = [], []
-    for c, nospec, fixed, _ in cells:
-        for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, 0.0), (fixed, c * (1 + k), acceptance_length, 1.0)):
-            measured_ms = 1e3 * c * per_req / tok_s
-            known = float(physics.weights_ms(c, tokens, rho))
-            rows.append(np.array([1.0, c, tokens, drafted, *eager_columns(tokens, largest, physics.layers)])
-                        / measured_ms)
-            rhs.append(1.0 - known / measured_ms)
-    a = np.array(rows)
+    measured_ms = 1e3 * requests * per_request_tokens / tok_s
+    known = float(physics.weights_ms(requests, tokens, rho))
+    row = np.array([1.0, requests, tokens, 1.0 if drafted else 0.0, *eager_columns(tokens, largest, physics.layers)])
+    return row / measured_ms, 1.0 - known / measured_ms
+
+
+def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int | None = None):
+    """design_row for each measured no-spec and fixed-K cell of the public A/B."""
+    import numpy as np
+
+    pairs = [design_row(physics, c, tokens, per_req, drafted, tok_s, rho, largest)
+             for c, nospec, fixed, _ in cells
+             for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, False), (fixed, c * (1 + k), acceptance_length, True))]
+    a = np.array([p[0] for p in pairs])
     if not a[:, 4:].any():  # no step crosses the capture size: the eager term is not identified here
         a = a[:, :4]
-    return a, np.array(rhs)
+    return a, np.array([p[1] for p in pairs])
+
+
+OVERHEAD_GRID_MS = (0.0, 20.0, 0.01)
+
+
+def adaptive_overhead(measured_ms, base_ms) -> tuple[float, float]:
+    """Adaptive verification's own per-step work, the one estimator of both fits: the overhead o >= 0 (on a
+    0.01 ms grid up to 20 ms) that minimises the squared relative tok/s error sum((measured / (base + o) - 1)^2)
+    of the adaptive runs, given each run's measured step time and the model's step without the overhead.
+    Returns (o, that error)."""
+    import numpy as np
+
+    measured, base = np.asarray(measured_ms, dtype=np.float64), np.asarray(base_ms, dtype=np.float64)
+    overheads = np.arange(*OVERHEAD_GRID_MS)
+    err = ((measured[None, :] / (base[None, :] + overheads[:, None]) - 1) ** 2).sum(axis=1)
+    i = int(np.argmin(err))
+    return float(overheads[i]), float(err[i])
+
+
+def predict_run_tok_s(params: StepParams, physics: Physics, run: dict) -> float:
+    """The one predictor of a measured run {concurrency, k, adaptive, capture_size, acceptance_length}:
+    output tok/s = c x acceptance length per step over CalibratedCost's step. A fixed-K run verifies
+    c x (1+K) tokens; an adaptive run about c x acceptance length (its trimmed drafts; a lower bound) and
+    pays adaptive_ms. The public A/B's adaptive cells publish no acceptance length, so there the scheduler
+    (simulator, same CalibratedCost) gives the tokens verified (_predict_cells)."""
+    from rocm_dspark.recipe.capture import vllm_capture_grid
+
+    c, k = run["concurrency"], run["k"]
+    tokens = round(c * run["acceptance_length"]) if run["adaptive"] else c * (1 + k)
+    cost = CalibratedCost(params=params, physics=physics,
+                          capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c)
+    ms = 1e3 * (float(cost.verify_seconds(tokens)) + cost.request_seconds(c) + cost.draft_seconds(c, k)
+                + (cost.adaptive_seconds if run["adaptive"] else 0.0))
+    return 1e3 * c * run["acceptance_length"] / ms
+
+
+def left_out_by_concurrency(concurrencies, fit_without, error_at, only=None) -> list:
+    """The one leave-one-out of both fits: each concurrency in turn is left out, the model is fitted to the
+    others (`fit_without(c)`) and judged on the points at it (`error_at(model, c)`). [(c, error), ...]"""
+    return [(c, error_at(fit_without(c), c)) for c in (only or concurrencies)]
 
 
 def class_rates(acceptance_length: float, k: int, spread: float):
@@ -301,18 +347,23 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
 
 
 def leave_one_out(data: dict, catalog, largest: int, only=None) -> tuple[float, float, list]:
-    """Leave one concurrency out of the whole A/B, fit on the rest (fit_reading), predict it: the worst
-    tok/s error (%) and adaptive-gain error (points) over the left-out cells, and the per-cell errors.
-    `only`: leave out just these concurrencies (each fit takes seconds)."""
+    """Leave one concurrency out of the whole A/B (left_out_by_concurrency), fit on the rest (fit_reading),
+    predict it: the worst tok/s error (%) and adaptive-gain error (points) over the left-out cells, and the
+    per-cell errors. `only`: leave out just these concurrencies (each fit takes seconds)."""
     src = data["sources"][data["split"]["source"]]
     every = sorted(int(c) for c in src["output_tok_s"])
-    cells = []
-    for c in (only or every):
+
+    def fit_without(c):
         one = {**data, "split": {**data["split"], "fit_concurrency": [x for x in every if x != c],
                                  "held_out_concurrency": [c]}}
-        row = next(r for r in fit_reading(one, catalog, largest).rows if r["part"] == "held-out")
-        pct = max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"]))
-        cells.append((c, round(pct, 1), round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1)))
+        return fit_reading(one, catalog, largest)
+
+    def error_at(calib, c):
+        row = next(r for r in calib.rows if r["part"] == "held-out")
+        return (round(max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"])), 1),
+                round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1))
+
+    cells = [(c, *err) for c, err in left_out_by_concurrency(every, fit_without, error_at, only)]
     return max(x[1] for x in cells), max(x[2] for x in cells), cells
 
 
@@ -340,7 +391,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     for rho in data["rho_grid"]:
         for al in np.arange(1.5, k + 1.0 + 1e-9, 0.01):
             a, b = _design(physics, train, k, float(al), float(rho), largest)
-            x, resid = _nonneg_lstsq(a, b)
+            x, resid = nonneg_lstsq(a, b)
             if resid < best[0]:
                 best = (resid, (float(rho), float(al), x))
     _, (rho, al, x) = best
@@ -355,7 +406,6 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     from rocm_dspark.planner.simulator import Policy, simulate
 
     measured = np.array([cell[3] for cell in train])
-    overheads = np.arange(0.0, 20.0, 0.01)
     best_av = (math.inf, 0.0, 0.0)
     for spread in data.get("spread_grid", [0.0]):
         try:
@@ -369,10 +419,9 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             step.append(res.step_ms)
             tokens.append(res.expected_tokens_per_s * res.step_ms / 1e3)
         tokens, step = np.array(tokens), np.array(step)
-        err = ((tokens[None, :] * 1e3 / (step[None, :] + overheads[:, None]) / measured[None, :] - 1) ** 2).sum(axis=1)
-        i = int(np.argmin(err))
-        if err[i] < best_av[0]:
-            best_av = (float(err[i]), float(spread), float(overheads[i]))
+        overhead, err = adaptive_overhead(tokens * 1e3 / measured, step)  # measured step ms = tokens / tok/s
+        if err < best_av[0]:
+            best_av = (err, float(spread), overhead)
     params = replace(params, spread=best_av[1], adaptive_ms=best_av[2])
 
     rows = []
@@ -422,7 +471,7 @@ def stored(data: dict | None = None) -> Calibration:
     f = data.get("fit") or {}
     src = data["sources"][data["split"]["source"]]
     if any(f.get(key) is None for key in (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")):
-        raise UsageError("recipes/step_cost.yaml has no fit; run `python -m rocm_dspark.planner.calibration --write`")
+        raise UsageError("recipes/step_cost.yaml has no fit; run `python scripts/refit_step_cost.py --write`")
     params = StepParams(*(float(f[key]) for key in LINEAR), adaptive_ms=float(f["adaptive_ms"]), rho=float(f["rho"]),
                         spread=float(f.get("spread") or 0.0), eager_launch_ms=float(f.get("eager_launch_ms") or 0.0),
                         eager_per_token_ms=float(f.get("eager_per_token_ms") or 0.0))
@@ -531,101 +580,3 @@ def transfer(calibration: Calibration, catalog, model, gpu, profile, *,
                           label=f"calibrated ({'calibration setting' if same else 'transferred from'} "
                                 f"{calibration.source_label})")
     return cost, same, notes
-
-
-# --- CLI: refit and print ---------------------------------------------------------------------------
-
-
-def _write_fit(calib: Calibration, path: Path) -> None:
-    """Replace the `fit:` block of step_cost.yaml with this calibration (text edit keeps the comments)."""
-    from rocm_dspark.atomic import write_atomic
-
-    text = path.read_text(encoding="utf-8")
-    head, sep, _ = text.partition("\nfit:\n")
-    if not sep:
-        raise UsageError(f"{path}: no `fit:` block to replace")
-    p = calib.params
-    values = {"fixed_ms": p.fixed_ms, "per_request_ms": p.per_request_ms, "per_token_ms": p.per_token_ms,
-              "draft_ms": p.draft_ms, "adaptive_ms": p.adaptive_ms, "rho": p.rho, "spread": p.spread,
-              "acceptance_length": calib.acceptance_length, "held_out_error_pct": calib.held_out_error_pct,
-              "held_out_payoff_error_pp": calib.held_out_payoff_error_pp,
-              "cross_build_spread_pct": calib.cross_build_spread_pct,
-              "cross_build_spread_pp": calib.cross_build_spread_pp,
-              "eager_launch_ms": p.eager_launch_ms, "eager_per_token_ms": p.eager_per_token_ms,
-              "capture_size": calib.capture_size, "capture_known": calib.capture_known,
-              "fit_held_out_error_pct": calib.fit_held_out_error_pct,
-              "fit_held_out_payoff_error_pp": calib.fit_held_out_payoff_error_pp,
-              "reading_spread_pct": calib.reading_spread_pct, "reading_spread_pp": calib.reading_spread_pp}
-    body = "".join(f"  {key}: {round(value, 6) if isinstance(value, float) else value!r}\n"
-                   for key, value in values.items())
-    write_atomic(path, (head + sep + body).encode(), mode=0o644)
-
-
-def report_lines(calib: Calibration, previous: dict | None = None) -> list[str]:
-    p = calib.params
-    lines = [f"calibration: {calib.source_label} ({calib.source_url})",
-             f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token "
-             f"{p.per_token_ms:.5f} ms + draft {p.draft_ms:.3f} ms + adaptive {p.adaptive_ms:.2f} ms; rho {p.rho:g}; "
-             f"acceptance classes {p.spread:g} apart; "
-             f"workload acceptance length {calib.acceptance_length:g} (fitted, unpublished)",
-             f"{'part':>8} {'conc':>5} | {'no-spec meas/pred':>19} | {'fixed K meas/pred':>19} | "
-             f"{'adaptive meas/pred':>19} | {'AV gain meas/pred':>18}"]
-    for r in calib.rows:
-        m, q, g = r["measured"], r["predicted"], r["adaptive_gain_pct"]
-        lines.append(f"{r['part']:>8} {r['concurrency']:>5} | {m[0]:>8.0f} / {q[0]:>8.0f} | {m[1]:>8.0f} / {q[1]:>8.0f} | "
-                     f"{m[2]:>8.0f} / {q[2]:>8.0f} | {g[0]:>+7.1f}% / {g[1]:>+7.1f}%")
-    lines.append(f"held-out error: tok/s within {calib.held_out_error_pct:g}%, adaptive-vs-fixed gain within "
-                 f"{calib.held_out_payoff_error_pp:g} points; cross-build spread (same A/B, MI355X image): "
-                 f"{calib.cross_build_spread_pct:g}% tok/s, {calib.cross_build_spread_pp:g} points of gain")
-    return lines + capture_lines(calib, previous)
-
-
-def capture_lines(calib: Calibration, previous: dict | None = None) -> list[str]:
-    """The capture readings, the eager term and the held-out error next to the previous fit's."""
-    p = calib.params
-    lines = []
-    for r in calib.readings:
-        lines.append(f"capture reading {r['capture_size']}: {r['overrun_cells']} cell(s) overrun it; eager term "
-                     f"{r['eager_launch_ms']:g} ms/layer + {r['eager_per_token_ms']:g} ms/token; fit-set error "
-                     f"{r['fit_error_pct']:g}%, held-out {r['held_out_error_pct']:g}% tok/s and "
-                     f"{r['held_out_payoff_error_pp']:g} points")
-    how = ("published" if calib.capture_known else
-           f"not published: both readings fitted, kept {calib.capture_size} (smaller fit-set error); the stated "
-           f"error adds the readings' largest difference, {calib.reading_spread_pct:g}% and "
-           f"{calib.reading_spread_pp:g} points")
-    lines.append(f"capture size of the calibration runs: {how}; eager term in use: {p.eager_launch_ms:g} ms/layer + "
-                 f"{p.eager_per_token_ms:g} ms/token above the largest captured size (from the reading in which "
-                 f"steps cross it; it prices only plans whose verify batches leave the graphs)")
-    if previous:
-        lines.append(f"held-out error, previous fit (no capture term): {previous['held_out_error_pct']:g}% tok/s, "
-                     f"{previous['held_out_payoff_error_pp']:g} points; this fit: {calib.fit_held_out_error_pct:g}% "
-                     f"and {calib.fit_held_out_payoff_error_pp:g} points (stated, covering the readings: "
-                     f"{calib.held_out_error_pct:g}% and {calib.held_out_payoff_error_pp:g} points)")
-    return lines
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Refit the planner's step-cost model from recipes/step_cost.yaml.")
-    parser.add_argument("--write", action="store_true", help="store the fit in recipes/step_cost.yaml")
-    parser.add_argument("--loo", action="store_true", help="also leave each concurrency out in turn (slow)")
-    args = parser.parse_args(argv)
-    data = load_data()
-    calib = fit(data)
-    print("\n".join(report_lines(calib, data.get("previous_fit"))))
-    if args.loo:
-        from rocm_dspark.recipe.catalog import load_catalog
-
-        for size in [r["capture_size"] for r in calib.readings]:
-            pct, pp, cells = leave_one_out(data, load_catalog(), size)
-            print(f"leave-one-concurrency-out (reading {size}): tok/s within {pct:g}%, gain within {pp:g} points; "
-                  + ", ".join(f"c{c} {a:g}%/{b:g}pp" for c, a, b in cells))
-    if args.write:
-        _write_fit(calib, data_path())
-        print(f"wrote the fit into {data_path()}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

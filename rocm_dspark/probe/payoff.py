@@ -6,7 +6,7 @@ Evidence, in order:
      read, this host's HMAC, sane time), it parses (schema, digest, verdict that follows from its numbers), ran the
      plan's own commands (no override), matches this host and plan (the probe's fingerprint) and was
      measured at exactly C. The first that counts decides: pays or loses.
-  2. Otherwise this host's calibration (`plan --calibrate`, planner.host_calibration: a signed record in
+  2. Otherwise this host's calibration (`plan --calibrate`, planner.host_fit: a signed record in
      `<state dir>/calibration/` read by the same trust model), then the public calibrated prediction
      (recipes/adaptive_payoff.yaml, generated from the
      planner; the recipe path must not import numpy): the gain at C, interpolated in log2(C) between the
@@ -77,7 +77,7 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
 def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
     """The gate's payoff prediction from this host's calibration (no numpy: the record carries the gains),
     or None when no trusted record is stored for this model, GPU and TP."""
-    from rocm_dspark.probe.host_calibration import newest
+    from rocm_dspark.probe.calibration_record import newest
 
     rec, _ = newest(model_key, gpu_key, tp, state_dir)
     if rec is None:

@@ -121,10 +121,10 @@ def eager_reference(capture_size: int | None, max_num_batched_tokens: int | None
             else f"the capture size {capture_size}")
     if max_model_len and pad_to > max_model_len:
         fix = (f"serve with --max-model-len >= {pad_to}, or re-score against a server without "
-               "--speculative-config (validation/acceptance.py)")
+               "--speculative-config (validation/run_av_acceptance.py)")
     elif max_num_batched_tokens and pad_to > max_num_batched_tokens:
         fix = (f"serve with --max-num-batched-tokens >= {pad_to} (one chunk), or re-score against a server "
-               "without --speculative-config (validation/acceptance.py)")
+               "without --speculative-config (validation/run_av_acceptance.py)")
     else:
         ref["why"] = (f"the speculating server itself, each prompt padded to {pad_to} tokens (past {size}, "
                       f"so its prefill runs without graphs, {ISSUE}) and sent one at a time")
@@ -178,7 +178,7 @@ def summarize(per_request: list[dict], *, concurrency: int, k: int | None, count
                    f"judge {self_check['disagreements']} of {self_check['positions']} positions differently "
                    f"(prompt {self_check['prompt']!r}, token {d['index']}: top {d['first']['top']} padded, "
                    f"{d['second']['top']} unpadded)")
-            fix = (f"re-score against a server without --speculative-config (validation/acceptance.py), or use a "
+            fix = (f"re-score against a server without --speculative-config (validation/run_av_acceptance.py), or use a "
                    f"vLLM build with PR #53520; {violations} violation(s) against the padded reference are not "
                    "counted")
         else:

@@ -1,7 +1,7 @@
 """The hardware acceptance run for adaptive verification (AV): three arms on one MI300-class host, one command.
 
-    python -m rocm_dspark.validate.acceptance --model V4.1-Flash --concurrency 16 --report DIR [--gsm8k-limit N]
-    (validation/acceptance.py is the same command; --dry-run prints the three commands and runs nothing)
+    python -m rocm_dspark.validate.av_acceptance --model V4.1-Flash --concurrency 16 --report DIR [--gsm8k-limit N]
+    (validation/run_av_acceptance.py is the same command; --dry-run prints the three commands and runs nothing)
 
 Arms, each the plan's own launch started and stopped in turn on the plan's port (rocm_dspark.runtime.process):
   nospec    the block command without --speculative-config (no speculation: the accuracy reference)
@@ -19,7 +19,7 @@ adaptive and block GSM8K agree with nospec within two combined standard errors (
 
 vLLM runs from the Python this runs in: inside the image, with this toolkit's wheel installed (`up` does this
 for the probe, rocm_dspark/up/inimage.py), so a release that needs the plugin has it. Not yet run on
-MI300-class hardware; on CPU its pieces are tested (tests/test_acceptance.py).
+MI300-class hardware; on CPU its pieces are tested (tests/test_av_acceptance.py).
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def run_arms(commands: dict, *, run=run_arm, **kw) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rocm_dspark.validate.acceptance", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m rocm_dspark.validate.av_acceptance", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="V4.1-Flash")
     p.add_argument("--gpu", default=None)
     p.add_argument("--concurrency", type=int, default=16, help="prompts in flight at once (AV trims above ~8)")

@@ -1,4 +1,4 @@
-"""The acceptance run's pieces on CPU (rocm_dspark/validate/acceptance.py); the run itself needs an MI300-class host.
+"""The acceptance run's pieces on CPU (rocm_dspark/validate/av_acceptance.py); the run itself needs an MI300-class host.
 
 Real: the plan's commands (the resolver), the re-scoring judge (probe.rescore) on vLLM's prompt_logprobs format,
 the verdict and the report. Not run here: the three servers and lm-eval (no GPU, no checkpoint).
@@ -15,7 +15,7 @@ import pytest
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import rescore
 from rocm_dspark.recipe.selection import build_selection
-from rocm_dspark.validate import acceptance
+from rocm_dspark.validate import av_acceptance as acceptance
 
 # lm-eval's results["gsm8k"] layout (metric,filter keys and their _stderr twins), values made up.
 LM_EVAL_GSM8K = {"alias": "gsm8k", "exact_match,strict-match": 0.9462, "exact_match_stderr,strict-match": 0.0062,
@@ -128,12 +128,12 @@ def test_report_and_recipe_evidence():
 
 
 def test_the_command_dry_run_and_bad_usage(tmp_path):
-    r = subprocess.run([sys.executable, "validation/acceptance.py", "--dry-run", "--report", str(tmp_path / "r")],
+    r = subprocess.run([sys.executable, "validation/run_av_acceptance.py", "--dry-run", "--report", str(tmp_path / "r")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert [ln.split(":")[0] for ln in r.stdout.splitlines()] == [*acceptance.RUN_ORDER, "reference"]
     assert not (tmp_path / "r").exists()
-    r = subprocess.run([sys.executable, "validation/acceptance.py", "--concurrency", "2", "--report", str(tmp_path)],
+    r = subprocess.run([sys.executable, "validation/run_av_acceptance.py", "--concurrency", "2", "--report", str(tmp_path)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "at least 4" in r.stderr
 

@@ -1,5 +1,5 @@
 """This host's calibration, the fit: `rocm-dspark plan --calibrate FILE` fits the step model to the operator's
-own measurements (docs/calibration.md); rocm_dspark.probe.host_calibration keeps the fit, signed.
+own measurements (docs/calibration.md); rocm_dspark.probe.calibration_record keeps the fit, signed.
 
 FILE is a plain table (CSV with a header, or JSON: a list of rows or {"rows": [...]}) with exactly the
 columns COLUMNS, a `validate --ab` record (its two arms become two rows) or a `validate` report.json (one
@@ -175,33 +175,28 @@ def check_points(path, rows: list[dict]) -> None:
     linear = [r for r in rows if not r["adaptive"]]
     unknowns = 4 + (2 if any(r["concurrency"] * (1 + r["k"]) > r["capture_size"] for r in linear) else 0)
     need = unknowns + 2
-    if len(linear) < need or len({r["concurrency"] for r in linear}) < 2 or not any(r["k"] for r in linear) \
+    if len(linear) < need or len({r["concurrency"] for r in linear}) < 3 or not any(r["k"] for r in linear) \
             or not any(r["k"] == 0 for r in linear):
         raise _bad(path, f"{len(linear)} non-adaptive run(s) are too few to fit: it needs at least {need} "
-                         f"(no speculation and fixed K, at two or more concurrencies; {unknowns} unknowns plus "
-                         f"two for the leave-one-out error)")
+                         f"(no speculation and fixed K, at three or more concurrencies: each is left out in turn "
+                         f"for the leave-one-out error; {unknowns} unknowns plus two)")
 
 
 # --- the fit --------------------------------------------------------------------------------------------
 
 
 def _design_row(physics, r, rho):
-    import numpy as np
-
-    from rocm_dspark.planner.capture_term import eager_columns
+    from rocm_dspark.planner.calibration import design_row
 
     c, k = r["concurrency"], r["k"]
-    tokens = c * (1 + k)
-    measured_ms = 1e3 * c * r["acceptance_length"] / r["output_tok_s"]
-    known = float(physics.weights_ms(c, tokens, rho))
-    row = np.array([1.0, c, tokens, 1.0 if k else 0.0, *eager_columns(tokens, r["capture_size"], physics.layers)])
-    return row / measured_ms, 1.0 - known / measured_ms
+    return design_row(physics, c, c * (1 + k), r["acceptance_length"], bool(k), r["output_tok_s"], rho,
+                      r["capture_size"])
 
 
 def _fit_linear(physics, rows, rho_grid):
     import numpy as np
 
-    from rocm_dspark.planner.calibration import _nonneg_lstsq
+    from rocm_dspark.planner.calibration import nonneg_lstsq
 
     best = (math.inf, None, None)
     for rho in rho_grid:
@@ -209,7 +204,7 @@ def _fit_linear(physics, rows, rho_grid):
         a = np.array([p[0] for p in pairs])
         b = np.array([p[1] for p in pairs])
         cols = [i for i in range(a.shape[1]) if a[:, i].any()]
-        x_sub, resid = _nonneg_lstsq(a[:, cols], b)
+        x_sub, resid = nonneg_lstsq(a[:, cols], b)
         x = np.zeros(a.shape[1])
         x[cols] = x_sub
         if resid < best[0]:
@@ -225,45 +220,49 @@ def _params(x, rho, adaptive_ms=0.0):
 
 
 def predict_tok_s(params, physics, r) -> float:
-    """Output tok/s of one run: c x acceptance length per step over the step time. An adaptive run verifies
-    about c x acceptance length tokens (its trimmed drafts; a lower bound) and pays adaptive_ms."""
-    from rocm_dspark.recipe.capture import vllm_capture_grid
-    from rocm_dspark.planner.calibration import CalibratedCost
+    """Output tok/s of one run: the model's one predictor (calibration.predict_run_tok_s)."""
+    from rocm_dspark.planner.calibration import predict_run_tok_s
 
-    c, k = r["concurrency"], r["k"]
-    tokens = round(c * r["acceptance_length"]) if r["adaptive"] else c * (1 + k)
-    cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(vllm_capture_grid(r["capture_size"])),
-                          requests=c)
-    ms = 1e3 * float(cost.verify_seconds(tokens)) + params.per_request_ms * c
-    ms += (params.draft_ms if k else 0.0) + (params.adaptive_ms if r["adaptive"] else 0.0)
-    return 1e3 * c * r["acceptance_length"] / ms
+    return predict_run_tok_s(params, physics, r)
 
 
 def fit_rows(physics, rows, rho_grid):
-    """(StepParams, per-row predictions) from the rows; adaptive_ms is the median excess of the adaptive runs."""
-    import numpy as np
+    """StepParams from the rows: the linear terms by NNLS on the non-adaptive runs, then adaptive_ms by the
+    model's one estimator (calibration.adaptive_overhead) on the adaptive runs."""
+    from rocm_dspark.planner.calibration import adaptive_overhead
 
     linear = [r for r in rows if not r["adaptive"]]
     rho, x = _fit_linear(physics, linear, rho_grid)
     params = _params(x, rho)
-    excess = []
-    for r in rows:
-        if r["adaptive"]:
-            measured_ms = 1e3 * r["concurrency"] * r["acceptance_length"] / r["output_tok_s"]
-            excess.append(measured_ms - 1e3 * r["concurrency"] * r["acceptance_length"] / predict_tok_s(params, physics, r))
-    if excess:
-        params = _params(x, rho, adaptive_ms=max(0.0, float(np.median(excess))))
+    adaptive = [r for r in rows if r["adaptive"]]
+    if adaptive:
+        def step_ms(r, tok_s):
+            return 1e3 * r["concurrency"] * r["acceptance_length"] / tok_s
+
+        measured = [step_ms(r, r["output_tok_s"]) for r in adaptive]
+        base = [step_ms(r, predict_tok_s(params, physics, r)) for r in adaptive]
+        params = _params(x, rho, adaptive_ms=adaptive_overhead(measured, base)[0])
     return params
 
 
 def leave_one_out(physics, rows, rho_grid) -> list[float]:
-    """|predicted / measured - 1| (%) of each run from a fit without it."""
-    errs = []
-    for i, r in enumerate(rows):
-        rest = rows[:i] + rows[i + 1:]
-        params = fit_rows(physics, rest, rho_grid)
-        errs.append(abs(predict_tok_s(params, physics, r) / r["output_tok_s"] - 1) * 100)
-    return errs
+    """Per run: |predicted / measured - 1| (%) from a fit without every run at its concurrency: the public
+    fit's meaning (calibration.left_out_by_concurrency)."""
+    from rocm_dspark.planner.calibration import left_out_by_concurrency
+
+    every = sorted({r["concurrency"] for r in rows})
+
+    def fit_without(c):
+        return fit_rows(physics, [r for r in rows if r["concurrency"] != c], rho_grid)
+
+    def error_at(params, c):
+        return {i: abs(predict_tok_s(params, physics, r) / r["output_tok_s"] - 1) * 100
+                for i, r in enumerate(rows) if r["concurrency"] == c}
+
+    errs: dict = {}
+    for _, by_row in left_out_by_concurrency(every, fit_without, error_at):
+        errs.update(by_row)
+    return [errs[i] for i in range(len(rows))]
 
 
 def unidentified(rows) -> tuple[str, ...]:

@@ -15,8 +15,8 @@ import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.planner import host_calibration as H
-from rocm_dspark.probe import host_calibration as R
+from rocm_dspark.planner import host_fit as H
+from rocm_dspark.probe import calibration_record as R
 from rocm_dspark.planner.calibration import StepParams, physics_for
 from rocm_dspark.planner.capture_term import eager_ms, needed_capture_size
 
@@ -80,7 +80,12 @@ def test_calibrate_recovers_known_parameters(tmp_path):
     for name in ("fixed_ms", "per_request_ms", "per_token_ms", "draft_ms", "adaptive_ms", "eager_launch_ms",
                  "eager_per_token_ms"):
         assert getattr(p, name) == pytest.approx(getattr(TRUE, name), abs=1e-3), name
-    assert max(loo) < 0.1 and len(rows) == 20
+    assert len(rows) == 20
+    # Leave-one-out leaves a whole concurrency out (the public fit's meaning): exact everywhere but at c256,
+    # whose fixed-K steps overrun the capture size 512 by more than any other: without c256 one overrun run
+    # (c128 K5) is left for the two eager unknowns, so the prediction there extrapolates.
+    off = {(r["concurrency"], r["arm"]) for r, e in zip(rows, loo) if e >= 0.1}
+    assert off == {(256, "k5"), (256, "k3")} and max(loo) < H.LOO_BOUND_PCT
 
 
 def test_calibrate_with_noise_recovers_within_tolerance_and_loo_sees_the_noise(tmp_path):
@@ -101,7 +106,8 @@ def test_calibrate_cli_prints_loo_and_the_plan_and_gate_use_it_next(tmp_path):
     out = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi300x", "--calibrate", str(table),
                           "--state-dir", str(s)], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
-    assert "leave-one-out error: max 0.0%" in out.stdout and "kept as this host's calibration" in out.stdout
+    # 4.0%: the c256 overrun runs predicted without c256 (see test_calibrate_recovers_known_parameters)
+    assert "leave-one-out error: max 4.0%" in out.stdout and "kept as this host's calibration" in out.stdout
     plan = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi300x", "--concurrency", "16,128",
                            "--state-dir", str(s), "--json"], capture_output=True, text=True, timeout=300, env=env)
     data = json.loads(plan.stdout)["plans"][0]

@@ -1,5 +1,5 @@
 """This host's calibration, the record: `rocm-dspark plan --calibrate FILE` keeps the fit of
-rocm_dspark.planner.host_calibration, signed, in `<state dir>/calibration/<id>.json` (docs/calibration.md).
+rocm_dspark.planner.host_fit, signed, in `<state dir>/calibration/<id>.json` (docs/calibration.md).
 
 Later `plan` and the gate's payoff half use the newest trusted record for the model, GPU and TP ahead of
 the public calibration, and say so. Records are read by the probe records' trust model
@@ -86,7 +86,7 @@ def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
     loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
     if loaded.untrusted:
         return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
-    from rocm_dspark.planner.host_calibration import LOO_BOUND_PCT
+    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT
 
     for _, rec in loaded.trusted:
         if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
@@ -123,7 +123,7 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
                   ) -> tuple[list[str], bool]:
     """Fit, show, and keep the fit as this host's calibration only within the leave-one-out bound:
     (lines, kept)."""
-    from rocm_dspark.planner.host_calibration import calibrate
+    from rocm_dspark.planner.host_fit import calibrate
     from rocm_dspark.planner.payoff_table import grid_for
     from rocm_dspark.planner.profile import plan_profile
 
@@ -136,7 +136,7 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
               "capture_size": _largest(catalog, model, gpu_key),
               "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows}}
     source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
-    from rocm_dspark.planner.host_calibration import LOO_BOUND_PCT, TERMS
+    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT, TERMS
 
     kept = max(loo) <= LOO_BOUND_PCT
     record = build_record(calib, loo, rows, payoff, source)
