@@ -211,3 +211,14 @@ def rescore_started():
     from rocm_dspark.probe.store import utc_now
 
     return utc_now()
+
+
+def test_probe_show_names_the_reference_and_its_self_check():
+    from rocm_dspark.probe.show import reference_line
+
+    with StandIn(limit=128) as client:
+        rs = rescore.rescore(client, "m", capture_size=128)
+    line = reference_line(rs)
+    assert line.startswith("re-scoring reference: eager-padded, padded to 144 tokens (capture size 128); self-check: ")
+    assert f"{rs['self_check']['disagreements']} disagree" in line and rs["self_check"]["disagreements"] > 0
+    assert reference_line({}) == "re-scoring reference: not recorded (before vllm#53488 was known)"

@@ -52,7 +52,23 @@ def level_lines(record: Record) -> list[str]:
     for lv in record.levels:
         lines.append(f"  {lv.name:<7}{'PASS' if lv.passed else 'FAIL'}  {lv.reason}")
         lines.append(f"  {'':<7}      ({lv.gating_note}; {lv.seconds:.1f} s)")
+        rs = lv.evidence.get("rescore") if lv.name == "live" and isinstance(lv.evidence, dict) else None
+        if isinstance(rs, dict):
+            lines.append(f"  {'':<7}      {reference_line(rs)}")
     return lines
+
+
+def reference_line(rs: dict) -> str:
+    """The re-scoring reference a live level used and its self-check (vllm#53488), in one line."""
+    ref = rs.get("reference") if isinstance(rs.get("reference"), dict) else {}
+    check = rs.get("self_check") if isinstance(rs.get("self_check"), dict) else None
+    text = f"re-scoring reference: {ref.get('route') or 'not recorded (before vllm#53488 was known)'}"
+    if ref.get("padded_to"):
+        text += f", padded to {ref['padded_to']} tokens (capture size {ref.get('capture_size')})"
+    if check:
+        text += (f"; self-check: {check.get('positions')} positions of {check.get('prompts')} prompt(s) padded and "
+                 f"unpadded, {check.get('disagreements')} disagree")
+    return text
 
 
 def gate_line(state: str, why: str) -> str:

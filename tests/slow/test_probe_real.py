@@ -124,13 +124,20 @@ def test_live_level_reads_real_counters_from_the_shared_ngram_server(in_vllm_pyt
     delta = ev["metrics"]["delta"]
     # Independent cross-checks of the parsed counters: exactly our requests finished, and the drafts
     # are at most K=3 wide with no more accepted than drafted.
-    # The greedy prompts twice each, then the token re-scoring: each prompt generated once and re-scored once.
-    assert delta["request_success"] == 2 * len(live.DEFAULT_PROMPTS) + 2 * len(rescore.RESCORE_PROMPTS)
+    # The greedy prompts twice each, then the token re-scoring: each prompt generated once and re-scored once
+    # (padded past the capture size), and the self-check's prompts once more unpadded.
+    assert delta["request_success"] == (2 * len(live.DEFAULT_PROMPTS) + 2 * len(rescore.RESCORE_PROMPTS)
+                                        + rescore.SELF_CHECK_PROMPTS)
     # Re-scoring (probe.rescore): every greedy token of the speculating server is its own prefill's argmax.
     rs = ev["rescore"]
     assert rs["proven"] and ev["token_correct"] is True, rs["why"]
     assert rs["violations"] == 0 and rs["tokens_checked"] == len(rescore.RESCORE_PROMPTS) * rescore.GEN_TOKENS
     assert rs["tokens_checked"] >= rescore.MIN_TOKENS and rs["concurrency"] >= rescore.MIN_CONCURRENCY
+    # vllm#53488: the reference is out of the drafter's reach (--enforce-eager: no graphs; padded anyway) and the
+    # self-check's two routes agree on every position of 4 prompts.
+    assert rs["reference"]["route"] == "eager-padded" and rs["reference"]["capture_size"] == 0
+    assert rs["self_check"]["positions"] == rescore.SELF_CHECK_PROMPTS * rescore.GEN_TOKENS
+    assert rs["self_check"]["disagreements"] == 0 and ev["reference_independent"] is True
     # vLLM's per-request counters (--per-request-spec-decode-metrics summary): every request was speculated on,
     # and their sums equal the server-wide counters' difference over the same requests.
     drafts = rs["drafts_per_request"]
