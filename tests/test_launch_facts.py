@@ -202,3 +202,183 @@ def test_the_launchers_host_checks_use_the_shared_facts(launcher_text):
     assert f"for g in {' '.join(launch_facts.GPU_GROUPS)}; do" in launcher_text
     for fact in (launch_facts.NUMA_BALANCING, launch_facts.NUMA_BALANCING_FIX, launch_facts.KFD):
         assert shlex.quote(fact) in launcher_text
+
+
+# ---- issue 31: facts that had drifted apart, each now with one home (and a test that failed before) ----
+
+def _unit_settings(text: str) -> dict:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_down_waits_as_long_as_the_launcher_may_take_to_stop():
+    # `down` sent SIGKILL after 60 s (up/service.py) while the launcher drains 300 s: outside systemd it cut the drain
+    # and the launcher never wrote phase stopped. Now down's wait is the unit's TimeoutStopSec, from one place.
+    from rocm_dspark.launch.launchers import DEFAULT_STOP_TIMEOUT_S, render_unit
+    from rocm_dspark.up import service
+
+    plan = make_plan(8000)
+    unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env"))
+    old_record = {"kind": "process", "pid": 2, "port": 8000}  # recorded before the stop timeout was
+    assert service.stop_grace_s(old_record) == int(unit["TimeoutStopSec"]) == launch_facts.stop_window_s()
+    assert service.stop_grace_s(old_record) > DEFAULT_STOP_TIMEOUT_S
+    assert f"ROCM_DSPARK_STOP_TIMEOUT_S:-{DEFAULT_STOP_TIMEOUT_S}}}" in render_launcher(plan)
+    assert service.stop_grace_s({**old_record, "stop_timeout_s": 5}) == launch_facts.stop_window_s(5)
+    assert service.stop_grace_s({**old_record, "stop_timeout_s": "300; rm"}) == launch_facts.stop_window_s()
+
+
+def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
+    """`up`'s start (service.start_process) of a launcher whose stand-in vLLM ignores SIGTERM, then `down`'s stop."""
+    import time
+
+    from rocm_dspark.launch import launch_state
+    from rocm_dspark.up import service
+    from tests.test_launchers_run import Rig, wait_until
+    from tests.test_launchers_run import free_port as port_for
+
+    rig = Rig(tmp_path)
+    port = port_for()
+    launcher = rig.write(make_plan(port, adaptive=False))
+    env = rig.env(STANDIN_IGNORE_TERM="1", ROCM_DSPARK_STOP_TIMEOUT_S=str(stop_timeout_s))
+    env = {k: v for k, v in env.items() if k.startswith(("ROCM_DSPARK_", "STANDIN_")) or k in ("PATH",)}
+    srv, record = service.start_process(launcher, env, host="127.0.0.1", port=port, log_path=tmp_path / "launcher.log")
+    try:
+        assert wait_until(lambda: launch_state.read(rig.root / "state").get("phase") == "serving", 60), srv.log_tail(20)
+        t0 = time.monotonic()
+        res = service.stop_process(record)
+        return res, launch_state.read(rig.root / "state"), time.monotonic() - t0
+    finally:
+        srv.stop()
+
+
+def test_down_lets_the_launcher_finish_its_drain(tmp_path):
+    res, state, seconds = _down_drains(tmp_path, 3)
+    assert res["stopped"] and not res["killed"] and not res["leftover_pids"], res
+    assert state["phase"] == "stopped" and seconds >= 3
+
+
+@pytest.mark.slow  # 62 s: a drain longer than the 60 s `down` allowed before (fails on 9548ef0)
+def test_down_outlasts_a_drain_longer_than_a_minute(tmp_path):
+    res, state, seconds = _down_drains(tmp_path, 62)
+    assert res["stopped"] and not res["killed"], res
+    assert state["phase"] == "stopped" and seconds >= 62
+
+
+@pytest.mark.parametrize("host, url", [("0.0.0.0", "http://127.0.0.1:8000"), ("", "http://127.0.0.1:8000"),
+                                       ("::", "http://[::1]:8000"), ("[::]", "http://[::1]:8000"),
+                                       ("10.1.2.3", "http://10.1.2.3:8000"), ("fd00::5", "http://[fd00::5]:8000")])
+def test_every_client_reaches_a_wildcard_bind_the_same_way(host, url):
+    # The launcher mapped :: to ::1, runtime/client.py to 127.0.0.1 and up's systemd record not at all.
+    from rocm_dspark.runtime.client import VllmClient, base_url
+
+    assert base_url(host, 8000) == VllmClient(host, 8000).base_url == url
+    from rocm_dspark.launch.quoting import bash_word
+
+    assert f"BASE_URL={bash_word(url)}\n" in render_launcher(make_plan(8000)._replace(host=host))
+
+
+def test_a_server_bound_to_ipv6_wildcard_is_reached(tmp_path):
+    # A server on `--host ::` with an IPv6-only socket answers on ::1, never on 127.0.0.1 (which the Python side used).
+    import http.server
+    import threading
+
+    from rocm_dspark.runtime.client import VllmClient
+    from rocm_dspark.runtime.process import listening
+
+    class V6(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+        def server_bind(self):
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            super().server_bind()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    try:
+        srv = V6(("::", 0), H)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        assert listening("::", port)
+        assert VllmClient("::", port).get("/health", timeout_s=5).status == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_container_mounts_the_hub_cache_that_prereq_and_validate_measure(tmp_path, monkeypatch):
+    # prereq/validate honoured HF_HUB_CACHE, the container mount did not: the disk check and the download differed.
+    from rocm_dspark.up import inimage, prereq
+    from rocm_dspark.validate import host_checks
+
+    hub, home = tmp_path / "big-disk" / "hub", tmp_path / "hf-home"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HOME", str(home))
+    assert prereq.hf_cache() == host_checks._hf_cache() == hub
+    mount = f"{hub}:{launch_facts.HF_HUB_CONTAINER}"
+    # The launcher's container mode, run for real (bash expands the rule) with the recording docker on PATH.
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    calls.mkdir()
+    (bin_dir / "docker").write_text(RECORDER)
+    (bin_dir / "docker").chmod(0o755)
+    launcher = tmp_path / "l.sh"
+    launcher.write_text(render_launcher(make_plan(free_port(), adaptive=False), container=True))
+    launcher.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "HF_HUB_CACHE": str(hub),
+           "HF_HOME": str(home), "DOCKER_RECORD_DIR": str(calls), "ROCM_DSPARK_LAUNCH_STATE_DIR": str(tmp_path / "st")}
+    subprocess.run([str(launcher)], env=env, capture_output=True, timeout=60)
+    [argv] = docker_runs(calls)
+    assert mount.encode() in argv and f"{home}:{launch_facts.HF_CACHE_CONTAINER}".encode() in argv
+    # The in-image probe's docker run, and the printed `recipe --format docker` command (expanded by bash).
+    probe = inimage.probe_command("docker", "img@sha256:" + "0" * 64, tmp_path / "w.whl", tmp_path, [], ("live",))
+    assert mount in probe
+    from rocm_dspark.launch.render import render_docker
+
+    text = render_docker(make_plan(8000, adaptive=False)._replace(secret_env=()))
+    words = subprocess.run(["bash", "-c", 'eval "set -- ${1//\\\\$\'\\n\'/}"; printf "%s\\0" "$@"', "_",
+                            text.split("\n#")[0]], env=env, capture_output=True, check=True).stdout.split(b"\0")
+    assert mount.encode() in words
+
+
+def test_every_start_deadline_is_the_launchers(monkeypatch, tmp_path):
+    # Four copies: up's two waits, the unit's TimeoutStartSec and validate's wait, which had no x2 for the fallback.
+    from types import SimpleNamespace
+
+    from rocm_dspark.launch.launchers import render_unit
+    from rocm_dspark.runtime.process import Readiness
+    from rocm_dspark.validate import runner
+
+    plan = make_plan(8000)  # adaptive, with the block fallback: up to two starts
+    assert launch_facts.start_window_s(plan, 100) == 2 * 100 + launch_facts.MARGIN_S
+    assert launch_facts.start_window_s(make_plan(8000, adaptive=False), 100) == 100 + launch_facts.MARGIN_S
+    unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env", ready_timeout_s=100))
+    assert int(unit["TimeoutStartSec"]) == launch_facts.start_window_s(plan, 100)
+    seen = {}
+
+    class Server:
+        def __init__(self, *a, **kw):
+            self.log_path = kw.get("log_path")
+
+        def start(self):
+            return self
+
+    def wait(ctx, server, deadline_s):
+        seen["deadline"] = deadline_s
+        return Readiness("ready", 1.0)
+
+    monkeypatch.setattr(runner, "VllmServer", Server)
+    monkeypatch.setattr(runner, "_wait_with_progress", wait)
+    target = SimpleNamespace(argv=None, host="127.0.0.1", port=8000)
+    ctx = SimpleNamespace(target=target, options=SimpleNamespace(report_dir=str(tmp_path), ready_timeout_s=100),
+                          plan=plan, launched=None)
+    runner._start(ctx)
+    assert seen["deadline"] == launch_facts.start_window_s(plan, 100) >= 200
