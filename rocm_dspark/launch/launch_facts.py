@@ -87,7 +87,8 @@ def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_h
 # `up`'s and `validate --launch`'s waits for readiness, and `down`'s wait before SIGKILL.
 READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 STOP_TIMEOUT_S = 300    # the launcher's drain after SIGTERM; systemd's default 90 s would cut requests off
-MARGIN_S = 120          # room for the launcher's own work around vLLM's start, or its stop (docker stop, state)
+MARGIN_S = 120          # room for the launcher's own work around vLLM's starts (docker rm, state, polls)
+STOP_MARGIN_S = 30      # and after its drain: its SIGKILL of vLLM's group and its last state write
 
 
 def starts(plan) -> int:
@@ -102,7 +103,7 @@ def start_window_s(plan, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
 
 def stop_window_s(stop_timeout_s: float = STOP_TIMEOUT_S) -> int:
     """How long the launcher may take to stop after SIGTERM (its drain, then SIGKILL, then its last state)."""
-    return int(stop_timeout_s + MARGIN_S)
+    return int(stop_timeout_s + STOP_MARGIN_S)
 
 
 # ---- vLLM's refusal line ---------------------------------------------------------------------------
