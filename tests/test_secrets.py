@@ -123,7 +123,7 @@ def test_the_launcher_hands_values_to_vllm_through_the_env_file_only(tmp_path, c
         assert run["env"][b"SOME_SETTING"] == PLAIN.encode()
         allowed = (out / "svc.env",)
     assert not any(v.encode() in a for a in argv for v in PLANTED)  # never in argv (ps, /proc/PID/cmdline)
-    # launch-state.json, vllm_command.txt, the start logs, the launcher: nothing but the env files has a value.
+    # launch-state, vllm_command.txt, the start logs, the launcher: nothing but the env files has a value.
     command = (rig.root / "state" / "vllm_command.txt").read_text()
     assert "values not recorded): HF_TOKEN MY_API_KEY SOME_SETTING" in command
     for root in (out, rig.root / "state"):

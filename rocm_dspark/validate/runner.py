@@ -41,7 +41,7 @@ def _start(ctx) -> Outcome:
                              block_argv=None, adaptive_argv=None)
     files = write_launchers(plan, launch_dir, "shell", name="validate-server",
                             ready_timeout_s=max(int(opts.ready_timeout_s), 1))
-    # The launcher's state (launch-state.json, vllm_command.txt, start logs) goes into the report.
+    # The launcher's state (launch-state, vllm_command.txt, start logs) goes into the report.
     env = {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(launch_dir / "state"), "ROCM_DSPARK_STATE_DIR": str(launch_dir / "state")}
     server = VllmServer([str(files.launcher)], env, host=target.host, port=target.port,
                         log_path=launch_dir / "server.log")
