@@ -382,3 +382,13 @@ def test_every_start_deadline_is_the_launchers(monkeypatch, tmp_path):
                           plan=plan, launched=None)
     runner._start(ctx)
     assert seen["deadline"] == launch_facts.start_window_s(plan, 100) >= 200
+
+
+def test_validate_names_an_ipv6_server_by_a_url_that_parses():
+    from urllib.parse import urlsplit
+
+    from rocm_dspark.validate.context import ServerTarget
+
+    for host in ("::", "::1"):
+        url = ServerTarget("m", host, 8000, True).base_url
+        assert url == "http://[::1]:8000" and urlsplit(url).port == 8000
