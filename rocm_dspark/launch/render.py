@@ -106,6 +106,7 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     for placeholder, sh, inside in (("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
                                     ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER)):
         text = text.replace(shlex.quote(f"{placeholder}:{inside}"), f'"{sh}:{inside}"')
+    text = text.replace(f':{launch_facts.HF_CACHE_CONTAINER}" \\\n  -v "', f':{launch_facts.HF_CACHE_CONTAINER}" -v "')  # one cache
     out = [text, *header_lines(plan)]
     if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
         out.append("# unresolved here: `rocm-dspark images` records the digest, then this prints it")
