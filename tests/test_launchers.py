@@ -185,8 +185,8 @@ def test_every_profile_renders_both_forms_that_pass_shellcheck_and_systemd(tmp_p
         shellcheck(files.launcher)
         verify_unit(files.unit)
         script = files.launcher.read_text()
-        assert ("FALLBACK_ARGV=(\n\n)" in script) != plan.adaptive_verification
-        assert f"IMAGE={quoting.bash_word(plan.image)}" in script
+        assert ("FALLBACK_ARGV=(" in script) == ("ADAPTIVE_REFUSALS=(" in script) == plan.adaptive_verification
+        assert (f"IMAGE={quoting.bash_word(plan.image)}" in script) == ("docker run" in script) == container
     shell = write_launchers(plan, tmp_path, "shell", name="shell-form").launcher
     shellcheck(shell)
     assert os.access(shell, os.X_OK)
@@ -204,6 +204,50 @@ def test_hostile_plan_values_still_give_valid_files(tmp_path):
     verify_unit(files.unit)
     unit = files.unit.read_text()
     assert "%%n" in unit and "\nprofile" not in unit
+
+
+# ---- issue 31: a launcher holds only the code its plan runs ----
+
+def _launch_cli(tmp_path, *args) -> list[Path]:
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(out), *args],
+                          capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return sorted(out.glob("*.sh"))
+
+
+@pytest.mark.parametrize("args, most", [(("--container",), 250), ((), 250), (("--container", "--format", "systemd"), 280)])
+def test_the_default_single_node_launcher_is_short_and_has_only_what_runs(tmp_path, args, most):
+    (path,) = _launch_cli(tmp_path, *args)
+    text = path.read_text()
+    assert len(text.splitlines()) < most, len(text.splitlines())
+    shellcheck(path)
+    # Decided when it is written, not at run time: no test seams, one HTTP client, no JSON written by bash, no
+    # fallback, group or refusal-memo code for a block plan, docker only in the container form.
+    for absent in ("ROCM_DSPARK_HOST_ROOT", "ROCM_DSPARK_HTTP_CLIENT", "ROCM_DSPARK_CONTAINER", "/dev/tcp", "python3",
+                   "json", "FALLBACK_ARGV", "adaptive-refused", "GROUP", "worker_main", "{{", "#@"):
+        assert absent not in text, absent
+    assert text.count("curl -s") == 1 and "PRIMARY_MODE=block" in text
+    assert ("docker run" in text) == ("--container" in args)
+    assert ("systemd-notify" in text) == ("systemd" in args) == ("WATCHDOG_USEC" in text)
+
+
+def test_the_multi_node_protocol_is_only_in_group_launchers_with_a_fallback(tmp_path):
+    plan = make_plan(8000)
+    single = render_launcher(plan)
+    head = render_launcher(plan, group_role="head", group_name="g")
+    worker = render_launcher(plan, group_role="worker", group_name="g", ready_host="10.0.0.1", ready_port=8000)
+    block_worker = render_launcher(make_plan(8000, adaptive=False), group_role="worker", group_name="g",
+                                   ready_host="10.0.0.1", ready_port=8000)
+    assert "GROUP" not in single and "group_publish" not in single and "worker_main" not in single
+    assert "group_publish adaptive" in head and "worker_main" not in head
+    assert "group_read" in worker and "BASE_URL=http://10.0.0.1:8000" in worker and "\nmain \"$@\"" not in worker
+    assert "worker_main" in block_worker and "GROUP_FILE" not in block_worker and "ADAPTIVE_REFUSALS" not in block_worker
+    for text in (single, head, worker, block_worker):
+        p = tmp_path / "l.sh"
+        p.write_text(text)
+        shellcheck(p)
 
 
 # ---- the unit and the env file ----

@@ -123,7 +123,7 @@ def test_the_launcher_hands_values_to_vllm_through_the_env_file_only(tmp_path, c
         assert run["env"][b"SOME_SETTING"] == PLAIN.encode()
         allowed = (out / "svc.env",)
     assert not any(v.encode() in a for a in argv for v in PLANTED)  # never in argv (ps, /proc/PID/cmdline)
-    # launch-state.json, vllm_command.txt, the start logs, the launcher: nothing but the env files has a value.
+    # launch-state, vllm_command.txt, the start logs, the launcher: nothing but the env files has a value.
     command = (rig.root / "state" / "vllm_command.txt").read_text()
     assert "values not recorded): HF_TOKEN MY_API_KEY SOME_SETTING" in command
     for root in (out, rig.root / "state"):
@@ -183,11 +183,13 @@ def test_env_file_lines_read_back_by_the_launchers_reader(tmp_path, value):
     # The launcher's reader (the same bash) gives back the exact value from the line secret_env writes.
     path = tmp_path / "e.env"
     path.write_text("# a comment\n" + env_file_line("X", value) + "\n")
-    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path), "--name", "svc")
+    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path), "--name", "svc",
+           "--env", "OTHER=1")  # a launcher with an --env value reads the env file (one without does not)
     text = (tmp_path / "svc.sh").read_text()
-    reader = text[text.index("unquote_double() {"):text.index("# Every --env name must")]
-    got = subprocess.run(["bash", "-c", 'set -euo pipefail; ENV_NAMES=(); ENV_FILE=$1; say() { :; }; warn() { :; }\n'
-                          + reader + '\nread_env_file; printf %s "$X"', "_", str(path)],
+    start = text.index("FILE_NAMES=()")
+    reader = text[start:text.index("\n}\n", start) + 3]
+    got = subprocess.run(["bash", "-c", 'set -euo pipefail; ENV_NAMES=(); SECRET_NAMES=(); ENV_FILE=$1; say() { :; }; '
+                          'warn() { :; }\n' + reader + '\nread_env_file; printf %s "$X"', "_", str(path)],
                          capture_output=True, env={"PATH": os.environ["PATH"]}, check=True).stdout
     assert got == value.encode()
 

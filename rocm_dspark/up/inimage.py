@@ -74,10 +74,9 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
                   *, hf_cache: str | None = None) -> list[str]:
     """The `docker run` argv of the in-image probe (see the module docstring)."""
-    from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV
+    from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV, hf_cache_mounts, hf_home, hf_hub_cache
 
     state = str(Path(state_dir).absolute())
-    hf = hf_cache or os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
     probe = ["python3", "-m", "rocm_dspark", "probe", *flags, "--state-dir", state, "--levels", ",".join(levels)]
     script = "; ".join([
         "set -e",
@@ -88,7 +87,7 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
         shlex.join(probe),
     ])
     argv = [tool, "run", *DOCKER_RUN_FLAGS, "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
-            "-v", f"{hf}:{HF_CACHE_CONTAINER}"]
+            *hf_cache_mounts(hf_cache or hf_home(), hf_hub_cache() if hf_cache is None else f"{hf_cache}/hub")]
     # The fingerprint names the host by machine-id (probe/fingerprint.host_id): the record written in the
     # container must name this host, or it never counts here.
     if os.path.isfile("/etc/machine-id"):

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from rocm_dspark.launch.launch_facts import hf_home
 from rocm_dspark.runtime.process import listening
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skipped"
@@ -45,7 +46,7 @@ def hf_token_present() -> str | None:
     """Where a Hugging Face token comes from ($HF_TOKEN or the file `hf auth login` writes), or None."""
     if os.environ.get("HF_TOKEN"):
         return "$HF_TOKEN"
-    path = Path(os.environ.get("HF_TOKEN_PATH") or Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "token")
+    path = Path(os.environ.get("HF_TOKEN_PATH") or Path(hf_home()) / "token")
     return str(path) if path.is_file() and path.stat().st_size > 0 else None
 
 

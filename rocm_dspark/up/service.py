@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
 
@@ -63,12 +64,24 @@ def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: 
     """Run the launcher detached; returns the server handle and the service record."""
     srv = VllmServer([str(launcher)], env, host=host, port=port, log_path=log_path).start()
     record = {"kind": "process", "pid": srv.pid, "start_ticks": start_ticks(srv.pid), "host": srv.host, "port": port,
-              "log": str(log_path), "launcher": str(launcher), "base_url": srv.base_url}
+              "log": str(log_path), "launcher": str(launcher), "base_url": srv.base_url,
+              # how long the launcher drains vLLM after SIGTERM, so that `down` waits for it
+              "stop_timeout_s": int(env.get("ROCM_DSPARK_STOP_TIMEOUT_S") or launch_facts.STOP_TIMEOUT_S)}
     return srv, record
 
 
-def stop_process(service: dict, grace_s: float = 60.0) -> dict:
-    """SIGTERM the launcher's process group (it stops vLLM and exits 143), SIGKILL what is left after grace_s."""
+def stop_grace_s(service: dict) -> int:
+    """How long `down` waits for a launcher after SIGTERM: its drain (stop timeout), then its own SIGKILL and last
+    state write (launch_facts.stop_window_s, as the unit's TimeoutStopSec)."""
+    recorded = service.get("stop_timeout_s")
+    ok = isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400
+    return launch_facts.stop_window_s(recorded if ok else launch_facts.STOP_TIMEOUT_S)
+
+
+def stop_process(service: dict, grace_s: float | None = None) -> dict:
+    """SIGTERM the launcher's process group (it stops vLLM and exits 143), SIGKILL what is left after grace_s
+    (default: stop_grace_s, long enough for the launcher's drain)."""
+    grace_s = stop_grace_s(service) if grace_s is None else grace_s
     pid = int(service["pid"])
     if not same_process(service):
         return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}

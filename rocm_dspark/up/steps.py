@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from rocm_dspark.up import image as image_mod
+from rocm_dspark.launch.launch_facts import start_window_s
+from rocm_dspark.runtime.client import base_url
 from rocm_dspark.up import prereq, service
 
 
@@ -314,21 +316,15 @@ def start_valid(run, output) -> str | None:
 
 
 def _launch_state(directory: Path, wait_s: float = 10.0) -> dict:
-    """The launcher's launch-state.json once it says serving (it writes it just after readiness)."""
-    path = directory / "launch-state.json"
+    """The launcher's state (rocm_dspark.launch.launch_state) once it says serving (it writes it just after readiness)."""
+    from rocm_dspark.launch import launch_state
+
     deadline = time.monotonic() + wait_s
     data: dict = {}
     while time.monotonic() < deadline:
-        from rocm_dspark.errors import UsageError
-        from rocm_dspark.up.trust import read_bounded
-
-        try:  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
-            data = json.loads(read_bounded(path, "launch state") or b"{}")
-            if isinstance(data, dict) and data.get("phase") == "serving":
-                break
-            data = data if isinstance(data, dict) else {}
-        except (OSError, ValueError, UsageError):
-            data = {}
+        data = launch_state.read(directory)  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
+        if data.get("phase") == "serving":
+            break
         time.sleep(0.5)
     return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
 
@@ -351,7 +347,7 @@ def _start_process(run) -> dict:
     srv, record = service.start_process(launcher, env, host=plan.host, port=plan.port, log_path=log)
     run.started = record
     run.state.set_service(record)
-    deadline = run.options.ready_timeout_s * (2 if plan.block_argv else 1) + 60
+    deadline = start_window_s(plan, run.options.ready_timeout_s)
 
     def poll():
         ready = srv.wait_ready(0.01, poll_s=0.01)
@@ -392,12 +388,12 @@ def _start_systemd(run) -> dict:
     unit = Path(out["unit"]).name
     plan = run.launch_plan()
     record = {"kind": "systemd", "unit": unit, "host": plan.host, "port": plan.port,
-              "base_url": f"http://{'127.0.0.1' if plan.host in ('0.0.0.0', '') else plan.host}:{plan.port}",
+              "base_url": base_url(plan.host, plan.port),
               "log": f"/var/lib/rocm-dspark/{Path(out['unit']).stem}/{'adaptive' if plan.adaptive_verification else 'block'}.log"}
     run.started = record
     run.state.set_service(record)
     client = service.attach(record).client
-    t0, deadline = time.monotonic(), run.options.ready_timeout_s * 2 + 120
+    t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
 
     def poll():
         try:

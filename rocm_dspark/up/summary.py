@@ -10,7 +10,7 @@ def build_summary(run) -> dict:
     ls = start.get("launch_state") or {}
     mode = ls.get("mode") or ("adaptive" if choose.get("adaptive") else "block")
     if ls.get("fell_back"):
-        why = "the adaptive start failed and the launcher fell back (see launch-state.json): " + str(choose.get("verdict"))
+        why = "the adaptive start failed and the launcher fell back (see its launch-state and adaptive.log): " + str(choose.get("verdict"))
     else:
         why = choose.get("verdict") or ""
     plan = run.plan

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import LaunchPlan
-from rocm_dspark.runtime.client import VllmClient
+from rocm_dspark.runtime.client import VllmClient, base_url
 from rocm_dspark.runtime.inventory import HostInventory
 from rocm_dspark.runtime.process import VllmServer
 
@@ -74,7 +74,7 @@ class ServerTarget:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return base_url(self.host, self.port)  # one rule for wildcards and IPv6 brackets
 
 
 def parse_endpoint(url: str) -> tuple[str, int]:

@@ -263,10 +263,9 @@ def memlock(ctx) -> Outcome:
 
 
 def _hf_cache() -> Path:
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    return home / "hub"
+    from rocm_dspark.launch.launch_facts import hf_hub_cache  # the rule the container mounts follow too
+
+    return Path(hf_hub_cache())
 
 
 def _size_bytes(path: Path) -> int:

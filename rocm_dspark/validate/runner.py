@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
+from rocm_dspark.launch.launch_facts import start_window_s
 from rocm_dspark.launch.launchers import write_launchers
-from rocm_dspark.runtime.client import VllmClient
+from rocm_dspark.runtime.client import VllmClient, loopback_host
 from rocm_dspark.runtime.process import VllmServer
 from rocm_dspark.runtime.server_spec import load_server_spec
 from rocm_dspark.recipe.selection import plan_for
@@ -40,13 +41,13 @@ def _start(ctx) -> Outcome:
                              block_argv=None, adaptive_argv=None)
     files = write_launchers(plan, launch_dir, "shell", name="validate-server",
                             ready_timeout_s=max(int(opts.ready_timeout_s), 1))
-    # The launcher's state (launch-state.json, vllm_command.txt, start logs) goes into the report.
+    # The launcher's state (launch-state, vllm_command.txt, start logs) goes into the report.
     env = {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(launch_dir / "state"), "ROCM_DSPARK_STATE_DIR": str(launch_dir / "state")}
     server = VllmServer([str(files.launcher)], env, host=target.host, port=target.port,
                         log_path=launch_dir / "server.log")
     ctx.launched = server
     server.start()
-    ready = _wait_with_progress(ctx, server, opts.ready_timeout_s + 60)
+    ready = _wait_with_progress(ctx, server, start_window_s(plan, opts.ready_timeout_s))
     evidence = {"launcher": str(files.launcher), "log": str(server.log_path), "argv": list(plan.argv)}
     if not ready.ready:
         evidence["log_tail"] = ready.log_tail
@@ -134,7 +135,7 @@ def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
     if custom is None:
         k = (plan.speculative_config or {}).get("num_speculative_tokens")
         host, port = parse_endpoint(opts.endpoint) if opts.endpoint else (plan.host, plan.port)
-        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        host = loopback_host(host)
         return ServerTarget(plan.served_name, host, port, True, num_speculative_tokens=k,
                             description=f"the recipe's plan ({plan.profile})")
     if custom.served_name is None:  # every server check asks for this model by name

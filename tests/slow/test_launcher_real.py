@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from rocm_dspark.launch import launch_state
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
@@ -57,10 +58,10 @@ def test_generated_launcher_falls_back_serves_and_stops(tiny_model, tiny_dspark_
 
         # The launcher reports serving once its own poll sees /v1/models; that is at most a second later.
         deadline = time.monotonic() + 30
-        while json.loads((state / "launch-state.json").read_text())["phase"] != "serving":
+        while launch_state.read(state).get("phase") != "serving":
             assert time.monotonic() < deadline, server.log_tail(40)
             time.sleep(0.5)
-        record = json.loads((state / "launch-state.json").read_text())
+        record = launch_state.read(state)  # as `up` and `status` read it
         assert record["mode"] == "block" and record["fell_back"] is True
         first = record["attempts"][0]
         assert first["mode"] == "adaptive" and first["outcome"] == "exited_before_ready"
@@ -82,6 +83,6 @@ def test_generated_launcher_falls_back_serves_and_stops(tiny_model, tiny_dspark_
         assert code == 128 + signal.SIGTERM
         left = [p for p in tree | set(group_members(vllm_pgid)) if is_alive(p)]
         assert not left, f"processes left after SIGTERM: {left}"
-        assert json.loads((state / "launch-state.json").read_text())["phase"] == "stopped"
+        assert launch_state.read(state)["phase"] == "stopped"
     finally:
         server.stop(grace_s=10)

@@ -116,7 +116,9 @@ def test_launch_then_server_dies_mid_sweep(tiny_model, vllm_venv, vllm_serve_com
         for line in proc.stderr:
             if line.startswith("[") and "sweep.concurrency_2 ..." in line:
                 # The server dies now, mid-level: kill vLLM's whole process group (the launcher's child).
-                state = json.loads(next((out / "launch").rglob("launch-state.json")).read_text())
+                from rocm_dspark.launch import launch_state
+
+                state = launch_state.read(next((out / "launch").rglob("launch-state")).parent)
                 killed = state["pid"]
                 os.killpg(killed, signal.SIGKILL)
         proc.wait(timeout=300)
