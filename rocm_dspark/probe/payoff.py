@@ -50,11 +50,11 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
 
 
 def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None) -> Payoff:
-    from rocm_dspark.recipe.catalog import _load_yaml, recipes_dir
+    from rocm_dspark.recipe.catalog import load_yaml, recipes_dir
 
     path = recipes_dir() / "adaptive_payoff.yaml"
     try:
-        data = _load_yaml(path)
+        data = load_yaml(path)
         entry = data["models"][model_key]
         prof = entry["profiles"][gpu]
     except (KeyError, TypeError, OSError):

@@ -1,6 +1,6 @@
 """Recipe resolution: data in, plan out.
 
-  catalog.py     recipes/ (YAML) -> validated records; recipes_parsed.json is its start-up snapshot
+  catalog.py     recipes/ (YAML) -> validated records (one strict loader, load_yaml)
   selection.py   option values -> Selection -> Verdict -> LaunchPlan: the library behind the CLI
   resolve.py     the pure resolver: named layers from model to verdict
   plan.py        the records: Selection, Verdict, Build, Memory, Note, LaunchPlan

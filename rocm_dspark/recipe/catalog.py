@@ -394,44 +394,16 @@ def _strict_loader():
 
 _LOADER = None
 
-# The parsed recipes, generated (`python -m rocm_dspark.recipe.catalog --snapshot`, tests/test_catalog_snapshot.py keeps
-# it equal to recipes/): PyYAML's object construction is most of `recipe`'s start-up, JSON's is 1/50 of it. An
-# entry is used only for a file of exactly the size and CRC-32 it was made from (an edited recipe is parsed
-# again), and only where JSON holds the data exactly (int keys do not survive: those files stay YAML-only).
-# It sits beside the code, with the same trust as recipes/ itself.
-PARSED = Path(__file__).with_name("recipes_parsed.json")
-
-
-@lru_cache(maxsize=1)
-def _parsed() -> dict:
-    import json
-
-    try:
-        data = json.loads(PARSED.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    files = data.get("files") if isinstance(data, dict) and data.get("format") == 1 else None
-    return files if isinstance(files, dict) else {}
-
-
-def _content_key(raw: bytes) -> str:
-    import binascii  # already loaded by yaml.constructor; hashlib would cost ~10 ms of start-up
-
-    return f"{len(raw)}:{binascii.crc32(raw):08x}"
-
-
-def _load_yaml(path: Path):
+def load_yaml(path: Path):
+    """One recipe file through the strict loader (duplicate keys, bad UTF-8: CatalogError naming the file)."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
-    hit = _parsed().get(_content_key(raw))
-    if isinstance(hit, str):
-        import json
-
-        return json.loads(hit)
     return _parse_yaml(path, raw)
+
+
 
 
 def _parse_yaml(path: Path, raw: bytes):
@@ -661,7 +633,7 @@ def load_catalog(root: Path | str | None = None) -> Catalog:
 @lru_cache(maxsize=8)
 def _load_catalog_cached(root: Path) -> Catalog:
     gpus_path = root / "gpus.yaml"
-    gr = _Reader(gpus_path, _load_yaml(gpus_path))
+    gr = _Reader(gpus_path, load_yaml(gpus_path))
     gpus_r = gr.sub("gpus")
     gpus = {k: _gpu(gpus_path, k, gpus_r.sub(k)) for k in gpus_r.data}
     gr.close("reference_gpus")  # read by benchmarks/sparse_swa.py for "% of peak" only
@@ -672,7 +644,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
     if not model_files:
         raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
     for path in model_files:
-        model = _model(path, _load_yaml(path), gpus)
+        model = _model(path, load_yaml(path), gpus)
         if model.key in models:
             raise CatalogError(f"{path}: key: model {model.key!r} is defined twice")
         models[model.key] = model
@@ -682,7 +654,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
             raise CatalogError(f"{root / 'models'}: {model.key}.fallback: unknown model {model.fallback!r}")
 
     wa_path = root / "workarounds.yaml"
-    wr = _Reader(wa_path, _load_yaml(wa_path))
+    wr = _Reader(wa_path, load_yaml(wa_path))
     wa_list = wr.req("workarounds", list)
     workarounds = tuple(_workaround(wa_path, i, w, gpus) for i, w in enumerate(wa_list))
     wr.close()
@@ -692,7 +664,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
                 raise CatalogError(f"{wa_path}: {w.id}.applies.models: unknown model {m!r}")
 
     vpath = root / "vllm.yaml"
-    vr = _Reader(vpath, _load_yaml(vpath))
+    vr = _Reader(vpath, load_yaml(vpath))
     caps = []
     for i, c in enumerate(vr.req("capabilities", list)):
         cr = _Reader(vpath, c, f"capabilities[{i}]")
@@ -842,30 +814,3 @@ def _backport(cr: _Reader) -> dict:
         br.fail("rocm_modules and indexer_backends must name at least one each")
     br.close()
     return out
-
-
-def snapshot_text(root: Path | None = None) -> str:
-    """The content of PARSED for the recipe files under `root` (default: the packaged recipes/)."""
-    import json
-
-    root = Path(root) if root else recipes_dir()
-    files = {}
-    for path in sorted(root.rglob("*.yaml")):
-        raw = path.read_bytes()
-        data = _parse_yaml(path, raw)  # the strict loader: duplicate keys and bad UTF-8 fail here, as at run time
-        text = json.dumps(data, allow_nan=False, separators=(",", ":"))
-        if repr(json.loads(text)) == repr(data):  # same types, values and key order (the order is meaningful)
-            files[_content_key(raw)] = text
-    return json.dumps({"format": 1, "generated_by": "python -m rocm_dspark.recipe.catalog --snapshot", "files": files},
-                      indent=0, sort_keys=True) + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--snapshot"]:
-        sys.exit("usage: python -m rocm_dspark.recipe.catalog --snapshot   (rewrites " + str(PARSED) + ")")
-    from rocm_dspark.atomic import write_atomic
-
-    write_atomic(PARSED, snapshot_text(), mode=0o644)
-    print(f"wrote {PARSED}")
