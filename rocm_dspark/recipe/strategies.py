@@ -35,6 +35,9 @@ from rocm_dspark.errors import UsageError, did_you_mean
 STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
                   "multi_node_tp_pp", "pd_cluster")
 BACKENDS = ("mp", "ray")
+# The head address of a Kubernetes group: a sentinel host name each pod swaps for ${LWS_LEADER_ADDRESS} at start
+# (rocm_dspark/launch/k8s.py); here so the recipe side can plan with it without importing launch/.
+LEADER_PLACEHOLDER = "lws-leader-address.invalid"
 DP_LB_MODES = ("hybrid", "internal")
 CONNECTORS = ("nixl", "moriio")
 

@@ -223,7 +223,7 @@ def image_run(run) -> dict:
     if why:
         run.say(f"  {why}")
         return {"skipped": why}
-    from rocm_dspark.images.pull import PullFailed, pin
+    from rocm_dspark.up.pull import PullFailed, pin
 
     tool = image_mod.runtime()
     try:
