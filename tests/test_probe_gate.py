@@ -92,7 +92,8 @@ def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fingerprint, "current_fingerprint", must_not_run)
     verdict = gate.gate_verdict(load_catalog(), resolve_plan(load_catalog(), SELECTION), state_dir=tmp_path / "empty")
-    assert verdict == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
+    assert verdict[:3] == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
+    assert verdict.outcome == "not proven"
 
 
 def test_the_fingerprint_sees_the_host_it_is_given(mi300x_host):

@@ -145,6 +145,22 @@ def test_native_vllm_still_needs_the_probe():
     assert "v0.33.0 supports it natively" in note and "it has not been proven on this host" in note
 
 
+def test_proven_but_not_paying_is_a_verdict_state_not_a_reason_prefix():
+    # Was a string contract (reason.startswith("proven on this host")): a gate reason worded otherwise lost the
+    # state, and a not-proven reason that happened to start with those words read as "proven, not paying".
+    from rocm_dspark.recipe.plan import NOT_PAYING, NOT_PROVEN
+
+    sel = Selection(model="V4.1-Flash", gpu="mi355x")
+    not_paying = Verdict.not_paying("holds a proof (record P) but loses 4% at c=64", "p.json")
+    assert not_paying.outcome == NOT_PAYING and not not_paying.adaptive_proven
+    note = {n.topic: n.text for n in resolve(CAT, sel, not_paying).notes}["adaptive verification"]
+    assert note == "OFF: full 5-token block verification. Adaptive verification is holds a proof (record P) but loses 4% at c=64"
+    lookalike = Verdict.not_proven("proven on this host by an older record, whose fingerprint no longer matches")
+    assert lookalike.outcome == NOT_PROVEN
+    note = {n.topic: n.text for n in resolve(CAT, sel, lookalike).notes}["adaptive verification"]
+    assert "Run `rocm-dspark probe`" in note and "gate: proven on this host by an older record" in note
+
+
 @pytest.mark.parametrize("mns,k,expected", [(128, 5, 1024), (64, 5, 512), (1, 1, 8), (256, 3, 1024), (100, 4, 512)])
 def test_capture_size_in_the_plan(mns, k, expected):
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=mns, num_speculative_tokens=k))

@@ -61,16 +61,32 @@ class Selection(NamedTuple):
     no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
 
 
+# Verdict states: what the gate found, as data (the reason is words for the note, never parsed).
+PROVEN = "proven"                 # a record proves adaptive verification here and it pays (or --adaptive on)
+NOT_PROVEN = "not proven"
+NOT_PAYING = "proven, not paying"  # proven here, but the payoff half (probe/payoff.py) keeps block verification
+
+
 class Verdict(NamedTuple):
     """The gate's answer for this host: is adaptive verification proven here, and why (not)."""
 
     adaptive_proven: bool
     reason: str
     record: str | None = None
+    state: str = ""               # PROVEN | NOT_PROVEN | NOT_PAYING; "" is read from adaptive_proven
+
+    @property
+    def outcome(self) -> str:
+        return self.state or (PROVEN if self.adaptive_proven else NOT_PROVEN)
 
     @staticmethod
     def not_proven(reason: str = "no probe record was consulted") -> "Verdict":
         return Verdict(False, reason)
+
+    @staticmethod
+    def not_paying(reason: str, record: str | None) -> "Verdict":
+        """Proven on this host, but it does not pay for the declared workload: block verification stays."""
+        return Verdict(False, reason, record, NOT_PAYING)
 
 
 class Build(NamedTuple):

@@ -26,7 +26,7 @@ from rocm_dspark.recipe.capture import capture_size
 from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.recipe.plan import Build, LaunchPlan, Note, Selection, Verdict
+from rocm_dspark.recipe.plan import NOT_PAYING, Build, LaunchPlan, Note, Selection, Verdict
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
 from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
@@ -648,9 +648,6 @@ def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
                          speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
 
 
-PROVEN_BUT_NOT_PAYING = "proven on this host"
-
-
 def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     """Layer 11, last: adaptive verification on only when the gate proved it on this host."""
     verdict = verdict or Verdict.not_proven()
@@ -660,7 +657,7 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(plan, True, Note("adaptive verification", (
             f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
             f"ON: proven on this host (record {verdict.record})"))
-    if verdict.reason.startswith(PROVEN_BUT_NOT_PAYING):  # the gate's payoff half kept it off (probe/payoff.py)
+    if verdict.outcome == NOT_PAYING:  # the gate's payoff half kept it off (probe/payoff.py)
         return _switch(plan, False, Note("adaptive verification", (
             f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
     b = plan.build
