@@ -70,6 +70,7 @@ class _State:
         self.secret_env: dict[str, str] = {}
         self.extra_args: list[tuple[str, ...]] = []
         self.workaround_args: dict[str, str] = {}  # flag -> the workaround id that adds it
+        self.workaround_notes: dict[str, int] = {}  # workaround id -> the index of its note in self.notes
         self.served_name = self.host = ""
         self.port = 0
         self.k = 0
@@ -221,6 +222,7 @@ def workaround_layer(s: _State) -> None:
         s.extra_args.extend(w.args)
         s.workaround_args.update({a[0]: w.id for a in w.args})
         s.env.update(w.env)
+        s.workaround_notes[w.id] = len(s.notes)
         s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
@@ -531,11 +533,11 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
             kept.append((flag, value))
         else:
             wid = s.workaround_args.get(flag)
-            if wid:  # the workaround's flag is gone, so its note must not claim it still applies
-                topic = f"workaround {wid}"
-                s.notes = [Note(n.topic, f"not applied on build {s.build.name} ({flag} left out, see build flags). "
-                                         + n.text, f"not applied: {s.build.name} has the fix ({flag} left out)")
-                           if n.topic == topic else n for n in s.notes]
+            if wid:  # the workaround's flag is gone, so its note (found by reference, not by wording) says so
+                i = s.workaround_notes[wid]
+                n = s.notes[i]
+                s.notes[i] = n._replace(text=f"not applied on build {s.build.name} ({flag} left out, see build flags). "
+                                        + n.text, short=f"not applied: {s.build.name} has the fix ({flag} left out)")
             s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
