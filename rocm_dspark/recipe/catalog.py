@@ -200,12 +200,12 @@ class Catalog(NamedTuple):
     models: dict
     workarounds: tuple[Workaround, ...]
     capabilities: tuple[Capability, ...]
-    min_version_for_v41: str
     builds: dict = {}             # name -> plan.Build
     changes: dict = {}            # "vllm#NNNNN" -> {title, url}
     flag_rules: dict = {}         # "--flag" -> FlagRule
     adaptive_change: str = ""     # the change that makes a build accept adaptive verification for V4.1 on ROCm
     adaptive_notes: dict = {}     # refused_note, refused_evidence, native_evidence
+    dynamic_k_change: str = ""    # the change that gives vLLM a per-batch-size K (--k-per-batch-size)
     channels: dict = {}           # channel -> {retention_builds, retention_days, source}
     arch_defaults: dict = {}      # gfx arch -> {builds: (release names, in order), reason, source}
 
@@ -690,15 +690,21 @@ def _load_catalog_cached(root: Path) -> Catalog:
     if adaptive_change not in changes:
         av.fail(f"unknown change {adaptive_change!r}", "change")
     adaptive_notes = {k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")}
-    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus) for name in vr.sub("builds").data}
-    channels = {}
-    for ch, c in vr.req("channels", dict, optional=True, default={}).items():
+    kr = vr.sub("per_batch_size_k")
+    dynamic_k_change = kr.req("change", str)
+    if dynamic_k_change not in changes:
+        kr.fail(f"unknown change {dynamic_k_change!r}", "change")
+    kr.close()
+    channels = {}  # the channel list is the recipe's: a build names one of these
+    for ch, c in vr.req("channels", dict).items():
         cr = _Reader(vpath, c, f"channels.{ch}")
-        if ch not in CHANNELS:
-            cr.fail(f"unknown channel (known: {', '.join(CHANNELS)})")
         channels[ch] = {"retention_builds": cr.req("retention_builds", int, optional=True),
                         "retention_days": cr.req("retention_days", int, optional=True), "source": cr.req("source", str)}
         cr.close()
+    if "release" not in channels:  # the defaults below are releases
+        vr.fail("name the release channel", "channels")
+    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus, tuple(channels))
+              for name in vr.sub("builds").data}
     arch_defaults = {}
     for arch, d in vr.req("defaults", dict, optional=True, default={}).items():
         dr = _Reader(vpath, d, f"defaults.{arch}")
@@ -731,7 +737,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
                 raise CatalogError(f"{root / 'models'}: {p.id}.build: {p.vllm_build!r} is not in vllm.yaml builds")
     catalog = Catalog(
         root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
-        min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds, changes=changes,
+        builds=builds, changes=changes, dynamic_k_change=dynamic_k_change,
         flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
         channels=channels, arch_defaults=arch_defaults,
     )
@@ -744,11 +750,10 @@ def _load_catalog_cached(root: Path) -> Catalog:
 
 
 BUILD_STATUSES = ("current", "superseded", "floating")
-CHANNELS = ("release", "nightly", "nightly-rocm100")
 HOW = ("ancestry", "wheel", "parser", "note")
 
 
-def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
+def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channels: tuple[str, ...]):
     from rocm_dspark.recipe.plan import Build
 
     image = r.req("image", str)
@@ -761,8 +766,8 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
     if status not in BUILD_STATUSES:
         r.fail(f"expected one of {', '.join(BUILD_STATUSES)}, got {status!r}", "status")
     channel = r.req("channel", str)
-    if channel not in CHANNELS:
-        r.fail(f"expected one of {', '.join(CHANNELS)}, got {channel!r}", "channel")
+    if channel not in channels:
+        r.fail(f"expected one of {', '.join(channels)} (vllm.yaml channels), got {channel!r}", "channel")
     date = r.req("date", str, optional=True)
     if date is not None and not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", date):
         r.fail(f"expected YYYY-MM-DD or YYYY-MM, got {date!r}", "date")

@@ -99,7 +99,7 @@ class Build(NamedTuple):
     vllm_commit: str | None
     reported_version: str | None      # what `vllm --version` says (a label, not a feature test); None: not recorded
     rocm: str | None
-    channel: str                      # release | nightly | nightly-rocm100
+    channel: str                      # a channel of recipes/vllm.yaml `channels` (release, nightly, ...)
     changes: tuple[str, ...]          # upstream changes contained, e.g. ("vllm#56227", ...)
     status: str                       # current | superseded
     date: str

@@ -372,18 +372,17 @@ def speculative_layer(s: _State) -> None:
             f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals"))
 
 
-DYNAMIC_K_CHANGE = "vllm#32374"  # num_speculative_tokens_per_batch_size (recipes/vllm.yaml)
-
-
 def _k_schedule(s: _State, k: int) -> None:
     """--k-per-batch-size: vLLM's num_speculative_tokens_per_batch_size, where vLLM would really run it."""
     from rocm_dspark.recipe.k_schedule import format_schedule
 
-    sched = s.sel.k_schedule
-    if s.catalog.contains(s.build, DYNAMIC_K_CHANGE) is not True:
+    sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
+    if s.catalog.contains(s.build, change) is not True:
+        having = sorted({b.reported_version for b in s.catalog.builds.values() if b.channel == "release"
+                         and b.reported_version and s.catalog.contains(b, change) is True})
         raise UsageError(f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
-                         f"{_change_words(s.catalog, s.build, DYNAMIC_K_CHANGE)}; pick a build that does "
-                         "(--vllm-version 0.32.0 or 0.33.0) or use one K")
+                         f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
+                         f"(--vllm-version {' or '.join(having) or 'of a build that has it'}) or use one K")
     top = max(e[2] for e in sched)
     if top > k:
         raise UsageError(f"--k-per-batch-size asks for K={top}, more than --num-speculative-tokens {k} (vLLM would "
