@@ -162,7 +162,7 @@ def _cells(source: dict, concurrencies):
 # --- fit --------------------------------------------------------------------------------------------
 
 
-def _nonneg_lstsq(a, b):
+def nonneg_lstsq(a, b):
     """min ||a x - b|| with x >= 0 by trying every support (n unknowns: 2^n small solves, n <= 6)."""
     import numpy as np
 
@@ -338,7 +338,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     for rho in data["rho_grid"]:
         for al in np.arange(1.5, k + 1.0 + 1e-9, 0.01):
             a, b = _design(physics, train, k, float(al), float(rho), largest)
-            x, resid = _nonneg_lstsq(a, b)
+            x, resid = nonneg_lstsq(a, b)
             if resid < best[0]:
                 best = (resid, (float(rho), float(al), x))
     _, (rho, al, x) = best

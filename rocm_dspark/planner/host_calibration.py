@@ -194,7 +194,7 @@ def _design_row(physics, r, rho):
 def _fit_linear(physics, rows, rho_grid):
     import numpy as np
 
-    from rocm_dspark.planner.calibration import _nonneg_lstsq
+    from rocm_dspark.planner.calibration import nonneg_lstsq
 
     best = (math.inf, None, None)
     for rho in rho_grid:
@@ -202,7 +202,7 @@ def _fit_linear(physics, rows, rho_grid):
         a = np.array([p[0] for p in pairs])
         b = np.array([p[1] for p in pairs])
         cols = [i for i in range(a.shape[1]) if a[:, i].any()]
-        x_sub, resid = _nonneg_lstsq(a[:, cols], b)
+        x_sub, resid = nonneg_lstsq(a[:, cols], b)
         x = np.zeros(a.shape[1])
         x[cols] = x_sub
         if resid < best[0]:

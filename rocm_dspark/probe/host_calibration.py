@@ -54,14 +54,14 @@ class HostRecord(dict):
 
 
 def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
+    from rocm_dspark.probe.record import RecordError, check_keys, content_hash
 
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
     data = {k: v for k, v in data.items() if k != "hmac"}
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _check_keys(data, _TOP, "record")
+    check_keys(data, _TOP, "record")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
     return HostRecord(data)

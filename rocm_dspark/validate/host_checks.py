@@ -262,7 +262,7 @@ def memlock(ctx) -> Outcome:
     return Outcome(PASS, "memlock is unlimited", value=value, threshold="unlimited")
 
 
-def _hf_cache() -> Path:
+def hf_cache() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
@@ -288,7 +288,7 @@ def disk(ctx) -> Outcome:
     if os.path.isabs(serve_target):
         where = Path(serve_target)
     else:
-        where = _hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
+        where = hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
     present = _size_bytes(where) if where.exists() else 0
     probe = where
     while not probe.exists() and probe != probe.parent:
