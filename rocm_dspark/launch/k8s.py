@@ -217,7 +217,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     name = _check_name(name)
     if startup_budget_s <= 0:
         raise UsageError(f"--ready-timeout {startup_budget_s}: give a positive number of seconds")
-    argv = tuple(plan.block_argv or plan.argv)
+    argv = plan.block_argv or plan.argv
     secret_names = tuple(plan.secret_env)
     secrets = ("", f"{name}-env", secret_names)
     notes = {"rocm-dspark/profile": plan.profile, "rocm-dspark/status": f"{plan.status} ({plan.status_date})",

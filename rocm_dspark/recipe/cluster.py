@@ -97,15 +97,14 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
     from rocm_dspark.recipe.plan import Note
 
-    argv = list(plan.argv)
-    util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9
+    util = float(plan.flag("gpu_memory_utilization") or 0.9)  # the plan's typed flags (recipe/plan.py), as resolve set them
     builds = (model.memory.get("layout") or {}).get("engram_dp_shard_builds") or ()
     ranks = RankLayout(tp=layout["tp"], dp=layout["dp"], pp=layout.get("pp") or 1, nodes=layout["nodes"],
                        gpus_per_node=layout["gpus_per_node"], ep=bool(layout.get("ep")))
     memory, text = plan_memory(model, gpu, ranks, util=util, max_num_batched_tokens=plan.max_num_batched_tokens,
                                engram_resident=plan.memory.engram_gib > 0,
                                engram_dp_shard=plan.build is not None and plan.build.name in builds
-                               and "--engram-config" in argv, override=override)
+                               and plan.argv.flags.has("engram_config"), override=override)
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
 

@@ -26,10 +26,10 @@ from rocm_dspark.recipe.capture import capture_size
 from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.recipe.plan import NOT_PAYING, Build, LaunchPlan, Note, Selection, Verdict
+from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note, Selection, Verdict, flag_for
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, normalise, read, undoes
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 from rocm_dspark.recipe.vllm_env import check_env
 
@@ -47,11 +47,12 @@ class _Args:
                 return
         self.items.append((flag, value))
 
-    def argv(self) -> list[str]:
-        out: list[str] = []
-        for flag, value in self.items:
-            out.extend(emit(flag, value))  # a value starting with '-' stays glued to its flag
-        return out
+    def put(self, dest: str, value: str | None = None) -> None:
+        """Set vLLM `dest` by its flag (plan.FLAG_OF)."""
+        self.set(flag_for(dest), value)
+
+    def command(self, head: tuple[str, ...]) -> Command:
+        return Command(head, self.items)  # rendered once: a value starting with '-' stays glued to its flag
 
 
 class _State:
@@ -457,30 +458,30 @@ def command_layer(s: _State) -> _Args:
     """Every flag the layers decided, in a stable order (the speculative config is filled per command)."""
     sel, f, model = s.sel, s.fields, s.model
     args = _Args()
-    args.set("--served-model-name", s.served_name)
-    args.set("--host", s.host)
-    args.set("--port", str(s.port))
+    args.put("served_model_name", s.served_name)
+    args.put("host", s.host)
+    args.put("port", str(s.port))
     for item in model.base_args:
         args.set(*item)
-    args.set("--tensor-parallel-size", str(f["tp"]))
+    args.put("tensor_parallel_size", str(f["tp"]))
     if f["dp"] > 1:
-        args.set("--data-parallel-size", str(f["dp"]))
+        args.put("data_parallel_size", str(f["dp"]))
         if sel.nodes > 1:
-            args.set("--data-parallel-size-local", str(f["dp"] // sel.nodes))
-            args.set("--data-parallel-address", sel.head_address)
+            args.put("data_parallel_size_local", str(f["dp"] // sel.nodes))
+            args.put("data_parallel_address", sel.head_address)
             s.notes.append(Note("multi-node", (
                 f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
                 f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"),
                 f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
                 f"r*{f['dp'] // sel.nodes}"))
     if f["ep"] > 1:
-        args.set("--enable-expert-parallel")
+        args.put("enable_expert_parallel")
     if f["moe_backend"]:
-        args.set("--moe-backend", f["moe_backend"])
+        args.put("moe_backend", f["moe_backend"])
     if f["gpu_memory_utilization"] is not None:
-        args.set("--gpu-memory-utilization", f"{f['gpu_memory_utilization']:g}")
+        args.put("gpu_memory_utilization", f"{f['gpu_memory_utilization']:g}")
     if f["cudagraph_mode"]:
-        args.set("--compilation-config", _compact_json({"cudagraph_mode": f["cudagraph_mode"]}))
+        args.put("compilation_config", _compact_json({"cudagraph_mode": f["cudagraph_mode"]}))
     if f["breakable_cudagraph"] is not None:
         s.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1" if f["breakable_cudagraph"] else "0"
     engram = f["engram_cpu_offload"]
@@ -490,14 +491,14 @@ def command_layer(s: _State) -> _Args:
             raise UsageError(
                 f"profile {s.profile.id} sets Engram offload only for TP {', '.join(sorted(engram))}; "
                 f"pick one of those with --tp")
-        args.set("--engram-config", _compact_json({"cpu_offload": offload}))
+        args.put("engram_config", _compact_json({"cpu_offload": offload}))
     for item in s.extra_args:
         args.set(*item)
     flag_rules_layer(s, args)
-    args.set("--speculative-config", "")  # placeholder: filled per command below
-    args.set("--max-num-seqs", str(f["max_num_seqs"]))
-    args.set("--max-num-batched-tokens", str(f["max_num_batched_tokens"]))
-    args.set("--max-cudagraph-capture-size", str(s.cap_size))
+    args.put("speculative_config", "")  # placeholder: filled per command below
+    args.put("max_num_seqs", str(f["max_num_seqs"]))
+    args.put("max_num_batched_tokens", str(f["max_num_batched_tokens"]))
+    args.put("max_cudagraph_capture_size", str(s.cap_size))
     return args
 
 
@@ -609,7 +610,7 @@ def override_layer(s: _State, args: _Args) -> None:
             args.items = [(f, v) for f, v in args.items if f != "--speculative-config"]
         else:
             args.set("--speculative-config", _compact_json(dict(s.spec, enable_adaptive_verification=adaptive)))
-        return ("vllm", "serve", target, *args.argv())
+        return args.command(("vllm", "serve", target))
 
     s.block_argv = with_spec(False)
     s.adaptive_argv = with_spec(True) if s.adaptive_allowed else None
