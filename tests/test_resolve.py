@@ -43,17 +43,53 @@ def flags(argv):
     return out
 
 
+def golden_view(plan) -> dict:
+    """What a golden pins: the plan's structure, argv and env, and its note topics (in order). The notes' prose
+    lives in a few snapshots (NOTE_SNAPSHOTS), so one wording change rewrites those, not every golden."""
+    d = plan.to_json_dict()
+    d["note_topics"] = [n["topic"] for n in d.pop("notes")]
+    b = d.pop("build")
+    d["build"] = {k: b[k] for k in ("name", "image_tag", "digest", "channel", "reported_version", "rocm",
+                                    "adaptive_on_rocm_v41")}
+    if d["memory"]:
+        d["memory"] = {k: v for k, v in d["memory"].items() if k != "sources"}
+    return d
+
+
+def _check_golden(path: Path, got) -> None:
+    if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(path.read_text())
+
+
 @pytest.mark.parametrize("model,gpu,build,conc,tp", GOLDEN_CASES, ids=lambda v: str(v))
 def test_golden_plan_per_profile_build_and_concurrency(model, gpu, build, conc, tp):
     """Every (profile, build, concurrency) resolves, and to exactly the reviewed plan in tests/golden/
     (regenerate with ROCM_DSPARK_UPDATE_GOLDENS=1 and review the diff)."""
     plan = resolve(CAT, Selection(model=model, gpu=gpu, build=build, concurrency=conc, tp=tp))
-    path = GOLDEN / golden_name(model, gpu, build, conc, tp)
-    got = plan.to_json_dict()
-    if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(got, indent=2) + "\n")
-    assert got == json.loads(path.read_text())
+    _check_golden(GOLDEN / golden_name(model, gpu, build, conc, tp), golden_view(plan))
+
+
+# The notes' full prose (text and short), for a few plans that between them carry every kind of note.
+NOTE_SNAPSHOTS = (("DeepSeek-V4.1-Flash", "mi300x", None, None, None), ("DeepSeek-V4.1-Flash", "mi355x", None, 128, 2),
+                  ("DeepSeek-V4.1-Flash", "mi355x", "nightly-3df4ae15", None, None),
+                  ("DeepSeek-V4-Flash", "mi300x", None, None, None))
+
+
+@pytest.mark.parametrize("model,gpu,build,conc,tp", NOTE_SNAPSHOTS, ids=lambda v: str(v))
+def test_note_prose_snapshot(model, gpu, build, conc, tp):
+    plan = resolve(CAT, Selection(model=model, gpu=gpu, build=build, concurrency=conc, tp=tp))
+    notes = [n._asdict() for n in plan.notes]
+    _check_golden(GOLDEN / "notes" / golden_name(model, gpu, build, conc, tp), notes)
+
+
+def test_the_note_snapshots_cover_every_note_topic_of_the_goldens():
+    seen = set()
+    for case in NOTE_SNAPSHOTS:
+        seen |= {n["topic"].split(" ")[0] for n in json.loads((GOLDEN / "notes" / golden_name(*case)).read_text())}
+    golden = {t.split(" ")[0] for p in GOLDEN.glob("*.json") for t in json.loads(p.read_text())["note_topics"]}
+    assert golden <= seen, f"note kinds no snapshot shows in full: {sorted(golden - seen)}"
 
 
 def _public_mi355x():
