@@ -162,6 +162,7 @@ class Workaround(NamedTuple):
     evidence: str
     remove_when: str
     short: str = ""                   # what it does and why in a few words: the default output's note
+    when: dict = {}                   # conditions on the plan's own values, e.g. {"max_num_batched_tokens_below": 6144}
 
     def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
         if self.models and model not in self.models:
@@ -619,10 +620,25 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
         reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
         short=" ".join(r.req("short", str, optional=True, default="").split()),
+        when=_when(r),
     )
     applies.close()
     r.close()
     return w
+
+
+WHEN_KEYS = ("max_num_batched_tokens_below",)
+
+
+def _when(r: "_Reader") -> dict:
+    if r.data.get("when") is None:
+        return {}
+    wr = r.sub("when")
+    out = {k: wr.req(k, int) for k in WHEN_KEYS if k in wr.data}
+    if not out:
+        wr.fail(f"name a condition ({', '.join(WHEN_KEYS)})")
+    wr.close()
+    return out
 
 
 def load_catalog(root: Path | str | None = None) -> Catalog:

@@ -217,8 +217,8 @@ def build_layer(s: _State) -> None:
 
 def workaround_layer(s: _State) -> None:
     for w in s.catalog.workarounds:
-        if not w.applies(s.model.key, s.gpu.key, None):
-            continue
+        if w.when or not w.applies(s.model.key, s.gpu.key, None):
+            continue  # a `when` workaround waits for the plan's values (capture_layer)
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
         s.workaround_args.update({a[0]: w.id for a in w.args})
@@ -429,12 +429,10 @@ def capture_layer(s: _State) -> None:
             f"above it would run eager)"),
             f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
             f"rounded up to a power of two"))
-    if mnbt < 6 * 1024:
-        s.notes.append(Note("max_num_seqs", (
-            f"--max-num-batched-tokens {mnbt} is below 6 x 1024 (the API server's default max_num_seqs 1024 x "
-            f"(1+K)), so max_num_seqs stays at the capture shape ({mns}): with 1024 sequences the Engram projection "
-            f"faults during profiling (HSA_STATUS_ERROR_EXCEPTION; InferenceX MI355X script)"),
-            f"stays {mns}: 1024 sequences fault in Engram profiling below 6 x 1024 batched tokens"))
+    for w in s.catalog.workarounds:  # recipes/workarounds.yaml `when`: conditions on the plan's own values
+        below = w.when.get("max_num_batched_tokens_below")
+        if below is not None and mnbt < below and w.applies(s.model.key, s.gpu.key, None):
+            s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
