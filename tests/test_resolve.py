@@ -10,6 +10,7 @@ import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.plan import flag_pairs
 from rocm_dspark.recipe.resolve import Selection, Verdict, resolve
 from tests.conftest import FIXTURES
 
@@ -31,7 +32,11 @@ def golden_name(model, gpu, build, conc, tp) -> str:
 
 
 def flags(argv):
-    """argv -> {flag: value or None}; positional words after `vllm serve` are skipped."""
+    """{flag: value or None}: a plan's typed flags (recipe/plan.py Command); the public recipe's command, an
+    outside text, by its words (positional words after `vllm serve` are skipped)."""
+    pairs = flag_pairs(argv)
+    if pairs is not None:
+        return dict(pairs)
     out, i = {}, 3
     while i < len(argv):
         if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
