@@ -317,3 +317,11 @@ def test_the_engram_profiling_rule_is_a_recipe_workaround_with_its_evidence():
     high = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"))
     assert high.max_num_batched_tokens >= 6144 and f"workaround {w.id}" not in [n.topic for n in high.notes]
     assert "6 * 1024" not in (Path(__file__).parent.parent / "rocm_dspark/recipe/resolve.py").read_text()
+
+
+def test_a_user_gpu_memory_utilization_is_what_the_memory_budget_uses():
+    # The budget used the profile's 0.9 while vLLM ran the --vllm-arg value (and the group path's redo read the
+    # argv's 0.7): two copies of one setting that disagreed.
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", extra_args=("--gpu-memory-utilization=0.7",)))
+    assert plan.flag("gpu_memory_utilization") == "0.7"
+    assert plan.memory.usable_gib == pytest.approx(plan.memory.hbm_gib * 0.7, abs=0.01)

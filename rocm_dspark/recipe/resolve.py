@@ -321,10 +321,23 @@ def _engram_dp_shard(s: _State) -> bool:
     return s.build.name in builds and flag_verdict(s.catalog, s.build, "--engram-config")[0]
 
 
+def _user_utilization(sel: Selection) -> float | None:
+    """A --vllm-arg --gpu-memory-utilization: what vLLM will run with (the last one wins), so the budget uses it."""
+    value = None
+    for token in sel.extra_args:
+        arg = read(token)
+        if arg.flag == "--gpu-memory-utilization" and arg.value is not None:
+            try:
+                value = float(arg.value)
+            except ValueError:
+                pass  # vLLM refuses it at start; the budget keeps the plan's value
+    return value if value is not None and 0 < value <= 1 else None
+
+
 def memory_layer(s: _State) -> None:
     """Per-rank HBM budget from recipe data; refuse a layout that leaves no KV room (with the numbers)."""
     model, f, gpu = s.model, s.fields, s.gpu
-    tp, util = f["tp"], f["gpu_memory_utilization"] or 0.9
+    tp, util = f["tp"], _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9
     m = model.memory
     if not m:  # no budget data for this model: the weights must at least fit the TP group
         if model.weights_gb >= gpu.hbm_gb * tp:
