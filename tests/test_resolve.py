@@ -310,7 +310,7 @@ def test_user_compilation_config_merges_with_the_plans():
 
 def test_the_engram_profiling_rule_is_a_recipe_workaround_with_its_evidence():
     # Was a literal in resolve.py's capture layer (6 x 1024 and its evidence in an f-string).
-    w = next(w for w in CAT.workarounds if w.id == "engram-profiling-max-num-seqs")
+    w = next(w for w in CAT.workarounds if w.id == "engram-profiling")
     assert w.when == {"max_num_batched_tokens_below": 6144} and "InferenceX" in w.evidence and w.remove_when
     low = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", concurrency=128, tp=2))
     assert low.max_num_batched_tokens < 6144 and f"workaround {w.id}" in [n.topic for n in low.notes]
