@@ -1,6 +1,6 @@
 """Whole-process time of `rocm-dspark recipe --model V4.1-Flash` against `python -c "import yaml, click"`.
 
-Both are measured in the same run, interleaved, and the median ratio is printed. Target: <= 1.3x.
+Both are measured in the same run, interleaved, and the median ratio is printed. Target: <= 1.5x.
 Usage: python benchmarks/recipe_latency.py [--runs N]
 """
 
@@ -43,7 +43,7 @@ def main() -> int:
     b, r = statistics.median(base), statistics.median(rec)
     print(f"baseline  python -c 'import yaml, click'     median {b * 1000:7.1f} ms over {args.runs} runs")
     print(f"recipe    rocm-dspark recipe --model V4.1-Flash median {r * 1000:7.1f} ms over {args.runs} runs")
-    print(f"ratio     {r / b:.2f}x (target <= 1.3x)")
+    print(f"ratio     {r / b:.2f}x (target <= 1.5x)")
     return 0
 
 

@@ -50,7 +50,8 @@ def test_capability_table_by_version():
     assert not cat.vllm_capability("0.32.0").native_adaptive_on_rocm_v41
     assert cat.vllm_capability("0.33.0").native_adaptive_on_rocm_v41
     assert not cat.vllm_capability("0.29.0").supports_v41
-    assert release_tuple(cat.min_version_for_v41) == (0, 30, 0)
+    assert not hasattr(cat, "min_version_for_v41")  # loaded and never read: gone from recipes/vllm.yaml too
+    assert cat.dynamic_k_change == "vllm#32374" and set(cat.channels) == {"release", "nightly", "nightly-rocm100"}
 
 
 def _break(recipes, rel, old, new):

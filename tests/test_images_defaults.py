@@ -18,10 +18,11 @@ V41 = "DeepSeek-V4.1-Flash"
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*__default__*.json")), ids=lambda p: p.name)
 def test_every_default_golden_names_a_release_image(path):
-    plan = json.loads(path.read_text())
-    assert plan["build"]["channel"] == "release", path.name
-    assert plan["image"] == plan["build"]["image_tag"] and ":v0.33.0" in plan["image"]
-    assert "unresolved" in next(n["text"] for n in plan["notes"] if n["topic"] == "image")
+    golden = json.loads(path.read_text())
+    plan = resolve(CAT, Selection(model=golden["model_key"], gpu=golden["gpu"]))
+    assert plan.build.channel == "release" and golden["build"]["channel"] == "release", path.name
+    assert plan.image == plan.build.image_tag == golden["image"] and ":v0.33.0" in plan.image
+    assert "unresolved" in next(n.text for n in plan.notes if n.topic == "image")
 
 
 @pytest.mark.parametrize("gpu", sorted(CAT.gpus))

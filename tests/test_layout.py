@@ -17,30 +17,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "rocm_dspark"
 
-# Lower layers never import higher ones. A module's layer is that of its longest listed prefix.
-LAYERS = {
-    # foundations: what every subsystem imports
-    "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.inputs": 0,
-    "rocm_dspark.recipe": 0, "rocm_dspark.recipe.plan": 0, "rocm_dspark.recipe.capture": 0,
-    "rocm_dspark.recipe.vllm_args": 0, "rocm_dspark.recipe.vllm_env": 0, "rocm_dspark.recipe.secret_env": 0,
-    "rocm_dspark.recipe.k_schedule": 0,
-    "rocm_dspark.launch": 0, "rocm_dspark.launch.quoting": 0, "rocm_dspark.launch.launch_facts": 0,
-    # facts, kernels, runtime, planner
-    "rocm_dspark.recipe.catalog": 1, "rocm_dspark.recipe.strategies": 1, "rocm_dspark.attention": 1,
-    "rocm_dspark.runtime": 1, "rocm_dspark.planner": 1, "rocm_dspark.recipe.memory": 1,
-    "rocm_dspark.runtime.server_phases": 1, "rocm_dspark.runtime.progress": 1,
-    "rocm_dspark.images": 1, "rocm_dspark.images.pull": 4,  # pull is up's image step, shared with `launch --pull`
-    # resolver and renderers
-    "rocm_dspark.recipe.resolve": 2, "rocm_dspark.launch.render": 2, "rocm_dspark.launch.render_cluster": 2,
-    "rocm_dspark.launch.launchers": 2, "rocm_dspark.launch.launch_group": 2, "rocm_dspark.launch.k8s": 2,
-    # probe, plugin, selection
-    "rocm_dspark.recipe.selection": 3, "rocm_dspark.recipe.cluster": 3, "rocm_dspark.probe": 3,
-    "rocm_dspark.vllm_plugin": 3, "rocm_dspark.recipe.plan_apply": 3,
-    "rocm_dspark.validate": 4, "rocm_dspark.up": 4,
-    "rocm_dspark.cli": 5, "rocm_dspark.__main__": 5,
+# Lower layers never import higher ones. A package's layer is its band [n, n+1); a module listed on its own
+# gets an order inside its package's band (it may not leave the band: that is how upward arrows hid before).
+PACKAGE_LAYERS = {
+    "rocm_dspark": 0,                                                   # foundations (the root modules)
+    "rocm_dspark.images": 1, "rocm_dspark.runtime": 1, "rocm_dspark.attention": 1,
+    "rocm_dspark.recipe": 2,                                            # data in, plan out
+    "rocm_dspark.planner": 3, "rocm_dspark.launch": 3,                  # plan in: prices, files
+    "rocm_dspark.vllm_plugin": 4,
+    "rocm_dspark.probe": 5,                                             # the gate
+    "rocm_dspark.usecase": 6,                                           # options -> selection -> plan -> verdict
+    "rocm_dspark.validate": 7, "rocm_dspark.up": 8,
+    "rocm_dspark.cli": 9, "rocm_dspark.__main__": 9,
 }
-LAYER_NAMES = ["foundations", "facts, kernels, runtime, planner", "resolver and renderers", "probe, plugin, selection",
-               "validation", "CLI"]
+MODULE_ORDER = {
+    "rocm_dspark.recipe.plan": 2.0, "rocm_dspark.recipe.capture": 2.0, "rocm_dspark.recipe.vllm_args": 2.0,
+    "rocm_dspark.recipe.vllm_env": 2.0, "rocm_dspark.recipe.secret_env": 2.0, "rocm_dspark.recipe.k_schedule": 2.0,
+    "rocm_dspark.recipe.catalog": 2.1, "rocm_dspark.recipe.strategies": 2.1, "rocm_dspark.recipe.memory": 2.1,
+    "rocm_dspark.recipe.resolve": 2.2, "rocm_dspark.recipe.selection": 2.3, "rocm_dspark.recipe.cluster": 2.3,
+    "rocm_dspark.recipe.plan_apply": 2.3,
+    "rocm_dspark.launch.quoting": 3.0, "rocm_dspark.launch.launch_facts": 3.0,
+}
+LAYERS = {**PACKAGE_LAYERS, **MODULE_ORDER}
+LAYER_NAMES = ["foundations", "images, runtime, kernels", "recipe", "planner, launch", "plugin", "probe", "use case",
+               "validate", "up", "CLI"]
 
 
 def modules() -> dict[str, Path]:
@@ -62,16 +62,33 @@ def _owner(name: str) -> str | None:
     return name or None
 
 
+def _module_name(path: Path) -> str:
+    if not path.is_relative_to(ROOT):  # a file the checker's own test writes
+        return "rocm_dspark.recipe." + path.stem
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def imports(path: Path) -> list[tuple[str, int]]:
-    """(imported module, line) for every import in the file, including those inside functions."""
+    """(imported module, line) for every import in the file: top-level and inside functions, relative ones
+    resolved, and importlib.import_module("literal")."""
     found = []
+    package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
             for a in node.names:
-                sub = f"{node.module}.{a.name}"
-                found.append((sub if sub in MODULES else node.module, node.lineno))
+                sub = f"{base}.{a.name}"
+                found.append((sub if sub in MODULES else base, node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append((node.args[0].value, node.lineno))
     return found
 
 
@@ -83,12 +100,30 @@ def graph() -> dict[str, set[str]]:
     return edges
 
 
-def layer(name: str) -> int:
-    probe = name
-    while probe not in LAYERS or (probe == "rocm_dspark" and name != probe):
-        assert "." in probe, f"{name} has no layer: add it (or its package) to LAYERS in tests/test_layout.py"
-        probe = probe.rpartition(".")[0]
-    return LAYERS[probe]
+def layer(name: str) -> float:
+    if name in MODULE_ORDER:
+        return MODULE_ORDER[name]
+    pkg = _package(name)
+    assert pkg in PACKAGE_LAYERS, f"{name} has no layer: add its package to PACKAGE_LAYERS in tests/test_layout.py"
+    return PACKAGE_LAYERS[pkg]
+
+
+def _package(name: str) -> str:
+    """The subsystem package of a module: rocm_dspark.<pkg>, or rocm_dspark for the root modules."""
+    parts = name.split(".")
+    if len(parts) >= 2 and (PACKAGE / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return "rocm_dspark.__main__" if name == "rocm_dspark.__main__" else "rocm_dspark"
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    out = []
+    for name, targets in edges.items():
+        for target in targets:
+            if layer(target) > layer(name):
+                a, b = int(layer(name)), int(layer(target))
+                out.append(f"{name} ({LAYER_NAMES[a]}) imports {target} ({LAYER_NAMES[b]})")
+    return sorted(out)
 
 
 def test_only_the_cli_imports_click():
@@ -98,18 +133,29 @@ def test_only_the_cli_imports_click():
 
 
 def test_no_module_imports_upward():
-    upward = []
-    for name, targets in graph().items():
-        for target in targets:
-            if layer(target) > layer(name):
-                upward.append(f"{name} ({LAYER_NAMES[layer(name)]}) imports {target} ({LAYER_NAMES[layer(target)]})")
-    assert upward == [], "\n".join(sorted(upward))
+    assert upward_imports(graph()) == [], "\n".join(upward_imports(graph()))
 
 
-def test_the_checker_sees_an_upward_import():
-    # The test above must be able to fail: the CLI sits above everything.
+def test_every_module_order_stays_inside_its_package_band():
+    # A module may be ordered inside its package, never lifted out of it (images.pull once sat at up's layer).
+    for name, value in MODULE_ORDER.items():
+        band = PACKAGE_LAYERS[_package(name)]
+        assert band <= value < band + 1, f"{name}: {value} is outside {_package(name)}'s band [{band}, {band + 1})"
+    assert set(PACKAGE_LAYERS) >= {_package(m) for m in MODULES}, "a package has no layer in PACKAGE_LAYERS"
+
+
+def test_the_checker_sees_an_upward_import(tmp_path):
+    # The test above must be able to fail: the CLI sits above everything, and a function-level, relative or
+    # import_module() import counts as much as a top-level one.
     assert layer("rocm_dspark.cli.recipe") > layer("rocm_dspark.validate.runner") > layer("rocm_dspark.recipe.catalog")
     assert "rocm_dspark.recipe.catalog" in graph()["rocm_dspark.recipe.resolve"]
+    src = tmp_path / "m.py"
+    src.write_text("def f():\n    from rocm_dspark.probe import gate\n"
+                   "def g():\n    import importlib\n    importlib.import_module('rocm_dspark.up.steps')\n")
+    found = {m for m, _ in imports(src)}
+    assert {"rocm_dspark.probe.gate", "rocm_dspark.up.steps"} <= found
+    edges = {"rocm_dspark.recipe.selection": {"rocm_dspark.probe.gate"}}
+    assert upward_imports(edges) == ["rocm_dspark.recipe.selection (recipe) imports rocm_dspark.probe.gate (probe)"]
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -169,7 +215,7 @@ def test_readme_layout_names_every_folder_and_only_real_paths():
     assert unnamed == [], f"folders the README layout section does not name: {unnamed}"
 
 
-ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs"}  # what every subsystem imports
+ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs", "statedir"}  # what every subsystem imports
 
 
 def test_the_package_root_holds_only_the_foundations():
@@ -189,3 +235,24 @@ def test_templates_are_package_data_and_the_only_symlink_is_recipes():
     assert '"rocm_dspark.launch" = ["templates/*"]' in pyproject
     assert 'LAUNCH_DIR = Path(__file__).resolve().parent / "templates"' in (PACKAGE / "launch" / "launchers.py").read_text()
 
+
+
+def private_imports() -> list[str]:
+    """`from rocm_dspark.x import _name` in another module: a shared name should be public (or moved)."""
+    out = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rocm_dspark") and node.level == 0:
+                out += [f"{name}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return sorted(out)
+
+
+def test_no_private_name_crosses_a_package():
+    # Inside one package a private helper may be shared (attention/_triton); across packages it is an API.
+    crossing = [line for line in private_imports()
+                if _package(line.split(":")[0]) != _package(line.split(" imports ")[1].rpartition(".")[0])]
+    assert crossing == [], "\n".join(crossing)
+    # The names the design review found shared (issue 31), inside their packages too: public now.
+    named = ("_load_yaml", "_nonneg_lstsq", "_check_keys", "_from_outcome", "_hf_cache")
+    assert [line for line in private_imports() if line.endswith(named)] == []

@@ -92,7 +92,8 @@ def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fingerprint, "current_fingerprint", must_not_run)
     verdict = gate.gate_verdict(load_catalog(), resolve_plan(load_catalog(), SELECTION), state_dir=tmp_path / "empty")
-    assert verdict == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
+    assert verdict[:3] == (False, f"no probe record in {tmp_path / 'empty' / 'probe'}", None)
+    assert verdict.outcome == "not proven"
 
 
 def test_the_fingerprint_sees_the_host_it_is_given(mi300x_host):
@@ -395,7 +396,7 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
     from tests.test_host_fit import synthetic_table
 
     from rocm_dspark.recipe import resolve as resolver
-    from rocm_dspark.recipe import selection
+    from rocm_dspark.usecase import launch_plan as selection
     from rocm_dspark.probe.calibration_record import run_calibrate
 
     catalog = load_catalog()

@@ -10,6 +10,7 @@ import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.plan import flag_pairs
 from rocm_dspark.recipe.resolve import Selection, Verdict, resolve
 from tests.conftest import FIXTURES
 
@@ -31,7 +32,11 @@ def golden_name(model, gpu, build, conc, tp) -> str:
 
 
 def flags(argv):
-    """argv -> {flag: value or None}; positional words after `vllm serve` are skipped."""
+    """{flag: value or None}: a plan's typed flags (recipe/plan.py Command); the public recipe's command, an
+    outside text, by its words (positional words after `vllm serve` are skipped)."""
+    pairs = flag_pairs(argv)
+    if pairs is not None:
+        return dict(pairs)
     out, i = {}, 3
     while i < len(argv):
         if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
@@ -43,17 +48,53 @@ def flags(argv):
     return out
 
 
+def golden_view(plan) -> dict:
+    """What a golden pins: the plan's structure, argv and env, and its note topics (in order). The notes' prose
+    lives in a few snapshots (NOTE_SNAPSHOTS), so one wording change rewrites those, not every golden."""
+    d = plan.to_json_dict()
+    d["note_topics"] = [n["topic"] for n in d.pop("notes")]
+    b = d.pop("build")
+    d["build"] = {k: b[k] for k in ("name", "image_tag", "digest", "channel", "reported_version", "rocm",
+                                    "adaptive_on_rocm_v41")}
+    if d["memory"]:
+        d["memory"] = {k: v for k, v in d["memory"].items() if k != "sources"}
+    return d
+
+
+def _check_golden(path: Path, got) -> None:
+    if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(path.read_text())
+
+
 @pytest.mark.parametrize("model,gpu,build,conc,tp", GOLDEN_CASES, ids=lambda v: str(v))
 def test_golden_plan_per_profile_build_and_concurrency(model, gpu, build, conc, tp):
     """Every (profile, build, concurrency) resolves, and to exactly the reviewed plan in tests/golden/
     (regenerate with ROCM_DSPARK_UPDATE_GOLDENS=1 and review the diff)."""
     plan = resolve(CAT, Selection(model=model, gpu=gpu, build=build, concurrency=conc, tp=tp))
-    path = GOLDEN / golden_name(model, gpu, build, conc, tp)
-    got = plan.to_json_dict()
-    if os.environ.get("ROCM_DSPARK_UPDATE_GOLDENS") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps(got, indent=2) + "\n")
-    assert got == json.loads(path.read_text())
+    _check_golden(GOLDEN / golden_name(model, gpu, build, conc, tp), golden_view(plan))
+
+
+# The notes' full prose (text and short), for a few plans that between them carry every kind of note.
+NOTE_SNAPSHOTS = (("DeepSeek-V4.1-Flash", "mi300x", None, None, None), ("DeepSeek-V4.1-Flash", "mi355x", None, 128, 2),
+                  ("DeepSeek-V4.1-Flash", "mi355x", "nightly-3df4ae15", None, None),
+                  ("DeepSeek-V4-Flash", "mi300x", None, None, None))
+
+
+@pytest.mark.parametrize("model,gpu,build,conc,tp", NOTE_SNAPSHOTS, ids=lambda v: str(v))
+def test_note_prose_snapshot(model, gpu, build, conc, tp):
+    plan = resolve(CAT, Selection(model=model, gpu=gpu, build=build, concurrency=conc, tp=tp))
+    notes = [n._asdict() for n in plan.notes]
+    _check_golden(GOLDEN / "notes" / golden_name(model, gpu, build, conc, tp), notes)
+
+
+def test_the_note_snapshots_cover_every_note_topic_of_the_goldens():
+    seen = set()
+    for case in NOTE_SNAPSHOTS:
+        seen |= {n["topic"].split(" ")[0] for n in json.loads((GOLDEN / "notes" / golden_name(*case)).read_text())}
+    golden = {t.split(" ")[0] for p in GOLDEN.glob("*.json") for t in json.loads(p.read_text())["note_topics"]}
+    assert golden <= seen, f"note kinds no snapshot shows in full: {sorted(golden - seen)}"
 
 
 def _public_mi355x():
@@ -143,6 +184,22 @@ def test_native_vllm_still_needs_the_probe():
     assert not plan.adaptive_verification
     note = {n.topic: n.text for n in plan.notes}["adaptive verification"]
     assert "v0.33.0 supports it natively" in note and "it has not been proven on this host" in note
+
+
+def test_proven_but_not_paying_is_a_verdict_state_not_a_reason_prefix():
+    # Was a string contract (reason.startswith("proven on this host")): a gate reason worded otherwise lost the
+    # state, and a not-proven reason that happened to start with those words read as "proven, not paying".
+    from rocm_dspark.recipe.plan import NOT_PAYING, NOT_PROVEN
+
+    sel = Selection(model="V4.1-Flash", gpu="mi355x")
+    not_paying = Verdict.not_paying("holds a proof (record P) but loses 4% at c=64", "p.json")
+    assert not_paying.outcome == NOT_PAYING and not not_paying.adaptive_proven
+    note = {n.topic: n.text for n in resolve(CAT, sel, not_paying).notes}["adaptive verification"]
+    assert note == "OFF: full 5-token block verification. Adaptive verification is holds a proof (record P) but loses 4% at c=64"
+    lookalike = Verdict.not_proven("proven on this host by an older record, whose fingerprint no longer matches")
+    assert lookalike.outcome == NOT_PROVEN
+    note = {n.topic: n.text for n in resolve(CAT, sel, lookalike).notes}["adaptive verification"]
+    assert "Run `rocm-dspark probe`" in note and "gate: proven on this host by an older record" in note
 
 
 @pytest.mark.parametrize("mns,k,expected", [(128, 5, 1024), (64, 5, 512), (1, 1, 8), (256, 3, 1024), (100, 4, 512)])
@@ -249,3 +306,22 @@ def test_user_compilation_config_merges_with_the_plans():
     assert list(plan.argv).count("--compilation-config") == 1
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", extra_args=('--compilation-config={"mode":3}',)))
     assert _compilation(plan) == {"mode": 3}
+
+
+def test_the_engram_profiling_rule_is_a_recipe_workaround_with_its_evidence():
+    # Was a literal in resolve.py's capture layer (6 x 1024 and its evidence in an f-string).
+    w = next(w for w in CAT.workarounds if w.id == "engram-profiling")
+    assert w.when == {"max_num_batched_tokens_below": 6144} and "InferenceX" in w.evidence and w.remove_when
+    low = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", concurrency=128, tp=2))
+    assert low.max_num_batched_tokens < 6144 and f"workaround {w.id}" in [n.topic for n in low.notes]
+    high = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"))
+    assert high.max_num_batched_tokens >= 6144 and f"workaround {w.id}" not in [n.topic for n in high.notes]
+    assert "6 * 1024" not in (Path(__file__).parent.parent / "rocm_dspark/recipe/resolve.py").read_text()
+
+
+def test_a_user_gpu_memory_utilization_is_what_the_memory_budget_uses():
+    # The budget used the profile's 0.9 while vLLM ran the --vllm-arg value (and the group path's redo read the
+    # argv's 0.7): two copies of one setting that disagreed.
+    plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", extra_args=("--gpu-memory-utilization=0.7",)))
+    assert plan.flag("gpu_memory_utilization") == "0.7"
+    assert plan.memory.usable_gib == pytest.approx(plan.memory.hbm_gib * 0.7, abs=0.01)

@@ -134,10 +134,21 @@ def test_bad_input_is_one_line(kw, match):
 
 
 def _with_spec(argv, **changes):
-    out = list(argv)
-    i = out.index("--speculative-config") + 1
-    out[i] = json.dumps({**json.loads(out[i]), **changes}, separators=(",", ":"))
-    return tuple(out)
+    """The plan's command with its speculative config changed (through its typed flags, recipe/plan.py)."""
+    spec = json.dumps({**json.loads(argv.flags.get("speculative_config")), **changes}, separators=(",", ":"))
+    return argv.replaced([(f, spec if f == "--speculative-config" else v) for f, v in argv.flags])
+
+
+def test_a_group_command_keeps_a_value_that_starts_with_a_dash_glued_to_its_flag():
+    # strategies re-parsed the plan's argv and wrote `--flag value` back, so a user value like -1 became a word of
+    # its own, which vLLM's argparse may read as a flag; the node commands now render from the typed flags.
+    cat = load_catalog()
+    plan = resolve(cat, Selection(model="V4.1-Flash", gpu="mi355x", extra_args=("--seed=-1",)))
+    assert "--seed=-1" in plan.argv
+    c = expand(ClusterSpec("multi_node_dep", 2, head_address="10.0.0.1"), plan.argv, plan.env,
+               query_heads=cat.find_model("V4.1-Flash").query_heads)
+    for cmd in c.commands:
+        assert "--seed=-1" in cmd.argv and "-1" not in cmd.argv and cmd.argv.flags.get("seed") == "-1"
 
 
 def test_vllm_refusals():

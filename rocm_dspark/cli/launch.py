@@ -11,7 +11,7 @@ from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.selection import plan_from_options
+from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
 @click.command()
@@ -46,7 +46,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
-        from rocm_dspark.recipe.cluster import cluster_for
+        from rocm_dspark.usecase.launch_plan import cluster_for
         from rocm_dspark.launch.launch_group import write_group
 
         copts["strategy"] = copts.get("strategy") or "single_node"
@@ -65,7 +65,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     if pull:
         if not container:
             raise UsageError("--pull pins the image of a container launcher: add --container")
-        from rocm_dspark.images.pull import pin_for_launch
+        from rocm_dspark.up.pull import pin_for_launch
         from rocm_dspark.probe.store import state_dir
 
         plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))

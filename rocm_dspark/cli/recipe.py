@@ -10,7 +10,7 @@ from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.selection import plan_from_options
+from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
 @click.command()
@@ -41,7 +41,7 @@ def recipe(fmt, explain, **opts):
 
 
 def _cluster(fmt, opts, copts, explain=False):
-    from rocm_dspark.recipe.cluster import cluster_for
+    from rocm_dspark.usecase.launch_plan import cluster_for
 
     copts.setdefault("strategy", None)
     copts["strategy"] = copts["strategy"] or "single_node"

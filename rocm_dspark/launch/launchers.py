@@ -18,7 +18,8 @@ from rocm_dspark.launch import launch_facts, quoting
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.plan import LaunchPlan
+from rocm_dspark.recipe.plan import LaunchPlan, flag_pairs
+from rocm_dspark.recipe.vllm_args import emit
 
 # The templates are package data next to this module (so wheels ship them).
 LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
@@ -106,7 +107,12 @@ def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
 
 
 def _argv_lines(argv: tuple[str, ...], what: str) -> str:
-    """One array element per line, except that a flag and its value share a line (easier to read)."""
+    """One array element per line, except that a flag and its value share a line: the plan's typed flags
+    (recipe/plan.py Command); a command from elsewhere (--server-json) by its words' shape."""
+    pairs = flag_pairs(argv)
+    if pairs is not None:
+        lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
+        return "\n".join(lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in pairs])
     lines: list[str] = []
     after_flag = False
     lead = 0  # the program and its positional words (vllm serve MODEL) share the first line

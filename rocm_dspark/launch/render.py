@@ -5,12 +5,17 @@ from __future__ import annotations
 import shlex
 
 from rocm_dspark.launch import launch_facts
-from rocm_dspark.recipe.plan import LaunchPlan
+from rocm_dspark.recipe.plan import LaunchPlan, flag_pairs
+from rocm_dspark.recipe.vllm_args import emit
 
 
 def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
-    """First `head` words on one line, then one flag (with its value) per line."""
+    """First `head` words on one line, then one flag (with its value) per line: from the plan's typed flags
+    (recipe/plan.py Command); other words (docker's own flags) by their shape."""
     lines = [" ".join(shlex.quote(a) for a in argv[:head])]
+    pairs = flag_pairs(argv)
+    if pairs is not None and len(argv.head) == head:
+        return lines + ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in pairs]
     i = head
     while i < len(argv):
         word = argv[i]

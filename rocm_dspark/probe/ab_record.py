@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
+from rocm_dspark.probe.record import RecordError, check_keys, content_hash
 
 SCHEMA = "rocm-dspark/ab-record/1"
 SUBDIR = "ab"
@@ -84,7 +84,7 @@ def parse_data(data) -> ABRecord:
     data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _check_keys(data, _TOP, "record")
+    check_keys(data, _TOP, "record")
     if not ID_PATTERN.match(data["id"]):
         raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
     if data["sha256"] != content_hash(data):
@@ -92,7 +92,7 @@ def parse_data(data) -> ABRecord:
     if set(data["arms"]) != set(ARMS):
         raise RecordError(f"arms must be exactly {ARMS}")
     for name in ARMS:
-        _check_keys(data["arms"][name], _ARM, f"arms.{name}")
+        check_keys(data["arms"][name], _ARM, f"arms.{name}")
     if data["concurrency"] < 1:
         raise RecordError("concurrency must be positive")
     if data["verdict"] != verdict_of(data["arms"], data["concurrency"]):

@@ -55,7 +55,7 @@ class HostRecord(dict):
 
 
 def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import RecordError, _check_keys, content_hash
+    from rocm_dspark.probe.record import RecordError, check_keys, content_hash
 
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
@@ -63,7 +63,7 @@ def parse_data(data) -> HostRecord:
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     # not_identified: written since issue #29; an older record without it parses as before
-    _check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
+    check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
     return HostRecord(data)

@@ -114,23 +114,20 @@ def host_fingerprint(gpus: dict | None = None, soft: dict | None = None) -> dict
 
 # --- plan ------------------------------------------------------------------------------------------
 
-_WHERE_FLAGS = {"--host", "--port"}
+_WHERE = ("host", "port")  # vLLM dests that only say where it listens
 
 
 def launch_identity(plan) -> dict:
-    """The plan's adaptive argv and env without --host/--port: what must be the same command that was probed."""
+    """The plan's adaptive argv and env without --host/--port: what must be the same command that was probed.
+    Read from the command's typed flags (recipe/plan.py Command), rendered as resolve renders them."""
+    from rocm_dspark.recipe.plan import Command, flag_for, flag_pairs
+
     command = plan.adaptive_argv or plan.argv
-    argv, i = [], 0
-    while i < len(command):
-        token = command[i]
-        if token in _WHERE_FLAGS:
-            i += 2
-            continue
-        if token.partition("=")[0] in _WHERE_FLAGS:
-            i += 1
-            continue
-        argv.append(token)
-        i += 1
+    pairs = flag_pairs(command)
+    if pairs is None:
+        raise TypeError("launch_identity needs a resolved plan's command (recipe/plan.py Command)")
+    where = {flag_for(d) for d in _WHERE}
+    argv = list(Command(command.head, [(f, v) for f, v in pairs if f not in where]))
     # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
     from rocm_dspark.recipe.secret_env import digest
 

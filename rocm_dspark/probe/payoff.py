@@ -50,11 +50,11 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
 
 
 def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None) -> Payoff:
-    from rocm_dspark.recipe.catalog import _load_yaml, recipes_dir
+    from rocm_dspark.recipe.catalog import load_yaml, recipes_dir
 
     path = recipes_dir() / "adaptive_payoff.yaml"
     try:
-        data = _load_yaml(path)
+        data = load_yaml(path)
         entry = data["models"][model_key]
         prof = entry["profiles"][gpu]
     except (KeyError, TypeError, OSError):
@@ -151,7 +151,7 @@ def combine(proof, payoff: Payoff | None, mode: str):
 
     auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
     on:   proof alone; a warning when (b) says it loses."""
-    from rocm_dspark.recipe.resolve import PROVEN_BUT_NOT_PAYING, Verdict
+    from rocm_dspark.recipe.plan import Verdict
 
     if not proof.adaptive_proven or payoff is None:
         return proof, None
@@ -163,5 +163,5 @@ def combine(proof, payoff: Payoff | None, mode: str):
     if payoff.state == PAYS:
         return Verdict(True, f"{proof.reason}; {decided}", proof.record), None
     why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
-    return Verdict(False, f"{PROVEN_BUT_NOT_PAYING} ({proof.reason}), but {why} for the declared workload, so block "
-                          f"verification stays ({decided})", proof.record), None
+    return Verdict.not_paying(f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
+                              f"verification stays ({decided})", proof.record), None

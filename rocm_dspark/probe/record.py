@@ -142,7 +142,7 @@ def _type_ok(value, kind) -> bool:
     return isinstance(value, kinds)
 
 
-def _check_keys(obj: dict, spec: dict, where: str) -> None:
+def check_keys(obj: dict, spec: dict, where: str) -> None:
     missing = sorted(spec.keys() - obj.keys())
     extra = sorted(obj.keys() - spec.keys())
     if missing:
@@ -160,12 +160,12 @@ def parse_record_data(data) -> Record:
     data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    _check_keys(data, _TOP, "record")
+    check_keys(data, _TOP, "record")
     if not ID_PATTERN.match(data["id"]):
         raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
-    _check_keys(data["fingerprint"], _FINGERPRINT, "fingerprint")
+    check_keys(data["fingerprint"], _FINGERPRINT, "fingerprint")
     launch = data["fingerprint"]["launch"]
     if (set(launch) != {"argv", "env"} or not isinstance(launch["argv"], list) or not isinstance(launch["env"], dict)
             or not all(isinstance(t, str) for t in launch["argv"])
@@ -178,7 +178,7 @@ def parse_record_data(data) -> Record:
     for i, raw in enumerate(data["levels"]):
         if not isinstance(raw, dict):
             raise RecordError(f"levels[{i}] is not an object")
-        _check_keys(raw, _LEVEL, f"levels[{i}]")
+        check_keys(raw, _LEVEL, f"levels[{i}]")
         if raw["name"] not in requested:
             raise RecordError(f"levels[{i}] is {raw['name']!r}, which was not requested")
         levels.append(LevelResult(**raw))

@@ -3,7 +3,7 @@
 Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
 rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600). Both kinds follow the
 same rules, stated here for probe/.
-State directory, first that is set: `--state-dir`, then rocm_dspark.launch.launch_facts.STATE_ROOTS
+State directory, first that is set: `--state-dir`, then rocm_dspark.statedir.STATE_ROOTS
 (`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`).
 
 A record is trusted only when
@@ -34,34 +34,13 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_at_most
-from rocm_dspark.launch.launch_facts import STATE_ROOTS, state_root
+from rocm_dspark.statedir import ENV_VAR, STATE_ROOTS, state_dir, state_root  # noqa: F401 (store.state_dir is public)
 
-ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
 SUBDIR = "probe"
 KEY_FILE = "host.key"
 MAX_RECORD_BYTES = 1 << 20     # a real record is a few KiB; its live log is a separate file
 MAX_TOTAL_BYTES = 64 << 20     # all candidates together
 CLOCK_SKEW_S = 300
-
-
-def _expand(raw: str | os.PathLike, what: str) -> Path:
-    try:
-        return Path(raw).expanduser()
-    except RuntimeError:  # "~nosuchuser/..."
-        raise UsageError(f"{what} {str(raw)!r}: no such user's home directory; give an absolute path") from None
-
-
-def state_dir(explicit: str | os.PathLike | None = None) -> Path:
-    if explicit:
-        return _expand(explicit, "--state-dir")
-    root = state_root()  # the rule the generated launcher follows too
-    if root:
-        return _expand(root, "the state directory")
-    try:
-        home = Path.home()
-    except RuntimeError:
-        raise UsageError(f"no home directory for this user; pass --state-dir or set {ENV_VAR}") from None
-    return home / ".local" / "state" / "rocm-dspark"
 
 
 def records_dir(explicit: str | os.PathLike | None = None) -> Path:

@@ -162,6 +162,7 @@ class Workaround(NamedTuple):
     evidence: str
     remove_when: str
     short: str = ""                   # what it does and why in a few words: the default output's note
+    when: dict = {}                   # conditions on the plan's own values, e.g. {"max_num_batched_tokens_below": 6144}
 
     def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
         if self.models and model not in self.models:
@@ -200,12 +201,12 @@ class Catalog(NamedTuple):
     models: dict
     workarounds: tuple[Workaround, ...]
     capabilities: tuple[Capability, ...]
-    min_version_for_v41: str
     builds: dict = {}             # name -> plan.Build
     changes: dict = {}            # "vllm#NNNNN" -> {title, url}
     flag_rules: dict = {}         # "--flag" -> FlagRule
     adaptive_change: str = ""     # the change that makes a build accept adaptive verification for V4.1 on ROCm
     adaptive_notes: dict = {}     # refused_note, refused_evidence, native_evidence
+    dynamic_k_change: str = ""    # the change that gives vLLM a per-batch-size K (--k-per-batch-size)
     channels: dict = {}           # channel -> {retention_builds, retention_days, source}
     arch_defaults: dict = {}      # gfx arch -> {builds: (release names, in order), reason, source}
 
@@ -394,44 +395,16 @@ def _strict_loader():
 
 _LOADER = None
 
-# The parsed recipes, generated (`python -m rocm_dspark.recipe.catalog --snapshot`, tests/test_catalog_snapshot.py keeps
-# it equal to recipes/): PyYAML's object construction is most of `recipe`'s start-up, JSON's is 1/50 of it. An
-# entry is used only for a file of exactly the size and CRC-32 it was made from (an edited recipe is parsed
-# again), and only where JSON holds the data exactly (int keys do not survive: those files stay YAML-only).
-# It sits beside the code, with the same trust as recipes/ itself.
-PARSED = Path(__file__).with_name("recipes_parsed.json")
-
-
-@lru_cache(maxsize=1)
-def _parsed() -> dict:
-    import json
-
-    try:
-        data = json.loads(PARSED.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    files = data.get("files") if isinstance(data, dict) and data.get("format") == 1 else None
-    return files if isinstance(files, dict) else {}
-
-
-def _content_key(raw: bytes) -> str:
-    import binascii  # already loaded by yaml.constructor; hashlib would cost ~10 ms of start-up
-
-    return f"{len(raw)}:{binascii.crc32(raw):08x}"
-
-
-def _load_yaml(path: Path):
+def load_yaml(path: Path):
+    """One recipe file through the strict loader (duplicate keys, bad UTF-8: CatalogError naming the file)."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
     except OSError as exc:
         raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
-    hit = _parsed().get(_content_key(raw))
-    if isinstance(hit, str):
-        import json
-
-        return json.loads(hit)
     return _parse_yaml(path, raw)
+
+
 
 
 def _parse_yaml(path: Path, raw: bytes):
@@ -647,10 +620,25 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
         reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
         short=" ".join(r.req("short", str, optional=True, default="").split()),
+        when=_when(r),
     )
     applies.close()
     r.close()
     return w
+
+
+WHEN_KEYS = ("max_num_batched_tokens_below",)
+
+
+def _when(r: "_Reader") -> dict:
+    if r.data.get("when") is None:
+        return {}
+    wr = r.sub("when")
+    out = {k: wr.req(k, int) for k in WHEN_KEYS if k in wr.data}
+    if not out:
+        wr.fail(f"name a condition ({', '.join(WHEN_KEYS)})")
+    wr.close()
+    return out
 
 
 def load_catalog(root: Path | str | None = None) -> Catalog:
@@ -661,7 +649,7 @@ def load_catalog(root: Path | str | None = None) -> Catalog:
 @lru_cache(maxsize=8)
 def _load_catalog_cached(root: Path) -> Catalog:
     gpus_path = root / "gpus.yaml"
-    gr = _Reader(gpus_path, _load_yaml(gpus_path))
+    gr = _Reader(gpus_path, load_yaml(gpus_path))
     gpus_r = gr.sub("gpus")
     gpus = {k: _gpu(gpus_path, k, gpus_r.sub(k)) for k in gpus_r.data}
     gr.close("reference_gpus")  # read by benchmarks/sparse_swa.py for "% of peak" only
@@ -672,7 +660,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
     if not model_files:
         raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
     for path in model_files:
-        model = _model(path, _load_yaml(path), gpus)
+        model = _model(path, load_yaml(path), gpus)
         if model.key in models:
             raise CatalogError(f"{path}: key: model {model.key!r} is defined twice")
         models[model.key] = model
@@ -682,7 +670,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
             raise CatalogError(f"{root / 'models'}: {model.key}.fallback: unknown model {model.fallback!r}")
 
     wa_path = root / "workarounds.yaml"
-    wr = _Reader(wa_path, _load_yaml(wa_path))
+    wr = _Reader(wa_path, load_yaml(wa_path))
     wa_list = wr.req("workarounds", list)
     workarounds = tuple(_workaround(wa_path, i, w, gpus) for i, w in enumerate(wa_list))
     wr.close()
@@ -692,7 +680,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
                 raise CatalogError(f"{wa_path}: {w.id}.applies.models: unknown model {m!r}")
 
     vpath = root / "vllm.yaml"
-    vr = _Reader(vpath, _load_yaml(vpath))
+    vr = _Reader(vpath, load_yaml(vpath))
     caps = []
     for i, c in enumerate(vr.req("capabilities", list)):
         cr = _Reader(vpath, c, f"capabilities[{i}]")
@@ -718,15 +706,21 @@ def _load_catalog_cached(root: Path) -> Catalog:
     if adaptive_change not in changes:
         av.fail(f"unknown change {adaptive_change!r}", "change")
     adaptive_notes = {k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")}
-    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus) for name in vr.sub("builds").data}
-    channels = {}
-    for ch, c in vr.req("channels", dict, optional=True, default={}).items():
+    kr = vr.sub("per_batch_size_k")
+    dynamic_k_change = kr.req("change", str)
+    if dynamic_k_change not in changes:
+        kr.fail(f"unknown change {dynamic_k_change!r}", "change")
+    kr.close()
+    channels = {}  # the channel list is the recipe's: a build names one of these
+    for ch, c in vr.req("channels", dict).items():
         cr = _Reader(vpath, c, f"channels.{ch}")
-        if ch not in CHANNELS:
-            cr.fail(f"unknown channel (known: {', '.join(CHANNELS)})")
         channels[ch] = {"retention_builds": cr.req("retention_builds", int, optional=True),
                         "retention_days": cr.req("retention_days", int, optional=True), "source": cr.req("source", str)}
         cr.close()
+    if "release" not in channels:  # the defaults below are releases
+        vr.fail("name the release channel", "channels")
+    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus, tuple(channels))
+              for name in vr.sub("builds").data}
     arch_defaults = {}
     for arch, d in vr.req("defaults", dict, optional=True, default={}).items():
         dr = _Reader(vpath, d, f"defaults.{arch}")
@@ -759,7 +753,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
                 raise CatalogError(f"{root / 'models'}: {p.id}.build: {p.vllm_build!r} is not in vllm.yaml builds")
     catalog = Catalog(
         root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
-        min_version_for_v41=str(vr.req("min_version_for_v41", str)), builds=builds, changes=changes,
+        builds=builds, changes=changes, dynamic_k_change=dynamic_k_change,
         flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
         channels=channels, arch_defaults=arch_defaults,
     )
@@ -772,11 +766,10 @@ def _load_catalog_cached(root: Path) -> Catalog:
 
 
 BUILD_STATUSES = ("current", "superseded", "floating")
-CHANNELS = ("release", "nightly", "nightly-rocm100")
 HOW = ("ancestry", "wheel", "parser", "note")
 
 
-def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
+def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channels: tuple[str, ...]):
     from rocm_dspark.recipe.plan import Build
 
     image = r.req("image", str)
@@ -789,8 +782,8 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict):
     if status not in BUILD_STATUSES:
         r.fail(f"expected one of {', '.join(BUILD_STATUSES)}, got {status!r}", "status")
     channel = r.req("channel", str)
-    if channel not in CHANNELS:
-        r.fail(f"expected one of {', '.join(CHANNELS)}, got {channel!r}", "channel")
+    if channel not in channels:
+        r.fail(f"expected one of {', '.join(channels)} (vllm.yaml channels), got {channel!r}", "channel")
     date = r.req("date", str, optional=True)
     if date is not None and not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", date):
         r.fail(f"expected YYYY-MM-DD or YYYY-MM, got {date!r}", "date")
@@ -842,30 +835,3 @@ def _backport(cr: _Reader) -> dict:
         br.fail("rocm_modules and indexer_backends must name at least one each")
     br.close()
     return out
-
-
-def snapshot_text(root: Path | None = None) -> str:
-    """The content of PARSED for the recipe files under `root` (default: the packaged recipes/)."""
-    import json
-
-    root = Path(root) if root else recipes_dir()
-    files = {}
-    for path in sorted(root.rglob("*.yaml")):
-        raw = path.read_bytes()
-        data = _parse_yaml(path, raw)  # the strict loader: duplicate keys and bad UTF-8 fail here, as at run time
-        text = json.dumps(data, allow_nan=False, separators=(",", ":"))
-        if repr(json.loads(text)) == repr(data):  # same types, values and key order (the order is meaningful)
-            files[_content_key(raw)] = text
-    return json.dumps({"format": 1, "generated_by": "python -m rocm_dspark.recipe.catalog --snapshot", "files": files},
-                      indent=0, sort_keys=True) + "\n"
-
-
-if __name__ == "__main__":
-    import sys
-
-    if sys.argv[1:] != ["--snapshot"]:
-        sys.exit("usage: python -m rocm_dspark.recipe.catalog --snapshot   (rewrites " + str(PARSED) + ")")
-    from rocm_dspark.atomic import write_atomic
-
-    write_atomic(PARSED, snapshot_text(), mode=0o644)
-    print(f"wrote {PARSED}")

@@ -30,13 +30,15 @@ def _addresses(raw) -> tuple[str, ...]:
     return tuple(a.strip() for a in raw if a.strip())
 
 
-def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
+def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     """(plan, cluster): `plan` is node 0's one-node plan, `cluster` every node's commands.
 
-    k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here."""
+    k8s: addresses come from the cluster (LWS_LEADER_ADDRESS, pod IPs), so none is needed here.
+    plan_for: option values -> (catalog, selection, plan), gate included (rocm_dspark.usecase.launch_plan)."""
     from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.selection import build_selection, plan_for
-    from rocm_dspark.recipe.strategies import ClusterSpec, expand, layout_for, node_plan_layout, node_rank_check
+    from rocm_dspark.recipe.selection import build_selection
+    from rocm_dspark.recipe.strategies import (LEADER_PLACEHOLDER, ClusterSpec, expand, layout_for, node_plan_layout,
+                                               node_rank_check)
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()
@@ -52,8 +54,6 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     head = opts.get("head_address")
     addresses = _addresses(copts.get("node_addresses"))
     if k8s:
-        from rocm_dspark.launch.k8s import LEADER_PLACEHOLDER
-
         head = head or LEADER_PLACEHOLDER
         addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
@@ -97,15 +97,14 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
     from rocm_dspark.recipe.plan import Note
 
-    argv = list(plan.argv)
-    util = float(argv[argv.index("--gpu-memory-utilization") + 1]) if "--gpu-memory-utilization" in argv else 0.9
+    util = float(plan.flag("gpu_memory_utilization") or 0.9)  # the plan's typed flags (recipe/plan.py), as resolve set them
     builds = (model.memory.get("layout") or {}).get("engram_dp_shard_builds") or ()
     ranks = RankLayout(tp=layout["tp"], dp=layout["dp"], pp=layout.get("pp") or 1, nodes=layout["nodes"],
                        gpus_per_node=layout["gpus_per_node"], ep=bool(layout.get("ep")))
     memory, text = plan_memory(model, gpu, ranks, util=util, max_num_batched_tokens=plan.max_num_batched_tokens,
                                engram_resident=plan.memory.engram_gib > 0,
                                engram_dp_shard=plan.build is not None and plan.build.name in builds
-                               and "--engram-config" in argv, override=override)
+                               and plan.argv.flags.has("engram_config"), override=override)
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
 

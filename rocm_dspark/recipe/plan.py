@@ -14,8 +14,67 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 import json
 from typing import NamedTuple
 
+from rocm_dspark.recipe.vllm_args import emit
+
 # NamedTuple rather than dataclasses: importing dataclasses (and inspect behind it) costs ~16 ms,
 # most of what `rocm-dspark recipe` would otherwise spend beyond importing yaml and click.
+
+
+# dest -> the vLLM flag that sets it: the one mapping between the plan's settings and argv (vLLM's EngineArgs
+# derives its CLI from its config fields the same way). Any other dest is spelled by vLLM's own rule, flag_for.
+FLAG_OF = {
+    "served_model_name": "--served-model-name", "host": "--host", "port": "--port",
+    "tensor_parallel_size": "--tensor-parallel-size", "data_parallel_size": "--data-parallel-size",
+    "data_parallel_size_local": "--data-parallel-size-local", "data_parallel_address": "--data-parallel-address",
+    "enable_expert_parallel": "--enable-expert-parallel", "moe_backend": "--moe-backend",
+    "gpu_memory_utilization": "--gpu-memory-utilization", "compilation_config": "--compilation-config",
+    "engram_config": "--engram-config", "speculative_config": "--speculative-config",
+    "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
+}
+
+
+def flag_for(dest: str) -> str:
+    """The long flag vLLM reads for `dest` (FLAG_OF, else `--` + dest with `_` as `-`)."""
+    return FLAG_OF.get(dest) or "--" + dest.replace("_", "-")
+
+
+class Flags(tuple):
+    """A command's flags in order: (flag, value or None) pairs. What every consumer reads instead of argv words."""
+
+    def get(self, dest: str, default=None):
+        flag = flag_for(dest)
+        return next((v for f, v in self if f == flag), default)
+
+    def has(self, dest: str) -> bool:
+        flag = flag_for(dest)
+        return any(f == flag for f, _ in self)
+
+
+class Command(tuple):
+    """One `vllm serve` command as data: `head` (vllm serve MODEL) and `flags` (Flags). It is also its argv, the
+    words rendered once from the flags (vllm_args.emit), so a consumer that runs or prints it takes it as it is,
+    and one that needs a setting reads `flags`; nobody parses the words back."""
+
+    def __new__(cls, head, flags=()):
+        words = list(head)
+        for flag, value in flags:
+            words.extend(emit(flag, value))
+        self = super().__new__(cls, words)
+        self.head, self.flags = tuple(head), Flags(tuple(f) for f in flags)
+        return self
+
+    def __getnewargs__(self):  # pickle/copy rebuild it from its parts
+        return self.head, tuple(self.flags)
+
+    def replaced(self, flags) -> "Command":
+        return Command(self.head, flags)
+
+
+def flag_pairs(argv):
+    """The (flag, value) pairs of a plan's command; None for words that came from elsewhere (a --server-json
+    command), which are shown and run as given, never parsed."""
+    return argv.flags if isinstance(argv, Command) else None
 
 
 class Note(NamedTuple):
@@ -61,16 +120,32 @@ class Selection(NamedTuple):
     no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
 
 
+# Verdict states: what the gate found, as data (the reason is words for the note, never parsed).
+PROVEN = "proven"                 # a record proves adaptive verification here and it pays (or --adaptive on)
+NOT_PROVEN = "not proven"
+NOT_PAYING = "proven, not paying"  # proven here, but the payoff half (probe/payoff.py) keeps block verification
+
+
 class Verdict(NamedTuple):
     """The gate's answer for this host: is adaptive verification proven here, and why (not)."""
 
     adaptive_proven: bool
     reason: str
     record: str | None = None
+    state: str = ""               # PROVEN | NOT_PROVEN | NOT_PAYING; "" is read from adaptive_proven
+
+    @property
+    def outcome(self) -> str:
+        return self.state or (PROVEN if self.adaptive_proven else NOT_PROVEN)
 
     @staticmethod
     def not_proven(reason: str = "no probe record was consulted") -> "Verdict":
         return Verdict(False, reason)
+
+    @staticmethod
+    def not_paying(reason: str, record: str | None) -> "Verdict":
+        """Proven on this host, but it does not pay for the declared workload: block verification stays."""
+        return Verdict(False, reason, record, NOT_PAYING)
 
 
 class Build(NamedTuple):
@@ -83,7 +158,7 @@ class Build(NamedTuple):
     vllm_commit: str | None
     reported_version: str | None      # what `vllm --version` says (a label, not a feature test); None: not recorded
     rocm: str | None
-    channel: str                      # release | nightly | nightly-rocm100
+    channel: str                      # a channel of recipes/vllm.yaml `channels` (release, nightly, ...)
     changes: tuple[str, ...]          # upstream changes contained, e.g. ("vllm#56227", ...)
     status: str                       # current | superseded
     date: str
@@ -127,7 +202,8 @@ class LaunchPlan(NamedTuple):
     image: str                    # container image: pinned by digest where one is published
     host: str
     port: int
-    argv: tuple[str, ...]         # the command that runs: block_argv or adaptive_argv (verdict applied last)
+    argv: tuple[str, ...]         # the command that runs: block_argv or adaptive_argv (verdict applied last); a
+                                  # Command from resolve: read settings from argv.flags (or plan.flag), never the words
     env: dict[str, str]
     speculative_config: dict      # the exact object serialised into argv's --speculative-config
     adaptive_verification: bool
@@ -151,6 +227,11 @@ class LaunchPlan(NamedTuple):
     # name -> value for every --env: delivered only through the 0600 env file (rocm_dspark/recipe/secret_env.py);
     # to_json_dict keeps the names, never the values.
     secret_env: dict = {}
+
+    def flag(self, dest: str, default=None):
+        """The running command's value for vLLM `dest` (None for a bare flag); `default` when it is not set."""
+        pairs = flag_pairs(self.argv)
+        return default if pairs is None else pairs.get(dest, default)
 
     @property
     def gpus_per_node_used(self) -> int:

@@ -17,7 +17,7 @@ def _option_words(speculative_config: dict) -> tuple[list[str], dict, str | None
     if schedule:
         text = format_schedule(schedule)
         return (["--num-speculative-tokens", str(k), FLAG, text], {"num_speculative_tokens": str(k), "k_schedule": text},
-                "vllm#32374")
+                "per-batch-size K")
     return ["--num-speculative-tokens", str(k)], {"num_speculative_tokens": str(k)}, None
 
 
@@ -31,8 +31,7 @@ def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tup
 
     words, values, change = _option_words(speculative_config)
     base = ["rocm-dspark", "recipe", "--model", model.key, "--gpu", gpu_key]
-    if change == "adaptive":
-        change = catalog.adaptive_change
+    change = {"adaptive": catalog.adaptive_change, "per-batch-size K": catalog.dynamic_k_change}.get(change, change)
     tries = [[]] + [["--build", name] for name, b in catalog.builds.items()
                     if change and catalog.contains(b, change) is True]
     why = None

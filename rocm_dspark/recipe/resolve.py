@@ -26,10 +26,10 @@ from rocm_dspark.recipe.capture import capture_size
 from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.recipe.plan import Build, LaunchPlan, Note, Selection, Verdict
+from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note, Selection, Verdict, flag_for
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, emit, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, normalise, read, undoes
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 from rocm_dspark.recipe.vllm_env import check_env
 
@@ -47,11 +47,12 @@ class _Args:
                 return
         self.items.append((flag, value))
 
-    def argv(self) -> list[str]:
-        out: list[str] = []
-        for flag, value in self.items:
-            out.extend(emit(flag, value))  # a value starting with '-' stays glued to its flag
-        return out
+    def put(self, dest: str, value: str | None = None) -> None:
+        """Set vLLM `dest` by its flag (plan.FLAG_OF)."""
+        self.set(flag_for(dest), value)
+
+    def command(self, head: tuple[str, ...]) -> Command:
+        return Command(head, self.items)  # rendered once: a value starting with '-' stays glued to its flag
 
 
 class _State:
@@ -70,6 +71,7 @@ class _State:
         self.secret_env: dict[str, str] = {}
         self.extra_args: list[tuple[str, ...]] = []
         self.workaround_args: dict[str, str] = {}  # flag -> the workaround id that adds it
+        self.workaround_notes: dict[str, int] = {}  # workaround id -> the index of its note in self.notes
         self.served_name = self.host = ""
         self.port = 0
         self.k = 0
@@ -215,12 +217,13 @@ def build_layer(s: _State) -> None:
 
 def workaround_layer(s: _State) -> None:
     for w in s.catalog.workarounds:
-        if not w.applies(s.model.key, s.gpu.key, None):
-            continue
+        if w.when or not w.applies(s.model.key, s.gpu.key, None):
+            continue  # a `when` workaround waits for the plan's values (capture_layer)
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
         s.workaround_args.update({a[0]: w.id for a in w.args})
         s.env.update(w.env)
+        s.workaround_notes[w.id] = len(s.notes)
         s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
@@ -318,10 +321,23 @@ def _engram_dp_shard(s: _State) -> bool:
     return s.build.name in builds and flag_verdict(s.catalog, s.build, "--engram-config")[0]
 
 
+def _user_utilization(sel: Selection) -> float | None:
+    """A --vllm-arg --gpu-memory-utilization: what vLLM will run with (the last one wins), so the budget uses it."""
+    value = None
+    for token in sel.extra_args:
+        arg = read(token)
+        if arg.flag == "--gpu-memory-utilization" and arg.value is not None:
+            try:
+                value = float(arg.value)
+            except ValueError:
+                pass  # vLLM refuses it at start; the budget keeps the plan's value
+    return value if value is not None and 0 < value <= 1 else None
+
+
 def memory_layer(s: _State) -> None:
     """Per-rank HBM budget from recipe data; refuse a layout that leaves no KV room (with the numbers)."""
     model, f, gpu = s.model, s.fields, s.gpu
-    tp, util = f["tp"], f["gpu_memory_utilization"] or 0.9
+    tp, util = f["tp"], _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9
     m = model.memory
     if not m:  # no budget data for this model: the weights must at least fit the TP group
         if model.weights_gb >= gpu.hbm_gb * tp:
@@ -370,18 +386,17 @@ def speculative_layer(s: _State) -> None:
             f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals"))
 
 
-DYNAMIC_K_CHANGE = "vllm#32374"  # num_speculative_tokens_per_batch_size (recipes/vllm.yaml)
-
-
 def _k_schedule(s: _State, k: int) -> None:
     """--k-per-batch-size: vLLM's num_speculative_tokens_per_batch_size, where vLLM would really run it."""
     from rocm_dspark.recipe.k_schedule import format_schedule
 
-    sched = s.sel.k_schedule
-    if s.catalog.contains(s.build, DYNAMIC_K_CHANGE) is not True:
+    sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
+    if s.catalog.contains(s.build, change) is not True:
+        having = sorted({b.reported_version for b in s.catalog.builds.values() if b.channel == "release"
+                         and b.reported_version and s.catalog.contains(b, change) is True})
         raise UsageError(f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
-                         f"{_change_words(s.catalog, s.build, DYNAMIC_K_CHANGE)}; pick a build that does "
-                         "(--vllm-version 0.32.0 or 0.33.0) or use one K")
+                         f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
+                         f"(--vllm-version {' or '.join(having) or 'of a build that has it'}) or use one K")
     top = max(e[2] for e in sched)
     if top > k:
         raise UsageError(f"--k-per-batch-size asks for K={top}, more than --num-speculative-tokens {k} (vLLM would "
@@ -427,12 +442,10 @@ def capture_layer(s: _State) -> None:
             f"above it would run eager)"),
             f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
             f"rounded up to a power of two"))
-    if mnbt < 6 * 1024:
-        s.notes.append(Note("max_num_seqs", (
-            f"--max-num-batched-tokens {mnbt} is below 6 x 1024 (the API server's default max_num_seqs 1024 x "
-            f"(1+K)), so max_num_seqs stays at the capture shape ({mns}): with 1024 sequences the Engram projection "
-            f"faults during profiling (HSA_STATUS_ERROR_EXCEPTION; InferenceX MI355X script)"),
-            f"stays {mns}: 1024 sequences fault in Engram profiling below 6 x 1024 batched tokens"))
+    for w in s.catalog.workarounds:  # recipes/workarounds.yaml `when`: conditions on the plan's own values
+        below = w.when.get("max_num_batched_tokens_below")
+        if below is not None and mnbt < below and w.applies(s.model.key, s.gpu.key, None):
+            s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
@@ -456,30 +469,30 @@ def command_layer(s: _State) -> _Args:
     """Every flag the layers decided, in a stable order (the speculative config is filled per command)."""
     sel, f, model = s.sel, s.fields, s.model
     args = _Args()
-    args.set("--served-model-name", s.served_name)
-    args.set("--host", s.host)
-    args.set("--port", str(s.port))
+    args.put("served_model_name", s.served_name)
+    args.put("host", s.host)
+    args.put("port", str(s.port))
     for item in model.base_args:
         args.set(*item)
-    args.set("--tensor-parallel-size", str(f["tp"]))
+    args.put("tensor_parallel_size", str(f["tp"]))
     if f["dp"] > 1:
-        args.set("--data-parallel-size", str(f["dp"]))
+        args.put("data_parallel_size", str(f["dp"]))
         if sel.nodes > 1:
-            args.set("--data-parallel-size-local", str(f["dp"] // sel.nodes))
-            args.set("--data-parallel-address", sel.head_address)
+            args.put("data_parallel_size_local", str(f["dp"] // sel.nodes))
+            args.put("data_parallel_address", sel.head_address)
             s.notes.append(Note("multi-node", (
                 f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
                 f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"),
                 f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
                 f"r*{f['dp'] // sel.nodes}"))
     if f["ep"] > 1:
-        args.set("--enable-expert-parallel")
+        args.put("enable_expert_parallel")
     if f["moe_backend"]:
-        args.set("--moe-backend", f["moe_backend"])
+        args.put("moe_backend", f["moe_backend"])
     if f["gpu_memory_utilization"] is not None:
-        args.set("--gpu-memory-utilization", f"{f['gpu_memory_utilization']:g}")
+        args.put("gpu_memory_utilization", f"{f['gpu_memory_utilization']:g}")
     if f["cudagraph_mode"]:
-        args.set("--compilation-config", _compact_json({"cudagraph_mode": f["cudagraph_mode"]}))
+        args.put("compilation_config", _compact_json({"cudagraph_mode": f["cudagraph_mode"]}))
     if f["breakable_cudagraph"] is not None:
         s.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1" if f["breakable_cudagraph"] else "0"
     engram = f["engram_cpu_offload"]
@@ -489,14 +502,14 @@ def command_layer(s: _State) -> _Args:
             raise UsageError(
                 f"profile {s.profile.id} sets Engram offload only for TP {', '.join(sorted(engram))}; "
                 f"pick one of those with --tp")
-        args.set("--engram-config", _compact_json({"cpu_offload": offload}))
+        args.put("engram_config", _compact_json({"cpu_offload": offload}))
     for item in s.extra_args:
         args.set(*item)
     flag_rules_layer(s, args)
-    args.set("--speculative-config", "")  # placeholder: filled per command below
-    args.set("--max-num-seqs", str(f["max_num_seqs"]))
-    args.set("--max-num-batched-tokens", str(f["max_num_batched_tokens"]))
-    args.set("--max-cudagraph-capture-size", str(s.cap_size))
+    args.put("speculative_config", "")  # placeholder: filled per command below
+    args.put("max_num_seqs", str(f["max_num_seqs"]))
+    args.put("max_num_batched_tokens", str(f["max_num_batched_tokens"]))
+    args.put("max_cudagraph_capture_size", str(s.cap_size))
     return args
 
 
@@ -531,11 +544,11 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
             kept.append((flag, value))
         else:
             wid = s.workaround_args.get(flag)
-            if wid:  # the workaround's flag is gone, so its note must not claim it still applies
-                topic = f"workaround {wid}"
-                s.notes = [Note(n.topic, f"not applied on build {s.build.name} ({flag} left out, see build flags). "
-                                         + n.text, f"not applied: {s.build.name} has the fix ({flag} left out)")
-                           if n.topic == topic else n for n in s.notes]
+            if wid:  # the workaround's flag is gone, so its note (found by reference, not by wording) says so
+                i = s.workaround_notes[wid]
+                n = s.notes[i]
+                s.notes[i] = n._replace(text=f"not applied on build {s.build.name} ({flag} left out, see build flags). "
+                                        + n.text, short=f"not applied: {s.build.name} has the fix ({flag} left out)")
             s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
@@ -608,7 +621,7 @@ def override_layer(s: _State, args: _Args) -> None:
             args.items = [(f, v) for f, v in args.items if f != "--speculative-config"]
         else:
             args.set("--speculative-config", _compact_json(dict(s.spec, enable_adaptive_verification=adaptive)))
-        return ("vllm", "serve", target, *args.argv())
+        return args.command(("vllm", "serve", target))
 
     s.block_argv = with_spec(False)
     s.adaptive_argv = with_spec(True) if s.adaptive_allowed else None
@@ -648,9 +661,6 @@ def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
                          speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
 
 
-PROVEN_BUT_NOT_PAYING = "proven on this host"
-
-
 def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     """Layer 11, last: adaptive verification on only when the gate proved it on this host."""
     verdict = verdict or Verdict.not_proven()
@@ -660,7 +670,7 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(plan, True, Note("adaptive verification", (
             f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
             f"ON: proven on this host (record {verdict.record})"))
-    if verdict.reason.startswith(PROVEN_BUT_NOT_PAYING):  # the gate's payoff half kept it off (probe/payoff.py)
+    if verdict.outcome == NOT_PAYING:  # the gate's payoff half kept it off (probe/payoff.py)
         return _switch(plan, False, Note("adaptive verification", (
             f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
     b = plan.build

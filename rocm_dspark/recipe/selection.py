@@ -1,8 +1,8 @@
-"""The library behind every command: option values -> Selection -> Verdict -> LaunchPlan.
+"""Option values -> Selection: the operator's choices, with the GPU detected and this host's registry answers
+read (the use case above it, rocm_dspark.usecase.launch_plan, goes on to the plan and the gate's verdict).
 
-The CLI (rocm_dspark.cli) and the validator call these with a plain dict of option values (the keys
-of SELECTION_KEYS, as the click options name them), so neither re-implements the path and nothing
-below the CLI imports click. Light imports only: this is on the `rocm-dspark recipe` path.
+The keys of SELECTION_KEYS are the click options' names; nothing below the CLI imports click. Light imports
+only: this is on the `rocm-dspark recipe` path.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import sys
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.plan import LaunchPlan, Selection, Verdict
+from rocm_dspark.recipe.plan import Selection
 
 SELECTION_KEYS = (
     "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
@@ -96,7 +96,7 @@ def build_selection(opts: dict, catalog) -> Selection:
 def _registry_answers(opts: dict) -> tuple:
     """This host's cached registry answers (rocm_dspark.images.cache); () when there are none."""
     from rocm_dspark.images import cache
-    from rocm_dspark.probe.store import state_dir
+    from rocm_dspark.statedir import state_dir
 
     try:
         return cache.for_selection(state_dir(opts.get("state_dir")))
@@ -118,50 +118,4 @@ def _schedule(value):
     return parse_schedule(value)
 
 
-def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None) -> Verdict:
-    """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records).
-    `soft`: the software the plan runs on when that is not this Python's (an image's, rocm_dspark.probe.software)."""
-    mode = opts.get("adaptive") or "auto"
-    if mode not in ADAPTIVE_MODES:
-        raise UsageError(f"--adaptive {mode!r}: use one of {', '.join(ADAPTIVE_MODES)}")
-    if mode == "off":
-        return Verdict.not_proven("--adaptive off forces block verification")
-    if plan.adaptive_argv is None:
-        why = next((n.text for n in plan.notes if n.topic in ("speculation", "per-batch-size K")), None)
-        return Verdict.not_proven(why or "synthetic benchmark mode")
-    from rocm_dspark.probe.gate import gate_verdict
-
-    verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"), soft=soft)
-    if mode == "on" and not verdict.adaptive_proven:
-        raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
-    if not verdict.adaptive_proven:
-        return verdict
-    # (b) the payoff half, only once (a) holds: the common no-record run costs nothing more (probe/payoff.py).
-    from rocm_dspark.probe.payoff import combine, payoff_verdict
-
-    verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir"), soft=soft),
-                               mode)
-    if warning:
-        print(f"rocm-dspark: warning: {warning}", file=sys.stderr)
-    return verdict
-
-
-def plan_for(opts: dict, catalog=None, *, soft: dict | None = None) -> tuple:
-    """Option values -> (catalog, selection, plan): resolve once, then the gate's verdict, applied last.
-    `soft`: see verdict_for."""
-    from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
-
-    catalog = catalog or load_catalog()
-    selection = build_selection(opts, catalog)
-    plan = resolve_plan(catalog, selection)
-    return catalog, selection, apply_verdict(plan, verdict_for(opts, catalog, plan, soft))
-
-
-def plan_from_options(opts: dict) -> LaunchPlan:
-    """Option values -> LaunchPlan (the one path every command uses)."""
-    return plan_for(opts)[2]
-
-
-__all__ = ["SELECTION_KEYS", "build_selection", "verdict_for", "plan_for", "plan_from_options", "detect_gpu",
-           "env_pair", "parse_k"]
+__all__ = ["SELECTION_KEYS", "ADAPTIVE_MODES", "build_selection", "detect_gpu", "env_pair", "parse_k"]

@@ -31,10 +31,14 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError, did_you_mean
+from rocm_dspark.recipe.plan import Command, flag_pairs
 
 STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
                   "multi_node_tp_pp", "pd_cluster")
 BACKENDS = ("mp", "ray")
+# The head address of a Kubernetes group: a sentinel host name each pod swaps for ${LWS_LEADER_ADDRESS} at start
+# (rocm_dspark/launch/k8s.py); here so the recipe side can plan with it without importing launch/.
+LEADER_PLACEHOLDER = "lws-leader-address.invalid"
 DP_LB_MODES = ("hybrid", "internal")
 CONNECTORS = ("nixl", "moriio")
 
@@ -46,7 +50,6 @@ OWNED_FLAGS = frozenset({
     "--enable-expert-parallel", "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank",
     "--master-addr", "--headless", "--kv-transfer-config",
 })
-BARE_FLAGS = frozenset({"--headless", "--data-parallel-hybrid-lb", "--enable-expert-parallel"})
 
 
 class ClusterSpec(NamedTuple):
@@ -128,37 +131,16 @@ def strategy_facts() -> dict:
 
 # --- argv helpers -----------------------------------------------------------------------------------
 
-def _split(argv: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[str, str | None]]]:
-    """("vllm", "serve", MODEL) and the (flag, value) pairs after it."""
-    if len(argv) < 3 or argv[:2] != ("vllm", "serve"):
+def _split(argv) -> tuple[tuple[str, ...], list[tuple[str, str | None]]]:
+    """("vllm", "serve", MODEL) and the (flag, value) pairs after it: the plan's typed command, never its words."""
+    pairs = flag_pairs(argv)
+    if pairs is None or argv.head[:2] != ("vllm", "serve"):
         raise UsageError("a strategy needs a `vllm serve MODEL ...` plan")
-    items: list[tuple[str, str | None]] = []
-    rest = list(argv[3:])
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        if not word.startswith("-"):
-            raise UsageError(f"unexpected argument {word!r} in the plan's argv")
-        flag, eq, value = word.partition("=")
-        if eq:
-            items.append((flag, value))
-            i += 1
-        elif word in BARE_FLAGS or i + 1 >= len(rest) or rest[i + 1].startswith("--"):
-            items.append((word, None))
-            i += 1
-        else:
-            items.append((word, rest[i + 1]))
-            i += 2
-    return tuple(argv[:3]), items
+    return argv.head, list(pairs)
 
 
-def _join(head: tuple[str, ...], items: list[tuple[str, str | None]]) -> tuple[str, ...]:
-    out = list(head)
-    for flag, value in items:
-        out.append(flag)
-        if value is not None:
-            out.append(value)
-    return tuple(out)
+def _join(head: tuple[str, ...], items: list[tuple[str, str | None]]) -> Command:
+    return Command(head, items)  # rendered once, as resolve renders (a value starting with '-' stays glued)
 
 
 def _value(items, flag: str) -> str | None:
@@ -342,7 +324,7 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     _check_spec_rules(argv, layout, spec.strategy)
     strategy = spec.strategy
     if strategy == "single_node":
-        cmd = NodeCommand(0, "head", 0, tuple(argv), dict(env), True, port, block_argv)
+        cmd = NodeCommand(0, "head", 0, argv, dict(env), True, port, block_argv)
         return Cluster(strategy, 1, "mp", layout, (cmd,))
     if strategy == "pd_cluster":
         return _expand_pd(spec, argv, env, block_argv, port, layout)

@@ -1,7 +1,8 @@
 """What runs on a host, next to a vLLM server: one job per module.
 
   process.py      the one vLLM process manager: start a command in its own process group, wait until it
-                  serves, stop the whole group; vLLM's refusal line from its log
+                  serves, stop the whole group
+  refusal.py      vLLM's refusal line from its log (the launcher gets the same patterns)
   client.py       HTTP to a running server: /health, /v1/models, completions, chat, /metrics
   metrics.py      Prometheus text from /metrics -> speculative-decoding counters and their deltas
   server_spec.py  the `--server-json FILE` format: a server command run instead of the recipe's plan

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launch.launch_facts import find_refusal
+from rocm_dspark.runtime.refusal import find_refusal
 from rocm_dspark.runtime.client import ServerError, VllmClient, loopback_host, model_ids
 
 def listening(host: str, port: int) -> bool:

@@ -37,9 +37,9 @@ def host_root() -> str:
 
 
 def hf_cache() -> Path:
-    from rocm_dspark.validate.host_checks import _hf_cache
+    from rocm_dspark.validate.host_checks import hf_cache
 
-    return _hf_cache()
+    return hf_cache()
 
 
 def hf_token_present() -> str | None:
@@ -50,7 +50,7 @@ def hf_token_present() -> str | None:
     return str(path) if path.is_file() and path.stat().st_size > 0 else None
 
 
-def _from_outcome(name: str, outcome, fix: str) -> Prereq:
+def from_outcome(name: str, outcome, fix: str) -> Prereq:
     from rocm_dspark.validate.result import FAIL as V_FAIL
     from rocm_dspark.validate.result import NOT_APPLICABLE, WARN as V_WARN
 
@@ -64,9 +64,9 @@ def gpu_host_checks(ctx) -> list[Prereq]:
 
     user = ctx.options.service_user or "the service user"
     return [
-        _from_outcome("devices", h.devices(ctx), f"sudo usermod -aG video,render {user}, then log in again"),
-        _from_outcome("numa", h.numa_balancing(ctx), "sudo sysctl -w kernel.numa_balancing=0"),
-        _from_outcome("disk", h.disk(ctx), "free space where the checkpoint goes, or pass --model-path on a bigger disk"),
+        from_outcome("devices", h.devices(ctx), f"sudo usermod -aG video,render {user}, then log in again"),
+        from_outcome("numa", h.numa_balancing(ctx), "sudo sysctl -w kernel.numa_balancing=0"),
+        from_outcome("disk", h.disk(ctx), "free space where the checkpoint goes, or pass --model-path on a bigger disk"),
     ]
 
 

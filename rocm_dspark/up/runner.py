@@ -117,7 +117,7 @@ class UpRun:
         """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
         In the container modes the gate fingerprints the image's software, not this Python's (image_software)."""
         if self._resolved is None:
-            from rocm_dspark.recipe.selection import plan_for
+            from rocm_dspark.usecase.launch_plan import plan_for
 
             opts = self.selection_opts()
             catalog, selection, plan = plan_for(opts)

@@ -169,7 +169,7 @@ def _checks(run) -> list[prereq.Prereq]:
     ctx = run.validate_context()
     from rocm_dspark.validate import host_checks as h
 
-    checks = [prereq._from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its GPUs), "
+    checks = [prereq.from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its GPUs), "
                                    "or --target local-cpu to try the flow without a GPU")]
     checks += prereq.gpu_host_checks(ctx)
     present = next((c for c in checks if c.name == "disk" and "checkpoint present" in c.message), None)
@@ -225,7 +225,7 @@ def image_run(run) -> dict:
     if why:
         run.say(f"  {why}")
         return {"skipped": why}
-    from rocm_dspark.images.pull import PullFailed, pin
+    from rocm_dspark.up.pull import PullFailed, pin
 
     tool = image_mod.runtime()
     try:

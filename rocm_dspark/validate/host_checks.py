@@ -262,7 +262,7 @@ def memlock(ctx) -> Outcome:
     return Outcome(PASS, "memlock is unlimited", value=value, threshold="unlimited")
 
 
-def _hf_cache() -> Path:
+def hf_cache() -> Path:
     from rocm_dspark.launch.launch_facts import hf_hub_cache  # the rule the container mounts follow too
 
     return Path(hf_hub_cache())
@@ -287,7 +287,7 @@ def disk(ctx) -> Outcome:
     if os.path.isabs(serve_target):
         where = Path(serve_target)
     else:
-        where = _hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
+        where = hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
     present = _size_bytes(where) if where.exists() else 0
     probe = where
     while not probe.exists() and probe != probe.parent:

@@ -21,7 +21,7 @@ from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.runtime.client import VllmClient, loopback_host
 from rocm_dspark.runtime.process import VllmServer
 from rocm_dspark.runtime.server_spec import load_server_spec
-from rocm_dspark.recipe.selection import plan_for
+from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome

@@ -1,0 +1,59 @@
+"""Where rocm-dspark keeps state (probe records, launcher state, registry answers): a foundation, so the recipe
+path, the probe store and the generated launcher (rocm_dspark/launch/launch_facts.py) read one rule."""
+
+# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
+# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+import os
+from pathlib import Path
+from typing import Mapping, NamedTuple
+
+from rocm_dspark.errors import UsageError
+
+
+class StateRoot(NamedTuple):
+    variable: str          # the environment variable
+    subdir: str            # appended to its value
+    absolute_only: bool    # a relative value is ignored
+
+
+# The first of these that is set. XDG values must be absolute, relative ones are ignored
+# (https://specifications.freedesktop.org/basedir-spec/latest/).
+STATE_ROOTS = (
+    StateRoot("ROCM_DSPARK_STATE_DIR", "", False),
+    StateRoot("XDG_STATE_HOME", "rocm-dspark", True),
+    StateRoot("HOME", ".local/state/rocm-dspark", False),
+)
+ENV_VAR = STATE_ROOTS[0].variable  # ROCM_DSPARK_STATE_DIR
+
+
+def state_root(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The state root the environment names (STATE_ROOTS, in order), or None when none is set."""
+    for root in STATE_ROOTS:
+        value = environ.get(root.variable, "")
+        if value and (os.path.isabs(value) or not root.absolute_only):
+            return os.path.join(value, root.subdir) if root.subdir else value
+    return None
+
+
+def _expand(raw, what: str) -> Path:
+    try:
+        return Path(raw).expanduser()
+    except RuntimeError:  # "~nosuchuser/..."
+        raise UsageError(f"{what} {str(raw)!r}: no such user's home directory; give an absolute path") from None
+
+
+def state_dir(explicit=None) -> Path:
+    """`--state-dir`, else the first STATE_ROOTS entry that is set, else ~/.local/state/rocm-dspark."""
+    if explicit:
+        return _expand(explicit, "--state-dir")
+    root = state_root()  # the rule the generated launcher follows too
+    if root:
+        return _expand(root, "the state directory")
+    try:
+        home = Path.home()
+    except RuntimeError:
+        raise UsageError(f"no home directory for this user; pass --state-dir or set {ENV_VAR}") from None
+    return home / ".local" / "state" / "rocm-dspark"
+
+
+__all__ = ["StateRoot", "STATE_ROOTS", "ENV_VAR", "state_root", "state_dir"]
