@@ -281,7 +281,7 @@ def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--target", "local-cpu"], "--target local-cpu needs --model-path DIR"),
-    (["--target", "local-cpu", "--model-path", "/x", "--mode", "systemd"], "drop --mode systemd"),
+    (["--target", "local-cpu", "--model-path", "/", "--mode", "systemd"], "drop --mode systemd"),
     (["--adaptive", "on"], "--adaptive on"),
     (["--concurrency", "0"], "every level must be at least 1"),
     (["--probe-levels", "nope"], "--levels 'nope'"),
@@ -296,6 +296,7 @@ def test_local_cpu_prerequisite_failure_stops_with_fix_and_exit_1(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
+        (tmp_path / "config.json").write_text("{}")  # a checkpoint directory (the model path check wants one)
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--target", "local-cpu", "--model-path",
                                      str(tmp_path), "--port", str(port), "--vllm-bin", "/bin/true",
                                      "--state-dir", str(tmp_path / "st")])

@@ -83,7 +83,9 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+        from rocm_dspark.cli.bounds import refuse_empty
+
+        return refuse_empty(getattr(importlib.import_module(module), attr))
 
 
 @click.group(cls=LazyGroup)

@@ -8,7 +8,7 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.selection import plan_from_options
@@ -44,6 +44,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     """
     from rocm_dspark.launch.launchers import INSTALL_DIR, write_launchers
 
+    check_model_path(opts, runs_here=False)
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         from rocm_dspark.recipe.cluster import cluster_for
@@ -86,7 +87,11 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     if files.unit is None and files.env_file_written:
         click.echo(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
-        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to ~/.local/state/rocm-dspark/launch/{files.name})")
+        from rocm_dspark.launch.launch_facts import state_root
+
+        root = state_root() or "~/.local/state/rocm-dspark"  # the launcher's rule, read from this environment
+        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to {root}/launch/{files.name} "
+                   "when run with this environment)")
         return
     click.echo(f"wrote {files.unit}")
     click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")

@@ -71,7 +71,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
     catalog = load_catalog()
     spec = catalog.find_model(model)
-    concurrencies = parse_concurrency(concurrency)
+    concurrencies = bounds.check_levels(parse_concurrency(concurrency))
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu is not None else sorted(spec.profiles)
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")

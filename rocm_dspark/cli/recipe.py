@@ -7,7 +7,7 @@ import json
 import click
 
 from rocm_dspark.cli.cluster_options import cluster_options
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.selection import plan_from_options
@@ -29,6 +29,7 @@ def recipe(fmt, explain, **opts):
       rocm-dspark recipe --model V4.1-Flash --gpu mi300x
       rocm-dspark recipe --model V4.1-Flash --format docker > serve.sh
     """
+    check_model_path(opts, runs_here=False)
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         _cluster(fmt, opts, copts, explain)

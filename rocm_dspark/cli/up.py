@@ -8,7 +8,7 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
 
@@ -56,6 +56,14 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import UpOptions, run_up
 
+    check_model_path(opts, runs_here=True)
+    from rocm_dspark.recipe.catalog import load_catalog
+
+    catalog = load_catalog()  # a misspelt name is refused before any step prints (the dry run's on stdout)
+    catalog.find_model(opts["model"])
+    for flag, find in (("gpu", catalog.find_gpu), ("build", catalog.find_build), ("vllm_version", catalog.find_build)):
+        if opts.get(flag):
+            find(opts[flag])
     levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
     if (opts.get("adaptive") or "auto") == "on":
         raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
