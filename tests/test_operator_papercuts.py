@@ -194,3 +194,36 @@ def test_stale_texts_are_gone():
     assert "no public V4.1 run" not in flash and "no public DeepSeek-V4-Flash run" in flash
     synopsis = (REPO / "docs" / "launch.md").read_text().split("```")[1]
     assert "k8s" in synopsis
+
+
+# 16 ------------------------------------------------------------------------------------------------------
+def test_a_missing_optional_dependency_exits_3_in_one_line():
+    code = "import sys; sys.modules['numpy'] = None; from rocm_dspark.cli import main; main(['plan', '--gpu', 'mi300x'])"
+    r = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, env=cli_env())
+    assert r.returncode == 3 and r.stderr.strip().splitlines() == [
+        "rocm-dspark: error: this command needs numpy; install it with pip install 'rocm-dspark[planner]'"], r.stderr
+
+
+def test_an_unreachable_registry_exits_3_from_images_and_launch_pull(recipes_copy, tmp_path):
+    """The registry is a closed loopback port (real); `docker` is a stand-in that holds no image (no daemon here
+    for a fast test)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    vllm = recipes_copy / "vllm.yaml"
+    vllm.write_text(vllm.read_text().replace("image: vllm/vllm-openai-rocm:", f"image: 127.0.0.1:{port}/vllm/vllm-openai-rocm:"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    docker = bindir / "docker"
+    docker.write_text("#!/bin/sh\necho 'Error: No such image' >&2\nexit 1\n")
+    docker.chmod(0o755)
+    env = cli_env(ROCM_DSPARK_RECIPES=str(recipes_copy), PATH=f"{bindir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    out.mkdir()
+    for args in (["images", "--gpu", "mi300x", "--http"],
+                 ["launch", *V41, "--container", "--pull", "--output", str(out)]):
+        r = subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 3 and "Traceback" not in r.stderr, (args, r.returncode, r.stderr)
+    assert not list(out.iterdir())

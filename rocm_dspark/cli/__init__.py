@@ -126,4 +126,4 @@ def main(argv=None):
             raise
         click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
                    f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(EXIT_ENVIRONMENT)  # the command is right; this install lacks a part (docs/cli.md)
