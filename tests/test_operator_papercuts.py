@@ -227,3 +227,21 @@ def test_an_unreachable_registry_exits_3_from_images_and_launch_pull(recipes_cop
         r = subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
         assert r.returncode == 3 and "Traceback" not in r.stderr, (args, r.returncode, r.stderr)
     assert not list(out.iterdir())
+
+
+# 17 ------------------------------------------------------------------------------------------------------
+def test_security_doc_says_what_the_score_misses_in_container_mode(tmp_path):
+    from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
+    from tests.conftest import REPO
+
+    r = run(["launch", *V41, "--format", "systemd", "--container", "--name", "svc", "--output", str(tmp_path)])
+    assert r.exit_code == 0 and "docker" in next(line for line in (tmp_path / "svc.service").read_text().splitlines()
+                                                 if line.startswith("SupplementaryGroups="))
+    doc = " ".join((REPO / "docs" / "security.md").read_text().split())
+    part = doc[doc.index("What the score does not cover in container mode"):][:1500]
+    loosened = [f.split("=", 1)[1] for f in DOCKER_RUN_FLAGS if f.startswith(("--cap-add=", "--security-opt="))]
+    assert loosened and all(flag in part for flag in loosened), loosened
+    for phrase in ("SupplementaryGroups=docker", "root-level privileges", "root-equivalent",
+                   "https://docs.docker.com/engine/install/linux-postinstall/",
+                   "https://docs.docker.com/engine/security/seccomp/"):
+        assert phrase in part, phrase
