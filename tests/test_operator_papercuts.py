@@ -245,3 +245,11 @@ def test_security_doc_says_what_the_score_misses_in_container_mode(tmp_path):
                    "https://docs.docker.com/engine/install/linux-postinstall/",
                    "https://docs.docker.com/engine/security/seccomp/"):
         assert phrase in part, phrase
+
+
+# 19 ------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("group", [[], ["plugin"]])
+def test_help_command_lists_show_whole_summaries(group):
+    out = run([*group, "--help"]).output
+    listed = out[out.index("Commands:"):].splitlines()[1:]
+    assert listed and all(not line.rstrip().endswith("...") and len(line) <= 80 for line in listed), listed

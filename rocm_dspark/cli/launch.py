@@ -14,7 +14,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.selection import plan_from_options
 
 
-@click.command()
+@click.command(short_help="Write launcher files (bash, systemd, k8s) for a plan.")
 @selection_options
 @cluster_options
 @click.option("--format", "fmt", type=click.Choice(["shell", "systemd", "k8s"]), default="shell", show_default=True,

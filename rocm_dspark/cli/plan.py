@@ -12,7 +12,7 @@ from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
 
-@click.command()
+@click.command(short_help="Predict tokens/s per speculation setting; recommend one.")
 @click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
 @click.option("--gpu", default=None,
               help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")

@@ -13,7 +13,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.selection import plan_from_options
 
 
-@click.command()
+@click.command(short_help="Print the vLLM launch for a model on an AMD GPU.")
 @selection_options
 @cluster_options
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker", "k8s"]), default="shell", show_default=True,
@@ -67,7 +67,7 @@ def _cluster(fmt, opts, copts, explain=False):
         click.echo(render_cluster_shell(plan, cluster, rank, explain=explain), nl=False)
 
 
-@click.command(name="list")
+@click.command(name="list", short_help="Show the models, GPUs, builds and profiles in recipes/.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
 def list_catalog(as_json):

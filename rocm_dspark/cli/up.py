@@ -18,7 +18,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     return parse(value)
 
 
-@click.command()
+@click.command(short_help="Bring this node to a validated endpoint; rerun to resume.")
 @selection_options
 @click.option("--concurrency", default=None, metavar="C[,C...]",
               help="Validation sweep (and A/B) levels; the largest also sizes the plan's workload rules (as recipe "
@@ -75,7 +75,7 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     sys.exit(run_up(options, display))
 
 
-@click.command()
+@click.command(short_help="Stop the service `up` started; keep its state and files.")
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @usage_errors
 def down(state_dir):

@@ -48,7 +48,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     sys.exit(0)
 
 
-@click.command("validate")
+@click.command("validate", short_help="Check a node up to the first blocking failure; report.")
 @selection_options
 @click.option("--report", "report_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for report.json, report.md and the PNG plots.")
