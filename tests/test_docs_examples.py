@@ -100,7 +100,7 @@ def _run(cmd: str, tmp: Path) -> tuple[int, str]:
         shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m rocm_dspark "$@"\n')
         shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCM_DSPARK_", "XDG_"))}
-    env.update(PATH=f"{shim.parent}:/usr/bin:/bin", HOME=str(home), PYTHONPATH=str(REPO), COLUMNS="200")
+    env.update(PATH=f"{shim.parent}:/usr/bin:/bin", HOME=str(home), PYTHONPATH=str(REPO), COLUMNS="100")
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd.replace(DEMO, str(demo))], cwd=tmp, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     return proc.returncode, proc.stdout.replace(str(demo), DEMO).replace(str(home), "/root")
@@ -136,6 +136,17 @@ def test_update_the_pages(tmp_path_factory):
                 new += ["$ " + cmd.replace("\n", "\\\n"), *got]
             lines[start:end] = new
         page.write_text("\n".join(lines) + "\n")
+
+
+def test_every_example_output_fits_the_width():
+    """What every example shows (run or not) is at most MAX_TABLE columns (tables are the widest; prose wraps to
+    the width and commands break with `\\`, rocm_dspark/textwidth.py): a single word (a URL) excepted."""
+    from rocm_dspark.textwidth import MAX_TABLE
+
+    wide = [f"{page.name}:{start + i + 1}: {len(line)} columns" for page, _, start, _, _, body in all_blocks()
+            if is_example(body) for i, line in enumerate(body)
+            if len(line) > MAX_TABLE and len(line.lstrip(" #$").split(" ")) > 1]
+    assert not wide, wide
 
 
 def test_ci_runs_the_readme_test_command():

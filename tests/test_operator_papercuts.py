@@ -253,3 +253,56 @@ def test_help_command_lists_show_whole_summaries(group):
     out = run([*group, "--help"]).output
     listed = out[out.index("Commands:"):].splitlines()[1:]
     assert listed and all(not line.rstrip().endswith("...") and len(line) <= 80 for line in listed), listed
+
+
+# 18 ------------------------------------------------------------------------------------------------------
+def _over(text: str, width: int) -> list[str]:
+    """Lines past `width`, except one that is a single word after its indent or comment mark (a URL)."""
+    return [ln for ln in text.splitlines() if len(ln) > width and len(ln.lstrip(" #").split(" ")) > 1]
+
+
+def _bash_argv(text: str) -> list[str]:
+    """The words bash runs for a printed `vllm serve` command (vllm a function that prints them)."""
+    script = "vllm() { printf '%s\\0' vllm \"$@\"; }\n" + text
+    assert subprocess.run(["bash", "-n", "-c", script]).returncode == 0
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+    return out.split("\0")[:-1]
+
+
+@pytest.mark.parametrize("columns", [None, "60"])
+def test_recipe_fits_the_width_and_its_command_still_runs(monkeypatch, columns):
+    import shlex
+
+    from rocm_dspark import textwidth
+
+    if columns:
+        monkeypatch.setenv("COLUMNS", columns)
+    width = int(columns or textwidth.PIPE_WIDTH)
+    plan = json.loads(run(["recipe", *V41, "--concurrency", "64", "--format", "json"]).output)
+    for explain in ([], ["--explain"]):
+        text = run(["recipe", *V41, "--concurrency", "64", *explain]).output
+        assert not _over(text, width), _over(text, width)
+        command = text.split("\n# ")[0]
+        assert _bash_argv(command) == plan["argv"]
+        env = [f"{k}={v}" for k, v in plan["env"].items()]
+        assert shlex.split(textwidth.joined(command.splitlines())) == env + plan["argv"]
+    assert any(ln.startswith("#   ") for ln in run(["recipe", *V41, "--explain"]).output.splitlines())  # hanging
+
+
+def test_plan_and_up_dry_run_fit_the_width():
+    import re
+    import shlex
+
+    from rocm_dspark import textwidth
+
+    text = run(["plan", "--gpu", "mi300x,mi355x", "--nodes", "2"]).output
+    table = [ln for ln in text.splitlines() if " | " in ln or (ln and not ln.strip("-"))]
+    assert table and all(len(ln) <= textwidth.MAX_TABLE for ln in table)
+    assert not _over("\n".join(ln for ln in text.splitlines() if ln not in table), 100)
+    apply = re.search(r"  apply: (.*?)\n(?!    --)", text, re.S).group(1)
+    assert shlex.split(textwidth.joined(apply.splitlines()))[:2] == ["rocm-dspark", "recipe"]
+    dry = run(["up", *V41, "--dry-run"]).output
+    assert not _over(dry, 100), _over(dry, 100)
+    block = re.split(r"\n *# ", dry.split("plan.json):\n")[1])[0]
+    plan = json.loads(run(["recipe", *V41, "--format", "json"]).output)
+    assert _bash_argv(block) == plan["argv"]

@@ -101,8 +101,8 @@ def check_model_path(opts: dict, runs_here: bool) -> None:
     """--model-path names a directory on the machine that runs vLLM: one missing here is refused where the command
     runs vLLM here, and warned about where the plan may be for another machine."""
     path = opts.get("model_path")
-    if not path or not path.strip() or os.path.exists(os.path.expanduser(path)):
-        return
+    if not path or not path.strip() or path.startswith("-") or os.path.exists(os.path.expanduser(path)):
+        return  # empty and '-x' are the resolver's to refuse, in one line
     if runs_here:
         raise UsageError(f"--model-path {path!r} does not exist on this machine; pass the directory that holds the "
                          f"checkpoint")

@@ -123,16 +123,24 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         return
     import shlex
 
+    from rocm_dspark import textwidth
+
+    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest wrapped (issue 30)
+        return [line] if " | " in line or not line.strip("-") else textwidth.fit(line)
+
     def with_apply(lines, applied):
         argv, why, other = applied
         at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
-        gated = " (turns on once `rocm-dspark probe` has proven it on this host)" if argv[-2:] == ["--adaptive", "on"] else ""
-        line = (f"  apply: {shlex.join(argv)}{gated}" if why is None
-                else f"  apply: `recipe` refuses it on every build ({why})"
-                     + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
-        return lines[:at] + [line] + lines[at:]
+        gated = argv[-2:] == ["--adaptive", "on"]
+        if why is None:  # the command alone, broken with `\` so that it pastes and runs
+            new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
+            new += textwidth.fit("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
+        else:
+            new = textwidth.fit(f"  apply: `recipe` refuses it on every build ({why})"
+                                + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
+        return [w for ln in lines[:at] for w in fitted(ln)] + new + [w for ln in lines[at:] for w in fitted(ln)]
 
     text = "\n\n".join("\n".join(with_apply(table_lines(p), a)) for p, a in zip(plans, applies))
     if scaling is not None:
-        text += "".join("\n\n" + "\n".join(line for _, line in rows) for rows in scaling.values())
+        text += "".join("\n\n" + "\n".join(w for _, line in rows for w in fitted(line)) for rows in scaling.values())
     click.echo(text)
