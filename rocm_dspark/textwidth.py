@@ -28,11 +28,11 @@ def columns() -> int:
 
 
 def wrap(text: str, first: str = "", rest: str | None = None, width: int | None = None) -> list[str]:
-    """`text` (whitespace folded) filled to `width` (default: columns()): the first line starts with `first`,
-    the others with `rest` (default: a hanging indent, `first`'s width plus two). A word longer than a line
-    (a URL, a flag) is kept whole."""
+    """`text` (line breaks folded; aligned spaces kept) filled to `width` (default: columns()): the first line
+    starts with `first`, the others with `rest` (default: a hanging indent, `first`'s width plus two). A word
+    longer than a line (a URL, a flag) is kept whole."""
     rest = " " * (len(first) + 2) if rest is None else rest
-    return textwrap.wrap(" ".join(text.split()), width=width or columns(), initial_indent=first,
+    return textwrap.wrap(re.sub(r"\s*[\r\n]\s*", " ", text.strip()), width=width or columns(), initial_indent=first,
                          subsequent_indent=rest, break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
 
 

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
@@ -98,5 +99,5 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
                "run them again after regenerating it.")
     click.echo("Install and start:")
-    for cmd in files.install_commands:
-        click.echo(f"  {cmd}")
+    for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
+        click.echo("\n".join(textwidth.fit(cmd, "  ")))
