@@ -21,6 +21,7 @@ PACKAGE = ROOT / "rocm_dspark"
 LAYERS = {
     # foundations: what every subsystem imports
     "rocm_dspark": 0, "rocm_dspark.errors": 0, "rocm_dspark.atomic": 0, "rocm_dspark.inputs": 0,
+    "rocm_dspark.textwidth": 0,
     "rocm_dspark.recipe": 0, "rocm_dspark.recipe.plan": 0, "rocm_dspark.recipe.capture": 0,
     "rocm_dspark.recipe.vllm_args": 0, "rocm_dspark.recipe.vllm_env": 0, "rocm_dspark.recipe.secret_env": 0,
     "rocm_dspark.recipe.k_schedule": 0,
@@ -169,7 +170,7 @@ def test_readme_layout_names_every_folder_and_only_real_paths():
     assert unnamed == [], f"folders the README layout section does not name: {unnamed}"
 
 
-ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs"}  # what every subsystem imports
+ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs", "textwidth"}  # what every subsystem imports
 
 
 def test_the_package_root_holds_only_the_foundations():
