@@ -138,6 +138,8 @@ def test_a_missing_model_path_is_warned_for_elsewhere_and_refused_here(tmp_path)
     assert r.exit_code == 0 and "warning: --model-path '/nonexistent' does not exist here" in r.output
     line = one_line_error(run(["up", *V41, "--dry-run", "--model-path", "/nonexistent"]))
     assert "does not exist on this machine" in line
+    for cmd in (["recipe"], ["launch", "--output", str(tmp_path)]):  # a refusal stays one line (cli_fuzz found it)
+        assert "unknown model" in one_line_error(run([*cmd, "--model", "nope", "--model-path", "/nonexistent"]))
 
 
 def test_local_cpu_wants_a_config_in_the_model_dir(tmp_path):

@@ -43,9 +43,13 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
+    _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts)
+    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
+
+
+def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts):
     from rocm_dspark.launch.launchers import INSTALL_DIR, write_launchers
 
-    check_model_path(opts, runs_here=False)
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         from rocm_dspark.recipe.cluster import cluster_for

@@ -29,16 +29,16 @@ def recipe(fmt, explain, **opts):
       rocm-dspark recipe --model V4.1-Flash --gpu mi300x
       rocm-dspark recipe --model V4.1-Flash --format docker > serve.sh
     """
-    check_model_path(opts, runs_here=False)
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         _cluster(fmt, opts, copts, explain)
-        return
-    if copts.get("node_rank") is not None:
-        raise UsageError("--node-rank needs --strategy (which node of which layout?)")
-    from rocm_dspark.launch.render import RENDERERS
+    else:
+        if copts.get("node_rank") is not None:
+            raise UsageError("--node-rank needs --strategy (which node of which layout?)")
+        from rocm_dspark.launch.render import RENDERERS
 
-    click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
+        click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
+    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
 
 
 def _cluster(fmt, opts, copts, explain=False):
