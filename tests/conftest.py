@@ -14,6 +14,7 @@ def private_state_dir(tmp_path_factory, monkeypatch):
     """Probe records of the developer's own machine must not change what the tests see."""
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("ROCM_DSPARK_STATE_DIR", str(state))
+    monkeypatch.delenv("COLUMNS", raising=False)  # output widths as in a pipe (rocm_dspark/textwidth.py), not this shell's
     return state
 
 

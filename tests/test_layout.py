@@ -215,7 +215,7 @@ def test_readme_layout_names_every_folder_and_only_real_paths():
     assert unnamed == [], f"folders the README layout section does not name: {unnamed}"
 
 
-ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs", "statedir"}  # what every subsystem imports
+ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs", "statedir", "textwidth"}  # what every subsystem imports
 
 
 def test_the_package_root_holds_only_the_foundations():

@@ -53,7 +53,7 @@ def test_recipe_concurrency_takes_a_list_and_plans_for_its_largest_level():
     assert listed.stdout == single.stdout and '"concurrency": 64' in listed.stdout
     assert "every level must be at least 1" in error_line(["recipe", "--model", "V4.1-Flash", "--concurrency", "0,4"])
     assert "comma-separated positive integers" in error_line(["recipe", "--model", "V4.1-Flash", "--concurrency", "a"])
-    assert "comma-separated positive integers" in error_line(["recipe", "--model", "V4.1-Flash", "--concurrency", ""])
+    assert "--concurrency is empty" in error_line(["recipe", "--model", "V4.1-Flash", "--concurrency", ""])
 
 
 def test_up_gpu_failure_names_no_validate_only_flag(tmp_path, monkeypatch):

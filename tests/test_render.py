@@ -16,8 +16,9 @@ PROFILES = [(m, g) for m in CAT.models for g in CAT.models[m].profiles]
 
 
 def split_shell(text):
-    # shlex does not join continuation lines; a shell drops each backslash-newline the renderer emits.
-    words = shlex.split(text.replace(" \\\n", " "), comments=True)
+    # shlex does not join continuation lines; a shell drops each backslash-newline the renderer emits (between
+    # words, and inside a long word split into quoted pieces: rocm_dspark/textwidth.py).
+    words = shlex.split(text.replace("\\\n", ""), comments=True)
     env = {}
     while words and "=" in words[0] and not words[0].startswith("-"):
         key, _, value = words.pop(0).partition("=")
@@ -86,7 +87,7 @@ def test_json_is_valid_and_complete():
 def test_docker_has_the_amd_device_flags_and_the_same_command():
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x"))
     text = render_docker(plan)
-    words = shlex.split(text.replace(" \\\n", " "), comments=True)
+    words = shlex.split(text.replace("\\\n", ""), comments=True)
     for flag in ("--device=/dev/kfd", "--device=/dev/dri", "--group-add=video", "--ipc=host",
                  "--security-opt=seccomp=unconfined"):
         assert flag in words

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
+from rocm_dspark.textwidth import joined
 from rocm_dspark.runtime.progress import Display
 from rocm_dspark.runtime.server_phases import LogFollower, phase_of, phase_of_line
 from rocm_dspark.up import image, prereq
@@ -271,9 +272,10 @@ def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
                                  "--dry-run", "--state-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "skipped: adaptive verification is not proven on this host (no probe record in" in r.output
-    recipe = next(ln for ln in r.output.splitlines() if "rocm-dspark recipe " in ln)
+    recipe = next(ln for ln in joined(r.output.splitlines()).splitlines() if "rocm-dspark recipe " in ln)
     assert recipe.endswith("--concurrency 64")  # the largest level sizes the plan
-    assert "--endpoint http://127.0.0.1:8000" in r.output and "--concurrency 1,64" in r.output  # the sweep levels
+    logical = " ".join(joined(r.output.splitlines()).split())
+    assert "--endpoint http://127.0.0.1:8000" in logical and "--concurrency 1,64" in logical  # the sweep levels
 
 
 # -- bad input -----------------------------------------------------------------------------------------
@@ -281,7 +283,7 @@ def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--target", "local-cpu"], "--target local-cpu needs --model-path DIR"),
-    (["--target", "local-cpu", "--model-path", "/x", "--mode", "systemd"], "drop --mode systemd"),
+    (["--target", "local-cpu", "--model-path", "/", "--mode", "systemd"], "drop --mode systemd"),
     (["--adaptive", "on"], "--adaptive on"),
     (["--concurrency", "0"], "every level must be at least 1"),
     (["--probe-levels", "nope"], "--levels 'nope'"),
@@ -296,6 +298,7 @@ def test_local_cpu_prerequisite_failure_stops_with_fix_and_exit_1(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
+        (tmp_path / "config.json").write_text("{}")  # a checkpoint directory (the model path check wants one)
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--target", "local-cpu", "--model-path",
                                      str(tmp_path), "--port", str(port), "--vllm-bin", "/bin/true",
                                      "--state-dir", str(tmp_path / "st")])
@@ -375,7 +378,7 @@ def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkey
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
                                      "--state-dir", str(state)])
         assert r.exit_code == 0, r.output
-        for line in r.output.splitlines():
+        for line in joined(r.output.splitlines()).splitlines():  # a command broken with `\` is one line
             line = line.strip()
             if line.startswith(("sudo install", "ROCM_DSPARK_LAUNCH_STATE_DIR=", "rocm-dspark launch")):
                 words = shlex.split(line.split("   (")[0])

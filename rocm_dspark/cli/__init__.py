@@ -83,7 +83,9 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        return getattr(importlib.import_module(module), attr)
+        from rocm_dspark.cli.bounds import refuse_empty
+
+        return refuse_empty(getattr(importlib.import_module(module), attr))
 
 
 @click.group(cls=LazyGroup)
@@ -124,4 +126,4 @@ def main(argv=None):
             raise
         click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
                    f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
-        sys.exit(EXIT_USAGE)
+        sys.exit(EXIT_ENVIRONMENT)  # the command is right; this install lacks a part (docs/cli.md)

@@ -1,7 +1,8 @@
 """Bounds for every numeric option: each has a range and a one-line error, never a traceback or a run that
 never ends (`--nodes 1000000000` built a billion commands; a 400-digit `--max-num-batched-tokens` overflowed
 a float). The ranges are sanity bounds, far above any real deployment, not tuning advice; the library keeps
-its own checks for the values inside them (a TP that does not divide the heads, ...)."""
+its own checks for the values inside them (a TP that does not divide the heads, ...). Text and path options
+refuse an empty value (NonEmpty)."""
 
 from __future__ import annotations
 
@@ -108,5 +109,46 @@ COUNT = BoundedInt(1, 1_000_000)          # requests, questions, records to show
 ACCEPTANCE = BoundedFloat(0, 64)          # an acceptance length: 1..1+K, K <= 16 (the library checks 1+K)
 
 
-__all__ = ["BoundedInt", "BoundedFloat", "NODES", "GPUS_PER_NODE", "RANKS", "SEQS", "TOKENS", "PORT", "NODE_RANK",
+def check_levels(levels, flag: str = "--concurrency"):
+    """Concurrency levels (recipe, validate, up and plan take the same ones): each in 1..MAX_SEQS."""
+    from rocm_dspark.errors import UsageError
+
+    if any(c > MAX_SEQS for c in levels):
+        raise UsageError(f"{flag}: every level must be at most {MAX_SEQS}, got {_show(max(levels))}")
+    return levels
+
+
+class NonEmpty(click.ParamType):
+    """A text or path option that refuses an empty value (an unset shell variable must not fall back to the
+    default, docs/cli.md); otherwise the wrapped type's."""
+
+    def __init__(self, inner: click.ParamType):
+        self.inner, self.name = inner, inner.name
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            from rocm_dspark.errors import UsageError
+
+            raise UsageError(f"{_name(param)} is empty (an unset shell variable?); give a value or leave the option out")
+        return self.inner.convert(value, param, ctx)
+
+    def get_metavar(self, param, ctx):
+        return self.inner.get_metavar(param, ctx)
+
+    def shell_complete(self, ctx, param, incomplete):
+        return self.inner.shell_complete(ctx, param, incomplete)
+
+
+def refuse_empty(command: click.Command) -> click.Command:
+    """Every text and path option of `command` refuses an empty value (the group applies it to each command)."""
+    for param in command.params:
+        if (isinstance(param, click.Option) and not param.is_flag
+                and isinstance(param.type, (click.types.StringParamType, click.Path))):
+            param.type = NonEmpty(param.type)
+    for sub in getattr(command, "commands", {}).values():
+        refuse_empty(sub)
+    return command
+
+
+__all__ = ["check_levels", "NonEmpty", "refuse_empty", "BoundedInt", "BoundedFloat", "NODES", "GPUS_PER_NODE", "RANKS", "SEQS", "TOKENS", "PORT", "NODE_RANK",
            "PREFILL_NODES", "SECONDS", "INT_SECONDS", "COUNT", "ACCEPTANCE"]

@@ -10,7 +10,7 @@ from rocm_dspark.cli.options import fail, usage_errors
 from rocm_dspark.errors import EXIT_ENVIRONMENT
 
 
-@click.command()
+@click.command(short_help="Ask the registry what each candidate image tag holds now.")
 @click.option("--gpu", default=None, help="GPU (recipes/gpus.yaml key); detected with amd-smi/rocminfo when omitted.")
 @click.option("--build", default=None, help="Ask about this build only (recipes/vllm.yaml).")
 @click.option("--state-dir", default=None, help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).")

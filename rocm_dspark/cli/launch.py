@@ -6,15 +6,16 @@ import json
 
 import click
 
+from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
-@click.command()
+@click.command(short_help="Write launcher files (bash, systemd, k8s) for a plan.")
 @selection_options
 @cluster_options
 @click.option("--format", "fmt", type=click.Choice(["shell", "systemd", "k8s"]), default="shell", show_default=True,
@@ -42,6 +43,11 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
+    _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts)
+    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
+
+
+def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts):
     from rocm_dspark.launch.launchers import INSTALL_DIR, write_launchers
 
     copts = pop_cluster(opts)
@@ -86,12 +92,16 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     if files.unit is None and files.env_file_written:
         click.echo(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
-        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to ~/.local/state/rocm-dspark/launch/{files.name})")
+        from rocm_dspark.launch.launch_facts import state_root
+
+        root = state_root() or "~/.local/state/rocm-dspark"  # the launcher's rule, read from this environment
+        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to {root}/launch/{files.name} "
+                   "when run with this environment)")
         return
     click.echo(f"wrote {files.unit}")
     click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")
     click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
                "run them again after regenerating it.")
     click.echo("Install and start:")
-    for cmd in files.install_commands:
-        click.echo(f"  {cmd}")
+    for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
+        click.echo("\n".join(textwidth.fit(cmd, "  ")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -35,7 +36,8 @@ def selection_options(fn):
                      help="Serve the target model without a DSpark draft (what `plan` prints when drafting does not pay)."),
         click.option("--capture-cap", type=bounds.SEQS, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
         click.option("--vllm-version", default=None, help="vLLM release (e.g. 0.33.0) or build name to plan for; maps onto a build in recipes/vllm.yaml."),
-        click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the newest with public evidence on the GPU)."),
+        click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the GPU arch's release there, the first "
+                          "tag the registry holds per `rocm-dspark images`)."),
         click.option("--concurrency", default=None, metavar="C[,C...]", callback=_largest_level,
                      help="Expected concurrent requests: drives the workload rules in the recipe (batch tokens, Engram "
                           "offload). A list (as plan and up take) sizes the plan for its largest level."),
@@ -73,9 +75,7 @@ def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
         raise UsageError(f"--concurrency {value!r}: give comma-separated positive integers, e.g. 1,16,64,128") from None
     if not levels or any(c < 1 for c in levels):
         raise UsageError(f"--concurrency {value!r}: every level must be at least 1")
-    if any(c > bounds.MAX_SEQS for c in levels):
-        raise UsageError(f"--concurrency: every level must be at most {bounds.MAX_SEQS}")
-    return levels
+    return bounds.check_levels(levels)
 
 
 def _largest_level(ctx, param, value):
@@ -95,6 +95,19 @@ def _largest_level(ctx, param, value):
 def pop_selection(kwargs: dict, keep: tuple[str, ...] = ()) -> dict:
     """Split the selection flags out of a command's kwargs (`keep`: the command's own options of that name)."""
     return {k: kwargs.pop(k) for k in SELECTION_KEYS if k in kwargs and k not in keep}
+
+
+def check_model_path(opts: dict, runs_here: bool) -> None:
+    """--model-path names a directory on the machine that runs vLLM: one missing here is refused where the command
+    runs vLLM here, and warned about where the plan may be for another machine."""
+    path = opts.get("model_path")
+    if not path or not path.strip() or path.startswith("-") or os.path.exists(os.path.expanduser(path)):
+        return  # empty and '-x' are the resolver's to refuse, in one line
+    if runs_here:
+        raise UsageError(f"--model-path {path!r} does not exist on this machine; pass the directory that holds the "
+                         f"checkpoint")
+    click.echo(f"rocm-dspark: warning: --model-path {path!r} does not exist here; vLLM fails to start unless it "
+               f"exists on the machine that runs it", err=True)
 
 
 def fail(message: str, code: int = EXIT_USAGE):

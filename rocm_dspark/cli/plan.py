@@ -12,7 +12,7 @@ from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
 
-@click.command()
+@click.command(short_help="Predict tokens/s per speculation setting; recommend one.")
 @click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
 @click.option("--gpu", default=None,
               help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")
@@ -74,7 +74,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
     catalog = load_catalog()
     spec = catalog.find_model(model)
-    concurrencies = parse_concurrency(concurrency)
+    concurrencies = bounds.check_levels(parse_concurrency(concurrency))
     gpus = [g.strip() for g in gpu.split(",") if g.strip()] if gpu is not None else sorted(spec.profiles)
     if not gpus:
         raise UsageError(f"--gpu {gpu!r} names no GPU profile; give e.g. --gpu mi300x,mi355x or leave it out")
@@ -128,16 +128,24 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         return
     import shlex
 
+    from rocm_dspark import textwidth
+
+    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest wrapped (issue 30)
+        return [line] if " | " in line or not line.strip("-") else textwidth.fit(line)
+
     def with_apply(lines, applied):
         argv, why, other = applied
         at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
-        gated = " (turns on once `rocm-dspark probe` has proven it on this host)" if argv[-2:] == ["--adaptive", "on"] else ""
-        line = (f"  apply: {shlex.join(argv)}{gated}" if why is None
-                else f"  apply: `recipe` refuses it on every build ({why})"
-                     + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
-        return lines[:at] + [line] + lines[at:]
+        gated = argv[-2:] == ["--adaptive", "on"]
+        if why is None:  # the command alone, broken with `\` so that it pastes and runs
+            new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
+            new += textwidth.fit("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
+        else:
+            new = textwidth.fit(f"  apply: `recipe` refuses it on every build ({why})"
+                                + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
+        return [w for ln in lines[:at] for w in fitted(ln)] + new + [w for ln in lines[at:] for w in fitted(ln)]
 
     text = "\n\n".join("\n".join(with_apply(table_lines(p), a)) for p, a in zip(plans, applies))
     if scaling is not None:
-        text += "".join("\n\n" + "\n".join(line for _, line in rows) for rows in scaling.values())
+        text += "".join("\n\n" + "\n".join(w for _, line in rows for w in fitted(line)) for rows in scaling.values())
     click.echo(text)

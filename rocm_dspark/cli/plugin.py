@@ -7,7 +7,7 @@ import json
 import click
 
 
-@click.group()
+@click.group(short_help="The vLLM plugin backporting vllm#58151 onto vLLM 0.30-0.32.")
 def plugin():
     """The vLLM plugin: vllm#58151's adaptive-verification declarations backported onto vLLM 0.30-0.32 on ROCm.
 
@@ -17,7 +17,7 @@ def plugin():
     """
 
 
-@plugin.command()
+@plugin.command(short_help="Installed vLLM, plugin registration, what adaptive needs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--host-only", is_flag=True,
               help="Evaluate only this host's platform (default: also vLLM's ROCm classes, forced to ROCm here).")

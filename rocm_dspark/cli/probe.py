@@ -21,7 +21,7 @@ def _model_optional(fn):
     return fn
 
 
-@click.command()
+@click.command(short_help="Prove (or refute) adaptive verification on this host.")
 @_model_optional
 @selection_options
 @click.option("--levels", default="static,kernel,live", show_default=True,

@@ -7,13 +7,13 @@ import json
 import click
 
 from rocm_dspark.cli.cluster_options import cluster_options
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
-@click.command()
+@click.command(short_help="Print the vLLM launch for a model on an AMD GPU.")
 @selection_options
 @cluster_options
 @click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker", "k8s"]), default="shell", show_default=True,
@@ -32,12 +32,13 @@ def recipe(fmt, explain, **opts):
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
         _cluster(fmt, opts, copts, explain)
-        return
-    if copts.get("node_rank") is not None:
-        raise UsageError("--node-rank needs --strategy (which node of which layout?)")
-    from rocm_dspark.launch.render import RENDERERS
+    else:
+        if copts.get("node_rank") is not None:
+            raise UsageError("--node-rank needs --strategy (which node of which layout?)")
+        from rocm_dspark.launch.render import RENDERERS
 
-    click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
+        click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
+    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
 
 
 def _cluster(fmt, opts, copts, explain=False):
@@ -66,7 +67,7 @@ def _cluster(fmt, opts, copts, explain=False):
         click.echo(render_cluster_shell(plan, cluster, rank, explain=explain), nl=False)
 
 
-@click.command(name="list")
+@click.command(name="list", short_help="Show the models, GPUs, builds and profiles in recipes/.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
 def list_catalog(as_json):

@@ -8,7 +8,7 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
 
@@ -18,7 +18,7 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
     return parse(value)
 
 
-@click.command()
+@click.command(short_help="Bring this node to a validated endpoint; rerun to resume.")
 @selection_options
 @click.option("--concurrency", default=None, metavar="C[,C...]",
               help="Validation sweep (and A/B) levels; the largest also sizes the plan's workload rules (as recipe "
@@ -56,6 +56,14 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import UpOptions, run_up
 
+    check_model_path(opts, runs_here=True)
+    from rocm_dspark.recipe.catalog import load_catalog
+
+    catalog = load_catalog()  # a misspelt name is refused before any step prints (the dry run's on stdout)
+    catalog.find_model(opts["model"])
+    for flag, find in (("gpu", catalog.find_gpu), ("build", catalog.find_build), ("vllm_version", catalog.find_build)):
+        if opts.get(flag):
+            find(opts[flag])
     levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
     if (opts.get("adaptive") or "auto") == "on":
         raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
@@ -67,7 +75,7 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     sys.exit(run_up(options, display))
 
 
-@click.command()
+@click.command(short_help="Stop the service `up` started; keep its state and files.")
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @usage_errors
 def down(state_dir):

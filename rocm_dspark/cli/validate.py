@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import concurrency_levels, pop_selection, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, concurrency_levels, pop_selection, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
 
@@ -48,7 +48,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     sys.exit(0)
 
 
-@click.command("validate")
+@click.command("validate", short_help="Check a node up to the first blocking failure; report.")
 @selection_options
 @click.option("--report", "report_dir", required=True, type=click.Path(path_type=Path),
               help="Directory for report.json, report.md and the PNG plots.")
@@ -95,6 +95,11 @@ def validate(**kwargs):
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     selection = pop_selection(kwargs, keep=("concurrency",))
+    check_model_path(selection, runs_here=kwargs["launch"] or kwargs["ab"])
+    if kwargs["endpoint"]:  # usage, refused before any check runs
+        from rocm_dspark.validate.context import parse_endpoint
+
+        parse_endpoint(kwargs["endpoint"])
     as_json = kwargs.pop("as_json")
     if kwargs.pop("ab"):
         return _ab(selection, kwargs, as_json)

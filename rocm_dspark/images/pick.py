@@ -86,9 +86,15 @@ def retention_note(catalog, build, today: str | None, replacement: str | None) -
             f"older than {what} ({as_of}){use}")
 
 
-def evidence_note(catalog, gpu, build, profile) -> str:
+EVIDENCE_MODEL = "DeepSeek-V4.1-Flash"  # the model whose public runs recipes/vllm.yaml's `gpus:` lists
+
+
+def evidence_note(catalog, gpu, build, profile, model: str = EVIDENCE_MODEL) -> str:
     """What the profile's public evidence is evidence for, against the build the plan runs."""
     own = build.gpus.get(gpu.key)
+    if model != EVIDENCE_MODEL:  # a V4.1 run is no evidence for another model
+        return (f"no public {model} run on {gpu.key} with {build.name} is recorded (recipes/vllm.yaml lists V4.1 "
+                f"runs); `rocm-dspark validate` or `up` produce this host's evidence")
     if own:
         return f"public V4.1 evidence on {gpu.key} with this build: {', '.join(own)}"
     others = [b for b in catalog.evidence_builds(gpu) if b.name != build.name]

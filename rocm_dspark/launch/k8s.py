@@ -55,7 +55,11 @@ HOST_BUDGET = {"cpu_base": 4, "cpu_per_gpu": 2, "mem_base_gib": 16, "mem_per_gpu
 ROUTER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
 MODEL_CACHE_GIB = 1024  # the 511 GB checkpoint, with room for a second revision
 STATE_GIB = 1
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
+# The name also names the Services, and a Service name is a DNS-1035 label: it starts with a letter
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#rfc-1035-label-names).
+_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
+MODEL_CACHE_CLAIM = "rocm-dspark-model-cache"
+STATE_CLAIM = "rocm-dspark-probe-state"
 
 
 def _k8s_literal(text: str) -> str:
@@ -72,8 +76,9 @@ def _sh(argv: tuple[str, ...], raw: dict[int, str] | None = None) -> str:
 
 def _check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise UsageError(f"--name {name!r}: Kubernetes names are lower-case letters, digits and '-', at most 42 characters "
-                         "(LWS appends the group and worker index)")
+        raise UsageError(f"--name {name!r}: Kubernetes names (and Service names, DNS-1035) start with a lower-case "
+                         "letter, then lower-case letters, digits and '-', at most 42 characters (LWS appends the "
+                         "group and worker index)")
     return name
 
 
@@ -210,8 +215,8 @@ def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) ->
     return pre + _sh(argv, raw)
 
 
-def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: str = "rocm-dspark-model-cache",
-                     state_claim: str = "rocm-dspark-probe-state", startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
+def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: str = MODEL_CACHE_CLAIM,
+                     state_claim: str = STATE_CLAIM, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
                      shm_gib: int = 64, query_heads: int) -> list[dict]:
     """The manifests for `plan` (one node's LaunchPlan) under `spec`, as a list of dicts in apply order."""
     name = _check_name(name)
@@ -339,14 +344,29 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     return out
 
 
+def k8s_name(plan, name: str | None = None) -> str:
+    from rocm_dspark.launch.launchers import default_name
+
+    return (name or default_name(plan))[:42].rstrip("-")
+
+
 def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict | None = None, *,
                   name: str | None = None, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S) -> list[dict]:
     """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
-    from rocm_dspark.launch.launchers import default_name
-
-    raw = name or default_name(plan)
-    return render_manifests(plan, cluster.spec, name=raw[:42].rstrip("-"), startup_budget_s=startup_budget_s,
+    return render_manifests(plan, cluster.spec, name=k8s_name(plan, name), startup_budget_s=startup_budget_s,
                             query_heads=cluster.query_heads)
+
+
+def apply_needs(plan, name: str | None = None) -> str:
+    """What the cluster must hold before `kubectl apply` of these manifests: the objects they name."""
+    name = k8s_name(plan, name)
+    needs = [f"the PVCs {MODEL_CACHE_CLAIM} and {STATE_CLAIM}", "the LWS controller for multi-node"]
+    if plan.secret_env:
+        needs.insert(0, f"the Secret {name}-env with {', '.join(plan.secret_env)} (kubectl create secret generic "
+                        f"{name}-env --from-env-file=FILE)")
+    if "HF_TOKEN" not in plan.secret_env:
+        needs.append("optionally a Secret hf-token with HF_TOKEN")
+    return "needs " + ", ".join(needs)
 
 
 _LOOKS_TYPED = re.compile(r"[-+]?(\.?[0-9]|\.(inf|nan)\b)|(y|yes|n|no|on|off|true|false|null|~)$", re.IGNORECASE)
@@ -370,4 +390,4 @@ def render_yaml(manifests: list[dict]) -> str:
     return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
-__all__ = ["render_manifests", "manifests_for", "render_yaml", "LWS_API", "GPU_RESOURCE"]
+__all__ = ["render_manifests", "manifests_for", "apply_needs", "k8s_name", "render_yaml", "LWS_API", "GPU_RESOURCE"]

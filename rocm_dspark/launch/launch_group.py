@@ -37,7 +37,7 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
     base = name or default_name(plan)
     out = _check_output_dir(Path(output))
     if fmt == "k8s":
-        from rocm_dspark.launch.k8s import manifests_for, render_yaml
+        from rocm_dspark.launch.k8s import apply_needs, manifests_for, render_yaml
 
         if node_rank is not None:
             raise UsageError("--format k8s writes the whole group (LeaderWorkerSet); drop --node-rank")
@@ -48,8 +48,7 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename or path}: {exc.strerror}; choose a writable --output") from exc
         return {"files": [{"path": str(path), "what": "Kubernetes manifests"}],
-                "next": [f"kubectl apply -f {shlex.quote(str(path))}   (needs the LWS controller for multi-node, "
-                         "a Secret hf-token and the PVCs named in it)"]}
+                "next": [f"kubectl apply -f {shlex.quote(str(path))}   ({apply_needs(plan, name)})"]}
     if cluster.backend == "ray":
         raise UsageError("launchers run vLLM's mp backend; for --backend ray start the Ray cluster yourself "
                          "(`rocm-dspark recipe ... --backend ray` prints each node's commands) or use --format k8s")

@@ -361,6 +361,9 @@ def _check_output_dir(output_dir: Path) -> Path:
 
 def _check_env_file(path: Path) -> bool:
     """True when the env file must be written; an existing one is kept, but only with safe permissions."""
+    if path.is_symlink():  # its mode, a chmod fix and the write would all act on the link's target
+        raise UsageError(f"--env-file {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); pass the real "
+                         f"file's path or a new one")
     if not path.exists():
         if not path.parent.is_dir():
             raise UsageError(f"--env-file {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")

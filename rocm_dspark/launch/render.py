@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import shlex
 
+from rocm_dspark import textwidth
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.recipe.plan import LaunchPlan, flag_pairs
 from rocm_dspark.recipe.vllm_args import emit
 
 
+def _fit(line: str) -> str:
+    """One logical command line within the width: a longer one broken with `\\` continuations
+    (rocm_dspark.textwidth.command_lines), which bash and shlex read back as the same words."""
+    if len(line) + 2 <= textwidth.columns():
+        return line
+    indent = line[:len(line) - len(line.lstrip(" "))]
+    words = [shlex.quote(w) for w in shlex.split(line)]
+    return "\n".join(indent + ln if i == 0 else ln for i, ln in enumerate(
+        textwidth.command_lines(words, indent="  " + indent, width=textwidth.columns() - len(indent))))
+
+
 def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
+    """First `head` words on one line, then one flag (with its value) per line, each within the width."""
+    return [_fit(line) for line in _flag_lines(argv, head)]
+
+
+def _flag_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
     """First `head` words on one line, then one flag (with its value) per line: from the plan's typed flags
     (recipe/plan.py Command); other words (docker's own flags) by their shape."""
     lines = [" ".join(shlex.quote(a) for a in argv[:head])]
@@ -51,10 +68,10 @@ def brief(line: str, width: int = NOTE_WIDTH - 2) -> str:
 def note_lines(notes, explain: bool = False) -> list[str]:
     """The notes as comment lines: in full with `explain`, else one short line each (`short`, or the
     text's first clause when a note has no short form), so a new note is shortened the same way."""
-    if explain:
-        return [c for n in notes for c in _comment(f"{n.topic}: {n.text}")]
+    if explain:  # wrapped to the width, a hanging indent under the topic, every line still a comment
+        return [w for n in notes for c in _comment(f"{n.topic}: {n.text}") for w in textwidth.wrap(c[2:], "# ", "#   ")]
     out = []
-    for n in notes:
+    for n in notes:  # each at most NOTE_WIDTH; the renderers wrap what the terminal cannot show
         text = n.short or _first_clause(n.text)
         out.append("# " + brief(f"{n.topic}: {text}"))
     return out
@@ -86,7 +103,7 @@ def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)
-    return "\n".join(out) + "\n"
+    return "\n".join(out[:1] + textwidth.fit_all(out[1:])) + "\n"
 
 
 def render_json(plan: LaunchPlan, explain: bool = False) -> str:
@@ -121,7 +138,7 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)
-    return "\n".join(out) + "\n"
+    return "\n".join(out[:1] + textwidth.fit_all(out[1:])) + "\n"
 
 
 RENDERERS = {"shell": render_shell, "json": render_json, "docker": render_docker}

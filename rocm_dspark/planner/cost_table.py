@@ -184,6 +184,8 @@ MAX_STEP_MS = 1e6
 
 
 def _number(value, source: str, where: str, limit: float = MAX_SIZE) -> float:
+    if isinstance(value, bool):  # float(True) is 1.0: JSON's true is no token count or time
+        raise UsageError(f"{source}: {where}: {str(value).lower()} is a boolean, not a number")
     if isinstance(value, str) and len(value) > 64:
         raise UsageError(f"{source}: {where}: a {len(value)}-character value is not a number")
     try:

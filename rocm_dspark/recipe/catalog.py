@@ -360,6 +360,10 @@ class _Reader:
             if (not isinstance(item, list) or not 1 <= len(item) <= 2
                     or not all(isinstance(x, str) for x in item) or not item[0].startswith("--")):
                 self.fail(f"item {i} must be [--flag] or [--flag, \"value\"] (strings), got {item!r}", key)
+            if any(not x.isprintable() for x in item):  # a newline would end the launcher's command line
+                self.fail(f"item {i} ({item[0]}) has a control character (newline, tab, ...): {item!r}", key)
+            if item[0] == "--max-model-len" and (len(item) != 2 or not item[1].isascii() or not item[1].isdigit()):
+                self.fail(f"item {i}: --max-model-len takes a positive integer, got {item[1:]!r}", key)
             out.append(tuple(item))
         return tuple(out)
 

@@ -212,7 +212,7 @@ def build_layer(s: _State) -> None:
         s.notes.append(Note("build gone", gone))
     if b.status != "current":
         s.notes.append(Note("build status", f"{b.name} is {b.status}: {b.status_note}"))
-    s.notes.append(Note("evidence", pick.evidence_note(catalog, s.gpu, b, s.profile)))
+    s.notes.append(Note("evidence", pick.evidence_note(catalog, s.gpu, b, s.profile, s.model.key)))
 
 
 def workaround_layer(s: _State) -> None:
@@ -607,8 +607,9 @@ def override_layer(s: _State, args: _Args) -> None:
         else:
             args.set(flag, value)
         s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
+    planned_env = dict(s.env)  # every occurrence checked against the plan's value (the last one reaches vLLM)
     for key, value in s.sel.extra_env:
-        check_env(key, value, s.env)
+        check_env(key, value, planned_env)
         # Every --env value is the operator's and may be a secret: the plan keeps its name, the value goes only
         # to the 0600 env file (rocm_dspark/recipe/secret_env.py); a planned key it repeats or overrides moves there too.
         s.env.pop(key, None)

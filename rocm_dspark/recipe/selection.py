@@ -8,6 +8,7 @@ only: this is on the `rocm-dspark recipe` path.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 from rocm_dspark.errors import UsageError
@@ -25,8 +26,11 @@ ADAPTIVE_MODES = ("auto", "off", "on")
 def env_pair(value: str) -> tuple[str, str]:
     """KEY=VALUE, or KEY alone: the value of KEY in this environment (so a secret stays off the command line)."""
     key, sep, val = value.partition("=")
-    if not key or not (key[0].isalpha() or key[0] == "_") or not all(c.isalnum() or c == "_" for c in key):
-        raise UsageError(f"--env {value!r} must be KEY=VALUE (or KEY, taken from this environment) with a valid variable name")
+    # ASCII letters, digits and '_', not starting with a digit: a C identifier, which Kubernetes' env var
+    # names (printable ASCII), POSIX shells and systemd's EnvironmentFile= all take.
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise UsageError(f"--env {value!r} must be KEY=VALUE (or KEY, taken from this environment) with a variable "
+                         f"name of ASCII letters, digits and '_' (not starting with a digit)")
     if not sep:
         if key not in os.environ:
             raise UsageError(f"--env {key}: {key} is not set in this environment; export it first or give {key}=VALUE")

@@ -74,10 +74,13 @@ def download_checks(plan, model_path: str | None, needs_download: bool) -> list[
     if model_path:
         if not Path(model_path).exists():
             return [Prereq("model path", FAIL, f"{model_path} does not exist", "pass the directory that holds the checkpoint")]
+        if Path(model_path).is_dir() and not (Path(model_path) / "config.json").is_file():  # vLLM reads it first
+            return [Prereq("model path", FAIL, f"{model_path} has no config.json: not a Hugging Face checkpoint",
+                           "pass the directory that holds the checkpoint (config.json and the weights)")]
         return [Prereq("model path", OK, f"serving from {model_path}; no download, no token needed")]
     cache = hf_cache()
     out = [Prereq("hf cache", OK, f"the checkpoint goes to {cache} (HF_HUB_CACHE / HF_HOME move it)")]
-    token = hf_token_present()
+    token = "--env HF_TOKEN (the 0600 env file)" if "HF_TOKEN" in (plan.secret_env or {}) else hf_token_present()
     if token:
         out.append(Prereq("hf token", OK, f"Hugging Face token from {token}"))
     elif needs_download:

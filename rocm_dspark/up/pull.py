@@ -8,16 +8,17 @@ be reached while this host holds no copy, is one line saying so and what to do.
 
 from __future__ import annotations
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.images import cache, pick, registry
 
 
 class PullFailed(Exception):
-    """(message, fix): the image cannot be pinned now."""
+    """(message, fix): the image cannot be pinned now; `environment`: the registry or the runtime failed (exit
+    3), not the choice of build (exit 2)."""
 
-    def __init__(self, message: str, fix: str):
+    def __init__(self, message: str, fix: str, environment: bool = False):
         super().__init__(message)
-        self.message, self.fix = message, fix
+        self.message, self.fix, self.environment = message, fix, environment
 
 
 def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: str | None = None,
@@ -35,7 +36,7 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         if held is None:
             raise PullFailed(f"cannot resolve {tag}: {exc}; this host holds no copy of it",
                              f"make the registry reachable (or `{tool} load` the image on an air-gapped node) and "
-                             f"run again") from None
+                             f"run again", environment=True) from None
         say(f"  registry unreachable ({exc}); using the copy this host holds")
     if resolved is not None:
         cache.record(state_dir, {tag: resolved})
@@ -49,7 +50,7 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         else:
             got = image_mod.pull_and_pin(tool, image, say=say)
     except (RuntimeError, ValueError, OSError) as exc:
-        raise PullFailed(f"image: {exc}", f"`{tool} pull {image}` by hand shows the error") from None
+        raise PullFailed(f"image: {exc}", f"`{tool} pull {image}` by hand shows the error", environment=True) from None
     if resolved is not None and resolved.get("digest") and "@" not in image and got["digest"] != resolved["digest"]:
         say(f"  note: the tag moved between the registry's answer ({resolved['digest']}) and the pull "
             f"({got['digest']}); running what was pulled")
@@ -68,5 +69,5 @@ def pin_for_launch(plan, state_dir, say=print):
     try:
         got = pin(plan, state_dir, tool=tool, say=say)
     except PullFailed as exc:
-        raise UsageError(f"{exc.message}; {exc.fix}") from None
+        raise (EnvironmentFailure if exc.environment else UsageError)(f"{exc.message}; {exc.fix}") from None
     return plan._replace(image=got["pinned"]), got

@@ -387,14 +387,17 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
 
 
 def _dry_run(run: UpRun, steps) -> int:
+    from rocm_dspark import textwidth
+
     say = run.display.say
-    say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")
+    for out in textwidth.wrap(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}"):
+        say(out)
     for i, step in enumerate(steps, 1):
         rec = run.state.step(step.name)
         done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""
         say(f"{_header(i, len(steps), step)}{done}")
-        for line in step.dry(run):
-            say(f"    {line}")
+        for out in textwidth.fit_all(step.dry(run), "    "):  # commands broken with `\`, prose wrapped (issue 30)
+            say(out)
     return 0
 
 
