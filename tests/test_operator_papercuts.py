@@ -52,7 +52,7 @@ def test_a_repeated_env_cannot_change_a_plan_owned_value(key):
 
 # 3 -------------------------------------------------------------------------------------------------------
 def test_up_with_env_hf_token_does_not_warn_anonymous(monkeypatch, tmp_path):
-    from rocm_dspark.recipe.selection import plan_from_options
+    from rocm_dspark.usecase.launch_plan import plan_from_options
     from rocm_dspark.up import prereq
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -143,7 +143,7 @@ def test_a_missing_model_path_is_warned_for_elsewhere_and_refused_here(tmp_path)
 
 
 def test_local_cpu_wants_a_config_in_the_model_dir(tmp_path):
-    from rocm_dspark.recipe.selection import plan_from_options
+    from rocm_dspark.usecase.launch_plan import plan_from_options
     from rocm_dspark.up import prereq
 
     plan = plan_from_options({"model": "V4.1-Flash", "gpu": "mi300x"})
