@@ -70,7 +70,7 @@ def _guarded(name: str, fn, progress) -> LevelResult:
 def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: float = DEFAULT_DEADLINE_S,
               live_target=None, attach_server=None, progress=lambda msg: None,
               kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None,
-              earlier: Record | None = None) -> ProbeOutcome:
+              earlier: Record | None = None, soft: dict | None = None) -> ProbeOutcome:
     """Run `levels` (subset of static, kernel, live) and write the record to the state directory.
 
     live_target: a live.LiveTarget replacing the plan's command (from a --server-json file: live.target_from_spec),
@@ -79,6 +79,8 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     level counts only when /proc shows it serves the plan's own adaptive command (probe.serving).
     earlier: a record this host wrote for the same fingerprint (`up`: the levels that load no model, run before
     the first start); its levels not requested here are carried into this record, so one record holds all three.
+    soft: the software the attached server runs when it is not this Python's (`up`'s container modes: the image's,
+    as the gate reads it), for the fingerprint.
     """
     from rocm_dspark.probe import kernel, live, static
 
@@ -96,7 +98,7 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     record_id = store.new_record_id(created)
 
     gpus = fingerprint.gpu_facts()
-    host_fp = fingerprint.host_fingerprint(gpus)
+    host_fp = fingerprint.host_fingerprint(gpus, soft)
     fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog, selection)}
     progress(f"probe {record_id}: {fingerprint.summary(fp)}; levels {', '.join(levels)}")
 

@@ -171,7 +171,7 @@ def probe_step(run) -> dict:
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say)
     new = sorted(set(store.record_names(directory)) - before)
-    run._software = {}  # the image is pulled now: the gate reads its software
+    run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
     proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
     refuted = proof.record is not None and not proof.adaptive_proven  # gate_verdict names a record only to decide
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),

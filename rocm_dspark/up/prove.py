@@ -145,11 +145,10 @@ def _live(run):
 
         spec = load_server_spec(run.dir / "server-adaptive.json", flag="server-adaptive.json")
         target = live.target_from_spec(spec, run.model)
-    # In the container modes the earlier levels ran inside the image (another software fingerprint): not carried.
     earlier_path = (run.outputs.get("probe") or {}).get("record")
     earlier = parse_record_data(json.loads(Path(earlier_path).read_text())) if earlier_path else None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
-                     attach_server=service.attach(run.state.service), earlier=earlier,
+                     attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
 
 

@@ -137,6 +137,10 @@ class UpRun:
             self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
 
+    def evidence_changed(self) -> None:
+        """New records were written (the probe step): the next plan is resolved through the gate again."""
+        self._resolved, self._software = None, {}
+
     def gate_software(self) -> dict | None:
         """The software facts the gate read for this plan (an image's), or None (this Python's)."""
         found = self.image_software(self.plan.image)

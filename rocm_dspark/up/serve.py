@@ -93,9 +93,16 @@ def stop(run) -> dict:
     return run.stop_service()
 
 
+def files_digest(run) -> str | None:
+    from rocm_dspark.up.state import digest
+
+    files = (run.outputs.get("launchers") or run.state.output("launchers") or {}).get("files")
+    return digest(files) if files else None
+
+
 def _record(run, which: str, extra: dict) -> dict:
     plan = run.launch_plan(which)
-    record = {"host": plan.host, "port": plan.port, "command": which, **extra}
+    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run), **extra}
     run.started = record
     run.state.set_service(record)
     return record
@@ -192,6 +199,8 @@ def serving(run, which: str | None = None) -> str | None:
         return "the service is not running"
     if which is not None and svc.get("command") != which:
         return f"the service runs the {svc.get('command') or 'an older'} command, not {which}"
+    if svc.get("launchers") != files_digest(run):
+        return "the service was started from launchers that were rewritten since"
     try:
         res = service.attach(svc).client.get("/health", timeout_s=5)
     except Exception as exc:  # noqa: BLE001 - any failure means: not serving

@@ -314,6 +314,8 @@ def _probe_skip(run) -> str | None:
         return "skipped: the plan has no adaptive command to prove"
     if not run.options.probe_levels:
         return "skipped: --probe-levels names no level that runs without a model"
+    if run.serving_command() == "adaptive":
+        return f"skipped: the gate already proves adaptive verification here ({run.resolve_plan()[1]})"
     return None
 
 
@@ -332,6 +334,7 @@ def probe_run(run) -> dict:
             raise StepFailed(str(exc), inimage.WHEEL_FIX) from None
     outcome = run_probe(run.catalog, run.selection, levels=run.options.probe_levels, state_dir=run.options.state_dir,
                         progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+    run.evidence_changed()
     if run.options.target != LOCAL_CPU and run.mode() != "foreground" and fingerprint_vllm() is None:
         run.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode())}")
     levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
@@ -378,9 +381,8 @@ def start_run(run) -> dict:
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
     wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
-    same_files = (run.state.step("launchers") or {}).get("output") == run.outputs.get("launchers")
     for which in wanted:
-        if same_files and serve.serving(run, which) is None:
+        if serve.serving(run, which) is None:
             run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
             svc = run.state.service
             return {**prev, "base_url": svc["base_url"], "command": which} if prev else \
@@ -502,6 +504,9 @@ def summary_dry(run) -> list[str]:
 def loads_forecast(run) -> list[str]:
     """How many model loads this `up` takes, with and without --concurrency (--dry-run)."""
     start = 0 if serve.serving(run, run.serving_command()) is None else 1
+    kept = (run.state.output("prove") or {}).get("serving")
+    if kept and serve.serving(run, kept) is None:
+        return [f"model loads: 0 (the service already serves the {kept} command the prove step kept)"]
     why, c = prove.loads_forecast(run)
     if why.startswith("skipped"):
         now = f"model loads: {start} (the service{'' if start else ': already serving'}); the prove step makes no adaptive start"
