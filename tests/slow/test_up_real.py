@@ -111,7 +111,7 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
         assert summary["endpoint"] == f"http://127.0.0.1:{port}" and summary["validation"] == "pass"
         assert summary["counts_for_gate"] is False and "not valid for gating" in summary["note"]
         assert summary["build"]["digest"] is None and "local-cpu" in summary["build"]["digest_note"]
-        assert 1.0 <= summary["acceptance_length"] <= 4.0  # ngram K=3
+        assert 1.0 <= summary["acceptance_length"] <= 8.0  # the block stand-in: ngram K=7
         assert [lv["concurrency"] for lv in summary["throughput_tok_s"]] == [1, 4]
         assert all(lv["output_tok_s"] > 0 for lv in summary["throughput_tok_s"])
         # The summary's numbers are the report's (independent file written by validate).
