@@ -96,7 +96,7 @@ def prove_run(run) -> dict:
         return {**out, "decision": "refuted: the adaptive command did not start; the launcher fell back to block",
                 "serving": "block", "service": started_out}
     live = _live(run)
-    out["probe_record"] = str(live.path)
+    out.update(probe_record=str(live.path), gate=live.gate_state, gate_reason=live.gate_reason)
     level = live.record.level("live")
     out["live"] = {"passed": level.passed, "reason": level.reason, "note": level.gating_note}
     run.say(f"  live: {'PASS' if level.passed else 'FAIL'}; {level.gating_note}")

@@ -500,6 +500,11 @@ def status_lines(st: dict) -> list[str]:
         health = f", /health {svc['health']}" if svc["running"] else ""
         lines.append(f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
                      + (f"; log {svc['log']}" if svc.get("log") else ""))
+    loads = st.get("loads") or []
+    if loads:
+        last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
+        lines.append(f"model loads: {len(last)} in the last run that loaded ("
+                     + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
     return lines

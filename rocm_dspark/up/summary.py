@@ -17,10 +17,9 @@ def build_summary(run) -> dict:
     plan = run.plan
     ran = None
     if choose.get("server_json"):  # local-cpu: what actually served, beside the recipe it stands in for
-        spec = choose["server_json"]
-        ran = f"installed vLLM {(o.get('detect') or {}).get('vllm')}: {spec['description']}"
         which = served.get("command") or "block"
         spec = choose["server_json_adaptive" if which == "adaptive" else "server_json"]
+        ran = f"installed vLLM {(o.get('detect') or {}).get('vllm')}: {spec['description']}"
         mode = f"{which}: ngram speculation, K={spec['num_speculative_tokens']} (the local-cpu {which} test server)"
         why = (f"{prove['decision']}; " if prove.get("decision") else "") + \
             f"the recipe's plan would run {'adaptive' if choose.get('adaptive') else 'block'} verification: {choose.get('verdict')}"
@@ -39,8 +38,8 @@ def build_summary(run) -> dict:
         "throughput_tok_s": val.get("throughput") or [],
         "report": val.get("report"),
         "validation": val.get("result"),
-        "probe": {"record": prove.get("probe_record") or probe.get("record"), "gate": probe.get("gate"),
-                  "gate_reason": probe.get("gate_reason")},
+        "probe": {"record": prove.get("probe_record") or probe.get("record"), "gate": prove.get("gate") or probe.get("gate"),
+                  "gate_reason": prove.get("gate_reason") or probe.get("gate_reason")},
         "ab": prove.get("skipped") or (prove.get("ab") or {}).get("verdict"),
         "counts_for_gate": choose.get("counts_for_gate", True),
         "note": choose.get("note"),
