@@ -70,7 +70,7 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
     try:
         for line in proc.stdout:
             seen.append(line)
-            if "start: " in line and ("initialising the engine" in line or "loading weights" in line
+            if "start (block): " in line and ("initialising the engine" in line or "loading weights" in line
                                       or "sizing the KV cache" in line):
                 server_pid = json.loads((up_dir / "up-state.json").read_text())["service"]["pid"]
                 tree = set(descendants(server_pid)) | {server_pid}
@@ -102,7 +102,7 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
             assert f"[ {i}/10] {name}: done " in out2 and "inputs unchanged" in out2
         assert "[ 7/10] start the service and wait until ready (always runs)" in out2
         assert "model loads   1 this run" in out2 and "skipped: no workload declared" in out2
-        assert "start: server log " in out2 and ("weights loaded" in out2 or "engine ready" in out2)
+        assert "start (block): server log " in out2 and ("weights loaded" in out2 or "engine ready" in out2)
         print(f"\nup (resumed): {time.monotonic() - t0:.0f} s")
 
         state = json.loads((up_dir / "up-state.json").read_text())
