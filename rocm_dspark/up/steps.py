@@ -250,6 +250,18 @@ def digest_plan(plan) -> str:
                    sorted(plan.secret_env.items())])
 
 
+def unit_user(run) -> str:
+    """The unit's user, checked as the launchers check it, with `up`'s flag in the message."""
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.launch.quoting import unit_user as check
+
+    user = run.service_user()
+    if user == "root":
+        raise UsageError("the systemd unit would run vLLM as root (you): pass --service-user USER, a dedicated "
+                         "unprivileged user (e.g. vllm; `up` creates it with groups video and render)")
+    return check(user)
+
+
 def launchers_run(run) -> dict:
     """One launcher set per command that may serve (block; adaptive, which falls back to block), whatever the gate
     said: a new verdict changes which one serves, never the files."""
@@ -262,7 +274,7 @@ def launchers_run(run) -> dict:
         out = serve.launch_dir(run, which)
         out.mkdir(parents=True, exist_ok=True)
         files = write_launchers(plan, out, "systemd" if mode == "systemd" else "shell", name=run.name(run.plan),
-                                user=run.service_user() if mode == "systemd" else None,
+                                user=unit_user(run) if mode == "systemd" else None,
                                 container=mode in ("systemd", "container"),
                                 ready_timeout_s=int(run.options.ready_timeout_s))
         written = [files.launcher] + ([files.unit] if files.unit else [])
@@ -289,9 +301,7 @@ def launchers_valid(run, output) -> str | None:
 
 def launchers_dry(run) -> list[str]:
     if run.mode() == "systemd":  # the unit's user: refused here as the run refuses it
-        from rocm_dspark.launch.quoting import unit_user
-
-        unit_user(run.service_user())
+        unit_user(run)
     lines = []
     for which in run.command_plans():
         f = serve.files_of(run, which)
