@@ -129,8 +129,10 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
 
         # Issue 22: the planted --env values reached the real vLLM (its environment) through the 0600 env file,
         # and appear in no other file this run wrote (state, plan, summary, logs, probe record, report) nor output.
-        (env_file,) = (up_dir / "launch").glob("*.env")
-        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600 and SECRET in env_file.read_text()
+        env_files = sorted((up_dir / "launch").rglob("*.env"))  # one per launcher set: block/, adaptive/
+        assert [p.parent.name for p in env_files] == ["adaptive", "block"]
+        for env_file in env_files:
+            assert stat.S_IMODE(env_file.stat().st_mode) == 0o600 and SECRET in env_file.read_text()
         environs = []
         for p in descendants(state["service"]["pid"]):
             try:
@@ -138,7 +140,7 @@ def test_up_end_to_end_with_resume_status_and_down(tiny_model, vllm_venv, tmp_pa
             except OSError:
                 pass
         assert any(f"HF_TOKEN={SECRET}".encode() in e for e in environs), "the value never reached vLLM"
-        files = [p for p in tmp_path.rglob("*") if p.is_file() and p != env_file]
+        files = [p for p in tmp_path.rglob("*") if p.is_file() and p not in env_files]
         assert len(files) > 10
         for p in files:
             assert SECRET.encode() not in p.read_bytes(), f"the planted value leaked into {p}"
