@@ -149,7 +149,7 @@ def test_up_dry_run_prints_no_value_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", refuse)
     state = tmp_path / "state"
     r = invoke("up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "systemd", "--dry-run",
-               "--state-dir", str(state), *ENV_FLAGS)
+               "--state-dir", str(state), "--service-user", "vllm", *ENV_FLAGS)
     assert "--env HF_TOKEN --env MY_API_KEY --env SOME_SETTING" in r.output  # pasted, it reads the environment
     assert not state.exists()
 

@@ -238,7 +238,7 @@ def test_status_lists_every_step(tmp_path):
     _up(tmp_path, rec)
     st = status(tmp_path)
     assert [s["name"] for s in st["steps"]] == [s.name for s in STEPS]  # the real step list, none run here
-    assert status_lines(st)[-1] == "service: none recorded"
+    assert status_lines(st)[-2:] == ["service: none recorded", "readiness: NOT READY (none: no service started yet)"]
 
 
 # -- --dry-run -----------------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     monkeypatch.setattr(subprocess, "Popen", refuse)
     state = tmp_path / "state"
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", gpu, "--mode", "systemd", "--dry-run",
-                                 "--state-dir", str(state)])
+                                 "--state-dir", str(state), "--service-user", "vllm"])
     assert r.exit_code == 0, r.output
     out = r.output
     for i, step in enumerate(STEPS, 1):
@@ -261,17 +261,18 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     assert "vllm serve deepseek-ai/DeepSeek-V4.1-Flash" in out
     image = next(ln.split("# image: ", 1)[1] for ln in out.splitlines() if "# image: " in ln)
     assert f"docker pull {image}\n" in out and f"docker image inspect --format '{{{{json .RepoDigests}}}}' {image}\n" in out
-    assert "sudo systemctl enable --now --no-block rocm-dspark-deepseek-v4-1-flash-" + gpu in out
-    assert f"rocm-dspark launch --model V4.1-Flash --gpu {gpu}" in out and "--format systemd" in out
+    assert "systemctl enable --now --no-block rocm-dspark-deepseek-v4-1-flash-" + gpu in out
+    assert "useradd --system" in out and "install -D -m 0755" in out  # every privileged command (issue 28)
+    assert f"launch/block/rocm-dspark-deepseek-v4-1-flash-{gpu}.service" in out
     assert not state.exists()  # nothing written
-    assert "skipped: no workload declared; pass --concurrency C" in out
+    assert "skipped: no workload declared: without --concurrency C" in out
 
 
-def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
+def test_dry_run_with_a_workload_plans_the_adaptive_start(tmp_path):
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--concurrency", "1,64",
                                  "--dry-run", "--state-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert "skipped: adaptive verification is not proven on this host (no probe record in" in r.output
+    assert "A/B block arm at c=64: the workload (validate's sweep, ignore_eos) on the running block service" in r.output
     recipe = next(ln for ln in joined(r.output.splitlines()).splitlines() if "rocm-dspark recipe " in ln)
     assert recipe.endswith("--concurrency 64")  # the largest level sizes the plan
     logical = " ".join(joined(r.output.splitlines()).split())
@@ -287,6 +288,8 @@ def test_dry_run_ab_needs_proof_before_it_runs(tmp_path):
     (["--adaptive", "on"], "--adaptive on"),
     (["--concurrency", "0"], "every level must be at least 1"),
     (["--probe-levels", "nope"], "--levels 'nope'"),
+    (["--vllm-bin", "/bin/sh"], "--vllm-bin belongs to --target local-cpu"),
+    (["--target", "local-cpu", "--model-path", "/x", "--vllm-bin", "/nonexistent/vllm"], "is not an executable file"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message):
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--state-dir", str(tmp_path), *args])
@@ -376,11 +379,14 @@ def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkey
     state = tmp_path / "st $(touch P) 'q'"
     for mode in ("systemd", "container"):
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
-                                     "--state-dir", str(state)])
+                                     "--state-dir", str(state), "--service-user", "vllm"])
         assert r.exit_code == 0, r.output
+        checked = 0
         for line in joined(r.output.splitlines()).splitlines():  # a command broken with `\` is one line
             line = line.strip()
-            if line.startswith(("sudo install", "ROCM_DSPARK_LAUNCH_STATE_DIR=", "rocm-dspark launch")):
+            if line.startswith(("sudo install", "install ", "ROCM_DSPARK_LAUNCH_STATE_DIR=", "writes the")):
+                checked += 1
                 words = shlex.split(line.split("   (")[0])
                 assert any(str(state) in w for w in words), line   # one word each, the path intact
                 assert not any(w in ("$(touch", "P)") for w in words), line
+        assert checked >= 3, r.output

@@ -224,7 +224,8 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         script = (tmp_path / "rec" / "inimage.script").read_text()
         assert "pip install -q --no-deps --no-index --target /tmp/rocm-dspark-toolkit /rocm-dspark-wheel/rocm_dspark-" in script
         assert f"-m rocm_dspark probe --model V4.1-Flash --gpu mi300x" in script
-        assert f"--state-dir {state} --levels static,live" in script and f"--port {port}" in script
+        assert f"--state-dir {state} --levels static" in script and f"--port {port}" in script
+        assert "live" not in script.rsplit("--levels", 1)[1]  # no model load in the image: live runs on up's own start
         assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "vllm_plugin" / "patch.py").exists()
         assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "recipes" / "vllm.yaml").exists()  # the plugin's table
         assert list((tmp_path / "rec" / "toolkit").glob("rocm_dspark-*.dist-info/entry_points.txt"))
@@ -233,7 +234,10 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         # The record must name this host (the fingerprint's host_id reads machine-id), and the checkpoint is there.
         assert ("/etc/machine-id:/etc/machine-id:ro" in inimage) == Path("/etc/machine-id").is_file()
         assert f"{tmp_path / 'model'}:{tmp_path / 'model'}:ro" in inimage
-        assert "adaptive verification stays off here; starting the service again (block verification)" in out
+        # The probe ran before the first start, and no adaptive start is made without --concurrency: one load.
+        assert [c[0] for c in calls if c[0] == "run"][:1] == ["run"] and calls.index(inimage) < calls.index(run)
+        assert st["steps"]["prove"]["status"] == "skipped" and "no workload declared" in out
+        assert len(st["loads"]) == 1 and st["loads"][0]["command"] == "block"
         # 5. Validation ran its host checks on the laid-out host, then failed at the stand-in's first request:
         #    one line with the fix, the server left up.
         assert "host.devices               PASS" in out and "host.numa_balancing        PASS" in out
@@ -323,11 +327,9 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
         run = next(c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c and "bash" not in c)
         assert any('"enable_adaptive_verification":true' in w for w in run)
         assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "adaptive"
-        # The live level asked the started server; /proc shows a docker client, not the plan's vLLM, so it does
-        # not count (on a node the process serving the port is the container's vLLM).
-        assert "it runs" in out and "not vllm" in out
-        # The A/B cannot run here (vLLM is only in the image); the record written there already decides anyway.
-        assert "skipped: the A/B starts both commands with this host's vLLM" in out
+        # The records already prove it and the A/B record says it pays: one load, adaptive, nothing to prove.
+        assert "skipped: the gate already chose adaptive verification" in out
+        assert [ld["command"] for ld in st["loads"]] == ["adaptive"]
         # validate gates on the image's software too: it sees the proof and the adaptive plan.
         assert "probe verdict: adaptive verification proven" in out
         assert r.returncode == 1 and "validate: FAIL at server." in out
@@ -336,8 +338,9 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
 
 
 def test_one_up_on_a_fresh_container_host_reaches_adaptive_verification(node):
-    """No record, image not pulled: `up` serves block, runs the probe inside the image it pulled (the stand-in
-    writes what an MI300X image's probe would), reads the records back, chooses again and serves adaptive."""
+    """No record, image not pulled: `up` runs the probe inside the image it pulled before any start (the stand-in
+    writes records that prove it and an A/B record that pays, as a finished proof on an MI300X would), reads them
+    back, and its first and only start serves adaptive."""
     tmp_path, env = node
     state, port = tmp_path / "state", free_port()
     fp, args = _image_proof_setup(tmp_path, port)
@@ -348,12 +351,9 @@ def test_one_up_on_a_fresh_container_host_reaches_adaptive_verification(node):
     try:
         runs = [c for c in _docker_calls(tmp_path / "rec") if c[0] == "run" and "python3" not in c]
         serves = [c for c in runs if "bash" not in c]
-        assert [("bash" in c) for c in runs] == [False, True, False], out[-4000:]
-        assert not any('"enable_adaptive_verification":true' in w for w in serves[0])  # first: block
-        assert any('"enable_adaptive_verification":true' in w for w in serves[1]), out[-6000:]  # adaptive after the proof
-        assert "the probe inside the image proved adaptive verification on this host: choosing again" in out
-        choose = st["steps"]["choose"]["output"]
-        assert choose["adaptive"] is True and "matches this host and plan" in choose["verdict"], choose["verdict"]
+        assert [("bash" in c) for c in runs] == [True, False], out[-4000:]
+        assert any('"enable_adaptive_verification":true' in w for w in serves[0]), out[-6000:]  # adaptive at once
+        assert [ld["command"] for ld in st["loads"]] == ["adaptive"]
         assert st["steps"]["start"]["output"]["launch_state"]["mode"] == "adaptive"
         assert r.returncode == 1 and "validate: FAIL at server." in out  # the stand-in is not vLLM
     finally:

@@ -95,18 +95,26 @@ def down(state_dir):
 @click.command()
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--ready", "ready_check", is_flag=True,
+              help="Only the readiness line; exit 0 when the service may take traffic, 1 while it is proved or down "
+                   "(a load balancer's or an exec readiness check).")
 @usage_errors
-def status(state_dir, as_json):
+def status(state_dir, as_json, ready_check):
     """Show `up`'s steps and whether its service runs.
 
     \b
     Example:
       rocm-dspark status --json
+      rocm-dspark status --ready
     """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.up.runner import status as get, status_lines
 
     st = get(resolve(state_dir))
+    if ready_check:
+        r = st["readiness"]
+        click.echo(json.dumps(r) if as_json else f"{'ready' if r['ready'] else 'not ready'}: {r['phase']}: {r['why']}")
+        sys.exit(0 if r["ready"] else 1)
     if as_json:
         click.echo(json.dumps(st, indent=1, default=str))
     else:

@@ -69,13 +69,18 @@ def _guarded(name: str, fn, progress) -> LevelResult:
 
 def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: float = DEFAULT_DEADLINE_S,
               live_target=None, attach_server=None, progress=lambda msg: None,
-              kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None) -> ProbeOutcome:
+              kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None,
+              earlier: Record | None = None, soft: dict | None = None) -> ProbeOutcome:
     """Run `levels` (subset of static, kernel, live) and write the record to the state directory.
 
     live_target: a live.LiveTarget replacing the plan's command (from a --server-json file: live.target_from_spec),
     recorded as an override.
     attach_server: a started VllmServer to use instead of starting one (`up`: the server it started); the live
     level counts only when /proc shows it serves the plan's own adaptive command (probe.serving).
+    earlier: a record this host wrote for the same fingerprint (`up`: the levels that load no model, run before
+    the first start); its levels not requested here are carried into this record, so one record holds all three.
+    soft: the software the attached server runs when it is not this Python's (`up`'s container modes: the image's,
+    as the gate reads it), for the fingerprint.
     """
     from rocm_dspark.probe import kernel, live, static
 
@@ -93,12 +98,21 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     record_id = store.new_record_id(created)
 
     gpus = fingerprint.gpu_facts()
-    host_fp = fingerprint.host_fingerprint(gpus)
+    host_fp = fingerprint.host_fingerprint(gpus, soft)
     fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog, selection)}
     progress(f"probe {record_id}: {fingerprint.summary(fp)}; levels {', '.join(levels)}")
 
     results: list[LevelResult] = []
+    if earlier is not None:
+        differ = fingerprint.mismatches(earlier.fingerprint, fp)
+        if differ:
+            raise UsageError(f"the earlier probe record {earlier.id} is for {', '.join(differ)}: its levels cannot be "
+                             f"carried into this one; run every level (--levels static,kernel,live)")
+        results = [lv for lv in earlier.levels if lv.name not in levels]
+        levels = tuple(n for n in LEVELS if n in levels or any(lv.name == n for lv in results))
     for name in levels:
+        if any(r.name == name for r in results):
+            continue
         if name == "static":
             result = _guarded(name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress)
         elif name == "kernel":
@@ -110,6 +124,7 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
                                                           progress=progress, server=attach_server), progress)
         progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
         results.append(result)
+    results.sort(key=lambda r: LEVELS.index(r.name))
 
     override = None
     if "live" in levels and live_target.source != "plan":

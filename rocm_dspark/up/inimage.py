@@ -10,7 +10,8 @@ The probe must run on the software that will serve (the trust model: only record
    `python3 -m rocm_dspark probe <the same selection flags> --state-dir <same> --levels <levels>`. With the wheel on
    PYTHONPATH, the vLLM that the live level starts there loads the plugin through its entry point.
 3. `up` then reads the records back with the gate, on the image's software (runner.image_software).
-The GPUs must be free for the live level's model load, so the caller stops the server it started first.
+Only the levels that load no model run here, before the first start (a build whose classes refuse adaptive
+verification costs no load); the live level runs on `up`'s own adaptive start (up/prove.py).
 """
 
 from __future__ import annotations
@@ -154,35 +155,30 @@ def selection_args(run) -> list[str]:
 
 
 def probe_step(run) -> dict:
-    """Stop the service, probe inside the image, read the records back. `replan` in the result: the records now
-    prove adaptive verification (the runner chooses again); else the caller restarts block verification.
-    RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
+    """Run the levels that load no model (static, kernel) inside the image, before the first start, and read the
+    records back with the gate. RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
     from rocm_dspark.probe import store
     from rocm_dspark.probe.gate import gate_verdict
     from rocm_dspark.up import image as image_mod
 
     tool = image_mod.runtime()
     image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
-    levels = tuple(dict.fromkeys(run.options.probe_levels + ("live",)))
+    levels = tuple(run.options.probe_levels)
     wheel = build_wheel(run.dir / "wheel")
     run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
-    run.say("  vLLM runs only in the image, so the probe runs there; its live level loads the model, so the "
-            "service stops until it is done")
-    run.stop_service()
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say)
     new = sorted(set(store.record_names(directory)) - before)
-    # The records may prove it now, on the image's software (read now that the image is pulled): gate again.
-    run._resolved, run._software = None, {}
+    run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
     proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
+    refuted = proof.record is not None and not proof.adaptive_proven  # gate_verdict names a record only to decide
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
                         "argv": res["argv"], "new_records": new},
-           "gate": "proven" if proof.adaptive_proven else "not proven", "gate_reason": proof.reason}
+           "gate": "refuted" if refuted else "proven" if proof.adaptive_proven else "not proven",
+           "gate_reason": proof.reason}
     run.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
             f"{proof.reason}")
-    if run.plan.adaptive_verification:
-        out["replan"] = "the probe inside the image proved adaptive verification on this host"
     return out
 
 
@@ -192,10 +188,9 @@ def probe_dry(run) -> list[str]:
 
     tool = image_mod.runtime() or "docker"
     image = run.plan.image
-    levels = tuple(dict.fromkeys(run.options.probe_levels + ("live",)))
+    levels = tuple(run.options.probe_levels)
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     src = toolkit_source() or "<the toolkit's source tree>"
     return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
-            "stops the service (the live level inside the image loads the model), then:",
             shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels)),
-            "reads the records back with the gate: proven -> chooses again (adaptive); else restarts block"]
+            "reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"]

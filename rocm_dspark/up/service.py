@@ -123,8 +123,12 @@ def systemd_usable() -> str | None:
 
 
 def as_root(command: str) -> str:
-    """The install commands are written for an operator with sudo; as root, drop the sudo."""
-    return command[len("sudo "):] if os.geteuid() == 0 and command.startswith("sudo ") else command
+    """The install commands are written for an operator with sudo; as root, drop the sudo (also after `||`:
+    `id -u U || sudo useradd ...`, where a host without sudo would fail)."""
+    if os.geteuid() != 0:
+        return command
+    command = command.replace(" || sudo ", " || ")
+    return command[len("sudo "):] if command.startswith("sudo ") else command
 
 
 def run_shell(command: str, timeout: float = 300.0) -> tuple[int, str]:

@@ -105,6 +105,28 @@ class UpState:
         self.data["service"] = service
         self.save()
 
+    # -- model loads and readiness ----------------------------------------------------------------
+    def add_load(self, entry: dict, replace: bool = False) -> None:
+        """Record one model load (rocm_dspark.up.serve.load); `replace`: update the entry of the same run and n."""
+        loads = self.data.setdefault("loads", [])
+        entry = {**entry, "run": len(self.data.get("runs", []))}
+        if replace and loads and (loads[-1].get("run"), loads[-1].get("n")) == (entry["run"], entry["n"]):
+            loads[-1] = entry
+        else:
+            loads.append(entry)
+        del loads[:-50]
+        self.save()
+
+    @property
+    def readiness(self) -> dict:
+        """{"ready": bool, "phase": "serving" | "proving" | "stopped", "why"}: whether a load balancer may send
+        traffic (`rocm-dspark status --ready` exits 0 only when ready)."""
+        return self.data.get("readiness") or {"ready": False, "phase": "none", "why": "no service started yet"}
+
+    def set_readiness(self, ready: bool, phase: str, why: str) -> None:
+        self.data["readiness"] = {"ready": ready, "phase": phase, "why": why, "at": utc_now()}
+        self.save()
+
     def note_run(self, entry: dict) -> None:
         runs = self.data.setdefault("runs", [])
         runs.append(entry)

@@ -17,17 +17,9 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from rocm_dspark.up import image as image_mod
-from rocm_dspark.launch.launch_facts import start_window_s
-from rocm_dspark.runtime.client import base_url
-from rocm_dspark.up import prereq, service
-
-
-class StepFailed(Exception):
-    """One line: what failed, and the fix; optionally a log tail to show first."""
-
-    def __init__(self, message: str, fix: str, log_tail: str = ""):
-        super().__init__(message)
-        self.message, self.fix, self.log_tail = message, fix, log_tail
+from rocm_dspark.up import prereq, prove, serve, service
+from rocm_dspark.up.steps_common import (LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, NOT_FOR_GATE,  # noqa: F401
+                                         StepFailed)
 
 
 class Step(NamedTuple):
@@ -38,13 +30,6 @@ class Step(NamedTuple):
     dry: Callable
     valid: Callable | None = None
     always: bool = False           # cheap and about the present (detection, summary): run every time
-
-
-LOCAL_CPU = "local-cpu"
-LOCAL_SERVED_NAME = "local-cpu"
-LOCAL_NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
-NOT_FOR_GATE = ("local-cpu target: a test of the flow on the installed vLLM with a small model; nothing it "
-                "produces counts for the gate (probe records say 'not valid for gating')")
 
 
 def _cmd(argv) -> str:
@@ -116,13 +101,14 @@ def choose_run(run) -> dict:
     elif run.software_note:
         run.say(f"  note: {run.software_note}")
     if run.options.target == LOCAL_CPU:
-        spec = run.local_spec(plan)
-        out["server_json"] = spec
+        out["server_json"] = run.local_spec(plan, "block")
+        out["server_json_adaptive"] = run.local_spec(plan, "adaptive")
         out["counts_for_gate"] = False
         out["note"] = NOT_FOR_GATE
     run.write_json("plan.json", out["plan"])
     if "server_json" in out:
         run.write_json("server.json", out["server_json"])
+        run.write_json("server-adaptive.json", out["server_json_adaptive"])
     return out
 
 
@@ -139,9 +125,10 @@ def choose_dry(run) -> list[str]:
     lines += ["the plan (written to " + str(run.dir / "plan.json") + "):"]
     lines += ["  " + ln for ln in render_shell(plan).rstrip("\n").splitlines()]
     if run.options.target == LOCAL_CPU:
-        spec = run.local_spec(plan)
-        lines += [f"local-cpu: the server actually run (written to {run.dir / 'server.json'}):",
-                  "  " + _cmd(spec["argv"]), NOT_FOR_GATE]
+        for which, file in (("block", "server.json"), ("adaptive", "server-adaptive.json")):
+            lines += [f"local-cpu: the {which} server actually run (written to {run.dir / file}):",
+                      "  " + _cmd(run.local_spec(plan, which)["argv"])]
+        lines.append(NOT_FOR_GATE)
     return lines
 
 
@@ -251,27 +238,53 @@ def image_dry(run) -> list[str]:
 
 
 def launchers_inputs(run) -> dict:
-    return {"plan": run.out_hash("choose"), "image": run.out_hash("image"), "mode": run.mode()}
+    return {"commands": {w: digest_plan(p) for w, p in run.command_plans().items()}, "image": run.out_hash("image"),
+            "mode": run.mode(), "name": run.name(run.plan), "user": run.service_user() if run.mode() == "systemd" else None,
+            "ready_timeout_s": int(run.options.ready_timeout_s)}
+
+
+def digest_plan(plan) -> str:
+    from rocm_dspark.up.state import digest
+
+    return digest([list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ()),
+                   sorted(plan.secret_env.items())])
+
+
+def unit_user(run) -> str:
+    """The unit's user, checked as the launchers check it, with `up`'s flag in the message."""
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.launch.quoting import unit_user as check
+
+    user = run.service_user()
+    if user == "root":
+        raise UsageError("the systemd unit would run vLLM as root (you): pass --service-user USER, a dedicated "
+                         "unprivileged user (e.g. vllm; `up` creates it with groups video and render)")
+    return check(user)
 
 
 def launchers_run(run) -> dict:
+    """One launcher set per command that may serve (block; adaptive, which falls back to block), whatever the gate
+    said: a new verdict changes which one serves, never the files."""
     from rocm_dspark.launch.launchers import write_launchers
-
-    out = run.dir / "launch"
-    out.mkdir(parents=True, exist_ok=True)
-    mode = run.mode()
-    files = write_launchers(run.launch_plan(), out, "systemd" if mode == "systemd" else "shell",
-                            name=run.name(run.plan), user=run.service_user() if mode == "systemd" else None,
-                            container=mode in ("systemd", "container"),
-                            ready_timeout_s=int(run.options.ready_timeout_s))
-    written = [files.launcher] + ([files.unit] if files.unit else [])
-    for f in written:
-        run.say(f"  wrote {f}")
     from rocm_dspark.up.state import digest
 
-    return {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
-            "env_file": str(files.env_file) if files.env_file else None, "install": list(files.install_commands),
-            "files": {str(f): digest(Path(f).read_text()) for f in written}}
+    mode = run.mode()
+    sets, files_digest = {}, {}
+    for which, plan in run.command_plans().items():
+        out = serve.launch_dir(run, which)
+        out.mkdir(parents=True, exist_ok=True)
+        files = write_launchers(plan, out, "systemd" if mode == "systemd" else "shell", name=run.name(run.plan),
+                                user=unit_user(run) if mode == "systemd" else None,
+                                container=mode in ("systemd", "container"),
+                                ready_timeout_s=int(run.options.ready_timeout_s))
+        written = [files.launcher] + ([files.unit] if files.unit else [])
+        for f in written:
+            run.say(f"  wrote {f}")
+            files_digest[str(f)] = digest(Path(f).read_text())
+        sets[which] = {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
+                       "env_file": str(files.env_file) if files.env_file else None,
+                       "install": list(files.install_commands) if files.unit else None}
+    return {"sets": sets, "files": files_digest}
 
 
 def launchers_valid(run, output) -> str | None:
@@ -287,199 +300,51 @@ def launchers_valid(run, output) -> str | None:
 
 
 def launchers_dry(run) -> list[str]:
-    mode = run.mode()
-    fmt = "systemd" if mode == "systemd" else "shell"
-    flags = f" --format {fmt} --output {shlex.quote(str(run.dir / 'launch'))} --name {shlex.quote(run.name(run.plan))}"
-    flags += " --container" if mode in ("systemd", "container") else ""
-    flags += f" --user {shlex.quote(run.service_user())}" if mode == "systemd" else ""
-    if run.options.target == LOCAL_CPU:
-        return [f"writes {shlex.quote(str(run.dir / 'launch' / (run.name(run.plan) + '.sh')))} around the local-cpu server command"]
-    return [f"{_toolkit()} launch {run.selection_flags()}{flags}"]
+    if run.mode() == "systemd":  # the unit's user: refused here as the run refuses it
+        unit_user(run)
+    lines = []
+    for which in run.command_plans():
+        f = serve.files_of(run, which)
+        lines.append(f"writes the {which} launcher {shlex.quote(f['launcher'])}"
+                     + (f" and unit {shlex.quote(f['unit'])}" if f.get("unit") else "")
+                     + (" (falls back to block if the adaptive start fails)" if which == "adaptive" else ""))
+    return lines
 
 
-# -- 6. start ------------------------------------------------------------------------------------------
-
-
-def start_inputs(run) -> dict:
-    return {"launchers": run.out_hash("launchers"), "mode": run.mode()}
-
-
-def start_valid(run, output) -> str | None:
-    svc = run.state.service
-    if not service.alive(svc):
-        return "the service it started is not running"
-    try:
-        res = service.attach(svc).client.get("/health", timeout_s=5)
-    except Exception as exc:  # noqa: BLE001 - any failure means: not serving
-        return f"the service does not answer /health ({exc})"
-    return None if res.status == 200 else f"the service answers /health with HTTP {res.status}"
-
-
-def _launch_state(directory: Path, wait_s: float = 10.0) -> dict:
-    """The launcher's state (rocm_dspark.launch.launch_state) once it says serving (it writes it just after readiness)."""
-    from rocm_dspark.launch import launch_state
-
-    deadline = time.monotonic() + wait_s
-    data: dict = {}
-    while time.monotonic() < deadline:
-        data = launch_state.read(directory)  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
-        if data.get("phase") == "serving":
-            break
-        time.sleep(0.5)
-    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
-
-
-def start_run(run) -> dict:
-    if service.alive(run.state.service):
-        run.say("  stopping the service started before (its inputs changed)")
-        run.stop_service()
-    if run.mode() == "systemd":
-        return _start_systemd(run)
-    return _start_process(run)
-
-
-def _start_process(run) -> dict:
-    plan = run.launch_plan()
-    launcher = Path(run.outputs["launchers"]["launcher"])
-    launch_state = run.dir / "launch-state"
-    log = run.dir / "logs" / f"server-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.log"
-    env = {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(launch_state), "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s))}
-    srv, record = service.start_process(launcher, env, host=plan.host, port=plan.port, log_path=log)
-    run.started = record
-    run.state.set_service(record)
-    deadline = start_window_s(plan, run.options.ready_timeout_s)
-
-    def poll():
-        ready = srv.wait_ready(0.01, poll_s=0.01)
-        if ready.status != "timeout" or ready.elapsed_s >= deadline:
-            return ready
-        return None
-
-    t0 = time.monotonic()
-
-    def poll_total():
-        r = poll()
-        if r is None and time.monotonic() - t0 > deadline:
-            return srv.wait_ready(0.01)
-        return r
-
-    ready, phase, seconds = run.display.wait("  start", log, poll_total)
-    if not ready.ready:
-        tail = srv.log_tail(30)
-        run.stop_service()
-        raise StepFailed(f"start: {ready.reason()}", f"read the log {log}; fix what it says and run `rocm-dspark up` again",
-                         log_tail=tail)
-    ls = _launch_state(launch_state)
-    run.say(f"  ready after {seconds:.0f} s at {srv.base_url}" + (f", {ls.get('mode')} verification" if ls.get("mode") else ""))
-    return {"base_url": srv.base_url, "ready_s": round(seconds, 1), "log": str(log), "launch_state": ls,
-            "pid": record["pid"]}
-
-
-def _start_systemd(run) -> dict:
-    out = run.outputs["launchers"]
-    commands = [service.as_root(c) for c in out["install"] if not c.startswith("journalctl")]
-    run.confirm("install and start the systemd unit with:\n" + "\n".join(f"    {c}" for c in commands))
-    for c in commands:
-        run.say(f"  $ {c}")
-        code, text = service.run_shell(c, timeout=600)
-        if code != 0:
-            raise StepFailed(f"start: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else 'no output'}",
-                             "fix what it says (root or sudo is needed to install a unit) and run `rocm-dspark up` again")
-    unit = Path(out["unit"]).name
-    plan = run.launch_plan()
-    record = {"kind": "systemd", "unit": unit, "host": plan.host, "port": plan.port,
-              "base_url": base_url(plan.host, plan.port),
-              "log": f"/var/lib/rocm-dspark/{Path(out['unit']).stem}/{'adaptive' if plan.adaptive_verification else 'block'}.log"}
-    run.started = record
-    run.state.set_service(record)
-    client = service.attach(record).client
-    t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
-
-    def poll():
-        try:
-            if client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
-                return "ready"
-        except Exception:  # noqa: BLE001 - not up yet
-            pass
-        if not service.unit_active(unit) and time.monotonic() - t0 > 10:
-            return "failed"
-        return "timeout" if time.monotonic() - t0 > deadline else None
-
-    result, _phase, seconds = run.display.wait("  start", record["log"], poll, poll_s=2.0)
-    if result != "ready":
-        _code, tail = service.run_shell(f"journalctl -u {shlex.quote(unit)} -n 30 --no-pager")
-        raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
-                         f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
-    return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit,
-            "launch_state": _launch_state(Path(record["log"]).parent)}
-
-
-def start_dry(run) -> list[str]:
-    mode = run.mode()
-    name = run.name(run.plan)
-    if mode == "systemd":
-        q = shlex.quote
-        install = [f"sudo install -m 0644 {q(str(run.dir / 'launch' / (name + '.service')))} {q(f'/etc/systemd/system/{name}.service')}",
-                   "sudo systemctl daemon-reload", f"sudo systemctl enable --now --no-block {q(name + '.service')}"]
-        return install + [f"waits for http://127.0.0.1:{run.plan.port}/health and /v1/models, showing the phase "
-                          f"from /var/lib/rocm-dspark/{name}/<mode>.log"]
-    launcher = run.dir / "launch" / f"{name}.sh"
-    return [f"ROCM_DSPARK_LAUNCH_STATE_DIR={shlex.quote(str(run.dir / 'launch-state'))} {shlex.quote(str(launcher))}"
-            f"   (detached; log in {shlex.quote(str(run.dir / 'logs'))})",
-            f"waits for /health and /v1/models on port {run.plan.port}, showing the phase read from the log"]
-
-
-# -- 7. probe ------------------------------------------------------------------------------------------
+# -- 6. probe (the levels that load no model, before the first start) -----------------------------------
 
 
 def probe_inputs(run) -> dict:
-    return {"plan": run.out_hash("choose"), "start": run.out_hash("start")}
+    adaptive = run.command_plans().get("adaptive")
+    return {"adaptive": digest_plan(adaptive) if adaptive else None, "levels": list(run.options.probe_levels)}
 
 
-def _probe_levels(run) -> tuple[tuple[str, ...], str | None]:
-    """The levels to run, and why live is left out (None when it runs on the started server)."""
-    ls = (run.outputs.get("start") or {}).get("launch_state") or {}
-    if run.options.target == LOCAL_CPU:
-        return run.options.probe_levels + ("live",), None
-    if run.plan.adaptive_verification and ls.get("mode") == "adaptive":
-        return run.options.probe_levels + ("live",), None
-    return run.options.probe_levels, ("live: not run: the started server uses block verification; `rocm-dspark probe "
-                                     "--levels live` starts the plan's adaptive command separately (one more model load)")
+def _probe_skip(run) -> str | None:
+    if "adaptive" not in run.command_plans():
+        return "skipped: the plan has no adaptive command to prove"
+    if not run.options.probe_levels:
+        return "skipped: --probe-levels names no level that runs without a model"
+    if run.serving_command() == "adaptive":
+        return f"skipped: the gate already proves adaptive verification here ({run.resolve_plan()[1]})"
+    return None
 
 
 def probe_run(run) -> dict:
-    from rocm_dspark.probe import live
     from rocm_dspark.probe.run import run_probe
     from rocm_dspark.up import inimage
 
+    if (why := _probe_skip(run)):
+        run.say(f"  {why}")
+        return {"skipped": why}
     if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
-        # Container modes: the probe runs inside the image (up/inimage.py); the service it stopped comes back.
+        # Container modes: the levels run inside the image (up/inimage.py), on the software that will serve.
         try:
-            out = inimage.probe_step(run)
+            return inimage.probe_step(run)
         except RuntimeError as exc:
             raise StepFailed(str(exc), inimage.WHEEL_FIX) from None
-        if not out.get("replan"):
-            run.say("  adaptive verification stays off here; starting the service again (block verification)")
-            run.outputs["start"] = start_run(run)
-            run.state.mark("start", "done", run.state.step("start")["inputs"], output=run.outputs["start"],
-                           message="restarted after the probe inside the image")
-        return out
-    levels, why = _probe_levels(run)
-    target = None
-    srv = None
-    if "live" in levels:
-        # The live level asks the started server. It counts for the gate only when /proc shows that server is
-        # the plan's own adaptive command (probe.serving); run_probe takes that command from the plan itself.
-        srv = service.attach(run.state.service)
-        if run.options.target == LOCAL_CPU:
-            from rocm_dspark.runtime.server_spec import load_server_spec
-
-            target = live.target_from_spec(load_server_spec(run.dir / "server.json", flag="server.json"), run.model)
-    outcome = run_probe(run.catalog, run.selection, levels=levels, state_dir=run.options.state_dir,
-                        live_target=target, attach_server=srv, progress=lambda m: run.say(f"  [probe] {m}"),
-                        kernel_python=run.options.kernel_python)
-    if why:
-        run.say(f"  {why}")
+    outcome = run_probe(run.catalog, run.selection, levels=run.options.probe_levels, state_dir=run.options.state_dir,
+                        progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+    run.evidence_changed()
     if run.options.target != LOCAL_CPU and run.mode() != "foreground" and fingerprint_vllm() is None:
         run.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode())}")
     levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
@@ -487,7 +352,7 @@ def probe_run(run) -> dict:
     for lv in levels_out:
         run.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
     return {"record": str(outcome.path), "levels": levels_out, "gate": outcome.gate_state,
-            "gate_reason": outcome.gate_reason, "live_skipped": why}
+            "gate_reason": outcome.gate_reason}
 
 
 IMAGE_ONLY_VLLM = ("with --mode {mode} vLLM runs inside the image and this host's Python has none, so the levels "
@@ -505,90 +370,80 @@ def fingerprint_vllm() -> str | None:
 def probe_dry(run) -> list[str]:
     from rocm_dspark.up import inimage
 
+    if (why := _probe_skip(run)):
+        return [why]
     if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
         return inimage.probe_dry(run)
-    levels, why = _probe_levels(run)
-    lines = [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(lv for lv in levels if lv != 'live')}"]
-    if "live" in levels:
-        lines.append("live level: attached to the started server (its counters and greedy answers); it counts for "
-                     "the gate when /proc shows the process serving the port runs the plan's adaptive argv and env")
-    if why:
-        lines.append(why)
-    return lines
+    return [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}   (no model "
+            f"load; the live level runs on the adaptive start, step 8)"]
 
 
-# -- 8. A/B --------------------------------------------------------------------------------------------
+# -- 7. start ------------------------------------------------------------------------------------------
 
 
-def ab_inputs(run) -> dict:
-    return {"probe": run.out_hash("probe"), "concurrency": run.options.concurrency}
+def start_inputs(run) -> dict:
+    return {"launchers": run.out_hash("launchers"), "mode": run.mode()}
 
 
-def _ab_decision(run) -> tuple[str | None, int | None]:
-    """(why the A/B is skipped, or None to run it; the concurrency it runs at)."""
-    if run.options.target == LOCAL_CPU:
-        return "skipped: the local-cpu target has no DSpark adaptive command to compare", None
-    if not run.options.concurrency:
-        return ("skipped: no workload declared; pass --concurrency C (the concurrent requests you serve) to A/B "
-                "block against adaptive verification there"), None
-    c = max(run.options.concurrency)
-    from rocm_dspark.probe.gate import gate_verdict
-    from rocm_dspark.probe.payoff import LOSES, from_ab_records, predicted
-
-    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
-    if not proof.adaptive_proven:
-        return f"skipped: adaptive verification is not proven on this host ({proof.reason}), so there is nothing to compare", c
-    if run.mode() != "foreground" and fingerprint_vllm() is None:
-        return (f"skipped: the A/B starts both commands with this host's vLLM, and with --mode {run.mode()} vLLM is "
-                f"only in the image: run `rocm-dspark validate --ab --concurrency C` inside the image (its record, "
-                f"in the shared state directory, then decides)"), c
-    decided, _notes = from_ab_records(run.catalog, run.plan, c, run.options.state_dir, soft=run.gate_software())
-    if decided is not None:
-        return f"skipped: {decided.evidence} already decides at c={c}: {decided.text}", c
-    pred = predicted(run.plan.model_key, run.plan.gpu, c, run.plan.tp)
-    if pred.state == LOSES:
-        return f"skipped: the planner says adaptive verification does not pay here: {pred.text}", c
-    return None, c
+def start_run(run) -> dict:
+    """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
+    that already runs it from unchanged launchers is kept: no load."""
+    prev = run.state.output("start") or {}
+    kept = (run.state.output("prove") or {}).get("serving")
+    wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
+    for which in wanted:
+        if serve.serving(run, which) is None:
+            run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
+            # The step's output stays what its last load produced: the steps after it are not redone.
+            return prev or {"base_url": run.state.service["base_url"], "command": which}
+    if service.alive(run.state.service):
+        run.say("  stopping the service started before (what it runs changed)")
+    out = serve.load(run, wanted[0], "the service" if wanted[0] == run.serving_command() else "the service (kept by prove)")
+    run.state.set_readiness(True, "serving", f"{wanted[0]} verification serves")
+    return out
 
 
-def ab_run(run) -> dict:
-    why, c = _ab_decision(run)
-    if why:
-        run.say(f"  {why}")
-        return {"skipped": why}
-    from rocm_dspark.validate.ab import run_ab
-
-    # Both arms start on the plan's port, one after the other: the running service makes way, then returns.
-    run.say(f"  stopping the service for the A/B at concurrency {c} (two more starts: block, then adaptive)")
-    run.stop_service()
-    report_dir = run.dir / "ab" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    try:
-        record = run_ab(catalog=run.catalog, selection=run.selection, concurrency=c, report_dir=report_dir,
-                        state_dir=run.options.state_dir, request_timeout_s=run.options.request_timeout_s,
-                        ready_timeout_s=run.options.ready_timeout_s, say=lambda line: run.say(f"  {line}"))
-    finally:
-        run.say("  starting the service again")
-        run.outputs["start"] = start_run(run)
-        run.state.mark("start", "done", run.state.step("start")["inputs"], output=run.outputs["start"],
-                       message="restarted after the A/B")
-    run.say(f"  {record['verdict']['text']}; a rerun of `rocm-dspark up` serves what the gate now decides")
-    return {"record": record["id"], "verdict": record["verdict"]["text"], "report": str(report_dir / "ab.json")}
+def start_dry(run) -> list[str]:
+    which = run.serving_command()
+    return [*serve.start_commands(run, which), serve.wait_line(run)]
 
 
-def ab_dry(run) -> list[str]:
-    why, c = _ab_decision(run)
+# -- 8. prove: the adaptive start and the A/B on the service -------------------------------------------
+
+
+def prove_inputs(run) -> dict:
+    return {"probe": run.out_hash("probe"), "concurrency": run.options.concurrency,
+            "serving": run.serving_command()}
+
+
+def prove_dry(run) -> list[str]:
+    why, c = prove.decision(run)
     if why:
         return [why]
-    return [f"rocm-dspark validate --ab {run.selection_flags(exclude=('concurrency',))} --concurrency {c} "
-            f"--report {shlex.quote(str(run.dir / 'ab' / '<UTC time>'))}   (stops the service first, restarts it after)"]
+    return [f"A/B block arm at c={c}: the workload (validate's sweep, ignore_eos) on the running block service, no load",
+            "marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts the "
+            "adaptive launcher (one load):",
+            *["  " + c_ for c_ in serve.start_commands(run, "adaptive")],
+            f"  {serve.wait_line(run)}",
+            f"live level attached to it: {_toolkit()} probe --levels live, carried into the record of step 6 (its "
+            f"process checked in /proc, tokens re-scored)",
+            f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into {run.options.state_dir / 'ab'}",
+            "the gate decides (probe records, A/B record, this host's calibration): proven and paying -> the adaptive "
+            "start is kept and marked ready; refuted or not paying -> one more start, back to block:",
+            *["  " + c_ for c_ in serve.start_commands(run, "block")]]
 
 
 # -- 9. validate ---------------------------------------------------------------------------------------
 
 
 def validate_inputs(run) -> dict:
-    return {"start": run.out_hash("start"), "probe": run.out_hash("probe"), "concurrency": run.options.concurrency,
+    return {"start": run.out_hash("start"), "prove": run.out_hash("prove"), "concurrency": run.options.concurrency,
             "quick": run.quick()}
+
+
+def _served_json(run) -> Path:
+    adaptive = (run.state.service or {}).get("command") == "adaptive"
+    return run.dir / ("server-adaptive.json" if adaptive else "server.json")
 
 
 def validate_run(run) -> dict:
@@ -597,9 +452,9 @@ def validate_run(run) -> dict:
 
     report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     report_dir.parent.mkdir(parents=True, exist_ok=True)
-    base_url = run.outputs["start"]["base_url"]
+    base_url = run.state.service["base_url"]
     opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
-                           server_json=(run.dir / "server.json") if run.options.target == LOCAL_CPU else None,
+                           server_json=_served_json(run) if run.options.target == LOCAL_CPU else None,
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            gate_software=run.gate_software(),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
@@ -623,7 +478,7 @@ def validate_run(run) -> dict:
 def validate_dry(run) -> list[str]:
     flags = f" --endpoint http://127.0.0.1:{run.plan.port} --report {shlex.quote(str(run.dir / 'reports' / '<UTC time>'))}"
     if run.options.target == LOCAL_CPU:
-        flags += f" --server-json {shlex.quote(str(run.dir / 'server.json'))}"
+        flags += f" --server-json {shlex.quote(str(_served_json(run)))}"
     if run.quick():
         flags += " --quick"
     if run.options.concurrency:
@@ -636,7 +491,7 @@ def validate_dry(run) -> list[str]:
 
 
 def summary_inputs(run) -> dict:
-    return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "ab", "validate")}
+    return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
 
 
 def summary_run(run) -> dict:
@@ -650,8 +505,31 @@ def summary_run(run) -> dict:
 
 
 def summary_dry(run) -> list[str]:
-    return [f"prints the endpoint, build and digest, verification mode and why, tokens/s and acceptance length, "
-            f"and the report path; writes {run.dir / 'summary.json'}"]
+    return [f"prints the endpoint, build and digest, verification mode and why, the model loads and each one's time, "
+            f"tokens/s and acceptance length, and the report path; writes {run.dir / 'summary.json'}",
+            *loads_forecast(run)]
+
+
+def loads_forecast(run) -> list[str]:
+    """How many model loads this `up` takes, with and without --concurrency (--dry-run)."""
+    start = 0 if serve.serving(run, run.serving_command()) is None else 1
+    kept = (run.state.output("prove") or {}).get("serving")
+    if kept and serve.serving(run, kept) is None:
+        return [f"model loads: 0 (the service already serves the {kept} command the prove step kept)"]
+    why, c = prove.loads_forecast(run)
+    if why.startswith("skipped"):
+        now = f"model loads: {start} (the service{'' if start else ': already serving'}); the prove step makes no adaptive start"
+    else:
+        now = (f"model loads: {start + 1} if adaptive verification is proven and pays at c={c} (block service, then "
+               f"one adaptive start that is kept), {start + 2} if it is refuted or does not pay (back to block)")
+    if run.options.concurrency:
+        other = f"without --concurrency: {start} (the gate cannot say it pays, so no adaptive start)"
+    elif "adaptive" in run.command_plans() and run.serving_command() == "block":
+        other = (f"with --concurrency C: {start + 1} if it is proven and pays at C, {start + 2} if refuted or not "
+                 f"paying, {start} where the gate already says it does not pay at C")
+    else:
+        other = f"with --concurrency C: {start} (nothing to prove)"
+    return [now, other]
 
 
 STEPS = (
@@ -660,9 +538,10 @@ STEPS = (
     Step("prereq", "check prerequisites", prereq_inputs, prereq_run, prereq_dry),
     Step("image", "pull the image and pin its digest", image_inputs, image_run, image_dry),
     Step("launchers", "write launchers", launchers_inputs, launchers_run, launchers_dry, valid=launchers_valid),
-    Step("start", "start and wait until ready", start_inputs, start_run, start_dry, valid=start_valid),
-    Step("probe", "probe (static, kernel; live on the started server)", probe_inputs, probe_run, probe_dry),
-    Step("ab", "A/B block vs adaptive", ab_inputs, ab_run, ab_dry),
+    Step("probe", "probe the levels that load no model (static, kernel)", probe_inputs, probe_run, probe_dry),
+    Step("start", "start the service and wait until ready", start_inputs, start_run, start_dry, always=True),
+    Step("prove", "prove adaptive verification on the service (live level, A/B)", prove_inputs, prove.prove_run,
+         prove_dry),
     Step("validate", "validate", validate_inputs, validate_run, validate_dry),
     Step("summary", "summary", summary_inputs, summary_run, summary_dry, always=True),
 )

@@ -6,36 +6,41 @@ from __future__ import annotations
 def build_summary(run) -> dict:
     o = run.outputs
     choose, start = o.get("choose") or {}, o.get("start") or {}
-    img, probe, ab, val = o.get("image") or {}, o.get("probe") or {}, o.get("ab") or {}, o.get("validate") or {}
-    ls = start.get("launch_state") or {}
+    img, probe, prove, val = o.get("image") or {}, o.get("probe") or {}, o.get("prove") or {}, o.get("validate") or {}
+    served = prove.get("service") or start
+    ls = served.get("launch_state") or {}
     mode = ls.get("mode") or ("adaptive" if choose.get("adaptive") else "block")
     if ls.get("fell_back"):
         why = "the adaptive start failed and the launcher fell back (see its launch-state and adaptive.log): " + str(choose.get("verdict"))
     else:
-        why = choose.get("verdict") or ""
+        why = prove.get("decision") or choose.get("verdict") or ""
     plan = run.plan
     ran = None
     if choose.get("server_json"):  # local-cpu: what actually served, beside the recipe it stands in for
-        spec = choose["server_json"]
+        which = served.get("command") or "block"
+        spec = choose["server_json_adaptive" if which == "adaptive" else "server_json"]
         ran = f"installed vLLM {(o.get('detect') or {}).get('vllm')}: {spec['description']}"
-        mode = "ngram speculation, K=3 (the local-cpu test server)"
-        why = f"the recipe's plan would run {'adaptive' if choose.get('adaptive') else 'block'} verification: {choose.get('verdict')}"
+        mode = f"{which}: ngram speculation, K={spec['num_speculative_tokens']} (the local-cpu {which} test server)"
+        why = (f"{prove['decision']}; " if prove.get("decision") else "") + \
+            f"the recipe's plan would run {'adaptive' if choose.get('adaptive') else 'block'} verification: {choose.get('verdict')}"
     return {
-        "endpoint": start.get("base_url"),
+        "endpoint": served.get("base_url"),
+        "loads": [{k: ld.get(k) for k in ("n", "command", "why", "seconds", "ready_s")} for ld in run.loads],
         "served_name": (choose.get("server_json") or {}).get("served_name") or plan.served_name,
         "profile": choose.get("profile"),
         "ran": ran,
         "build": {"vllm": choose.get("vllm_version"), "image": choose.get("image"),
                   "digest": img.get("digest"), "digest_note": img.get("skipped")},
         "service": {"mode": choose.get("mode"), **({"unit": start["unit"]} if start.get("unit") else {}),
-                    **({"pid": start["pid"]} if start.get("pid") else {})},
+                    **({"pid": served["pid"]} if served.get("pid") else {})},
         "verification": {"mode": mode, "why": why},
         "acceptance_length": val.get("acceptance_length"),
         "throughput_tok_s": val.get("throughput") or [],
         "report": val.get("report"),
         "validation": val.get("result"),
-        "probe": {"record": probe.get("record"), "gate": probe.get("gate"), "gate_reason": probe.get("gate_reason")},
-        "ab": ab.get("skipped") or ab.get("result"),
+        "probe": {"record": prove.get("probe_record") or probe.get("record"), "gate": prove.get("gate") or probe.get("gate"),
+                  "gate_reason": prove.get("gate_reason") or probe.get("gate_reason")},
+        "ab": prove.get("skipped") or (prove.get("ab") or {}).get("verdict"),
         "counts_for_gate": choose.get("counts_for_gate", True),
         "note": choose.get("note"),
     }
@@ -61,6 +66,8 @@ def summary_lines(s: dict) -> list[str]:
         f"  validation    {(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",
         f"  probe         {s['probe']['gate'] or '-'}: {s['probe']['gate_reason'] or '-'} ({s['probe']['record'] or 'no record'})",
         f"  A/B           {s['ab'] or '-'}",
+        f"  model loads   {len(s['loads'])} this run" + ("" if s["loads"] else " (the service already served)"),
+        *[f"    {ld['n']}. {ld['command']:<8} {ld['seconds']:.0f} s  ({ld['why']})" for ld in s["loads"]],
     ]
     if not s["counts_for_gate"]:
         lines.append(f"  note          {s['note']}")

@@ -1,0 +1,187 @@
+"""Step 8 of `up`: prove adaptive verification on the service itself, in as few model loads as the evidence needs.
+
+The block service that the start step brought up is the A/B's block arm: it is measured where it runs, before
+anything stops. Then one adaptive start (one load) is at once the probe's live level (attached to the service's
+own process, which probe.serving checks in /proc), the A/B's adaptive arm and, when the gate then says proven
+and paying, the service itself: it is kept. A refutation, or "does not pay", costs one restart back to block.
+Until the gate has decided, the service is "proving": the state's readiness says not ready (`rocm-dspark status
+--ready` exits 1), whatever vLLM's own /health says.
+
+No adaptive start is made where it cannot change what serves: no adaptive command, the gate already chose it,
+the levels that load no model refuted it, no --concurrency (the gate cannot say "pays" without a workload), or
+the gate's payoff (A/B records, this host's calibration, the public prediction: probe/payoff.payoff_verdict)
+says it loses at that concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rocm_dspark.up import serve, service
+from rocm_dspark.up.steps_common import LOCAL_CPU, StepFailed
+
+LOCAL_REQUESTS_MAX_TOKENS = 64  # local-cpu: the tiny model's A/B is a test of the flow, kept short
+
+
+def decision(run) -> tuple[str | None, int | None]:
+    """(why no adaptive start is made, or None to make one; the concurrency the A/B runs at)."""
+    plans = run.command_plans()
+    if "adaptive" not in plans:
+        return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)", None
+    if run.serving_command() == "adaptive":
+        return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
+    probe = run.outputs.get("probe") or {}
+    if probe.get("gate") == "refuted":
+        return (f"skipped: the levels that load no model refute adaptive verification here ({probe.get('gate_reason')}), "
+                f"so no adaptive start is made"), None
+    if not run.options.concurrency:
+        return ("skipped: no workload declared: without --concurrency C the gate cannot say adaptive verification pays, "
+                "so block verification serves (pass --concurrency C to prove it and A/B it on the service)"), None
+    c = max(run.options.concurrency)
+    if run.options.target == LOCAL_CPU:
+        return None, c  # the recipe's prediction is not about the test server: its A/B decides
+    from rocm_dspark.probe.payoff import LOSES, payoff_verdict
+
+    pay = payoff_verdict(run.catalog, run.plan, c, run.options.state_dir, soft=run.gate_software())
+    if pay.state == LOSES:
+        return f"skipped: the gate says adaptive verification does not pay at c={c} ({pay.evidence}): {pay.text}", c
+    return None, c
+
+
+def loads_forecast(run) -> tuple[str, int | None]:
+    """(what the prove step costs in loads, in words; the concurrency) for --dry-run."""
+    why, c = decision(run)
+    if why:
+        return why, c
+    return (f"one adaptive start at c={c}: kept if the gate says proven and paying, else one more start back to "
+            f"block"), c
+
+
+def prove_run(run) -> dict:
+    why, c = decision(run)
+    if why:
+        run.say(f"  {why}")
+        run.state.set_readiness(True, "serving", "block verification serves: " + why.removeprefix("skipped: "))
+        return {"skipped": why}
+    from rocm_dspark.probe import store
+    from rocm_dspark.validate.ab import default_requests, measure, write_ab_record
+
+    plans = run.command_plans()
+    local = run.options.target == LOCAL_CPU
+    requests = default_requests(c)
+    max_tokens = LOCAL_REQUESTS_MAX_TOKENS if local else 256
+    started = store.utc_now()
+    arms = {}
+
+    def arm(which: str) -> dict:
+        srv = service.attach(run.state.service)
+        plan = plans[which]
+        stats = measure(srv, plan.served_name, which, concurrency=c, requests=requests, max_tokens=max_tokens,
+                        timeout_s=run.options.request_timeout_s, say=lambda line: run.say(f"  {line}"))
+        return {"argv": [str(a) for a in plan.argv], "description": _describe(run, which), **stats}
+
+    run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
+    arms["block"] = arm("block")
+    run.state.set_readiness(False, "proving", "the adaptive start is being proved: not a finished endpoint")
+    run.say("  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
+            "gate says proven and paying")
+    try:
+        started_out = serve.load(run, "adaptive", "prove: live level and the A/B's adaptive arm")
+    except StepFailed as exc:
+        return _back_to_block(run, {"arms": arms}, f"the adaptive command did not start ({exc.message})")
+    out: dict = {"concurrency": c, "adaptive_start": started_out}
+    if (started_out.get("launch_state") or {}).get("fell_back"):
+        run.state.set_readiness(True, "serving", "block verification serves: the adaptive start fell back")
+        return {**out, "decision": "refuted: the adaptive command did not start; the launcher fell back to block",
+                "serving": "block", "service": started_out}
+    live = _live(run)
+    out.update(probe_record=str(live.path), gate=live.gate_state, gate_reason=live.gate_reason)
+    level = live.record.level("live")
+    out["live"] = {"passed": level.passed, "reason": level.reason, "note": level.gating_note}
+    run.say(f"  live: {'PASS' if level.passed else 'FAIL'}; {level.gating_note}")
+    if not level.passed:
+        return _back_to_block(run, out, f"refuted: the live level failed: {level.reason}")
+    run.say(f"  A/B adaptive arm at c={c}: measured on the same start")
+    arms["adaptive"] = arm("adaptive")
+    override = {"kind": "local-cpu", "block": arms["block"]["description"],
+                "adaptive": arms["adaptive"]["description"]} if local else None
+    record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
+                             arms=arms, started=started, requests=requests, max_tokens=max_tokens, override=override,
+                             state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
+    out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"]}
+    run.say(f"  {record['verdict']['text']}")
+    keep, why = decide(run, live, record, c)
+    out["decision"] = why
+    if not keep:
+        return _back_to_block(run, out, why)
+    run.say(f"  kept: the adaptive start serves ({why})")
+    run.state.set_readiness(True, "serving", f"adaptive verification serves: {why}")
+    return {**out, "serving": "adaptive", "service": started_out}
+
+
+def _back_to_block(run, out: dict, why: str) -> dict:
+    run.say(f"  {why}: starting block verification again")
+    back = serve.load(run, "block", f"back to block: {why}")
+    run.state.set_readiness(True, "serving", f"block verification serves: {why}")
+    return {**out, "decision": why, "serving": "block", "service": back}
+
+
+def _describe(run, which: str) -> str:
+    if run.options.target == LOCAL_CPU:
+        return run.outputs["choose"]["server_json" if which == "block" else "server_json_adaptive"]["description"]
+    return f"the plan's {which} command ({run.plan.profile}), the service `up` runs"
+
+
+def _live(run):
+    """The live level on the adaptive start, carried into one record with the levels run before the first load."""
+    from rocm_dspark.probe import live
+    from rocm_dspark.probe.record import parse_record_data
+    from rocm_dspark.probe.run import run_probe
+
+    target = None
+    if run.options.target == LOCAL_CPU:
+        from rocm_dspark.runtime.server_spec import load_server_spec
+
+        spec = load_server_spec(run.dir / "server-adaptive.json", flag="server-adaptive.json")
+        target = live.target_from_spec(spec, run.model)
+    earlier_path = (run.outputs.get("probe") or {}).get("record")
+    earlier = parse_record_data(json.loads(Path(earlier_path).read_text())) if earlier_path else None
+    return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
+                     attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
+                     progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+
+
+def local_proof(level) -> tuple[bool, str]:
+    """local-cpu: the gate's rules for a live level (probe.gate.level_proves), without the ones no CPU run can meet
+    (the plan's own command with enable_adaptive_verification): the records still never count for the gate."""
+    ev = level.evidence or {}
+    if not level.passed:
+        return False, f"its live level failed: {level.reason}"
+    if not (ev.get("serving_process") or {}).get("verified") or not ev.get("command_verified"):
+        return False, "its live level attached to a server not shown to run the adaptive stand-in"
+    if ev.get("token_correct") is not True:
+        return False, "its live level did not prove the emitted tokens by re-scoring"
+    return True, "live level passed on the adaptive stand-in (tokens re-scored, the serving process checked in /proc)"
+
+
+def decide(run, live, record: dict, c: int) -> tuple[bool, str]:
+    """Keep the adaptive start? The real gate on the records just written (node target), or its rules applied to
+    the local-cpu records, which never count for the gate."""
+    if run.options.target == LOCAL_CPU:
+        proven, why = local_proof(live.record.level("live"))
+        if not proven:
+            return False, f"refuted: {why}"
+        if not record["verdict"].get("pays"):
+            return False, f"does not pay: {record['verdict']['text']}"
+        return True, f"proven ({why}) and paying ({record['verdict']['text']}); local-cpu: not valid for gating"
+    from rocm_dspark.probe.gate import gate_verdict
+    from rocm_dspark.probe.payoff import combine, payoff_verdict
+
+    soft = run.gate_software()
+    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=soft)
+    pay = payoff_verdict(run.catalog, run.plan, c, run.options.state_dir, soft=soft)
+    verdict, _warning = combine(proof, pay, "auto")
+    if verdict.adaptive_proven:
+        return True, verdict.reason
+    return False, ("refuted or unproven: " if not proof.adaptive_proven else "does not pay: ") + verdict.reason

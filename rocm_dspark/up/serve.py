@@ -1,0 +1,203 @@
+"""Start and stop `up`'s service for one command ("block" or "adaptive"), and count the model loads.
+
+A model load is the expensive unit of `up` (one DeepSeek-V4.1-Flash start reads the checkpoint, sizes the KV
+cache and captures the graphs). Every start goes through `load()`, which records it (why, which command, seconds
+to ready) in the run and the state file, so the summary shows them and a test can compare them with the vLLM
+starts it counts from outside.
+
+The commands a start runs come from `start_commands()`, the one list that both the run executes (through
+`run_shell`, the privileged runner) and --dry-run prints.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from rocm_dspark.launch.launch_facts import start_window_s
+from rocm_dspark.runtime.client import base_url
+from rocm_dspark.up import service
+from rocm_dspark.up.state import utc_now
+from rocm_dspark.up.steps_common import StepFailed
+
+
+def launch_dir(run, which: str) -> Path:
+    return run.dir / "launch" / which
+
+
+def files_of(run, which: str) -> dict:
+    """The launcher files of `which`, as the launchers step wrote them (or, in a dry run, will write them)."""
+    sets = ((run.outputs.get("launchers") or {}).get("sets") or {})
+    if which in sets:
+        return sets[which]
+    name = run.name(run.plan)
+    d = launch_dir(run, which)
+    unit = d / f"{name}.service" if run.mode() == "systemd" else None
+    return {"launcher": str(d / f"{name}.sh"), "unit": str(unit) if unit else None, "install": None}
+
+
+def install_commands(run, which: str) -> list[str]:
+    """The root commands that install and start the unit of `which` (launch.launchers.install_commands, the
+    same list `launch` prints), as this user runs them (no sudo as root); the journalctl hint left out."""
+    f = files_of(run, which)
+    if f.get("install") is None:
+        from rocm_dspark.launch.launchers import LaunchFiles, install_commands as commands
+
+        files = LaunchFiles(fmt="systemd", name=run.name(run.plan), launcher=Path(f["launcher"]), unit=Path(f["unit"]))
+        listed = commands(files, run.service_user())
+    else:
+        listed = f["install"]
+    return [service.as_root(c) for c in listed if not c.startswith("journalctl")]
+
+
+def process_env(run, which: str) -> dict:
+    return {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(run.dir / "launch-state" / which),
+            "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s))}
+
+
+def start_commands(run, which: str) -> list[str]:
+    """What a start of `which` runs, in order: the unit's install commands (systemd), or the launcher."""
+    if run.mode() == "systemd":
+        return install_commands(run, which)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in process_env(run, which).items())
+    return [f"{env} {shlex.quote(files_of(run, which)['launcher'])}"]
+
+
+def wait_line(run) -> str:
+    plan = run.plan
+    return (f"waits for /health and /v1/models on port {plan.port} (deadline: --ready-timeout, twice where the "
+            f"launcher may fall back), showing the phase read from the log")
+
+
+def load(run, which: str, why: str) -> dict:
+    """Start the service for `which` command and wait until it serves: one model load, recorded."""
+    if service.alive(run.state.service):
+        stop(run)
+    t0 = time.monotonic()
+    entry = {"n": len(run.loads) + 1, "command": which, "why": why, "at": utc_now()}
+    run.loads.append(entry)
+    try:
+        out = _start_systemd(run, which) if run.mode() == "systemd" else _start_process(run, which)
+    finally:
+        entry["seconds"] = round(time.monotonic() - t0, 1)
+        run.state.add_load(entry)
+    entry["ready_s"] = out["ready_s"]
+    mode = (out.get("launch_state") or {}).get("mode")
+    if mode:
+        entry["launcher_mode"] = mode
+    run.state.add_load(entry, replace=True)
+    return out
+
+
+def stop(run) -> dict:
+    return run.stop_service()
+
+
+def files_digest(run) -> str | None:
+    from rocm_dspark.up.state import digest
+
+    files = (run.outputs.get("launchers") or run.state.output("launchers") or {}).get("files")
+    return digest(files) if files else None
+
+
+def _record(run, which: str, extra: dict) -> dict:
+    plan = run.launch_plan(which)
+    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run), **extra}
+    run.started = record
+    run.state.set_service(record)
+    return record
+
+
+def _start_process(run, which: str) -> dict:
+    plan = run.launch_plan(which)
+    launcher = Path(files_of(run, which)["launcher"])
+    log = run.dir / "logs" / f"server-{which}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.log"
+    srv, rec = service.start_process(launcher, process_env(run, which), host=plan.host, port=plan.port, log_path=log)
+    _record(run, which, rec)
+    deadline = start_window_s(plan, run.options.ready_timeout_s)
+    t0 = time.monotonic()
+
+    def poll():
+        ready = srv.wait_ready(0.01, poll_s=0.01)
+        if ready.status != "timeout" or time.monotonic() - t0 > deadline:
+            return ready
+        return None
+
+    ready, _phase, seconds = run.display.wait(f"  start ({which})", log, poll)
+    if not ready.ready:
+        tail = srv.log_tail(30)
+        run.stop_service()
+        raise StepFailed(f"start: {ready.reason()}", f"read the log {log}; fix what it says and run `rocm-dspark up` "
+                          f"again", log_tail=tail)
+    ls = launch_state(run.dir / "launch-state" / which)
+    run.say(f"  ready after {seconds:.0f} s at {srv.base_url}" + (f", {ls.get('mode')} verification" if ls.get("mode") else ""))
+    return {"base_url": srv.base_url, "ready_s": round(seconds, 1), "log": str(log), "launch_state": ls,
+            "pid": rec["pid"], "command": which}
+
+
+def _start_systemd(run, which: str) -> dict:
+    commands = start_commands(run, which)
+    run.confirm("install and start the systemd unit with:\n" + "\n".join(f"    {c}" for c in commands))
+    for c in commands:
+        run.say(f"  $ {c}")
+        code, text = service.run_shell(c, timeout=600)
+        if code != 0:
+            raise StepFailed(f"start: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else 'no output'}",
+                              "fix what it says (root or sudo is needed to install a unit) and run `rocm-dspark up` again")
+    unit = Path(files_of(run, which)["unit"]).name
+    plan = run.launch_plan(which)
+    record = _record(run, which, {"kind": "systemd", "unit": unit,
+                                  "base_url": base_url(plan.host, plan.port),
+                                  "log": f"/var/lib/rocm-dspark/{Path(unit).stem}/"
+                                         f"{'adaptive' if plan.adaptive_verification else 'block'}.log"})
+    client = service.attach(record).client
+    t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
+
+    def poll():
+        try:
+            if client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
+                return "ready"
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if not service.unit_active(unit) and time.monotonic() - t0 > 10:
+            return "failed"
+        return "timeout" if time.monotonic() - t0 > deadline else None
+
+    result, _phase, seconds = run.display.wait(f"  start ({which})", record["log"], poll, poll_s=2.0)
+    if result != "ready":
+        _code, tail = service.run_shell(f"journalctl -u {shlex.quote(unit)} -n 30 --no-pager")
+        raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
+                          f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
+    return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit, "command": which,
+            "launch_state": launch_state(Path(record["log"]).parent)}
+
+
+def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
+    """The launcher's state (rocm_dspark.launch.launch_state) once it says serving (it writes it just after readiness)."""
+    from rocm_dspark.launch import launch_state as reader
+
+    deadline = time.monotonic() + wait_s
+    data: dict = {}
+    while time.monotonic() < deadline:
+        data = reader.read(directory)  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
+        if data.get("phase") == "serving":
+            break
+        time.sleep(0.5)
+    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
+
+
+def serving(run, which: str | None = None) -> str | None:
+    """Why the recorded service cannot be kept for `which` (None: it serves it, healthy, from unchanged files)."""
+    svc = run.state.service
+    if not service.alive(svc):
+        return "the service is not running"
+    if which is not None and svc.get("command") != which:
+        return f"the service runs the {svc.get('command') or 'an older'} command, not {which}"
+    if svc.get("launchers") != files_digest(run):
+        return "the service was started from launchers that were rewritten since"
+    try:
+        res = service.attach(svc).client.get("/health", timeout_s=5)
+    except Exception as exc:  # noqa: BLE001 - any failure means: not serving
+        return f"the service does not answer /health ({exc})"
+    return None if res.status == 200 else f"the service answers /health with HTTP {res.status}"

@@ -1,0 +1,186 @@
+"""Issue 32: `up` in as few model loads as the evidence needs (fast part; the real vLLM run is
+tests/slow/test_up_loads_real.py).
+
+- --dry-run prints the commands the run executes: the start step's and the prove step's lines are compared with
+  what the real steps run through the privileged runner (service.run_shell) and the launcher start
+  (service.start_process), both recorded here, for each mode. Nothing starts: the recorded runner answers 0, and
+  readiness is answered by the display stand-in.
+- The prove step's A/B decision goes through the real gate, this host's calibration included
+  (probe/payoff.payoff_verdict): a host fit that says "pays" is not skipped as "does not pay".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rocm_dspark.cli import cli
+from rocm_dspark.up import prove, serve, service, steps
+from rocm_dspark.up.runner import UpOptions, UpRun
+from rocm_dspark.up.state import UpState, up_dir
+
+
+class Display:
+    """Answers every readiness wait at once (the recorded runner started nothing that could become ready)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def say(self, line):
+        self.lines.append(line)
+
+    def wait(self, label, log, poll, poll_s=1.0):
+        got = poll()  # a launcher start: the fake server is ready; a unit: not yet active, so "ready" here
+        return (got if got is not None else "ready"), None, 0.0
+
+
+class FakeServer:
+    def __init__(self, base_url):
+        self.base_url = base_url
+
+    def wait_ready(self, *a, **k):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(ready=True, status="ready", elapsed_s=0.0)
+
+
+def _run(tmp_path, mode, **kw) -> UpRun:
+    opts = UpOptions(selection={"model": "V4.1-Flash", "gpu": "mi300x", "state_dir": str(tmp_path / "state")},
+                     mode=mode, yes=True, **kw)
+    return UpRun(opts, Display(), UpState.load(up_dir(opts.state_dir)))
+
+
+def _dry_section(out: str, step: int) -> list[str]:
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(f"[{step:2d}/10]"))
+    body = []
+    for ln in lines[at + 1:]:
+        if ln.startswith("["):
+            break
+        body.append(ln.strip())
+    return body
+
+
+@pytest.mark.parametrize("mode", ["systemd", "foreground", "container"])
+def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_path, monkeypatch, mode):
+    monkeypatch.setattr(service, "systemd_usable", lambda: None)
+    user = ["--service-user", "vllm"] if mode == "systemd" else []
+    dry = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
+                                   "--concurrency", "64", "--state-dir", str(tmp_path / "state"), *user])
+    assert dry.exit_code == 0, dry.output
+    start_dry = _dry_section(dry.output, 7)
+    prove_dry = _dry_section(dry.output, 8)
+
+    # The real steps, with the privileged runner and the launcher start recorded.
+    executed: list[str] = []
+    monkeypatch.setattr(service, "run_shell", lambda c, timeout=300.0: (executed.append(c), (0, ""))[1])
+
+    def start_process(launcher, env, *, host, port, log_path):
+        executed.append(" ".join(f"{k}={v}" for k, v in env.items()) + f" {launcher}")
+        return FakeServer(f"http://127.0.0.1:{port}"), {"kind": "process", "pid": 4242, "host": host, "port": port,
+                                                         "launcher": str(launcher), "base_url": f"http://127.0.0.1:{port}"}
+
+    monkeypatch.setattr(service, "start_process", start_process)
+    monkeypatch.setattr(service, "alive", lambda svc: False)
+    monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
+    run = _run(tmp_path, mode, concurrency=(64,), service_user="vllm" if mode == "systemd" else None)
+    run.outputs["choose"] = steps.choose_run(run)
+    run.outputs["launchers"] = steps.launchers_run(run)
+    serve.load(run, run.serving_command(), "the service")
+    assert executed == start_dry[:-1], (executed, start_dry)
+    if mode == "systemd":  # issue 28: the dry run lists every privileged command, user and launcher included
+        assert any("useradd --system" in c for c in start_dry) and any(c.startswith("install -D -m 0755")
+                                                                       or "sudo install -D" in c for c in start_dry)
+    executed.clear()
+    serve.load(run, "adaptive", "prove")
+    serve.load(run, "block", "back to block")
+    printed = [ln for ln in prove_dry if not ln.startswith(("A/B", "marks", "live level", "the gate", "waits for"))]
+    assert executed == printed, (executed, prove_dry)
+    assert [ld["command"] for ld in run.loads] == ["block", "adaptive", "block"]
+    assert [ld["n"] for ld in run.state.data["loads"]] == [1, 2, 3]
+
+
+def test_dry_run_says_how_many_loads_with_and_without_concurrency(tmp_path):
+    base = ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "foreground", "--dry-run",
+            "--state-dir", str(tmp_path)]
+    with_c = CliRunner().invoke(cli, base + ["--concurrency", "1,64"])
+    assert with_c.exit_code == 0, with_c.output
+    assert ("model loads: 2 if adaptive verification is proven and pays at c=64 (block service, then one adaptive "
+            "start that is kept), 3 if it is refuted or does not pay (back to block)") in with_c.output
+    assert "without --concurrency: 1 (the gate cannot say it pays, so no adaptive start)" in with_c.output
+    without = CliRunner().invoke(cli, base)
+    assert "model loads: 1 (the service); the prove step makes no adaptive start" in without.output
+    assert "with --concurrency C: 2 if it is proven and pays at C, 3 if refuted or not paying" in without.output
+    assert "skipped: no workload declared: without --concurrency C the gate cannot say" in without.output
+
+
+def _host_fit(tmp_path, state):
+    from tests.test_host_calibration import synthetic_table
+
+    from rocm_dspark.probe.host_calibration import run_calibrate
+    from rocm_dspark.recipe.catalog import load_catalog
+
+    catalog = load_catalog()
+    run_calibrate(catalog, catalog.find_model("V4.1-Flash"), "mi300x", synthetic_table(tmp_path, "mi300x"), state)
+
+
+def test_ab_decision_reads_the_host_calibration_before_the_public_prediction(tmp_path, monkeypatch):
+    """Before: the decision read only the public prediction (payoff.predicted), so a public "loses" skipped the
+    adaptive start although this host's fit (`plan --calibrate`, read first by the gate) says it pays."""
+    from rocm_dspark.probe import payoff
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    public_loses = payoff.Payoff(payoff.LOSES, "prediction", "predicted -9.0 +- 1 points: loses (planted public file)")
+    monkeypatch.setattr(payoff, "predicted", lambda *a, **k: public_loses)
+    run = _run(tmp_path, "foreground", concurrency=(128,))
+    why, c = prove.decision(run)
+    assert c == 128 and why is not None and "does not pay" in why and "planted public file" in why  # no host fit yet
+    _host_fit(tmp_path, state)
+    run = _run(tmp_path, "foreground", concurrency=(128,))
+    why, c = prove.decision(run)
+    assert why is None and c == 128  # the host fit pays at 128: the adaptive start is made
+    pay = payoff.payoff_verdict(run.catalog, run.plan, 128, state)
+    assert pay.state == payoff.PAYS and "this host's calibration" in pay.evidence
+
+
+def test_no_concurrency_and_a_refuting_probe_make_no_adaptive_start(tmp_path):
+    run = _run(tmp_path, "foreground")
+    why, _ = prove.decision(run)
+    assert why.startswith("skipped: no workload declared")
+    run = _run(tmp_path, "foreground", concurrency=(64,))
+    run.outputs["probe"] = {"gate": "refuted", "gate_reason": "its static level failed: the build refuses it"}
+    why, _ = prove.decision(run)
+    assert "refute adaptive verification here (its static level failed" in why
+    run = _run(tmp_path, "foreground", concurrency=(64,))
+    run.options.selection["adaptive"] = "off"
+    assert prove.decision(run)[0].startswith("skipped: the plan has no adaptive command")
+
+
+def test_status_says_proving_and_not_ready_until_the_gate_decides(tmp_path, monkeypatch):
+    from rocm_dspark.up.runner import status, status_lines
+
+    st = UpState.load(up_dir(tmp_path))
+    st.set_service({"kind": "process", "pid": 4242, "host": "127.0.0.1", "port": 18000, "command": "adaptive",
+                    "base_url": "http://127.0.0.1:18000"})
+    st.set_readiness(False, "proving", "the adaptive start is being proved: not a finished endpoint")
+    monkeypatch.setattr(service, "alive", lambda svc: True)
+    monkeypatch.setattr(service, "attach", lambda svc: (_ for _ in ()).throw(OSError("no server here")))
+    got = status(tmp_path)
+    assert got["readiness"]["ready"] is False and got["readiness"]["phase"] == "proving"
+    lines = status_lines(got)
+    assert any(ln.startswith("service: proving (process pid 4242)") for ln in lines), lines
+    assert lines[-1] == "readiness: NOT READY (proving: the adaptive start is being proved: not a finished endpoint)"
+    r = CliRunner().invoke(cli, ["status", "--ready", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 1 and r.output.startswith("not ready: proving:"), r.output
+    st.set_readiness(True, "serving", "adaptive verification serves")
+    r = CliRunner().invoke(cli, ["status", "--ready", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 0 and r.output.startswith("ready: serving:"), r.output
+
+
+def test_the_hand_written_start_texts_are_gone():
+    text = Path(steps.__file__).read_text()
+    assert not re.search(r"sudo systemctl (daemon-reload|enable)", text)  # the commands come from launch/launchers.py
