@@ -289,7 +289,7 @@ def test_dry_run_with_a_workload_plans_the_adaptive_start(tmp_path):
     (["--concurrency", "0"], "every level must be at least 1"),
     (["--probe-levels", "nope"], "--levels 'nope'"),
     (["--vllm-bin", "/bin/sh"], "--vllm-bin belongs to --target local-cpu"),
-    (["--target", "local-cpu", "--model-path", "/x", "--vllm-bin", "/nonexistent/vllm"], "is not an executable file"),
+    (["--target", "local-cpu", "--model-path", "/", "--vllm-bin", "/nonexistent/vllm"], "is not an executable file"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message):
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--state-dir", str(tmp_path), *args])
@@ -375,6 +375,9 @@ def test_dry_run_refuses_a_name_the_real_run_refuses(tmp_path, name):
 def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkeypatch):
     import shlex
 
+    from rocm_dspark import textwidth
+
+    monkeypatch.setattr(textwidth, "columns", lambda: 10**6)  # prose lines unwrapped: each quoted path on one line
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
     state = tmp_path / "st $(touch P) 'q'"
     for mode in ("systemd", "container"):

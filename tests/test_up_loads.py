@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
@@ -53,10 +54,17 @@ def _run(tmp_path, mode, **kw) -> UpRun:
     return UpRun(opts, Display(), UpState.load(up_dir(opts.state_dir)))
 
 
+
+
+def flat(text: str) -> str:
+    """The output with wrapped lines folded back (the wrapping itself is tests/test_operator_papercuts.py's)."""
+    return " ".join(text.split())
+
+
 def _dry_section(out: str, step: int) -> list[str]:
     lines = out.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.startswith(f"[{step:2d}/10]"))
-    body = []
+    body: list[str] = []
     for ln in lines[at + 1:]:
         if ln.startswith("["):
             break
@@ -66,6 +74,9 @@ def _dry_section(out: str, step: int) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["systemd", "foreground", "container"])
 def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_path, monkeypatch, mode):
+    from rocm_dspark import textwidth
+
+    monkeypatch.setattr(textwidth, "columns", lambda: 10**6)  # word for word: unwrapped (wrapping: test_operator_papercuts)
     monkeypatch.setattr(service, "systemd_usable", lambda: None)
     user = ["--service-user", "vllm"] if mode == "systemd" else []
     dry = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
@@ -109,18 +120,18 @@ def test_dry_run_says_how_many_loads_with_and_without_concurrency(tmp_path):
     with_c = CliRunner().invoke(cli, base + ["--concurrency", "1,64"])
     assert with_c.exit_code == 0, with_c.output
     assert ("model loads: 2 if adaptive verification is proven and pays at c=64 (block service, then one adaptive "
-            "start that is kept), 3 if it is refuted or does not pay (back to block)") in with_c.output
-    assert "without --concurrency: 1 (the gate cannot say it pays, so no adaptive start)" in with_c.output
+            "start that is kept), 3 if it is refuted or does not pay (back to block)") in flat(with_c.output)
+    assert "without --concurrency: 1 (the gate cannot say it pays, so no adaptive start)" in flat(with_c.output)
     without = CliRunner().invoke(cli, base)
-    assert "model loads: 1 (the service); the prove step makes no adaptive start" in without.output
-    assert "with --concurrency C: 2 if it is proven and pays at C, 3 if refuted or not paying" in without.output
-    assert "skipped: no workload declared: without --concurrency C the gate cannot say" in without.output
+    assert "model loads: 1 (the service); the prove step makes no adaptive start" in flat(without.output)
+    assert "with --concurrency C: 2 if it is proven and pays at C, 3 if refuted or not paying" in flat(without.output)
+    assert "skipped: no workload declared: without --concurrency C the gate cannot say" in flat(without.output)
 
 
 def _host_fit(tmp_path, state):
-    from tests.test_host_calibration import synthetic_table
+    from tests.test_host_fit import synthetic_table
 
-    from rocm_dspark.probe.host_calibration import run_calibrate
+    from rocm_dspark.probe.calibration_record import run_calibrate
     from rocm_dspark.recipe.catalog import load_catalog
 
     catalog = load_catalog()
