@@ -65,7 +65,8 @@ def command_lines(words: list[str], indent: str = "  ", width: int | None = None
     lines, cur = [], ""
     for word in words:
         fits_alone = len(indent) + len(word) + 2 <= width
-        if cur.strip() and len(cur) + 1 + len(word) + 2 > width and fits_alone:
+        unsplittable = len(_pieces(word, width - len(cur) - 1, width - 2)) == 1  # a long path: its own line
+        if cur.strip() and len(cur) + 1 + len(word) + 2 > width and (fits_alone or unsplittable):
             lines.append(cur + " \\")
             cur = indent
         cur = cur + " " if cur.strip() else cur

@@ -29,7 +29,14 @@ def test_plan_nodes_text_has_one_line_per_strategy():
     r = subprocess.run(CLI + ["plan", "--gpu", "mi300x", "--concurrency", "64", "--nodes", "3"],
                        capture_output=True, text=True, env=cli_env(), timeout=300)
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.split("Strategies at 3 node(s)")[1].splitlines()[1:]
+    lines: list[str] = []
+    for line in r.stdout.split("Strategies at 3 node(s)")[1].split("):\n", 1)[1].splitlines():
+        if line.startswith("    ") and lines:  # a wrapped row goes on the row above (rocm_dspark/textwidth.py)
+            lines[-1] += " " + line.strip()
+        elif line.startswith("  "):
+            lines.append(line)
+        else:
+            break
     assert [line.split()[0] for line in lines] == ["multi_node_tp", "multi_node_tep", "multi_node_dep",
                                                    "multi_node_tp_dp", "multi_node_tp_pp", "pd_cluster"]
     assert "DP3 x TP8" in lines[3]

@@ -151,6 +151,7 @@ def node(tmp_path):
     bindir, rec, host, model = (tmp_path / d for d in ("bin", "rec", "host", "model"))
     for d in (bindir, rec, model, host / "dev" / "dri", host / "proc" / "sys" / "kernel"):
         d.mkdir(parents=True)
+    (model / "config.json").write_text("{}")  # up's prerequisite wants a Hugging Face checkpoint there
     (bindir / "rocminfo").write_text(f"#!/bin/sh\ncat {ROCMINFO}\n")
     (bindir / "docker").write_text(DOCKER.format(python=sys.executable, digest=DIGEST, prove=PROVE))
     (bindir / "skopeo").write_text(SKOPEO)  # the registry up asks before pulling (rocm_dspark.images.registry)
