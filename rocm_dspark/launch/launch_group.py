@@ -30,9 +30,26 @@ def _router_script(cmd) -> str:
             f"set -euo pipefail\nexec {words}\n")
 
 
+# vLLM's default --master-port (ParallelConfig.master_port, vllm/config/parallel.py 0.32/0.33).
+_MASTER_PORT = 29501
+
+
+def _rendezvous(argv, env, nodes: int) -> dict:
+    """Where every node of the group meets: the head's DP RPC port (DP strategies) or --master-port (--nnodes)."""
+    words = list(argv)
+
+    def value(flag):
+        return words[words.index(flag) + 1] if flag in words else None
+
+    host = value("--data-parallel-address") or value("--master-addr") or ""
+    port = value("--data-parallel-rpc-port") or (value("--master-port") or _MASTER_PORT if "--master-addr" in words else None)
+    return {"join_host": host, "join_port": int(port) if port else None, "group_nodes": nodes,
+            "iface": env.get("GLOO_SOCKET_IFNAME", "")}
+
+
 def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=None, container=False,
                 ready_timeout_s=3600, node_rank=None) -> dict:
-    from rocm_dspark.launch.launchers import _check_output_dir, default_name, write_launchers
+    from rocm_dspark.launch.launchers import DEFAULT_USER, _check_output_dir, default_name, install_commands, write_launchers
 
     base = name or default_name(plan)
     out = _check_output_dir(Path(output))
@@ -53,7 +70,7 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
     if cluster.backend == "ray":
         raise UsageError("launchers run vLLM's mp backend; for --backend ray start the Ray cluster yourself "
                          "(`rocm-dspark recipe ... --backend ray` prints each node's commands) or use --format k8s")
-    files, nxt = [], []
+    files, nxt, install = [], [], []
     head = cluster.commands[0]
     grouped = cluster.strategy not in ("single_node", "pd_cluster")
     for cmd in cluster.commands:
@@ -67,7 +84,8 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             continue
         group = {"group_role": "single"}
         if grouped:
-            group = {"group_role": "head" if cmd.node == 0 else "worker", "group_name": base}
+            group = {"group_role": "head" if cmd.node == 0 else "worker", "group_name": base,
+                     **_rendezvous(cmd.argv, cmd.env, cluster.nodes)}
             if cmd.node and not cmd.serves_http:
                 group.update(ready_host=head.address or "", ready_port=head.port)
         lf = write_launchers(_node_plan(plan, cmd), out, "systemd" if fmt == "systemd" else "shell", name=stem, user=user,
@@ -77,11 +95,20 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             files.append({"path": str(lf.unit), "what": f"node {cmd.node}: systemd unit"})
         if lf.env_file and lf.env_file_written:
             files.append({"path": str(lf.env_file), "what": f"node {cmd.node}: env file (0600)"})
+        if lf.unit:
+            # Run on the node itself, from the directory its files were copied to (./<file>).
+            install.append({"node": cmd.node, "address": cmd.address, "role": cmd.role,
+                            "files": [str(p) for p in (lf.launcher, lf.unit, lf.env_file)],
+                            "commands": list(install_commands(lf, user or DEFAULT_USER, here=True))})
     if grouped and head.block_argv is not None:
         nxt.append("adaptive verification with a fallback: set ROCM_DSPARK_GROUP_DIR to one directory every node "
                    "shares before starting the launchers (the group falls back together)")
-    nxt.append("copy each node's files to that node; start the head (node 0) first, then the others")
-    return {"files": files, "next": nxt, "strategy": cluster.strategy, "nodes": cluster.nodes}
+    if install:
+        nxt.append("copy each node's three files (launcher, unit, env file) to one directory on that node and run its "
+                   "install commands there; start the head (node 0) first, then the others")
+    else:
+        nxt.append("copy each node's files to that node; start the head (node 0) first, then the others")
+    return {"files": files, "next": nxt, "install": install, "strategy": cluster.strategy, "nodes": cluster.nodes}
 
 
 __all__ = ["write_group"]

@@ -28,6 +28,12 @@ DEFAULT_STOP_TIMEOUT_S = 300    # systemd's default 90 s would cut in-flight req
 DEFAULT_USER = "vllm"
 # Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
 INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
+# Where the unit's EnvironmentFile= lives on the node: root-owned, never the generating host's --output. No `-`
+# prefix in the unit: a missing file stops the start, so a unit never runs without its secrets.
+ENV_DIR = "/etc/rocm-dspark"
+UNIT_DIR = "/etc/systemd/system"
+# Multi-node: how long a worker waits to reach the head, and the head for its workers (model loads come after).
+DEFAULT_JOIN_TIMEOUT_S = 600
 DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
 # `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
 EXPOSURE = "2.0 OK"
@@ -140,12 +146,19 @@ def render_launcher(
     ready_port: int | None = None,
     group_name: str | None = None,
     env_file: str = "",
+    join_host: str = "",
+    join_port: int | None = None,
+    group_nodes: int = 1,
+    iface: str = "",
+    join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
 
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
-    ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR."""
+    ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the
+    group's rendezvous (the head's --data-parallel-rpc-port or --master-port) over `iface`: a worker waits for
+    it, the head for its group_nodes - 1 workers, each at most join_timeout_s, then stops with one line."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")
     name = _check_name(name or default_name(plan))
@@ -160,7 +173,8 @@ def render_launcher(
         from rocm_dspark.images.mounts import check_model_path
 
         check_model_path(model_path)
-    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
+    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s),
+                        ("--join-timeout", join_timeout_s), ("group nodes", group_nodes)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
     primary_mode, fallback = _modes(plan)
@@ -193,6 +207,11 @@ def render_launcher(
         "READY_HOST": quoting.bash_word(ready_host, "ready host") if ready_host else "''",
         "READY_PORT": str(int(ready_port)) if ready_port else "''",
         "ENV_FILE": quoting.bash_word(env_file, "--env-file") if env_file else "''",
+        "JOIN_HOST": quoting.bash_word(join_host, "head address") if join_host else "''",
+        "JOIN_PORT": str(int(join_port)) if join_port else "''",
+        "GROUP_NODES": str(int(group_nodes)),
+        "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
+        "JOIN_TIMEOUT_S": str(join_timeout_s),
         "SECRET_NAMES": " ".join(quoting.env_name(k) for k in plan.secret_env),
         **_shared_facts(),
     }
@@ -263,16 +282,40 @@ def installed_launcher(name: str) -> str:
     return f"{INSTALL_DIR}/{_check_name(name)}.sh"
 
 
-def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
-    """The commands an operator runs to install and start the unit (printed, never run)."""
+def installed_env_file(name: str) -> str:
+    """Where the unit's EnvironmentFile= is on the node (ENV_DIR; `name` is checked by _check_name)."""
+    return f"{ENV_DIR}/{_check_name(name)}.env"
+
+
+def install_commands(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[str, ...]:
+    """The commands an operator runs on the node to install and start the unit (printed, never run here).
+
+    Each privileged command starts with `sudo`, so `up` (as root) drops just that word. `root`: install into
+    that directory instead of / (a throwaway root for tests or an image build): useradd --prefix and
+    `systemctl --root` there, nothing started. The env file is copied only where the node has none yet, so a
+    token put there on the node is never overwritten. `here`: the sources as ./<file>, for commands run on
+    another node from the directory its copied files are in."""
     if files.unit is None:
         return ()
     unit_name = files.unit.name
+    at = lambda path: quote(root + path)  # noqa: E731
+    if root:
+        who = f"grep -q {quote('^' + user + ':')} {at('/etc/passwd')} || useradd --prefix {quote(root)}"
+    else:
+        who = f"id -u {quote(user)} >/dev/null 2>&1 || useradd"
+    who += f" --system --create-home --home-dir /var/lib/rocm-dspark --groups video,render {quote(user)}"
+    src = lambda path: quote(f"./{path.name}" if here else str(path))  # noqa: E731
+    env_src, env_dst = src(files.env_file), at(installed_env_file(files.name))
+    cmds = [
+        f"sudo sh -c {quote(who)}",
+        f"sudo install -D -m 0755 -o root -g root {src(files.launcher)} {at(installed_launcher(files.name))}",
+        f"sudo sh -c {quote(f'test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}')}",
+        f"sudo install -D -m 0644 {src(files.unit)} {at(f'{UNIT_DIR}/{unit_name}')}",
+    ]
+    if root:
+        return (*cmds, f"sudo systemctl --root={quote(root)} enable {quote(unit_name)}")
     return (
-        f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "
-        f"--groups video,render {quote(user)}",
-        f"sudo install -D -m 0755 -o root -g root {quote(str(files.launcher))} {quote(installed_launcher(files.name))}",
-        f"sudo install -m 0644 {quote(str(files.unit))} /etc/systemd/system/{quote(unit_name)}",
+        *cmds,
         "sudo systemctl daemon-reload",
         # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
         f"sudo systemctl enable --now --no-block {quote(unit_name)}",
@@ -344,7 +387,8 @@ def write_launchers(
     """Render and write the launcher files for `plan` into `output_dir`.
 
     shell: <name>.sh. systemd: <name>.sh, <name>.service and, unless it already exists, the env file
-    (<name>.env, or `env_file`) with mode 0600. All input is checked and all text rendered before anything is
+    (<name>.env, or `env_file`) with mode 0600; the unit names the env file's place on the node
+    (installed_env_file), where the install commands copy it. All input is checked and all text rendered before anything is
     written; files land by rename, so an error leaves the directory as it was.
     """
     if fmt not in FORMATS:
@@ -355,8 +399,9 @@ def write_launchers(
     out = _check_output_dir(Path(output_dir))
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
+    # Under systemd the launcher runs on the node, where the env file is the installed one.
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           env_file=str(env_path), **(group or {}))
+                           env_file=str(env_path) if fmt == "shell" else installed_env_file(name), **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None
@@ -371,7 +416,7 @@ def write_launchers(
     unit_text = render_unit(
         plan,
         launcher_path=installed_launcher(name),
-        env_file_path=str(env_path),
+        env_file_path=installed_env_file(name),
         user=user,
         name=name,
         container=container,

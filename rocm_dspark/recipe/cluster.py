@@ -55,7 +55,8 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
         from rocm_dspark.launch.k8s import LEADER_PLACEHOLDER
 
         head = head or LEADER_PLACEHOLDER
-        addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
+        if strategy == "pd_cluster":  # the manifests name the pods' own addresses; the check needs some
+            addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
         strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=head,
         iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),

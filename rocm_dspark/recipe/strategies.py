@@ -350,6 +350,10 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     if not spec.head_address:
         raise UsageError(f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)")
     head = check_address(spec.head_address)
+    addrs = tuple(check_address(a, "--node-addresses") for a in spec.node_addresses)
+    if addrs and (len(addrs) != spec.nodes or addrs[0] != head):
+        raise UsageError(f"--node-addresses needs {spec.nodes} addresses, one per node, node 0's being the --head-address "
+                         f"{head}; got {', '.join(addrs)}")
     facts = strategy_facts()
     kind = facts["strategies"][strategy]["layout"]
     n, ray = spec.nodes, spec.backend == "ray"
@@ -375,7 +379,8 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         if ray:
             if r > 0:
                 worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
-                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (), None))
+                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (),
+                                            addrs[r] if addrs else None))
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
         elif dp_kind:
@@ -399,7 +404,7 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
         setup = ((("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ())
         commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, dict(node_env), serves,
-                                    port if serves else None, block_r, setup, head if r == 0 else None))
+                                    port if serves else None, block_r, setup, addrs[r] if addrs else head if r == 0 else None))
     if ray and kind in ("tp_all", "tp_pp"):
         notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
     if ray and dp_kind:
