@@ -63,7 +63,7 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
         rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
         rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
         node_addresses=addresses, connector=copts.get("connector"),
-        router_port=copts.get("router_port") or 8000,
+        router_port=copts.get("router_port"),
     )
     moe = bool(model.architecture.get("routed_experts"))
     layout = layout_for(spec, model.query_heads, moe)

@@ -66,7 +66,7 @@ class ClusterSpec(NamedTuple):
     prefill_nodes: int | None = None    # default: half the nodes
     node_addresses: tuple[str, ...] = ()  # every node's address, in node order (pd_cluster needs them)
     connector: str | None = None        # nixl | moriio
-    router_port: int = 8000
+    router_port: int | None = None      # vllm-router's port (default: recipes/strategies.yaml ports)
 
 
 class NodeCommand(NamedTuple):
@@ -410,8 +410,19 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     if ray and dp_kind:
         notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no address or RPC port"))
     if dp_kind and not ray and dp_lb == "hybrid":
-        notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
-                                        "--policy round_robin) in front of all nodes' --port"))
+        if addrs:
+            # External load balancing: vllm-router round-robins over every node's own endpoint.
+            rport = spec.router_port or facts["ports"]["dp_router"]
+            if rport == port:
+                raise UsageError(f"--router-port {rport} is the nodes' --port; pass another --router-port")
+            router = ("vllm-router", "--policy", "round_robin", "--worker-urls", *(_url(a, port) for a in addrs),
+                      "--host", "0.0.0.0", "--port", str(rport))
+            commands.append(NodeCommand(0, "router", 0, router, {}, True, rport, None, (), addrs[0]))
+            notes.append(("load balancing", f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} "
+                                            "round-robins over them"))
+        else:
+            notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
+                                            "--policy round_robin) in front of all nodes' --port"))
     if dp_kind:
         notes.append(("batch limits", "--max-num-seqs and --max-num-batched-tokens apply per DP rank "
                                       "(vLLM data_parallel_deployment.md)"))
@@ -467,8 +478,9 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
     router_host = addrs[0]
     c = pd["connectors"][connector]
     ports = {"prefill": facts["ports"]["prefill_http"], "decode": facts["ports"]["decode_http"]}
-    if spec.router_port in ports.values():
-        raise UsageError(f"--router-port {spec.router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
+    router_port = spec.router_port or facts["ports"]["pd_router"]
+    if router_port in ports.values():
+        raise UsageError(f"--router-port {router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
     commands: list[NodeCommand] = []
     for node in range(n):
         role = "prefill" if node < n_prefill else "decode"
@@ -498,12 +510,12 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
             router += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
     else:
         router += ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]
-    router += ["--host", "0.0.0.0", "--port", str(spec.router_port)]
-    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, spec.router_port, None, (), router_host))
+    router += ["--host", "0.0.0.0", "--port", str(router_port)]
+    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, router_port, None, (), router_host))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
         ("prefill/decode", f"{n_prefill} prefill node(s) on :{ports['prefill']}, {n - n_prefill} decode node(s) on "
-                           f":{ports['decode']}, vllm-router on node 0 :{spec.router_port}; each node is one instance "
+                           f":{ports['decode']}, vllm-router on node 0 :{router_port}; each node is one instance "
                            f"with the one-node layout"),
         ("speculative", f"DSpark runs in both pools with the same K={k}; the decode pool uses cudagraph_mode "
                         f"{pd['decode_cudagraph_mode']}"),
