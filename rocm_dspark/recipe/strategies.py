@@ -404,10 +404,13 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
             p += [("--nnodes", str(n)), ("--node-rank", str(r)), ("--master-addr", head)]
             if r > 0:
                 p.append(("--headless", None))
+        # vLLM's own guess of a node's address (get_ip: the route to 8.8.8.8) is 0.0.0.0 on a node without a
+        # default route and may be the wrong NIC on others; its TP message queue then hangs across nodes.
+        env_r = {**node_env, "VLLM_HOST_IP": addrs[r]} if addrs else dict(node_env)
         argv_r = _rewrite(argv, p, {})
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
         setup = ((("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ())
-        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, dict(node_env), serves,
+        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, env_r, serves,
                                     port if serves else None, block_r, setup, addrs[r] if addrs else head if r == 0 else None))
     if ray and kind in ("tp_all", "tp_pp"):
         notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
