@@ -31,6 +31,9 @@ def test_hybrid_dp_with_node_addresses_prints_a_round_robin_router():
     assert router.argv == ("vllm-router", "--policy", "round_robin", "--worker-urls", "http://10.0.0.1:8000",
                            "http://10.0.0.2:8000", "--host", "0.0.0.0", "--port", "8100")
     assert [c.address for c in c.commands] == ["10.0.0.1", "10.0.0.2", "10.0.0.1"]
+    # Each node names its own address to vLLM (its guess is 0.0.0.0 without a default route).
+    assert [cmd.env.get("VLLM_HOST_IP") for cmd in c.commands[:2]] == ["10.0.0.1", "10.0.0.2"]
+    assert "VLLM_HOST_IP" not in _expand(dp_lb="hybrid").commands[0].env
     assert all(cmd.role != "router" for cmd in _expand(dp_lb="hybrid").commands)  # no addresses: a note only
     assert all(cmd.role != "router" for cmd in _expand(node_addresses=("10.0.0.1", "10.0.0.2"),
                                                         dp_lb="internal").commands)
