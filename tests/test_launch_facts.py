@@ -322,7 +322,7 @@ def test_the_container_mounts_the_hub_cache_that_prereq_and_validate_measure(tmp
     hub, home = tmp_path / "big-disk" / "hub", tmp_path / "hf-home"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setenv("HF_HOME", str(home))
-    assert prereq.hf_cache() == host_checks._hf_cache() == hub
+    assert prereq.hf_cache() == host_checks.hf_cache() == hub
     mount = f"{hub}:{launch_facts.HF_HUB_CONTAINER}"
     # The launcher's container mode, run for real (bash expands the rule) with the recording docker on PATH.
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
