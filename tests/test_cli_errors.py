@@ -46,7 +46,9 @@ CASES = [
     (["recipe", "--model", "V4.1-Flash", "--gpu", "nope"], "unknown GPU 'nope'"),
     (["recipe", "--model", "V4.1-Flash", "--output-dir", "x"], "No such option"),
     (["launch", "--model", "V4.1-Flash", "--output", "{t}/" + "x" * 300], "name too long"),
-    (["launch", "--model", "V4.1-Flash", "--format", "systemd", "--output", "{t}", "--env-file", "{t}/e/x\\"], "backslash"),
+    # The unit names /etc/rocm-dspark/<name>.env, not --env-file, so a backslash there no longer reaches systemd;
+    # the missing directory is what is wrong here.
+    (["launch", "--model", "V4.1-Flash", "--format", "systemd", "--output", "{t}", "--env-file", "{t}/e/x\\"], "does not exist"),
 ]
 
 

@@ -263,7 +263,8 @@ def test_unit_has_the_service_settings(tmp_path):
     assert settings["SupplementaryGroups"] == "video render" and settings["LimitMEMLOCK"] == "infinity"
     assert settings["User"] == "svc"
     assert settings["ExecStart"] == f'"/usr/local/libexec/rocm-dspark/{files.name}.sh"'
-    assert settings["EnvironmentFile"] == str(files.env_file)
+    # The node's root-owned copy (the install commands put it there), no '-': a missing file stops the start.
+    assert settings["EnvironmentFile"] == f"/etc/rocm-dspark/{files.name}.env"
     assert settings["StateDirectory"] == f"rocm-dspark/{files.name}"
     assert settings["WorkingDirectory"] == f"%S/rocm-dspark/{files.name}"
     no_fallback = write_launchers(make_plan(8000, adaptive=False), tmp_path, "systemd", name="one")
@@ -285,7 +286,8 @@ def test_install_commands_install_reload_and_start(tmp_path):
     # The launcher first goes to the fixed root-owned place the unit runs it from.
     assert files.install_commands[1] == (f"sudo install -D -m 0755 -o root -g root {files.launcher} "
                                          f"/usr/local/libexec/rocm-dspark/{files.name}.sh")
-    assert f"install -m 0644 {files.unit} /etc/systemd/system/{files.unit.name}" in cmds
+    assert f"install -D -m 0644 {files.unit} /etc/systemd/system/{files.unit.name}" in cmds
+    assert f"install -D -m 0600 -o root -g root {files.env_file} /etc/rocm-dspark/{files.name}.env" in cmds
     assert "systemctl daemon-reload" in cmds and f"systemctl enable --now --no-block {files.unit.name}" in cmds
 
 

@@ -22,7 +22,8 @@ def cluster_options(fn):
         click.option("--rpc-port", type=bounds.PORT, default=None, help="--data-parallel-rpc-port (default 13345)."),
         click.option("--prefill-nodes", type=bounds.PREFILL_NODES, default=None, help="pd_cluster: nodes in the prefill pool (default: half)."),
         click.option("--node-addresses", default=None, metavar="A,B,...",
-                     help="pd_cluster: every node's address, prefill nodes first."),
+                     help="Every node's address in node order (pd_cluster: prefill nodes first; other strategies: "
+                          "node 0 is the --head-address), named in each node's commands and install lines."),
         click.option("--connector", type=click.Choice(["nixl", "moriio"]), default=None,
                      help="pd_cluster KV connector: nixl (RIXL/UCX, default) or moriio (ROCm-native)."),
         click.option("--router-port", type=bounds.PORT, default=None, help="pd_cluster: vllm-router's port (default 8000)."),

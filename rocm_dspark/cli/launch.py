@@ -26,8 +26,9 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
 @click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
 @click.option("--env-file", default=None,
               help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
-                   "<output>/<name>.env; systemd's EnvironmentFile=). An existing one is kept, must be mode 0600, "
-                   "and gets the --env values set in it.")
+                   "<output>/<name>.env). An existing one is kept, must be mode 0600, and gets the --env values set "
+                   "in it. systemd: the install commands copy it to /etc/rocm-dspark/<name>.env, the unit's "
+                   "EnvironmentFile=, unless the node has one there already.")
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
 @click.option("--pull", is_flag=True,
               help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
@@ -48,7 +49,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
 
 
 def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts):
-    from rocm_dspark.launch.launchers import INSTALL_DIR, write_launchers
+    from rocm_dspark.launch.launchers import INSTALL_DIR, installed_env_file, write_launchers
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
@@ -66,6 +67,11 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
             click.echo(f"wrote {item['path']}  ({item['what']})")
         for line in written["next"]:
             click.echo(line)
+        for node in written.get("install") or ():
+            where = f" ({node['address']})" if node.get("address") else ""
+            click.echo(f"node {node['node']}{where}, {node['role']}: in the directory holding its files, run:")
+            for cmd in node["commands"]:
+                click.echo(f"  {cmd}")
         return
     plan = plan_from_options(opts)
     if pull:
@@ -99,7 +105,8 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
                    "when run with this environment)")
         return
     click.echo(f"wrote {files.unit}")
-    click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600: put HF_TOKEN there)")
+    click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy it "
+               f"to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN there)")
     click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
                "run them again after regenerating it.")
     click.echo("Install and start:")

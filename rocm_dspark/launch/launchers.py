@@ -26,9 +26,14 @@ LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
 FORMATS = ("shell", "systemd")
 DEFAULT_READY_TIMEOUT_S = launch_facts.READY_TIMEOUT_S
 DEFAULT_STOP_TIMEOUT_S = launch_facts.STOP_TIMEOUT_S
+DEFAULT_JOIN_TIMEOUT_S = launch_facts.JOIN_TIMEOUT_S
 DEFAULT_USER = "vllm"
 # Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
 INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
+# Where the unit's EnvironmentFile= lives on the node: root-owned, never the generating host's --output. No `-`
+# prefix in the unit: a missing file stops the start, so a unit never runs without its secrets.
+ENV_DIR = "/etc/rocm-dspark"
+UNIT_DIR = "/etc/systemd/system"
 DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
 # `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
 EXPOSURE = "2.0 OK"
@@ -183,12 +188,19 @@ def render_launcher(
     group_name: str | None = None,
     env_file: str = "",
     systemd: bool = False,
+    join_host: str = "",
+    join_port: int | None = None,
+    group_nodes: int = 1,
+    iface: str = "",
+    join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
 
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
-    ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR."""
+    ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the
+    group's rendezvous (the head's --data-parallel-rpc-port or --master-port) over `iface`: a worker waits for
+    it, the head for its group_nodes - 1 workers, each at most join_timeout_s, then stops with one line."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")
     name = _check_name(name or default_name(plan))
@@ -203,9 +215,12 @@ def render_launcher(
         from rocm_dspark.images.mounts import check_model_path
 
         check_model_path(model_path)
-    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
+    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s),
+                        ("--join-timeout", join_timeout_s)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
+    if not isinstance(group_nodes, int) or group_nodes <= 0:
+        raise UsageError(f"group nodes {group_nodes!r}: give a positive number of nodes")
     primary_mode, fallback = _modes(plan)
     from rocm_dspark.runtime.client import base_url
 
@@ -220,6 +235,7 @@ def render_launcher(
     on |= {"model_path"} if model_path else set()
     on |= {"secrets"} if plan.secret_env else set()
     on |= {"systemd"} if systemd else set()  # the unit's launcher: systemd-notify and the watchdog
+    on |= {"watch_head"} if group_role == "worker" and ready_host else set()  # a headless worker polls its head
     exports = "\n".join(f"export {k}={quoting.bash_word(v, f'env {k}')}" for k, v in plan.env.items())
     values = {
         "NAME": name,
@@ -256,9 +272,16 @@ def render_launcher(
         values["MODEL_PATH"] = quoting.bash_word(model_path, "model path")
     group = ""
     if group_role != "single":
+        values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
         group = _fill(_sections(_template("launcher-group.sh.tmpl"), on), {
             "GROUP_ROLE": group_role, "GROUP_NAME": _check_name(group_name or name),
-            "BASE_URL_TEXT": quoting.bash_comment(url)})
+            "BASE_URL_TEXT": quoting.bash_comment(url),
+            "JOIN_HOST": quoting.bash_word(join_host, "head address") if join_host else "''",
+            "JOIN_PORT": str(int(join_port)) if join_port else "''",
+            "GROUP_NODES": str(int(group_nodes)),
+            "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
+            "JOIN_TIMEOUT_S": str(join_timeout_s), "HTTP_PORT_HEX": f"{int(plan.port):04X}"},  # /proc/net/tcp's hex
+            optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}))  # a head's only
     values["GROUP_CODE"] = group.rstrip("\n")
     return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
 
@@ -332,16 +355,40 @@ def installed_launcher(name: str) -> str:
     return f"{INSTALL_DIR}/{_check_name(name)}.sh"
 
 
-def install_commands(files: LaunchFiles, user: str) -> tuple[str, ...]:
-    """The commands an operator runs to install and start the unit (printed, never run)."""
+def installed_env_file(name: str) -> str:
+    """Where the unit's EnvironmentFile= is on the node (ENV_DIR; `name` is checked by _check_name)."""
+    return f"{ENV_DIR}/{_check_name(name)}.env"
+
+
+def install_commands(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[str, ...]:
+    """The commands an operator runs on the node to install and start the unit (printed, never run here).
+
+    Each privileged command starts with `sudo`, so `up` (as root) drops just that word. `root`: install into
+    that directory instead of / (a throwaway root for tests or an image build): useradd --prefix and
+    `systemctl --root` there, nothing started. The env file is copied only where the node has none yet, so a
+    token put there on the node is never overwritten. `here`: the sources as ./<file>, for commands run on
+    another node from the directory its copied files are in."""
     if files.unit is None:
         return ()
     unit_name = files.unit.name
+    at = lambda path: quote(root + path)  # noqa: E731
+    if root:
+        who = f"grep -q {quote('^' + user + ':')} {at('/etc/passwd')} || useradd --prefix {quote(root)}"
+    else:
+        who = f"id -u {quote(user)} >/dev/null 2>&1 || useradd"
+    who += f" --system --create-home --home-dir /var/lib/rocm-dspark --groups video,render {quote(user)}"
+    src = lambda path: quote(f"./{path.name}" if here else str(path))  # noqa: E731
+    env_src, env_dst = src(files.env_file), at(installed_env_file(files.name))
+    cmds = [
+        f"sudo sh -c {quote(who)}",
+        f"sudo install -D -m 0755 -o root -g root {src(files.launcher)} {at(installed_launcher(files.name))}",
+        f"sudo sh -c {quote(f'test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}')}",
+        f"sudo install -D -m 0644 {src(files.unit)} {at(f'{UNIT_DIR}/{unit_name}')}",
+    ]
+    if root:
+        return (*cmds, f"sudo systemctl --root={quote(root)} enable {quote(unit_name)}")
     return (
-        f"id -u {quote(user)} >/dev/null 2>&1 || sudo useradd --system --create-home --home-dir /var/lib/rocm-dspark "
-        f"--groups video,render {quote(user)}",
-        f"sudo install -D -m 0755 -o root -g root {quote(str(files.launcher))} {quote(installed_launcher(files.name))}",
-        f"sudo install -m 0644 {quote(str(files.unit))} /etc/systemd/system/{quote(unit_name)}",
+        *cmds,
         "sudo systemctl daemon-reload",
         # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
         f"sudo systemctl enable --now --no-block {quote(unit_name)}",
@@ -416,7 +463,8 @@ def write_launchers(
     """Render and write the launcher files for `plan` into `output_dir`.
 
     shell: <name>.sh. systemd: <name>.sh, <name>.service and, unless it already exists, the env file
-    (<name>.env, or `env_file`) with mode 0600. All input is checked and all text rendered before anything is
+    (<name>.env, or `env_file`) with mode 0600; the unit names the env file's place on the node
+    (installed_env_file), where the install commands copy it. All input is checked and all text rendered before anything is
     written; files land by rename, so an error leaves the directory as it was.
     """
     if fmt not in FORMATS:
@@ -427,8 +475,10 @@ def write_launchers(
     out = _check_output_dir(Path(output_dir))
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
+    # Under systemd the launcher runs on the node, where the env file is the installed one.
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           env_file=str(env_path), systemd=fmt == "systemd", **(group or {}))
+                           env_file=str(env_path) if fmt == "shell" else installed_env_file(name), systemd=fmt == "systemd",
+                           **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None
@@ -443,7 +493,7 @@ def write_launchers(
     unit_text = render_unit(
         plan,
         launcher_path=installed_launcher(name),
-        env_file_path=str(env_path),
+        env_file_path=installed_env_file(name),
         user=user,
         name=name,
         container=container,

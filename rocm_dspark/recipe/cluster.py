@@ -55,14 +55,15 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     addresses = _addresses(copts.get("node_addresses"))
     if k8s:
         head = head or LEADER_PLACEHOLDER
-        addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
+        if strategy == "pd_cluster":  # the manifests name the pods' own addresses; the check needs some
+            addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
         strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=head,
         iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),
         rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
         rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
         node_addresses=addresses, connector=copts.get("connector"),
-        router_port=copts.get("router_port") or 8000,
+        router_port=copts.get("router_port"),
     )
     moe = bool(model.architecture.get("routed_experts"))
     layout = layout_for(spec, model.query_heads, moe)

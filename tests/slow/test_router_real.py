@@ -24,6 +24,7 @@ out = []
 for argv in json.load(sys.stdin):
     a = parse_router_args(argv[1:])
     out.append({k: getattr(a, k, None) for k in ("vllm_pd_disaggregation", "prefill_urls", "decode_urls", "policy",
+                                                  "worker_urls",
                                                   "prefill_policy", "decode_policy", "kv_connector",
                                                   "vllm_discovery_address", "host", "port")})
 print(json.dumps(out))
@@ -42,9 +43,14 @@ def test_router_commands_parse_with_vllm_router():
         spec = ClusterSpec("pd_cluster", 3, node_addresses=("10.0.0.1", "10.0.0.2", "10.0.0.3"), connector=conn,
                            prefill_nodes=1)
         argvs.append(list(expand(spec, plan.argv, plan.env, query_heads=model.query_heads).commands[-1].argv))
+    # External load balancing in front of hybrid-LB DP nodes (multi_node_tp_dp with --node-addresses).
+    spec = ClusterSpec("multi_node_tp_dp", 2, head_address="10.0.0.1", node_addresses=("10.0.0.1", "10.0.0.2"))
+    argvs.append(list(expand(spec, plan.argv, plan.env, query_heads=model.query_heads).commands[-1].argv))
     r = subprocess.run([py, "-c", CHILD], input=json.dumps(argvs), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    nixl, mori = json.loads(r.stdout)
+    nixl, mori, dp = json.loads(r.stdout)
+    assert dp["worker_urls"] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"] and dp["policy"] == "round_robin"
+    assert dp["port"] == 8100 and not dp["vllm_pd_disaggregation"]
     assert nixl["vllm_pd_disaggregation"] and nixl["policy"] == "round_robin" and nixl["kv_connector"] == "nixl"
     assert [u[0] for u in nixl["prefill_urls"]] == ["http://10.0.0.1:8001"]
     assert nixl["decode_urls"] == ["http://10.0.0.2:8002", "http://10.0.0.3:8002"] and nixl["port"] == 8000
