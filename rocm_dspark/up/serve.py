@@ -44,7 +44,10 @@ def install_commands(run, which: str) -> list[str]:
     if f.get("install") is None:
         from rocm_dspark.launch.launchers import LaunchFiles, install_commands as commands
 
-        files = LaunchFiles(fmt="systemd", name=run.name(run.plan), launcher=Path(f["launcher"]), unit=Path(f["unit"]))
+        name = run.name(run.plan)
+        launcher = Path(f["launcher"])  # write_launchers puts the env file beside it (<name>.env)
+        files = LaunchFiles(fmt="systemd", name=name, launcher=launcher, unit=Path(f["unit"]),
+                            env_file=launcher.with_name(f"{name}.env"))
         listed = commands(files, run.service_user())
     else:
         listed = f["install"]
