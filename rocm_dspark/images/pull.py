@@ -15,9 +15,9 @@ from rocm_dspark.images import cache, pick, registry
 class PullFailed(Exception):
     """(message, fix): the image cannot be pinned now."""
 
-    def __init__(self, message: str, fix: str):
+    def __init__(self, message: str, fix: str, missing: bool = False):
         super().__init__(message)
-        self.message, self.fix = message, fix
+        self.message, self.fix, self.missing = message, fix, missing  # missing: the registry lacks the tag
 
 
 def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: str | None = None,
@@ -41,7 +41,8 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         cache.record(state_dir, {tag: resolved})
         if not resolved["exists"]:
             fix = f"rerun with --build {replacement}" if replacement else "pick another --build (`rocm-dspark images`)"
-            raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix)
+            raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix,
+                             missing=True)
         say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
     try:
         if resolved is None:  # offline with a local copy: pin what this host holds

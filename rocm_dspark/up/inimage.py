@@ -72,8 +72,9 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 
 
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
-                  *, hf_cache: str | None = None) -> list[str]:
-    """The `docker run` argv of the in-image probe (see the module docstring)."""
+                  *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None) -> list[str]:
+    """The `docker run` argv of the in-image probe (see the module docstring); run_flags: the CPU image's
+    (rocm_dspark.up.container) instead of the GPU flags."""
     from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV
 
     state = str(Path(state_dir).absolute())
@@ -87,7 +88,7 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
         "exit 3; }",
         shlex.join(probe),
     ])
-    argv = [tool, "run", *DOCKER_RUN_FLAGS, "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
+    argv = [tool, "run", *(DOCKER_RUN_FLAGS if run_flags is None else run_flags), "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
             "-v", f"{hf}:{HF_CACHE_CONTAINER}"]
     # The fingerprint names the host by machine-id (probe/fingerprint.host_id): the record written in the
     # container must name this host, or it never counts here.
@@ -102,9 +103,10 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 
 
 def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
-                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
+                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
+                       run_flags: tuple[str, ...] | None = None) -> dict:
     """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code}."""
-    argv = probe_command(tool, image, wheel, state_dir, flags, levels)
+    argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags)
     say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
         f"rocm-dspark probe --levels {','.join(levels)}>'")
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -129,8 +131,10 @@ def skip_reason(run, *, local: bool) -> str | None:
     """Why `up`'s probe step does not run the probe inside the image (None: it does). local: the local-cpu target."""
     from rocm_dspark.up import image as image_mod
 
-    if local:
+    if local and not run.in_container():
         return "the local-cpu target runs the installed vLLM"
+    if local:  # the CPU image: its live level serves the local-cpu model inside a container (--server-json)
+        return None if image_mod.runtime() else "no docker or podman to run the image"
     if run.mode() == "foreground":
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
@@ -150,8 +154,20 @@ def skip_reason(run, *, local: bool) -> str | None:
 
 
 def selection_args(run) -> list[str]:
-    """The selection as probe flags (the state dir is passed on its own)."""
-    return shlex.split(run.selection_flags(exclude=("state_dir",)))
+    """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image: its live level
+    runs the server the local-cpu target serves, inside the container (server.json names the image's vllm)."""
+    flags = shlex.split(run.selection_flags(exclude=("state_dir",)))
+    if run.in_container():
+        flags += ["--server-json", str(run.dir / "server.json")]
+    return flags
+
+
+def _run_flags(run):
+    if not run.in_container():
+        return None
+    from rocm_dspark.up.container import CPU_RUN_FLAGS
+
+    return CPU_RUN_FLAGS
 
 
 def probe_step(run) -> dict:
@@ -172,7 +188,8 @@ def probe_step(run) -> dict:
     run.stop_service()
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
-    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say)
+    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say,
+                             run_flags=_run_flags(run))
     new = sorted(set(store.record_names(directory)) - before)
     # The records may prove it now, on the image's software (read now that the image is pulled): gate again.
     run._resolved, run._software = None, {}
@@ -198,5 +215,6 @@ def probe_dry(run) -> list[str]:
     src = toolkit_source() or "<the toolkit's source tree>"
     return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
             "stops the service (the live level inside the image loads the model), then:",
-            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels)),
+            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels,
+                                     run_flags=_run_flags(run))),
             "reads the records back with the gate: proven -> chooses again (adaptive); else restarts block"]

@@ -51,10 +51,14 @@ class UpOptions:
         if self.mode is not None and self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
         if self.target == LOCAL_CPU:
-            if self.mode not in (None, "foreground"):
-                raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
+            if self.mode not in (None, "foreground", "container"):
+                raise UsageError(f"--target {LOCAL_CPU} runs vLLM in the foreground or, with --mode container, in a CPU "
+                                 f"image: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+            if self.mode == "container" and not self.selection.get("image"):
+                raise UsageError(f"--target {LOCAL_CPU} --mode container needs --image REF, a CPU vLLM image "
+                                 f"(scripts/build_cpu_test_image.sh builds one)")
         if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
             from rocm_dspark.launch.launchers import check_name
 
@@ -122,8 +126,9 @@ class UpRun:
             opts = self.selection_opts()
             catalog, selection, plan = plan_for(opts)
             soft = self.image_software(plan.image)
-            if soft is not None:
-                catalog, selection, plan = plan_for(opts, catalog, soft=soft["facts"])
+            if soft is not None:  # the image's own vLLM decides the build the plan is for (resolve: --image)
+                catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog,
+                                                    soft=soft["facts"])
             why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
             self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
@@ -143,7 +148,7 @@ class UpRun:
         return found
 
     def _read_image_software(self, image: str | None) -> dict | None:
-        if self.options.target == LOCAL_CPU or self.mode() == "foreground" or not image:
+        if self.mode() == "foreground" or not image:
             self.software_note = None
             return None
         from rocm_dspark.up import image as image_mod
@@ -236,7 +241,13 @@ class UpRun:
             return f"systemd and {rt} are usable"
         return f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM")
 
+    def in_container(self) -> bool:
+        """local-cpu with --mode container: the CPU image serves (rocm_dspark.up.container)."""
+        return self.options.target == LOCAL_CPU and self.mode() == "container"
+
     def local_vllm_bin(self) -> str:
+        if self.in_container():
+            return "vllm"  # the image's (its PATH)
         if self.options.vllm_bin:
             return str(Path(self.options.vllm_bin).absolute())
         beside = Path(sys.executable).parent / "vllm"
@@ -260,12 +271,18 @@ class UpRun:
         """The plan the launcher runs: the recipe's, or (local-cpu) the same launcher around the local command,
         as validate --launch does for a --server-json file; a pulled image replaces a tag-only one."""
         plan = self.plan
+        pinned = (self.outputs.get("image") or {}).get("pinned")
         if self.options.target == LOCAL_CPU:
             spec = self.outputs["choose"]["server_json"]
-            return plan._replace(argv=tuple(spec["argv"]), env=dict(spec["env"]), host=spec["host"], port=spec["port"],
-                                 served_name=spec["served_name"], speculative_config={}, adaptive_verification=False,
-                                 block_argv=None, adaptive_argv=None)
-        pinned = (self.outputs.get("image") or {}).get("pinned")
+            local = plan._replace(argv=tuple(spec["argv"]), env=dict(spec["env"]), host=spec["host"], port=spec["port"],
+                                  served_name=spec["served_name"], speculative_config={}, adaptive_verification=False,
+                                  block_argv=None, adaptive_argv=None)
+            if not self.in_container():
+                return local
+            from rocm_dspark.up.container import serve_argv
+
+            return local._replace(argv=serve_argv(spec["argv"]), image=pinned or plan.image,
+                                  model_path=str(Path(self.options.selection["model_path"]).absolute()))
         return plan._replace(image=pinned) if pinned else plan
 
     def validate_context(self):
@@ -362,10 +379,10 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
                 display.say("--- log tail ---\n" + exc.log_tail + "\n---")
             display.say(f"rocm-dspark up: step {step.name} failed: {exc.message}; fix: {exc.fix}")
             return 1
-        except UsageError as exc:
+        except UsageError as exc:  # bad input (e.g. a tag the registry does not hold): exit 2, as the CLI's errors
             state.mark(step.name, FAILED, inputs, message=str(exc), seconds=time.monotonic() - t0)
             display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
-            return 1
+            return 2
         except KeyboardInterrupt:
             stopped = ""
             if run.started and service.alive(run.started):
