@@ -33,7 +33,10 @@ mirror=${DEBIAN_MIRROR:-$( { cat /etc/apt/sources.list.d/*.sources /etc/apt/sour
 
 # torch 2.13.0+cpu is not on PyPI: it comes from the machine's pip find-links (PIP_FIND_LINKS or pip's config).
 links=${PIP_FIND_LINKS:-$(pip3 config get global.find-links 2>/dev/null || true)}
-wheel=$(ls "$links"/torch-"$torch_version"+cpu-cp311-*.whl 2>/dev/null | head -1 || true)
+shopt -s nullglob
+wheels=("$links"/torch-"$torch_version"+cpu-cp311-*.whl)
+shopt -u nullglob
+wheel=${wheels[0]:-}
 [ -f "$wheel" ] || die "no torch-$torch_version+cpu cp311 wheel in find-links '$links'; fix: set PIP_FIND_LINKS to its folder"
 ca=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
 

@@ -185,10 +185,13 @@ def _image_own_build(s: _State, b, why: str):
     ref = pick.on_mirror(sel.image, sel.registry)
     entry = pick.lookup(sel.images, ref) or {}
     facts = sel.image_software or {}
+    named = [x for x in s.catalog.builds.values() if x.image_tag == sel.image]
     if facts.get("vllm_version"):
         version, source = facts["vllm_version"], "the in-image probe (rocm_dspark/probe/software.py run in the image)"
     elif entry.get("vllm_version"):
         version, source = entry["vllm_version"], f"`rocm-dspark images` ({entry.get('vllm_source') or 'its config'})"
+    elif named and named[0].reported_version:  # the tag of a build recipes/vllm.yaml records
+        version, source = named[0].reported_version, f"recipes/vllm.yaml (the tag of build {named[0].name})"
     else:
         s.notes.append(Note("image source", (
             f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "

@@ -216,6 +216,8 @@ def prereq_run(run) -> dict:
 
 
 def prereq_dry(run) -> list[str]:
+    if run.in_container():
+        return ["checks: `docker info` answers (DOCKER_HOST as set), the model path, the port"]
     if run.options.target == LOCAL_CPU:
         return ["checks: the vllm executable, the model path, the port"]
     return ["checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the service "
