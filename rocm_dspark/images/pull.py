@@ -44,9 +44,17 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
             raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix,
                              missing=True)
         say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
+    held_digest = None
+    if resolved is not None and resolved.get("digest"):
+        by_digest = f"{pick.repository(tag)}@{resolved['digest']}"
+        if image_mod.image_id(tool, by_digest)[0] is not None:
+            held_digest = by_digest  # pull once: this host already holds exactly what the registry names
     try:
         if resolved is None:  # offline with a local copy: pin what this host holds
             got = image_mod.pin_local(tool, image)
+        elif held_digest:
+            say(f"  this host already holds {held_digest}: no pull")
+            got = image_mod.pin_local(tool, held_digest)
         else:
             got = image_mod.pull_and_pin(tool, image, say=say)
     except (RuntimeError, ValueError, OSError) as exc:

@@ -15,8 +15,9 @@ from rocm_dspark.up.inimage import TARGET, WHEEL_MOUNT
 
 # launch_facts.DOCKER_RUN_FLAGS without the GPU devices, groups, ptrace and seccomp: a CPU container needs none.
 # --ipc=host: with Docker's default 64 MiB /dev/shm the CPU engine dies ("Insufficient space in /dev/shm ... 160 MiB
-# required"; /work/shared/research/runtimes_2026-12.md).
-CPU_RUN_FLAGS = ("--rm", "--init", "--network=host", "--ipc=host", "--ulimit=memlock=-1")
+# required"; /work/shared/research/runtimes_2026-12.md). No --ulimit=memlock=-1: pinned host memory is a GPU need,
+# and where raising the limit is not permitted runc refuses to start ("error setting rlimit type 8").
+CPU_RUN_FLAGS = ("--rm", "--init", "--network=host", "--ipc=host")
 
 # pip installs the mounted wheel into the container's own /tmp (the mount stays read-only), then vLLM replaces bash.
 SERVE_SCRIPT = (f"set -e; python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/*.whl; "

@@ -79,7 +79,7 @@ class UpRun:
         self._resolved = None
         self.software_note: str | None = None  # why the gate could not read the image's software
         self._software: dict = {}              # image -> image_software(), once per run
-        self.replanned = False                 # a step's new evidence already made this run choose again
+        self.replanned: set = set()            # the steps whose new evidence already made this run choose again
 
     # -- helpers the steps use ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -395,10 +395,11 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
         state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
                    message=out.get("skipped", "") if isinstance(out, dict) else "")
         run.outputs[step.name] = out
-        if isinstance(out, dict) and out.get("replan") and not run.replanned:
+        if isinstance(out, dict) and out.get("replan") and step.name not in run.replanned:
             # New evidence (the probe run inside the image) changes the plan: choose again, once; the steps whose
             # inputs did not change are skipped as usual.
-            run.replanned, run._resolved, i = True, None, 0
+            run.replanned.add(step.name)
+            run._resolved, run._software, i = None, {}, 0
             display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
 

@@ -259,6 +259,10 @@ def image_run(run) -> dict:
             raise UsageError(f"{exc.message}; {exc.fix}") from None
         raise StepFailed(exc.message, exc.fix) from None
     run.say(f"  pinned {got['pinned']}")
+    if run.software_note and not run.options.dry_run:
+        # The plan was chosen before the image was here, on this Python's software: now that the image is pulled,
+        # choose again on the image's own (its vLLM decides the build for --image; the gate fingerprints it).
+        got = {**got, "replan": "the image is pulled, so the plan now reads the image's own software"}
     return got
 
 
