@@ -196,7 +196,7 @@ class UpRig:
         return _cli("up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--target", "local-cpu", "--mode", "container",
                     "--image", image or self.image, "--model-path", str(self.model), "--port", str(port or self.port),
                     "--state-dir", str(state or self.state), "--name", name, "--ready-timeout", "600",
-                    "--request-timeout", "120")
+                    "--request-timeout", "120", "--probe-levels", "static")  # the image has no Triton (kernel level)
 
     def up(self, image: str | None = None, timeout=2400, env=None) -> subprocess.CompletedProcess:
         return subprocess.run(self.up_argv(image), capture_output=True, text=True, env=env or self.env, timeout=timeout)
