@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import subprocess
 
-from rocm_dspark.up.inimage import TARGET, WHEEL_MOUNT
+# Where the toolkit's wheel is mounted (read-only) and installed inside an image: the in-image probe
+# (rocm_dspark.up.inimage) and the served CPU container both use them.
+WHEEL_MOUNT = "/rocm-dspark-wheel"
+TARGET = "/tmp/rocm-dspark-toolkit"
 
 # launch_facts.DOCKER_RUN_FLAGS without the GPU devices, groups, ptrace and seccomp: a CPU container needs none.
 # --ipc=host: with Docker's default 64 MiB /dev/shm the CPU engine dies ("Insufficient space in /dev/shm ... 160 MiB

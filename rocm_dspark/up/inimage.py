@@ -21,8 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WHEEL_MOUNT = "/rocm-dspark-wheel"
-TARGET = "/tmp/rocm-dspark-toolkit"
+from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
 HF_CACHE_CONTAINER = "/root/.cache/huggingface"
 
 
@@ -163,11 +162,7 @@ def selection_args(run) -> list[str]:
 
 
 def _run_flags(run):
-    if not run.in_container():
-        return None
-    from rocm_dspark.up.container import CPU_RUN_FLAGS
-
-    return CPU_RUN_FLAGS
+    return CPU_RUN_FLAGS if run.in_container() else None
 
 
 def probe_step(run) -> dict:
