@@ -60,7 +60,9 @@ if [ ! -f "$tarball" ]; then
     rm -rf "$work"
   }
   trap cleanup EXIT
-  debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates,libnuma1 \
+  # g++: torch's inductor compiles C++ on CPU at the first sampled request (without it the engine dies with
+  # "InvalidCxxCompiler: No working C++ compiler found", seen in the in-image probe's live level).
+  debootstrap --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates,libnuma1,g++ \
     "$suite" "$root" "$mirror" >&2
   # pip inside the chroot needs the machine's CA bundle (Debian's fails this network's certificate checks), DNS,
   # and the find-links folder with the CPU torch wheel (bind-mounted read-only).

@@ -247,8 +247,15 @@ def test_up_reaches_a_validated_endpoint_running_the_recorded_digest(rig):
     assert "the gate read the image's software: vLLM 0.32.0" in out
     assert "this host already holds" in out  # the second image step (after choosing again) pulled nothing
     # The in-image probe ran (its live level served the tiny model inside a container) and wrote records.
+    # Its static level fails here by design (no AMD GPU, a CPU torch), so the probe exits 1; the live level must pass.
     probe = st["steps"]["probe"]["output"]
-    assert probe["in_image"]["exit_code"] == 0 and probe["in_image"]["new_records"], probe
+    assert probe["in_image"]["new_records"], probe
+    from rocm_dspark.probe import store
+
+    record = json.loads(next((store.records_dir(rig.state)).glob(probe["in_image"]["new_records"][0])).read_text())
+    levels = {lv["name"]: lv for lv in record["levels"]}
+    assert levels["live"]["passed"], levels["live"]
+    assert not levels["static"]["passed"] and "no AMD GPU" in levels["static"]["reason"], levels["static"]
     assert st["steps"]["validate"]["status"] == "done", st["steps"]["validate"]
     # The running container is the recorded digest.
     c = _container(rig.env)
