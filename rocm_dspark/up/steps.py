@@ -481,7 +481,9 @@ def start_dry(run) -> list[str]:
 
 
 def probe_inputs(run) -> dict:
-    return {"plan": run.out_hash("choose"), "start": run.out_hash("start")}
+    # The launched command, not the start's record: the probe step itself restarts the service (after the in-image
+    # probe, or the A/B), which must not make the next `up` probe again.
+    return {"plan": run.out_hash("choose"), "launchers": run.out_hash("launchers")}
 
 
 def _probe_levels(run) -> tuple[tuple[str, ...], str | None]:
