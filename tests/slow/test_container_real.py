@@ -84,6 +84,10 @@ class Dockerd:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.proc = None
+        # dockerd leaves its default network namespace mounted (nsfs) in the exec root: unmount it.
+        ns = self.root / "exec" / "netns" / "default"
+        if subprocess.run(["mountpoint", "-q", str(ns)]).returncode == 0:
+            subprocess.run(["umount", str(ns)], check=False)
 
 
 @pytest.fixture(scope="session")
