@@ -183,6 +183,7 @@ def render_launcher(
     group_name: str | None = None,
     env_file: str = "",
     systemd: bool = False,
+    docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
@@ -260,6 +261,8 @@ def render_launcher(
             "GROUP_ROLE": group_role, "GROUP_NAME": _check_name(group_name or name),
             "BASE_URL_TEXT": quoting.bash_comment(url)})
     values["GROUP_CODE"] = group.rstrip("\n")
+    if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
+        values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
     return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
 
 
@@ -412,6 +415,7 @@ def write_launchers(
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
     group: dict | None = None,
+    docker_run_flags: tuple[str, ...] | None = None,
 ) -> LaunchFiles:
     """Render and write the launcher files for `plan` into `output_dir`.
 
@@ -428,7 +432,8 @@ def write_launchers(
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           env_file=str(env_path), systemd=fmt == "systemd", **(group or {}))
+                           env_file=str(env_path), systemd=fmt == "systemd", docker_run_flags=docker_run_flags,
+                           **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None
