@@ -25,7 +25,7 @@ import pytest
 from rocm_dspark.runtime.process import free_port
 from tests.registry_rig import Registry
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.container]  # container: not in .ci/run yet (pyproject.toml)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "build_cpu_test_image.sh"
@@ -250,15 +250,16 @@ def test_up_reaches_a_validated_endpoint_running_the_recorded_digest(rig):
     assert "the image's vLLM is 0.32.0" in notes["image source"], notes.get("image source")
     assert "the gate read the image's software: vLLM 0.32.0" in out
     assert "this host already holds" in out  # the second image step (after choosing again) pulled nothing
-    # The in-image probe ran (its live level served the tiny model inside a container) and wrote records.
-    # Its static level fails here by design (no AMD GPU, a CPU torch), so the probe exits 1; the live level must pass.
+    # The in-image probe ran the levels that load no model (--probe-levels static: the image has no Triton; issue 32:
+    # the live level runs on the adaptive start, not inside the probe) and wrote records. Its static level fails here by design (no AMD GPU,
+    # a CPU torch), so the probe exits 1.
     probe = st["steps"]["probe"]["output"]
     assert probe["in_image"]["new_records"], probe
     from rocm_dspark.probe import store
 
     record = json.loads(next((store.records_dir(rig.state)).glob(probe["in_image"]["new_records"][0])).read_text())
     levels = {lv["name"]: lv for lv in record["levels"]}
-    assert levels["live"]["passed"], levels["live"]
+    assert "live" not in levels and probe["in_image"]["levels"] == ["static"], levels
     assert not levels["static"]["passed"] and "no AMD GPU" in levels["static"]["reason"], levels["static"]
     assert st["steps"]["validate"]["status"] == "done", st["steps"]["validate"]
     # The running container is the recorded digest.
