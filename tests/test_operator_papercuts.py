@@ -259,8 +259,10 @@ def test_help_command_lists_show_whole_summaries(group):
 
 # 18 ------------------------------------------------------------------------------------------------------
 def _over(text: str, width: int) -> list[str]:
-    """Lines past `width`, except one that is a single word after its indent or comment mark (a URL)."""
-    return [ln for ln in text.splitlines() if len(ln) > width and len(ln.lstrip(" #").split(" ")) > 1]
+    """Lines past `width`, except one that is a single word after its indent or comment mark (a URL, a long path;
+    a command's ` \\` continuation after it aside)."""
+    return [ln for ln in text.splitlines()
+            if len(ln) > width and len(ln.lstrip(" #").removesuffix(" \\").split(" ")) > 1]
 
 
 def _bash_argv(text: str) -> list[str]:
