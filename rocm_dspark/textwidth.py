@@ -65,8 +65,9 @@ def command_lines(words: list[str], indent: str = "  ", width: int | None = None
     lines, cur = [], ""
     for word in words:
         fits_alone = len(indent) + len(word) + 2 <= width
-        unsplittable = len(_pieces(word, width - len(cur) - 1, width - 2)) == 1  # a long path: its own line
-        if cur.strip() and len(cur) + 1 + len(word) + 2 > width and (fits_alone or unsplittable):
+        # A word that cannot be split (a long path) starts its own line rather than overrun this one.
+        if cur.strip() and len(cur) + 1 + len(word) + 2 > width and (
+                fits_alone or len(_pieces(word, width - len(cur) - 2, width - 2)) == 1):
             lines.append(cur + " \\")
             cur = indent
         cur = cur + " " if cur.strip() else cur

@@ -4,7 +4,9 @@ An example is a fenced block whose first line starts with `$ `: the `$ ` lines a
 continues one), the lines after a command are its real output, compared exactly: stdout and stderr together,
 as a terminal shows them (line breaks aside where a temp path stands in for a shown one). Pipes (`| cut -c1-200`, `| grep ...`) do any abridging, so what a page shows is the
 whole output of the command it shows. The block runs in `bash` in a fresh temporary directory, with
-`rocm-dspark` this checkout and HOME a temporary one; the path `/tmp/rocm-dspark-demo` in a command is that
+`rocm-dspark` this checkout and HOME a temporary one; PATH holds only that `rocm-dspark` and the text tools of
+TOOLS (no docker, podman, skopeo, amd-smi or rocminfo, installed here or not), so the output is what a machine
+without them prints, whatever this one has; the path `/tmp/rocm-dspark-demo` in a command is that
 directory's `demo/`, and the output says `/tmp/rocm-dspark-demo` again (HOME reads `/root`). Exit status 0
 is expected unless the block is preceded by `<!-- exit N -->`.
 
@@ -17,6 +19,7 @@ way as the goldens.
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +32,9 @@ DEMO = "/tmp/rocm-dspark-demo"
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARK = re.compile(r"^<!-- (not run: .+|exit \d+) -->$")
 MAX_EXAMPLES = 24  # a CI budget: each costs about a second
+# What the examples' pipes use (and bash itself); nothing that changes what rocm-dspark detects or runs.
+TOOLS = ("bash", "sh", "cat", "cut", "grep", "head", "tail", "sed", "awk", "mkdir", "ls", "sort", "tr", "wc", "env",
+         "systemd-analyze")
 
 
 def blocks(path: Path):
@@ -99,8 +105,12 @@ def _run(cmd: str, tmp: Path) -> tuple[int, str]:
         shim.parent.mkdir()
         shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m rocm_dspark "$@"\n')
         shim.chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCM_DSPARK_", "XDG_"))}
-    env.update(PATH=f"{shim.parent}:/usr/bin:/bin", HOME=str(home), PYTHONPATH=str(REPO), COLUMNS="100")
+        for tool in TOOLS:
+            found = shutil.which(tool, path="/usr/bin:/bin")
+            if found:
+                (shim.parent / tool).symlink_to(found)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCM_DSPARK_", "XDG_", "DOCKER_"))}
+    env.update(PATH=str(shim.parent), HOME=str(home), PYTHONPATH=str(REPO), COLUMNS="100")
     proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd.replace(DEMO, str(demo))], cwd=tmp, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     return proc.returncode, proc.stdout.replace(str(demo), DEMO).replace(str(home), "/root")

@@ -50,6 +50,9 @@ if a[0] == "pull":
     sys.exit(0)
 if a[0] in ("rm", "stop"):
     sys.exit(0)
+if a[0] == "info":   # the prerequisite: the daemon answers (docker info --format '{{{{.ServerVersion}}}}')
+    print("20.10.24+stand-in")
+    sys.exit(0)
 if a[:2] == ["image", "inspect"] and not os.path.exists(pulled):
     print(f"Error: No such image: {{a[-1]}}", file=sys.stderr)
     sys.exit(1)
@@ -165,6 +168,7 @@ def node(tmp_path):
     # A checkpoint that is "present": one sparse file of the recipe's size (the disk check sums st_size).
     with open(model / "model.safetensors", "wb") as f:
         f.truncate(511 * 10**9)
+    (model / "config.json").write_text("{}\n")  # the model-path prerequisite reads a checkpoint's config.json first
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROCM_DSPARK_", "HF_"))}
     for name, text in IMAGE_FILES.items():
         (tmp_path / "image" / name).parent.mkdir(parents=True, exist_ok=True)
@@ -204,7 +208,9 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         # 2. Image: pulled, and the digest the registry gave pinned and recorded.
         image = st["steps"]["image"]["output"]
         assert image["digest"] == f"sha256:{DIGEST}" and image["pinned"].endswith(f"@sha256:{DIGEST}")
-        calls = [c for c in _docker_calls(tmp_path / "rec") if c[:4] != ["image", "inspect", "--format", "{{.Id}}"]]
+        calls = [c for c in _docker_calls(tmp_path / "rec") if c[:4] != ["image", "inspect", "--format", "{{.Id}}"]
+                 and c[0] != "info"]
+        assert "docker         ok      `docker info` answers" in out
         assert calls[0][0] == "pull" and calls[1][:4] == ["image", "inspect", "--format", "{{json .RepoDigests}}"]
         # Not pulled when the plan was chosen: the gate read this Python, and said so.
         assert "is not pulled yet (docker: Error: No such image: " in out

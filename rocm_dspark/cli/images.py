@@ -7,7 +7,7 @@ import json
 import click
 
 from rocm_dspark.cli.options import fail, usage_errors
-from rocm_dspark.errors import EXIT_ENVIRONMENT
+from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
 
 
 @click.command(short_help="Ask the registry what each candidate image tag holds now.")
@@ -16,9 +16,12 @@ from rocm_dspark.errors import EXIT_ENVIRONMENT
 @click.option("--state-dir", default=None, help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).")
 @click.option("--skopeo/--http", "use_skopeo", default=None,
               help="Ask with skopeo, or with the Docker Registry HTTP API (default: skopeo when installed).")
+@click.option("--image", default=None, metavar="REF", help="Ask about this image only (what `--image REF` runs).")
+@click.option("--registry", default=None, metavar="HOST[:PORT]", envvar="ROCM_DSPARK_REGISTRY",
+              help="A mirror: ask it for the same repository and tag ($ROCM_DSPARK_REGISTRY).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
-def images(gpu, build, state_dir, use_skopeo, as_json):
+def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
     """Ask the registry what each candidate image tag is now; record the answers for the plans.
 
     \b
@@ -27,15 +30,20 @@ def images(gpu, build, state_dir, use_skopeo, as_json):
       rocm-dspark images --build v0.33.0-rocm72 --json
     """
     from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.images import registry, report
+    from rocm_dspark.images import pick, report
+    from rocm_dspark.images import registry as reg
     from rocm_dspark.probe.store import state_dir as resolve_state_dir
     from rocm_dspark.recipe.selection import detect_gpu
 
     catalog = load_catalog()
     key = gpu or detect_gpu(catalog)
     spec = catalog.find_gpu(key) if key else None
-    resolver = lambda image: registry.resolve(image, use_skopeo=use_skopeo)  # noqa: E731
-    result = report.run(catalog, resolve_state_dir(state_dir), spec, build, resolver=resolver)
+    if image and build:
+        raise UsageError("--image and --build: pass one of them")
+    mirror = pick.check_mirror(registry) if registry else None
+    ref = pick.check_ref(image) if image else None
+    resolver = lambda tag: reg.resolve(tag, use_skopeo=use_skopeo)  # noqa: E731
+    result = report.run(catalog, resolve_state_dir(state_dir), spec, build, resolver=resolver, mirror=mirror, image=ref)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     else:

@@ -55,6 +55,10 @@ def selection_options(fn):
         click.option("--vllm-arg", "extra_args", multiple=True, metavar="--FLAG[=VALUE]",
                      help="Extra vLLM flag, applied last (repeatable)."),
         click.option("--env", "extra_env", multiple=True, metavar="KEY=VALUE", help="Extra environment variable (repeatable)."),
+        click.option("--image", default=None, metavar="REF",
+                     help="Run this image instead of the build's; the plan follows the vLLM the image reports."),
+        click.option("--registry", default=None, metavar="HOST[:PORT]", envvar="ROCM_DSPARK_REGISTRY",
+                     help="A mirror: every image maps to the same repository and tag there ($ROCM_DSPARK_REGISTRY)."),
     ]
     # A command's own option of the same name wins (validate's --concurrency is its sweep levels).
     taken = {p.name for p in getattr(fn, "__click_params__", [])}

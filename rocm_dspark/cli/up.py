@@ -37,8 +37,8 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
 @click.option("--probe-levels", default="static,kernel", show_default=True,
               help="Probe levels before validation (live runs on the started server when it is the plan's adaptive command).")
 @click.option("--target", type=click.Choice(["node", "local-cpu"]), default="node", show_default=True,
-              help="local-cpu is a TEST target: the installed vLLM on --model-path, no container, no GPU checks; "
-                   "nothing it produces counts for the gate.")
+              help="local-cpu is a TEST target: the installed vLLM on --model-path (with --mode container: the CPU "
+                   "image --image names), no GPU checks; nothing it produces counts for the gate.")
 @click.option("--vllm-bin", default=None, help="local-cpu: the vllm executable (default: beside this Python, else PATH).")
 @usage_errors
 def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout, request_timeout, probe_levels,

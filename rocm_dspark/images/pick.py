@@ -5,7 +5,54 @@ this host resolved it (else the tag, said to be unresolved), a one-line error fo
 hold, the nightly retention note and what the public evidence is evidence for. No network, files or clock.
 """
 
+import re
+
 from rocm_dspark.errors import UsageError
+
+_MIRROR = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?")
+_PATH = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"   # what --registry defaults to (the CLI reads it)
+
+
+def check_mirror(value: str) -> str:
+    """--registry HOST[:PORT] (no scheme, no path); UsageError (one line) otherwise."""
+    if not _MIRROR.fullmatch(value or ""):
+        raise UsageError(f"--registry {value!r}: give a registry as HOST or HOST:PORT (e.g. harbor.example.com or "
+                         f"127.0.0.1:5000), without a scheme or a path (${REGISTRY_VAR} takes the same form)")
+    return value
+
+
+def check_ref(value: str) -> str:
+    """--image REF: [HOST[:PORT]/]REPO[:TAG][@sha256:HEX], docker's grammar; UsageError (one line) otherwise."""
+    name, at, digest = (value or "").partition("@")
+    head, _, last = name.rpartition("/")
+    repo_last, colon, tag = last.partition(":")
+    path = f"{head}/{repo_last}" if head else repo_last
+    first, _, rest = path.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        path = rest
+    ok = (_PATH.fullmatch(path) and (not colon or _TAG.fullmatch(tag))
+          and (not at or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)))
+    if not ok:
+        raise UsageError(f"--image {value!r} is not an image reference: use [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:DIGEST], "
+                         f"e.g. 127.0.0.1:5000/rocm-dspark/vllm-cpu-test:0.32.0")
+    return value
+
+
+def on_mirror(image: str, mirror: str | None) -> str:
+    """The same repository and tag (or digest) on `mirror`: 'vllm/vllm-openai-rocm:v0.33.0' with mirror
+    'harbor:5000' -> 'harbor:5000/vllm/vllm-openai-rocm:v0.33.0' (docker's rules: a first component with '.', ':'
+    or 'localhost' is a registry host and is replaced; Docker Hub's one-word names live under library/)."""
+    if not mirror:
+        return image
+    name, at, digest = image.partition("@")
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        name = rest
+    elif not rest:
+        name = f"library/{name}"
+    return f"{mirror}/{name}{at}{digest}"
 
 
 def repository(image_tag: str) -> str:

@@ -81,9 +81,27 @@ def stack_from(labels: dict | None, env: list | None) -> dict | None:
     return None
 
 
-def _entry(image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None) -> dict:
-    return {"exists": exists, "digest": digest, "stack": stack, "answer": answer, "registry": split(image)[0],
-            "via": via, "checked_at": _now()}
+# A vLLM version label, where an image's config has one: vLLM's release images set none (`up` then reads the
+# version inside the image); scripts/build_cpu_test_image.sh sets vllm.version.
+VERSION_LABELS = ("vllm.version",)
+
+
+def version_from(labels: dict | None) -> tuple[str | None, str | None]:
+    """(the vLLM version an image's config labels state, where it came from), or (None, None)."""
+    for key in VERSION_LABELS:
+        if (labels or {}).get(key):
+            return str(labels[key]), f"label {key}"
+    return None, None
+
+
+def _entry(image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None,
+           labels: dict | None = None) -> dict:
+    out = {"exists": exists, "digest": digest, "stack": stack, "answer": answer, "registry": split(image)[0],
+           "via": via, "checked_at": _now()}
+    version, source = version_from(labels)
+    if version:
+        out.update(vllm_version=version, vllm_source=source)
+    return out
 
 
 # ---- the HTTP API v2 ------------------------------------------------------------------------------------
@@ -156,7 +174,8 @@ def resolve_http(image: str, client=None, timeout_s: float = 15.0) -> dict:
         said = resp.headers.get("docker-content-digest")
         if said and said != digest:
             raise RegistryUnreachable(f"{host} says {said} for {path}:{ref} but its manifest hashes to {digest}")
-        return _entry(image, True, digest, "HTTP 200", "http", _stack_http(http, resp))
+        stack, labels = _stack_http(http, resp)
+        return _entry(image, True, digest, "HTTP 200", "http", stack, labels)
     except httpx.HTTPError as exc:
         raise RegistryUnreachable(f"{host} unreachable: {type(exc).__name__}: {exc}") from None
     finally:
@@ -164,23 +183,23 @@ def resolve_http(image: str, client=None, timeout_s: float = 15.0) -> dict:
             client.close()
 
 
-def _stack_http(http: _Http, resp) -> dict | None:
-    """The config blob's labels/env (for an index: its linux/amd64 image), or None when it says nothing."""
+def _stack_http(http: _Http, resp) -> tuple[dict | None, dict | None]:
+    """(the stack, the labels) from the config blob (for an index: its linux/amd64 image); None where it says nothing."""
     manifest = resp.json()
     if manifest.get("mediaType") in INDEXES or "manifests" in manifest:
         amd64 = [m for m in manifest.get("manifests", [])
                  if (m.get("platform") or {}).get("architecture") == "amd64" and (m.get("platform") or {}).get("os") == "linux"]
         if not amd64:
-            return None
+            return None, None
         manifest = http.get(f"{http.base}/manifests/{amd64[0]['digest']}").json()
     config = (manifest.get("config") or {}).get("digest")
     if not config:
-        return None
+        return None, None
     blob = http.get(f"{http.base}/blobs/{config}", accept="*/*")
     if blob.status_code != 200:
-        return None
+        return None, None
     cfg = (blob.json() or {}).get("config") or {}
-    return stack_from(cfg.get("Labels"), cfg.get("Env"))
+    return stack_from(cfg.get("Labels"), cfg.get("Env")), cfg.get("Labels")
 
 
 # ---- skopeo ---------------------------------------------------------------------------------------------
@@ -210,14 +229,14 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
         raise RegistryUnreachable(f"{split(image)[0]} unreachable: skopeo: {msg}")
     digest = "sha256:" + hashlib.sha256(raw.stdout).hexdigest()
     info = _skopeo([], image, timeout_s)  # the image for this platform: its labels and env
-    stack = None
+    stack = labels = None
     if info.returncode == 0:
         try:
             data = json.loads(info.stdout)
-            stack = stack_from(data.get("Labels"), data.get("Env"))
+            stack, labels = stack_from(data.get("Labels"), data.get("Env")), data.get("Labels")
         except ValueError:
             stack = None
-    return _entry(image, True, digest, "manifest found", "skopeo", stack)
+    return _entry(image, True, digest, "manifest found", "skopeo", stack, labels)
 
 
 def have_skopeo() -> bool:

@@ -3,6 +3,8 @@ in this host's cache (rocm_dspark.images.cache) and say which image each plan wo
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import cache, pick, registry
 
@@ -28,14 +30,16 @@ def candidates(catalog, gpu=None, build: str | None = None) -> list[tuple]:
     return out
 
 
-def ask(rows: list[tuple], resolver=registry.resolve) -> list[dict]:
-    """Resolve each candidate's tag; an unreachable registry is a row with `error` (nothing recorded)."""
+def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None) -> list[dict]:
+    """Resolve each candidate's tag (on `mirror`: the same repository and tag there); an unreachable registry is a
+    row with `error` (nothing recorded)."""
     out = []
     for b, role in rows:
-        row = {"build": b.name, "role": role, "tag": b.image_tag, "channel": b.channel, "rocm_recorded": b.rocm,
+        tag = pick.on_mirror(b.image_tag, mirror)
+        row = {"build": b.name, "role": role, "tag": tag, "channel": b.channel, "rocm_recorded": b.rocm,
                "published_digest": b.digest}
         try:
-            row["answer"] = resolver(b.image_tag)
+            row["answer"] = resolver(tag)
         except registry.RegistryUnreachable as exc:
             row["error"] = str(exc)
         except ValueError as exc:
@@ -44,20 +48,38 @@ def ask(rows: list[tuple], resolver=registry.resolve) -> list[dict]:
     return out
 
 
-def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registry.resolve) -> dict:
-    """Ask, record, and decide what the plan runs (`runs.missing`: the one-line error when its tag is gone)."""
-    rows = ask(candidates(catalog, gpu, build), resolver)
+class _Asked(NamedTuple):
+    """--image REF as a table row: the fields of a catalog build (recipe.plan.Build) that ask() and pick read."""
+    image: str
+    name: str = "--image"
+    image_tag: str = ""
+    digest: str | None = None
+    rocm: str | None = None
+    channel: str = "image"
+
+
+def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registry.resolve, *,
+        mirror: str | None = None, image: str | None = None) -> dict:
+    """Ask, record, and decide what the plan runs (`runs.missing`: the one-line error when its tag is gone).
+    mirror: --registry (every tag asked there); image: --image REF, asked alone (what the plan then runs)."""
+    asked = [(_Asked(image, image_tag=image), "asked (--image)")] if image else candidates(catalog, gpu, build)
+    rows = ask(asked, resolver, mirror)
     answers = {r["tag"]: r["answer"] for r in rows if "answer" in r}
     path = cache.record(state_dir, answers) if answers else cache.cache_path(state_dir)
-    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows}
-    if gpu is None and not build:
+    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows, "mirror": mirror}
+    if gpu is None and not build and not image:
         return result
     images = cache.for_selection(state_dir)
-    if build:
+    if image:
+        chosen = asked[0][0]._replace(image=rows[0]["tag"], image_tag=rows[0]["tag"])
+    elif build:
         chosen = catalog.find_build(build)
     else:
         chosen = pick.first_held(catalog.default_builds(gpu)[0], images)[0]
-    replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu else None
+    if not image:
+        chosen = chosen._replace(image=pick.on_mirror(chosen.image, mirror),
+                                 image_tag=pick.on_mirror(chosen.image_tag, mirror))
+    replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu and not image else None
     entry = pick.lookup(images, chosen.image_tag)
     unreachable = next((r["error"] for r in rows if r["build"] == chosen.name and "error" in r), None)
     result["runs"] = {"build": chosen.name, "tag": chosen.image_tag, "unreachable": unreachable}
@@ -84,6 +106,8 @@ def lines(result: dict) -> list[str]:
             held = "yes" if a["exists"] else "NO"
             digest = _short(a.get("digest"))
             stack = f"ROCm {a['stack']['rocm']}" if a.get("stack") else "not in config"
+            if a.get("vllm_version"):
+                stack += f", vLLM {a['vllm_version']}"
             said = f"{a['answer']} ({a['via']})"
         out.append(f"{r['build']:<26} {r['tag']:<60} {held:<12} {digest:<20} {stack:<22} {said}; {r['role']}")
     for err in dict.fromkeys(r["error"] for r in result["images"] if "error" in r):

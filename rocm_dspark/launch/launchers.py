@@ -193,6 +193,7 @@ def render_launcher(
     group_nodes: int = 1,
     iface: str = "",
     join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
+    docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
     the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
@@ -283,6 +284,8 @@ def render_launcher(
             "JOIN_TIMEOUT_S": str(join_timeout_s), "HTTP_PORT_HEX": f"{int(plan.port):04X}"},  # /proc/net/tcp's hex
             optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}))  # a head's only
     values["GROUP_CODE"] = group.rstrip("\n")
+    if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
+        values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
     return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
 
 
@@ -459,6 +462,7 @@ def write_launchers(
     ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
     stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
     group: dict | None = None,
+    docker_run_flags: tuple[str, ...] | None = None,
 ) -> LaunchFiles:
     """Render and write the launcher files for `plan` into `output_dir`.
 
@@ -478,6 +482,7 @@ def write_launchers(
     # Under systemd the launcher runs on the node, where the env file is the installed one.
     text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
                            env_file=str(env_path) if fmt == "shell" else installed_env_file(name), systemd=fmt == "systemd",
+                           docker_run_flags=docker_run_flags,
                            **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":

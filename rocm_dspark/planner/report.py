@@ -77,9 +77,10 @@ def table_lines(plan) -> list[str]:
             f"{fixed.mean_acceptance_length:>5.2f} | {r.best_k:>11} {per.expected_tokens_per_s:>8.0f} "
             f"{per.mean_acceptance_length:>5.2f} | {ad.expected_tokens_per_s:>13.0f} {ad.mean_acceptance_length:>5.2f} "
             f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}"
-            + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else "")
-            + (f" [capture overrun K{min(over[r.concurrency])}-{max(over[r.concurrency])}]"
-               if r.concurrency in over else ""))
+            + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else ""))
+        if r.concurrency in over:  # its own line: the row is already as wide as a table may be (textwidth.MAX_TABLE)
+            lines.append(f"{'':>11} [capture overrun K{min(over[r.concurrency])}-{max(over[r.concurrency])}]: past the "
+                         "largest captured graph (eager term priced)")
     lines.append("tok/s: predicted output tokens/s of the whole server; AL: simulated tokens per request per step "
                  "(accepted drafts + 1); drafts: verified drafts per request; AV vs block: adaptive against all "
                  f"{plan.gamma} drafts verified, 'pays'/'loses' only when the stated error cannot flip the sign; "

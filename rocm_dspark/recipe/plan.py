@@ -118,6 +118,9 @@ class Selection(NamedTuple):
     today: str | None = None          # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
     k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.recipe.k_schedule)
     no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
+    image: str | None = None          # --image REF: run REF instead of the build's image
+    registry: str | None = None       # --registry HOST[:PORT]: every image maps to the same repo:tag on this mirror
+    image_software: dict | None = None  # the image's own software (rocm_dspark.probe.software, read in the image)
 
 
 # Verdict states: what the gate found, as data (the reason is words for the note, never parsed).

