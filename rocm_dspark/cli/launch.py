@@ -105,10 +105,12 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
                    "when run with this environment)")
         return
     click.echo(f"wrote {files.unit}")
-    click.echo(f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy it "
-               f"to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN there)")
-    click.echo(f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
-               "run them again after regenerating it.")
+    for text in (f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy "
+                 f"it to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
+                 "there)",
+                 f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
+                 "run them again after regenerating it."):
+        click.echo("\n".join(textwidth.wrap(text)))
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
         click.echo("\n".join(textwidth.fit(cmd, "  ")))
