@@ -27,3 +27,14 @@ class EnvironmentFailure(Exception):
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
 EXIT_ENVIRONMENT = 3
+
+
+# Warnings the library raises while a command runs, printed by the CLI once the command has succeeded: a
+# command that then fails prints its one error line alone (README, "Bad input"), never a warning before it.
+PENDING_WARNINGS: list[str] = []
+
+
+def warn(message: str) -> None:
+    """Queue `message` (without the "rocm-dspark: warning: " prefix) for the CLI to print on success."""
+    if message not in PENDING_WARNINGS:
+        PENDING_WARNINGS.append(message)

@@ -310,3 +310,12 @@ def test_plan_and_up_dry_run_fit_the_width():
     block = re.split(r"\n *# ", dry.split("plan.json):\n")[1])[0]
     plan = json.loads(run(["recipe", *V41, "--format", "json"]).output)
     assert _bash_argv(block) == plan["argv"]
+
+
+def test_a_warning_never_comes_before_a_refusal():
+    """Found by tests/test_cli_fuzz.py on the merged tree: --env's secret warning, then a later option's error,
+    made two lines. Warnings wait for the command to succeed (rocm_dspark.errors.warn)."""
+    r = run(["launch", "--model", "V4.1-Flash", "--k-per-batch-size", "-", "--env", "_TOKEN=x"])
+    assert r.exit_code == 2 and r.output.strip().count("\n") == 0 and "warning" not in r.output, r.output
+    ok = run(["recipe", "--model", "V4.1-Flash", "--env", "_TOKEN=x"])
+    assert ok.exit_code == 0 and "warning: --env _TOKEN=...: a secret on the command line" in ok.output

@@ -55,6 +55,9 @@ class LazyGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         from rocm_dspark.errors import UsageError
 
+        from rocm_dspark.errors import PENDING_WARNINGS
+
+        PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
             if _not_utf8(arg):
@@ -73,6 +76,9 @@ class LazyGroup(click.Group):
         except OSError as exc:  # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
             _error(f"{where}{exc.strerror or exc}")
+        for message in PENDING_WARNINGS:  # the command succeeded: its warnings, after its output
+            click.echo(f"rocm-dspark: warning: {message}", err=True)
+        PENDING_WARNINGS.clear()
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def list_commands(self, ctx):

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, warn
 from rocm_dspark.recipe.plan import Selection
 
 SELECTION_KEYS = (
@@ -38,9 +37,8 @@ def env_pair(value: str) -> tuple[str, str]:
     from rocm_dspark.recipe.secret_env import is_credential
 
     if is_credential(key):  # the value is in shell history and `ps` now, though in none of our files
-        print(f"rocm-dspark: warning: --env {key}=...: a secret on the command line is visible in shell history "
-              f"and to other users (ps); export {key} and pass --env {key}, or write it into the 0600 env file",
-              file=sys.stderr)
+        warn(f"--env {key}=...: a secret on the command line is visible in shell history "
+             f"and to other users (ps); export {key} and pass --env {key}, or write it into the 0600 env file")
     return key, val
 
 

@@ -5,9 +5,8 @@ neither imports the other's layer. Light imports only: this is on the `rocm-dspa
 
 from __future__ import annotations
 
-import sys
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, warn
 from rocm_dspark.recipe.plan import LaunchPlan, Verdict
 from rocm_dspark.recipe.selection import ADAPTIVE_MODES, build_selection
 
@@ -36,7 +35,7 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None)
     verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir"), soft=soft),
                                mode)
     if warning:
-        print(f"rocm-dspark: warning: {warning}", file=sys.stderr)
+        warn(warning)
     return verdict
 
 
