@@ -12,10 +12,21 @@ import pytest
 
 from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.strategies import ClusterSpec, expand
 from tests.slow.conftest import READY_DEADLINE_S
 
 pytestmark = pytest.mark.slow
+
+
+def _command(argv: list[str]) -> Command:
+    """The fixture's argv as the typed command resolve makes (the strategies read flags, never words)."""
+    pairs, i = [], 3
+    while i < len(argv):
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+        pairs.append((argv[i], value))
+        i += 2 if value is not None else 1
+    return Command(tuple(argv[:3]), pairs)
 
 
 def test_head_and_headless_worker_serve_together(tiny_model, vllm_serve_command, tmp_path):
@@ -23,7 +34,7 @@ def test_head_and_headless_worker_serve_together(tiny_model, vllm_serve_command,
     argv, env = vllm_serve_command(tiny_model, port)
     spec = ClusterSpec("multi_node_tp_dp", nodes=2, gpus_per_node=1, head_address="127.0.0.1", iface="lo",
                        dp_lb="internal", rpc_port=rpc)
-    cluster = expand(spec, ("vllm", *argv[1:]), env, query_heads=4, port=port, moe=False)
+    cluster = expand(spec, _command(["vllm", *argv[1:]]), env, query_heads=4, port=port, moe=False)
     head, worker = cluster.commands
     assert "--headless" in worker.argv and worker.argv[worker.argv.index("--data-parallel-start-rank") + 1] == "1"
     vllm = argv[0]  # the venv's vllm executable
