@@ -174,3 +174,16 @@ def test_record_ids_sort_by_time():
     b = store.new_record_id(datetime(2026, 11, 29, 10, 0, 1, tzinfo=timezone.utc))
     assert a.startswith("20261129T100000Z-") and a < b
     assert Path(f"{a}.json").stem == a
+
+
+def test_launch_identity_of_a_command_made_outside_resolve_drops_only_where_it_listens():
+    """up's local-cpu target hands the A/B record a plain argv (found by tests/slow/test_up_loads_real.py after
+    the merge: launch_identity raised TypeError there); its --host/--port still do not count."""
+    from types import SimpleNamespace
+
+    from rocm_dspark.probe.fingerprint import launch_identity
+
+    argv = ("vllm", "serve", "/m", "--host", "127.0.0.1", "--port=8001", "--max-model-len", "512", "--enforce-eager")
+    plan = SimpleNamespace(adaptive_argv=None, argv=argv, env={"A": "1"}, secret_env={})
+    assert launch_identity(plan) == {"argv": ["vllm", "serve", "/m", "--max-model-len", "512", "--enforce-eager"],
+                                     "env": {"A": "1"}}

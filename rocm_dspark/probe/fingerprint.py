@@ -124,10 +124,17 @@ def launch_identity(plan) -> dict:
 
     command = plan.adaptive_argv or plan.argv
     pairs = flag_pairs(command)
-    if pairs is None:
-        raise TypeError("launch_identity needs a resolved plan's command (recipe/plan.py Command)")
     where = {flag_for(d) for d in _WHERE}
-    argv = list(Command(command.head, [(f, v) for f, v in pairs if f not in where]))
+    if pairs is not None:
+        argv = list(Command(command.head, [(f, v) for f, v in pairs if f not in where]))
+    else:  # a command made outside resolve (up's local-cpu target, its docker wrapper): --host/--port by their words
+        argv, words = [], list(command)
+        while words:
+            word = words.pop(0)
+            if word in where and words:
+                words.pop(0)
+            elif word.split("=", 1)[0] not in where:
+                argv.append(word)
     # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
     from rocm_dspark.recipe.secret_env import digest
 
