@@ -53,9 +53,7 @@ class LazyGroup(click.Group):
         Arguments are strict UTF-8 (README, "Encoding"): one that is not is refused before anything runs."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        from rocm_dspark.errors import UsageError
-
-        from rocm_dspark.errors import PENDING_WARNINGS
+        from rocm_dspark.errors import PENDING_WARNINGS, UsageError
 
         PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)

@@ -45,7 +45,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
     _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts)
-    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
+    check_model_path(opts, runs_here=False)  # a warning, printed once the command succeeds (errors.warn)
 
 
 def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts):

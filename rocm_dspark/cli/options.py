@@ -9,7 +9,7 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
+from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError, warn
 from rocm_dspark.recipe.selection import SELECTION_KEYS
 
 
@@ -110,8 +110,7 @@ def check_model_path(opts: dict, runs_here: bool) -> None:
     if runs_here:
         raise UsageError(f"--model-path {path!r} does not exist on this machine; pass the directory that holds the "
                          f"checkpoint")
-    click.echo(f"rocm-dspark: warning: --model-path {path!r} does not exist here; vLLM fails to start unless it "
-               f"exists on the machine that runs it", err=True)
+    warn(f"--model-path {path!r} does not exist here; vLLM fails to start unless it exists on the machine that runs it")
 
 
 def fail(message: str, code: int = EXIT_USAGE):

@@ -38,7 +38,7 @@ def recipe(fmt, explain, **opts):
         from rocm_dspark.launch.render import RENDERERS
 
         click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)
-    check_model_path(opts, runs_here=False)  # last: a refused command prints its one line, no warning too
+    check_model_path(opts, runs_here=False)  # a warning, printed once the command succeeds (errors.warn)
 
 
 def _cluster(fmt, opts, copts, explain=False):
