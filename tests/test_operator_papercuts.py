@@ -265,6 +265,12 @@ def _over(text: str, width: int) -> list[str]:
             if len(ln) > width and len(ln.lstrip(" #").removesuffix(" \\").split(" ")) > 1]
 
 
+def _bash_words(text: str) -> list[str]:
+    """The words bash reads from a printed command line (continuations joined)."""
+    out = subprocess.run(["bash", "-c", "printf '%s\\0' " + text], capture_output=True, text=True, check=True).stdout
+    return out.split("\0")[:-1]
+
+
 def _bash_argv(text: str) -> list[str]:
     """The words bash runs for a printed `vllm serve` command (vllm a function that prints them)."""
     script = "vllm() { printf '%s\\0' vllm \"$@\"; }\n" + text
@@ -310,6 +316,23 @@ def test_plan_and_up_dry_run_fit_the_width():
     block = re.split(r"\n *# ", dry.split("plan.json):\n")[1])[0]
     plan = json.loads(run(["recipe", *V41, "--format", "json"]).output)
     assert _bash_argv(block) == plan["argv"]
+
+
+def test_launch_fits_the_width_and_its_run_line_pastes(tmp_path):
+    """The shell launcher's "run it" line was one 221-column line (session 5's note): the command now stands on
+    its own line, quoted, and the prose wraps."""
+    import shlex
+
+    out = tmp_path / "a dir with spaces"
+    out.mkdir()
+    text = run(["launch", *V41, "--output", str(out)]).output
+    assert not _over(text, 100), _over(text, 100)
+    from rocm_dspark import textwidth
+
+    lines = text.splitlines()
+    command = lines[lines.index("Run it:") + 1:next(i for i, ln in enumerate(lines) if ln.startswith("State, logs"))]
+    assert shlex.split(textwidth.joined(command)) == [str(out / "rocm-dspark-deepseek-v4-1-flash-mi300x.sh")]
+    assert _bash_words("\n".join(command)) == [str(out / "rocm-dspark-deepseek-v4-1-flash-mi300x.sh")]
 
 
 def test_a_warning_never_comes_before_a_refusal():

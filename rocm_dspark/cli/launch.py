@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
@@ -64,7 +65,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
             click.echo(json.dumps(written, indent=2))
             return
         for item in written["files"]:
-            click.echo(f"wrote {item['path']}  ({item['what']})")
+            _say(f"wrote {item['path']}  ({item['what']})")
         for line in written["next"]:
             click.echo(line)
         for node in written.get("install") or ():
@@ -94,17 +95,18 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
             "env_file_written": files.env_file_written, "install_commands": list(files.install_commands),
         }, indent=2))
         return
-    click.echo(f"wrote {files.launcher}")
+    _say(f"wrote {files.launcher}")
     if files.unit is None and files.env_file_written:
-        click.echo(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
+        _say(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
         from rocm_dspark.launch.launch_facts import state_root
 
         root = state_root() or "~/.local/state/rocm-dspark"  # the launcher's rule, read from this environment
-        click.echo(f"run it: {files.launcher}   (state, logs and the exact command go to {root}/launch/{files.name} "
-                   "when run with this environment)")
+        click.echo("Run it:")
+        click.echo("\n".join(textwidth.fit(shlex.quote(str(files.launcher)), "  ")))
+        _say(f"State, logs and the exact command go to {root}/launch/{files.name} when run with this environment.")
         return
-    click.echo(f"wrote {files.unit}")
+    _say(f"wrote {files.unit}")
     for text in (f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy "
                  f"it to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
                  "there)",
@@ -114,3 +116,8 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
         click.echo("\n".join(textwidth.fit(cmd, "  ")))
+
+
+def _say(text: str) -> None:
+    """One message wrapped to the width (a long path moves to its own, indented line)."""
+    click.echo("\n".join(textwidth.wrap(text)))
