@@ -3,9 +3,9 @@
 * only rocm_dspark/cli imports click (the library is usable without the CLI);
 * no module imports a module of a higher layer (below), and nothing imports the CLI;
 * no import cycles, counting imports inside functions too;
-* the README's "Layout" table names every folder, and every path it names exists;
+* docs/layout.md's table names every folder, and every path it names exists;
 * the package root holds only the foundations; the templates are package data of rocm_dspark.launch, and
-  the one symlink left is rocm_dspark/recipes (README, "Layout", says why).
+  the one symlink left is rocm_dspark/recipes (docs/layout.md says why).
 """
 
 from __future__ import annotations
@@ -195,24 +195,26 @@ def test_no_import_cycles():
     assert cycles(graph()) == []
 
 
+LAYOUT = ROOT / "docs" / "layout.md"
+
+
 def _layout_table() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("\n## Layout\n", 1)[1]
-    return section.split("\n## ", 1)[0]
+    return LAYOUT.read_text()
 
 
 def test_readme_layout_names_every_folder_and_only_real_paths():
     table = _layout_table()
     tops = "|".join(re.escape(p.name) for p in ROOT.iterdir() if p.is_dir())
-    named = set(re.findall(r"\]\(([^)#]+)\)", table)) | set(re.findall(rf"`((?:{tops})/[\w./-]*)`", table))
-    missing = sorted(p for p in named if not (ROOT / p).exists())
-    assert missing == [], f"README layout names paths that do not exist: {missing}"
+    linked = {(LAYOUT.parent / p).resolve() for p in re.findall(r"\]\(([^)#]+)\)", table)}
+    named = linked | {ROOT / p for p in re.findall(rf"`((?:{tops})/[\w./-]*)`", table)}
+    missing = sorted(str(p) for p in named if not p.exists())
+    assert missing == [], f"docs/layout.md names paths that do not exist: {missing}"
     folders = [p.relative_to(ROOT).as_posix() + "/" for p in PACKAGE.iterdir()
                if p.is_dir() and (p / "__init__.py").exists()]
     folders += [p.name + "/" for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
                 and p.name not in ("tests", "rocm_dspark") and not p.name.endswith(".egg-info")]
-    unnamed = sorted(f for f in folders if f"`{f}`" not in table and f"({f})" not in table)
-    assert unnamed == [], f"folders the README layout section does not name: {unnamed}"
+    unnamed = sorted(f for f in folders if f"`{f}`" not in table and f"(../{f})" not in table)
+    assert unnamed == [], f"folders docs/layout.md does not name: {unnamed}"
 
 
 ROOT_MODULES = {"__init__", "__main__", "errors", "atomic", "inputs", "statedir", "textwidth"}  # what every subsystem imports
