@@ -280,3 +280,19 @@ def test_recipe_capture_cap_below_the_verify_batch_is_a_noted_overrun():
     assert not any(n.topic == "capture overrun" for n in resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x")).notes)
     with pytest.raises(UsageError, match="exceeds the cap"):  # the profile's own cap still refuses
         resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512))
+
+
+def test_a_kept_host_fit_reads_back_as_it_was_fitted(tmp_path):
+    """One constructor (host_fit.calibration) for the fit and for its signed record read back: every field but
+    where it came from is the same (the record's reader once dropped the capture size)."""
+    from dataclasses import fields, replace
+
+    s = state(tmp_path)
+    table = synthetic_table(tmp_path, "mi300x")
+    fitted, _, _ = H.calibrate(table, CAT, MODEL, "mi300x")
+    _, kept = R.run_calibrate(CAT, MODEL, "mi300x", table, s)
+    loaded, _ = R.host_calibration(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)
+    assert kept and loaded is not None and fitted.capture_size == 512
+    where = {"source_url": "", "source_label": ""}
+    for f in fields(fitted):
+        assert getattr(replace(loaded, **where), f.name) == getattr(replace(fitted, **where), f.name), f.name

@@ -38,6 +38,23 @@ def test_refit_matches_the_stored_fit(refit):
     assert refit.cross_build_spread_pct == stored.cross_build_spread_pct
 
 
+def test_the_fit_block_carries_every_fitted_field_and_reads_back_as_fitted(refit):
+    """fit() -> fit_block() (what scripts/refit_step_cost.py --write stores) -> stored(): one list of the fields,
+    so a field the fit gains cannot be dropped on the way to `plan`; read back unrounded, it is the fit."""
+    from dataclasses import fields
+
+    provenance = {"source_url", "source_label", "model", "gpu", "tp", "bandwidth_efficiency", "rows", "readings",
+                  "host", "not_identified", "params"}
+    block = C.fit_block(refit)
+    assert set(block) == {f.name for f in fields(C.StepParams)} | {f.name for f in fields(C.Calibration)} - provenance
+    data = C.load_data()
+    assert list(block) == list(data["fit"])  # the file's own order: a --write rewrites only the numbers
+    back = C.stored({**data, "fit": block})
+    for f in fields(C.Calibration):
+        if f.compare:
+            assert getattr(back, f.name) == getattr(refit, f.name), f.name
+
+
 def test_held_out_error_within_the_stated_bound(refit):
     held = [r for r in refit.rows if r["part"] == "held-out"]
     assert {r["concurrency"] for r in held} == {8, 32, 128}
