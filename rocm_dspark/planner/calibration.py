@@ -451,16 +451,15 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             spread_pct = max(spread_pct, *(abs(o / b - 1) * 100 for o, b in
                                           zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad))))
             spread_pp = max(spread_pp, abs(100 * (o_ad / o_fixed - b_ad / b_fixed)))
-    return Calibration(params=params, acceptance_length=round(al, 2), held_out_error_pct=round(worst_pct, 1),
-                       held_out_payoff_error_pp=round(worst_pp, 1), cross_build_spread_pct=round(spread_pct, 1),
-                       cross_build_spread_pp=round(spread_pp, 1), source_url=src["url"],
-                       source_label=source_label(src), model=model.key, gpu=gpu.key, tp=int(src["tp"]), bandwidth_efficiency=eff, rows=rows,
-                       capture_size=int(largest),
-                       readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
-                                  "held_out_error_pct": round(worst_pct, 1), "held_out_payoff_error_pp": round(worst_pp, 1),
-                                  "eager_launch_ms": round(params.eager_launch_ms, 6),
-                                  "eager_per_token_ms": round(params.eager_per_token_ms, 6),
-                                  "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
+    return public_calibration(data, params, acceptance_length=round(al, 2), held_out_error_pct=round(worst_pct, 1),
+                              held_out_payoff_error_pp=round(worst_pp, 1), cross_build_spread_pct=round(spread_pct, 1),
+                              cross_build_spread_pp=round(spread_pp, 1), rows=rows, capture_size=int(largest),
+                              readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
+                                         "held_out_error_pct": round(worst_pct, 1),
+                                         "held_out_payoff_error_pp": round(worst_pp, 1),
+                                         "eager_launch_ms": round(params.eager_launch_ms, 6),
+                                         "eager_per_token_ms": round(params.eager_per_token_ms, 6),
+                                         "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
 
 
 # The `fit:` block of recipes/step_cost.yaml: fit() -> fit_block() (scripts/refit_step_cost.py --write) ->
@@ -495,13 +494,19 @@ def stored(data: dict | None = None) -> Calibration:
     """The fit as stored in step_cost.yaml (what `plan` uses: no refit on every run)."""
     data = data or load_data()
     f = data.get("fit") or {}
-    src = data["sources"][data["split"]["source"]]
     if any(f.get(key) is None for key in _FIT_REQUIRED):
         raise UsageError("recipes/step_cost.yaml has no fit; run `python scripts/refit_step_cost.py --write`")
     f = {**_FIT_DEFAULTS, **{key: value for key, value in f.items() if value is not None}}
     params = StepParams(**{key: float(f[key]) for key in FIT_PARAMS})
     fields = {key: f[key] for key in FIT_FIELDS}
     fields.update({key: float(fields[key]) for key in _FIT_FLOATS}, capture_known=bool(fields["capture_known"]))
+    return public_calibration(data, params, **fields)
+
+
+def public_calibration(data: dict, params: StepParams, **fields) -> Calibration:
+    """The public calibration's one constructor, for the fit (fit_reading) and the stored fit (stored): where it
+    comes from is step_cost.yaml's calibration source, in both."""
+    src = data["sources"][data["split"]["source"]]
     return Calibration(params=params, **fields, source_url=src["url"], source_label=source_label(src),
                        model=src["model"], gpu=src["gpu"], tp=int(src["tp"]),
                        bandwidth_efficiency=float(data["bandwidth_efficiency"]))
