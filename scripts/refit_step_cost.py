@@ -15,8 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rocm_dspark.errors import UsageError  # noqa: E402
-from rocm_dspark.planner.calibration import Calibration, data_path, fit, leave_one_out, load_data  # noqa: E402
-
+from rocm_dspark.planner.calibration import Calibration, data_path, fit, fit_block, leave_one_out, load_data  # noqa: E402
 
 
 
@@ -28,18 +27,7 @@ def _write_fit(calib: Calibration, path: Path) -> None:
     head, sep, _ = text.partition("\nfit:\n")
     if not sep:
         raise UsageError(f"{path}: no `fit:` block to replace")
-    p = calib.params
-    values = {"fixed_ms": p.fixed_ms, "per_request_ms": p.per_request_ms, "per_token_ms": p.per_token_ms,
-              "draft_ms": p.draft_ms, "adaptive_ms": p.adaptive_ms, "rho": p.rho, "spread": p.spread,
-              "acceptance_length": calib.acceptance_length, "held_out_error_pct": calib.held_out_error_pct,
-              "held_out_payoff_error_pp": calib.held_out_payoff_error_pp,
-              "cross_build_spread_pct": calib.cross_build_spread_pct,
-              "cross_build_spread_pp": calib.cross_build_spread_pp,
-              "eager_launch_ms": p.eager_launch_ms, "eager_per_token_ms": p.eager_per_token_ms,
-              "capture_size": calib.capture_size, "capture_known": calib.capture_known,
-              "fit_held_out_error_pct": calib.fit_held_out_error_pct,
-              "fit_held_out_payoff_error_pp": calib.fit_held_out_payoff_error_pp,
-              "reading_spread_pct": calib.reading_spread_pct, "reading_spread_pp": calib.reading_spread_pp}
+    values = fit_block(calib)
     body = "".join(f"  {key}: {round(value, 6) if isinstance(value, float) else value!r}\n"
                    for key, value in values.items())
     write_atomic(path, (head + sep + body).encode(), mode=0o644)

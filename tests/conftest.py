@@ -1,12 +1,9 @@
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from tests.helpers import CLI, FIXTURES, REPO, cli_env  # noqa: F401 (the tests import them from here)
 
 
 @pytest.fixture(autouse=True)
@@ -27,11 +24,42 @@ def recipes_copy(tmp_path, monkeypatch):
     return dst
 
 
-def cli_env(**extra):
-    """Environment for running the CLI in a subprocess: no AMD tools on PATH unless a test adds them."""
-    env = dict(os.environ)
-    env.update(extra)
-    return env
+@pytest.fixture
+def rig(tmp_path):
+    """The launcher rig (tests/helpers/launcher_rig.py) in this test's temp dir."""
+    from tests.helpers.launcher_rig import Rig
+
+    return Rig(tmp_path)
 
 
-CLI = [sys.executable, "-m", "rocm_dspark"]
+@pytest.fixture
+def mi300x_host(tmp_path, monkeypatch):
+    """This process sees an MI300X x8 host with ROCm 6.2.3 and amdgpu 6.8.5: instruments fed the recorded real
+    rocminfo output (tests/helpers/probe_records.py), as no AMD GPU is here."""
+    from rocm_dspark.probe import fingerprint
+    from tests.helpers.probe_records import ROCMINFO_MI300X_X8
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    tool = bindir / "rocminfo"
+    tool.write_text(f"#!/bin/sh\ncat {ROCMINFO_MI300X_X8}\n")
+    tool.chmod(0o755)
+    rocm = tmp_path / "rocm"
+    (rocm / ".info").mkdir(parents=True)
+    (rocm / ".info" / "version").write_text("6.2.3\n")
+    driver = tmp_path / "amdgpu-version"
+    driver.write_text("6.8.5\n")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    monkeypatch.setattr(fingerprint, "AMDGPU_VERSION_FILE", driver)
+    return tmp_path / "state"
+
+
+@pytest.fixture(scope="module")
+def fp():
+    """This host's fingerprint for the payoff tests' plan (tests/helpers/ab_records.py)."""
+    from rocm_dspark.probe import fingerprint
+    from rocm_dspark.recipe.catalog import load_catalog
+    from tests.helpers.ab_records import plan_of
+
+    return fingerprint.current_fingerprint(load_catalog(), plan_of())

@@ -137,7 +137,7 @@ def recipes_on(registry: Registry, dest: Path) -> Path:
 
 # `docker` for the launcher and `up`, backed by the real registry: `pull` asks it through skopeo and keeps what
 # the tag held then (as docker's image store does), `image inspect` answers from that store as docker prints it,
-# anything else (run, stop, rm) goes to the recording stand-in of tests/test_launchers_run.py.
+# anything else (run, stop, rm) goes to the recording stand-in of tests/helpers/launcher_rig.py.
 DOCKER = r'''#!{python}
 import hashlib, json, os, subprocess, sys
 a = sys.argv[1:]

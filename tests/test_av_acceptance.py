@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import rescore
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.selection import build_selection
 from rocm_dspark.validate import av_acceptance as acceptance
 
@@ -87,7 +87,7 @@ def test_verdict_accepts_only_lossless_trimmed_runs():
 
 def test_every_arm_is_judged_on_the_nospec_server_so_a_53488_reference_fails_none():
     """The spec arms' own prompt logprobs are corrupted (vllm#53488 stand-in); the nospec server's are right."""
-    from tests.test_rescore_reference import StandIn
+    from tests.helpers.rescore_standin import StandIn
 
     seen = []
 

@@ -4,7 +4,6 @@ predict_tok_s; recovering them checks the fit, not the model's physics."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
@@ -13,49 +12,14 @@ import sys
 import numpy as np
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner import host_fit as H
-from rocm_dspark.probe import calibration_record as R
-from rocm_dspark.planner.calibration import StepParams, physics_for
+from rocm_dspark.planner.calibration import StepParams, stored
 from rocm_dspark.planner.capture_term import eager_ms, needed_capture_size
-
-CAT = load_catalog()
-MODEL = CAT.find_model("V4.1-Flash")
-TRUE = StepParams(6.0, 0.0, 0.15, 2.0, adaptive_ms=0.5, rho=0.0, eager_launch_ms=0.3, eager_per_token_ms=0.02)
-HEADER = ",".join(H.COLUMNS)
-
-
-def synthetic_rows(gpu: str, params=TRUE, capture=512, concurrencies=(4, 16, 64, 128, 256)):
-    g = CAT.find_gpu(gpu)
-    physics = physics_for(MODEL, g, MODEL.profiles[g.key].tp, 0.8)
-    rows = []
-    for c in concurrencies:
-        for arm, k, ad, al in (("none", 0, False, 1.0), ("k5", 5, False, 3.5), ("k3", 3, False, 2.8),
-                               ("av", 5, True, 3.0)):
-            r = {"arm": arm, "k": k, "adaptive": ad, "concurrency": c, "capture_size": capture, "acceptance_length": al}
-            r["output_tok_s"] = round(H.predict_tok_s(params, physics, r), 4)
-            rows.append(r)
-    return rows
-
-
-def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(H.COLUMNS))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
-def synthetic_table(tmp_path, gpu: str):
-    return write_csv(tmp_path / f"runs_{gpu}.csv", synthetic_rows(gpu))
-
-
-def state(tmp_path):
-    s = tmp_path / "state"
-    s.mkdir(mode=0o700, exist_ok=True)
-    return s
-
+from rocm_dspark.planner.profile import plan_profile
+from rocm_dspark.probe import calibration_record as R
+from tests.conftest import cli_env
+from tests.helpers.host_fit_tables import CAT, HEADER, MODEL, TRUE, state, synthetic_rows, synthetic_table, write_csv
 
 # --- the capture term -------------------------------------------------------------------------------
 
@@ -280,3 +244,108 @@ def test_recipe_capture_cap_below_the_verify_batch_is_a_noted_overrun():
     assert not any(n.topic == "capture overrun" for n in resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x")).notes)
     with pytest.raises(UsageError, match="exceeds the cap"):  # the profile's own cap still refuses
         resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", max_num_seqs=512))
+
+
+def test_a_kept_host_fit_reads_back_as_it_was_fitted(tmp_path):
+    """One constructor (host_fit.calibration) for the fit and for its signed record read back: every field but
+    where it came from is the same (the record's reader once dropped the capture size)."""
+    from dataclasses import fields, replace
+
+    s = state(tmp_path)
+    table = synthetic_table(tmp_path, "mi300x")
+    fitted, _, _ = H.calibrate(table, CAT, MODEL, "mi300x")
+    _, kept = R.run_calibrate(CAT, MODEL, "mi300x", table, s)
+    loaded, _ = R.host_calibration(MODEL.key, "mi300x", MODEL.profiles["mi300x"].tp, s)
+    assert kept and loaded is not None and fitted.capture_size == 512
+    where = {"source_url": "", "source_label": ""}
+    for f in fields(fitted):
+        assert getattr(replace(loaded, **where), f.name) == getattr(replace(fitted, **where), f.name), f.name
+
+
+# --- the leave-one-out bound (from test_calibrate_bound.py) ---------------------------------------
+
+# `plan --calibrate` keeps only what it can stand behind (issue #29): the leave-one-out bound, terms no run
+# identifies, and notes that describe the host fit. Tables are generated from known parameters by the fit's own
+# predictor (tests/test_host_fit.py), with seeded noise where a test needs a fit that cannot be trusted.
+
+
+TP = MODEL.profiles["mi300x"].tp
+
+
+def noisy(rows, scale=0.6, seed=29):
+    rng = np.random.default_rng(seed)
+    return [{**r, "output_tok_s": round(r["output_tok_s"] * float(rng.uniform(1 - scale, 1 + scale)), 4)}
+            for r in rows]
+
+
+def test_a_noisy_table_above_the_bound_is_shown_but_not_kept(tmp_path):
+    s = state(tmp_path)
+    lines, kept = R.run_calibrate(CAT, MODEL, "mi300x", write_csv(tmp_path / "noisy.csv", noisy(synthetic_rows("mi300x"))),
+                                  s)
+    text = "\n".join(lines)
+    assert not kept and "leave-one-out error: max" in text and text.splitlines()[1].startswith("fit: ")
+    assert f"is above the {H.LOO_BOUND_PCT:g}% bound (docs/calibration.md)" in lines[-1]
+    assert not (s / "calibration").exists() or not list((s / "calibration").glob("*.json"))
+    assert R.newest(MODEL.key, "mi300x", TP, s) == (None, None)
+
+
+def test_a_clean_synthetic_table_is_still_kept(tmp_path):
+    s = state(tmp_path)
+    lines, kept = R.run_calibrate(CAT, MODEL, "mi300x", write_csv(tmp_path / "clean.csv", synthetic_rows("mi300x")), s)
+    assert kept and lines[-1].startswith("kept as this host's calibration: ")
+    assert R.newest(MODEL.key, "mi300x", TP, s)[0] is not None
+
+
+def test_the_cli_exits_1_when_nothing_is_kept(tmp_path):
+    s = state(tmp_path)
+    path = write_csv(tmp_path / "noisy.csv", noisy(synthetic_rows("mi300x")))
+    proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi300x", "--calibrate", str(path),
+                           "--state-dir", str(s), "--json"], capture_output=True, text=True, timeout=300, env=cli_env())
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["kept"] is False and out["record"] is None and max(out["leave_one_out_pct"]) > H.LOO_BOUND_PCT
+
+
+def test_an_old_record_above_the_bound_is_not_used(tmp_path):
+    s = state(tmp_path)
+    R.run_calibrate(CAT, MODEL, "mi300x", write_csv(tmp_path / "clean.csv", synthetic_rows("mi300x")), s)
+    (path,) = (s / "calibration").glob("*.json")
+    rec = R.parse_data(json.loads(path.read_text()))
+    # As a toolkit without the bound kept it: same shape, an error of 54%, signed by this host.
+    data = {k: v for k, v in rec.items() if k not in ("sha256", "not_identified")}
+    data["loo_error_pct"] = 54.0
+    from rocm_dspark.probe.record import content_hash
+
+    data["sha256"] = content_hash(data)
+    path.unlink()
+    R.write(s, data)
+    got, note = R.newest(MODEL.key, "mi300x", TP, s)
+    assert got is None and "leave-one-out error of 54%, above the 25% bound" in note
+
+
+def test_terms_no_run_identifies_say_so_and_take_the_public_value(tmp_path):
+    rows = [r for r in synthetic_rows("mi300x", capture=4096) if not r["adaptive"]]  # no adaptive run, no overrun
+    s = state(tmp_path)
+    lines, kept = R.run_calibrate(CAT, MODEL, "mi300x", write_csv(tmp_path / "t.csv", rows), s)
+    public = stored().params
+    text = "\n".join(lines)
+    assert kept and "adaptive not identified" in lines[1] and "eager not identified" in lines[1]
+    assert f"adaptive: not identified (needs an adaptive run); the public value {public.adaptive_ms:g} ms is used" in text
+    assert "eager term: not identified (needs a run whose verify batch exceeds its capture size)" in text
+    assert "spread: not identified" in text
+    calib, _ = R.host_calibration(MODEL.key, "mi300x", TP, s)
+    assert calib.params.adaptive_ms == public.adaptive_ms and calib.params.eager_launch_ms == public.eager_launch_ms
+    assert set(calib.not_identified) == {"adaptive_ms", "eager_launch_ms", "eager_per_token_ms", "spread"}
+
+
+def test_host_fit_notes_describe_the_host_fit_not_the_public_ab(tmp_path):
+    rows = [r for r in synthetic_rows("mi300x") if not r["adaptive"]]
+    s = state(tmp_path)
+    R.run_calibrate(CAT, MODEL, "mi300x", write_csv(tmp_path / "t.csv", rows), s)
+    calib, note = R.host_calibration(MODEL.key, "mi300x", TP, s)
+    plan = plan_profile(CAT, MODEL, "mi300x", concurrencies=[16, 128], calibration=calib, calibration_note=note)
+    text = "\n".join(plan.notes)
+    assert "fit to this host's own runs" in text and "adaptive not identified by these runs" in text
+    for public_only in ("fit to public measurements", "the calibration is one public A/B",
+                        "a rebuild of the same A/B on another image"):
+        assert public_only not in text

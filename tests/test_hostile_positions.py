@@ -1,7 +1,7 @@
 """Hostile strings through every position a user controls, end to end (issue #14, item 5).
 
 The real CLI resolves the plan (`recipe --format json`) and writes the launcher and the unit (`launch`); the
-launcher then runs for real with the stand-in `vllm` of tests/test_launchers_run.py (an instrument that records
+launcher then runs for real with the stand-in `vllm` of tests/helpers/launcher_rig.py (an instrument that records
 its exact argv bytes and environment). Every value must arrive byte for byte, nothing may run, the script must
 pass shellcheck, and the systemd unit, as systemd itself reads it (`systemd-analyze security --offline`), must
 still run as the service user. A value a position cannot carry must be refused in one line, exit 2.
@@ -21,7 +21,7 @@ import pytest
 from rocm_dspark.cli import cli as cli_group
 from tests.conftest import CLI, cli_env
 from tests.fuzz_cli import make_runner
-from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
+from tests.helpers.launcher_rig import Rig, free_port, start_ready, stop_and_check
 
 SHELLCHECK = shutil.which("shellcheck") or str(Path(os.sys.executable).with_name("shellcheck"))
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.images import registry as reg_mod
+from tests.helpers.launcher_rig import Rig, free_port, start_ready, stop_and_check
 from tests.registry_rig import DOCKER, recipes_on, registry  # noqa: F401 (fixture)
-from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
 
 ROCM72 = ["PATH=/usr/bin", "ROCM_VERSION=7.2.3"]
 ROCM100 = ["PATH=/usr/bin", "ROCM_VERSION=10.0.0"]
@@ -147,8 +147,8 @@ def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, mon
     registry.push("v0.33.0", "other", ROCM72)
     monkeypatch.setenv("ROCM_DSPARK_RECIPES", env["ROCM_DSPARK_RECIPES"])
     from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.up.pull import PullFailed, pin
     from rocm_dspark.recipe.resolve import Selection, resolve
+    from rocm_dspark.up.pull import PullFailed, pin
 
     cat = load_catalog(env["ROCM_DSPARK_RECIPES"])
     rig = Rig(tmp / "rig")
@@ -173,7 +173,7 @@ def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, mon
 def test_a_tag_only_launcher_without_a_local_copy_stops_before_starting_and_never_pulls(tmp_path):
     """No registry needed: the host holds no copy, so the first start says how to get one; and a --model-path
     removed after the launcher was written is refused before anything starts."""
-    from tests.test_launchers_run import make_plan
+    from tests.helpers.launcher_rig import make_plan
 
     rig = Rig(tmp_path / "rig")
     store = tmp_path / "images"

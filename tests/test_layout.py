@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -69,12 +70,18 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once per session: the checks below walk the same trees."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(path: Path) -> list[tuple[str, int]]:
     """(imported module, line) for every import in the file: top-level and inside functions, relative ones
     resolved, and importlib.import_module("literal")."""
     found = []
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -92,6 +99,7 @@ def imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def graph() -> dict[str, set[str]]:
     edges = {}
     for name, path in MODULES.items():
@@ -243,7 +251,7 @@ def private_imports() -> list[str]:
     """`from rocm_dspark.x import _name` in another module: a shared name should be public (or moved)."""
     out = []
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rocm_dspark") and node.level == 0:
                 out += [f"{name}:{node.lineno} imports {node.module}.{a.name}" for a in node.names
                         if a.name.startswith("_") and not a.name.startswith("__")]

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rocm_dspark.recipe.catalog import load_catalog, recipes_dir
 from rocm_dspark.cli import cli
+from rocm_dspark.recipe.catalog import load_catalog, recipes_dir
 from rocm_dspark.recipe.memory import RankLayout, engram_dp_group
 
 MODEL = yaml.safe_load((recipes_dir() / "models" / "deepseek-v4.1-flash.yaml").read_text())
@@ -113,7 +113,7 @@ def _recipe(argv):
 def test_every_plan_recommendation_is_applied_by_the_recipe_command_it_prints(gpu, monkeypatch):
     """`--adaptive on` needs this host's proof: stubbed as held (a real one needs an MI300-class host)."""
     from rocm_dspark.probe import gate
-    from tests.test_gate_payoff import PROVEN
+    from tests.helpers.ab_records import PROVEN
 
     monkeypatch.setattr(gate, "gate_verdict", lambda *a, **k: PROVEN)
     r = CliRunner().invoke(cli, ["plan", "--model", "V4.1-Flash", "--gpu", gpu, "--json"])

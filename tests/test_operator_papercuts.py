@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from tests.conftest import CLI, cli_env
-from tests.test_catalog import _break
+from tests.helpers.recipes import _break
 
 V41 = ["--model", "V4.1-Flash", "--gpu", "mi300x"]
 
@@ -52,8 +52,8 @@ def test_a_repeated_env_cannot_change_a_plan_owned_value(key):
 
 # 3 -------------------------------------------------------------------------------------------------------
 def test_up_with_env_hf_token_does_not_warn_anonymous(monkeypatch, tmp_path):
-    from rocm_dspark.usecase.launch_plan import plan_from_options
     from rocm_dspark.up import prereq
+    from rocm_dspark.usecase.launch_plan import plan_from_options
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # no token file either
@@ -143,8 +143,8 @@ def test_a_missing_model_path_is_warned_for_elsewhere_and_refused_here(tmp_path)
 
 
 def test_local_cpu_wants_a_config_in_the_model_dir(tmp_path):
-    from rocm_dspark.usecase.launch_plan import plan_from_options
     from rocm_dspark.up import prereq
+    from rocm_dspark.usecase.launch_plan import plan_from_options
 
     plan = plan_from_options({"model": "V4.1-Flash", "gpu": "mi300x"})
     check = prereq.download_checks(plan, str(tmp_path), needs_download=False)[0]

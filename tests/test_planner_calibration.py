@@ -20,8 +20,26 @@ HELD_OUT_GAIN_BOUND_PP = 12.0
 
 
 @pytest.fixture(scope="module")
-def refit():
-    return C.fit()
+def fits():
+    """fit() once, keeping each capture reading's own fit (fit_reading) for the tests that compare the readings:
+    the same fits fit() makes, not a second run of them."""
+    readings = {}
+    real = C.fit_reading
+
+    def keep(data, catalog, largest):
+        readings[largest] = real(data, catalog, largest)
+        return readings[largest]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(C, "fit_reading", keep)
+        calib = C.fit()
+    assert sorted(readings) == [512, 2048]
+    return calib, readings
+
+
+@pytest.fixture(scope="module")
+def refit(fits):
+    return fits[0]
 
 
 def test_refit_matches_the_stored_fit(refit):
@@ -36,6 +54,23 @@ def test_refit_matches_the_stored_fit(refit):
     assert refit.held_out_error_pct == stored.held_out_error_pct
     assert refit.held_out_payoff_error_pp == stored.held_out_payoff_error_pp
     assert refit.cross_build_spread_pct == stored.cross_build_spread_pct
+
+
+def test_the_fit_block_carries_every_fitted_field_and_reads_back_as_fitted(refit):
+    """fit() -> fit_block() (what scripts/refit_step_cost.py --write stores) -> stored(): one list of the fields,
+    so a field the fit gains cannot be dropped on the way to `plan`; read back unrounded, it is the fit."""
+    from dataclasses import fields
+
+    provenance = {"source_url", "source_label", "model", "gpu", "tp", "bandwidth_efficiency", "rows", "readings",
+                  "host", "not_identified", "params"}
+    block = C.fit_block(refit)
+    assert set(block) == {f.name for f in fields(C.StepParams)} | {f.name for f in fields(C.Calibration)} - provenance
+    data = C.load_data()
+    assert list(block) == list(data["fit"])  # the file's own order: a --write rewrites only the numbers
+    back = C.stored({**data, "fit": block})
+    for f in fields(C.Calibration):
+        if f.compare:
+            assert getattr(back, f.name) == getattr(refit, f.name), f.name
 
 
 def test_held_out_error_within_the_stated_bound(refit):
@@ -55,14 +90,13 @@ DOC_HELD_OUT = {512: (33.9, 57.4), 2048: (14.1, 11.7)}
 DOC_STATED = (44.0, 57.3)
 
 
-def test_both_capture_readings_are_fitted_and_the_stated_error_covers_them(refit):
+def test_both_capture_readings_are_fitted_and_the_stated_error_covers_them(fits):
+    refit, readings = fits
     assert refit.capture_known is False
     got = {r["capture_size"]: (r["held_out_error_pct"], r["held_out_payoff_error_pp"]) for r in refit.readings}
     assert got == DOC_HELD_OUT
     assert (refit.held_out_error_pct, refit.held_out_payoff_error_pp) == DOC_STATED
-    from rocm_dspark.recipe.catalog import load_catalog
-
-    other = C.fit_reading(C.load_data(), load_catalog(), 512)
+    other = readings[512]
     diff_pct = max(abs(p / q - 1) * 100 for a, b in zip(refit.rows, other.rows)
                    for p, q in zip(a["predicted"], b["predicted"]))
     diff_pp = max(abs(a["adaptive_gain_pct"][1] - b["adaptive_gain_pct"][1]) for a, b in zip(refit.rows, other.rows))
@@ -86,13 +120,23 @@ def test_leave_one_concurrency_out_on_vllm52362_matches_the_documented_figures()
     assert (pct, pp) == (30.3, 45.5)
 
 
-def test_the_refit_prints_old_and_new_held_out_error():
-    proc = subprocess.run([sys.executable, "scripts/refit_step_cost.py"], capture_output=True, text=True,
+def test_the_refit_prints_old_and_new_held_out_error(refit, monkeypatch, capsys):
+    # The script stands alone (its own sys.path, imports, options) ...
+    proc = subprocess.run([sys.executable, "scripts/refit_step_cost.py", "--help"], capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("held-out error, previous fit"))
+    assert proc.returncode == 0 and "--write" in proc.stdout, proc.stderr
+    # ... and its main() prints this fit (the module's one, not a second identical refit of the same data).
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("refit_step_cost", "scripts/refit_step_cost.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.setattr(script, "fit", lambda data: refit if data == C.load_data() else pytest.fail("another data"))
+    assert script.main([]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("held-out error, previous fit"))
     assert "14.1% tok/s, 11.7 points" in line and "covering the readings: 44% and 57.3 points" in line
-    assert "capture reading 512" in proc.stdout and "capture reading 2048" in proc.stdout
+    assert "capture reading 512" in out and "capture reading 2048" in out
 
 
 def test_data_points_are_the_public_ones():

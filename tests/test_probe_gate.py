@@ -18,72 +18,12 @@ import sys
 
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
-from rocm_dspark.probe import fingerprint, gate, store
+from rocm_dspark.probe import fingerprint, gate
 from rocm_dspark.probe.fingerprint import FIELDS
-from rocm_dspark.probe.record import LevelResult, build_record
-from rocm_dspark.recipe.resolve import Selection, resolve, resolve_plan
-from tests.conftest import CLI, FIXTURES, cli_env
-
-ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"
-SELECTION = Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.32.0")
-
-# Level results as a GPU host would write them (formats of static.py, kernel.py + selfcheck, live.py).
-STATIC_OK = LevelResult("static", True, True, "8x AMD Instinct MI300X (gfx942) ...; checks pass with the rocm-dspark plugin",
-                        "valid for gating: checks ran on this host's ROCm platform", "2026-11-29T10:00:00Z", 30.0,
-                        {"forced_platform": False, "checks_used": "with_plugin", "checks": []})
-KERNEL_OK = LevelResult("kernel", True, True, "5 device layouts match the reference within tolerance; host-planned control caught; AMD Instinct MI300X, graph replay",
-                        "valid for gating: AMD Instinct MI300X (gfx942:sramecc+:xnack-), HIP graph replay",
-                        "2026-11-29T10:00:30Z", 20.0,
-                        {"passed": True, "device": "cuda", "interpreted": False, "layouts_checked": 5,
-                         "negative_control_caught": True, "negative_control_agrees_on_uniform": True,
-                         "graph_replay": True, "device_name": "AMD Instinct MI300X", "arch": "gfx942:sramecc+:xnack-",
-                         "hip_version": "6.2.41133-dd7f95766"})
-LIVE_OK = LevelResult("live", True, True, "ready after 1500.0 s; deterministic check passed; ...",
-                      "valid for gating: the plan's own command with enable_adaptive_verification on",
-                      "2026-11-29T10:01:00Z", 1600.0,
-                      {"source": "plan", "attached": False, "adaptive_verification": True, "ready": True,
-                       "token_correct": True, "reference_independent": True})
-LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: ValueError: Adaptive verification trims ...",
-                                evidence={**LIVE_OK.evidence, "ready": False})
-
-
-@pytest.fixture
-def mi300x_host(tmp_path, monkeypatch):
-    """This process sees an MI300X x8 host with ROCm 6.2.3 and amdgpu 6.8.5 (instruments, see module doc)."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    tool = bindir / "rocminfo"
-    tool.write_text(f"#!/bin/sh\ncat {ROCMINFO_MI300X_X8}\n")
-    tool.chmod(0o755)
-    rocm = tmp_path / "rocm"
-    (rocm / ".info").mkdir(parents=True)
-    (rocm / ".info" / "version").write_text("6.2.3\n")
-    driver = tmp_path / "amdgpu-version"
-    driver.write_text("6.8.5\n")
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("ROCM_PATH", str(rocm))
-    monkeypatch.setattr(fingerprint, "AMDGPU_VERSION_FILE", driver)
-    return tmp_path / "state"
-
-
-_SEQ = iter(range(10, 100))
-
-
-def write(state, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_OK), *, override=None, record_id=None) -> tuple[str, str]:
-    """Write a record built by the real code; returns (id, path). Later calls get later ids."""
-    rid = record_id or f"20261129T10{next(_SEQ):02d}00Z-{os.urandom(4).hex()}"
-    data = build_record(record_id=rid, created_at="2026-11-29T10:00:00Z", finished_at="2026-11-29T10:30:00Z",
-                        toolkit_version=fp["toolkit_version"], host={"hostname": "mi300x-host", "platform": "Linux"},
-                        selection=SELECTION._asdict(), fingerprint=fp,
-                        levels_requested=[lv.name for lv in levels] or ["static"], levels=list(levels),
-                        live_override=override)
-    path = store.write_record(store.records_dir(state), data)
-    return rid, str(path)
-
-
-def here(catalog, selection=SELECTION) -> dict:
-    return fingerprint.current_fingerprint(catalog, resolve_plan(catalog, selection))
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.resolve import resolve, resolve_plan
+from tests.conftest import CLI, cli_env
+from tests.helpers.probe_records import KERNEL_OK, LIVE_OK, LIVE_REFUSED, SELECTION, STATIC_OK, here, write
 
 
 def test_no_record_is_cheap_and_says_where_it_looked(tmp_path, monkeypatch):
@@ -335,9 +275,8 @@ def test_recipe_turns_it_on_from_a_record_without_heavy_imports(cli_host, tmp_pa
     cannot decide at c=128 (its stated error covers both capture readings of vllm#52362, issue 24), so the
     same recipe stays off until this host's own calibration (`plan --calibrate`, whose table shows
     adaptive paying there) is stored; the payoff half reads data, so the recipe path imports nothing heavy."""
-    from tests.test_host_fit import synthetic_table
-
     from rocm_dspark.probe.calibration_record import run_calibrate
+    from tests.helpers.host_fit_tables import synthetic_table
 
     state, env = cli_host
     rid, _ = write(state, here(load_catalog(), SELECTION._replace(concurrency=128)))
@@ -393,11 +332,10 @@ def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
 
 def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host, monkeypatch, tmp_path):
     """The gate reads the plan it is given (its adaptive command); it never resolves a second time."""
-    from tests.test_host_fit import synthetic_table
-
+    from rocm_dspark.probe.calibration_record import run_calibrate
     from rocm_dspark.recipe import resolve as resolver
     from rocm_dspark.usecase import launch_plan as selection
-    from rocm_dspark.probe.calibration_record import run_calibrate
+    from tests.helpers.host_fit_tables import synthetic_table
 
     catalog = load_catalog()
     rid, _ = write(mi300x_host, here(catalog, SELECTION._replace(concurrency=128)))
@@ -415,7 +353,8 @@ def test_one_resolution_per_command_even_when_a_record_is_consulted(mi300x_host,
 def test_recipe_ab_record_decides_and_on_warns_when_it_loses(cli_host):
     """A measured A/B at the declared concurrency beats the prediction: at c=128 the prediction says
     pays, a record that measured a loss there keeps auto off, and --adaptive on warns."""
-    from rocm_dspark.probe import ab_record, store as ab_store
+    from rocm_dspark.probe import ab_record
+    from rocm_dspark.probe import store as ab_store
 
     state, env = cli_host
     fp = here(load_catalog(), SELECTION._replace(concurrency=128))

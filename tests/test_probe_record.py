@@ -1,42 +1,14 @@
-"""Probe records and their store: strict schema, content digest, atomic writes, state directory."""
+"""Probe records: strict schema, content digest, the launch identity (their store: tests/test_store.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.probe import store
-from rocm_dspark.probe.fingerprint import FIELDS
-from rocm_dspark.probe.record import (
-    SCHEMA, LevelResult, RecordError, build_record, content_hash, parse_record, parse_record_data,
-)
-
-
-def fingerprint_dict(**changes) -> dict:
-    fp = {key: None for key, _ in FIELDS}
-    fp.update(toolkit_version="0.1.0", vllm_version="0.32.0", torch_version="2.13.0+cpu", gpu_count=0,
-              model_id="deepseek-ai/DeepSeek-V4.1-Flash", model_revision="dba1be0", gpu="mi300x", plan_vllm="0.32.0",
-              image="vllm/vllm-openai-rocm@sha256:00", tp=8, dp=1, ep=1, nodes=1, num_speculative_tokens=5,
-              max_num_seqs=128, launch={"argv": ["vllm", "serve", "x"], "env": {"A": "1"}})
-    fp.update(changes)
-    return fp
-
-
-def level(name="static", passed=True, **evidence) -> LevelResult:
-    return LevelResult(name, passed, False, "why", "not valid for gating: test", "2026-11-29T10:00:00Z", 1.5, evidence)
-
-
-def make(levels=(), requested=("static",), **changes) -> dict:
-    args = dict(record_id="20261129T100000Z-0123abcd", created_at="2026-11-29T10:00:00Z",
-                finished_at="2026-11-29T10:00:02Z", toolkit_version="0.1.0", host={"hostname": "h", "platform": "p"},
-                selection={"model": "V4.1-Flash"}, fingerprint=fingerprint_dict(), levels_requested=requested,
-                levels=list(levels) or [level()], live_override=None)
-    args.update(changes)
-    return build_record(**args)
+from rocm_dspark.probe.record import SCHEMA, RecordError, content_hash, parse_record, parse_record_data
+from tests.helpers.probe_records import fingerprint_dict, level, make
 
 
 def reseal(data: dict) -> str:
@@ -112,68 +84,7 @@ def test_parse_record_data_accepts_the_built_dict():
     assert parse_record_data(make()).levels[0].name == "static"
 
 
-# --- store -----------------------------------------------------------------------------------------
-
-
-def test_state_dir_precedence(monkeypatch, tmp_path):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv(store.ENV_VAR, raising=False)
-    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
-    assert store.state_dir() == tmp_path / "home" / ".local" / "state" / "rocm-dspark"
-    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
-    assert store.state_dir() == tmp_path / "home" / ".local" / "state" / "rocm-dspark"
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
-    assert store.state_dir() == tmp_path / "xdg" / "rocm-dspark"
-    monkeypatch.setenv(store.ENV_VAR, str(tmp_path / "env"))
-    assert store.state_dir() == tmp_path / "env"
-    assert store.state_dir(tmp_path / "flag") == tmp_path / "flag"
-    assert store.records_dir(tmp_path / "flag") == tmp_path / "flag" / "probe"
-
-
-def test_write_is_atomic_and_listing_is_newest_first(tmp_path):
-    directory = tmp_path / "probe"
-    assert store.record_files(directory) == []  # missing directory: no records, no error
-    for rid in ("20261129T100000Z-0000000a", "20261130T090000Z-0000000b", "20261129T120000Z-0000000c"):
-        store.write_record(directory, make(record_id=rid))
-    (directory / ".20261201T000000Z-0000000d.json.123.tmp").write_text("{")  # a write in progress
-    (directory / "notes.txt").write_text("operator notes")
-    names = [p.name for p in store.record_files(directory)]
-    assert names == ["20261130T090000Z-0000000b.json", "20261129T120000Z-0000000c.json",
-                     "20261129T100000Z-0000000a.json"]
-    assert [p.name for p in store.record_files(directory, limit=1)] == names[:1]
-    assert parse_record((directory / names[0]).read_text()).id == "20261130T090000Z-0000000b"
-
-
-def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
-    directory = tmp_path / "probe"
-    old = store.write_record(directory, make())
-    before = old.read_text()
-
-    def broken_fsync(*args, **kwargs):  # the disk fills up after the temp file was created
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr("rocm_dspark.atomic.os.fsync", broken_fsync)
-    with pytest.raises(UsageError, match="cannot write the record to .* No space left on device"):
-        store.write_record(directory, make())  # same id: would replace the old file
-    assert old.read_text() == before
-    assert sorted(os.listdir(directory)) == [old.name]
-
-
-def test_unwritable_state_dir_is_a_one_line_usage_error(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    with pytest.raises(UsageError) as info:
-        store.write_record(blocker / "probe", make())
-    assert "pass --state-dir" in str(info.value) and "\n" not in str(info.value)
-
-
-def test_record_ids_sort_by_time():
-    from datetime import datetime, timezone
-
-    a = store.new_record_id(datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc))
-    b = store.new_record_id(datetime(2026, 11, 29, 10, 0, 1, tzinfo=timezone.utc))
-    assert a.startswith("20261129T100000Z-") and a < b
-    assert Path(f"{a}.json").stem == a
+# --- the launch identity a record keeps ----------------------------------------------------------------
 
 
 def test_launch_identity_of_a_command_made_outside_resolve_drops_only_where_it_listens():

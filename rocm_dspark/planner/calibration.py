@@ -451,44 +451,65 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             spread_pct = max(spread_pct, *(abs(o / b - 1) * 100 for o, b in
                                           zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad))))
             spread_pp = max(spread_pp, abs(100 * (o_ad / o_fixed - b_ad / b_fixed)))
-    return Calibration(params=params, acceptance_length=round(al, 2), held_out_error_pct=round(worst_pct, 1),
-                       held_out_payoff_error_pp=round(worst_pp, 1), cross_build_spread_pct=round(spread_pct, 1),
-                       cross_build_spread_pp=round(spread_pp, 1), source_url=src["url"],
-                       source_label=f"{model.key}, {src['tp']}x {gpu.key} TP{src['tp']}, {src['url'].rsplit('/', 3)[-3]}#"
-                                    f"{src['url'].rsplit('/', 1)[-1]}",
-                       model=model.key, gpu=gpu.key, tp=int(src["tp"]), bandwidth_efficiency=eff, rows=rows,
-                       capture_size=int(largest),
-                       readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
-                                  "held_out_error_pct": round(worst_pct, 1), "held_out_payoff_error_pp": round(worst_pp, 1),
-                                  "eager_launch_ms": round(params.eager_launch_ms, 6),
-                                  "eager_per_token_ms": round(params.eager_per_token_ms, 6),
-                                  "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
+    return public_calibration(data, params, acceptance_length=round(al, 2), held_out_error_pct=round(worst_pct, 1),
+                              held_out_payoff_error_pp=round(worst_pp, 1), cross_build_spread_pct=round(spread_pct, 1),
+                              cross_build_spread_pp=round(spread_pp, 1), rows=rows, capture_size=int(largest),
+                              readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
+                                         "held_out_error_pct": round(worst_pct, 1),
+                                         "held_out_payoff_error_pp": round(worst_pp, 1),
+                                         "eager_launch_ms": round(params.eager_launch_ms, 6),
+                                         "eager_per_token_ms": round(params.eager_per_token_ms, 6),
+                                         "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
+
+
+# The `fit:` block of recipes/step_cost.yaml: fit() -> fit_block() (scripts/refit_step_cost.py --write) ->
+# stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`.
+FIT_PARAMS = (*LINEAR, "adaptive_ms", "rho", "spread", "eager_launch_ms", "eager_per_token_ms")
+FIT_FIELDS = ("acceptance_length", "held_out_error_pct", "held_out_payoff_error_pp", "cross_build_spread_pct",
+              "cross_build_spread_pp", "capture_size", "capture_known", "fit_held_out_error_pct",
+              "fit_held_out_payoff_error_pp", "reading_spread_pct", "reading_spread_pp")
+_FIT_REQUIRED = (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")
+_FIT_DEFAULTS = {"spread": 0.0, "eager_launch_ms": 0.0, "eager_per_token_ms": 0.0, "capture_size": None,
+                 "capture_known": True, "fit_held_out_error_pct": None, "fit_held_out_payoff_error_pp": None,
+                 "reading_spread_pct": 0.0, "reading_spread_pp": 0.0}
+_FIT_ORDER = (*FIT_PARAMS[:7], *FIT_FIELDS[:5], *FIT_PARAMS[7:], *FIT_FIELDS[5:])  # the file's order
+_FIT_FLOATS = ("acceptance_length", "held_out_error_pct", "held_out_payoff_error_pp", "cross_build_spread_pct",
+               "cross_build_spread_pp", "reading_spread_pct", "reading_spread_pp")
+
+
+def source_label(src: dict) -> str:
+    """"DeepSeek-V4-Flash, 8x mi350x TP8, vllm#52362": a public source's label, fitted or stored."""
+    return f"{src['model']}, {src['tp']}x {src['gpu']} TP{src['tp']}, {src['url'].rsplit('/', 3)[-3]}#" \
+           f"{src['url'].rsplit('/', 1)[-1]}"
+
+
+def fit_block(calib: Calibration) -> dict:
+    """The `fit:` block's values for this calibration (what stored() reads back)."""
+    values = {**{key: getattr(calib.params, key) for key in FIT_PARAMS},
+              **{key: getattr(calib, key) for key in FIT_FIELDS}}
+    return {key: values[key] for key in _FIT_ORDER}
 
 
 def stored(data: dict | None = None) -> Calibration:
     """The fit as stored in step_cost.yaml (what `plan` uses: no refit on every run)."""
     data = data or load_data()
     f = data.get("fit") or {}
-    src = data["sources"][data["split"]["source"]]
-    if any(f.get(key) is None for key in (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")):
+    if any(f.get(key) is None for key in _FIT_REQUIRED):
         raise UsageError("recipes/step_cost.yaml has no fit; run `python scripts/refit_step_cost.py --write`")
-    params = StepParams(*(float(f[key]) for key in LINEAR), adaptive_ms=float(f["adaptive_ms"]), rho=float(f["rho"]),
-                        spread=float(f.get("spread") or 0.0), eager_launch_ms=float(f.get("eager_launch_ms") or 0.0),
-                        eager_per_token_ms=float(f.get("eager_per_token_ms") or 0.0))
-    return Calibration(params=params, acceptance_length=float(f["acceptance_length"]),
-                       held_out_error_pct=float(f["held_out_error_pct"]),
-                       held_out_payoff_error_pp=float(f["held_out_payoff_error_pp"]),
-                       cross_build_spread_pct=float(f["cross_build_spread_pct"]),
-                       cross_build_spread_pp=float(f["cross_build_spread_pp"]), source_url=src["url"],
-                       source_label=f"{src['model']}, {src['tp']}x {src['gpu']} TP{src['tp']}, vllm#"
-                                    f"{src['url'].rsplit('/', 1)[-1]}",
+    f = {**_FIT_DEFAULTS, **{key: value for key, value in f.items() if value is not None}}
+    params = StepParams(**{key: float(f[key]) for key in FIT_PARAMS})
+    fields = {key: f[key] for key in FIT_FIELDS}
+    fields.update({key: float(fields[key]) for key in _FIT_FLOATS}, capture_known=bool(fields["capture_known"]))
+    return public_calibration(data, params, **fields)
+
+
+def public_calibration(data: dict, params: StepParams, **fields) -> Calibration:
+    """The public calibration's one constructor, for the fit (fit_reading) and the stored fit (stored): where it
+    comes from is step_cost.yaml's calibration source, in both."""
+    src = data["sources"][data["split"]["source"]]
+    return Calibration(params=params, **fields, source_url=src["url"], source_label=source_label(src),
                        model=src["model"], gpu=src["gpu"], tp=int(src["tp"]),
-                       bandwidth_efficiency=float(data["bandwidth_efficiency"]),
-                       capture_size=f.get("capture_size"), capture_known=bool(f.get("capture_known", True)),
-                       fit_held_out_error_pct=f.get("fit_held_out_error_pct"),
-                       fit_held_out_payoff_error_pp=f.get("fit_held_out_payoff_error_pp"),
-                       reading_spread_pct=float(f.get("reading_spread_pct") or 0.0),
-                       reading_spread_pp=float(f.get("reading_spread_pp") or 0.0))
+                       bandwidth_efficiency=float(data["bandwidth_efficiency"]))
 
 
 # --- the cost object the simulator and the scheduler use --------------------------------------------

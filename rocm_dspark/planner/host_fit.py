@@ -274,12 +274,26 @@ def unidentified(rows) -> tuple[str, ...]:
     return tuple(out + ["spread"])
 
 
+def calibration(params, *, acceptance_length: float, loo_error_pct: float, payoff_error_pp: float, points: list,
+                model: str, gpu: str, tp: int, not_identified, source_url: str, source_label: str):
+    """This host's fit as a Calibration: the one constructor, for the fit (calibrate) and for its signed record
+    read back (probe.calibration_record.host_calibration), so a kept fit is read back as it was fitted."""
+    from rocm_dspark.planner.calibration import Calibration, load_data
+
+    return Calibration(params=params, acceptance_length=float(acceptance_length), held_out_error_pct=float(loo_error_pct),
+                       held_out_payoff_error_pp=float(payoff_error_pp), cross_build_spread_pct=0.0,
+                       cross_build_spread_pp=0.0, source_url=source_url, source_label=source_label, model=model,
+                       gpu=gpu, tp=int(tp), bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]),
+                       capture_size=max((int(r["capture_size"]) for r in points), default=None), host=True,
+                       not_identified=tuple(not_identified))
+
+
 def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
     """Read, check and fit FILE (or a list of files, their runs together) for (model, GPU).
     Returns (Calibration, leave-one-out errors, rows). Terms no run identifies take the public values."""
     from dataclasses import replace
 
-    from rocm_dspark.planner.calibration import Calibration, load_data, physics_for, stored
+    from rocm_dspark.planner.calibration import load_data, physics_for, stored
 
     paths = list(path) if isinstance(path, (list, tuple)) else [path]
     rows = [r for p in paths for r in read_table(p)]
@@ -301,10 +315,8 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
     params = replace(params, **{term: getattr(public, term) for term in missing if term != "spread"})
     spec = [r["acceptance_length"] for r in rows if r["k"] and not r["adaptive"]]
     err = round(max(loo), 1)
-    calib = Calibration(params=params, acceptance_length=round(sum(spec) / len(spec), 2), held_out_error_pct=err,
-                        held_out_payoff_error_pp=round(2 * err, 1), cross_build_spread_pct=0.0,
-                        cross_build_spread_pp=0.0, source_url=str(path),
-                        source_label=f"this host ({model.key}, {tp}x {gpu.key}, plan --calibrate, {len(rows)} runs)",
-                        model=model.key, gpu=gpu.key, tp=tp, bandwidth_efficiency=float(data["bandwidth_efficiency"]),
-                        capture_size=max(r["capture_size"] for r in rows), host=True, not_identified=missing)
+    calib = calibration(params, acceptance_length=round(sum(spec) / len(spec), 2), loo_error_pct=err,
+                        payoff_error_pp=round(2 * err, 1), points=rows, model=model.key, gpu=gpu.key, tp=tp,
+                        not_identified=missing, source_url=str(path),
+                        source_label=f"this host ({model.key}, {tp}x {gpu.key}, plan --calibrate, {len(rows)} runs)")
     return calib, loo, rows

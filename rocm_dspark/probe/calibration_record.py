@@ -102,18 +102,15 @@ def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
     rec, note = newest(model_key, gpu_key, tp, state_dir)
     if rec is None:
         return None, note
-    from rocm_dspark.planner.calibration import Calibration, StepParams, load_data
+    from rocm_dspark.planner.calibration import StepParams
+    from rocm_dspark.planner.host_fit import calibration
 
-    p = rec["params"]
-    calib = Calibration(params=StepParams(**{k: float(v) for k, v in p.items()}),
-                        acceptance_length=float(rec["acceptance_length"]),
-                        held_out_error_pct=float(rec["loo_error_pct"]),
-                        held_out_payoff_error_pp=float(rec["payoff_error_pp"]), cross_build_spread_pct=0.0,
-                        cross_build_spread_pp=0.0, source_url=f"{directory(state_dir)}/{rec['id']}.json",
-                        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)",
-                        model=rec["model"], gpu=rec["gpu"], tp=int(rec["tp"]),
-                        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]), host=True,
-                        not_identified=tuple(rec.get("not_identified", ())))
+    calib = calibration(StepParams(**{k: float(v) for k, v in rec["params"].items()}),
+                        acceptance_length=rec["acceptance_length"], loo_error_pct=rec["loo_error_pct"],
+                        payoff_error_pp=rec["payoff_error_pp"], points=rec["points"], model=rec["model"],
+                        gpu=rec["gpu"], tp=rec["tp"], not_identified=rec.get("not_identified", ()),
+                        source_url=f"{directory(state_dir)}/{rec['id']}.json",
+                        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)")
     return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
                    f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
                    f"public one")

@@ -1,22 +1,32 @@
-"""Gate attacks (issue #14, item 1): records the trust model in the README must not trust, and the proofs junk
-must not hide. Records are built and signed by the real code (tests/test_probe_gate.py explains the host)."""
+"""rocm_dspark.probe.store: the state directory, atomic record writes and listing, the host key, and the trust
+model the README states (owner and mode checks, bounded safe reads, this host's HMAC, sane times) for the probe
+and A/B record directories alike.
+
+Gate attacks (issue #14, item 1): records the trust model must not trust, and the proofs junk must not hide.
+Records are built and signed by the real code (tests/test_probe_gate.py explains the host)."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import secrets
 import stat
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.probe import gate, store
+from rocm_dspark.probe import gate, payoff, store
+from rocm_dspark.probe.record import parse_record
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import resolve_plan
 from tests.conftest import CLI, cli_env
-from tests.test_probe_gate import LIVE_REFUSED, SELECTION, here, mi300x_host, write  # noqa: F401 (fixture)
+from tests.helpers.ab_records import decide, write_ab
+from tests.helpers.probe_records import LIVE_REFUSED, SELECTION, here, make, write
 
 CAT = load_catalog()
 OTHER_UID = 65534  # nobody
@@ -141,7 +151,7 @@ def test_newest_is_the_signed_finish_time_not_the_file_name(mi300x_host, monkeyp
     fp = here(CAT)
     # A proof with the largest possible id but an older finish, then a refutation that finished later.
     write(mi300x_host, fp, record_id="99991231T235959Z-ffffffff")
-    import tests.test_probe_gate as tg
+    import tests.helpers.probe_records as tg
 
     real_build = tg.build_record
     monkeypatch.setattr(tg, "build_record", lambda **kw: real_build(**{**kw, "finished_at": "2026-11-29T11:00:00Z"}))
@@ -276,3 +286,174 @@ def test_ab_records_are_read_by_the_same_rules(tmp_path):
     tmp_path.chmod(0o777)
     decided, notes = payoff.from_ab_records(CAT, resolve_plan(CAT, SELECTION), 16, tmp_path, current={})
     assert decided is None and "are not trusted" in notes[0]
+
+
+# --- the store: state directory, atomic writes, listing, ids (from test_probe_record.py) ----------
+
+
+def test_state_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(store.ENV_VAR, raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    assert store.state_dir() == tmp_path / "home" / ".local" / "state" / "rocm-dspark"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
+    assert store.state_dir() == tmp_path / "home" / ".local" / "state" / "rocm-dspark"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    assert store.state_dir() == tmp_path / "xdg" / "rocm-dspark"
+    monkeypatch.setenv(store.ENV_VAR, str(tmp_path / "env"))
+    assert store.state_dir() == tmp_path / "env"
+    assert store.state_dir(tmp_path / "flag") == tmp_path / "flag"
+    assert store.records_dir(tmp_path / "flag") == tmp_path / "flag" / "probe"
+
+
+def test_write_is_atomic_and_listing_is_newest_first(tmp_path):
+    directory = tmp_path / "probe"
+    assert store.record_files(directory) == []  # missing directory: no records, no error
+    for rid in ("20261129T100000Z-0000000a", "20261130T090000Z-0000000b", "20261129T120000Z-0000000c"):
+        store.write_record(directory, make(record_id=rid))
+    (directory / ".20261201T000000Z-0000000d.json.123.tmp").write_text("{")  # a write in progress
+    (directory / "notes.txt").write_text("operator notes")
+    names = [p.name for p in store.record_files(directory)]
+    assert names == ["20261130T090000Z-0000000b.json", "20261129T120000Z-0000000c.json",
+                     "20261129T100000Z-0000000a.json"]
+    assert [p.name for p in store.record_files(directory, limit=1)] == names[:1]
+    assert parse_record((directory / names[0]).read_text()).id == "20261130T090000Z-0000000b"
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    directory = tmp_path / "probe"
+    old = store.write_record(directory, make())
+    before = old.read_text()
+
+    def broken_fsync(*args, **kwargs):  # the disk fills up after the temp file was created
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("rocm_dspark.atomic.os.fsync", broken_fsync)
+    with pytest.raises(UsageError, match="cannot write the record to .* No space left on device"):
+        store.write_record(directory, make())  # same id: would replace the old file
+    assert old.read_text() == before
+    assert sorted(os.listdir(directory)) == [old.name]
+
+
+def test_unwritable_state_dir_is_a_one_line_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(UsageError) as info:
+        store.write_record(blocker / "probe", make())
+    assert "pass --state-dir" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_record_ids_sort_by_time():
+    from datetime import datetime, timezone
+
+    a = store.new_record_id(datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc))
+    b = store.new_record_id(datetime(2026, 11, 29, 10, 0, 1, tzinfo=timezone.utc))
+    assert a.startswith("20261129T100000Z-") and a < b
+    assert Path(f"{a}.json").stem == a
+
+
+# --- the host key under races (from test_races_bounds.py) -----------------------------------------
+
+
+def test_host_key_two_first_probes_race_to_one_complete_key(tmp_path, monkeypatch):
+    """The first probe is held between creating its key and writing it; a second first probe must not see a
+    half-written key ("exists but is not a usable host key") and both must end with the same key."""
+    tmp_path.chmod(0o700)
+    real = secrets.token_hex
+    first_in, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow_token(n):
+        calls.append(n)
+        if len(calls) == 1:
+            first_in.set()
+            release.wait(10)
+        return real(n)
+
+    monkeypatch.setattr(secrets, "token_hex", slow_token)
+    got, errors = {}, []
+
+    def first():
+        try:
+            got["a"] = store.ensure_key(tmp_path)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert first_in.wait(10)
+    try:
+        got["b"] = store.ensure_key(tmp_path)
+    except Exception as exc:  # noqa: BLE001
+        errors.append(exc)
+    finally:
+        release.set()
+        t.join(10)
+    assert not errors, errors
+    assert got["a"] == got["b"] == store.read_key(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [store.KEY_FILE]  # no temp file left
+
+
+def _make_key(path, barrier, queue):
+    barrier.wait(10)
+    try:
+        queue.put(store.ensure_key(path).hex())
+    except Exception as exc:  # noqa: BLE001
+        queue.put(f"error: {exc}")
+
+
+def test_host_key_many_processes_at_once(tmp_path):
+    tmp_path.chmod(0o700)
+    ctx = multiprocessing.get_context("fork")
+    n = 6
+    barrier, queue = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_make_key, args=(tmp_path, barrier, queue)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    keys = [queue.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join(10)
+    assert len(set(keys)) == 1 and not keys[0].startswith("error"), keys
+
+
+# --- the A/B record directory by the same rules (from test_state_trust.py) ------------------------
+
+
+def test_a_signed_ab_record_in_a_world_writable_ab_dir_does_not_count(tmp_path, fp):
+    tmp_path.chmod(0o700)
+    write_ab(tmp_path, fp, block=1000, adaptive=1100)
+    assert decide(tmp_path, fp).state == payoff.PAYS
+    (tmp_path / "ab").chmod(0o777)
+    d = decide(tmp_path, fp)
+    assert d.state != payoff.PAYS and d.evidence == "prediction"
+    assert "are not trusted" in d.text and "mode 0777" in d.text and "chmod go-w" in d.text
+
+
+def test_a_symlinked_ab_dir_is_ignored_with_a_note_not_an_error(tmp_path, fp):
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    write_ab(real, fp, block=1000, adaptive=1100)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "ab").symlink_to(real / "ab")
+    d = decide(state, fp)  # was: UsageError "cannot read the probe record directory ... symlink"
+    assert d.evidence == "prediction" and "is a symlink" in d.text
+
+
+def test_a_record_from_another_host_sharing_the_state_dir_does_not_count(tmp_path, fp):
+    """NFS/PVC: one state dir (one host.key) seen by two hosts; host B's A/B record must not decide on host A."""
+    write_ab(tmp_path, dict(fp, host_id="machine-otherhost0000000"), block=1000, adaptive=1100)
+    d = decide(tmp_path, fp)
+    assert d.evidence == "prediction" and "host machine-otherhost0000000" in d.text
+
+
+@pytest.mark.parametrize("sub", ["probe", "ab"])
+def test_both_record_dirs_follow_the_same_directory_rules(tmp_path, sub):
+    from rocm_dspark.probe import store
+
+    tmp_path.chmod(0o700)
+    (tmp_path / sub).mkdir(mode=0o777)
+    (tmp_path / sub).chmod(0o777)
+    assert "mode 0777" in store.untrusted_reason(tmp_path, sub)
+    with pytest.raises(Exception, match="would not be trusted"):
+        store.prepare_dir(tmp_path / sub)
