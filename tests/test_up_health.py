@@ -268,3 +268,38 @@ def test_systemd_mode_runs_it_as_a_unit_that_systemd_accepts(tmp_path, monkeypat
     assert f"--listen 127.0.0.1:8001 --state-dir {tmp_path / 'state'}" in text  # the selection's --host here
     assert "\nProtectSystem=strict\n" in text and "\nCapabilityBoundingSet=\n" in text
 
+
+
+def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, monkeypatch):
+    """The phases up's steps write, in order. The starts are recorded, not run (as tests/test_up_loads.py does:
+    a vLLM start is the slow suite's); what is checked is that the state says not ready before anything stops."""
+    from tests.test_up_loads import FakeServer, _run as loads_run
+
+    from rocm_dspark.up import prove, serve, steps
+    from rocm_dspark.up.runner import UpRun
+
+    def start_process(launcher, env, *, host, port, log_path):
+        return FakeServer(f"http://127.0.0.1:{port}"), {"kind": "process", "pid": 4242, "host": host, "port": port,
+                                                         "launcher": str(launcher), "base_url": f"http://127.0.0.1:{port}"}
+
+    monkeypatch.setattr(service, "start_process", start_process)
+    monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
+    run = loads_run(tmp_path, "foreground", concurrency=(64,))
+    run.outputs["choose"] = steps.choose_run(run)
+    run.outputs["launchers"] = steps.launchers_run(run)
+    at_stop = []
+    monkeypatch.setattr(UpRun, "stop_service", lambda self: at_stop.append(dict(self.state.readiness)) or {})
+    monkeypatch.setattr(service, "alive", lambda svc: bool(svc))  # the recorded service "runs" once started
+    run.state.set_readiness(True, "serving", "block verification serves, validated (an earlier run)")
+    phases = lambda: run.state.readiness["phase"]  # noqa: E731
+    steps.start_run(run)  # no service yet: one load, then validating
+    assert phases() == "validating" and not run.state.readiness["ready"]
+    serve.load(run, "adaptive", "prove", phase="proving")
+    assert at_stop[-1]["phase"] == "proving" and at_stop[-1]["ready"] is False  # withdrawn before the block stop
+    assert phases() == "proving"  # still proving after the adaptive start is up: the gate has not decided
+    prove.validating(run, "adaptive", "kept: proven and paying")
+    assert phases() == "validating"
+    run.state.set_readiness(True, "serving", "adaptive verification serves, validated")
+    serve.load(run, "block", "back to block")
+    assert at_stop[-1]["phase"] == "starting" and at_stop[-1]["ready"] is False
+    assert len(at_stop) == 2 and [ld["command"] for ld in run.loads] == ["block", "adaptive", "block"]
