@@ -5,7 +5,7 @@ proves adaptive verification (pass `ready_args(port)` to its `up`):
 
     rport = free_port(); up = _up_args(...) + ready_args(rport)
     ... at the point it sees phase "proving" with two vLLM execs:  proving = while_proving(cli, state_dir, rport)
-    ... once `up` has exited 0:                                      after_up(cli, state_dir, rport)
+    ... once `up` has exited 0 (out: its output):                    after_up(cli, state_dir, rport, out)
     ... after `down`:                                                after_down(rport)
 
 Each asserts that GET /ready on the readiness server `up --ready-port` started (a real process, asked by a real
@@ -49,8 +49,11 @@ def while_proving(cli, state_dir, rport: int) -> dict:
     return body
 
 
-def after_up(cli, state_dir, rport: int) -> dict:
-    """`up` exited 0: the served command is final and validated: 200 "serving", status --ready exits 0."""
+def after_up(cli, state_dir, rport: int, up_output: str | None = None) -> dict:
+    """`up` exited 0: the served command is final and validated: 200 "serving", status --ready exits 0; its
+    summary (`up_output`, when given) names the readiness URL."""
+    if up_output is not None:
+        assert f"readiness GET http://127.0.0.1:{rport}/ready (200 when validated" in " ".join(up_output.split())
     code, body, rc, cli_body = _both(cli, state_dir, rport)
     assert code == 200 and body["ready"] is True and body["phase"] == "serving", body
     assert "validated" in body["why"] and rc == 0 and cli_body == body, (body, cli_body)
