@@ -303,3 +303,22 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     serve.load(run, "block", "back to block")
     assert at_stop[-1]["phase"] == "starting" and at_stop[-1]["ready"] is False
     assert len(at_stop) == 2 and [ld["command"] for ld in run.loads] == ["block", "adaptive", "block"]
+
+
+def test_a_kept_service_whose_validation_still_holds_serves_at_the_summary(tmp_path, monkeypatch):
+    """A run that died mid-load left "starting"; the rerun keeps the service it finds (same command, unchanged
+    launchers) and skips validate (its inputs equal the validated ones): the summary marks it serving. A failed
+    validation or a stopped service is never turned into ready."""
+    from rocm_dspark.up import steps
+
+    run = _run(tmp_path, "foreground", None)
+    run.state.set_service({"kind": "process", "pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
+                           "host": "127.0.0.1", "port": 18000, "command": "block", "base_url": "http://127.0.0.1:18000"})
+    run.outputs["validate"] = {"result": "pass", "report": "r/report.md"}
+    for phase, alive, ready in (("failed", True, False), ("starting", False, False), ("starting", True, True)):
+        monkeypatch.setattr(service, "alive", lambda svc, a=alive: a)
+        run.state.set_readiness(False, phase, "left by an earlier run")
+        steps._ready_if_validated(run)
+        assert run.state.readiness["ready"] is ready, (phase, alive, run.state.readiness)
+    assert run.state.readiness["why"] == ("block verification serves, validated (pass: r/report.md; its inputs "
+                                          "unchanged since)")

@@ -536,12 +536,24 @@ def validate_dry(run) -> list[str]:
 # -- 10. summary ---------------------------------------------------------------------------------------
 
 
+def _ready_if_validated(run) -> None:
+    """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
+    mid-load (still "starting") is the validated one, and serves."""
+    r, svc = run.state.readiness, run.state.service
+    if not r.get("ready") and r.get("phase") in ("starting", "validating") and service.alive(svc):
+        v = run.outputs.get("validate") or {}
+        run.state.set_readiness(True, "serving", f"{svc.get('command')} verification serves, validated "
+                                f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)")
+
+
 def summary_inputs(run) -> dict:
     return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
 
 
 def summary_run(run) -> dict:
     from rocm_dspark.up.summary import build_summary, summary_lines
+
+    _ready_if_validated(run)
 
     data = build_summary(run)
     run.write_json("summary.json", data)
