@@ -6,7 +6,7 @@ Used by tests/test_cli_fuzz.py (10^3 examples in the fast suite) and benchmarks/
 Real: option parsing, selection, resolve, gate, launch files, plan (simulator and plot), server-json and
 cost-table loading, probe --show, status. Stubbed, because each would run for minutes or start or stop servers:
 the body of a probe run (`run_probe`), of `validate` (`run_validation`), `plugin status` (`plugin_status`),
-`up` (`run_up`) and `down`, and `images`' registry questions (`report.run`, network); everything up to those calls
+`up` (`run_up`), `down`, `status --ready --listen`'s server (`serve_forever`), and `images`' registry questions (`report.run`, network); everything up to those calls
 runs for real, and reaching one counts as a clean exit.
 
 Safety: every run happens in a fresh temp directory (the runner's cwd); every option that names something to
@@ -147,6 +147,7 @@ class _Hang(Exception):
 def stubs():
     import rocm_dspark.images.report as images_report
     import rocm_dspark.probe.run as run
+    import rocm_dspark.up.health as up_health
     import rocm_dspark.up.runner as up_runner
     import rocm_dspark.validate as validate
     import rocm_dspark.vllm_plugin.status as status
@@ -157,6 +158,7 @@ def stubs():
     saved = [(run, "run_probe", run.run_probe), (validate, "run_validation", validate.run_validation),
              (status, "plugin_status", status.plugin_status),
              (up_runner, "run_up", up_runner.run_up), (up_runner, "down", up_runner.down),
+             (up_health, "serve_forever", up_health.serve_forever),
              (images_report, "run", images_report.run)]
     for mod, attr, _ in saved:
         setattr(mod, attr, reached)

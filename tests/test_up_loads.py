@@ -169,25 +169,7 @@ def test_no_concurrency_and_a_refuting_probe_make_no_adaptive_start(tmp_path):
     assert prove.decision(run)[0].startswith("skipped: the plan has no adaptive command")
 
 
-def test_status_says_proving_and_not_ready_until_the_gate_decides(tmp_path, monkeypatch):
-    from rocm_dspark.up.runner import status, status_lines
-
-    st = UpState.load(up_dir(tmp_path))
-    st.set_service({"kind": "process", "pid": 4242, "host": "127.0.0.1", "port": 18000, "command": "adaptive",
-                    "base_url": "http://127.0.0.1:18000"})
-    st.set_readiness(False, "proving", "the adaptive start is being proved: not a finished endpoint")
-    monkeypatch.setattr(service, "alive", lambda svc: True)
-    monkeypatch.setattr(service, "attach", lambda svc: (_ for _ in ()).throw(OSError("no server here")))
-    got = status(tmp_path)
-    assert got["readiness"]["ready"] is False and got["readiness"]["phase"] == "proving"
-    lines = status_lines(got)
-    assert any(ln.startswith("service: proving (process pid 4242)") for ln in lines), lines
-    assert lines[-1] == "readiness: NOT READY (proving: the adaptive start is being proved: not a finished endpoint)"
-    r = CliRunner().invoke(cli, ["status", "--ready", "--state-dir", str(tmp_path)])
-    assert r.exit_code == 1 and r.output.startswith("not ready: proving:"), r.output
-    st.set_readiness(True, "serving", "adaptive verification serves")
-    r = CliRunner().invoke(cli, ["status", "--ready", "--state-dir", str(tmp_path)])
-    assert r.exit_code == 0 and r.output.startswith("ready: serving:"), r.output
+# status --ready / GET /ready while proving: tests/test_up_health.py (real servers on loopback)
 
 
 def test_the_hand_written_start_texts_are_gone():

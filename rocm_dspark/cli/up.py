@@ -40,9 +40,12 @@ def _levels(value: str | None) -> tuple[int, ...] | None:
               help="local-cpu is a TEST target: the installed vLLM on --model-path (with --mode container: the CPU "
                    "image --image names), no GPU checks; nothing it produces counts for the gate.")
 @click.option("--vllm-bin", default=None, help="local-cpu: the vllm executable (default: beside this Python, else PATH).")
+@click.option("--ready-port", type=bounds.PORT, default=None, metavar="PORT",
+              help="Also answer GET /ready on this port (on --host) for a load balancer: 200 once the served command "
+                   "is final and validated, 503 while a load runs, adaptive verification is proved, or it is down.")
 @usage_errors
 def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout, request_timeout, probe_levels,
-       target, vllm_bin, **opts):
+       target, vllm_bin, ready_port, **opts):
     """Detect, choose, check, pull, write, start, probe, A/B, validate, summarise; rerun to continue.
 
     Exit status: 0 done, 1 a step failed (the line says the fix), 2 bad usage, 130 interrupted.
@@ -70,7 +73,8 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
                          "prove adaptive verification with `rocm-dspark probe` first")
     options = UpOptions(selection=opts, target=target, mode=mode, concurrency=_levels(concurrency), dry_run=dry_run,
                         yes=yes, quick=quick, name=name, service_user=service_user, vllm_bin=vllm_bin,
-                        ready_timeout_s=ready_timeout, request_timeout_s=request_timeout, probe_levels=levels)
+                        ready_timeout_s=ready_timeout, request_timeout_s=request_timeout, probe_levels=levels,
+                        ready_port=ready_port)
     display = Display(sys.stdout if dry_run else sys.stderr)
     sys.exit(run_up(options, display))
 
@@ -98,18 +102,29 @@ def down(state_dir):
 @click.option("--ready", "ready_check", is_flag=True,
               help="Only the readiness line; exit 0 when the service may take traffic, 1 while it is proved or down "
                    "(a load balancer's or an exec readiness check).")
+@click.option("--listen", default=None, metavar="[HOST:]PORT",
+              help="With --ready: answer GET /ready over HTTP until stopped (200 ready, 503 not ready; the same "
+                   "answer as the exit status). `up --ready-port` runs this.")
 @usage_errors
-def status(state_dir, as_json, ready_check):
+def status(state_dir, as_json, ready_check, listen):
     """Show `up`'s steps and whether its service runs.
 
     \b
     Example:
       rocm-dspark status --json
       rocm-dspark status --ready
+      rocm-dspark status --ready --listen 0.0.0.0:8001
     """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.up.runner import status as get, status_lines
 
+    if listen is not None:
+        from rocm_dspark.up.health import parse_listen, serve_forever
+
+        if not ready_check:
+            raise UsageError("--listen serves the readiness check: give it with --ready (status --ready --listen PORT)")
+        host, port = parse_listen(listen)
+        sys.exit(serve_forever(resolve(state_dir), host, port, say=lambda line: click.echo(line, err=True)))
     st = get(resolve(state_dir))
     if ready_check:
         r = st["readiness"]

@@ -62,7 +62,6 @@ def prove_run(run) -> dict:
     why, c = decision(run)
     if why:
         run.say(f"  {why}")
-        run.state.set_readiness(True, "serving", "block verification serves: " + why.removeprefix("skipped: "))
         return {"skipped": why}
     from rocm_dspark.probe import store
     from rocm_dspark.validate.ab import default_requests, measure, write_ab_record
@@ -83,16 +82,15 @@ def prove_run(run) -> dict:
 
     run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
     arms["block"] = arm("block")
-    run.state.set_readiness(False, "proving", "the adaptive start is being proved: not a finished endpoint")
     run.say("  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
             "gate says proven and paying")
     try:
-        started_out = serve.load(run, "adaptive", "prove: live level and the A/B's adaptive arm")
+        started_out = serve.load(run, "adaptive", "prove: live level and the A/B's adaptive arm", phase="proving")
     except StepFailed as exc:
         return _back_to_block(run, {"arms": arms}, f"the adaptive command did not start ({exc.message})")
     out: dict = {"concurrency": c, "adaptive_start": started_out}
     if (started_out.get("launch_state") or {}).get("fell_back"):
-        run.state.set_readiness(True, "serving", "block verification serves: the adaptive start fell back")
+        validating(run, "block", "the adaptive start fell back")
         return {**out, "decision": "refuted: the adaptive command did not start; the launcher fell back to block",
                 "serving": "block", "service": started_out}
     live = _live(run)
@@ -116,15 +114,20 @@ def prove_run(run) -> dict:
     if not keep:
         return _back_to_block(run, out, why)
     run.say(f"  kept: the adaptive start serves ({why})")
-    run.state.set_readiness(True, "serving", f"adaptive verification serves: {why}")
+    validating(run, "adaptive", f"kept: {why}")
     return {**out, "serving": "adaptive", "service": started_out}
 
 
 def _back_to_block(run, out: dict, why: str) -> dict:
     run.say(f"  {why}: starting block verification again")
     back = serve.load(run, "block", f"back to block: {why}")
-    run.state.set_readiness(True, "serving", f"block verification serves: {why}")
+    validating(run, "block", why)
     return {**out, "decision": why, "serving": "block", "service": back}
+
+
+def validating(run, which: str, why: str) -> None:
+    """The gate has decided: `which` serves for good, not ready until the validate step passes on it."""
+    run.state.set_readiness(False, "validating", f"{which} verification serves ({why}); not ready until validated")
 
 
 def _describe(run, which: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
+from rocm_dspark.up.health import answer, vllm_health
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, STEPS, StepFailed
 
@@ -41,6 +42,7 @@ class UpOptions:
     request_timeout_s: float = 120.0
     probe_levels: tuple[str, ...] = ("static", "kernel")
     kernel_python: str | None = None
+    ready_port: int | None = None        # the readiness server's port (rocm_dspark.up.ready_server), None: none
     state_dir: Path = field(default=None)  # resolved in __post_init__
     state_dir_flag: str | None = None
 
@@ -477,8 +479,14 @@ def _dry_run(run: UpRun, steps) -> int:
 
 
 def down(state_dir, display) -> int:
+    from rocm_dspark.up import ready_server
+
     state = UpState.load(up_dir(state_dir))
     svc = state.service
+    if state.data.get("ready_server"):  # it would only answer 503 "stopped"; `down` stops all `up` started
+        rec = state.data["ready_server"]
+        ready_server.stop_recorded(state)
+        display.say(f"stopped the readiness server ({rec.get('unit') or 'pid ' + str(rec.get('pid'))}, {rec.get('url')})")
     if not state.exists or not svc:
         display.say(f"nothing to stop: no service recorded in {state.path}")
         return 0
@@ -498,18 +506,12 @@ def status(state_dir) -> dict:
     state = UpState.load(up_dir(state_dir))
     svc = state.service
     running = service.alive(svc) if svc else False
-    health = None
-    if running:
-        try:
-            health = service.attach(svc).client.get("/health", timeout_s=5).status
-        except Exception as exc:  # noqa: BLE001 - reported, not raised
-            health = f"no answer ({exc})"
+    health = vllm_health(svc) if running else None
     steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()
                                                   if k in ("status", "at", "message", "fix", "seconds")}}
              for s in STEPS]
-    ready = state.readiness if running else {"ready": False, "phase": "stopped" if svc else "none",
-                                             "why": "the service is not running" if svc else "no service started yet"}
-    return {"state_file": str(state.path), "exists": state.exists, "steps": steps,
+    ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (up/health.py)
+    return {"ready_server": state.data.get("ready_server"), "state_file": str(state.path), "exists": state.exists, "steps": steps,
             "service": {**(svc or {}), "running": running, "health": health} if svc else None,
             "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary")}
 
@@ -538,4 +540,8 @@ def status_lines(st: dict) -> list[str]:
                      + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
+    rs = st.get("ready_server")
+    if rs:
+        lines.append(f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
+                     f"{'' if service.alive(rs) else ', not running'})")
     return lines

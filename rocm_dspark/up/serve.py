@@ -73,8 +73,12 @@ def wait_line(run) -> str:
             f"launcher may fall back), showing the phase read from the log")
 
 
-def load(run, which: str, why: str) -> dict:
-    """Start the service for `which` command and wait until it serves: one model load, recorded."""
+def load(run, which: str, why: str, phase: str = "starting") -> dict:
+    """Start the service for `which` command and wait until it serves: one model load, recorded. Not ready from
+    before the old service stops (`phase`: "starting", or "proving" for the adaptive start); the caller says
+    what the start is once it serves."""
+    run.state.set_readiness(False, phase, f"{which} verification is starting ({why})" if phase == "starting" else
+                            f"the adaptive start is being proved: not a finished endpoint ({why})")
     if service.alive(run.state.service):
         stop(run)
     t0 = time.monotonic()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from rocm_dspark.up import image as image_mod
-from rocm_dspark.up import prereq, prove, serve, service
+from rocm_dspark.up import prereq, prove, ready_server, serve, service
 from rocm_dspark.up.steps_common import (LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, NOT_FOR_GATE,  # noqa: F401
                                          StepFailed)
 
@@ -433,6 +433,7 @@ def start_run(run) -> dict:
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
     wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
+    ready_server.ensure(run)  # before any load: a load balancer sees 503 while it runs
     for which in wanted:
         if serve.serving(run, which) is None:
             run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
@@ -441,13 +442,13 @@ def start_run(run) -> dict:
     if service.alive(run.state.service):
         run.say("  stopping the service started before (what it runs changed)")
     out = serve.load(run, wanted[0], "the service" if wanted[0] == run.serving_command() else "the service (kept by prove)")
-    run.state.set_readiness(True, "serving", f"{wanted[0]} verification serves")
+    prove.validating(run, wanted[0], "started")
     return out
 
 
 def start_dry(run) -> list[str]:
     which = run.serving_command()
-    return [*serve.start_commands(run, which), serve.wait_line(run)]
+    return [*ready_server.start_lines(run), *serve.start_commands(run, which), serve.wait_line(run)]
 
 
 # -- 8. prove: the adaptive start and the A/B on the service -------------------------------------------
@@ -511,9 +512,12 @@ def validate_run(run) -> dict:
            "reason": s["reason"], "acceptance_length": acc.get("value") if acc.get("status") == "pass" else None,
            "throughput": [{"concurrency": lv["concurrency"], "output_tok_s": lv["output_throughput_tok_s"]} for lv in sweep],
            "hardware_checked": s["hardware_checked"]}
+    served = (run.state.service or {}).get("command") or "the"
     if s["exit_status"] != 0:
+        run.state.set_readiness(False, "failed", f"validation {s['result'].upper()} at {s['stopped_at']}: {s['reason']}")
         raise StepFailed(f"validate: {s['result'].upper()} at {s['stopped_at']}: {s['reason']}",
                          f"read {out['report']}; the server keeps running for a look (`rocm-dspark down` stops it)")
+    run.state.set_readiness(True, "serving", f"{served} verification serves, validated ({s['result']}: {out['report']})")
     return out
 
 
@@ -532,12 +536,24 @@ def validate_dry(run) -> list[str]:
 # -- 10. summary ---------------------------------------------------------------------------------------
 
 
+def _ready_if_validated(run) -> None:
+    """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
+    mid-load (still "starting") is the validated one, and serves."""
+    r, svc = run.state.readiness, run.state.service
+    if not r.get("ready") and r.get("phase") in ("starting", "validating") and service.alive(svc):
+        v = run.outputs.get("validate") or {}
+        run.state.set_readiness(True, "serving", f"{svc.get('command')} verification serves, validated "
+                                f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)")
+
+
 def summary_inputs(run) -> dict:
     return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
 
 
 def summary_run(run) -> dict:
     from rocm_dspark.up.summary import build_summary, summary_lines
+
+    _ready_if_validated(run)
 
     data = build_summary(run)
     run.write_json("summary.json", data)

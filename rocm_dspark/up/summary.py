@@ -41,6 +41,7 @@ def build_summary(run) -> dict:
         "probe": {"record": prove.get("probe_record") or probe.get("record"), "gate": prove.get("gate") or probe.get("gate"),
                   "gate_reason": prove.get("gate_reason") or probe.get("gate_reason")},
         "ab": prove.get("skipped") or (prove.get("ab") or {}).get("verdict"),
+        "readiness": (run.state.data.get("ready_server") or {}).get("url"),
         "counts_for_gate": choose.get("counts_for_gate", True),
         "note": choose.get("note"),
     }
@@ -64,6 +65,8 @@ def summary_lines(s: dict) -> list[str]:
         f"  throughput    {tps}",
         f"  acceptance    mean acceptance length {acc}",
         f"  validation    {(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",
+        *([f"  readiness     GET {s['readiness']} (200 when validated and serving; 503 while a load runs, while proving, or down)"]
+          if s.get("readiness") else []),
         f"  probe         {s['probe']['gate'] or '-'}: {s['probe']['gate_reason'] or '-'} ({s['probe']['record'] or 'no record'})",
         f"  A/B           {s['ab'] or '-'}",
         f"  model loads   {len(s['loads'])} this run" + ("" if s["loads"] else " (the service already served)"),

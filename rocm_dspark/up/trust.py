@@ -185,7 +185,9 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
             return "steps.launchers.output has the wrong shape"
     if not isinstance(data.get("runs", []), list):
         return "runs is not a list"
-    return service_problem(data.get("service"), up_dir)
+    problem = service_problem(data.get("service"), up_dir)
+    ready = service_problem(data.get("ready_server"), up_dir)  # down signals it too: the same rules
+    return problem or (f"ready_server: {ready}" if ready else None)
 
 
 @contextlib.contextmanager

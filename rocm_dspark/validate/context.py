@@ -79,7 +79,10 @@ class ServerTarget:
 
 def parse_endpoint(url: str) -> tuple[str, int]:
     """'http://host:port' -> (host, port); anything else is a one-line UsageError."""
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+    except ValueError:  # an unclosed IPv6 bracket: "Invalid IPv6 URL"
+        raise UsageError(f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)") from None
     bare_port = "://" not in url and url.rpartition(":")[2].isdigit()
     if parts.scheme not in ("http",) or not parts.hostname or ("://" not in url and not bare_port):
         # without a scheme only host:port reads as an address ("not-a-url" is no server)

