@@ -21,6 +21,7 @@ import pytest
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
+from rocm_dspark.runtime.process import free_port
 from tests.helpers.launcher_rig import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,12 +37,6 @@ if [ "$1" = image ]; then printf '[{"RepoDigests": ["%s"]}]\\n' "${3%%:*}PINNED"
 [ "$1" = run ] && exit 1
 exit 0
 """.replace("PINNED", PINNED)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cli(*args, env) -> subprocess.CompletedProcess:
@@ -232,12 +227,10 @@ def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
 
     from rocm_dspark.launch import launch_state
     from rocm_dspark.up import service
-    from tests.helpers.launcher_rig import Rig
-    from tests.helpers.launcher_rig import free_port as port_for
-    from tests.helpers.launcher_rig import wait_until
+    from tests.helpers.launcher_rig import Rig, wait_until
 
     rig = Rig(tmp_path)
-    port = port_for()
+    port = free_port()
     launcher = rig.write(make_plan(port, adaptive=False))
     env = rig.env(STANDIN_IGNORE_TERM="1", ROCM_DSPARK_STOP_TIMEOUT_S=str(stop_timeout_s))
     env = {k: v for k, v in env.items() if k.startswith(("ROCM_DSPARK_", "STANDIN_")) or k in ("PATH",)}

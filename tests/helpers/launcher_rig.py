@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 from rocm_dspark.launch import launch_state
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.recipe.plan import LaunchPlan
+from rocm_dspark.runtime.process import free_port  # noqa: F401 (the rig's tests take their ports from here)
 
 # vLLM 0.32.0's refusal (recipes PR #963), as the stand-in prints it before exiting 1.
 REFUSAL = (
@@ -128,12 +128,6 @@ HOSTILE = [
     "--flag=*glob*?[a]",
     "",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_plan(port: int, *, adaptive: bool = True, model: str = "deepseek-ai/DeepSeek-V4.1-Flash",
