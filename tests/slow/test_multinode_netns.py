@@ -50,6 +50,7 @@ def nodes():
         pytest.skip(why)
     n = netns.Nodes("i28", ["n0", "n1", "c"])
     try:
+        n.add_link("n1", ISO_IFACE, "10.228.1.2", bridged=False)
         yield n
     finally:
         left = n.delete()
@@ -182,13 +183,29 @@ def test_worker_with_the_head_down_fails_with_one_line_within_its_timeout(nodes,
     assert "starting vLLM" not in w.text()  # it never started a worker that would wait on nothing
 
 
-def test_an_interface_the_node_lacks_fails_with_one_line(nodes, tiny_model, vllm_venv, tmp_path):
-    launchers = write_launchers(nodes, tiny_model, tmp_path / "out", iface="eth-nope")
-    w = Launcher(nodes, "n1", launchers[1], tmp_path / "worker", vllm_venv, join_timeout_s=8)
+ISO_IFACE = "iso-i28"  # node 1's second NIC, on a network (10.228.1.0/24) that does not reach the head
+
+
+@pytest.mark.parametrize("node, iface, says", [
+    ("n1", "eth-nope", "interface eth-nope (--iface, GLOO_SOCKET_IFNAME) does not exist on this node"),
+    ("n1", "lo", "interface lo has no route to {head} (this node reaches it through eth-i28)"),
+    ("n1", ISO_IFACE, f"interface {ISO_IFACE} has no route to {{head}} (this node reaches it through eth-i28)"),
+    ("n0", "lo", "{head} is this node's address on interface eth-i28, not lo"),
+], ids=["absent", "worker-lo", "worker-second-nic", "head-lo"])
+def test_a_wrong_iface_fails_at_once_with_one_line(nodes, tiny_model, vllm_venv, tmp_path, node, iface, says):
+    """An --iface that is absent, or exists but does not lead to the group (Gloo would bind an address the
+    other ranks cannot reach, test_multinode_gloo_netns.py), stops the launcher before vLLM starts."""
+    launchers = write_launchers(nodes, tiny_model, tmp_path / "out", iface=iface)
+    w = Launcher(nodes, node, launchers[int(node[1])], tmp_path / node, vllm_venv, join_timeout_s=8)
     assert w.proc.wait(timeout=60) == 1
+    took = time.monotonic() - w.t0
     errors = one_error_line(w.text())
-    assert len(errors) == 1 and "interface eth-nope (--iface, GLOO_SOCKET_IFNAME) does not exist on this node" in errors[0]
-    assert f"{nodes.addresses['n0']}:{RPC}" in errors[0], errors
+    assert len(errors) == 1, w.text()
+    head = nodes.addresses["n0"]
+    assert f"cannot join the group at {head}:{RPC} (interface {iface}): " in errors[0], errors
+    assert says.format(head=head) in errors[0], errors
+    assert "starting vLLM" not in w.text() and took < 8, took  # at once, not after the join timeout
+    print(f"\n{node} --iface {iface}: exit 1 after {took:.1f} s: {errors[0]}")
 
 
 def test_a_head_whose_worker_never_arrives_stops_with_one_line(nodes, tiny_model, vllm_venv, tmp_path):
