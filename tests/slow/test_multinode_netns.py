@@ -281,9 +281,9 @@ def test_a_client_in_another_namespace_gets_completions_and_every_engine_serves(
     assert probe.returncode != 0
 
 
-def test_a_killed_worker_stops_the_head_and_a_restarted_head_takes_it_back(nodes, group, vllm_venv):
+def test_a_killed_worker_stops_the_head_with_one_line(nodes, group):
     """Kill the worker node's vLLM: the head says so in one line and exits 1 (a unit's Restart=on-failure would
-    start it again); the worker's launcher keeps running, restarts its vLLM and rejoins the restarted head."""
+    start it again); the worker's launcher keeps running and restarts its vLLM."""
     head, worker, launchers = group
     before = head.record()
     pid = worker.record()["pid"]
@@ -297,6 +297,16 @@ def test_a_killed_worker_stops_the_head_and_a_restarted_head_takes_it_back(nodes
     print(f"\nhead stopped {took:.0f} s after the worker's vLLM was killed: {left[0]}")
     assert head.record()["phase"] == "failed" and before["phase"] == "serving"
     assert worker.proc.poll() is None, worker.text()[-2000:]  # the worker launcher waits for its head
+
+
+def test_the_restarted_head_takes_the_worker_back(nodes, group, vllm_venv):
+    """After the test above: the head stopped the group, so the worker's restarted vLLM waits for a head (vLLM
+    takes no worker back into a running group); the head's launcher started again (as systemd would) forms the
+    group anew with it and serves. Two more vLLM loads (the
+    longest test here: deselect it by name where CI time is short)."""
+    head, worker, launchers = group
+    if head.proc.poll() is None or worker.proc.poll() is not None:
+        pytest.skip("needs the killed-worker state of test_a_killed_worker_stops_the_head_with_one_line")
     # Start the head again, as systemd would: the same launcher, the same state directory.
     again = Launcher(nodes, "n0", launchers[0], head.state, vllm_venv, join_timeout_s=int(STARTUP_S))
     group[0].proc = again.proc  # the fixture's teardown stops this one
