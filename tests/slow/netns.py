@@ -106,6 +106,14 @@ class Nodes:
     def exec_argv(self, name: str, argv) -> list[str]:
         return ["ip", "netns", "exec", self.ns(name), *argv]
 
+    def sockets(self, name: str, state: str) -> list[tuple[str, str, int]]:
+        """(local, peer, pid) of every TCP socket in `state` in node `name` (`ss -tnp` inside its namespace)."""
+        out = subprocess.run(self.exec_argv(name, ["ss", "-tnpH", "state", state]), capture_output=True, text=True,
+                             timeout=30).stdout
+        # With a state filter ss leaves out the State column: Recv-Q Send-Q Local Peer users:(("x",pid=N,fd=M),...).
+        return [(m.group(1), m.group(2), int(pid)) for m in re.finditer(r"^\d+\s+\d+\s+(\S+)\s+(\S+)\s+users:(.*)$", out, re.M)
+                for pid in re.findall(r"\bpid=(\d+)", m.group(3))]
+
     def delete(self) -> list[str]:
         """Delete every namespace made here; returns those that could not be deleted."""
         left = []

@@ -15,7 +15,6 @@ Not yet run on MI300-class hardware (RCCL reads NCCL_SOCKET_IFNAME there; not sh
 
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pytest
@@ -60,12 +59,7 @@ def start(nodes, vllm_venv, node: str, rank: int, iface: str, timeout_s: float) 
 
 
 def sockets(nodes, node: str, pid: int, state: str) -> list[tuple[str, str]]:
-    """(local, peer) of `pid`'s TCP sockets in `state` (ss -tnp inside the node's namespace)."""
-    out = subprocess.run(nodes.exec_argv(node, ["ss", "-tnpH", "state", state]), capture_output=True, text=True,
-                         timeout=30).stdout
-    # With a state filter ss leaves out the State column: Recv-Q Send-Q Local Peer users:((...,pid=N,...)).
-    return [(m.group(1), m.group(2)) for m in re.finditer(r"^\d+\s+\d+\s+(\S+)\s+(\S+)\s+users:.*\bpid=(\d+)\b", out, re.M)
-            if int(m.group(3)) == pid]
+    return [(local, peer) for local, peer, p in nodes.sockets(node, state) if p == pid]
 
 
 def stop(*procs: subprocess.Popen) -> None:
