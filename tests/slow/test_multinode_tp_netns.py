@@ -24,12 +24,11 @@ from tests.slow.test_multinode_netns import CLIENT, PORT, STARTUP_S, Launcher, t
 pytestmark = pytest.mark.slow
 
 
-def process_env(pid: int) -> dict[str, str]:
+def process_name(pid: int) -> str:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:  # gone, or not ours
-        return {}
-    return dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv)
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone
+        return "?"
 
 
 def host(addr: str) -> str:
@@ -65,19 +64,20 @@ def test_tp_across_two_namespaces_serves(tiny_model, vllm_venv, tmp_path):
         r = subprocess.run(nodes.exec_argv("n1", [sys.executable, "-c", CLIENT, f"http://{a0}:{PORT}", "complete",
                                                   "2", "120"]), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and json.loads(r.stdout) == [2, 2], r.stderr[-2000:]
-        # What rank 1's processes on node 1 bind: those started with GLOO_SOCKET_IFNAME (the launcher's --iface)
-        # listen on eth-i28's address and talk to the head's; none listens on loopback or the wildcard.
-        ranked = {}
-        for local, peer, pid in nodes.sockets("n1", "listening") + nodes.sockets("n1", "established"):
-            env = process_env(pid)
-            if env.get("GLOO_SOCKET_IFNAME"):
-                ranked.setdefault(pid, (env["GLOO_SOCKET_IFNAME"], env.get("VLLM_HOST_IP"), []))[2].append((local, peer))
-        print(f"node 1 sockets of processes with GLOO_SOCKET_IFNAME: {ranked}")
-        assert ranked and all(e[:2] == (netns.IFACE, a1) for e in ranked.values()), ranked
-        socks = [s for e in ranked.values() for s in e[2]]
-        listen = {host(local) for local, peer in socks if peer.endswith(":*")}
-        assert listen and listen <= {a1}, socks  # every listener on the named interface's address
-        assert any(host(peer) == a0 and peer.endswith(":29501") for _, peer in socks), socks  # torch's store, --master-port
+        # What node 1 binds (only vLLM's rank 1 runs there): the launcher exports the interface and address
+        # (the processes' /proc/PID/environ cannot show them: vLLM's setproctitle writes over it,
+        # vllm/utils/system_utils.py); every listener sits on eth-i28's address (Gloo's device, vLLM's message
+        # queue on VLLM_HOST_IP), none on loopback or the wildcard, and its connections go to the head,
+        # torch's store at --master-port among them.
+        text = files[1].read_text()
+        assert f"export GLOO_SOCKET_IFNAME={netns.IFACE}\n" in text and f"export VLLM_HOST_IP={a1}\n" in text
+        listening, connected = nodes.sockets("n1", "listening"), nodes.sockets("n1", "established")
+        names = {pid: process_name(pid) for _, _, pid in listening + connected}
+        print(f"node 1: {len(listening)} listening on {sorted({host(lo) for lo, _, _ in listening})}, "
+              f"{len(connected)} connected to {sorted({host(pe) for _, pe, _ in connected})}; processes {names}")
+        assert listening and {host(lo) for lo, _, _ in listening} == {a1}, listening
+        assert connected and {host(pe) for _, pe, _ in connected} == {a0}, connected
+        assert any(pe.endswith(":29501") for _, pe, _ in connected), connected
     finally:
         for launcher in reversed(running):
             launcher.stop()
