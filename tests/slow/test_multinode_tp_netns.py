@@ -24,6 +24,17 @@ from tests.slow.test_multinode_netns import CLIENT, PORT, STARTUP_S, Launcher, t
 pytestmark = pytest.mark.slow
 
 
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # gone
+        return "?"
+
+
+def host(addr: str) -> str:
+    return addr.rsplit(":", 1)[0].replace("[::ffff:", "").strip("[]")
+
+
 def test_tp_across_two_namespaces_serves(tiny_model, vllm_venv, tmp_path):
     why = netns.available()
     if why:
@@ -53,6 +64,20 @@ def test_tp_across_two_namespaces_serves(tiny_model, vllm_venv, tmp_path):
         r = subprocess.run(nodes.exec_argv("n1", [sys.executable, "-c", CLIENT, f"http://{a0}:{PORT}", "complete",
                                                   "2", "120"]), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and json.loads(r.stdout) == [2, 2], r.stderr[-2000:]
+        # What node 1 binds (only vLLM's rank 1 runs there): the launcher exports the interface and address
+        # (the processes' /proc/PID/environ cannot show them: vLLM's setproctitle writes over it,
+        # vllm/utils/system_utils.py); every listener sits on eth-i28's address (Gloo's device, vLLM's message
+        # queue on VLLM_HOST_IP), none on loopback or the wildcard, and its connections go to the head,
+        # torch's store at --master-port among them.
+        text = files[1].read_text()
+        assert f"export GLOO_SOCKET_IFNAME={netns.IFACE}\n" in text and f"export VLLM_HOST_IP={a1}\n" in text
+        listening, connected = nodes.sockets("n1", "listening"), nodes.sockets("n1", "established")
+        names = {pid: process_name(pid) for _, _, pid in listening + connected}
+        print(f"node 1: {len(listening)} listening on {sorted({host(lo) for lo, _, _ in listening})}, "
+              f"{len(connected)} connected to {sorted({host(pe) for _, pe, _ in connected})}; processes {names}")
+        assert listening and {host(lo) for lo, _, _ in listening} == {a1}, listening
+        assert connected and {host(pe) for _, pe, _ in connected} == {a0}, connected
+        assert any(pe.endswith(":29501") for _, pe, _ in connected), connected
     finally:
         for launcher in reversed(running):
             launcher.stop()
