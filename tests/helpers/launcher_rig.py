@@ -81,12 +81,25 @@ health_never = knob("HEALTH") == "never"
 models_never = knob("MODELS") == "never"
 served = arg("--served-model-name", "m")
 
+import threading
+exiting = threading.Lock()
+def exit_later():
+    """EXIT_AFTER_READY: exit that long after the first ready answer (a fixed time from listening raced the
+    launcher's poll under load, seen as phase 'failed' by session 6)."""
+    if knob("EXIT_AFTER_READY") and exiting.acquire(blocking=False):
+        def later():
+            time.sleep(float(knob("EXIT_AFTER_READY")))
+            os._exit(int(knob("EXIT_STATUS", "0")))
+        threading.Thread(target=later, daemon=True).start()
+
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             code, body = (503, b"") if health_never else (200, b"")
         elif self.path == "/v1/models":
             code = 503 if models_never else 200
+            if code == 200:
+                exit_later()  # the launcher's last readiness check passed: it has seen the server ready
             body = json.dumps({"object": "list", "data": [{"id": served, "object": "model"}]}).encode()
         else:
             code, body = 404, b""
@@ -100,12 +113,6 @@ class H(BaseHTTPRequestHandler):
 host = arg("--host", "127.0.0.1")
 srv = ThreadingHTTPServer(("127.0.0.1" if host == "0.0.0.0" else host, int(arg("--port", "8000"))), H)
 print("stand-in: listening", flush=True)
-if knob("EXIT_AFTER_READY"):
-    import threading
-    def later():
-        time.sleep(float(knob("EXIT_AFTER_READY")))
-        os._exit(int(knob("EXIT_STATUS", "0")))
-    threading.Thread(target=later, daemon=True).start()
 srv.serve_forever()
 '''
 
