@@ -6,7 +6,8 @@ Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the runn
 
 * `vllm_venv` -> Path. `$ROCM_DSPARK_VLLM_VENV`, else `<repo>/.venv-vllm`. Skips every test that uses it,
   with the reason, when vLLM is not importable there.
-* `tiny_model` -> Path. A random Qwen3 + locally trained tokenizer (tests/slow/tiny_model.py), built once.
+* `tiny_model` -> Path. A random Qwen3 + locally trained tokenizer (tests/slow/tiny_model.py), built once (once
+  for all pytest-xdist workers too: under a lock in their shared base directory).
 * `tiny_dspark_draft` -> Path. A config-only tiny DSpark draft (`Qwen3DSparkModel`), enough for vLLM's
   config validation, which is where 0.32.0 on CPU refuses DSpark (Model Runner V1). No weights.
 * `vllm_serve_command` -> callable `(model, port, *, served_name="tiny", extra_args=()) -> (argv, env)`:
@@ -20,10 +21,16 @@ Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the runn
   Tests that share it must not stop it and must take metric *deltas* around their own workload (other
   tests send requests too). At session end it is stopped, and teardown fails if any process of its
   process group, or any descendant, is left behind.
+
+On pytest-xdist (`.ci/run`: `-n 2 --dist loadgroup`), each test gets a group (`pytest_collection_modifyitems`
+below): its file, so a module fixture is built once; every user of `vllm_ngram_server` in one group, so the
+shared server starts once; the network-namespace files in one, so they never run beside each other. Groups are
+queued longest first (GROUP_COST, seconds measured on this 2-core machine) so the two workers finish together.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -96,23 +103,72 @@ def vllm_venv() -> Path:
     return venv
 
 
+# Groups whose tests share a fixture or must not overlap; every other test is grouped by its file.
+NGRAM_GROUP = "ngram-server"
+NETNS_FILES = ("test_multinode_netns.py", "test_multinode_tp_netns.py", "test_router_netns.py")
+# Seconds per group (a loaded run of this suite on the 2-core CI machine, 2026-12): the queue's order only.
+GROUP_COST = {"test_container_real.py": 900, "netns": 560, "test_up_loads_real.py::pays": 480,
+              "test_up_loads_real.py::refuted": 330, "test_backport_real.py": 200, NGRAM_GROUP: 200,
+              "test_ab_real.py": 117, "test_launcher_real.py": 83, "test_plugin_real.py": 80,
+              "test_validate_real.py": 60, "test_server_real.py": 50}
+
+
+def _group(item) -> str:
+    name = item.path.name
+    if "vllm_ngram_server" in item.fixturenames:
+        return NGRAM_GROUP
+    if name in NETNS_FILES:
+        return "netns"
+    if name == "test_up_loads_real.py":  # two independent `up` runs: one per worker
+        return f"{name}::{'refuted' if 'refuted' in item.name else 'pays'}"
+    return name
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: a fast run keeps its order
+def pytest_collection_modifyitems(config, items):
+    slow = [it for it in items if it.get_closest_marker("slow")]
+    if not slow:
+        return
+    groups = {it.nodeid: _group(it) for it in slow}
+    for it in slow:
+        it.add_marker(pytest.mark.xdist_group(groups[it.nodeid]))
+    # Longest groups first, each group's tests together in their file order (sorted() is stable).
+    first = {}
+    for i, it in enumerate(items):
+        first.setdefault(groups.get(it.nodeid, ""), i)
+    items.sort(key=lambda it: (-GROUP_COST.get(groups.get(it.nodeid, ""), 0), first[groups.get(it.nodeid, "")]))
+
+
+def _shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory every xdist worker of this run sees (their base directories' parent), else this run's own."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model(vllm_venv, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen3"
-    # Built by the venv's interpreter: it has transformers/tokenizers even when pytest's does not.
-    r = subprocess.run([str(vllm_venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out)],
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        pytest.fail(f"tiny model build failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    models = _shared_dir(tmp_path_factory, "shared-models")
+    out = models / "tiny-qwen3"
+    with open(models / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker builds; the other waits, then finds it built
+        # Built by the venv's interpreter: it has transformers/tokenizers even when pytest's does not. Idempotent:
+        # a complete directory is reused.
+        r = subprocess.run([str(vllm_venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            pytest.fail(f"tiny model build failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+        draft = models / "tiny-qwen3-dspark"
+        draft.mkdir(exist_ok=True)
+        (draft / "config.json").write_text(json.dumps(TINY_DSPARK_CONFIG, indent=1))
     return out
 
 
 @pytest.fixture(scope="session")
 def tiny_dspark_draft(tiny_model) -> Path:
-    out = tiny_model.parent / "tiny-qwen3-dspark"
-    out.mkdir(exist_ok=True)
-    (out / "config.json").write_text(json.dumps(TINY_DSPARK_CONFIG, indent=1))
-    return out
+    return tiny_model.parent / "tiny-qwen3-dspark"  # written with the model, under its lock
 
 
 @pytest.fixture(scope="session")
