@@ -106,7 +106,7 @@ def vllm_venv() -> Path:
 # Seconds per file (a loaded run of this suite on the 2-core CI machine, 2026-12-02): only the queue's order.
 # `.ci/run` uses `--dist loadfile` (each file on one worker, so a module fixture is built once): `--dist loadgroup`
 # groups nothing with pytest 9.2 + xdist 3.8 (xdist sets the item's old `_nodeid`; seen here 2026-12-02).
-FILE_COST = {"test_container_real.py": 900, "test_up_loads_real.py": 1400, "test_backport_real.py": 500,
+FILE_COST = {"test_container_real.py": 900, "test_up_refuted_real.py": 900, "test_up_loads_real.py": 620, "test_backport_real.py": 500,
              "test_multinode_netns.py": 300, "test_plugin_real.py": 340, "test_multinode_tp_netns.py": 240,
              "test_ab_real.py": 206, "test_router_netns.py": 190, "test_launcher_real.py": 171,
              "test_validate_real.py": 162, "test_probe_real.py": 129, "test_rescore_real.py": 97,
