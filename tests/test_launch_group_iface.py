@@ -1,4 +1,4 @@
-"""The group launcher's --iface rule on loopback, fast (the stand-in `vllm` of test_launchers_run.py, never
+"""The group launcher's --iface rule on loopback, fast (the stand-in `vllm` of tests/helpers/launcher_rig.py, never
 started): an interface that exists but does not hold the group's address is refused in one line before vLLM
 starts. The same rule on separate network stacks (lo, a second NIC, the head's side) with the real launcher:
 tests/slow/test_multinode_netns.py::test_a_wrong_iface_fails_at_once_with_one_line."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.test_launchers_run import Rig, free_port, make_plan
+from tests.helpers.launcher_rig import Rig, free_port, make_plan
 
 
 def _other_iface() -> str | None:

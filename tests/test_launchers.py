@@ -833,7 +833,8 @@ def test_each_node_installs_from_its_own_copied_files(tmp_path):
                            "--name", "grp"], capture_output=True, text=True, env=cli_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "node 1 (10.0.0.2), worker: in the directory holding its files, run:" in proc.stdout
-    printed = [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("  ")]
+    install = proc.stdout[proc.stdout.index("node 0 (10.0.0.1), head:"):]  # past the wrapped "wrote" lines
+    printed = [ln.strip() for ln in install.splitlines() if ln.startswith("  ")]
     for node, role in ((0, "head"), (1, "worker")):
         stem = f"grp-node{node}-{role}"
         # "the node": its own directory with only its three files, and its own root.
