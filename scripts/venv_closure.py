@@ -1,12 +1,13 @@
 """Copy the installed closure of some distributions out of a venv (for scripts/build_cpu_test_image.sh).
 
     VENV/bin/python scripts/venv_closure.py freeze ROOT...             name==version of the closure, sorted
-    VENV/bin/python scripts/venv_closure.py copy SITE BIN [--drop D]... ROOT...
+    VENV/bin/python scripts/venv_closure.py copy SITE BIN PYTHON [--drop D]... ROOT...
 
 The closure is what `pip install ROOT...` would have installed: each root's requirements whose markers hold
 (with the extras asked for), followed transitively, read from the venv's own metadata. `copy` copies exactly the
 files each distribution's RECORD lists under site-packages into SITE (so an editable install or a test extra in
-the venv stays out) and writes each one's console scripts into BIN for `BIN/python`. --drop leaves a distribution
+the venv stays out) and writes each one's console scripts into BIN, run by PYTHON (the path where they will run:
+inside the image, not this machine's path to it). --drop leaves a distribution
 (and what only it needs) out. Runs with the venv's python: it reads that interpreter's distributions.
 """
 
@@ -46,11 +47,11 @@ def closure(roots: list[str], drop: set[str]) -> dict[str, md.Distribution]:
     return {k: d for k, (d, _) in seen.items()}
 
 
-def copy(dists: dict[str, md.Distribution], site: Path, bindir: Path) -> None:
+def copy(dists: dict[str, md.Distribution], site: Path, bindir: Path, python: str) -> None:
     for dist in dists.values():
         base = Path(dist.locate_file(""))
         for f in dist.files or []:
-            if f.parts[0] == "..":  # bin/ scripts: written below for BIN/python
+            if f.parts[0] == "..":  # bin/ scripts: written below, for PYTHON
                 continue
             src, dst = base / f, site / f
             if src.is_file():
@@ -59,7 +60,7 @@ def copy(dists: dict[str, md.Distribution], site: Path, bindir: Path) -> None:
         for ep in dist.entry_points.select(group="console_scripts"):
             module, _, attr = ep.value.partition(":")
             script = bindir / ep.name
-            script.write_text(f"#!{bindir / 'python'}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
+            script.write_text(f"#!{python}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
                               f"sys.exit({attr}())\n")
             os.chmod(script, 0o755)
 
@@ -74,9 +75,9 @@ def main(argv: list[str]) -> int:
     if mode == "freeze":
         dists = closure(rest, drop)
     elif mode == "copy":
-        site, bindir, roots = Path(rest[0]), Path(rest[1]), rest[2:]
+        site, bindir, python, roots = Path(rest[0]), Path(rest[1]), rest[2], rest[3:]
         dists = closure(roots, drop)
-        copy(dists, site, bindir)
+        copy(dists, site, bindir, python)
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -82,7 +82,8 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     probe = ["python3", "-m", "rocm_dspark", "probe", *flags, "--state-dir", state, "--levels", ",".join(levels)]
     script = "; ".join([
         "set -e",
-        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)}",
+        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)} "
+        "|| { echo 'pip in the image could not install the rocm-dspark wheel (the line above says why)' >&2; exit 4; }",
         f'export PYTHONPATH={TARGET}${{PYTHONPATH:+:$PYTHONPATH}}',
         "python3 -c 'import click, yaml' || { echo 'the image lacks click or pyyaml, which rocm-dspark needs' >&2; "
         "exit 3; }",
@@ -189,7 +190,7 @@ def probe_step(run) -> dict:
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
                              say=run.say, run_flags=_run_flags(run))
     new = sorted(set(store.record_names(directory)) - before)
-    if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click
+    if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
                          f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
                          log_tail="\n".join(res["tail"]))
