@@ -60,8 +60,9 @@ def copy(dists: dict[str, md.Distribution], site: Path, bindir: Path, python: st
         for ep in dist.entry_points.select(group="console_scripts"):
             module, _, attr = ep.value.partition(":")
             script = bindir / ep.name
+            # The __main__ guard as pip writes it: vLLM's engine starts with spawn, which re-imports __main__.
             script.write_text(f"#!{python}\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
-                              f"sys.exit({attr}())\n")
+                              f"if __name__ == '__main__':\n    sys.exit({attr}())\n")
             os.chmod(script, 0o755)
 
 
