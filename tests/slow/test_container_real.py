@@ -341,7 +341,7 @@ def test_the_launcher_starts_the_recorded_digest_without_the_registry_and_sigter
     # gone within the launcher's stop timeout.
     import urllib.request
 
-    launcher = Path(rig.state_json()["steps"]["launchers"]["output"]["launcher"])
+    launcher = Path(rig.state_json()["steps"]["launchers"]["output"]["sets"]["block"]["launcher"])  # what served
     text = launcher.read_text()
     stop_s = int(next(ln.split("=", 1)[1].split()[0].strip("'\"}").split(":-")[-1]
                       for ln in text.splitlines() if ln.startswith("STOP_TIMEOUT_S=")))
