@@ -16,6 +16,7 @@ verification costs no load); the live level runs on `up`'s own adaptive start (u
 
 from __future__ import annotations
 
+import collections
 import os
 import shlex
 import subprocess
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
+from rocm_dspark.up.steps_common import StepFailed
 
 
 def toolkit_source() -> Path | None:
@@ -80,7 +82,8 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     probe = ["python3", "-m", "rocm_dspark", "probe", *flags, "--state-dir", state, "--levels", ",".join(levels)]
     script = "; ".join([
         "set -e",
-        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)}",
+        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)} "
+        "|| { echo 'pip in the image could not install the rocm-dspark wheel (the line above says why)' >&2; exit 4; }",
         f'export PYTHONPATH={TARGET}${{PYTHONPATH:+:$PYTHONPATH}}',
         "python3 -c 'import click, yaml' || { echo 'the image lacks click or pyyaml, which rocm-dspark needs' >&2; "
         "exit 3; }",
@@ -104,19 +107,23 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
                        levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
                        run_flags: tuple[str, ...] | None = None) -> dict:
-    """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code}."""
+    """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code, last (its last non-empty
+    line), tail (its last lines)}."""
     argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags)
     say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
         f"rocm-dspark probe --levels {','.join(levels)}>'")
+    tail: collections.deque = collections.deque(maxlen=20)
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         try:
             for line in proc.stdout:
                 say(f"  [in image] {line.rstrip()}")
+                if line.strip():
+                    tail.append(line.rstrip())
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = -9
-    return {"argv": argv, "exit_code": code}
+    return {"argv": argv, "exit_code": code, "last": " ".join(tail[-1].split()) if tail else "", "tail": list(tail)}
 
 
 # -- the `up` probe step's container-mode path --------------------------------------------------------------
@@ -152,11 +159,12 @@ def skip_reason(run, *, local: bool) -> str | None:
     return None
 
 
-def selection_args(run) -> list[str]:
-    """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image: the command the
-    local-cpu target serves (server.json names the image's vllm), which the records then describe."""
+def selection_args(run, levels: tuple[str, ...]) -> list[str]:
+    """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image with the live
+    level: the command the local-cpu target serves (server.json names the image's vllm). The probe refuses
+    --server-json without the live level (exit 2), and `up` runs only the no-model levels here (issue 32)."""
     flags = shlex.split(run.selection_flags(exclude=("state_dir",)))
-    if run.in_container():
+    if run.in_container() and "live" in levels:
         flags += ["--server-json", str(run.dir / "server.json")]
     return flags
 
@@ -179,9 +187,13 @@ def probe_step(run) -> dict:
     run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
-    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run), levels, say=run.say,
-                             run_flags=_run_flags(run))
+    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
+                             say=run.say, run_flags=_run_flags(run))
     new = sorted(set(store.record_names(directory)) - before)
+    if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
+        raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
+                         f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
+                         log_tail="\n".join(res["tail"]))
     run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
     proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
     refuted = proof.record is not None and not proof.adaptive_proven  # gate_verdict names a record only to decide
@@ -204,6 +216,6 @@ def probe_dry(run) -> list[str]:
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     src = toolkit_source() or "<the toolkit's source tree>"
     return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
-            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run), levels,
+            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
                                      run_flags=_run_flags(run))),
             "reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"]

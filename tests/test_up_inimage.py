@@ -1,0 +1,70 @@
+"""The in-image probe of `up` (rocm_dspark/up/inimage.py) for the local-cpu target in container mode: the probe
+argv it runs inside the image is one the real `rocm-dspark probe` accepts, and a probe that exits with a usage
+error stops the step with one line instead of passing as "not proven". Found on the real daemon and image
+(tests/slow/test_container_real.py): with the no-model levels only, `up` passed --server-json and the probe in the
+image exited 2 ("--server-json only applies to the live level"), which `up` took for a probe that proved nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from rocm_dspark.cli import cli
+from rocm_dspark.up import image as image_mod
+from rocm_dspark.up import inimage
+from rocm_dspark.up.runner import UpOptions, UpRun
+from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.up.steps_common import StepFailed
+
+
+class Display:
+    def __init__(self):
+        self.lines = []
+
+    def say(self, line):
+        self.lines.append(line)
+
+
+def _run(tmp_path, levels) -> UpRun:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "config.json").write_text("{}")
+    opts = UpOptions(selection={"model": "V4.1-Flash", "gpu": "mi300x", "state_dir": str(tmp_path / "state"),
+                                "model_path": str(tmp_path / "model"), "image": "127.0.0.1:5000/r/vllm-cpu:0.32.0"},
+                     target="local-cpu", mode="container", probe_levels=levels, yes=True)
+    return UpRun(opts, Display(), UpState.load(up_dir(opts.state_dir)))
+
+
+def test_the_no_model_levels_get_no_server_json_and_the_real_probe_cli_accepts_the_argv(tmp_path, monkeypatch):
+    run = _run(tmp_path, ("static",))
+    flags = inimage.selection_args(run, ("static",))
+    assert "--server-json" not in flags
+    assert "--server-json" in inimage.selection_args(run, ("static", "live"))
+    # The real probe CLI accepts it: it gets as far as running the levels (stopped there: the levels themselves
+    # are tests/test_probe*.py's); a usage error would be exit 2 before that.
+    import rocm_dspark.probe.run as probe_run
+
+    class Ran(Exception):
+        pass
+
+    def ran(*a, **k):
+        raise Ran(k.get("levels"))
+
+    monkeypatch.setattr(probe_run, "run_probe", ran)
+    got = CliRunner().invoke(cli, ["probe", *flags, "--state-dir", str(tmp_path / "p"), "--levels", "static"])
+    assert isinstance(got.exception, Ran) and got.exception.args == (("static",),), got.output
+
+
+def test_a_probe_that_exits_2_in_the_image_fails_the_step_with_its_last_line(tmp_path, monkeypatch):
+    # A stand-in for the container runtime that prints what the probe printed on the real image and exits 2.
+    tool = tmp_path / "docker"
+    tool.write_text("#!/bin/sh\necho 'rocm-dspark: error: --server-json only applies to the live level' >&2\nexit 2\n")
+    tool.chmod(0o755)
+    run = _run(tmp_path, ("static",))
+    monkeypatch.setattr(image_mod, "runtime", lambda: str(tool))
+    monkeypatch.setattr(inimage, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
+    run.outputs["image"] = {"pinned": "127.0.0.1:5000/r/vllm-cpu@sha256:" + "a" * 64}
+    with pytest.raises(StepFailed) as got:
+        inimage.probe_step(run)
+    assert "\n" not in got.value.message and got.value.message.endswith(
+        "exited 2: rocm-dspark: error: --server-json only applies to the live level"), got.value.message
