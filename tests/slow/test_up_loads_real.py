@@ -121,5 +121,5 @@ def test_up_loads_twice_when_adaptive_pays_three_times_when_not_and_a_rerun_load
     finally:
         if proc.poll() is None:
             proc.kill()
-        rig.down(vllm_venv, state_dir, port)
+        rig.down(vllm_venv, state_dir, port, ready_port=rport)
     rc.after_down(rport)

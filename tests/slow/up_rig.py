@@ -60,8 +60,9 @@ def serving(port: int) -> list[int]:
     return found
 
 
-def down(vllm_venv, state_dir, port):
-    """`down` stops the service (nothing left serving the port) and keeps every record; `status` says stopped."""
+def down(vllm_venv, state_dir, port, ready_port: int | None = None):
+    """`down` stops the service (nothing left serving the port) and keeps every record; `status` says stopped.
+    With `ready_port` (up --ready-port), it first says it stopped the readiness server there."""
     up_dir = state_dir / "up"
     d = subprocess.run(cli(vllm_venv, "down", "--state-dir", str(state_dir)), capture_output=True, text=True,
                        timeout=180)
@@ -72,7 +73,12 @@ def down(vllm_venv, state_dir, port):
     assert not serving(port), "down left a process serving the port"
     if state["steps"].get("validate", {}).get("status") != "done":
         return  # the test failed before validate: nothing more to check
-    assert d.stdout.startswith("stopped pid "), d.stdout + d.stderr
+    lines = d.stdout.splitlines()
+    if ready_port is not None:
+        first = lines.pop(0) if lines else ""
+        assert first.startswith("stopped the readiness server (pid ") and \
+            first.endswith(f"http://127.0.0.1:{ready_port}/ready)"), d.stdout + d.stderr
+    assert lines and lines[0].startswith("stopped pid "), d.stdout + d.stderr
     assert (up_dir / "summary.json").exists() and list((up_dir / "reports").iterdir())  # records kept
     st = subprocess.run(cli(vllm_venv, "status", "--state-dir", str(state_dir)), capture_output=True, text=True,
                         timeout=120)
