@@ -43,8 +43,8 @@ def answer(state, running: bool, health) -> dict:
         return {"ready": False, "phase": "stopped", "why": "the service is not running"}
     recorded = dict(state.readiness)
     if recorded.get("ready") and health != 200:
-        return {"ready": False, "phase": "unhealthy", "why": f"vLLM's /health answers HTTP {health}" if isinstance(health, int) else f"vLLM's /health: {health}",
-                "command": svc.get("command")}
+        why = f"vLLM's /health answers HTTP {health}" if isinstance(health, int) else f"vLLM's /health: {health}"
+        return {"ready": False, "phase": "unhealthy", "why": why, "command": svc.get("command")}
     return {**recorded, "command": svc.get("command")}
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
 from rocm_dspark.up import service
 from rocm_dspark.up.health import PATH
 from rocm_dspark.up.steps_common import StepFailed
@@ -105,27 +106,23 @@ def start_lines(run) -> list[str]:
     return [head, "  " + shlex.join(argv(run)) + " (detached; `rocm-dspark down` stops it)"]
 
 
-def alive(rec: dict | None) -> bool:
-    return service.alive(rec)
-
-
 def ensure(run) -> dict | None:
     """Start the readiness server if --ready-port asks for one and it is not already running with these words."""
     state = run.state
     rec = state.data.get("ready_server")
     if not listen(run):
-        if rec and alive(rec):
+        if rec and service.alive(rec):
             stop_recorded(state)
             run.say("  stopped the readiness server an earlier run started (no --ready-port now)")
         return None
     want = argv(run)
-    if rec and rec.get("argv") == want and alive(rec):
+    if rec and rec.get("argv") == want and service.alive(rec):
         run.say(f"  readiness server already answers {rec['url']}")
         return rec
-    if rec and alive(rec):
+    if rec and service.alive(rec):
         stop_recorded(state)
     host, port = listen(run)
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}{PATH}"
+    url = base_url(host, port) + PATH  # the one wildcard -> loopback rule (runtime.client)
     base = {"host": host, "port": port, "url": url, "argv": want}
     if run.mode() == "systemd":
         path = unit_path(run)
@@ -155,18 +152,14 @@ def ensure(run) -> dict | None:
 
 
 def _wait_answering(run, rec: dict) -> None:
-    import urllib.error
-    import urllib.request
-
+    client = VllmClient(rec["host"], rec["port"])
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(rec["url"], timeout=2).close()
+            client.get(PATH, timeout_s=2)  # any HTTP status is an answer (503 before the service is validated)
             return
-        except urllib.error.HTTPError:
-            return  # it answered (503 before the service is validated)
-        except OSError:
-            if not alive(rec):
+        except ServerError:
+            if not service.alive(rec):
                 break
             time.sleep(0.2)
     tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
