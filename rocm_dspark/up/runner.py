@@ -306,9 +306,12 @@ class UpRun:
         pinned = (self.outputs.get("image") or {}).get("pinned")
         if self.options.target == LOCAL_CPU:
             block_spec, adaptive_spec = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
-            local = lambda s: plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],  # noqa: E731
-                                            served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
-                                            adaptive_verification=False, block_argv=None)
+
+            def local(s):
+                return plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],
+                                     served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
+                                     adaptive_verification=False, block_argv=None)
+
             plans = {"block": local(block_spec), "adaptive": local(adaptive_spec)._replace(
                 adaptive_verification=True, block_argv=tuple(block_spec["argv"]))}
             if not self.in_container():

@@ -78,10 +78,10 @@ def register() -> RegisterResult:
     """vLLM's general-plugin entry point: one log line, never an exception."""
     _ensure_visible()
     try:
-        loaded = sys.modules.get("vllm")
-        if loaded is None:
-            import vllm as loaded  # vLLM is importing us, so this is already loaded in practice
-        version = str(getattr(loaded, "__version__", "unknown"))
+        vllm = sys.modules.get("vllm")
+        if vllm is None:
+            import vllm  # noqa: PLC0415 - vLLM is importing us, so this is already loaded in practice
+        version = str(getattr(vllm, "__version__", "unknown"))
         from vllm.platforms import current_platform
 
         from rocm_dspark.vllm_plugin import capability as cap_rule
