@@ -218,3 +218,25 @@ def test_launch_writes_the_files(tmp_path):
     assert r.exit_code == 0, r.output
     written = json.loads(r.output)["observability"]
     assert sorted(Path(p).name.split(".", 1)[1] for p in written) == ["grafana.json", "prometheus.yml", "rules.yml"]
+
+
+def test_trusted_record_is_the_gates_own_choice(tmp_path):
+    """Through the store: a signed record for this plan at c=8 gives its band; the same record at another
+    concurrency, or one whose fingerprint names another host, gives none (and the note says why)."""
+    from rocm_dspark.probe import ab_record
+    from rocm_dspark.probe.ab_band import bands_for, trusted_record
+
+    plan = _plan()._replace(concurrency=8)
+    fp = {"host_id": "machine-test", "gpu": plan.gpu}
+    data = ab_record.build(record_id="20261201T000000Z-abcdef02", created_at="2026-12-01T00:00:00Z",
+                           finished_at="2026-12-01T00:10:00Z", toolkit_version="0", host={}, selection={},
+                           fingerprint=fp, concurrency=8, workload={}, override=None,
+                           arms={"block": _arm(3.5, 64), "adaptive": _arm(3.0, 64)})
+    ab_record.write(tmp_path, data)
+    rec, _ = trusted_record(load_catalog(), plan, 8, tmp_path, current=fp)
+    assert rec is not None and rec.id == data["id"]
+    bands, _ = bands_for(load_catalog(), plan, tmp_path, current=fp)
+    assert bands["block"].low == 2.875 and bands["adaptive"].record_id == data["id"]
+    assert trusted_record(load_catalog(), plan, 16, tmp_path, current=fp)[0] is None
+    rec, notes = trusted_record(load_catalog(), plan, 8, tmp_path, current={**fp, "host_id": "machine-other"})
+    assert rec is None and any("ignored" in n for n in notes)
