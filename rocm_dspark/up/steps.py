@@ -275,10 +275,10 @@ def launchers_inputs(run) -> dict:
 
 
 def digest_plan(plan) -> str:
-    from rocm_dspark.up.state import digest
+    """The plan hash the observability files label every series with (one function for both)."""
+    from rocm_dspark.launch.observability import plan_hash
 
-    return digest([list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ()),
-                   sorted(plan.secret_env.items())])
+    return plan_hash(plan)
 
 
 def unit_user(run) -> str:
