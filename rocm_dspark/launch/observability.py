@@ -121,7 +121,10 @@ def recording_rules(spec_decode: bool) -> list[dict]:
                 f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
                 f"/ on ({BY}) group_left {drafts}")},
         ]
-    gauge = lambda agg, name: f'{agg} by ({BY}) ({name}{{job="{VLLM_JOB}"}})'
+
+    def gauge(agg: str, name: str) -> str:
+        return f'{agg} by ({BY}) ({name}{{job="{VLLM_JOB}"}})'
+
     rules += [
         {"record": GENERATION_TPS, "expr": _labelled(_rate("vllm:generation_tokens_total"))},
         {"record": PROMPT_TPS, "expr": _labelled(_rate("vllm:prompt_tokens_total"))},

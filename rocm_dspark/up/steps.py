@@ -8,13 +8,13 @@ e.g. the server it started is gone). A step that cannot go on raises StepFailed 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 from rocm_dspark.up import image as image_mod
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
