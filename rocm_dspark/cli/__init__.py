@@ -6,6 +6,7 @@ Each subcommand lives in its own module and is imported only when it runs, so
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
@@ -40,9 +41,37 @@ def _not_utf8(arg) -> bool:
     return False
 
 
+# Write errors that mean the output stream failed (a full disk, a closed or broken pipe), not a bad argument.
+STREAM_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EBADF, errno.EIO, errno.EFBIG, errno.EDQUOT)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+class _ClosedStdout:
+    """sys.stdout when the process started with fd 1 closed (`>&-`): Python leaves None there and click then
+    prints nothing; this raises the write error instead, so a command that prints fails naming stdout."""
+
+    def write(self, _text) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _stdout_failed(exc: OSError) -> bool:
+    return exc.filename is None and exc.errno in STREAM_ERRNOS
+
+
 def _error(message: str, code: int = 2):
     click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
+
+
+def _stdout_error(exc: OSError):
+    sys.stdout = _ClosedStdout()  # type: ignore[assignment]  # nothing more goes to the broken stream
+    _error(f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)", 3)
 
 
 class LazyGroup(click.Group):
@@ -60,10 +89,19 @@ class LazyGroup(click.Group):
         for i, arg in enumerate(argv, start=1):
             if _not_utf8(arg):
                 _error(f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only")
+        if sys.stdout is None:
+            sys.stdout = _ClosedStdout()  # type: ignore[assignment]
         try:
-            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.Abort:
+            try:
+                rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            finally:  # a command that calls sys.exit too: a buffered write to a full disk fails here, handled below
+                sys.stdout.flush()
+        except click.exceptions.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+                _error("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
             _error("aborted", 1)
+        except KeyboardInterrupt:  # raised outside click's own handling
+            _error("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except click.exceptions.ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `rocm-dspark`: the commands, in a few lines
                 click.echo(BARE, err=True)
@@ -71,7 +109,10 @@ class LazyGroup(click.Group):
             _error(exc.format_message() + " (see --help)", exc.exit_code)
         except UsageError as exc:
             _error(str(exc))
-        except OSError as exc:  # a path the system refuses (name too long, permission, ...): the user's to fix
+        except OSError as exc:
+            if _stdout_failed(exc):  # the environment, not the input: exit 3, naming stdout
+                _stdout_error(exc)
+            # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
             _error(f"{where}{exc.strerror or exc}")
         for message in PENDING_WARNINGS:  # the command succeeded: its warnings, after its output

@@ -116,7 +116,14 @@ def validate(**kwargs):
     from rocm_dspark.runtime.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
-    rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say, display=display)
+    existed = Path(opts.report_dir).exists()
+    try:
+        rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say,
+                             display=display)
+    except KeyboardInterrupt:  # Ctrl-C: the CLI exits 130; a report directory this run made and left empty goes
+        if not existed:
+            _remove_if_empty(Path(opts.report_dir))
+        raise
     s = rep["summary"]
     if as_json:
         click.echo(json.dumps(rep, indent=2, default=str))
@@ -130,3 +137,15 @@ def validate(**kwargs):
         if not s["hardware_checked"]:
             click.echo("no AMD GPU was checked: this run does not validate an MI300-class node")
     sys.exit(s["exit_status"])
+
+
+def _remove_if_empty(directory: Path) -> None:
+    """Remove `directory` when it holds only (empty) directories: nothing a user could want was written."""
+    import shutil
+
+    try:
+        if directory.is_dir() and not directory.is_symlink() and all(p.is_dir() and not p.is_symlink()
+                                                                     for p in directory.rglob("*")):
+            shutil.rmtree(directory)
+    except OSError:
+        pass
