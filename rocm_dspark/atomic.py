@@ -1,7 +1,7 @@
 """All-or-nothing file writes that never surprise: readers never see half a file, a failed write leaves
 nothing behind, and only a regular file (or nothing) at the named path is ever replaced.
 
-Rules (issue #14, "Writes never surprise"):
+Rules (writes never surprise):
   * the target must be absent or a regular file: a directory, symlink, device, FIFO or socket there is
     refused (as root, renaming over /dev/zero would replace the device node);
   * a symlink at the target is never followed nor replaced; the parent must be an existing directory;
@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
@@ -52,7 +53,7 @@ def _bytes(data: bytes | str, path: Path) -> bytes:
                          "or path); use UTF-8") from None
 
 
-def write_files_atomic(files: list[tuple[Path, bytes | str, int]], what: str = "output") -> None:
+def write_files_atomic(files: Sequence[tuple[Path, bytes | str, int]], what: str = "output") -> None:
     """Write each (path, data, mode) to a temp file in its directory, fsync, then rename them all.
 
     Every target is checked (check_target) and encoded before the first byte is written. The mode is set
@@ -88,6 +89,6 @@ def write_files_atomic(files: list[tuple[Path, bytes | str, int]], what: str = "
         raise
 
 
-def write_atomic(path: Path, data: bytes | str, mode: int, what: str = "output") -> Path:
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int, what: str = "output") -> Path:
     write_files_atomic([(Path(path), data, mode)], what)
     return Path(path)

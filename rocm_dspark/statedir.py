@@ -5,7 +5,8 @@ path, the probe store and the generated launcher (rocm_dspark/launch/launch_fact
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 import os
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 from rocm_dspark.errors import UsageError
 

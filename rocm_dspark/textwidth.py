@@ -1,4 +1,4 @@
-"""Line widths of what the commands print (issue 30): prose wraps to the terminal (COLUMNS; PIPE_WIDTH when
+"""Line widths of what the commands print: prose wraps to the terminal (COLUMNS; PIPE_WIDTH when
 stdout is no terminal) with a hanging indent, shell commands break between words with ` \\` continuations that
 still paste and run, and tables stay within MAX_TABLE columns."""
 
@@ -46,7 +46,8 @@ def _pieces(word: str, first: int, room: int) -> list[str]:
         return [word]
     if len(raw) != 1 or shlex.quote(raw[0]) != word:  # only a plainly quoted word: "$HOME/x" must stay as is
         return [word]
-    out, cur = [], ""
+    out: list[str] = []
+    cur = ""
     for tok in re.findall(r"[^,; ]*[,; ]+|[^,; ]+$", raw[0]):
         if cur and len(shlex.quote(cur + tok)) > (room if out else first):
             out.append(cur)

@@ -128,9 +128,12 @@ def test_cli_writes_one_launcher_per_node(tmp_path):
                                  "--nodes", "3", "--head-address", "10.0.0.1", "--output", str(out), "--json"])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.suffix == ".sh")
     assert names == [f"rocm-dspark-deepseek-v4-1-flash-mi355x-node{i}-{role}.sh"
                      for i, role in ((0, "head"), (1, "worker"), (2, "worker"))]
+    # and one set of observability files for the whole group (rocm_dspark/launch/observability.py)
+    assert sorted(p.name for p in out.iterdir() if p.suffix != ".sh") == [
+        f"rocm-dspark-deepseek-v4-1-flash-mi355x.{ext}" for ext in ("grafana.json", "prometheus.yml", "rules.yml")]
     assert data["nodes"] == 3
     text = (out / names[2]).read_text()
     assert "the worker of group" in text and "BASE_URL=http://10.0.0.1:" in text and "'--node-rank'" not in text

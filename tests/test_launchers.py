@@ -307,7 +307,8 @@ def test_cli_writes_systemd_files_and_prints_install_commands(tmp_path):
     proc = run_cli("--format", "systemd", "--output", str(tmp_path), "--user", "svc")
     assert proc.returncode == 0, proc.stderr
     name = "rocm-dspark-deepseek-v4-1-flash-mi355x"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.env", f"{name}.service", f"{name}.sh"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.env", f"{name}.grafana.json", f"{name}.prometheus.yml",
+                                                          f"{name}.rules.yml", f"{name}.service", f"{name}.sh"]
     assert "sudo systemctl daemon-reload" in proc.stdout and f"{name}.service" in proc.stdout
     proc = run_cli("--format", "shell", "--output", str(tmp_path), "--json", "--name", "x")
     data = json.loads(proc.stdout)

@@ -266,3 +266,33 @@ def test_no_private_name_crosses_a_package():
     # The names the design review found shared (issue 31), inside their packages too: public now.
     named = ("_load_yaml", "_nonneg_lstsq", "_check_keys", "_from_outcome", "_hf_cache")
     assert [line for line in private_imports() if line.endswith(named)] == []
+
+
+_ISSUE_REF = re.compile(r"\bissues? #?\d+", re.IGNORECASE)  # this project's tracker (vllm#58151 is a source)
+_MACHINE_PATH = re.compile(r"(?<![\w.~])(/work/|/home/|/root/)")  # a path of one machine, not of the repository
+
+
+def _comments_and_docstrings(path: Path):
+    import io
+    import tokenize
+
+    text = path.read_text()
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                yield node.body[0].lineno, doc
+
+
+def test_comments_describe_and_name_only_repository_paths():
+    """Product comments and docstrings say what and why: no pointer to this project's issue tracker (an
+    upstream reference such as vllm#58151 is a source), and no path of the machine they were written on."""
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for line, text in _comments_and_docstrings(path):
+            if _ISSUE_REF.search(text) or _MACHINE_PATH.search(text):
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {text.strip().splitlines()[0][:100]}")
+    assert not bad, "\n".join(bad)

@@ -72,7 +72,7 @@ def test_launch_writes_values_only_into_the_0600_env_file(tmp_path, fmt, contain
            *(["--container"] if container else []), *ENV_FLAGS)
     env_file = out / "svc.env"
     if fmt == "k8s":
-        assert not env_file.exists() and assert_clean(out) == 1
+        assert not env_file.exists() and assert_clean(out) == 2  # the manifests and the observability ConfigMaps
         import yaml
 
         docs = list(yaml.safe_load_all((out / "svc.k8s.yaml").read_text()))

@@ -69,7 +69,7 @@ def compile_report(arch: str, *, kv_format: str = "fp8_ds_mla", fnuz: bool = Fal
         asm = compiled.asm["amdgcn"]
 
         def field(key):
-            m = re.search(r"\.%s:\s+(\d+)" % key, asm)
+            m = re.search(rf"\.{key}:\s+(\d+)", asm)
             return int(m.group(1)) if m else None
 
         report.update(vgprs=field("vgpr_count"), vgpr_spills=field("vgpr_spill_count"),

@@ -51,7 +51,7 @@ class SwaCase:
         return dict(window=self.window, block_size=self.block_size, causal=self.causal,
                     replay_start=self.replay_start, **self.attention_args())
 
-    def to(self, device) -> "SwaCase":
+    def to(self, device) -> SwaCase:
         return _case_to(self, device)
 
 

@@ -36,7 +36,7 @@ class SwaMetadataBuffers:
     live: torch.Tensor  # 1 for a real token, 0 for padding / trimmed / invalid
 
     @classmethod
-    def allocate(cls, max_tokens: int, device) -> "SwaMetadataBuffers":
+    def allocate(cls, max_tokens: int, device) -> SwaMetadataBuffers:
         if int(max_tokens) < 1:
             raise UsageError(f"max_tokens must be >= 1, got {max_tokens}: size it for the largest padded batch")
         make = lambda: torch.zeros(int(max_tokens), dtype=torch.int32, device=device)  # noqa: E731

@@ -60,7 +60,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         copts["strategy"] = copts.get("strategy") or "single_node"
         plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
         written = write_group(plan, cluster, output, fmt, name=name, user=user, env_file=env_file, container=container,
-                              ready_timeout_s=ready_timeout, node_rank=copts.get("node_rank"))
+                              ready_timeout_s=ready_timeout, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
         if as_json:
             click.echo(json.dumps(written, indent=2))
             return
@@ -87,15 +87,21 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         plan, output, fmt, name=name, user=user, env_file=env_file,
         container=container, ready_timeout_s=ready_timeout,
     )
+    from rocm_dspark.launch import observability
+
+    obs = observability.write(files.launcher.parent, observability.render(
+        plan, files.name, observability.targets(plan), bands=_bands(plan, opts)))
     if as_json:
         click.echo(json.dumps({
             "format": files.fmt, "name": files.name, "launcher": str(files.launcher),
             "unit": str(files.unit) if files.unit else None,
             "env_file": str(files.env_file) if files.env_file else None,
             "env_file_written": files.env_file_written, "install_commands": list(files.install_commands),
+            "observability": [str(p) for p in obs],
         }, indent=2))
         return
     _say(f"wrote {files.launcher}")
+    _say(f"wrote {', '.join(p.name for p in obs)} (Prometheus scrape config, rules, Grafana dashboard; docs/operations.md)")
     if files.unit is None and files.env_file_written:
         _say(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
     if files.unit is None:
@@ -116,6 +122,16 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
         click.echo("\n".join(textwidth.fit(cmd, "  ")))
+
+
+def _bands(plan, opts) -> dict:
+    """The acceptance bands of the trusted A/B record at the plan's --concurrency (none without one)."""
+    if not plan.speculative_config or plan.concurrency is None:
+        return {}
+    from rocm_dspark.probe.ab_band import bands_for
+    from rocm_dspark.recipe.catalog import load_catalog
+
+    return bands_for(load_catalog(), plan, opts.get("state_dir"))[0]
 
 
 def _say(text: str) -> None:

@@ -130,7 +130,7 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
     from rocm_dspark import textwidth
 
-    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest wrapped (issue 30)
+    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest wrapped
         return [line] if " | " in line or not line.strip("-") else textwidth.fit(line)
 
     def with_apply(lines, applied):

@@ -70,7 +70,7 @@ def lookup(images, tag: str) -> dict | None:
 
 def first_held(builds, images):
     """(the first build whose tag the registry holds, or the first with no answer yet; skipped builds)."""
-    skipped = []
+    skipped: list = []
     for b in builds:
         entry = lookup(images, b.image_tag)
         if entry is None or entry["exists"]:
@@ -108,8 +108,7 @@ def image_for(build, entry: dict | None, replacement: str | None) -> tuple:
 
 def _day(date: str) -> int:
     """'2026-09-21' or '2026-11' -> a day number (the first of the month when only the month is known)."""
-    y, m, d = (date.split("-") + ["01"])[:3]
-    y, m, d = int(y), int(m), int(d)
+    y, m, d = (int(part) for part in (date.split("-") + ["01"])[:3])
     # Days since 0000-03-01 (a civil-calendar formula): no datetime import on the recipe path.
     y -= m <= 2
     era_day = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1

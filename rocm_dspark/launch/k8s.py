@@ -17,7 +17,7 @@ Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORK
 is POSIX-quoted, and every `$` is doubled because Kubernetes expands $(VAR) in command, args and env values and
 turns `$$` into `$` (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
 
-Operator-grade defaults (issue 22, docs/security.md): pods run as a non-root user with the GPU device groups as
+Operator-grade defaults (docs/security.md): pods run as a non-root user with the GPU device groups as
 supplemental groups, have CPU and memory requests and limits (HOST_BUDGET), read every --env value from a Secret,
 and the PersistentVolumeClaims they mount are in the output with the access mode their pods need.
 """
@@ -85,7 +85,7 @@ def _check_name(name: str) -> str:
 def _env_list(env: dict[str, str], extra: list[dict] | None = None, secrets: tuple[str, str, tuple[str, ...]] = ("", "", ())) -> list[dict]:
     """The plan's env as values; every --env name (secrets[2]) from the Secret secrets[1], never a value here."""
     _, secret_name, names = secrets
-    out = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items() if k not in names]
+    out: list[dict] = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items() if k not in names]
     for k in names:
         out.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}})
     if "HF_TOKEN" not in names:
@@ -306,6 +306,7 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     router = next(c for c in cluster.commands if c.role == "router")
     for role in ("prefill", "decode"):
         cmd = next(c for c in cluster.commands if c.role == role)
+        assert cmd.port is not None  # every pool command serves HTTP
         replicas = sum(1 for c in cluster.commands if c.role == role)
         labels = _labels(name, role)
         env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
@@ -318,7 +319,7 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     # The router reaches each pool through its Service (NIXL hands the prefill pod's side channel to decode).
     r_argv: list[str] = []
     skip = False
-    for i, a in enumerate(router.argv):
+    for a in router.argv:
         if skip:
             skip = False
             continue
@@ -340,6 +341,7 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
     out.append(_deployment(f"{name}-router", labels, 1, router_pod,
                            {**notes, "rocm-dspark/image": f"{ROUTER_IMAGE}: a vllm-project/router release tag; "
                                                           "pin its digest (docker buildx imagetools inspect) before production"}))
+    assert router.port is not None
     out.append(_service(name, labels, router.port))
     return out
 
@@ -353,6 +355,7 @@ def k8s_name(plan, name: str | None = None) -> str:
 def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict | None = None, *,
                   name: str | None = None, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S) -> list[dict]:
     """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
+    assert cluster.spec is not None  # expand() keeps what was asked
     return render_manifests(plan, cluster.spec, name=k8s_name(plan, name), startup_budget_s=startup_budget_s,
                             query_heads=cluster.query_heads)
 

@@ -10,7 +10,7 @@ tests/test_launch_facts.py checks that both sides agree, by running both.
 
 import os
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 # Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
 # foundation) and vLLM's refusal line (what the runtime's process manager reads too).

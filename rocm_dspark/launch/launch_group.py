@@ -48,13 +48,13 @@ def _rendezvous(argv, env, nodes: int) -> dict:
 
 
 def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=None, container=False,
-                ready_timeout_s=3600, node_rank=None) -> dict:
+                ready_timeout_s=3600, node_rank=None, bands=None) -> dict:
     from rocm_dspark.launch.launchers import DEFAULT_USER, _check_output_dir, default_name, install_commands, write_launchers
 
     base = name or default_name(plan)
     out = _check_output_dir(Path(output))
     if fmt == "k8s":
-        from rocm_dspark.launch.k8s import apply_needs, manifests_for, render_yaml
+        from rocm_dspark.launch.k8s import apply_needs, k8s_name, manifests_for, render_yaml
 
         if node_rank is not None:
             raise UsageError("--format k8s writes the whole group (LeaderWorkerSet); drop --node-rank")
@@ -64,7 +64,8 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             write_files_atomic([(path, text, 0o644)])
         except OSError as exc:
             raise UsageError(f"cannot write {exc.filename or path}: {exc.strerror}; choose a writable --output") from exc
-        return {"files": [{"path": str(path), "what": "Kubernetes manifests"}],
+        obs = _observability(plan, cluster, out, k8s_name(plan, name), bands, k8s=True)
+        return {"files": [{"path": str(path), "what": "Kubernetes manifests"}, *obs],
                 "next": [f"kubectl apply -f {shlex.quote(str(path))}   ({apply_needs(plan, name)})"]}
     if cluster.backend == "ray":
         raise UsageError("launchers run vLLM's mp backend; for --backend ray start the Ray cluster yourself "
@@ -109,7 +110,17 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
                    "install commands there; start the head (node 0) first, then the others")
     else:
         nxt.append("copy each node's files to that node; start the head (node 0) first, then the others")
+    files += _observability(plan, cluster, out, base, bands)
     return {"files": files, "next": nxt, "install": install, "strategy": cluster.strategy, "nodes": cluster.nodes}
+
+
+def _observability(plan, cluster, out: Path, name: str, bands, k8s: bool = False) -> list[dict]:
+    """The group's Prometheus and Grafana files (rocm_dspark.launch.observability): every node in one set."""
+    from rocm_dspark.launch import observability
+
+    written = observability.write(out, observability.render(plan, name, observability.targets(plan, cluster),
+                                                            bands=bands, k8s=k8s))
+    return [{"path": str(p), "what": "observability (Prometheus, Grafana)"} for p in written]
 
 
 __all__ = ["write_group"]

@@ -18,7 +18,7 @@ from rocm_dspark.launch import launch_facts, quoting
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.plan import LaunchPlan, flag_pairs
+from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
 
 # The templates are package data next to this module (so wheels ship them).
@@ -114,11 +114,10 @@ def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
 def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     """One array element per line, except that a flag and its value share a line: the plan's typed flags
     (recipe/plan.py Command); a command from elsewhere (--server-json) by its words' shape."""
-    pairs = flag_pairs(argv)
-    if pairs is not None:
-        lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
-        return "\n".join(lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in pairs])
     lines: list[str] = []
+    if isinstance(argv, Command):
+        lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
+        return "\n".join(lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in argv.flags])
     after_flag = False
     lead = 0  # the program and its positional words (vllm serve MODEL) share the first line
     while lead < len(argv) and not argv[lead].startswith("-"):
@@ -508,7 +507,7 @@ def write_launchers(
     env_text = _env_file_text(plan, env_path, name, ready_timeout_s)
     write_env = env_text is not None
     to_write.append((unit, unit_text, 0o644))
-    if write_env:
+    if env_text is not None:
         to_write.append((env_path, env_text, 0o600))
     _write_all(to_write)
     files = LaunchFiles(fmt=fmt, name=name, launcher=launcher, unit=unit, env_file=env_path, env_file_written=write_env)

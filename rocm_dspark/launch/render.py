@@ -6,7 +6,7 @@ import shlex
 
 from rocm_dspark import textwidth
 from rocm_dspark.launch import launch_facts
-from rocm_dspark.recipe.plan import LaunchPlan, flag_pairs
+from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
 
 
@@ -30,9 +30,8 @@ def _flag_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
     """First `head` words on one line, then one flag (with its value) per line: from the plan's typed flags
     (recipe/plan.py Command); other words (docker's own flags) by their shape."""
     lines = [" ".join(shlex.quote(a) for a in argv[:head])]
-    pairs = flag_pairs(argv)
-    if pairs is not None and len(argv.head) == head:
-        return lines + ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in pairs]
+    if isinstance(argv, Command) and len(argv.head) == head:
+        return lines + ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in argv.flags]
     i = head
     while i < len(argv):
         word = argv[i]
@@ -51,7 +50,7 @@ def _comment(text: str) -> list[str]:
     return [f"# {line}" for line in text.replace("\r", " ").split("\n")]
 
 
-NOTE_WIDTH = 120  # a default note line, "# " included: read at a glance (issue 23)
+NOTE_WIDTH = 120  # a default note line, "# " included: read at a glance
 EXPLAIN_HINT = "# --explain: every note's full reasons, evidence and removal conditions"
 
 

@@ -528,7 +528,7 @@ class CalibratedCost:
     requests: int = 0
     label: str = "calibrated model"
 
-    def for_requests(self, requests: int) -> "CalibratedCost":
+    def for_requests(self, requests: int) -> CalibratedCost:
         return self if requests == self.requests else replace(self, requests=int(requests))
 
     def verify_seconds(self, tokens):

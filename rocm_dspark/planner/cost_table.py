@@ -29,7 +29,6 @@ Without a draft curve the drafter is taken as free, which flatters speculation: 
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 

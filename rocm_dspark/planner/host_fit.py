@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from rocm_dspark.errors import UsageError
 
@@ -97,9 +98,10 @@ def read_table(path) -> list[dict]:
         elif isinstance(data, dict) and "measurements" in data and "plan" in data:
             rows = _rows_from_report(path, data)
         else:
-            rows = data.get("rows") if isinstance(data, dict) else data
-            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            listed = data.get("rows") if isinstance(data, dict) else data
+            if not isinstance(listed, list) or not all(isinstance(r, dict) for r in listed):
                 raise _bad(path, "JSON must be a list of rows (objects) or {\"rows\": [...]}, or a validate --ab record")
+            rows = listed
     else:
         reader = csv.DictReader(io.StringIO(text))
         rows = [dict(r) for r in reader]
@@ -143,7 +145,7 @@ def _check_row(path, i: int, r: dict) -> dict:
         adaptive = adaptive.strip().lower() in ("true", "1", "yes")
     elif not isinstance(adaptive, bool):
         raise _bad(path, f"row {i}: adaptive {adaptive!r} is not true or false")
-    row = {"arm": str(r["arm"]).strip(), "adaptive": adaptive,
+    row: dict[str, Any] = {"arm": str(r["arm"]).strip(), "adaptive": adaptive,
            "k": int(_number(path, i, "k", r["k"], integer=True)),
            "concurrency": int(_number(path, i, "concurrency", r["concurrency"], integer=True)),
            "capture_size": int(_number(path, i, "capture_size", r["capture_size"], integer=True)),
@@ -162,7 +164,7 @@ def _check_row(path, i: int, r: dict) -> dict:
 
 
 def check_points(path, rows: list[dict]) -> None:
-    seen = {}
+    seen: dict[tuple, int] = {}
     for i, r in enumerate(rows, 1):
         # the same arm name, or the same setting under another name, at one concurrency: one run twice
         for key in (("arm", r["arm"], r["concurrency"]),
@@ -198,7 +200,7 @@ def _fit_linear(physics, rows, rho_grid):
 
     from rocm_dspark.planner.calibration import nonneg_lstsq
 
-    best = (math.inf, None, None)
+    best: tuple[float, float | None, Any] = (math.inf, None, None)
     for rho in rho_grid:
         pairs = [_design_row(physics, r, float(rho)) for r in rows]
         a = np.array([p[0] for p in pairs])
@@ -215,7 +217,8 @@ def _fit_linear(physics, rows, rho_grid):
 def _params(x, rho, adaptive_ms=0.0):
     from rocm_dspark.planner.calibration import StepParams
 
-    return StepParams(*map(float, x[:4]), adaptive_ms=adaptive_ms, rho=rho, eager_launch_ms=float(x[4]),
+    fixed, per_request, per_token, draft = map(float, x[:4])
+    return StepParams(fixed, per_request, per_token, draft, adaptive_ms=adaptive_ms, rho=rho, eager_launch_ms=float(x[4]),
                       eager_per_token_ms=float(x[5]))
 
 

@@ -95,7 +95,7 @@ def table_lines(plan) -> list[str]:
 def write_plot(plans, path) -> None:
     """One panel per plan: predicted tok/s against concurrency for each candidate the build can run, the
     recommended one drawn heavy with its stated error as a band; written atomically."""
-    from rocm_dspark.atomic import check_target, write_atomic
+    from rocm_dspark.atomic import check_target
 
     out = Path(path)
     check_target(out, "--plot")

@@ -55,7 +55,7 @@ class ModelCost:
         touched = 1.0 - (1.0 - self.expert_share) ** tokens if self.expert_bytes else 0.0
         return self.dense_bytes + self.expert_bytes * touched
 
-    def scaled(self, factor: float) -> "ModelCost":
+    def scaled(self, factor: float) -> ModelCost:
         return ModelCost(self.dense_bytes * factor, self.flops_per_token * factor,
                          self.expert_bytes * factor, self.expert_share)
 

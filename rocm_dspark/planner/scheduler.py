@@ -114,7 +114,7 @@ def rank_slots(surv, drafts=None):
     d = _drafts(drafts, num_requests, gamma)
     # Lay the slots out position-major (j, then r): a stable sort by value then keeps ties in
     # (position, request) order, which is the documented tie-break.
-    pos, req = np.nonzero((np.arange(gamma)[:, None] < d[None, :]))
+    pos, req = np.nonzero(np.arange(gamma)[:, None] < d[None, :])
     values = surv[req, pos]
     order = np.argsort(-values, kind="stable")
     return req[order], pos[order]

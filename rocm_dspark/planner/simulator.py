@@ -138,7 +138,6 @@ def simulate(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int
         time = sum(r.steps * r.step_ms for r in runs)
         emitted = sum(r.tokens_per_s * r.steps * r.step_ms for r in runs)
         expected = sum(r.expected_tokens_per_s * r.steps * r.step_ms for r in runs)
-        req_steps = sum(r.steps for r in runs) * batch
         return SimResult(policy=policy, batch=batch, tokens_per_s=emitted / time, expected_tokens_per_s=expected / time,
                          mean_acceptance_length=sum(r.mean_acceptance_length * r.steps for r in runs) / sum(r.steps for r in runs),
                          verified_drafts_per_request=float(np.mean([r.verified_drafts_per_request for r in runs])),

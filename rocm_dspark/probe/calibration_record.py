@@ -62,7 +62,7 @@ def parse_data(data) -> HostRecord:
     data = {k: v for k, v in data.items() if k != "hmac"}
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    # not_identified: written since issue #29; an older record without it parses as before
+    # not_identified: a newer field; an older record without it parses as before
     check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")

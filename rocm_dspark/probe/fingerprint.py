@@ -15,7 +15,6 @@ installed does not count where it is not (run `recipe`/`launch` where the probe 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from rocm_dspark.probe import software
@@ -210,7 +209,7 @@ def _launch_difference(recorded: dict, current: dict) -> str:
         parts.append(f"command {' '.join(rh)} in the record, {' '.join(ch)} in the plan")
     for flag in sorted(set(rf) | set(cf)):
         if rf.get(flag, "<absent>") != cf.get(flag, "<absent>"):
-            show = lambda d: "absent" if flag not in d else (d[flag] if d[flag] is not None else "set")  # noqa: E731
+            show = lambda d, flag=flag: "absent" if flag not in d else (d[flag] if d[flag] is not None else "set")  # noqa: E731
             parts.append(f"{flag} {show(rf)} in the record, {show(cf)} in the plan")
     re_, ce = recorded.get("env") or {}, current.get("env") or {}
     for key in sorted(k for k in set(re_) | set(ce) if re_.get(k) != ce.get(k)):

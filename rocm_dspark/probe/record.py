@@ -127,7 +127,7 @@ _LEVEL = {
     "started_at": str, "seconds": (int, float), "evidence": dict,
 }
 _OPT_STR = (str, type(None))
-_FINGERPRINT = {key: _OPT_STR for key, _ in FIELDS}
+_FINGERPRINT: dict[str, type | tuple[type, ...]] = {key: _OPT_STR for key, _ in FIELDS}
 _FINGERPRINT.update({
     "toolkit_version": str, "gpu_count": int, "model_id": str, "gpu": str, "plan_vllm": str, "image": str,
     "tp": int, "dp": int, "ep": int, "nodes": int, "num_speculative_tokens": int, "max_num_seqs": int,

@@ -120,7 +120,7 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
                                                               progress=progress), progress)
         else:
             log_path = directory / f"{record_id}.live.log"
-            result = _guarded(name, lambda: live.run_live(live_target, deadline_s=deadline_s, log_path=log_path,
+            result = _guarded(name, lambda log_path=log_path: live.run_live(live_target, deadline_s=deadline_s, log_path=log_path,
                                                           progress=progress, server=attach_server), progress)
         progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
         results.append(result)

@@ -1,5 +1,5 @@
 """Is the server on a port the plan's own command? What lets the live level count on a server the probe did
-not start (issue #16: `up` probes the server it started instead of loading the 511 GB model a second time).
+not start (so `up` probes the server it started instead of loading the 511 GB model a second time).
 
 /proc (rocm_dspark.runtime.procfs) must show all of these, or the level does not count:
   * the process that serves the port: the one holding its listening socket, or the nearest common parent of
@@ -77,7 +77,7 @@ def identify(argv, env: dict, port: int, whose: str = "the plan's") -> dict:
     pid = _server_pid(holders)
     ev.update(pid=pid, start_ticks=procfs.start_ticks(pid), uid=procfs.real_uid(pid), cmdline=procfs.cmdline(pid))
     if ev["uid"] not in (os.getuid(), 0):
-        why = f"process {pid} runs as uid {ev['uid']}, not as this user ({os.getuid()}) or root"
+        why: str | None = f"process {pid} runs as uid {ev['uid']}, not as this user ({os.getuid()}) or root"
     else:
         why = argv_difference(ev["cmdline"] or [], list(argv)) or env_difference(procfs.environ(pid), env)
         why = f"process {pid} is not {whose} command: {why}" if why else None

@@ -28,7 +28,7 @@ import errno
 import json
 import os
 import stat
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import NamedTuple
 
@@ -342,7 +342,7 @@ def verify(data: dict, key: bytes) -> bool:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso(moment: datetime) -> str:
@@ -351,7 +351,7 @@ def iso(moment: datetime) -> str:
 
 def parse_iso(text: str) -> datetime | None:
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except (TypeError, ValueError):
         return None
 

@@ -217,8 +217,8 @@ class Catalog(NamedTuple):
             if wanted in names:
                 return model
         known = ", ".join(f"{m.key} ({', '.join(m.aliases[:2])})" for m in self.models.values())
-        names = [n for m in self.models.values() for n in (m.key, m.hf_id, *m.aliases)]
-        raise UsageError(f"unknown model {name!r}{did_you_mean(name, names)}; known models: {known}")
+        every = [n for m in self.models.values() for n in (m.key, m.hf_id, *m.aliases)]
+        raise UsageError(f"unknown model {name!r}{did_you_mean(name, every)}; known models: {known}")
 
     def find_gpu(self, name: str) -> GpuSpec:
         key = name.strip().lower()
@@ -382,7 +382,7 @@ def _strict_loader():
     duplicate keys, which plain YAML loaders resolve silently (the last one wins)."""
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class StrictLoader(base):
+    class StrictLoader(base):  # type: ignore[valid-type, misc]  # a base chosen at run time: C loader or not
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
@@ -794,6 +794,7 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
     facts = {}
     cr = r.sub("changes") if r.data.get("changes") else None
     for cid, fact in (cr.data.items() if cr else ()):
+        assert cr is not None
         if cid not in changes:
             cr.fail(f"unknown change {cid!r}")
         fr = _Reader(path, fact, f"{cr.where}.{cid}")

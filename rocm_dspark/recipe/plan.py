@@ -12,6 +12,7 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
 import json
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from rocm_dspark.recipe.vllm_args import emit
@@ -39,7 +40,7 @@ def flag_for(dest: str) -> str:
     return FLAG_OF.get(dest) or "--" + dest.replace("_", "-")
 
 
-class Flags(tuple):
+class Flags(tuple[tuple[str, str | None], ...]):
     """A command's flags in order: (flag, value or None) pairs. What every consumer reads instead of argv words."""
 
     def get(self, dest: str, default=None):
@@ -51,27 +52,31 @@ class Flags(tuple):
         return any(f == flag for f, _ in self)
 
 
-class Command(tuple):
+class Command(tuple[str, ...]):
     """One `vllm serve` command as data: `head` (vllm serve MODEL) and `flags` (Flags). It is also its argv, the
     words rendered once from the flags (vllm_args.emit), so a consumer that runs or prints it takes it as it is,
     and one that needs a setting reads `flags`; nobody parses the words back."""
 
-    def __new__(cls, head, flags=()):
-        words = list(head)
-        for flag, value in flags:
+    head: tuple[str, ...]
+    flags: Flags
+
+    def __new__(cls, head: Iterable[str], flags: Iterable[tuple[str, str | None]] = ()) -> "Command":
+        first, pairs = tuple(head), Flags((f, v) for f, v in flags)
+        words = list(first)
+        for flag, value in pairs:
             words.extend(emit(flag, value))
         self = super().__new__(cls, words)
-        self.head, self.flags = tuple(head), Flags(tuple(f) for f in flags)
+        self.head, self.flags = first, pairs
         return self
 
-    def __getnewargs__(self):  # pickle/copy rebuild it from its parts
-        return self.head, tuple(self.flags)
+    def __getnewargs__(self) -> tuple[tuple[str, ...], Flags]:  # pickle/copy rebuild it from its parts
+        return self.head, Flags(self.flags)
 
-    def replaced(self, flags) -> "Command":
+    def replaced(self, flags: Iterable[tuple[str, str | None]]) -> "Command":
         return Command(self.head, flags)
 
 
-def flag_pairs(argv):
+def flag_pairs(argv: tuple[str, ...]) -> Flags | None:
     """The (flag, value) pairs of a plan's command; None for words that came from elsewhere (a --server-json
     command), which are shown and run as given, never parsed."""
     return argv.flags if isinstance(argv, Command) else None
@@ -210,9 +215,9 @@ class LaunchPlan(NamedTuple):
     env: dict[str, str]
     speculative_config: dict      # the exact object serialised into argv's --speculative-config
     adaptive_verification: bool
-    block_argv: tuple[str, ...] | None = None      # full block verification: always set by resolve()
+    block_argv: Command | None = None              # full block verification: always set by resolve()
     notes: tuple[Note, ...] = ()
-    adaptive_argv: tuple[str, ...] | None = None   # adaptive verification on; None where not allowed
+    adaptive_argv: Command | None = None           # adaptive verification on; None where not allowed
     build: Build | None = None
     tp: int = 1
     dp: int = 1

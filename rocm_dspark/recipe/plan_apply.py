@@ -1,4 +1,4 @@
-"""The one `rocm-dspark recipe` command that applies a recommendation `plan` printed (issue 22, item 6), checked
+"""The one `rocm-dspark recipe` command that applies a recommendation `plan` printed, checked
 by resolving it: `plan` never prints an option that `recipe` would refuse without saying so."""
 
 from __future__ import annotations

@@ -78,8 +78,8 @@ class _State:
         self.spec: dict = {}
         self.adaptive_allowed = True
         self.cap_size = 0
-        self.block_argv: tuple[str, ...] = ()
-        self.adaptive_argv: tuple[str, ...] | None = None
+        self.block_argv: Command = Command(())
+        self.adaptive_argv: Command | None = None
         self.memory = None
 
 
@@ -184,6 +184,7 @@ def _image_own_build(s: _State, b, why: str):
     """--image REF: the build whose vLLM the image itself reports (the in-image probe's software facts, else the
     version label `rocm-dspark images` read from its config), else the selected one, said to be assumed."""
     sel = s.sel
+    assert sel.image is not None  # called for --image only
     ref = pick.on_mirror(sel.image, sel.registry)
     entry = pick.lookup(sel.images, ref) or {}
     facts = sel.image_software or {}
@@ -444,6 +445,7 @@ def _k_schedule(s: _State, k: int) -> None:
     from rocm_dspark.recipe.k_schedule import format_schedule
 
     sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
+    assert sched is not None  # called for --k-per-batch-size only
     if s.catalog.contains(s.build, change) is not True:
         having = sorted({b.reported_version for b in s.catalog.builds.values() if b.channel == "release"
                          and b.reported_version and s.catalog.contains(b, change) is True})
@@ -670,7 +672,7 @@ def override_layer(s: _State, args: _Args) -> None:
         s.notes.append(Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)"))
     target = s.sel.model_path or s.model.hf_id
 
-    def with_spec(adaptive: bool) -> tuple[str, ...]:
+    def with_spec(adaptive: bool) -> Command:
         if not s.spec:  # --no-speculation
             args.items = [(f, v) for f, v in args.items if f != "--speculative-config"]
         else:
@@ -711,6 +713,7 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
 
 def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
     argv = plan.adaptive_argv if adaptive else plan.block_argv
+    assert argv is not None  # resolve sets block_argv always, adaptive_argv wherever adaptive may be switched on
     return plan._replace(argv=argv, adaptive_verification=adaptive, notes=(*plan.notes, note),
                          speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
 
@@ -728,6 +731,7 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(plan, False, Note("adaptive verification", (
             f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
     b = plan.build
+    assert b is not None  # resolve sets it
     label = b.name if not b.reported_version or b.reported_version in b.name else f"{b.name} = {b.reported_version}"
     why = {"refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
            "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",

@@ -11,7 +11,7 @@ import re
 
 from rocm_dspark.errors import UsageError
 
-# Names that look like credentials (issue 22): *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, HF_TOKEN.
+# Names that look like credentials: *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, HF_TOKEN.
 _CREDENTIAL = re.compile(r"(.*_(TOKEN|KEY|SECRET)|.*PASSWORD.*|HF_TOKEN)", re.IGNORECASE)
 # vLLM flags whose value is a secret, and the env variable vLLM (or huggingface_hub) reads instead.
 SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}

@@ -478,7 +478,7 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
         kv = json.dumps(kv_transfer_config(connector, role, http_port=http, proxy_ip=router_host), separators=(",", ":"))
         extra: dict[str, str | None] = {"--port": str(http), "--kv-transfer-config": kv}
 
-        def one(a):
+        def one(a, extra=extra, role=role):
             if a is None:
                 return None
             _, items = _split(a)
@@ -496,6 +496,7 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
     router = ["vllm-router", "--vllm-pd-disaggregation", *c["router"]]
     if connector == "nixl":
         for cmd in commands:
+            assert cmd.address is not None and cmd.port is not None  # set for every pool command above
             router += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
     else:
         router += ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]

@@ -25,6 +25,7 @@ value as a flag of its own (`--enforce-eager --speculative-config=...`).
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
 import re
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
@@ -117,7 +118,7 @@ def _reaches(name: str, option: str) -> bool:
     return not name.startswith("--") and len(name) > 1 and option.startswith(name)
 
 
-def _owner(head: str, table: dict[str, object]) -> str | None:
+def _owner(head: str, table: Mapping[str, object]) -> str | None:
     exact = table.get(head)
     if exact is not None:
         return head
@@ -170,7 +171,7 @@ def normalise(token: str) -> UserArg:
         long_name, owned_keys = _PARTLY[partly]
         if dot:
             touched = {keys.split(".")[0].rstrip("+").replace("-", "_")}
-        elif sep:
+        elif value is not None:
             touched = _json_keys(value, long_name)
         else:
             touched = set()

@@ -1,4 +1,4 @@
-"""User `--env KEY=VALUE` entries, and the guard on the environment the plan decides (issue #14, item 2).
+"""User `--env KEY=VALUE` entries, and the guard on the environment the plan decides.
 
 An `--env` reaches vLLM as given. Two kinds would change what the plan says it runs, and are refused:
   * a variable the plan itself sets (profile, workaround or build layers in rocm_dspark/recipe/resolve.py), with

@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 
 class GpuAgent(NamedTuple):
-    index: int
+    # the JSON key records carry; mypy refuses any NamedTuple field that shadows a tuple method (tuple.index)
+    index: int  # type: ignore[assignment]
     marketing_name: str
     arch: str  # gfx942 / gfx950 / ... ("" when unknown)
     source: str  # which tool said so
@@ -53,7 +54,8 @@ def parse_amdsmi_static_json(text: str) -> list[GpuAgent]:
     """`amd-smi static --json`: per GPU {gpu, asic: {market_name, target_graphics_version}}."""
     agents = []
     for i, entry in enumerate(amdsmi_json_entries(text)):
-        asic = entry.get("asic") if isinstance(entry.get("asic"), dict) else {}
+        asic = entry.get("asic")
+        asic = asic if isinstance(asic, dict) else {}
         agents.append(GpuAgent(int(entry.get("gpu", i)), str(asic.get("market_name", "")),
                                str(asic.get("target_graphics_version", "")), "amd-smi static --json"))
     return agents

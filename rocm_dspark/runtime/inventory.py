@@ -16,7 +16,8 @@ from rocm_dspark.runtime.gpus import GFX_TARGET, GpuAgent, amdsmi_json_entries, 
 
 
 class GpuFacts(NamedTuple):
-    index: int
+    # the JSON key records carry; mypy refuses any NamedTuple field that shadows a tuple method (tuple.index)
+    index: int  # type: ignore[assignment]
     marketing_name: str
     arch: str
     vram_mb: float | None = None               # HBM size the tool reports (MB = MiB as amd-smi prints it)
@@ -113,38 +114,43 @@ def parse_amdsmi_text_tree(text: str) -> list[dict]:
     return entries
 
 
+def _section(entry: dict, key: str) -> dict:
+    value = entry.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _facts_from_entry(entry: dict, source: str) -> dict:
     """The fields of GpuFacts one amd-smi entry (static and/or metric, JSON or text tree) carries."""
     out: dict = {"index": int(entry.get("gpu", 0))}
-    asic = entry.get("asic") if isinstance(entry.get("asic"), dict) else {}
+    asic = _section(entry, "asic")
     if asic.get("market_name"):
         out["marketing_name"] = str(asic["market_name"])
     if asic.get("target_graphics_version"):
         out["arch"] = str(asic["target_graphics_version"])
-    vram = entry.get("vram") if isinstance(entry.get("vram"), dict) else {}
+    vram = _section(entry, "vram")
     if _number(vram.get("size")) is not None:
         out["vram_mb"] = _number(vram.get("size"))
-    usage = entry.get("mem_usage") if isinstance(entry.get("mem_usage"), dict) else {}
+    usage = _section(entry, "mem_usage")
     if "vram_mb" not in out and _number(usage.get("total_vram")) is not None:
         out["vram_mb"] = _number(usage["total_vram"])
-    ecc = entry.get("ecc") if isinstance(entry.get("ecc"), dict) else {}
+    ecc = _section(entry, "ecc")
     for key, field in (("total_correctable_count", "ecc_correctable"),
                        ("total_uncorrectable_count", "ecc_uncorrectable"),
                        ("total_deferred_count", "ecc_deferred")):
         if _int(ecc.get(key)) is not None:
             out[field] = _int(ecc[key])
-    temps = entry.get("temperature") if isinstance(entry.get("temperature"), dict) else {}
+    temps = _section(entry, "temperature")
     readings = {k: _number(v) for k, v in temps.items() if _number(v) is not None}
     if readings:
         out["temperature_c"] = readings
-    limit = entry.get("limit") if isinstance(entry.get("limit"), dict) else {}
+    limit = _section(entry, "limit")
     limits = {k.replace("_temperature", ""): _number(v) for k, v in limit.items()
               if k.endswith("_temperature") and _number(v) is not None}
     if limits:
         out["temperature_limits_c"] = limits
     if _number(limit.get("socket_power")) is not None:
         out["power_cap_w"] = _number(limit["socket_power"])
-    power = entry.get("power") if isinstance(entry.get("power"), dict) else {}
+    power = _section(entry, "power")
     if _number(power.get("socket_power")) is not None:
         out["power_w"] = _number(power["socket_power"])
     if _number(power.get("power_limit")) is not None and "power_cap_w" not in out:

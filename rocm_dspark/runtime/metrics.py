@@ -110,7 +110,7 @@ class SpecDecodeCounters:
             return None
         return tuple(a / self.num_drafts for a in self.accepted_per_pos)
 
-    def require_spec_decode(self) -> "SpecDecodeCounters":
+    def require_spec_decode(self) -> SpecDecodeCounters:
         """Self, or a one-line UsageError when there is nothing to compute an acceptance length from."""
         if not self.spec_decode:
             raise UsageError(
@@ -138,7 +138,7 @@ class SpecDecodeCounters:
         )
 
     # -- deltas ---------------------------------------------------------------------------------
-    def __sub__(self, before: "SpecDecodeCounters") -> "SpecDecodeCounters":
+    def __sub__(self, before: SpecDecodeCounters) -> SpecDecodeCounters:
         if not isinstance(before, SpecDecodeCounters):
             return NotImplemented
         if self.spec_decode != before.spec_decode:

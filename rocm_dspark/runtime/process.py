@@ -162,7 +162,7 @@ class VllmServer:
         self.proc: subprocess.Popen | None = None
 
     @classmethod
-    def from_plan(cls, plan, log_path=None, *, cwd=None) -> "VllmServer":
+    def from_plan(cls, plan, log_path=None, *, cwd=None) -> VllmServer:
         """A server for a LaunchPlan (rocm_dspark.recipe.plan): its argv, env, host and port."""
         return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
 
@@ -174,7 +174,7 @@ class VllmServer:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self) -> "VllmServer":
+    def start(self) -> VllmServer:
         if self.proc is not None:
             raise UsageError("this server was already started: make a new VllmServer for another run")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,11 +249,12 @@ class VllmServer:
         if self.proc is None:
             return StopResult(None, False, 0.0)
         t0 = time.monotonic()
-        pgid = self.proc.pid  # start_new_session: the leader's pid is the group id
+        proc = self.proc
+        pgid = proc.pid  # start_new_session: the leader's pid is the group id
         strays = set(descendants(pgid))  # before the leader dies and its children are re-parented
 
         def remaining() -> list[int]:
-            self.proc.poll()  # reap the leader so it does not linger as a zombie member
+            proc.poll()  # reap the leader so it does not linger as a zombie member
             return sorted(set(group_members(pgid)) | {p for p in strays if is_alive(p)})
 
         def signal_all(sig: int) -> None:
@@ -296,7 +297,7 @@ class VllmServer:
             code = None
         return StopResult(code, killed, time.monotonic() - t0, tuple(remaining()))
 
-    def __enter__(self) -> "VllmServer":
+    def __enter__(self) -> VllmServer:
         if self.proc is None:
             self.start()
         return self

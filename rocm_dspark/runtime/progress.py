@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 from rocm_dspark.runtime.server_phases import READY, LogFollower, Phase
 
@@ -49,7 +50,7 @@ class Display:
         self._console = None
 
     @classmethod
-    def plain(cls, say: Callable[[str], None], heartbeat_s: float = 30.0) -> "Display":
+    def plain(cls, say: Callable[[str], None], heartbeat_s: float = 30.0) -> Display:
         """A display that hands every line to `say` (how validate's and probe's callers print)."""
         return cls(fancy=False, say=say, heartbeat_s=heartbeat_s)
 

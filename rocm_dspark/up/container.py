@@ -18,7 +18,7 @@ TARGET = "/tmp/rocm-dspark-toolkit"
 
 # launch_facts.DOCKER_RUN_FLAGS without the GPU devices, groups, ptrace and seccomp: a CPU container needs none.
 # --ipc=host: with Docker's default 64 MiB /dev/shm the CPU engine dies ("Insufficient space in /dev/shm ... 160 MiB
-# required"; /work/shared/research/runtimes_2026-12.md). No --ulimit=memlock=-1: pinned host memory is a GPU need,
+# required", as a CPU vLLM container reports it). No --ulimit=memlock=-1: pinned host memory is a GPU need,
 # and where raising the limit is not permitted runc refuses to start ("error setting rlimit type 8").
 CPU_RUN_FLAGS = ("--rm", "--init", "--network=host", "--ipc=host")
 

@@ -43,7 +43,7 @@ class UpOptions:
     probe_levels: tuple[str, ...] = ("static", "kernel")
     kernel_python: str | None = None
     ready_port: int | None = None        # the readiness server's port (rocm_dspark.up.ready_server), None: none
-    state_dir: Path = field(default=None)  # resolved in __post_init__
+    state_dir: Path = field(init=False)  # resolved in __post_init__
     state_dir_flag: str | None = None
 
     def __post_init__(self):
@@ -87,7 +87,7 @@ class UpRun:
         self.dir = up_dir(options.state_dir)
         self.outputs: dict = {}
         self.started: dict | None = None   # the service record of a server started by this run
-        self._resolved = None
+        self._resolved: tuple | None = None
         self.software_note: str | None = None  # why the gate could not read the image's software
         self._software: dict = {}              # image -> image_software(), once per run
         self.loads: list[dict] = []            # the model loads this run made (rocm_dspark.up.serve.load)
@@ -208,6 +208,7 @@ class UpRun:
     @property
     def selection(self):
         self.resolve_plan()
+        assert self._resolved is not None
         return self._resolved[1]
 
     @property
@@ -304,12 +305,15 @@ class UpRun:
         plan = self.plan
         pinned = (self.outputs.get("image") or {}).get("pinned")
         if self.options.target == LOCAL_CPU:
-            block, adaptive = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
-            local = lambda s: plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],  # noqa: E731
-                                            served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
-                                            adaptive_verification=False, block_argv=None)
-            plans = {"block": local(block),
-                     "adaptive": local(adaptive)._replace(adaptive_verification=True, block_argv=tuple(block["argv"]))}
+            block_spec, adaptive_spec = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
+
+            def local(s):
+                return plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],
+                                     served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
+                                     adaptive_verification=False, block_argv=None)
+
+            plans = {"block": local(block_spec), "adaptive": local(adaptive_spec)._replace(
+                adaptive_verification=True, block_argv=tuple(block_spec["argv"]))}
             if not self.in_container():
                 return plans
             from rocm_dspark.up.container import serve_argv
@@ -414,7 +418,7 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
         step = steps[i - 1]
         inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
         rec = state.step(step.name)
-        if not step.always and state.is_done(step.name, inputs):
+        if not step.always and rec is not None and state.is_done(step.name, inputs):
             why = step.valid(run, rec.get("output") or {}) if step.valid else None
             if why is None:
                 run.outputs[step.name] = rec.get("output") or {}
@@ -470,7 +474,7 @@ def _dry_run(run: UpRun, steps) -> int:
         rec = run.state.step(step.name)
         done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""
         say(f"{_header(i, len(steps), step)}{done}")
-        for out in textwidth.fit_all(step.dry(run), "    "):  # commands broken with `\`, prose wrapped (issue 30)
+        for out in textwidth.fit_all(step.dry(run), "    "):  # commands broken with `\`, prose wrapped
             say(out)
     return 0
 
@@ -506,7 +510,7 @@ def status(state_dir) -> dict:
     state = UpState.load(up_dir(state_dir))
     svc = state.service
     running = service.alive(svc) if svc else False
-    health = vllm_health(svc) if running else None
+    health = vllm_health(svc) if running and svc else None
     steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()
                                                   if k in ("status", "at", "message", "fix", "seconds")}}
              for s in STEPS]

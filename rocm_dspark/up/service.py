@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
@@ -54,15 +55,17 @@ def attach(service: dict) -> VllmServer:
     srv = VllmServer(["(service started by rocm-dspark up)"], host=service["host"], port=int(service["port"]),
                      log_path=service.get("log") or None)
     if service.get("kind") == "process":
-        srv.proc = _PidHandle(int(service["pid"]), service.get("start_ticks"))
+        # duck-typed: pid and poll() are all VllmServer uses of a server it did not start
+        srv.proc = cast(subprocess.Popen, _PidHandle(int(service["pid"]), service.get("start_ticks")))
     elif service.get("kind") == "systemd":
-        srv.proc = _UnitHandle(service["unit"])
+        srv.proc = cast(subprocess.Popen, _UnitHandle(service["unit"]))
     return srv
 
 
 def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: Path) -> tuple[VllmServer, dict]:
     """Run the launcher detached; returns the server handle and the service record."""
     srv = VllmServer([str(launcher)], env, host=host, port=port, log_path=log_path).start()
+    assert srv.pid is not None  # started
     record = {"kind": "process", "pid": srv.pid, "start_ticks": start_ticks(srv.pid), "host": srv.host, "port": port,
               "log": str(log_path), "launcher": str(launcher), "base_url": srv.base_url,
               # how long the launcher drains vLLM after SIGTERM, so that `down` waits for it
@@ -74,8 +77,9 @@ def stop_grace_s(service: dict) -> int:
     """How long `down` waits for a launcher after SIGTERM: its drain (stop timeout), then its own SIGKILL and last
     state write (launch_facts.stop_window_s, as the unit's TimeoutStopSec)."""
     recorded = service.get("stop_timeout_s")
-    ok = isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400
-    return launch_facts.stop_window_s(recorded if ok else launch_facts.STOP_TIMEOUT_S)
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400:
+        return launch_facts.stop_window_s(recorded)
+    return launch_facts.stop_window_s(launch_facts.STOP_TIMEOUT_S)
 
 
 def stop_process(service: dict, grace_s: float | None = None) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
@@ -20,7 +20,7 @@ DONE, FAILED, INTERRUPTED, SKIPPED, RUNNING = "done", "failed", "interrupted", "
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def digest(value) -> str:
@@ -41,7 +41,7 @@ class UpState:
         self.data = data or {"schema": SCHEMA, "created_at": utc_now(), "steps": {}, "service": None, "runs": []}
 
     @classmethod
-    def load(cls, directory: Path) -> "UpState":
+    def load(cls, directory: Path) -> UpState:
         """The state as found, only if it may be believed (rocm_dspark.up.trust: the probe store's rules)."""
         from rocm_dspark.up.trust import load_state
 

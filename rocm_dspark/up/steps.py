@@ -8,13 +8,13 @@ e.g. the server it started is gone). A step that cannot go on raises StepFailed 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 from rocm_dspark.up import image as image_mod
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
@@ -275,10 +275,10 @@ def launchers_inputs(run) -> dict:
 
 
 def digest_plan(plan) -> str:
-    from rocm_dspark.up.state import digest
+    """The plan hash the observability files label every series with (one function for both)."""
+    from rocm_dspark.launch.observability import plan_hash
 
-    return digest([list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ()),
-                   sorted(plan.secret_env.items())])
+    return plan_hash(plan)
 
 
 def unit_user(run) -> str:
@@ -326,7 +326,25 @@ def launchers_run(run) -> dict:
         sets[which] = {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
                        "env_file": str(files.env_file) if files.env_file else None,
                        "install": list(files.install_commands) if files.unit else None}
+    for f in _observability(run, serve.launch_dir(run, next(iter(sets)))):
+        run.say(f"  wrote {f}")
+        files_digest[str(f)] = digest(Path(f).read_text())
     return {"sets": sets, "files": files_digest}
+
+
+def _observability(run, out: Path) -> list[Path]:
+    """Prometheus and Grafana files beside the launchers (rocm_dspark.launch.observability), with the readiness
+    server's target when --ready-port runs one and the A/B's band at --concurrency."""
+    from rocm_dspark.launch import observability
+    from rocm_dspark.probe.ab_band import bands_for
+    from rocm_dspark.runtime.client import base_url
+    from rocm_dspark.up import ready_server
+
+    listen = ready_server.listen(run)
+    ready = base_url(*listen).removeprefix("http://") if listen else None
+    bands = bands_for(run.catalog, run.plan, run.options.state_dir)[0] if run.plan.concurrency is not None else {}
+    return observability.write(out, observability.render(run.plan, run.name(run.plan), observability.targets(run.plan),
+                                                         ready=ready, bands=bands))
 
 
 def launchers_valid(run, output) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from rocm_dspark.recipe.catalog import Catalog, ModelSpec

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Outcome
+from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
 
 GSM8K_TIMEOUT_S = 4 * 3600  # 1,319 questions x 5-shot at 64 concurrent requests stays well inside this
 METRIC_KEYS = ("exact_match,strict-match", "exact_match,flexible-extract")

@@ -208,7 +208,8 @@ def devices(ctx) -> Outcome:
     name, uid, gids, group_names = _user_ids(ctx.options.service_user)
     dri = Path(ctx.path(launch_facts.DRI))
     nodes = [kfd] + sorted(dri.glob("renderD*")) if dri.is_dir() else [kfd]
-    table, denied = {}, []
+    table: dict[str, dict] = {}
+    denied = []
     for node in nodes:
         st = node.stat()
         ok = _can_rw(st, uid, gids)

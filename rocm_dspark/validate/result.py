@@ -7,7 +7,8 @@ later check is reported `skipped`. Non-blocking checks report problems as `warn`
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE = "pass", "fail", "warn", "skipped", "not_applicable"
 STATUSES = (PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import socket
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
@@ -182,7 +182,7 @@ def run_validation(opts: ValidateOptions, selection_opts: dict, *, command: list
     if target is not None:
         ctx.client = VllmClient(target.host, target.port)
     checks = build_checks(opts)
-    started, t_start = datetime.now(timezone.utc), time.monotonic()
+    started, t_start = datetime.now(UTC), time.monotonic()
     results: list[CheckResult] = []
     stopper: CheckResult | None = None
     try:

@@ -96,7 +96,7 @@ async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
 
     try:
         await asyncio.wait_for(stream(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return RequestRecord(False, error=f"no complete answer within {timeout_s:g} s")
     except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:
         return RequestRecord(False, error=f"{type(exc).__name__}: {exc}"[:200])

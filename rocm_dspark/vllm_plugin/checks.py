@@ -299,10 +299,11 @@ def _target_groups(rocm, num_speculative_tokens: int):
 
 
 def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[dict]:
-    import torch
+    # imported up front (unused here): a vLLM without them fails before any group is evaluated
+    import torch  # noqa: F401
     from vllm.v1.attention.backend import AttentionCGSupport
-    from vllm.v1.worker.gpu import attn_utils
-    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
+    from vllm.v1.worker.gpu import attn_utils  # noqa: F401
+    from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av  # noqa: F401
 
     groups = _target_groups(rocm, num_speculative_tokens)
     k1 = num_speculative_tokens + 1

@@ -214,7 +214,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
             exec_module(module)
             _patch_and_log(module, backport)
 
-        loader.exec_module = exec_then_patch
+        loader.exec_module = exec_then_patch  # type: ignore[method-assign]  # this one loader instance: the point
         return spec
 
 

