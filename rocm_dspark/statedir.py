@@ -4,9 +4,9 @@ path, the probe store and the generated launcher (rocm_dspark/launch/launch_fact
 # No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
-from collections.abc import Mapping
 
 from rocm_dspark.errors import UsageError
 

@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from rocm_dspark.attention import _triton
-
 from rocm_dspark.attention.cache_formats import DS_MLA_RECORD, HEAD_DIM, KV_FORMATS, check_format
 from rocm_dspark.attention.metadata import SwaMetadata
 from rocm_dspark.errors import UsageError

@@ -17,7 +17,6 @@ import triton
 import triton.language as tl
 
 from rocm_dspark.attention import _triton
-
 from rocm_dspark.errors import UsageError
 
 _BLOCK_T = 128  # tokens per program; the kernel is a handful of vector ops per token

@@ -69,8 +69,8 @@ def _error(message: str, code: int = 2):
     sys.exit(code)
 
 
-def _stdout_error(exc: OSError):
-    sys.stdout = _ClosedStdout()  # type: ignore[assignment]  # nothing more goes to the broken stream
+def _stdout_error(exc: OSError) -> None:
+    sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
     _error(f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)", 3)
 
 
@@ -90,7 +90,7 @@ class LazyGroup(click.Group):
             if _not_utf8(arg):
                 _error(f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only")
         if sys.stdout is None:
-            sys.stdout = _ClosedStdout()  # type: ignore[assignment]
+            sys.stdout = _ClosedStdout()
         try:
             try:
                 rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)

@@ -29,10 +29,10 @@ def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
       rocm-dspark images --gpu mi300x
       rocm-dspark images --build v0.33.0-rocm72 --json
     """
-    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.images import pick, report
     from rocm_dspark.images import registry as reg
     from rocm_dspark.probe.store import state_dir as resolve_state_dir
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import detect_gpu
 
     catalog = load_catalog()

@@ -11,8 +11,8 @@ from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
-from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
@@ -54,8 +54,8 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
 
     copts = pop_cluster(opts)
     if wants_cluster(copts) or fmt == "k8s":
-        from rocm_dspark.usecase.launch_plan import cluster_for
         from rocm_dspark.launch.launch_group import write_group
+        from rocm_dspark.usecase.launch_plan import cluster_for
 
         copts["strategy"] = copts.get("strategy") or "single_node"
         plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
@@ -78,8 +78,8 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     if pull:
         if not container:
             raise UsageError("--pull pins the image of a container launcher: add --container")
-        from rocm_dspark.up.pull import pin_for_launch
         from rocm_dspark.probe.store import state_dir
+        from rocm_dspark.up.pull import pin_for_launch
 
         plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
         click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)

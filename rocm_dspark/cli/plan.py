@@ -68,9 +68,9 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         click.echo(json.dumps(report, indent=2) if as_json else "\n".join(seed_lines(report)))
         return
 
-    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.profile import parse_concurrency, plan_profile
     from rocm_dspark.planner.report import table_lines, to_dict, write_plot
+    from rocm_dspark.recipe.catalog import load_catalog
 
     catalog = load_catalog()
     spec = catalog.find_model(model)

@@ -9,8 +9,8 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import selection_options, usage_errors
-from rocm_dspark.recipe.selection import build_selection
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.selection import build_selection
 
 
 def _model_optional(fn):
@@ -61,9 +61,9 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     if (opts.get("adaptive") or "auto") != "auto":
         raise UsageError("--adaptive does not apply to probe: the probe always tests adaptive verification on")
 
-    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.probe.live import target_from_spec
     from rocm_dspark.probe.run import parse_levels, run_probe
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.runtime.server_spec import load_server_spec
 
     wanted = parse_levels(levels)

@@ -116,7 +116,8 @@ def status(state_dir, as_json, ready_check, listen):
       rocm-dspark status --ready --listen 0.0.0.0:8001
     """
     from rocm_dspark.probe.store import state_dir as resolve
-    from rocm_dspark.up.runner import status as get, status_lines
+    from rocm_dspark.up.runner import status as get
+    from rocm_dspark.up.runner import status_lines
 
     if listen is not None:
         from rocm_dspark.up.health import parse_listen, serve_forever

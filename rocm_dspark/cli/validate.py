@@ -11,7 +11,6 @@ from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import check_model_path, concurrency_levels, pop_selection, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 
-
 _levels = concurrency_levels  # --concurrency N,N,... (rocm_dspark.cli.options, shared with recipe and up)
 
 

@@ -49,7 +49,13 @@ def _rendezvous(argv, env, nodes: int) -> dict:
 
 def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=None, container=False,
                 ready_timeout_s=3600, node_rank=None, bands=None) -> dict:
-    from rocm_dspark.launch.launchers import DEFAULT_USER, _check_output_dir, default_name, install_commands, write_launchers
+    from rocm_dspark.launch.launchers import (
+        DEFAULT_USER,
+        _check_output_dir,
+        default_name,
+        install_commands,
+        write_launchers,
+    )
 
     base = name or default_name(plan)
     out = _check_output_dir(Path(output))

@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from shlex import quote  # install commands: the operator's shell is POSIX sh/bash
 from dataclasses import dataclass, replace
 from pathlib import Path
+from shlex import quote  # install commands: the operator's shell is POSIX sh/bash
 
-from rocm_dspark.launch import launch_facts, quoting
-from rocm_dspark.recipe import secret_env
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch import launch_facts, quoting
+from rocm_dspark.recipe import secret_env
 from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
 

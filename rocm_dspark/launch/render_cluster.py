@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from rocm_dspark.recipe.plan import Note
 from rocm_dspark.launch.render import EXPLAIN_HINT, _argv_lines, _comment, header_lines, note_lines
+from rocm_dspark.recipe.plan import Note
 
 
 def _commands(cluster, node_rank):

@@ -534,9 +534,8 @@ class CalibratedCost:
     def verify_seconds(self, tokens):
         import numpy as np
 
-        from rocm_dspark.planner.roofline import pad_to_capture
-
         from rocm_dspark.planner.capture_term import eager_ms
+        from rocm_dspark.planner.roofline import pad_to_capture
 
         padded = pad_to_capture(tokens, self.capture_sizes).astype(np.float64)
         requests = self.requests or padded

@@ -25,9 +25,9 @@ def grid_for(max_num_seqs: int) -> list[int]:
 
 
 def compute(catalog=None) -> dict:
-    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.planner.calibration import stored
     from rocm_dspark.planner.profile import plan_profile
+    from rocm_dspark.recipe.catalog import load_catalog
 
     catalog = catalog or load_catalog()
     calib = stored()

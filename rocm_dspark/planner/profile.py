@@ -155,10 +155,10 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     running requests (default: the recipe's), so a plan can cover concurrencies above it; the recipe's capture
     size follows it up to the profile's cap and stays there above (vLLM runs bigger steps without graphs:
     vllm/v1/cudagraph_dispatcher.py `dispatch`)."""
-    from rocm_dspark.recipe.capture import capture_size as _capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import hold_to_error, plan_grid
+    from rocm_dspark.recipe.capture import capture_size as _capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
 
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rocm_dspark.probe import fingerprint, store
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import fingerprint, store
 from rocm_dspark.probe.gate import evidence_state, load_records
 from rocm_dspark.probe.record import Record
 

@@ -28,7 +28,7 @@ import errno
 import json
 import os
 import stat
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 

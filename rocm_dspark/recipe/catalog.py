@@ -9,9 +9,9 @@ this module only checks their shape. A broken file fails with one line: file, ke
 
 import os
 import re
-from typing import NamedTuple
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 

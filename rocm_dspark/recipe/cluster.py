@@ -37,8 +37,14 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     plan_for: option values -> (catalog, selection, plan), gate included (rocm_dspark.usecase.launch_plan)."""
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import build_selection
-    from rocm_dspark.recipe.strategies import (LEADER_PLACEHOLDER, ClusterSpec, expand, layout_for, node_plan_layout,
-                                               node_rank_check)
+    from rocm_dspark.recipe.strategies import (
+        LEADER_PLACEHOLDER,
+        ClusterSpec,
+        expand,
+        layout_for,
+        node_plan_layout,
+        node_rank_check,
+    )
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()

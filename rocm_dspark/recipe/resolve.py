@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import json
 
-from rocm_dspark.recipe.capture import capture_size
-from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
+from rocm_dspark.recipe.capture import capture_size
+from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
 from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note, Selection, Verdict, flag_for
+from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
 from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, normalise, read, undoes
-from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 from rocm_dspark.recipe.vllm_env import check_env
 
 

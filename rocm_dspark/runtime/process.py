@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.refusal import find_refusal
 from rocm_dspark.runtime.client import ServerError, VllmClient, loopback_host, model_ids
+from rocm_dspark.runtime.refusal import find_refusal
+
 
 def listening(host: str, port: int) -> bool:
     """Does something accept TCP connections on host:port? (A wildcard bind address is asked on loopback.)"""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TypeVar
 from collections.abc import Callable
+from typing import TypeVar
 
 from rocm_dspark.runtime.server_phases import READY, LogFollower, Phase
 

@@ -52,7 +52,8 @@ def hf_token_present() -> str | None:
 
 def from_outcome(name: str, outcome, fix: str) -> Prereq:
     from rocm_dspark.validate.result import FAIL as V_FAIL
-    from rocm_dspark.validate.result import NOT_APPLICABLE, WARN as V_WARN
+    from rocm_dspark.validate.result import NOT_APPLICABLE
+    from rocm_dspark.validate.result import WARN as V_WARN
 
     status = {V_FAIL: FAIL, V_WARN: WARN, NOT_APPLICABLE: SKIP}.get(outcome.status, OK)
     return Prereq(name, status, outcome.message, fix if status in (FAIL, WARN) else "")

@@ -42,7 +42,8 @@ def install_commands(run, which: str) -> list[str]:
     same list `launch` prints), as this user runs them (no sudo as root); the journalctl hint left out."""
     f = files_of(run, which)
     if f.get("install") is None:
-        from rocm_dspark.launch.launchers import LaunchFiles, install_commands as commands
+        from rocm_dspark.launch.launchers import LaunchFiles
+        from rocm_dspark.launch.launchers import install_commands as commands
 
         name = run.name(run.plan)
         launcher = Path(f["launcher"])  # write_launchers puts the env file beside it (<name>.env)

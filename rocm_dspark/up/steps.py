@@ -12,14 +12,20 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
-from collections.abc import Callable
 
 from rocm_dspark.up import image as image_mod
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
-from rocm_dspark.up.steps_common import (LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, NOT_FOR_GATE,  # noqa: F401
-                                         StepFailed)
+from rocm_dspark.up.steps_common import (  # noqa: F401
+    LOCAL_CPU,
+    LOCAL_NGRAM,
+    LOCAL_NGRAM_ADAPTIVE,
+    LOCAL_SERVED_NAME,
+    NOT_FOR_GATE,
+    StepFailed,
+)
 
 
 class Step(NamedTuple):

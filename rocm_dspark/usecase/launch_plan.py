@@ -5,7 +5,6 @@ neither imports the other's layer. Light imports only: this is on the `rocm-dspa
 
 from __future__ import annotations
 
-
 from rocm_dspark.errors import UsageError, warn
 from rocm_dspark.recipe.plan import LaunchPlan, Verdict
 from rocm_dspark.recipe.selection import ADAPTIVE_MODES, build_selection

@@ -4,13 +4,13 @@ gathered once (host inventory, software facts) or produced by one check for a la
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import VllmClient, base_url
 from rocm_dspark.runtime.inventory import HostInventory

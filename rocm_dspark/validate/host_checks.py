@@ -14,8 +14,8 @@ import shutil
 import stat
 from pathlib import Path
 
-from rocm_dspark.launch import launch_facts
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome

@@ -6,9 +6,9 @@ later check is reported `skipped`. Non-blocking checks report problems as `warn`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
-from collections.abc import Callable
 
 PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE = "pass", "fail", "warn", "skipped", "not_applicable"
 STATUSES = (PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import socket
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.probe.gate import gate_verdict
+from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
 

@@ -21,8 +21,8 @@ touched: these checks are classmethods and config reads).
 from __future__ import annotations
 
 import argparse
-import importlib
 import atexit
+import importlib
 import json
 import os
 import shutil

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rocm_dspark.vllm_plugin.checks import ROLES, run_checks_report
 
+
 def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str | None = None,
                   model: str | None = None, python: str | None = None, timeout: float = 300.0) -> dict:
     """Everything `plugin status` prints, computed in a child `python` (default: this one), which
