@@ -70,8 +70,9 @@ def test_calibrate_cli_prints_loo_and_the_plan_and_gate_use_it_next(tmp_path):
     out = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi300x", "--calibrate", str(table),
                           "--state-dir", str(s)], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
-    # 4.0%: the c256 overrun runs predicted without c256 (see test_calibrate_recovers_known_parameters)
-    assert "leave-one-out error: max 4.0%" in out.stdout and "kept as this host's calibration" in out.stdout
+    # 5.6%: the c256 overrun runs predicted without c256 (see test_calibrate_recovers_known_parameters); that fold
+    # has one overrun run for the two eager unknowns, a tie nonneg_lstsq gives to the launch term
+    assert "leave-one-out error: max 5.6%" in out.stdout and "kept as this host's calibration" in out.stdout
     plan = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi300x", "--concurrency", "16,128",
                            "--state-dir", str(s), "--json"], capture_output=True, text=True, timeout=300, env=env)
     data = json.loads(plan.stdout)["plans"][0]

@@ -265,3 +265,21 @@ def test_includes_draft_round_trips(tmp_path):
     path.write_text(json.dumps({"verify": [[4, 10]], "includes_draft": "yes"}))
     with pytest.raises(Exception, match="includes_draft"):
         load_cost_table(path)
+
+
+def test_a_tie_the_data_cannot_break_goes_to_the_earliest_column_whatever_the_rounding():
+    # Columns 1 and 2 proportional (the two eager columns when every step above the capture size has the same
+    # token count): either alone fits equally, up to rounding. The old strict `<` let BLAS rounding pick.
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    picks = set()
+    for _ in range(200):
+        t = rng.uniform(1, 9)
+        a = np.array([[1.0, 60.0, t * 60.0 / 7], [1.0, 0.0, 0.0], [1.0, 60.0, t * 60.0 / 7], [1.0, 0.0, 0.0]])
+        a = a * rng.uniform(0.5, 2.0, size=(4, 1))
+        b = a @ np.array([0.3, 0.01, 0.0]) * (1 + rng.normal(0, 1e-3, size=4))
+        x, resid = C.nonneg_lstsq(a, b)
+        picks.add((x[1] > 0, x[2] > 0))
+        assert resid == pytest.approx(float(np.sum((a @ x - b) ** 2)))
+    assert picks == {(True, False)}

@@ -165,23 +165,28 @@ def _cells(source: dict, concurrencies):
 
 
 def nonneg_lstsq(a, b):
-    """min ||a x - b|| with x >= 0 by trying every support (n unknowns: 2^n small solves, n <= 6)."""
+    """min ||a x - b|| with x >= 0 by trying every support (n unknowns: 2^n small solves, n <= 6).
+
+    Supports whose residuals agree to 1e-9 (relative, or 1e-15 of ||b||^2 for an exact fit) are a tie the data cannot break: two columns the runs do
+    not tell apart, as the two eager columns are when every step above the capture size has the same token
+    count. The tie goes to the fewest columns, then the earliest, so the fit never depends on BLAS rounding."""
     import numpy as np
 
-    best, best_x = math.inf, None
     n = a.shape[1]
+    found = []
     for support in itertools.product((False, True), repeat=n):
-        cols = [i for i in range(n) if support[i]]
+        cols = tuple(i for i in range(n) if support[i])
         x = np.zeros(n)
         if cols:
-            sol, *_ = np.linalg.lstsq(a[:, cols], b, rcond=None)
+            sol, *_ = np.linalg.lstsq(a[:, list(cols)], b, rcond=None)
             if (sol < 0).any():
                 continue
-            x[cols] = sol
-        r = float(np.sum((a @ x - b) ** 2))
-        if r < best:
-            best, best_x = r, x
-    return best_x, best
+            x[list(cols)] = sol
+        found.append((float(np.sum((a @ x - b) ** 2)), cols, x))
+    best = min(r for r, *_ in found)
+    tol = 1e-9 * best + 1e-15 * float(np.sum(np.asarray(b) ** 2))  # an exact fit's residual is rounding noise
+    resid, _, x = min((f for f in found if f[0] <= best + tol), key=lambda f: (len(f[1]), f[1]))
+    return x, resid
 
 
 def design_row(physics: Physics, requests: int, tokens: int, per_request_tokens: float, drafted: bool,
