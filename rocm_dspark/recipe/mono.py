@@ -77,7 +77,9 @@ def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, 
                    max_requests=n)
     rows = step_rows(concurrency, k, capture_size)
     if rows > arch["max_rows"]:
-        return off(f"{concurrency} requests x (1+K={k + 1}) = {rows} rows > {arch['max_rows']} ({fits})",
+        tokens = concurrency * (k + 1)
+        pad = f"{tokens} rows" if rows == tokens else f"{tokens} tokens, padded to {rows} rows"
+        return off(f"{concurrency} requests x (1+K={k + 1}) = {pad} > {arch['max_rows']} ({fits})",
                    rows=rows, max_rows=arch["max_rows"], max_requests=n)
     return Mono(True, (f"ON ({mono['flag']}): decode steps of up to {concurrency} requests ({rows} rows <= "
                        f"{arch['max_rows']}; {fits}) run each layer as two FlyDSL launches"),
