@@ -865,6 +865,15 @@ def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set
     cf = mr.sub("gfx942_copy_fraction")
     out["gfx942_copy_fraction"] = {k: cf.number(k, maximum=1.0) for k in ("experts", "dense")}
     cf.close()
+    gr = mr.sub("public_gain")
+    out["public_gain"] = {"source": gr.req("source", str)}
+    for k in ("per_layer", "interactivity", "concurrency"):
+        pair = gr.req(k, list)
+        if len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in pair) \
+                or pair[0] > pair[1]:
+            gr.fail("expected [low, high], positive numbers", k)
+        out["public_gain"][k] = (float(pair[0]), float(pair[1]))
+    gr.close()
     sr = mr.sub("sources")
     out["sources"] = {k: " ".join(sr.req(k, str).split()) for k in MONO_SOURCED}
     sr.close()
