@@ -245,6 +245,11 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                                 f"from every sample; predictions there lean on interpolation or extrapolation. "
                                 f"Measure at concurrencies closer to them")
     result.notes = notes + extra_notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
+    from rocm_dspark.planner.mono_term import mono_note, mono_rows
+
+    result.mono = mono_rows(catalog, model, gpu, profile, result, cost, dp=dp, capture_size=capture_size
+                            or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap))
+    result.notes += [n for n in (mono_note(catalog, result.mono),) if n]
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes
 

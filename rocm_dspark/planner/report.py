@@ -43,6 +43,7 @@ def to_dict(plan) -> dict:
                 "adaptive": _sim(r.adaptive),
                 "adaptive_vs_block_pct": round(plan.adaptive_gain_pct(r), 2),
                 "adaptive_payoff": plan.payoff(r),
+                "mono": next((m for m in plan.mono if m["concurrency"] == r.concurrency), None),
             }
             for r in plan.rows
         ],
@@ -78,6 +79,12 @@ def table_lines(plan) -> list[str]:
             f"{per.mean_acceptance_length:>5.2f} | {ad.expected_tokens_per_s:>13.0f} {ad.mean_acceptance_length:>5.2f} "
             f"{ad.verified_drafts_per_request:>6.2f} | {plan.adaptive_gain_pct(r):>+16.1f}% {plan.payoff(r):>9}"
             + (f" | {_range(plan, r):>19}" if plan.error_pct is not None else ""))
+        mono = next((m for m in plan.mono if m["concurrency"] == r.concurrency), None)
+        if mono and any(m["on"] for m in plan.mono):  # its own line, as the overrun's; all off: the note says why
+            lines.append(f"{'':>11} mono decode: " + (
+                f"ON ({mono['rows']} rows): fixed K={k} {mono['tok_s'][0]:.0f}-{mono['tok_s'][1]:.0f} tok/s "
+                f"(x{mono['speedup'][0]:.2f}-{mono['speedup'][1]:.2f}; public, uncalibrated)" if mono["on"]
+                else mono["why"].rsplit(" (", 1)[0]))
         if r.concurrency in over:  # its own line: the row is already as wide as a table may be (textwidth.MAX_TABLE)
             lines.append(f"{'':>11} [capture overrun K{min(over[r.concurrency])}-{max(over[r.concurrency])}]: past the "
                          "largest captured graph (eager term priced)")

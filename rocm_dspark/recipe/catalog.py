@@ -209,6 +209,7 @@ class Catalog(NamedTuple):
     dynamic_k_change: str = ""    # the change that gives vLLM a per-batch-size K (--k-per-batch-size)
     channels: dict = {}           # channel -> {retention_builds, retention_days, source}
     arch_defaults: dict = {}      # gfx arch -> {builds: (release names, in order), reason, source}
+    mono: dict = {}               # vllm.yaml mono_decode: the --monokernel conditions (rocm_dspark/recipe/mono.py)
 
     def find_model(self, name: str) -> ModelSpec:
         wanted = name.strip().lower()
@@ -748,6 +749,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
             if cid not in changes:
                 fr.fail(f"unknown change {cid!r}")
         flag_rules[flag] = rule
+    mono = _mono(vr, changes, flag_rules, models, {g.arch for g in gpus.values()}) if "mono_decode" in vr.data else {}
     for model in models.values():
         for cid in model.requires:
             if cid not in changes:
@@ -759,7 +761,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
         root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
         builds=builds, changes=changes, dynamic_k_change=dynamic_k_change,
         flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
-        channels=channels, arch_defaults=arch_defaults,
+        channels=channels, arch_defaults=arch_defaults, mono=mono,
     )
     for model in models.values():  # each profile names the build it runs by default, for readers of the catalog
         for g, p in list(model.profiles.items()):
@@ -828,6 +830,55 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
     )
     r.close("changes")  # read above only when not empty
     return build
+
+
+MONO_SOURCED = ("archs", "rows", "tensor_parallel_only", "moe_backend", "gfx942_copy_fraction", "min_compute_units",
+                "cudagraph_mode", "kv_cache_dtype", "unset_env", "indexer")
+
+
+def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set) -> dict:
+    """vllm.yaml `mono_decode`: the --monokernel conditions, each with its wheel source."""
+    mr = vr.sub("mono_decode")
+    out = {"change": mr.req("change", str), "flag": mr.req("flag", str), "models": mr.str_list("models"),
+           "min_compute_units": mr.positive_int("min_compute_units"), "kv_cache_dtype": mr.req("kv_cache_dtype", str),
+           "cudagraph_mode": mr.req("cudagraph_mode", str), "unset_env": mr.str_list("unset_env"),
+           "evidence": mr.req("evidence", str), "archs": {}}
+    if out["change"] not in changes:
+        mr.fail(f"unknown change {out['change']!r}", "change")
+    if out["flag"] not in flag_rules:
+        mr.fail(f"{out['flag']!r} has no rule in `flags`", "flag")
+    if out["cudagraph_mode"] not in CUDAGRAPH_MODES:
+        mr.fail(f"expected one of {', '.join(CUDAGRAPH_MODES)}", "cudagraph_mode")
+    for m in out["models"]:
+        if m not in models:
+            mr.fail(f"unknown model {m!r}", "models")
+    for arch, a in mr.req("archs", dict).items():
+        if arch not in archs:
+            mr.fail(f"no GPU in gpus.yaml is {arch!r}", "archs")
+        ar = _Reader(vr.path, a, f"mono_decode.archs.{arch}")
+        tps = ar.req("tp", list)
+        if not tps or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tps):
+            ar.fail("expected a list of positive integers", "tp")
+        out["archs"][arch] = {"tp": tuple(tps), "max_rows": ar.positive_int("max_rows"),
+                              "moe_backend": ar.req("moe_backend", str, optional=True)}
+        ar.close()
+    cf = mr.sub("gfx942_copy_fraction")
+    out["gfx942_copy_fraction"] = {k: cf.number(k, maximum=1.0) for k in ("experts", "dense")}
+    cf.close()
+    gr = mr.sub("public_gain")
+    out["public_gain"] = {"source": gr.req("source", str)}
+    for k in ("per_layer", "interactivity", "concurrency"):
+        pair = gr.req(k, list)
+        if len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in pair) \
+                or pair[0] > pair[1]:
+            gr.fail("expected [low, high], positive numbers", k)
+        out["public_gain"][k] = (float(pair[0]), float(pair[1]))
+    gr.close()
+    sr = mr.sub("sources")
+    out["sources"] = {k: " ".join(sr.req(k, str).split()) for k in MONO_SOURCED}
+    sr.close()
+    mr.close()
+    return out
 
 
 def _backport(cr: _Reader) -> dict:

@@ -75,8 +75,9 @@ class Budget(NamedTuple):
 
 
 def rank_budget(model, gpu, layout: RankLayout, *, util: float, max_num_batched_tokens: int,
-                engram_resident: bool, engram_dp_shard: bool) -> Budget:
-    """The per-rank budget of `layout`, with its one-line text (the memory note and the refusal)."""
+                engram_resident: bool, engram_dp_shard: bool, extra: tuple[str, float] | None = None) -> Budget:
+    """The per-rank budget of `layout`, with its one-line text (the memory note and the refusal); `extra` is
+    (what, GiB) more per rank (the gfx942 mono weight copies)."""
     m = model.memory
     usable = gpu.hbm_gb * util  # HBM capacities are binary: 192 GB HBM3 = 192 GiB
     fixed = m["fixed_gib"]
@@ -94,7 +95,7 @@ def rank_budget(model, gpu, layout: RankLayout, *, util: float, max_num_batched_
     engram = m["engram_tables_gib"] / (layout.tp * group) if engram_resident else 0.0
     mnbt = max_num_batched_tokens
     indexer = mnbt * m["indexer_mib_per_batched_token"] / 1024
-    kv = usable - fixed - weights - engram - indexer
+    kv = usable - fixed - weights - engram - indexer - (extra[1] if extra else 0.0)
     err = m["error_gib"]
     if single:
         head = f"per rank on {gpu.key} TP{layout.tp}"
@@ -117,7 +118,8 @@ def rank_budget(model, gpu, layout: RankLayout, *, util: float, max_num_batched_
                  else f"Engram tables {engram:.1f} (over TP{layout.tp}, whole on every DP rank"
                       f"{'' if engram_dp_shard else ': this build is not shown to shard them over DP'})")
     text = (f"{head}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - fixed {fixed:.1f} - {wtext} - {etext} "
-            f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) = KV {kv:.1f} GiB "
+            f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) "
+            + (f"- {extra[0]} {extra[1]:.1f} " if extra else "") + f"= KV {kv:.1f} GiB "
             f"(model error +-{err:g} GiB)")
     return Budget(usable, fixed, weights, experts, engram, group, indexer, kv, err, text)
 
@@ -136,14 +138,14 @@ def refusal(budget: Budget, model, *, single: bool, max_num_batched_tokens: int)
 
 
 def plan_memory(model, gpu, layout: RankLayout, *, util: float, max_num_batched_tokens: int, engram_resident: bool,
-                engram_dp_shard: bool, override: bool):
+                engram_dp_shard: bool, override: bool, extra: tuple[str, float] | None = None):
     """(plan.Memory, the memory note's text) for `layout`; UsageError with the numbers when it leaves no KV room
     and `override` (--memory-override) is not given."""
     from rocm_dspark.recipe.plan import Memory
 
     m = model.memory
     b = rank_budget(model, gpu, layout, util=util, max_num_batched_tokens=max_num_batched_tokens,
-                    engram_resident=engram_resident, engram_dp_shard=engram_dp_shard)
+                    engram_resident=engram_resident, engram_dp_shard=engram_dp_shard, extra=extra)
     max_len = int(next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
                   or model.architecture["context_length"])
     tokens = int(b.kv / m["kv_gib_per_million_tokens"] * 1024 * 1024) if b.kv > 0 else None

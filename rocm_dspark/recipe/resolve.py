@@ -12,9 +12,10 @@ resolve() runs once per command. Its layers are named functions, applied in this
   7. memory_layer       per-rank HBM budget; refuse a layout with no KV room (numbers in the error)
   8. speculative_layer  --speculative-config from K and the model's DSpark config
   9. capture_layer      --max-cudagraph-capture-size = pow2ceil(max_num_seqs x (1+K)), checked against the cap
- 10. command_layer      every flag, then flag_rules_layer: only what the build accepts and needs
- 11. override_layer     --vllm-arg (checked against the build) / --env last; block_argv and adaptive_argv
- 12. apply_verdict      adaptive verification on only when the gate proved it on this host: picks argv
+ 10. mono_layer         --monokernel where the layout and the decode batch fit the kernels (recipe/mono.py)
+ 11. command_layer      every flag, then flag_rules_layer: only what the build accepts and needs
+ 12. override_layer     --vllm-arg (checked against the build) / --env last; block_argv and adaptive_argv
+ 13. apply_verdict      adaptive verification on only when the gate proved it on this host: picks argv
 Every non-obvious value gets a Note saying why.
 """
 
@@ -81,6 +82,7 @@ class _State:
         self.block_argv: Command = Command(())
         self.adaptive_argv: Command | None = None
         self.memory = None
+        self.mono = False
 
 
 def _compact_json(obj) -> str:
@@ -497,10 +499,88 @@ def capture_layer(s: _State) -> None:
             f"above it would run eager)"),
             f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
             f"rounded up to a power of two"))
-    for w in s.catalog.workarounds:  # recipes/workarounds.yaml `when`: conditions on the plan's own values
+    _when_workarounds(s)
+
+
+def _when_workarounds(s: _State) -> None:
+    """recipes/workarounds.yaml `when`: conditions on the plan's own values (each note once)."""
+    mnbt = s.fields["max_num_batched_tokens"]
+    for w in s.catalog.workarounds:
         below = w.when.get("max_num_batched_tokens_below")
-        if below is not None and mnbt < below and w.applies(s.model.key, s.gpu.key, None):
-            s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
+        topic = f"workaround {w.id}"
+        if (below is not None and mnbt < below and w.applies(s.model.key, s.gpu.key, None)
+                and not any(n.topic == topic for n in s.notes)):
+            s.notes.append(Note(topic, f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
+
+
+def mono_layer(s: _State) -> None:
+    """--monokernel where the build has it, the layout is the kernels' and a decode step of --concurrency
+    requests fits their rows (recipes/vllm.yaml mono_decode); otherwise one note saying why not."""
+    from rocm_dspark.recipe.mono import decide
+
+    m, f = s.catalog.mono, s.fields
+    d = decide(m, model=s.model.key, gpu=s.gpu, build=s.build.name,
+               has_change=s.catalog.contains(s.build, m["change"]) if m else None, tp=f["tp"], dp=f["dp"],
+               ep=f["ep"], nodes=s.sel.nodes, k=s.k, concurrency=s.sel.concurrency, capture_size=s.cap_size,
+               k_schedule=bool(s.sel.k_schedule), env_keys=tuple(k for k, _ in s.sel.extra_env))
+    if d is None:
+        return
+    on, why, short, src = d.on, d.why, d.short, m["sources"]
+    if on and s.gpu.arch == "gfx942" and s.model.memory:
+        on, why, short = _mono_copies(s, why, short)
+    if not on:
+        s.notes.append(Note("mono decode", f"{why} ({src['archs']}; {src['rows']})", short))
+        return
+    s.mono = True
+    was = (f["cudagraph_mode"], f["breakable_cudagraph"])
+    f["cudagraph_mode"], f["breakable_cudagraph"] = m["cudagraph_mode"], False
+    graphs = "" if was == (m["cudagraph_mode"], False) else f", {m['cudagraph_mode']}, breakable graphs off"
+    s.notes.append(Note("mono decode", (
+        f"{why}; {m['cudagraph_mode']} with breakable graphs off (a PIECEWISE step falls back); --kv-cache-dtype "
+        f"{m['kv_cache_dtype']} for the whole layer (else only the FFN launch runs); bigger and mixed steps run "
+        f"vLLM's path{'' if s.gpu.arch == 'gfx942' else '; ' + src['indexer']}; not yet run on MI300-class "
+        f"hardware by rocm-dspark ({src['cudagraph_mode']}; "
+        f"{src['kv_cache_dtype']}; {src['tensor_parallel_only']}; {src['moe_backend']})"),
+        f"{short}{graphs}, {m['kv_cache_dtype']} KV"))
+
+
+def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
+    """gfx942: the kernels' own weight copies count as model memory (vllm 0.33.0 mono_decode.py:215-231). Keep
+    mono only where KV room stays above the memory model's error, lowering --max-num-batched-tokens (powers of
+    two down to the capture size, unless given) to make room; otherwise say why it is off."""
+    from rocm_dspark.recipe.memory import RankLayout, expert_share, plan_memory, rank_budget, short_text
+
+    f, model, frac = s.fields, s.model, s.catalog.mono["gfx942_copy_fraction"]
+    share = expert_share(model) or 0.0
+    per_rank = model.memory["sharded_weights_gib"] / f["tp"]
+    extra = ("mono gfx942 weight copies", per_rank * (share * frac["experts"] + (1 - share) * frac["dense"]))
+    layout = RankLayout(tp=f["tp"], gpus_per_node=s.sel.gpus_per_node or s.gpu.gpus_per_node)
+    util, er, ed = _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9, _engram_resident(s), _engram_dp_shard(s)
+    mnbt, sizes = f["max_num_batched_tokens"], [f["max_num_batched_tokens"]]
+    if "max_num_batched_tokens" not in s.explicit:
+        sizes += [1 << b for b in range(mnbt.bit_length() - 1, 0, -1) if s.cap_size <= 1 << b < mnbt]
+    for size in sizes:
+        b = rank_budget(model, s.gpu, layout, util=util, max_num_batched_tokens=size, engram_resident=er,
+                        engram_dp_shard=ed, extra=extra)
+        if b.kv > b.error:
+            break
+    else:  # b is the smallest size tried
+        head = f"gfx942 weight copies ({extra[1]:.1f} GiB per rank) leave KV {b.kv:.1f} GiB (+-{b.error:g})"
+        return False, f"mono decode off: its {head} at --max-num-batched-tokens {size}: {b.text}", f"off: {head}"
+    mem, text = plan_memory(model, s.gpu, layout, util=util, max_num_batched_tokens=size, engram_resident=er,
+                            engram_dp_shard=ed, override=s.sel.memory_override, extra=extra)
+    s.memory = mem
+    i = next(i for i, n in enumerate(s.notes) if n.topic == "memory")
+    s.notes[i] = Note("memory", text, short_text(mem, layout).split(":")[0] + f" after {extra[1]:.1f} GiB of "
+                      f"mono weight copies: {mem.kv_multiples:g} x max_model_len")
+    if size != mnbt:
+        f["max_num_batched_tokens"] = size
+        s.notes.append(Note("mono batch tokens", (
+            f"--max-num-batched-tokens {size} (from {mnbt}): the gfx942 mono weight copies ({extra[1]:.1f} GiB per "
+            f"rank) leave KV room above the model's error only with smaller prefill chunks, so long prompts take "
+            f"more steps to prefill; pass --max-num-batched-tokens to choose")))
+        _when_workarounds(s)
+    return True, why, short
 
 
 def _parse_user_arg(token: str) -> tuple[str, str | None]:
@@ -544,6 +624,9 @@ def command_layer(s: _State) -> _Args:
         args.put("enable_expert_parallel")
     if f["moe_backend"]:
         args.put("moe_backend", f["moe_backend"])
+    if s.mono:  # mono_layer: the flag and the KV record the whole layer needs
+        args.put("kv_cache_dtype", s.catalog.mono["kv_cache_dtype"])
+        args.put("monokernel")
     if f["gpu_memory_utilization"] is not None:
         args.put("gpu_memory_utilization", f"{f['gpu_memory_utilization']:g}")
     if f["cudagraph_mode"]:
@@ -684,7 +767,7 @@ def override_layer(s: _State, args: _Args) -> None:
 
 
 LAYERS = (model_layer, profile_layer, build_layer, workaround_layer, workload_layer, layout_layer, memory_layer,
-          speculative_layer, capture_layer)
+          speculative_layer, capture_layer, mono_layer)
 
 
 def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:

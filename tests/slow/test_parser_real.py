@@ -29,7 +29,7 @@ CHILD = Path(__file__).with_name("plan_args_child.py")
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY_033 = Path(os.environ.get("ROCM_DSPARK_VLLM033_DIR") or REPO / ".cache" / "vllm-0.33.0")
 CAT = load_catalog()
-CONCURRENCY = (None, 32, 128)
+CONCURRENCY = (None, 4, 32, 128)
 BAD = ["vllm", "serve", "m", "--no-such-flag-rocm-dspark"]
 ADAPTIVE_ON = '"enable_adaptive_verification":true'
 
@@ -57,7 +57,8 @@ def _cases(build: str):
             continue
         for gpu in model.profiles:
             for conc in CONCURRENCY:
-                tps = (None, 2) if gpu == "mi355x" and model.workload else (None,)  # V4.1 MI355X runs TP2 too
+                # V4.1 MI355X runs TP2 too; gfx942 TP4 is the layout the mono kernels take there
+                tps = (None, 2) if gpu == "mi355x" and model.workload else (None, 4) if model.workload else (None,)
                 for tp in tps:
                     try:
                         plan = resolve(CAT, Selection(model=model.key, gpu=gpu, build=build, concurrency=conc, tp=tp))
@@ -112,3 +113,35 @@ def test_every_plan_argv_parses_with_its_builds_own_vllm(vllm_venv, build):
     assert not bad["ok"], "the parser accepted an unknown flag: this check could not fail"
     failures = [f"{name}: {res['error']}" for (name, _), res in zip(cases, results) if not res["ok"]]
     assert not failures, "\n".join(failures[:20])
+
+
+def test_mono_plans_parse_and_vllm_033_reads_monokernel_and_a_graph_mode_the_kernels_take(vllm_venv):
+    """The mono plans (--monokernel) through 0.33.0's parser: EngineArgs.monokernel is true (what
+    create_engine_config copies into kernel_config.monokernel, engine/arg_utils.py:2798; KernelConfig built with
+    it), the KV cache dtype is the record the whole layer needs, and CompilationConfig's mode runs decode steps as
+    FULL graphs and mixed ones eager, the two modes the kernels take (mono_decode.py:637). Not built here: the
+    whole VllmConfig, which needs the checkpoint's config.json (no network), so the check that vLLM keeps
+    breakable graphs off is the plan's env (VLLM_USE_BREAKABLE_CUDAGRAPH=0). 0.32.0 refuses the flag, as
+    recipes/vllm.yaml records."""
+    if not (OVERLAY_033 / "vllm" / "_version.py").exists():
+        pytest.skip(f"no vLLM 0.33.0 overlay at {OVERLAY_033}: run scripts/setup_vllm_033_overlay.sh")
+    plans = [resolve(CAT, Selection(model="V4.1-Flash", gpu=g, tp=tp, concurrency=c, num_speculative_tokens=k))
+             for g, tp, c, k in (("mi355x", None, 4, None), ("mi355x", 2, 8, None), ("mi350x", None, 1, 3),
+                                 ("mi300x", 4, 4, None), ("mi325x", 4, 7, None))]
+    assert all(p.flag("monokernel", "absent") is None for p in plans)  # a bare flag in every mono plan
+    assert all(p.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" for p in plans)
+    argvs = [list(a) for p in plans for a in (p.block_argv, p.adaptive_argv) if a is not None]
+    out = _parse(vllm_venv, argvs, OVERLAY_033)
+    assert out["vllm"].split("+")[0] == "0.33.0"
+    for argv, res in zip(argvs, out["results"]):
+        assert res["ok"], res
+        facts = res["facts"]
+        assert facts["monokernel"] is True and facts["kernel_config_monokernel"] is True, facts
+        assert facts["kv_cache_dtype"] == CAT.mono["kv_cache_dtype"] == "fp8_ds_mla", facts
+        assert (facts["decode_mode"], facts["mixed_mode"]) == ("FULL", "NONE"), facts
+    base = list(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", concurrency=4, build="v0.32.0")).block_argv)
+    assert "--monokernel" not in base  # the 0.32.0 plan leaves it out ...
+    old = _parse(vllm_venv, [base, base + ["--monokernel"]], None)
+    assert old["vllm"].split("+")[0] == "0.32.0"
+    assert old["results"][0]["ok"] and not old["results"][1]["ok"], old  # ... because its parser refuses it
+    assert not CAT.contains(CAT.builds["v0.32.0"], CAT.mono["change"])
