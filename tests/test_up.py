@@ -326,8 +326,14 @@ def test_repo_digests_parse_and_pin():
     assert image.check_digest(f"vllm/vllm-openai-rocm@{DIGEST}", digests) == (DIGEST, None)
     assert image.check_digest("vllm/vllm-openai-rocm:nightly", digests) == (DIGEST, None)
     got, problem = image.check_digest("vllm/vllm-openai-rocm@sha256:" + "cd" * 32, digests)
-    assert got == DIGEST and "do not include the plan's" in problem
-    assert image.check_digest("local/img:dev", image.parse_repo_digests("[]"))[1].endswith("(a locally built image?)")
+    assert got is None and "do not include the plan's" in problem
+    # Built here (no digest), or only another repository's digest (a push to a mirror under another name): no digest
+    # of the requested repository, so none is made up; pin_local then pins the image ID.
+    assert image.check_digest("local/img:dev", image.parse_repo_digests("[]")) == (None, None)
+    assert image.check_digest("local/img:dev", [f"127.0.0.1:5000/other/name@{DIGEST}"]) == (None, None)
+    # podman writes docker.io/ (and docker.io/library/) in full: the same repository.
+    assert image.check_digest("vllm/x:1", [f"docker.io/vllm/x@{DIGEST}"]) == (DIGEST, None)
+    assert image.check_digest("ubuntu:24.04", [f"docker.io/library/ubuntu@{DIGEST}"]) == (DIGEST, None)
     assert image.repository("registry:5000/org/name:tag@" + DIGEST) == "registry:5000/org/name"
     with pytest.raises(ValueError):
         image.parse_repo_digests('{"a": 1}')
