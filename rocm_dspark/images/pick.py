@@ -40,6 +40,12 @@ def check_ref(value: str) -> str:
     return value
 
 
+def pinned(image: str) -> bool:
+    """REPO@sha256:DIGEST, or a local image ID (sha256:HEX, what `up` pins for an image built here): what runs
+    is fixed, so no start resolves a tag."""
+    return "@sha256:" in image or bool(re.fullmatch(r"sha256:[0-9a-f]{64}", image))
+
+
 def on_mirror(image: str, mirror: str | None) -> str:
     """The same repository and tag (or digest) on `mirror`: 'vllm/vllm-openai-rocm:v0.33.0' with mirror
     'harbor:5000' -> 'harbor:5000/vllm/vllm-openai-rocm:v0.33.0' (docker's rules: a first component with '.', ':'

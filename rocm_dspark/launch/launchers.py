@@ -226,7 +226,9 @@ def render_launcher(
 
     # Readiness is polled where the server answers: this node's (a wildcard bind over loopback), or a worker's head.
     url = base_url(ready_host, ready_port or plan.port) if ready_host else base_url(plan.host, plan.port)
-    pin = container and "@sha256:" not in plan.image
+    from rocm_dspark.images.pick import pinned
+
+    pin = container and not pinned(plan.image)
     # The template's sections this launcher keeps (#@if NAME): everything else is left out.
     on = {"container" if container else "host", group_role, "single" if group_role == "single" else "group"}
     if fallback:

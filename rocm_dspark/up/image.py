@@ -50,17 +50,24 @@ def repository(image: str) -> str:
     return (head + "/" if head else "") + last.split(":", 1)[0]
 
 
+def _canonical(repo: str) -> str:
+    """docker's full name of a repository ('vllm/x' -> 'docker.io/vllm/x', 'ubuntu' -> 'docker.io/library/ubuntu'),
+    as podman writes RepoDigests; the rule of rocm_dspark.images.pick.on_mirror."""
+    first, _, rest = repo.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return repo
+    return f"docker.io/{repo}" if rest else f"docker.io/library/{repo}"
+
+
 def check_digest(image: str, digests: list[str]) -> tuple[str | None, str | None]:
-    """(the digest to record, a problem or None)."""
-    repo = repository(image)
-    mine = [d for d in digests if d.split("@", 1)[0] == repo] or digests
+    """(the digest of the requested repository to record, or None where it has none; a problem or None). Another
+    repository's digest is never taken: `repo@<its digest>` would name an image no registry holds."""
+    repo = _canonical(repository(image))
+    got = [d.split("@", 1)[1] for d in digests if "@" in d and _canonical(d.split("@", 1)[0]) == repo]
     want = pinned_digest(image)
-    got = [d.split("@", 1)[1] for d in mine if "@" in d]
-    if not got:
-        return None, f"{image} has no repository digest after the pull (a locally built image?)"
     if want and want not in got:
-        return got[0], f"the pulled image's digests {got} do not include the plan's {want}"
-    return (want or got[0]), None
+        return None, f"the image's digests of {repository(image)} {got} do not include the plan's {want}"
+    return (want or (got[0] if got else None)), None
 
 
 def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: float = 7200.0) -> dict:
@@ -81,9 +88,18 @@ def pin_local(tool: str, image: str) -> dict:
     proc = subprocess.run(inspect, text=True, capture_output=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"`{' '.join(inspect)}` failed (exit {proc.returncode}): {proc.stderr.strip()[:300]}")
-    digest, problem = check_digest(image, parse_repo_digests(proc.stdout))
+    digests = parse_repo_digests(proc.stdout)
+    digest, problem = check_digest(image, digests)
     if problem:
         raise RuntimeError(problem)
+    if digest is None:  # built here, or its digests name other repositories: the ID, which no start pulls
+        ident, said = image_id(tool, image)
+        if ident is None:
+            raise RuntimeError(f"`{tool} image inspect --format '{{{{.Id}}}}' {image}` failed: {said}")
+        return {"image": image, "digest": None, "pinned": ident, "runtime": tool, "commands": [" ".join(inspect)],
+                "note": f"{image} has no digest of {repository(image)} ("
+                        + (f"its digests name {', '.join(d.split('@')[0] for d in digests)}" if digests else "built here?")
+                        + f"): pinned its image ID {ident}, which {tool} runs from this host and never pulls"}
     return {"image": image, "digest": digest, "pinned": f"{repository(image)}@{digest}", "runtime": tool,
             "commands": [" ".join(inspect)]}
 

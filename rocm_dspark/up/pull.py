@@ -41,16 +41,21 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         say(f"  registry unreachable ({exc}); using the copy this host holds")
     if resolved is not None:
         cache.record(state_dir, {tag: resolved})
-        if not resolved["exists"]:
+        if not resolved["exists"] and image_mod.image_id(tool, image)[0] is not None:
+            say(f"  {tag} is not in the registry ({resolved['answer']}), but this host holds {image} (built here?)")
+            resolved = None  # pin the copy this host holds, as offline
+        elif not resolved["exists"]:
             fix = f"rerun with --build {replacement}" if replacement else "pick another --build (`rocm-dspark images`)"
             raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix,
                              missing=True)
-        say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
+        else:
+            say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
     held_digest = None
     if resolved is not None and resolved.get("digest"):
         by_digest = f"{pick.repository(tag)}@{resolved['digest']}"
         if image_mod.image_id(tool, by_digest)[0] is not None:
             held_digest = by_digest  # pull once: this host already holds exactly what the registry names
+    local = resolved is None or held_digest is not None
     try:
         if resolved is None:  # offline with a local copy: pin what this host holds
             got = image_mod.pin_local(tool, image)
@@ -60,7 +65,11 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         else:
             got = image_mod.pull_and_pin(tool, image, say=say)
     except (RuntimeError, ValueError, OSError) as exc:
-        raise PullFailed(f"image: {exc}", f"`{tool} pull {image}` by hand shows the error", environment=True) from None
+        fix = (f"`{tool} image inspect {image}` shows what this host holds" if local
+               else f"`{tool} pull {image}` by hand shows the error")
+        raise PullFailed(f"image: {exc}", fix, environment=True) from None
+    if got.get("note"):
+        say(f"  note: {got['note']}")
     if resolved is not None and resolved.get("digest") and "@" not in image and got["digest"] != resolved["digest"]:
         say(f"  note: the tag moved between the registry's answer ({resolved['digest']}) and the pull "
             f"({got['digest']}); running what was pulled")

@@ -51,12 +51,16 @@ WantedBy=multi-user.target
 """
 
 
-def listen(run) -> tuple[str, int] | None:
-    port = run.options.ready_port
-    if port and int(port) == int(run.plan.port):
+def check_port(port: int | None, vllm_port: int) -> None:
+    if port and int(port) == int(vllm_port):
         from rocm_dspark.errors import UsageError
 
         raise UsageError(f"--ready-port {port} is vLLM's port: give the readiness server a port of its own (e.g. {port + 1})")
+
+
+def listen(run) -> tuple[str, int] | None:
+    port = run.options.ready_port
+    check_port(port, run.plan.port)
     return (run.plan.host, int(port)) if port else None
 
 

@@ -289,13 +289,9 @@ class UpRun:
                 "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K={k} "
                                f"({'the block arm' if which == 'block' else 'the stand-in for adaptive verification'}"
                                f"; a test, not the recipe)"}
-        check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
+        check = local_check()
         if which == "adaptive" and check:
-            try:
-                spec["deterministic_check"] = json.loads(check)
-            except ValueError:
-                raise UsageError("ROCM_DSPARK_UP_LOCAL_CHECK is not JSON: set it to an object such as "
-                                 '{"prompt": "...", "expect": "..."} or unset it') from None
+            spec["deterministic_check"] = check
         return spec
 
     def command_plans(self) -> dict:
@@ -389,6 +385,30 @@ def stop_recorded(state: UpState) -> dict:
     return res
 
 
+def local_check():
+    """local-cpu: the adaptive stand-in's deterministic check from ROCM_DSPARK_UP_LOCAL_CHECK (JSON), or None."""
+    check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
+    try:
+        return json.loads(check) if check else None
+    except ValueError:
+        raise UsageError("ROCM_DSPARK_UP_LOCAL_CHECK is not JSON: set it to an object such as "
+                         '{"prompt": "...", "expect": "..."} or unset it') from None
+
+
+def refuse_early(run: UpRun) -> None:
+    """The refusals that need no step's result, made before anything is printed or written (the dry run's too);
+    the steps would make them later: the unit's user (launchers), the readiness port (start), the local check."""
+    from rocm_dspark.up import ready_server
+    from rocm_dspark.up.steps import unit_user
+
+    if run.mode() == "systemd":
+        unit_user(run)
+    sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
+    ready_server.check_port(run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"])
+    if run.options.target == LOCAL_CPU:
+        local_check()
+
+
 def _header(i: int, n: int, step) -> str:
     return f"[{i:2d}/{n}] {step.title}"
 
@@ -397,9 +417,12 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     """Run (or --dry-run) the steps. Returns the exit status: 0 done, 1 a step failed, 130 interrupted."""
     state = UpState.load(up_dir(options.state_dir))
     run = UpRun(options, display, state)
+    from rocm_dspark.up.trust import check_usable, prepare, up_lock
+
+    refuse_early(run)
     if options.dry_run:
+        check_usable(run.dir)  # what prepare and up_lock below refuse, writing nothing
         return _dry_run(run, steps)
-    from rocm_dspark.up.trust import prepare, up_lock
 
     prepare(run.dir)
     with up_lock(run.dir):  # one `up` per state dir: a second refuses and names the holder
@@ -470,6 +493,13 @@ def _dry_run(run: UpRun, steps) -> int:
     say = run.display.say
     for out in textwidth.wrap(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}"):
         say(out)
+    from rocm_dspark.up.prereq import FAIL
+    from rocm_dspark.up.steps import mode_checks
+
+    for c in mode_checks(run):  # made now, as the run makes them: a dry run may show another host's mode
+        if c.status == FAIL:
+            for out in textwidth.wrap(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}", "  "):
+                say(out)
     for i, step in enumerate(steps, 1):
         rec = run.state.step(step.name)
         done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""

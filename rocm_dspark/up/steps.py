@@ -154,7 +154,7 @@ def _checks(run) -> list[prereq.Prereq]:
         vllm_bin = spec["argv"][0]
         checks = [prereq.Prereq("gpu checks", prereq.SKIP, "local-cpu target: no GPU, group, NUMA or disk checks")]
         if run.in_container():
-            checks.append(_daemon_check(run.mode()))
+            checks += mode_checks(run)
         else:
             checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
                           prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
@@ -170,15 +170,17 @@ def _checks(run) -> list[prereq.Prereq]:
     checks += prereq.gpu_host_checks(ctx)
     present = next((c for c in checks if c.name == "disk" and "checkpoint present" in c.message), None)
     checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=present is None)
+    checks += mode_checks(run)
+    checks.append(prereq.port_check(host, port, ours))
+    return checks
+
+
+def mode_checks(run) -> list[prereq.Prereq]:
+    """The checks of the mode itself (the daemon answers, systemd is usable): read-only, so --dry-run makes them too."""
     mode = run.mode()
-    if mode in ("systemd", "container") and not image_mod.runtime():
-        checks.append(prereq.Prereq("container", prereq.FAIL, f"--mode {mode} runs vLLM in the plan's image but neither "
-                                    "docker nor podman is installed", "install docker (or podman), or --mode foreground"))
-    elif mode in ("systemd", "container"):
-        checks.append(_daemon_check(mode))
+    checks = [_daemon_check(mode)] if mode in ("systemd", "container") else []
     if mode == "systemd" and (why := service.systemd_usable()):
         checks.append(prereq.Prereq("systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"))
-    checks.append(prereq.port_check(host, port, ours))
     return checks
 
 

@@ -30,7 +30,7 @@ def build_summary(run) -> dict:
         "profile": choose.get("profile"),
         "ran": ran,
         "build": {"vllm": choose.get("vllm_version"), "image": choose.get("image"),
-                  "digest": img.get("digest"), "digest_note": img.get("skipped")},
+                  "digest": img.get("digest"), "digest_note": img.get("skipped") or img.get("note")},
         "service": {"mode": choose.get("mode"), **({"unit": start["unit"]} if start.get("unit") else {}),
                     **({"pid": served["pid"]} if served.get("pid") else {})},
         "verification": {"mode": mode, "why": why},

@@ -195,23 +195,56 @@ def up_lock(up_dir: Path):
     """Hold up/up.lock for one `up` run; a second run on the same state dir refuses and says who holds it."""
     import fcntl
 
-    path = Path(up_dir) / LOCK_FILE
+    fd = _open_lock(up_dir, os.O_RDWR | os.O_CREAT)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise UsageError(f"cannot open the lock {path}: {exc.strerror or exc}; remove it if it is not a file") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
-            raise UsageError(f"the lock {path} is not a regular file of this user; remove it and rerun")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise UsageError(f"refusing to start: another `rocm-dspark up` (pid {holder}) is running on the state dir "
-                             f"{Path(up_dir).parent}; wait for it to finish or stop it, then rerun") from None
+        _flock(fd, fcntl.LOCK_EX, up_dir)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # closing drops the flock
+
+
+def _open_lock(up_dir: Path, flags: int) -> int:
+    path = Path(up_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UsageError(f"cannot open the lock {path}: {exc.strerror or exc}; remove it if it is not a file") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0):
+        os.close(fd)
+        raise UsageError(f"the lock {path} is not a regular file of this user; remove it and rerun")
+    return fd
+
+
+def _flock(fd: int, how: int, up_dir: Path) -> None:
+    import fcntl
+
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        raise UsageError(f"refusing to start: another `rocm-dspark up` (pid {holder}) is running on the state dir "
+                         f"{Path(up_dir).parent}; wait for it to finish or stop it, then rerun") from None
+
+
+def check_usable(up_dir: Path) -> None:
+    """--dry-run: refuse what prepare() and up_lock() would refuse, writing nothing."""
+    import fcntl
+
+    up_dir = Path(up_dir)
+    there = next(p for p in (up_dir, *up_dir.parents) if os.path.lexists(p))  # what mkdir -p would create in
+    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):  # access(2) sees chattr +i and ro mounts
+        why = "is not a directory" if not there.is_dir() else "is not writable by this user"
+        raise UsageError(f"cannot create {up_dir}: {there} {why}; pass a writable --state-dir")
+    problem = dir_problem(up_dir)
+    if problem:
+        raise UsageError(f"refusing to use the `up` state in {up_dir}: {problem}")
+    if not os.path.lexists(up_dir / LOCK_FILE):
+        return  # none yet: up_lock creates it
+    fd = _open_lock(up_dir, os.O_RDONLY)
+    try:
+        _flock(fd, fcntl.LOCK_SH, up_dir)  # shared: a running `up` holds it exclusively
+    finally:
+        os.close(fd)

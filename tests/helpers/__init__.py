@@ -2,6 +2,7 @@
 fixtures built on the helpers). A helper module never imports tests.conftest: conftest imports them."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,3 +16,11 @@ def cli_env(**extra):
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+def dry_run_only(argv, *a, **k):
+    """subprocess.run for an `up --dry-run`: only `docker info`, the read-only check the run makes of its mode,
+    answers (a daemon that runs); any other command fails the test."""
+    if list(argv)[1:2] == ["info"]:
+        return subprocess.CompletedProcess(argv, 0, "28.2.2\n", "")
+    raise AssertionError(f"--dry-run ran a command: {argv}")
