@@ -185,10 +185,10 @@ def jit_compiles(text: str, since: int = 0) -> dict:
     [{"backend", "event", "kernel", "line"}]}, only events after the last activation (earlier ones are warm-up)."""
     lines = _lines(text[since:])
     active = [i for i, ln in enumerate(lines) if _JIT_ACTIVE.search(ln)]
-    before = [m for ln in _lines(text[:since]) if (m := _JIT_ACTIVE.search(ln))]
-    if not active and not before:
+    found = [m for ln in _lines(text[:since]) + lines[: active[-1] + 1 if active else 0] if (m := _JIT_ACTIVE.search(ln))]
+    if not found:
         return {"mode": None, "events": []}
-    mode = _JIT_ACTIVE.search(lines[active[-1]]).group(1) if active else before[-1].group(1)
+    mode = found[-1].group(1)
     events = []
     for ln in lines[active[-1] + 1 if active else 0:]:
         if m := _JIT_EVENT.search(ln):
