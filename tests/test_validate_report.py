@@ -135,7 +135,7 @@ def test_check_names_are_stable_and_ordered():
     names = runner.check_names(ValidateOptions(report_dir="x", quick=True))
     cats = [n.split(".")[0] for n in names]
     assert cats == sorted(cats, key=["host", "software", "server", "spec_decode", "sweep"].index)
-    assert names[-3:] == ["sweep.concurrency_1", "sweep.concurrency_4", "sweep.gsm8k"]
+    assert names[-4:] == ["sweep.concurrency_1", "sweep.concurrency_4", "sweep.jit", "sweep.gsm8k"]
     full = runner.check_names(ValidateOptions(report_dir="x", launch=True))
     assert "server.start" in full and [n for n in full if n.startswith("sweep.concurrency")] == [
         "sweep.concurrency_1", "sweep.concurrency_16", "sweep.concurrency_64", "sweep.concurrency_128"]
@@ -197,7 +197,7 @@ def test_cli_without_gpu_against_a_dead_server(tmp_path):
     assert by["host.gpus"]["message"] == "no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd"
     assert all(c["status"] == "skipped" for c in rep["checks"]
                if c["category"] in ("server", "spec_decode", "sweep") and c["name"] != "server.health")
-    assert "[ 1/29] host.gpus" in proc.stderr                    # the progress display
+    assert f"[ 1/{len(rep['checks'])}] host.gpus" in proc.stderr      # the progress display
     # A second run into the same directory is refused, in one line, and changes nothing.
     before = (out / "report.json").read_bytes()
     again = run_cli("--model", "V4.1-Flash", "--report", str(out), *dead, env=env)

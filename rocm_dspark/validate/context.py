@@ -40,6 +40,7 @@ class ValidateOptions:
     require_gpu: bool = False
     require_gpu_why: str = "--require-gpu"  # what made a GPU required, for the failure message (`up` has no such flag)
     python: str | None = None              # the Python environment vLLM runs in
+    server_log: Path | None = None         # the running server's log (--endpoint); --launch writes its own
     host_root: str = ""                    # prefix for /proc and /dev paths (tests)
     gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)
 

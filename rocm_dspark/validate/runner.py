@@ -24,6 +24,8 @@ from rocm_dspark.runtime.server_spec import load_server_spec
 from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions, parse_endpoint
+from rocm_dspark.validate.log_checks import capture as capture_check
+from rocm_dspark.validate.log_checks import jit as jit_check
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
 
 NO_SERVER = "no server to check: pass --endpoint URL (a running server) or --launch (start one)"
@@ -105,6 +107,9 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
         Check("server.health", "server", True, sv.health, "GET /health answers 200.", needs_server=True),
         Check("server.models", "server", True, sv.models, "GET /v1/models lists the served model name.", needs_server=True),
         Check("server.version", "server", False, sv.version, "GET /version: the vLLM the server runs.", needs_server=True),
+        Check("server.capture", "server", True, capture_check,
+              "the server log: vLLM kept the plan's --max-cudagraph-capture-size (no \"Truncating "
+              "max_cudagraph_capture_size\"); steps above the size it kept run eager.", needs_server=True),
         Check("server.deterministic", "server", True, sv.deterministic,
               "the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off).",
               needs_server=True),
@@ -120,6 +125,9 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
         checks.append(Check(f"sweep.concurrency_{c}", "sweep", True, sweep.level_check(c),
                             f"{opts.requests_for(c)} streamed requests at concurrency {c}: all succeed; throughput, TTFT, TPOT (per output token) and ITL (gap between streamed chunks, as vllm bench measures it).",
                             needs_server=True))
+    checks.append(Check("sweep.jit", "sweep", False, jit_check,
+                        "the server log: no kernel compile reported by vLLM's JIT monitor during the sweep (warn, "
+                        "with the kernel's name).", needs_server=True))
     checks.append(Check("sweep.gsm8k", "sweep", True, gsm8k.gsm8k,
                         "optional (--gsm8k): GSM8K 5-shot through lm-eval with block rejection, against validation.gsm8k_min.",
                         needs_server=True))

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from rocm_dspark.runtime.client import one_line
+from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
 from rocm_dspark.validate.spec_checks import WORKLOAD
 
@@ -140,6 +141,7 @@ def level_check(concurrency: int):
     def check(ctx) -> Outcome:
         opts = ctx.options
         n = opts.requests_for(concurrency)
+        mark_sweep_start(ctx)
         before = _counters(ctx)
         shown = {"at": 0.0}
 
