@@ -16,6 +16,7 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_text
 from rocm_dspark.launch import launch_facts, quoting
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.recipe.plan import Command, LaunchPlan
@@ -433,10 +434,7 @@ def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int
     if not _check_env_file(path):  # exists, mode checked
         if not plan.secret_env:
             return None
-        try:
-            existing = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeError) as exc:
-            raise UsageError(f"--env-file {str(path)!r}: cannot read it ({exc}); fix or remove it") from None
+        existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8
         return secret_env.merge_env_file(existing, plan.secret_env)
     return secret_env.merge_env_file(render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), plan.secret_env)
 
