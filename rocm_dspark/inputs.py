@@ -33,9 +33,9 @@ def read_at_most(fd: int, limit: int, chunk_size: int = 1 << 16) -> bytes:
 
 def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of a regular file of at most `max_bytes`; UsageError `"{what} {path}: ..."` otherwise."""
-    p = Path(path)
+    p = Path(path) if str(path).isprintable() else ascii(str(path))  # a control character cannot split the line
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise UsageError(f"{what} {p}: no such file") from None
     except OSError as exc:

@@ -94,6 +94,10 @@ class LazyGroup(click.Group):
         try:
             try:
                 rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            except SystemExit as exc:  # a command that exits with its own status (up, validate): its warnings too
+                if not isinstance(exc.code, (int, type(None))):
+                    raise
+                rv = exc.code
             finally:  # a command that calls sys.exit too: a buffered write to a full disk fails here, handled below
                 sys.stdout.flush()
         except click.exceptions.Abort as exc:
@@ -115,7 +119,7 @@ class LazyGroup(click.Group):
             # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
             _error(f"{where}{exc.strerror or exc}")
-        for message in PENDING_WARNINGS:  # the command succeeded: its warnings, after its output
+        for message in PENDING_WARNINGS if rv in (None, 0, 1) else ():  # it ran: its warnings, after its output
             click.echo(f"rocm-dspark: warning: {message}", err=True)
         PENDING_WARNINGS.clear()
         sys.exit(rv if isinstance(rv, int) else 0)

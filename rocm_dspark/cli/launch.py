@@ -119,6 +119,12 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
                  f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
                  "run them again after regenerating it."):
         click.echo("\n".join(textwidth.wrap(text)))
+    if plan.secret_env:  # the install commands never overwrite the node's env file (a token put there stays)
+        click.echo("\n".join(textwidth.wrap(f"A node installed before keeps its {installed_env_file(files.name)}, so "
+                                            f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
+                                            "there, replace that whole file with:")))
+        replace = f"sudo install -m 0600 -o root -g root {shlex.quote(str(files.env_file))} {installed_env_file(files.name)}"
+        click.echo("\n".join(textwidth.fit(replace, "  ")))
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
         click.echo("\n".join(textwidth.fit(cmd, "  ")))

@@ -20,10 +20,12 @@ def cache_path(state_dir) -> str:
 
 def read(state_dir) -> dict:
     """{repo:tag: entry}; {} when there is no cache or it is unreadable (the plan then says "unresolved")."""
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.inputs import read_text
+
     try:
-        with open(cache_path(state_dir), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
+        data = json.loads(read_text(cache_path(state_dir), "image cache"))  # bounded, regular files only
+    except (UsageError, ValueError):
         return {}
     images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(images, dict):

@@ -16,6 +16,7 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_text
 from rocm_dspark.launch import launch_facts, quoting
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.recipe.plan import Command, LaunchPlan
@@ -421,7 +422,11 @@ def _check_env_file(path: Path) -> bool:
         return True
     if not path.is_file():
         raise UsageError(f"--env-file {str(path)!r} exists and is not a regular file")
-    mode = stat.S_IMODE(path.stat().st_mode)
+    st = path.stat()
+    if st.st_uid != os.geteuid():  # its install commands would copy another user's secrets into /etc
+        raise UsageError(f"--env-file {str(path)!r} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
+                         f"pass an env file of your own, or chown it to yourself first")
+    mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         raise UsageError(
             f"--env-file {str(path)!r} has mode {mode:04o}, readable by other users, and may hold tokens; run: chmod 600 {str(path)!r}"
@@ -432,14 +437,9 @@ def _check_env_file(path: Path) -> bool:
 def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int) -> str | None:
     """The env file to write: the skeleton (new file) or the existing one, with every --env value set in it;
     None when an existing file needs no change."""
-    if not _check_env_file(path):  # exists, mode checked
-        if not plan.secret_env:
-            return None
-        try:
-            existing = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeError) as exc:
-            raise UsageError(f"--env-file {str(path)!r}: cannot read it ({exc}); fix or remove it") from None
-        return secret_env.merge_env_file(existing, plan.secret_env)
+    if not _check_env_file(path):  # exists, owner and mode checked
+        existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
+        return secret_env.merge_env_file(existing, plan.secret_env) if plan.secret_env else None
     return secret_env.merge_env_file(render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), plan.secret_env)
 
 

@@ -126,10 +126,13 @@ def data_path() -> Path:
 def load_data(path=None) -> dict:
     import yaml
 
+    from rocm_dspark.inputs import read_text
+
     p = Path(path) if path else data_path()
+    text = read_text(p, "the step-cost calibration data")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise UsageError(f"{p}: cannot read the step-cost calibration data: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != "rocm-dspark/step-cost/1":
         raise UsageError(f"{p}: not a rocm-dspark/step-cost/1 file")

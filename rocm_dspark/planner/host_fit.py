@@ -81,12 +81,10 @@ def read_table(path) -> list[dict]:
     """Rows of FILE, each checked: exactly COLUMNS, finite non-negative numbers, no duplicate run."""
     import csv
     import io
-    from pathlib import Path
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(path, f"cannot read it ({getattr(exc, 'strerror', None) or exc.__class__.__name__})") from None
+    from rocm_dspark.inputs import read_text
+
+    text = read_text(path, "--calibrate")  # bounded, regular files only, strict UTF-8
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:

@@ -401,25 +401,17 @@ def _strict_loader():
 _LOADER = None
 
 def load_yaml(path: Path):
-    """One recipe file through the strict loader (duplicate keys, bad UTF-8: CatalogError naming the file)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise CatalogError(f"{path}: cannot read: {exc.strerror}") from None
-    return _parse_yaml(path, raw)
+    """One recipe file through the strict loader (bounded read, duplicate keys, bad UTF-8: CatalogError naming the file)."""
+    from rocm_dspark.inputs import read_text
 
-
-
-
-def _parse_yaml(path: Path, raw: bytes):
     global _LOADER
+    try:
+        text = read_text(path, "recipe file")
+    except UsageError as exc:
+        raise CatalogError(str(exc)) from None
     _LOADER = _LOADER or _strict_loader()
     try:
-        text = raw.decode("utf-8")
         return yaml.load(text, Loader=_LOADER)
-    except UnicodeDecodeError as exc:
-        raise CatalogError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"

@@ -33,6 +33,9 @@ def env_pair(value: str) -> tuple[str, str]:
     if not sep:
         if key not in os.environ:
             raise UsageError(f"--env {key}: {key} is not set in this environment; export it first or give {key}=VALUE")
+        if not os.environ[key]:  # most likely a token that did not get exported: an empty one fails later, far away
+            raise UsageError(f"--env {key}: {key} is set but empty in this environment; export its value, or give "
+                             f"{key}= to pass it empty on purpose")
         return key, os.environ[key]
     from rocm_dspark.recipe.secret_env import is_credential
 

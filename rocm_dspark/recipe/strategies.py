@@ -116,12 +116,14 @@ class Cluster(NamedTuple):
 def strategy_facts() -> dict:
     import yaml
 
+    from rocm_dspark.inputs import read_text
     from rocm_dspark.recipe.catalog import recipes_dir
 
     path = recipes_dir() / "strategies.yaml"
+    text = read_text(path, "recipe file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise UsageError(f"cannot read {path}: {exc}") from None
     names = tuple((data or {}).get("strategies", {}))
     if names != STRATEGY_NAMES:

@@ -16,8 +16,8 @@ says it loses at that concurrency.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from rocm_dspark.inputs import read_text
 from rocm_dspark.up import serve, service
 from rocm_dspark.up.steps_common import LOCAL_CPU, StepFailed
 
@@ -149,7 +149,7 @@ def _live(run):
         spec = load_server_spec(run.dir / "server-adaptive.json", flag="server-adaptive.json")
         target = live.target_from_spec(spec, run.model)
     earlier_path = (run.outputs.get("probe") or {}).get("record")
-    earlier = parse_record_data(json.loads(Path(earlier_path).read_text())) if earlier_path else None
+    earlier = parse_record_data(json.loads(read_text(earlier_path, "probe record"))) if earlier_path else None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
                      attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_text
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.health import answer, vllm_health
@@ -171,8 +172,8 @@ class UpRun:
 
         cache = self.dir / "image-software.json"
         try:
-            cached = json.loads(cache.read_text())
-        except (OSError, ValueError):
+            cached = json.loads(read_text(cache, "image software"))  # bounded, regular files only
+        except (UsageError, ValueError):
             cached = {}
         tool = image_mod.runtime()
         if tool is None or self.options.dry_run:

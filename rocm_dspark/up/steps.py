@@ -356,14 +356,16 @@ def _observability(run, out: Path) -> list[Path]:
 
 
 def launchers_valid(run, output) -> str | None:
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.inputs import read_text
     from rocm_dspark.up.state import digest
 
     for path, want in (output.get("files") or {}).items():
         try:
-            if digest(Path(path).read_text()) != want:
+            if digest(read_text(path, "launcher file")) != want:
                 return f"{path} was changed since it was written"
-        except OSError:
-            return f"{path} is gone"
+        except UsageError as exc:  # gone, or replaced by something that is not a regular file
+            return str(exc)
     return None
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import read_text
 from rocm_dspark.probe.gate import gate_verdict
 from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
@@ -58,8 +60,8 @@ def _shebang_python(script: str | None) -> str | None:
         return None
     path = shutil.which(script) if os.sep not in script else script
     try:
-        first = Path(path).read_bytes()[:200].split(b"\n", 1)[0].decode() if path else ""
-    except OSError:
+        first = read_text(path, "script", max_bytes=1 << 20).split("\n", 1)[0] if path else ""
+    except UsageError:
         return None
     if first.startswith("#!") and "python" in first:
         return first[2:].strip().split()[0]
