@@ -203,6 +203,22 @@ def test_the_launchers_monokernel_refusal_rule_is_pythons(tmp_path, text, why):
     assert launch_facts.find_mono_refusal(text) == why == (out.stdout.decode() or None)
 
 
+@pytest.mark.parametrize("fixture", sorted((ROOT / "tests" / "fixtures" / "host").glob("amd-smi_static_partition_*")))
+def test_the_launchers_partition_rule_is_pythons(tmp_path, fixture):
+    """A stand-in amd-smi on PATH prints the recorded `amd-smi static --partition` output (SOURCES.md)."""
+    from rocm_dspark.runtime.partition import parse_partitions
+
+    (tmp_path / "amd-smi").write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(fixture))}\n")
+    (tmp_path / "amd-smi").chmod(0o755)
+    launcher = render_launcher(make_plan(8000, adaptive=False, extra=("--monokernel",)), name="facts")
+    rule = next(ln for ln in launcher.splitlines() if ln.strip().startswith("split=$("))
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{rule}\nprintf %s \"$split\""], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:{os.environ['PATH']}"}, timeout=30)
+    split = sorted({m for m in parse_partitions(fixture.read_text()).values() if m in launch_facts.SPLIT_PARTITIONS})
+    assert out.returncode == 0 and out.stdout == "/".join(split), out.stderr
+    assert out.stdout == ("" if "spx" in fixture.name else "CPX")
+
+
 @pytest.mark.parametrize("env", [
     {"HOME": "/h"},
     {"HOME": "/h", "XDG_STATE_HOME": "relative/ignored"},

@@ -28,7 +28,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import launch_state, quoting
 from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
 from rocm_dspark.launch.launchers import default_name, install_commands, render_launcher, render_unit, write_launchers
-from tests.conftest import CLI, cli_env
+from tests.conftest import CLI, FIXTURES, cli_env
 from tests.helpers.launcher_rig import (HOSTILE, MONO_REFUSAL, REFUSAL, SYSTEMD_ANALYZE, Rig, alive, free_port, http_status,
                                         make_plan, shellcheck, start_ready, stop_and_check, wait_until)
 
@@ -580,6 +580,24 @@ def test_vllms_monokernel_refusal_starts_the_same_plan_without_it_and_says_why(r
                     f"vLLM refused it ({MONO_REFUSAL})"]
     assert MONO_REFUSAL in (rig.root / "state" / "block-monokernel.log").read_text()
     assert MONO_REFUSAL not in (rig.root / "state" / "block.log").read_text()
+
+
+@pytest.mark.parametrize("fixture, split", [("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", True),
+                                            ("amd-smi_static_partition_text__mi300x-vf_x2-spx__rocm7.2.4__fleet-amd-task.txt", False)])
+def test_a_gpu_in_a_compute_partition_starts_without_monokernel(rig, fixture, split):
+    """A stand-in amd-smi prints recorded `amd-smi static --partition` output (tests/fixtures/host/SOURCES.md)."""
+    amd_smi = rig.root / "bin" / "amd-smi"
+    amd_smi.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(FIXTURES / 'host' / fixture))}\n")
+    amd_smi.chmod(0o755)
+    port = free_port()
+    plan = make_plan(port, adaptive=False, extra=MONO)
+    proc = start_ready(rig, rig.write(plan), port)
+    (rec,) = rig.records()
+    assert rec["argv"][1:] == (_without_mono(plan.argv[1:]) if split else [os.fsencode(a) for a in plan.argv[1:]])
+    assert rig.state()["monokernel"] == ("off: amd-smi static --partition reports compute partition CPX, whose GPUs "
+                                         "have fewer compute units than the mono decode kernels need" if split else "on")
+    stop_and_check(proc, rig)
+    assert (b"without --monokernel: amd-smi static --partition reports compute partition CPX" in proc.stderr.read()) == split
 
 
 def test_a_monokernel_start_that_fails_otherwise_is_not_retried(rig):

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from rocm_dspark.runtime import gpus as gpu_detect
-from rocm_dspark.runtime import inventory
+from rocm_dspark.runtime import inventory, partition
 from rocm_dspark.validate import host_checks, server_checks
 from rocm_dspark.validate.context import Context, ValidateOptions
 from rocm_dspark.validate.runner import _plan
@@ -102,11 +102,31 @@ def test_uncorrectable_ecc_fails_and_hot_gpu_warns(tmp_path):
     assert t.status == "warn" and "GPU 0 hotspot 100 C >= slowdown 100 C" in t.message
 
 
+@pytest.mark.parametrize("fixture, mono, status", [
+    ("amd-smi_static_partition_text__mi300x-vf_x2-spx__rocm7.2.4__fleet-amd-task.txt", True, "pass"),
+    ("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", True, "warn"),
+    ("amd-smi_static_partition_text__mi300x-cpx__amdgpu-docs-1512eb0__partial.txt", True, "warn"),
+    ("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", False, "pass"),
+])
+def test_a_split_gpu_drops_monokernel(tmp_path, fixture, mono, status):
+    """The partition modes as parsed from recorded `amd-smi static --partition` output (SOURCES.md)."""
+    inv = inventory_from_rocminfo_x8()._replace(partitions=partition.parse_partitions((HOST / fixture).read_text()))
+    ctx = ctx_for(tmp_path, inv)
+    if mono:  # the plan with the flag, as the resolver emits it for vLLM 0.33.0 (arg_utils.py:1842)
+        ctx.plan = ctx.plan._replace(argv=(*ctx.plan.argv, "--monokernel"))
+    out = host_checks.compute_partition(ctx)
+    assert out.status == status, out.message
+    if status == "warn":
+        assert "CPX" in out.message and "starts the plan without it" in out.message
+    assert host_checks.compute_partition(ctx_for(tmp_path, inventory_from_rocminfo_x8())).status == "not_applicable"
+
+
 def test_no_amd_gpu_is_not_applicable_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     ctx = ctx_for(tmp_path, None)
     for check in (host_checks.gpus, host_checks.gpu_profile, host_checks.hbm, host_checks.ecc, host_checks.temperature,
-                  host_checks.power, host_checks.devices, host_checks.numa_balancing, host_checks.memlock, host_checks.disk):
+                  host_checks.power, host_checks.devices, host_checks.numa_balancing, host_checks.memlock, host_checks.disk,
+                  host_checks.compute_partition):
         out = check(ctx)
         assert out.status == "not_applicable", (check.__name__, out)
         assert out.message.startswith("no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd")

@@ -13,7 +13,9 @@ import re
 from collections.abc import Mapping
 
 # Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
-# foundation) and vLLM's refusal line (what the runtime's process manager reads too).
+# foundation), vLLM's refusal lines (what the runtime's process manager reads too) and the compute-partition rule
+# (what the host checks read).
+from rocm_dspark.runtime.partition import PARTITION_ARGV, SPLIT_PARTITION_RE, SPLIT_PARTITIONS  # noqa: F401
 from rocm_dspark.runtime.refusal import (  # noqa: F401
     ADAPTIVE_REFUSALS,
     MONO_REFUSAL,

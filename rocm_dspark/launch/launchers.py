@@ -148,7 +148,7 @@ def _state_root_chain() -> str:
 
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
-                            "MONO_REFUSAL",
+                            "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
                             "GPU_GROUPS", "GPU_GROUPS_COMMA"})
 
 
@@ -166,6 +166,8 @@ def _shared_facts() -> dict[str, str]:
         "PASSED_ENV_FLAGS": " ".join(f"-e {quoting.env_name(n)}" for n in launch_facts.PASSED_ENV),
         "ADAPTIVE_REFUSALS": "\n".join("  " + quoting.bash_word(p) for p in launch_facts.ADAPTIVE_REFUSALS),
         "MONO_REFUSAL": quoting.bash_word(launch_facts.MONO_REFUSAL),
+        "PARTITION_ARGV": words(launch_facts.PARTITION_ARGV),
+        "SPLIT_PARTITION_RE": quoting.bash_word(launch_facts.SPLIT_PARTITION_RE),
         "STATE_ROOT_CHAIN": _state_root_chain(),
         "NUMA_BALANCING": quoting.bash_word(launch_facts.NUMA_BALANCING),
         "NUMA_BALANCING_OFF": quoting.bash_word(launch_facts.NUMA_BALANCING_OFF),

@@ -84,6 +84,8 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
               "the GPUs are the part the plan's profile assumed (name and gfx arch) and there are TP x DP of them."),
         Check("host.hbm", "host", False, h.hbm, "HBM per GPU matches the part's size (a smaller value means a memory partition or a VF slice)."),
         Check("host.ecc", "host", True, h.ecc, "no uncorrectable ECC errors (correctable ones warn)."),
+        Check("host.compute_partition", "host", False, h.compute_partition,
+              "the compute partition mode (amd-smi static --partition): a split GPU cannot run --monokernel."),
         Check("host.temperature", "host", False, h.temperature, "current temperatures below the device's own slowdown limits."),
         Check("host.power", "host", False, h.power, "the power cap in force is not below the part's TDP."),
         Check("host.devices", "host", True, h.devices,
