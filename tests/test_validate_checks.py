@@ -185,3 +185,27 @@ def test_disk_counts_a_present_checkpoint(tmp_path, monkeypatch):
                                        ("The answer is 323", "The answer is 323")])
 def test_answer_normalisation(raw, clean):
     assert server_checks.normalise_answer(raw) == clean
+
+
+def test_the_mono_decode_check_reads_the_launched_servers_log(tmp_path):
+    """The log holds lines formatted from vLLM 0.33.0's own format strings (tests/test_mono_log.py)."""
+    from types import SimpleNamespace
+
+    from tests.helpers.mono_lines import GFX950_WHOLE, START, line
+
+    ctx = ctx_for(tmp_path, inventory_from_rocminfo_x8())
+    assert server_checks.mono_decode(ctx).status == "not_applicable"          # no --monokernel, no server
+    ctx.plan = ctx.plan._replace(argv=(*ctx.plan.argv, "--monokernel"))
+    out = server_checks.mono_decode(ctx)
+    assert out.status == "not_applicable" and "--endpoint" in out.message
+    log = tmp_path / "server.log"
+    ctx.launched = SimpleNamespace(log_path=log)
+    for lines, status, says in [
+        (GFX950_WHOLE, "pass", "whole layer, active (decode steps of <= 48 rows)"),
+        (GFX950_WHOLE[:5], "warn", "whole layer, not active yet"),
+        ([START, line(427, "sequence-parallel layer")], "warn", "off: sequence-parallel layer"),
+        ([START, "INFO ready"], "warn", "no 'DSv4.1 mono decode' line"),
+    ]:
+        log.write_text("\n".join(lines) + "\n")
+        out = server_checks.mono_decode(ctx)
+        assert out.status == status and says in out.message, (lines, out)

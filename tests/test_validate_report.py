@@ -197,7 +197,7 @@ def test_cli_without_gpu_against_a_dead_server(tmp_path):
     assert by["host.gpus"]["message"] == "no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd"
     assert all(c["status"] == "skipped" for c in rep["checks"]
                if c["category"] in ("server", "spec_decode", "sweep") and c["name"] != "server.health")
-    assert "[ 1/30] host.gpus" in proc.stderr                    # the progress display
+    assert "[ 1/31] host.gpus" in proc.stderr                    # the progress display
     # A second run into the same directory is refused, in one line, and changes nothing.
     before = (out / "report.json").read_bytes()
     again = run_cli("--model", "V4.1-Flash", "--report", str(out), *dead, env=env)

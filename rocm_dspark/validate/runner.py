@@ -112,6 +112,9 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
               needs_server=True),
         Check("server.chat", "server", True, sv.chat, "a chat completion returns generated tokens.", needs_server=True),
         Check("server.completion", "server", True, sv.completion, "a text completion returns generated tokens.", needs_server=True),
+        Check("server.mono_decode", "server", False, sv.mono_decode,
+              "--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).",
+              needs_server=True),
         Check("spec_decode.acceptance", "spec_decode", True, sp.acceptance,
               "mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, "
               "against the recipe's floor (validation.acceptance_length_min).", needs_server=True),
