@@ -31,3 +31,10 @@ def test_no_mono_line_no_summary_line(tmp_path):
     for start in ({"log": str(tmp_path / "server.log")}, {}):
         s = build_summary(_run(start))
         assert s["mono_decode"] is None and not any("mono decode" in ln for ln in summary_lines(s))
+
+
+def test_a_flag_the_launcher_dropped_is_said_from_its_launch_state(tmp_path):
+    (tmp_path / "block.log").write_text("INFO ready\n")  # a unit's per-start log: the restart's, without the flag
+    why = "off: vLLM refused it (--monokernel needs tensor parallel size 2 or 4.)"  # what the launcher writes
+    s = build_summary(_run({"log": str(tmp_path / "block.log"), "launch_state": {"mode": "block", "monokernel": why}}))
+    assert s["mono_decode"] == why and f"  mono decode   {why}" in summary_lines(s)

@@ -192,7 +192,7 @@ def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
         if data.get("phase") == "serving":
             break
         time.sleep(0.5)
-    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
+    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts", "monokernel") if k in data}
 
 
 def serving(run, which: str | None = None) -> str | None:

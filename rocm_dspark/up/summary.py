@@ -37,7 +37,8 @@ def build_summary(run) -> dict:
         "service": {"mode": choose.get("mode"), **({"unit": start["unit"]} if start.get("unit") else {}),
                     **({"pid": served["pid"]} if served.get("pid") else {})},
         "verification": {"mode": mode, "why": why},
-        "mono_decode": mono.text() if mono else None,
+        # a systemd unit's log is one start's: a flag the launcher dropped shows in its launch-state only
+        "mono_decode": mono.text() if mono else (ls.get("monokernel") if str(ls.get("monokernel")).startswith("off") else None),
         "acceptance_length": val.get("acceptance_length"),
         "throughput_tok_s": val.get("throughput") or [],
         "report": val.get("report"),
