@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocm_dspark.runtime import gpus, inventory
+from rocm_dspark.runtime import gpus, inventory, partition
 from tests.conftest import FIXTURES
 
 HOST = FIXTURES / "host"
@@ -100,6 +100,25 @@ def test_bad_amdsmi_json_raises_value_error(bad):
         gpus.amdsmi_json_entries(bad)
 
 
+# `amd-smi static --partition` as recorded (tests/fixtures/host/SOURCES.md): SPX on an MI300X VM, CPX on an 8 x MI300X
+# node (the older COMPUTE_PARTITION key) and CPX where only each GPU's first partition names its mode.
+SPX = "amd-smi_static_partition_text__mi300x-vf_x2-spx__rocm7.2.4__fleet-amd-task.txt"
+CPX = "amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt"
+CPX_NA = "amd-smi_static_partition_text__mi300x-cpx__amdgpu-docs-1512eb0__partial.txt"
+
+
+@pytest.mark.parametrize("name, modes", [(SPX, {0: "SPX", 1: "SPX"}), (CPX, {i: "CPX" for i in range(64)}),
+                                         (CPX_NA, {0: "CPX", 8: "CPX"})])
+def test_the_compute_partition_is_read_from_recorded_amdsmi_output(name, modes):
+    assert partition.parse_partitions((HOST / name).read_text()) == modes
+
+
+def test_an_amdsmi_without_partition_output_leaves_the_mode_unknown():
+    # the JSON of another amd-smi command, and amd-smi's usage error, name no partition
+    assert partition.parse_partitions((JSON / "metric_power__amdsmi-changelog-units-example.json").read_text()) == {}
+    assert partition.parse_partitions("usage: amd-smi static [-h] ...\n") == {}
+
+
 def _instrument(bindir, name, script):
     """A stand-in for an AMD tool on PATH: prints a recorded/documented output (an instrument, not a GPU)."""
     path = bindir / name
@@ -110,13 +129,16 @@ def _instrument(bindir, name, script):
 def test_inventory_runs_amdsmi_json_then_rocminfo(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _instrument(bindir, "amd-smi", f'case "$1" in static) /bin/cat {JSON}/static_asic_limit_driver_vram__mi300a__amdsmi-docs-example__gpu_data.json;;'
-                                   f' metric) /bin/cat {JSON}/metric_power__amdsmi-changelog-units-example.json;; *) exit 2;; esac\n')
+    _instrument(bindir, "amd-smi", f'case "$1 $2" in "static --partition") /bin/cat {HOST}/{SPX};;'
+                                   f' static*) /bin/cat {JSON}/static_asic_limit_driver_vram__mi300a__amdsmi-docs-example__gpu_data.json;;'
+                                   f' metric*) /bin/cat {JSON}/metric_power__amdsmi-changelog-units-example.json;; *) exit 2;; esac\n')
     monkeypatch.setenv("PATH", str(bindir))
     inv = inventory.inventory(str(tmp_path))
     assert [g.marketing_name for g in inv.gpus] == ["AMD Instinct MI300A"]
     assert inv.gpus[0].power_w == 10 and inv.gpus[0].vram_mb == 96432
-    assert inv.commands == ("amd-smi static --asic --vram --limit --json", "amd-smi metric --ecc --temperature --power --json")
+    assert inv.commands == ("amd-smi static --asic --vram --limit --json", "amd-smi metric --ecc --temperature --power --json",
+                            "amd-smi static --partition")
+    assert inv.partitions == {0: "SPX", 1: "SPX"}
     assert inv.tools["rocminfo"] is None and not inv.kfd_present and inv.amd_host
 
 

@@ -116,7 +116,8 @@ def launcher_text() -> str:
 
 def bash_refusal(launcher_text: str, log: Path) -> str | None:
     defs = _fragment(launcher_text, "ADAPTIVE_REFUSALS=(", ")") + "\n" + _fragment(launcher_text, "find_refusal() {", "}")
-    out = subprocess.run(["bash", "-c", defs + '\nfind_refusal "$1"', "bash", str(log)], capture_output=True,
+    out = subprocess.run(["bash", "-c", defs + '\nfind_refusal "$1" "${ADAPTIVE_REFUSALS[@]}"', "bash", str(log)],
+                         capture_output=True,
                          timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.decode() or None
@@ -172,6 +173,50 @@ def test_the_refusal_rule_finds_vllms_line_in_the_recorded_log():
     assert launch_facts.find_adaptive_refusal(REFUSAL_LOG.read_text()) is None
     v1 = "Value error, Model Runner V1 does not support: dspark speculative decoding, adaptive draft verification"
     assert launch_facts.find_adaptive_refusal(v1 + "\n") == v1
+
+
+# vLLM 0.33.0's refusal of --monokernel as the traceback of its model builder prints it: the source line of
+# `raise ValueError(f"--monokernel {why}.")` (mono_decode.py:384) and the exception line, `why` from :358 and :373.
+MONO_TP = "--monokernel needs tensor parallel size 2 or 4."
+MONO_LOG = ('(Worker_TP0 pid=7) ERROR   File "/vllm/models/deepseek_v41/amd/mono_decode.py", line 384, in _create\n'
+            '(Worker_TP0 pid=7) ERROR     raise ValueError(f"--monokernel {why}.")\n'
+            "(Worker_TP0 pid=7) ERROR \x1b[31mValueError: " + MONO_TP + "\x1b[0m\n"
+            "(EngineCore pid=6) ERROR RuntimeError: Engine core initialization failed. See root cause above.\n")
+
+
+@pytest.mark.parametrize("text, why", [
+    (MONO_LOG, MONO_TP),
+    ("ValueError: --monokernel needs 256 compute units, the GPU has 38.\n", "--monokernel needs 256 compute units, the GPU has 38."),
+    ('    raise ValueError(f"--monokernel {why}.")\n', None),  # the source line alone is no refusal
+    ("INFO non-default args: {'monokernel': True}\n", None),
+    (REFUSAL_LOG.read_text(), None),
+])
+def test_the_launchers_monokernel_refusal_rule_is_pythons(tmp_path, text, why):
+    launcher = render_launcher(make_plan(8000, adaptive=False, extra=("--monokernel",)), name="facts")
+    pattern = next(ln for ln in launcher.splitlines() if ln.startswith("MONO_REFUSAL="))
+    defs = pattern + "\n" + _fragment(launcher, "find_refusal() {", "}")
+    log = tmp_path / "vllm.log"
+    log.write_text(text)
+    out = subprocess.run(["bash", "-c", defs + '\nline=$(find_refusal "$1" "$MONO_REFUSAL"); printf %s "${line##*ValueError: }"',
+                          "bash", str(log)], capture_output=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert launch_facts.find_mono_refusal(text) == why == (out.stdout.decode() or None)
+
+
+@pytest.mark.parametrize("fixture", sorted((ROOT / "tests" / "fixtures" / "host").glob("amd-smi_static_partition_*")))
+def test_the_launchers_partition_rule_is_pythons(tmp_path, fixture):
+    """A stand-in amd-smi on PATH prints the recorded `amd-smi static --partition` output (SOURCES.md)."""
+    from rocm_dspark.runtime.partition import parse_partitions
+
+    (tmp_path / "amd-smi").write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(fixture))}\n")
+    (tmp_path / "amd-smi").chmod(0o755)
+    launcher = render_launcher(make_plan(8000, adaptive=False, extra=("--monokernel",)), name="facts")
+    rule = next(ln for ln in launcher.splitlines() if ln.strip().startswith("split=$("))
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{rule}\nprintf %s \"$split\""], capture_output=True, text=True,
+                         env={"PATH": f"{tmp_path}:{os.environ['PATH']}"}, timeout=30)
+    split = sorted({m for m in parse_partitions(fixture.read_text()).values() if m in launch_facts.SPLIT_PARTITIONS})
+    assert out.returncode == 0 and out.stdout == "/".join(split), out.stderr
+    assert out.stdout == ("" if "spx" in fixture.name else "CPX")
 
 
 @pytest.mark.parametrize("env", [
@@ -354,6 +399,8 @@ def test_every_start_deadline_is_the_launchers(monkeypatch, tmp_path):
     plan = make_plan(8000)  # adaptive, with the block fallback: up to two starts
     assert launch_facts.start_window_s(plan, 100) == 2 * 100 + launch_facts.MARGIN_S
     assert launch_facts.start_window_s(make_plan(8000, adaptive=False), 100) == 100 + launch_facts.MARGIN_S
+    # a start vLLM refuses for --monokernel is made again without it: one start more
+    assert launch_facts.start_window_s(make_plan(8000, extra=("--monokernel",)), 100) == 3 * 100 + launch_facts.MARGIN_S
     unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env", ready_timeout_s=100))
     assert int(unit["TimeoutStartSec"]) == launch_facts.start_window_s(plan, 100)
     seen = {}

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import launch_state, quoting
 from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
-from rocm_dspark.launch.launchers import install_commands, render_launcher, render_unit, write_launchers
-from tests.conftest import CLI, cli_env
-from tests.helpers.launcher_rig import (HOSTILE, REFUSAL, SYSTEMD_ANALYZE, Rig, alive, free_port, http_status,
+from rocm_dspark.launch.launchers import default_name, install_commands, render_launcher, render_unit, write_launchers
+from tests.conftest import CLI, FIXTURES, cli_env
+from tests.helpers.launcher_rig import (HOSTILE, MONO_REFUSAL, REFUSAL, SYSTEMD_ANALYZE, Rig, alive, free_port, http_status,
                                         make_plan, shellcheck, start_ready, stop_and_check, wait_until)
 
 needs_systemd_analyze = pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
@@ -540,6 +540,95 @@ def test_both_starts_failing_exits_with_vllms_status(rig):
     st = rig.state()
     assert st["phase"] == "failed" and [a["outcome"] for a in st["attempts"]] == ["exited_before_ready"] * 2
     assert st["attempts"][1]["exit_status"] == 7 and "dying before ready" in st["attempts"][1]["log_tail"]
+
+
+MONO = ("--monokernel",)
+
+
+def _without_mono(argv) -> list[bytes]:
+    return [os.fsencode(a) for a in argv if a != "--monokernel"]
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_monokernel_launcher_passes_shellcheck_and_a_plain_one_has_no_mono_code(tmp_path, adaptive):
+    for fmt in ("shell", "systemd"):
+        out = tmp_path / f"{fmt}-{adaptive}"
+        out.mkdir()
+        mono = write_launchers(make_plan(8000, adaptive=adaptive, extra=MONO), out, fmt).launcher
+        shellcheck(mono)
+        assert "drop_monokernel" in mono.read_text() and ("ADAPTIVE_REFUSALS=(" in mono.read_text()) == adaptive
+    plain = render_launcher(make_plan(8000, adaptive=adaptive))
+    assert "monokernel" not in plain.lower()
+
+
+def test_vllms_monokernel_refusal_starts_the_same_plan_without_it_and_says_why(rig):
+    """The stand-in vllm prints vLLM 0.33.0's refusal (mono_decode.py:384) when its argv has --monokernel."""
+    port = free_port()
+    plan = make_plan(port, adaptive=False, extra=MONO)
+    proc = start_ready(rig, rig.write(plan), port, STANDIN_REFUSE_MONO="1")
+    argvs = [r["argv"][1:] for r in rig.records()]
+    assert argvs == [[os.fsencode(a) for a in plan.argv[1:]], _without_mono(plan.argv[1:])]
+    st = rig.state()
+    assert st["phase"] == "serving" and st["mode"] == "block" and st["fell_back"] is False
+    refused, ready = st["attempts"]
+    assert refused["mode"] == "block" and refused["outcome"] == "refused_monokernel" and refused["exit_status"] == 1
+    assert refused["refusal"] == MONO_REFUSAL and "raise ValueError" in refused["log_tail"]
+    assert ready["outcome"] == "ready" and st["monokernel"] == f"off: vLLM refused it ({MONO_REFUSAL})"
+    assert stop_and_check(proc, rig) == 143
+    said = [ln for ln in proc.stderr.read().decode().splitlines() if "without --monokernel" in ln]
+    assert said == [f"rocm-dspark[{default_name(plan)}]: starting the same plan without --monokernel: "
+                    f"vLLM refused it ({MONO_REFUSAL})"]
+    assert MONO_REFUSAL in (rig.root / "state" / "block-monokernel.log").read_text()
+    assert MONO_REFUSAL not in (rig.root / "state" / "block.log").read_text()
+
+
+@pytest.mark.parametrize("fixture, split", [("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", True),
+                                            ("amd-smi_static_partition_text__mi300x-vf_x2-spx__rocm7.2.4__fleet-amd-task.txt", False)])
+def test_a_gpu_in_a_compute_partition_starts_without_monokernel(rig, fixture, split):
+    """A stand-in amd-smi prints recorded `amd-smi static --partition` output (tests/fixtures/host/SOURCES.md)."""
+    amd_smi = rig.root / "bin" / "amd-smi"
+    amd_smi.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(FIXTURES / 'host' / fixture))}\n")
+    amd_smi.chmod(0o755)
+    port = free_port()
+    plan = make_plan(port, adaptive=False, extra=MONO)
+    proc = start_ready(rig, rig.write(plan), port)
+    (rec,) = rig.records()
+    assert rec["argv"][1:] == (_without_mono(plan.argv[1:]) if split else [os.fsencode(a) for a in plan.argv[1:]])
+    assert rig.state()["monokernel"] == ("off: amd-smi static --partition reports compute partition CPX, whose GPUs "
+                                         "have fewer compute units than the mono decode kernels need" if split else "on")
+    stop_and_check(proc, rig)
+    assert (b"without --monokernel: amd-smi static --partition reports compute partition CPX" in proc.stderr.read()) == split
+
+
+def test_a_monokernel_start_that_fails_otherwise_is_not_retried(rig):
+    res = rig.run(rig.write(make_plan(free_port(), adaptive=False, extra=MONO)), STANDIN_DIE_AFTER="0.2",
+                  STANDIN_DIE_STATUS="5")
+    assert res.returncode == 5 and len(rig.records()) == 1 and b"without --monokernel" not in res.stderr
+    st = rig.state()
+    assert [a["outcome"] for a in st["attempts"]] == ["exited_before_ready"] and st["monokernel"] == "on"
+
+
+@pytest.mark.parametrize("order", ["mono-first", "adaptive-first"])
+def test_both_refusals_end_in_block_verification_without_monokernel(rig, order):
+    """vLLM may refuse --monokernel and adaptive verification in either order; each refusal is handled once."""
+    port = free_port()
+    plan = make_plan(port, adaptive=True, extra=MONO)
+    proc = start_ready(rig, rig.write(plan), port, STANDIN_REFUSE_MONO="1", STANDIN_REFUSE_ADAPTIVE="1",
+                       STANDIN_REFUSE_ORDER=order)
+    primary, block = [os.fsencode(a) for a in plan.argv[1:]], [os.fsencode(a) for a in plan.block_argv[1:]]
+    argvs = [r["argv"][1:] for r in rig.records()]
+    st = rig.state()
+    got = [(a["mode"], a["outcome"]) for a in st["attempts"]]
+    if order == "mono-first":
+        assert argvs == [primary, _without_mono(plan.argv[1:]), _without_mono(plan.block_argv[1:])]
+        assert got == [("adaptive", "refused_monokernel"), ("adaptive", "exited_before_ready"), ("block", "ready")]
+    else:
+        assert argvs == [primary, block, _without_mono(plan.block_argv[1:])]
+        assert got == [("adaptive", "exited_before_ready"), ("block", "refused_monokernel"), ("block", "ready")]
+    assert REFUSAL in next(a["refusal"] for a in st["attempts"] if a["outcome"] == "exited_before_ready")
+    assert st["fell_back"] is True and st["monokernel"].startswith("off: vLLM refused it")
+    assert (rig.root / "state" / "adaptive-refused").exists()
+    stop_and_check(proc, rig)
 
 
 def test_plan_without_adaptive_has_one_argv_and_no_fallback(rig):

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from rocm_dspark.runtime import gpus as gpu_detect
-from rocm_dspark.runtime import inventory
+from rocm_dspark.runtime import inventory, partition
 from rocm_dspark.validate import host_checks, server_checks
 from rocm_dspark.validate.context import Context, ValidateOptions
 from rocm_dspark.validate.runner import _plan
@@ -102,11 +102,31 @@ def test_uncorrectable_ecc_fails_and_hot_gpu_warns(tmp_path):
     assert t.status == "warn" and "GPU 0 hotspot 100 C >= slowdown 100 C" in t.message
 
 
+@pytest.mark.parametrize("fixture, mono, status", [
+    ("amd-smi_static_partition_text__mi300x-vf_x2-spx__rocm7.2.4__fleet-amd-task.txt", True, "pass"),
+    ("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", True, "warn"),
+    ("amd-smi_static_partition_text__mi300x-cpx__amdgpu-docs-1512eb0__partial.txt", True, "warn"),
+    ("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", False, "pass"),
+])
+def test_a_split_gpu_drops_monokernel(tmp_path, fixture, mono, status):
+    """The partition modes as parsed from recorded `amd-smi static --partition` output (SOURCES.md)."""
+    inv = inventory_from_rocminfo_x8()._replace(partitions=partition.parse_partitions((HOST / fixture).read_text()))
+    ctx = ctx_for(tmp_path, inv)
+    if mono:  # the plan with the flag, as the resolver emits it for vLLM 0.33.0 (arg_utils.py:1842)
+        ctx.plan = ctx.plan._replace(argv=(*ctx.plan.argv, "--monokernel"))
+    out = host_checks.compute_partition(ctx)
+    assert out.status == status, out.message
+    if status == "warn":
+        assert "CPX" in out.message and "starts the plan without it" in out.message
+    assert host_checks.compute_partition(ctx_for(tmp_path, inventory_from_rocminfo_x8())).status == "not_applicable"
+
+
 def test_no_amd_gpu_is_not_applicable_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     ctx = ctx_for(tmp_path, None)
     for check in (host_checks.gpus, host_checks.gpu_profile, host_checks.hbm, host_checks.ecc, host_checks.temperature,
-                  host_checks.power, host_checks.devices, host_checks.numa_balancing, host_checks.memlock, host_checks.disk):
+                  host_checks.power, host_checks.devices, host_checks.numa_balancing, host_checks.memlock, host_checks.disk,
+                  host_checks.compute_partition):
         out = check(ctx)
         assert out.status == "not_applicable", (check.__name__, out)
         assert out.message.startswith("no AMD GPU: amd-smi and rocminfo absent and no /dev/kfd")
@@ -165,3 +185,27 @@ def test_disk_counts_a_present_checkpoint(tmp_path, monkeypatch):
                                        ("The answer is 323", "The answer is 323")])
 def test_answer_normalisation(raw, clean):
     assert server_checks.normalise_answer(raw) == clean
+
+
+def test_the_mono_decode_check_reads_the_launched_servers_log(tmp_path):
+    """The log holds lines formatted from vLLM 0.33.0's own format strings (tests/test_mono_log.py)."""
+    from types import SimpleNamespace
+
+    from tests.helpers.mono_lines import GFX950_WHOLE, START, line
+
+    ctx = ctx_for(tmp_path, inventory_from_rocminfo_x8())
+    assert server_checks.mono_decode(ctx).status == "not_applicable"          # no --monokernel, no server
+    ctx.plan = ctx.plan._replace(argv=(*ctx.plan.argv, "--monokernel"))
+    out = server_checks.mono_decode(ctx)
+    assert out.status == "not_applicable" and "--endpoint" in out.message
+    log = tmp_path / "server.log"
+    ctx.launched = SimpleNamespace(log_path=log)
+    for lines, status, says in [
+        (GFX950_WHOLE, "pass", "whole layer, active (decode steps of <= 48 rows)"),
+        (GFX950_WHOLE[:5], "warn", "whole layer, not active yet"),
+        ([START, line(427, "sequence-parallel layer")], "warn", "off: sequence-parallel layer"),
+        ([START, "INFO ready"], "warn", "no 'DSv4.1 mono decode' line"),
+    ]:
+        log.write_text("\n".join(lines) + "\n")
+        out = server_checks.mono_decode(ctx)
+        assert out.status == status and says in out.message, (lines, out)

@@ -13,8 +13,17 @@ import re
 from collections.abc import Mapping
 
 # Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
-# foundation) and vLLM's refusal line (what the runtime's process manager reads too).
-from rocm_dspark.runtime.refusal import ADAPTIVE_REFUSALS, REFUSAL_PATTERNS, find_adaptive_refusal, find_refusal  # noqa: F401
+# foundation), vLLM's refusal lines (what the runtime's process manager reads too) and the compute-partition rule
+# (what the host checks read).
+from rocm_dspark.runtime.partition import PARTITION_ARGV, SPLIT_PARTITION_RE, SPLIT_PARTITIONS  # noqa: F401
+from rocm_dspark.runtime.refusal import (  # noqa: F401
+    ADAPTIVE_REFUSALS,
+    MONO_REFUSAL,
+    REFUSAL_PATTERNS,
+    find_adaptive_refusal,
+    find_mono_refusal,
+    find_refusal,
+)
 from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F401
 
 # ---- docker ----------------------------------------------------------------------------------------
@@ -97,9 +106,13 @@ STOP_MARGIN_S = 30      # and after its drain: its SIGKILL of vLLM's group and i
 JOIN_TIMEOUT_S = 600    # multi-node: a worker's wait to reach its head, the head's for its workers (loads come after)
 
 
+MONOKERNEL = "--monokernel"  # the flag the launcher drops when vLLM refuses it or the GPU is partitioned
+
+
 def starts(plan) -> int:
-    """How many vLLM starts the launcher may make for `plan`: 2 with an adaptive->block fallback, else 1."""
-    return 2 if plan.adaptive_verification and plan.block_argv else 1
+    """How many vLLM starts the launcher may make for `plan`: 2 with an adaptive->block fallback, else 1, and
+    one more with --monokernel (a start vLLM refuses for it runs again without it)."""
+    return (2 if plan.adaptive_verification and plan.block_argv else 1) + (MONOKERNEL in plan.argv)
 
 
 def start_window_s(plan, ready_timeout_s: float = READY_TIMEOUT_S) -> int:

@@ -18,7 +18,7 @@ from rocm_dspark.launch import launch_facts
 STATE_FILE = "launch-state"
 REFUSED_FILE = "adaptive-refused"
 ATTEMPT_FIELDS = ("mode", "outcome", "exit_status", "started_at", "ended_at")
-_KEYS = ("phase", "mode", "pid", "started_at", "updated_at", "ready_at")
+_KEYS = ("phase", "mode", "pid", "started_at", "updated_at", "ready_at", "monokernel")
 _LIMIT = 256 * 1024  # the state file is a few hundred bytes; of a log, the last 256 KiB carry its tail
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -57,9 +57,11 @@ def _attempt(line: str, directory: Path) -> dict | None:
         memo = (_tail(directory / REFUSED_FILE, 8192) or "").splitlines()
         a["refusal"] = memo[2] if len(memo) > 2 else None
     elif a["outcome"] != "ready":
-        log = _tail(directory / f"{a['mode']}.log")
+        # a start vLLM refused for --monokernel: its log was kept beside the next start's
+        mono = a["outcome"] == "refused_monokernel"
+        log = _tail(directory / f"{a['mode']}{'-monokernel' if mono else ''}.log")
         if log is not None:
-            a["refusal"] = launch_facts.find_refusal(log)
+            a["refusal"] = launch_facts.find_mono_refusal(log) if mono else launch_facts.find_refusal(log)
             lines = [_CONTROL.sub("", _ANSI.sub("", ln))[:2000] for ln in log.splitlines()[-40:]]
             a["log_tail"] = "\n".join(lines)
     return a

@@ -149,6 +149,7 @@ def _state_root_chain() -> str:
 
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
+                            "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
                             "GPU_GROUPS", "GPU_GROUPS_COMMA"})
 
 
@@ -165,6 +166,9 @@ def _shared_facts() -> dict[str, str]:
         "HF_HUB_MOUNT": f'"{mounts[1]}"',
         "PASSED_ENV_FLAGS": " ".join(f"-e {quoting.env_name(n)}" for n in launch_facts.PASSED_ENV),
         "ADAPTIVE_REFUSALS": "\n".join("  " + quoting.bash_word(p) for p in launch_facts.ADAPTIVE_REFUSALS),
+        "MONO_REFUSAL": quoting.bash_word(launch_facts.MONO_REFUSAL),
+        "PARTITION_ARGV": words(launch_facts.PARTITION_ARGV),
+        "SPLIT_PARTITION_RE": quoting.bash_word(launch_facts.SPLIT_PARTITION_RE),
         "STATE_ROOT_CHAIN": _state_root_chain(),
         "NUMA_BALANCING": quoting.bash_word(launch_facts.NUMA_BALANCING),
         "NUMA_BALANCING_OFF": quoting.bash_word(launch_facts.NUMA_BALANCING_OFF),
@@ -234,6 +238,9 @@ def render_launcher(
     on = {"container" if container else "host", group_role, "single" if group_role == "single" else "group"}
     if fallback:
         on |= {"fallback"} | ({"group_mode", f"{group_role}_mode"} if group_role != "single" else set())
+    # A group's nodes must run one argv: only a single server drops --monokernel on its own.
+    on |= {"mono"} if launch_facts.MONOKERNEL in plan.argv and group_role == "single" else set()
+    on |= {"refusals"} if on & {"fallback", "mono"} else set()
     on |= {"pin"} if pin else set()
     on |= {"model_path"} if model_path else set()
     on |= {"secrets"} if plan.secret_env else set()

@@ -8,6 +8,8 @@
   server_spec.py  the `--server-json FILE` format: a server command run instead of the recipe's plan
   gpus.py         which AMD GPUs the host has (amd-smi JSON, then rocminfo), matched to the catalog
   inventory.py    GPU health for validation: HBM, ECC, temperatures, power
+  mono_log.py     which mono decode path (--monokernel) a vLLM 0.33.0 server runs, from its log
+  partition.py    a GPU's compute partition (amd-smi static --partition; the launcher gets the same rule)
   procfs.py       /proc: who holds a listening port, a process's argv, environment, owner, parent, start time
   progress.py     the live progress display of up, validate --launch and probe (rich on a terminal)
   server_phases.py  vLLM's start-up phases read from its log, each pattern with its source line

@@ -13,6 +13,7 @@ import shutil
 from typing import NamedTuple
 
 from rocm_dspark.runtime.gpus import GFX_TARGET, GpuAgent, amdsmi_json_entries, parse_rocminfo, run_tool
+from rocm_dspark.runtime.partition import PARTITION_ARGV, parse_partitions
 
 
 class GpuFacts(NamedTuple):
@@ -39,6 +40,7 @@ class HostInventory(NamedTuple):
     kfd_present: bool
     commands: tuple[str, ...]                  # the commands whose output was used
     problems: tuple[str, ...] = ()             # tool runs that failed or did not parse
+    partitions: dict = {}                      # GPU index -> compute partition mode (runtime.partition)
 
     @property
     def amd_host(self) -> bool:
@@ -276,6 +278,12 @@ def inventory(root: str = "") -> HostInventory:
             out = run(argv)
             if out:
                 sources.append(parse(parse_amdsmi_facts, out, " ".join(argv)))
+    partitions: dict[int, str] = {}
+    if tools["amd-smi"]:  # an amd-smi without --partition is no problem: the mode stays unknown
+        out = run_tool(list(PARTITION_ARGV), timeout=60)
+        if out:
+            commands.append(" ".join(PARTITION_ARGV))
+            partitions = parse_partitions(out)
     rocminfo_gpus: list[GpuAgent] = []
     if tools["rocminfo"]:
         out = run(["rocminfo"])
@@ -291,4 +299,4 @@ def inventory(root: str = "") -> HostInventory:
             sources.append(parse(parse_rocm_smi_showall, out, "rocm-smi -a"))
     gpus = [g for g in merge_facts(*sources) if g.arch or g.marketing_name]
     kfd = os.path.exists(f"{root}/dev/kfd")
-    return HostInventory(tuple(gpus), tools, kfd, tuple(commands), tuple(problems))
+    return HostInventory(tuple(gpus), tools, kfd, tuple(commands), tuple(problems), partitions)

@@ -31,6 +31,11 @@ ADAPTIVE_REFUSALS = (
     r"device-cpu query lens mismatch not supported, this is needed for adaptive verification",
     r"Model Runner V1 does not support: .*adaptive draft verification",
 )
+# vLLM 0.33.0's refusal of --monokernel, the same every start for the same GPU, layout and image: the mono decode
+# layer raises `ValueError(f"--monokernel {why}.")` while the model is built
+# (vllm/models/deepseek_v41/amd/mono_decode.py:384). The launcher then starts the same plan without the flag.
+# Anchored on the exception line: the traceback's source line `raise ValueError(f"--monokernel ...` is no match.
+MONO_REFUSAL = r"ValueError: --monokernel .+"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -43,6 +48,12 @@ def find_refusal(log_text: str, patterns=REFUSAL_PATTERNS) -> str | None:
         if hits:
             return hits[-1].strip()
     return None
+
+
+def find_mono_refusal(log_text: str) -> str | None:
+    """vLLM's refusal of --monokernel ("--monokernel needs ..."), without the log's prefix, or None."""
+    line = find_refusal(log_text, (MONO_REFUSAL,))
+    return line[line.index("ValueError: ") + len("ValueError: "):] if line else None
 
 
 def find_adaptive_refusal(log_text: str) -> str | None:

@@ -60,7 +60,7 @@ def from_outcome(name: str, outcome, fix: str) -> Prereq:
 
 
 def gpu_host_checks(ctx) -> list[Prereq]:
-    """validate's device, NUMA and disk checks on a validate Context (rocm_dspark.validate.context)."""
+    """validate's device, NUMA, disk and compute-partition checks on a validate Context (rocm_dspark.validate.context)."""
     from rocm_dspark.validate import host_checks as h
 
     user = ctx.options.service_user or "the service user"
@@ -68,6 +68,8 @@ def gpu_host_checks(ctx) -> list[Prereq]:
         from_outcome("devices", h.devices(ctx), f"sudo usermod -aG video,render {user}, then log in again"),
         from_outcome("numa", h.numa_balancing(ctx), "sudo sysctl -w kernel.numa_balancing=0"),
         from_outcome("disk", h.disk(ctx), "free space where the checkpoint goes, or pass --model-path on a bigger disk"),
+        from_outcome("partition", h.compute_partition(ctx), "none needed: the launcher drops --monokernel (or "
+                     "`sudo amd-smi set --gpu all --compute-partition SPX` while no GPU work runs, to use it)"),
     ]
 
 

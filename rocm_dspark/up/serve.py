@@ -178,7 +178,7 @@ def _start_systemd(run, which: str) -> dict:
         raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
                           f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
     return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit, "command": which,
-            "launch_state": launch_state(Path(record["log"]).parent)}
+            "log": record["log"], "launch_state": launch_state(Path(record["log"]).parent)}
 
 
 def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
@@ -192,7 +192,7 @@ def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
         if data.get("phase") == "serving":
             break
         time.sleep(0.5)
-    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts") if k in data}
+    return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts", "monokernel") if k in data}
 
 
 def serving(run, which: str | None = None) -> str | None:

@@ -77,7 +77,7 @@ def detect_dry(run) -> list[str]:
     if run.options.target == LOCAL_CPU:
         return ["reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools"]
     return ["amd-smi static --asic --vram --limit --json", "amd-smi metric --ecc --temperature --power --json",
-            "rocminfo", "command -v docker podman systemctl", "cat /opt/rocm/.info/version"]
+            "amd-smi static --partition", "rocminfo", "command -v docker podman systemctl", "cat /opt/rocm/.info/version"]
 
 
 # -- 2. choose ----------------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ def prereq_dry(run) -> list[str]:
     if run.options.target == LOCAL_CPU:
         return ["checks: the vllm executable, the model path, the port"]
     return ["checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the service "
-            "user (groups video, render); kernel.numa_balancing = 0; free disk for the checkpoint "
+            "user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk for the checkpoint "
             f"({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; HF_TOKEN; "
             f"{run.plan.host}:{run.plan.port} free"]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rocm_dspark.runtime.mono_log import read_file
+
 
 def build_summary(run) -> dict:
     o = run.outputs
@@ -23,6 +25,7 @@ def build_summary(run) -> dict:
         mode = f"{which}: ngram speculation, K={spec['num_speculative_tokens']} (the local-cpu {which} test server)"
         why = (f"{prove['decision']}; " if prove.get("decision") else "") + \
             f"the recipe's plan would run {'adaptive' if choose.get('adaptive') else 'block'} verification: {choose.get('verdict')}"
+    mono = read_file(served.get("log"))  # read now, after validation's decode steps: "... active" comes late
     return {
         "endpoint": served.get("base_url"),
         "loads": [{k: ld.get(k) for k in ("n", "command", "why", "seconds", "ready_s")} for ld in run.loads],
@@ -34,6 +37,8 @@ def build_summary(run) -> dict:
         "service": {"mode": choose.get("mode"), **({"unit": start["unit"]} if start.get("unit") else {}),
                     **({"pid": served["pid"]} if served.get("pid") else {})},
         "verification": {"mode": mode, "why": why},
+        # a systemd unit's log is one start's: a flag the launcher dropped shows in its launch-state only
+        "mono_decode": mono.text() if mono else (ls.get("monokernel") if str(ls.get("monokernel")).startswith("off") else None),
         "acceptance_length": val.get("acceptance_length"),
         "throughput_tok_s": val.get("throughput") or [],
         "report": val.get("report"),
@@ -62,6 +67,7 @@ def summary_lines(s: dict) -> list[str]:
         f"  service       {s['service']['mode']}" + (f" unit {s['service']['unit']}" if s["service"].get("unit") else "")
         + (f" pid {s['service']['pid']}" if s["service"].get("pid") else "") + "  (`rocm-dspark down` stops it)",
         f"  verification  {s['verification']['mode']}: {s['verification']['why']}",
+        *([f"  mono decode   {s['mono_decode']}"] if s.get("mono_decode") else []),
         f"  throughput    {tps}",
         f"  acceptance    mean acceptance length {acc}",
         f"  validation    {(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",

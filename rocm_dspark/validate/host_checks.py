@@ -175,6 +175,29 @@ def power(ctx) -> Outcome:
                    value=value, threshold=threshold, evidence=evidence)
 
 
+def compute_partition(ctx) -> Outcome:
+    """The GPUs' compute partition mode (amd-smi static --partition). A split GPU (DPX..CPX) is a logical GPU of
+    part of the XCDs, fewer compute units than the 256 CTAs of vLLM 0.33.0's mono decode kernels
+    (mono/common/plan.py:22, checked at mono_decode.py:372): the launcher starts such a plan without --monokernel."""
+    if (na := _not_amd(ctx)) is not None:
+        return na
+    modes = _inventory(ctx).partitions
+    mono = launch_facts.MONOKERNEL in ctx.plan.argv
+    threshold = {"split_modes": list(launch_facts.SPLIT_PARTITIONS), "plan_monokernel": mono}
+    if not modes:
+        return Outcome(NOT_APPLICABLE, "amd-smi reports no compute partition (`amd-smi static --partition`)",
+                       threshold=threshold)
+    split = {i: m for i, m in modes.items() if m in launch_facts.SPLIT_PARTITIONS}
+    value = {"modes": sorted(set(modes.values())), "split_gpus": sorted(split)}
+    if not split:
+        return Outcome(PASS, f"every GPU is whole ({'/'.join(value['modes'])})", value=value, threshold=threshold)
+    what = f"{len(split)} GPU(s) in compute partition {'/'.join(sorted(set(split.values())))}"
+    if not mono:
+        return Outcome(PASS, f"{what}; the plan does not use --monokernel", value=value, threshold=threshold)
+    return Outcome(WARN, f"{what}: a partition has fewer compute units than the mono decode kernels' 256 CTAs, so "
+                   "vLLM refuses --monokernel; the launcher starts the plan without it", value=value, threshold=threshold)
+
+
 def _user_ids(user: str | None) -> tuple[str, int, set[int], dict[int, str]]:
     try:
         entry = pwd.getpwnam(user) if user else pwd.getpwuid(os.geteuid())

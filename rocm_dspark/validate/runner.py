@@ -86,6 +86,8 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
               "the GPUs are the part the plan's profile assumed (name and gfx arch) and there are TP x DP of them."),
         Check("host.hbm", "host", False, h.hbm, "HBM per GPU matches the part's size (a smaller value means a memory partition or a VF slice)."),
         Check("host.ecc", "host", True, h.ecc, "no uncorrectable ECC errors (correctable ones warn)."),
+        Check("host.compute_partition", "host", False, h.compute_partition,
+              "the compute partition mode (amd-smi static --partition): a split GPU cannot run --monokernel."),
         Check("host.temperature", "host", False, h.temperature, "current temperatures below the device's own slowdown limits."),
         Check("host.power", "host", False, h.power, "the power cap in force is not below the part's TDP."),
         Check("host.devices", "host", True, h.devices,
@@ -115,6 +117,9 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
               needs_server=True),
         Check("server.chat", "server", True, sv.chat, "a chat completion returns generated tokens.", needs_server=True),
         Check("server.completion", "server", True, sv.completion, "a text completion returns generated tokens.", needs_server=True),
+        Check("server.mono_decode", "server", False, sv.mono_decode,
+              "--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).",
+              needs_server=True),
         Check("spec_decode.acceptance", "spec_decode", True, sp.acceptance,
               "mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, "
               "against the recipe's floor (validation.acceptance_length_min).", needs_server=True),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from rocm_dspark.runtime import mono_log
 from rocm_dspark.runtime.client import ServerError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
 
@@ -130,3 +131,23 @@ def completion(ctx) -> Outcome:
     if tokens <= 0:
         return Outcome(FAIL, "the completion carries no generated tokens", value=tokens, evidence=evidence)
     return Outcome(PASS, f"completion answered {tokens} tokens", value=tokens, evidence=evidence)
+
+
+def mono_decode(ctx) -> Outcome:
+    """Which mono decode path the server runs (`--monokernel`): read from the log of the server validate started,
+    after the chat and the completion have run decode steps (rocm_dspark.runtime.mono_log)."""
+    asked = "--monokernel" in (getattr(ctx.target, "argv", ()) or ctx.plan.argv)
+    server = ctx.launched
+    mono = mono_log.read_file(server.log_path) if server is not None else None
+    threshold = "a decode step takes the mono decode kernels" if asked else None
+    if mono is None and not asked:
+        return Outcome(NOT_APPLICABLE, "the plan does not use --monokernel")
+    if server is None:
+        return Outcome(NOT_APPLICABLE, "the server was not started here (--endpoint): its log is not read; its "
+                       "'DSv4.1 mono decode' lines say which path runs", threshold=threshold)
+    evidence = {"log": str(server.log_path)}
+    if mono is None:
+        return Outcome(WARN, "the server log has no 'DSv4.1 mono decode' line: this vLLM build does not log the mono "
+                       "decode path (vLLM 0.33.0 does, while it builds the model)", threshold=threshold, evidence=evidence)
+    status = PASS if mono.path != mono_log.OFF and mono.active else WARN
+    return Outcome(status, mono.text(), value=mono._asdict(), threshold=threshold, evidence=evidence)

@@ -24,6 +24,19 @@ REFUSAL = (
     "DeepseekV41IndexerBackend attention backend does not support. Pass enable_adaptive_verification=false"
 )
 
+# vLLM 0.33.0's refusal of --monokernel as its model builder raises it: `raise ValueError(f"--monokernel {why}.")`
+# (vllm/models/deepseek_v41/amd/mono_decode.py:384), `why` from :373, f"needs {BLOCKS} compute units, the GPU has
+# {cus}" with BLOCKS = 256 (mono/common/plan.py:22) on a GPU in CPX mode (38 CUs per XCD of an MI300X, AMD's
+# MI300X partitioning overview). The stand-in prints the traceback's last lines, source line included.
+MONO_REFUSAL = "--monokernel needs 256 compute units, the GPU has 38."
+MONO_TRACEBACK = (
+    '(Worker_TP0 pid=7) ERROR [multiproc_executor.py:1] Traceback (most recent call last):\n'
+    '(Worker_TP0 pid=7) ERROR [multiproc_executor.py:1]   File "/usr/local/lib/python3.12/dist-packages/vllm/'
+    'models/deepseek_v41/amd/mono_decode.py", line 384, in _create\n'
+    '(Worker_TP0 pid=7) ERROR [multiproc_executor.py:1]     raise ValueError(f"--monokernel {why}.")\n'
+    f'(Worker_TP0 pid=7) ERROR [multiproc_executor.py:1] ValueError: {MONO_REFUSAL}'
+)
+
 
 STANDIN = r'''
 import json, os, signal, subprocess, sys, time
@@ -66,11 +79,19 @@ else:
     signal.signal(signal.SIGTERM, lambda *_: (print("stand-in: SIGTERM, shutting down", flush=True), os._exit(0)))
 
 print(f"stand-in {ME} ({mode}) starting; INFO non-default args: {sys.argv[1:]!r}", flush=True)
+def refuse_mono():  # STANDIN_REFUSE_MONO: vLLM 0.33.0 refusing --monokernel while it builds the model
+    if "--monokernel" in sys.argv and os.environ.get("STANDIN_REFUSE_MONO") == "1":
+        time.sleep(0.3)
+        print(os.environ["STANDIN_MONO_TRACEBACK"], file=sys.stderr, flush=True)
+        sys.exit(1)
+if os.environ.get("STANDIN_REFUSE_ORDER") != "adaptive-first":
+    refuse_mono()
 if adaptive and os.environ.get("STANDIN_REFUSE_ADAPTIVE") == "1":
     time.sleep(float(os.environ.get("STANDIN_REFUSE_AFTER", "0.5")))
     print("(EngineCore pid=1) ERROR Traceback (most recent call last):", flush=True)
     print("\x1b[31m" + os.environ["STANDIN_REFUSAL"] + "\x1b[0m", file=sys.stderr, flush=True)
     sys.exit(1)
+refuse_mono()
 if knob("DIE_AFTER"):
     time.sleep(float(knob("DIE_AFTER")))
     print("stand-in: dying before ready", flush=True)
@@ -183,6 +204,7 @@ class Rig:
             PATH=f"{self.root / 'bin'}:{env['PATH']}",
             STANDIN_RECORD_DIR=str(self.root / "rec"),
             STANDIN_REFUSAL=REFUSAL,
+            STANDIN_MONO_TRACEBACK=MONO_TRACEBACK,
             ROCM_DSPARK_LAUNCH_STATE_DIR=str(self.root / "state"),
             ROCM_DSPARK_READY_TIMEOUT_S="20",
             ROCM_DSPARK_STOP_TIMEOUT_S="10",
