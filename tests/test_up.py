@@ -214,6 +214,61 @@ def test_ctrl_c_records_the_step_as_interrupted(tmp_path):
     assert _up(tmp_path, rec)[0] == 0 and rec.ran == ["b", "c", "d"]
 
 
+def test_a_second_ctrl_c_while_the_server_drains_records_the_step_and_kills_the_server(tmp_path):
+    """Real signals and a real launcher process: SIGINT while the start step waits, then again while the launcher
+    drains after SIGTERM (it traps it and takes 30 s). The step is recorded as interrupted (it was left unrecorded,
+    `None`, when the second came before the record), the server is killed, and the next `up` resumes there."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from rocm_dspark.runtime.process import free_port, is_alive
+    from rocm_dspark.up import service
+
+    launcher = up_dir(tmp_path) / "launch" / "block" / "launcher.sh"  # where the state file's rules want one
+    launcher.parent.mkdir(parents=True, mode=0o700)
+    os.chmod(tmp_path, 0o700)
+    os.chmod(up_dir(tmp_path), 0o700)
+    os.chmod(launcher.parent.parent, 0o700)
+    launcher.write_text("#!/bin/bash\ntrap 'sleep 30; exit 143' TERM\nsleep 60 & wait\n")
+    launcher.chmod(0o755)
+    rec = Recorder(names=("a",))
+    started = {}
+
+    def start(run):
+        _srv, record = service.start_process(launcher, {}, host="127.0.0.1", port=free_port(), log_path=tmp_path / "log")
+        run.started = started["rec"] = record
+        run.state.set_service(record)
+        for delay in (0.5, 2.5):  # Ctrl-C, then Ctrl-C again during the drain
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+        time.sleep(30)
+        return {}
+
+    steps = (*rec.steps(), Step("start", "start", lambda r: {}, start, lambda r: [], always=True))
+    lines: list[str] = []
+    opts = UpOptions(selection={"model": "V4.1-Flash", "gpu": "mi300x", "state_dir": str(tmp_path)})
+    try:
+        code = run_up(opts, Display.plain(lines.append), steps=steps)
+    except KeyboardInterrupt:
+        code = "the second Ctrl-C escaped"
+    pid = started["rec"]["pid"]
+    try:
+        assert code == 130, (code, lines)
+        assert UpState.load(up_dir(tmp_path)).step("start")["status"] == "interrupted"
+        assert "killed the server this run started" in lines[-1], lines
+        deadline = time.monotonic() + 10
+        while is_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not is_alive(pid)
+    finally:
+        if is_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    rec.ran = []
+    again = (*rec.steps(), Step("start", "start", lambda r: {}, lambda r: {"ok": 1}, lambda r: [], always=True))
+    assert run_up(opts, Display.plain(lines.append), steps=again) == 0 and rec.ran == []  # resumed at the start step
+
+
 def test_state_file_is_json_and_a_corrupt_one_is_a_clear_error(tmp_path):
     rec = Recorder()
     _up(tmp_path, rec)

@@ -376,14 +376,33 @@ class UpRun:
         return stop_recorded(self.state)
 
 
-def stop_recorded(state: UpState) -> dict:
-    """Stop the service the state file records, and record that it was stopped (the record stays)."""
+def stop_recorded(state: UpState, grace_s: float | None = None) -> dict:
+    """Stop the service the state file records, and record that it was stopped (the record stays). grace_s: how
+    long a process may drain before SIGKILL (default: its launcher's stop window)."""
     svc = state.service
     if not svc:
         return {"stopped": False, "why": "no service recorded"}
-    res = service.stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else service.stop_process(svc)
+    res = service.stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else service.stop_process(svc, grace_s)
     state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
     return res
+
+
+def _stop_started(run: UpRun) -> str:
+    """After Ctrl-C: stop the server this run started; a second Ctrl-C during its drain kills it at once."""
+    import signal
+
+    if not (run.started and service.alive(run.started)):
+        return ""
+    try:
+        run.stop_service()
+        return "; stopped the server this run started"
+    except KeyboardInterrupt:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third must not leave it half-stopped
+        try:
+            stop_recorded(run.state, grace_s=0)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        return "; killed the server this run started (Ctrl-C again: no drain)"
 
 
 def local_check():
@@ -467,11 +486,10 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
             display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
             return 2
         except KeyboardInterrupt:
-            stopped = ""
-            if run.started and service.alive(run.started):
-                run.stop_service()
-                stopped = "; stopped the server this run started"
-            state.mark(step.name, INTERRUPTED, inputs, message="Ctrl-C", seconds=time.monotonic() - t0)
+            # Recorded before the server is stopped: a second Ctrl-C during its drain must not leave it unrecorded.
+            state.mark(step.name, INTERRUPTED, inputs, message="Ctrl-C", fix="run `rocm-dspark up` again: it resumes "
+                       "at this step", seconds=time.monotonic() - t0)
+            stopped = _stop_started(run)
             display.say(f"rocm-dspark up: interrupted in step {step.name}{stopped}; run `rocm-dspark up` again to continue")
             return 130
         status = SKIPPED if isinstance(out, dict) and out.get("skipped") else DONE
