@@ -40,7 +40,7 @@ DIALECTS = {"deepseek_v41": ("<｜DSML｜ calls>", '<｜DSML｜ invoke name="', 
                             "<｜DSML｜parameter", "</｜DSML｜parameter>")}
 THINKING = "The user wants the note saved; I call save_note.</think>"
 LEAK = re.compile(r"｜DSML｜|</?\s*(?:parameter|invoke|tool_calls)\b|</think>")
-MAX_TOKENS = 1536
+MAX_TOKENS = {"forced": 1536, "model": 8192}  # the model may think at length before it calls
 
 
 class Case(NamedTuple):
@@ -75,7 +75,7 @@ def flag(argv, name: str) -> str | None:
 
 def request_body(served_name: str, case: Case, forced: str | None) -> dict:
     body = {"model": served_name, "messages": [{"role": "user", "content": PROMPT}], "tools": [TOOL],
-            "tool_choice": "auto", "max_tokens": MAX_TOKENS, "temperature": 0.0,
+            "tool_choice": "auto", "max_tokens": MAX_TOKENS["model" if forced is None else "forced"], "temperature": 0.0,
             "chat_template_kwargs": {"thinking": case.thinking}, "stream": case.stream}
     if forced is not None:
         body["structured_outputs"] = {"choice": [forced]}
