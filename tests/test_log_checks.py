@@ -144,3 +144,9 @@ def test_jit_check_warns_with_the_kernel_name(tmp_path):
     out = log_checks.jit(ctx)
     assert out.status == WARN and "Triton _fwd_kernel_stage1" in out.message and out.value["compiles"] == 1
     assert log_checks.jit(ctx_with_log(tmp_path, REAL_LOG)).status == NOT_APPLICABLE
+
+
+def test_a_graph_mode_without_the_size_is_unknown_not_eager(tmp_path):
+    line = gpu_engine_line(1024, SIZES).replace("'max_cudagraph_capture_size': 1024, ", "")
+    out = log_checks.capture(ctx_with_log(tmp_path, line))
+    assert out.status == WARN and "unknown" in out.message

@@ -329,3 +329,58 @@ def test_sweep_plot_names_server_build_and_run(tmp_path):
     assert label == "server: tiny server; vLLM 0.32.0; run: h T"
     report.plot_sweep(tmp_path / "s.png", _levels(), label)
     assert_real_png(tmp_path / "s.png")
+
+
+FIELD_CHECKS = [("server.deterministic", True), ("server.capture", True), ("server.tool_calls", True),
+                ("spec_decode.acceptance", True), ("sweep.concurrency_1", True), ("sweep.concurrency_4", True),
+                ("sweep.jit", False), ("sweep.gsm8k", True)]
+
+
+def _field_report(failing: str | None) -> dict:
+    rows = []
+    for name, blocking in FIELD_CHECKS:
+        bad = name == failing
+        status = ("fail" if blocking else "warn") if bad else "pass"
+        rows.append({"name": name, "category": name.split(".")[0], "status": status, "blocking": blocking,
+                     "message": f"{name} said {status}", "value": None, "threshold": None, "duration_s": 0.0,
+                     "evidence": {"failing": [{"case": "streaming, thinking on", "problems": ["arguments carry a tag"],
+                                               "request": {"tools": []}, "response": {"choices": []}}]}
+                     if bad and name == "server.tool_calls" else None})
+    def level(c):  # the sweep's own statistics: 8 requests in 1 s, 100 x c // 8 tokens each; 3 fail at the failing level
+        n_bad = 3 if failing == f"sweep.concurrency_{c}" else 0
+        recs = [sweep.RequestRecord(True, ttft_s=0.1, latency_s=0.5, output_tokens=100 * c // 8)
+                for _ in range(8 - n_bad)] + [sweep.RequestRecord(False, error="ReadError: boom")] * n_bad
+        return sweep.summarise(recs, 1.0, c)
+
+    sweep_levels = [level(c) for c in (1, 4)]
+    return {"plan": {"model_key": "M", "profile": "M/g", "status": "experimental", "vllm_version": "1"},
+            "server": {"mode": "endpoint", "base_url": "http://x:1", "served_name": "s", "recipe_model": True},
+            "host": {"hostname": "h"}, "started_at": "t", "duration_s": 1.0, "summary": report.summary(rows),
+            "checks": rows, "measurements": {"sweep": sweep_levels}}
+
+
+@pytest.mark.parametrize("failing", [name for name, _ in FIELD_CHECKS])
+def test_verdict_names_each_checks_failure_first(failing):
+    rep = _field_report(failing)
+    md = report.render_markdown(rep, {})
+    verdict = next(line for line in md.splitlines() if line.startswith("**Verdict"))
+    blocking = dict(FIELD_CHECKS)[failing]
+    assert verdict == (f"**Verdict: FAIL**, first failing check `{failing}`" if blocking
+                       else f"**Verdict: PASS**, first warning check `{failing}`")
+    rows = {r["row"]: r for r in report.field_table(rep["checks"], rep["measurements"]["sweep"])}
+    bad = [r for r in rows.values() if r["status"] != "pass"]
+    assert bad and all(r["check"] == failing for r in bad)
+    if failing.startswith("sweep.concurrency"):   # errors beside the accuracy, with the counts per level
+        c = failing.rpartition("_")[2]
+        assert rows["request errors"]["detail"].startswith("3 of 16 requests failed (")
+        assert f"3 at c={c}" in rows["request errors"]["detail"] and rows["accuracy"]["status"] == "pass"
+    if failing == "server.tool_calls":   # the failing request and response are in the report
+        assert "## Failing tool call: streaming, thinking on" in md and "- arguments carry a tag" in md
+
+
+def test_verdict_of_a_clean_run():
+    rep = _field_report(None)
+    md = report.render_markdown(rep, {})
+    assert "**Verdict: PASS**\n" in md and "| throughput | PASS | `sweep.concurrency_1` | c=1: 96.0 tok/s, c=4: 400.0 tok/s |" in md
+    assert [r["row"] for r in report.field_table(rep["checks"], rep["measurements"]["sweep"])] == [
+        "accuracy", "tool calls", "request errors", "graph capture", "JIT after warm-up", "acceptance", "throughput"]

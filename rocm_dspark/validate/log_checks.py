@@ -60,6 +60,10 @@ def capture(ctx) -> Outcome:
                        "engine ... with config\"): the capture sizes vLLM kept are unknown", threshold=asked)
     kept = facts["truncated_to"] if facts["truncated_to"] is not None else facts["max"]
     value = {"asked": asked, "kept": kept, "cudagraph_mode": facts["mode"], "sizes": facts["sizes"]}
+    if kept is None and facts["mode"] not in (None, "NONE"):
+        return Outcome(WARN, f"vLLM's engine line prints cudagraph_mode {facts['mode']} but no "
+                       "max_cudagraph_capture_size: the size it kept is unknown", value=value, threshold=asked,
+                       evidence=facts)
     if facts["mode"] == "NONE" or not kept:
         if asked is None:
             return Outcome(NOT_APPLICABLE, "no capture size asked and vLLM captures no graphs (cudagraph_mode "

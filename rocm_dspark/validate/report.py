@@ -54,6 +54,34 @@ def write_atomic(path: Path, data: bytes) -> None:
     _write_atomic(path, data, mode=0o644)
 
 
+# What the field breaks on, side by side, so that a good GSM8K cannot hide request errors or a cut capture size:
+# (row, the checks it reads). A row's status is its worst check's; "sweep.concurrency_" is every sweep level.
+FIELD_ROWS = (("accuracy", ("sweep.gsm8k", "server.deterministic")), ("tool calls", ("server.tool_calls",)),
+              ("request errors", ("sweep.concurrency_",)), ("graph capture", ("server.capture",)),
+              ("JIT after warm-up", ("sweep.jit",)), ("acceptance", ("spec_decode.acceptance",)),
+              ("throughput", ("sweep.concurrency_",)))
+_WORST = (FAIL, WARN, PASS, SKIPPED, NOT_APPLICABLE)   # most telling first
+
+
+def field_table(checks: list[dict], sweep: list[dict] | None) -> list[dict]:
+    """One row per field concern: its status (the worst of its checks), which check decides it, and what it says."""
+    rows = []
+    for label, names in FIELD_ROWS:
+        mine = [c for c in checks if any(c["name"] == n or (n.endswith("_") and c["name"].startswith(n)) for n in names)]
+        if not mine:
+            continue
+        worst = min(mine, key=lambda c: _WORST.index(c["status"]))
+        detail = worst["message"]
+        if label == "request errors" and sweep:
+            failed, total = sum(lv["failed"] for lv in sweep), sum(lv["requests"] for lv in sweep)
+            per = ", ".join(f"{lv['failed']} at c={lv['concurrency']}" for lv in sweep)
+            detail = f"{failed} of {total} requests failed ({per})" + (f": {worst['message']}" if failed else "")
+        if label == "throughput" and sweep:
+            detail = ", ".join(f"c={lv['concurrency']}: {lv['output_throughput_tok_s']} tok/s" for lv in sweep)
+        rows.append({"row": label, "status": worst["status"], "check": worst["name"], "detail": detail})
+    return rows
+
+
 def summary(checks: list[dict]) -> dict:
     counts = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
     stopper = next((c for c in checks if c["blocking"] and c["status"] == FAIL), None)
@@ -69,6 +97,7 @@ def summary(checks: list[dict]) -> dict:
         "reason": (stopper["message"] if stopper
                    else f"blocking check {unrun['name']} was skipped: {unrun['message']}" if unrun else None),
         "hardware_checked": hardware,
+        "first_warning": next((c["name"] for c in checks if c["status"] == WARN), None),
     }
 
 
@@ -104,10 +133,19 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
         lines += ["**No AMD GPU was checked**: the host checks are not applicable here, so this report does not "
                   "validate an MI300-class node. Run it on the node itself (not yet run on MI300-class hardware "
                   "by this project).", ""]
+    field = field_table(report["checks"], (report.get("measurements") or {}).get("sweep"))
+    if field:
+        first = s["stopped_at"] or s.get("first_warning")
+        lines += [f"**Verdict: {s['result'].upper()}**" + (f", first {'failing' if s['stopped_at'] else 'warning'} "
+                                                         f"check `{first}`" if first else ""), "",
+                  "| concern | status | decided by | details |", "|---|---|---|---|"]
+        lines += [f"| {r['row']} | {_MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
+        lines.append("")
     lines += ["| status | check | blocking | value | threshold | details |", "|---|---|---|---|---|---|"]
     for c in report["checks"]:
         lines.append(f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
                      f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |")
+    lines += _failing_tool_call(report["checks"])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     if report.get("plots"):
@@ -123,6 +161,19 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
     lines += ["", "## What each check means", ""]
     lines += [f"- `{name}`: {text}" for name, text in descriptions.items()]
     return "\n".join(lines) + "\n"
+
+
+def _failing_tool_call(checks: list[dict]) -> list[str]:
+    """The first failing tool-call request and the response it got, as sent and received (JSON, cut at 4000)."""
+    check = next((c for c in checks if c["name"] == "server.tool_calls" and c["status"] == FAIL), None)
+    failing = ((check or {}).get("evidence") or {}).get("failing") if check else None
+    if not failing:
+        return []
+    first = failing[0]
+    dump = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)[:4000]  # noqa: E731
+    return ["", f"## Failing tool call: {first['case']}", "", *[f"- {p}" for p in first["problems"]], "",
+            "Request:", "", "```json", dump(first["request"]), "```", "", "Response:", "", "```json",
+            dump(first["response"]), "```"]
 
 
 def run_label(report: dict) -> str:

@@ -27,6 +27,7 @@ from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions,
 from rocm_dspark.validate.log_checks import capture as capture_check
 from rocm_dspark.validate.log_checks import jit as jit_check
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, Check, CheckResult, Outcome
+from rocm_dspark.validate.tool_calls import tool_calls
 
 NO_SERVER = "no server to check: pass --endpoint URL (a running server) or --launch (start one)"
 
@@ -120,6 +121,10 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
         Check("server.mono_decode", "server", False, sv.mono_decode,
               "--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).",
               needs_server=True),
+        Check("server.tool_calls", "server", True, tool_calls,
+              "the plan's tool and reasoning parsers: a tool call, non-streaming and streaming, thinking on and off, "
+              "parses into tool_calls with arguments matching the schema, no DSML tag leaks, a long argument arrives "
+              "whole (a server not serving the recipe's model is forced to emit the raw text).", needs_server=True),
         Check("spec_decode.acceptance", "spec_decode", True, sp.acceptance,
               "mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, "
               "against the recipe's floor (validation.acceptance_length_min).", needs_server=True),
