@@ -3,6 +3,7 @@ drifted. One regression test per item, each failing on the code before its fix; 
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shlex
@@ -111,3 +112,49 @@ def test_a_new_env_value_says_how_it_reaches_an_installed_node(tmp_path):
     assert words[-2] == str(tmp_path / "rocm-dspark-deepseek-v4-1-flash-mi300x.env") and os.path.isfile(words[-2])
     assert words[-1] == "/etc/rocm-dspark/rocm-dspark-deepseek-v4-1-flash-mi300x.env"
     assert subprocess.run(["bash", "-n", "-c", cmd], check=False).returncode == 0
+
+
+# Values passed on unchecked -------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,words", [
+    (["--vllm-arg=--no-such-vllm-flag"], "--vllm-arg --no-such-vllm-flag: vLLM build v0.33.0-rocm72 has no such flag"),
+    (["--vllm-arg=--max-model-len=abc"], "reads --max-model-len as an integer such as 65536 or 64k, or auto; 'abc' is not"),
+    (["--vllm-arg=--enforce-eager=yes"], "--enforce-eager takes no value in vLLM build v0.33.0-rocm72"),
+    (["--vllm-arg=--max-model-len"], "--max-model-len needs a value"),
+    (["--host", "a b"], "--host 'a b' is not an IP address or host name"),
+    (["--host", "999.1.1.1"], "--host '999.1.1.1' is not an IP address or host name"),
+    (["--registry", "host:0"], "PORT 1-65535"),
+    (["--registry", "host:99999"], "PORT 1-65535"),
+    (["--served-model-name", "a\nb"], "--served-model-name 'a\\nb' holds a control character"),
+])
+def test_values_are_checked_before_they_reach_a_plan(args, words):
+    assert words in one_line(sh(["recipe", *V41, *args]))
+
+
+@pytest.mark.parametrize("args", [["--vllm-arg=--max-model-len=64k"], ["--vllm-arg=--max-model=4096"],
+                                  ["--vllm-arg=--enforce-eager"], ["--vllm-arg=--dtype=bfloat16"], ["--host", "::"],
+                                  ["--host", "node-1.example.com"], ["--registry", "[::1]:5000"],
+                                  ["--build", "nightly-3df4ae15", "--vllm-arg=--not-known-to-this-table"]])
+def test_good_values_still_pass(args):
+    p = sh(["recipe", *V41, *args])
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("cap,size", [(8, 8), (512, 512), (1000, 512), (1024, 1024)])
+def test_capture_cap_has_one_rule(cap, size):
+    p = sh(["recipe", *V41, "--capture-cap", str(cap), "--format", "json"])
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    argv = plan["argv"]
+    assert argv[argv.index("--max-cudagraph-capture-size") + 1] == str(size)
+    assert any(n["topic"] == "capture overrun" for n in plan["notes"]) == (size < 768), plan["notes"]
+
+
+@pytest.mark.parametrize("env,words", [({"XDG_STATE_HOME": "TMP/x\nb", "ROCM_DSPARK_STATE_DIR": ""}, "control character"),
+                                       ({"XDG_STATE_HOME": "TMP/x\udcff", "ROCM_DSPARK_STATE_DIR": ""}, "not valid UTF-8"),
+                                       ({"ROCM_DSPARK_STATE_DIR": "relative"}, "is a relative path")])
+def test_the_state_dir_from_the_environment_is_checked_like_the_argument(env, words, tmp_path):
+    env = {k: v.replace("TMP", str(tmp_path)) for k, v in env.items()}
+    p = subprocess.run([*CLI, "probe", *V41], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                       env=cli_env(**env), check=False)
+    assert words in one_line(p)
+    assert list(tmp_path.iterdir()) == []

@@ -83,8 +83,8 @@ def test_a_value_that_starts_with_a_dash_is_one_word():
     assert emit("--x", "y") == ["--x", "y"]
     assert emit("--x", None) == ["--x"]
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x",
-                                  extra_args=("--enforce-eager=--speculative-config={}", "--x=-y")))
-    assert plan.argv[-2:] == ("--enforce-eager=--speculative-config={}", "--x=-y")
+                                  extra_args=("--tokenizer=--speculative-config={}", "--chat-template=-y")))
+    assert plan.argv[-2:] == ("--tokenizer=--speculative-config={}", "--chat-template=-y")
     assert [a for a in plan.argv if a.startswith("--speculative-config")] == ["--speculative-config"]
     assert json.loads(plan.argv[plan.argv.index("--speculative-config") + 1])["enable_adaptive_verification"] is False
 

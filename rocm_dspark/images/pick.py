@@ -17,8 +17,9 @@ REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"   # what --registry defaults to (the CLI r
 
 def check_mirror(value: str) -> str:
     """--registry HOST[:PORT] (no scheme, no path); UsageError (one line) otherwise."""
-    if not _MIRROR.fullmatch(value or ""):
-        raise UsageError(f"--registry {value!r}: give a registry as HOST or HOST:PORT (e.g. harbor.example.com or "
+    port = (value or "").rpartition("]")[2].partition(":")[2]
+    if not _MIRROR.fullmatch(value or "") or (port and not 0 < int(port) < 65536):
+        raise UsageError(f"--registry {value!r}: give a registry as HOST or HOST:PORT, PORT 1-65535 (e.g. harbor.example.com or "
                          f"127.0.0.1:5000), without a scheme or a path (${REGISTRY_VAR} takes the same form)")
     return value
 

@@ -421,6 +421,17 @@ def load_yaml(path: Path):
         raise CatalogError(f"{path}: nested too deeply") from None
 
 
+@lru_cache(maxsize=4)
+def parser_facts(release: str | None) -> dict | None:
+    """What the `vllm serve` parser of `release` accepts (recipes/vllm_parsers.yaml), or None where it is not known;
+    read only when a --vllm-arg needs it (the file is not on the plain `recipe` path)."""
+    path = recipes_dir() / "vllm_parsers.yaml"
+    data = load_yaml(path)
+    if not isinstance(data, dict) or data.get("schema") != "rocm-dspark/vllm-parsers/1":
+        raise CatalogError(f"{path}: not a rocm-dspark/vllm-parsers/1 file")
+    return (data.get("parsers") or {}).get(release)
+
+
 def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
     fp8 = r.req("fp8_format", str)
     if fp8 not in ("fnuz", "ocp"):

@@ -25,13 +25,13 @@ import json
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
-from rocm_dspark.recipe.capture import capture_size
-from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile
+from rocm_dspark.recipe.capture import MIN_CAPTURE, capture_size
+from rocm_dspark.recipe.catalog import Catalog, GpuSpec, ModelSpec, Profile, parser_facts
 from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note, Selection, Verdict, flag_for
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, check_parses, normalise, read, undoes
 from rocm_dspark.recipe.vllm_env import check_env
 
 
@@ -477,9 +477,10 @@ def _k_schedule(s: _State, k: int) -> None:
 def capture_layer(s: _State) -> None:
     mns, mnbt, cap = s.fields["max_num_seqs"], s.fields["max_num_batched_tokens"], s.fields["capture_cap"]
     tokens = mns * (1 + s.k)
-    overrun = "capture_cap" in s.explicit and tokens > cap >= 8
-    # An explicit --capture-cap below the full verify batch is the operator's choice (graph memory): capture
-    # up to it (a power of two, kept as given on vLLM's grid) and say which steps leave the graphs.
+    needed = max(MIN_CAPTURE, 1 << max(tokens - 1, 0).bit_length())  # the power of two capture_size() picks
+    overrun = "capture_cap" in s.explicit and needed > cap >= MIN_CAPTURE
+    # An explicit --capture-cap below that is the operator's choice (graph memory), one rule for every N: capture
+    # up to the largest power of two <= N (kept as given on vLLM's grid) and say which steps leave the graphs.
     s.cap_size = cap_size = 1 << (cap.bit_length() - 1) if overrun else capture_size(mns, s.k, cap)
     if mnbt < cap_size:
         raise UsageError(
@@ -595,6 +596,12 @@ def _check_given(sel: Selection) -> None:
             continue
         if not value.strip():
             raise UsageError(f"{flag} is empty (an unset shell variable?); give a value or leave the option out")
+        if not value.isprintable():  # a newline would split the argv line of every file the plan is written into
+            raise UsageError(f"{flag} {value!r} holds a control character (a newline, a tab); give it without")
+    if sel.host is not None:
+        from rocm_dspark.recipe.strategies import check_address
+
+        check_address(sel.host, "--host")
     if sel.model_path is not None and sel.model_path.startswith("-"):  # the positional model of `vllm serve`
         raise UsageError(f"--model-path {sel.model_path!r} starts with '-', which vLLM would read as a flag; "
                          f"write ./{sel.model_path}")
@@ -694,9 +701,12 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
 
 
 def check_user_args(catalog, build, tokens) -> None:
-    """A --vllm-arg that the build cannot parse is an error naming the build (flags with a rule in
-    recipes/vllm.yaml; the real parsers check the rest in the slow tests)."""
+    """A --vllm-arg that the build cannot parse is an error naming the build: against its release's own parser
+    (recipes/vllm_parsers.yaml; a nightly has none) and the flags with a rule in recipes/vllm.yaml."""
+    facts = parser_facts(build.reported_version) if tokens and build.channel == "release" else None
     for token in tokens:
+        if facts is not None:
+            check_parses(normalise(token), facts, build.name)  # the plan-owned guard speaks first
         flag = read(token).flag.partition(".")[0]  # `--engram_config`, dotted keys: the flag vLLM reads
         rule = catalog.flag_rules.get(flag)
         if rule is None:

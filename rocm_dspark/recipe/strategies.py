@@ -199,7 +199,7 @@ def check_address(value: str, what: str = "--head-address") -> str:
             raise UsageError(f"{what} {value!r}: the IPv6 scope id {scope!r} is not an interface name or index "
                              "(letters, digits, '_.-', at most 15); pass e.g. fe80::1%eth0")
         return str(ip)
-    if _HOSTNAME.match(value or ""):
+    if _HOSTNAME.match(value or "") and not value.rsplit(".", 1)[-1].isdigit():  # 999.1.1.1 is no name (RFC 1123)
         return value
     raise UsageError(f"{what} {value!r} is not an IP address or host name; pass e.g. {what} 10.0.0.1")
 

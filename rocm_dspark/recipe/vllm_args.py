@@ -213,3 +213,65 @@ def emit(flag: str, value: str | None) -> list[str]:
 
 
 __all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "undoes", "emit"]
+
+
+# --- the build's own parser (recipes/vllm_parsers.yaml) ----------------------------------------------
+_SIZE = re.compile(r"\d+(?:\.\d+)?[kKmMgGtT]")  # vllm/utils/argparse_utils.py human_readable_int
+_WORDS = {"int": "an integer", "float": "a number", "int?": "an integer or None", "float?": "a number or None",
+          "size": "an integer such as 65536 or 64k", "size|auto": "an integer such as 65536 or 64k, or auto",
+          "json": "JSON"}
+
+
+def _fits(kind: str, value: str, choices) -> bool:
+    import json
+
+    if kind.endswith("?") and value in ("", "None"):
+        return True
+    if kind == "size|auto" and value.strip().lower() in ("-1", "auto"):
+        return True
+    if kind == "size" or kind == "size|auto":
+        return bool(_SIZE.fullmatch(value.strip())) or _fits("int", value, None)
+    if kind == "choice":  # over-accepts on purpose (a case-folding or int type): the real parser is the last word
+        return value in choices or value.lower() in {c.lower() for c in choices}
+    parse: dict = {"int": int, "int?": int, "float": float, "float?": float, "json": json.loads}
+    try:
+        parse.get(kind, str)(value)
+    except ValueError:
+        return False
+    return True
+
+
+def check_parses(arg: UserArg, facts: dict, build: str) -> None:
+    """UsageError when the build's `vllm serve` parser (its facts) would refuse `arg`: no such flag (argparse's
+    unique-prefix rule included), a value on a flag that takes none, none where one is needed, or a value its
+    type refuses. Dotted keys and -O are left to vLLM (FlexibleArgumentParser rewrites them first)."""
+    from rocm_dspark.errors import did_you_mean
+
+    head, dot, _ = arg.flag.partition(".")
+    choices: dict = facts.get("choices") or {}
+    kinds = {opt: kind for kind, opts in (facts.get("kinds") or {}).items() for opt in opts} | dict.fromkeys(choices, "choice")
+    if head.startswith("-O") and not head.startswith("--"):
+        return
+    if head not in kinds:
+        hits = [opt for opt in kinds if _reaches(head, opt)]
+        if len(hits) > 1:
+            raise UsageError(f"--vllm-arg {head}: vLLM build {build} reads it as more than one flag ({', '.join(sorted(hits)[:4])}"
+                             f"{', ...' if len(hits) > 4 else ''}); spell the flag out")
+        if not hits and not (not head.startswith("--") and head[:2] in kinds):  # `-qfp8` is `-q fp8`
+            raise UsageError(f"--vllm-arg {head}: vLLM build {build} has no such flag{did_you_mean(head, kinds)}; "
+                             f"`vllm serve --help` there lists them")
+        head = hits[0] if hits else head[:2]
+    kind = kinds[head]
+    if dot:
+        return
+    if kind == "flag":
+        if arg.value is not None:
+            raise UsageError(f"--vllm-arg {arg.flag}={arg.value}: {head} takes no value in vLLM build {build}; "
+                             f"pass {head} alone")
+        return
+    if arg.value is None:
+        raise UsageError(f"--vllm-arg {arg.flag}: {head} needs a value in vLLM build {build}; pass {arg.flag}=VALUE")
+    if not _fits(kind, arg.value, choices.get(head, ())):
+        want = f"one of {', '.join(choices[head])}" if kind == "choice" else _WORDS[kind]
+        raise UsageError(f"--vllm-arg {arg.flag}={arg.value}: vLLM build {build} reads {head} as {want}; "
+                         f"{arg.value!r} is not")

@@ -71,11 +71,24 @@ def _cases(build: str):
     return cases
 
 
-def _parse(vllm_venv, argvs, overlay: Path | None):
+def _env(overlay: Path | None) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     # Nothing is looked up; HF_ENDPOINT points at a closed loopback port so any lookup would fail at once.
     env.update({"VLLM_NO_USAGE_STATS": "1", "HF_ENDPOINT": "http://127.0.0.1:9", "VLLM_TARGET_DEVICE": "cpu",
                 "PYTHONPATH": os.pathsep.join([str(overlay)] if overlay else [])})
+    return env
+
+
+def _overlay(build: str) -> Path | None:
+    if build != "v0.33.0":
+        return None
+    if not (OVERLAY_033 / "vllm" / "_version.py").exists():
+        pytest.skip(f"no vLLM 0.33.0 overlay at {OVERLAY_033}: run scripts/setup_vllm_033_overlay.sh")
+    return OVERLAY_033
+
+
+def _parse(vllm_venv, argvs, overlay: Path | None):
+    env = _env(overlay)
     r = subprocess.run([str(vllm_venv / "bin" / "python"), str(CHILD)], input=json.dumps(argvs), capture_output=True,
                        text=True, timeout=900, env=env, cwd=str(REPO / "tests"))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -145,3 +158,31 @@ def test_mono_plans_parse_and_vllm_033_reads_monokernel_and_a_graph_mode_the_ker
     assert old["vllm"].split("+")[0] == "0.32.0"
     assert old["results"][0]["ok"] and not old["results"][1]["ok"], old  # ... because its parser refuses it
     assert not CAT.contains(CAT.builds["v0.32.0"], CAT.mono["change"])
+# Each verdict the parser facts give, next to the real parser's: a good value, a bad one, an unknown flag, a value
+# on a flag that takes none, a unique prefix, a choice.
+TOKENS = ["--max-model-len=64k", "--max-model-len=abc", "--no-such-vllm-flag", "--enforce-eager", "--enforce-eager=1",
+          "--gpu-memory-utilization=0.8", "--gpu-memory-utilization=lots", "--max-model=4096", "--seed=x",
+          "--dtype=bfloat16", "--dtype=nope"]
+
+
+@pytest.mark.parametrize("build", ["v0.32.0", "v0.33.0"])
+def test_the_parser_facts_are_the_builds_own_parser(vllm_venv, build):
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.recipe.catalog import parser_facts
+    from rocm_dspark.recipe.vllm_args import check_parses, normalise
+
+    overlay = _overlay(build)
+    r = subprocess.run([str(vllm_venv / "bin" / "python"), str(REPO / "scripts" / "vllm_parser_facts.py")],
+                       capture_output=True, text=True, timeout=900, env=_env(overlay), cwd=str(REPO))
+    assert r.returncode == 0, r.stderr[-3000:]
+    facts = parser_facts(CAT.builds[build].reported_version)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == facts, "recipes/vllm_parsers.yaml: rerun scripts/vllm_parser_facts.py"
+    base = list(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", build=build)).block_argv)
+    real = _parse(vllm_venv, [base + [t] for t in TOKENS], overlay)["results"]
+    for token, res in zip(TOKENS, real):
+        try:
+            check_parses(normalise(token), facts, build)
+            ours = True
+        except UsageError:
+            ours = False
+        assert ours == res["ok"], (token, res)
