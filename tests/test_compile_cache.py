@@ -154,3 +154,15 @@ def test_usage_and_purge(tmp_path):
     assert u["bytes"] == 1000 and [k["key"] for k in u["keys"]] == ["k1"]
     assert cc.purge(tmp_path) == (1000, None) and not tmp_path.exists()
     assert cc.usage(tmp_path)["keys"] == []
+
+
+def test_the_in_image_probe_mounts_the_served_containers_key_directory(tmp_path):
+    from rocm_dspark.up.inimage import probe_command
+
+    argv = probe_command("docker", "r/v@sha256:" + DIGEST_A, tmp_path / "w.whl", tmp_path, [], ("static",),
+                         compile_cache_dir="/c/img-k")
+    i = argv.index(f"/c/img-k:{cc.CONTAINER_DIR}")
+    assert argv[i - 1] == "-v" and f"TRITON_CACHE_DIR={cc.CONTAINER_DIR}/triton" in argv
+    assert argv.index("--entrypoint") > i
+    assert not any(cc.CONTAINER_DIR in a for a in probe_command("docker", "r/v:t", tmp_path / "w.whl", tmp_path, [],
+                                                                ("static",)))
