@@ -166,3 +166,25 @@ def test_the_in_image_probe_mounts_the_served_containers_key_directory(tmp_path)
     assert argv.index("--entrypoint") > i
     assert not any(cc.CONTAINER_DIR in a for a in probe_command("docker", "r/v:t", tmp_path / "w.whl", tmp_path, [],
                                                                 ("static",)))
+
+
+def test_status_shows_size_and_down_purge_cache_removes_it(tmp_path):
+    from click.testing import CliRunner
+
+    from rocm_dspark.cli import cli
+    from rocm_dspark.up.state import up_dir
+
+    key = up_dir(tmp_path) / "compile-cache" / "img-aaaaaaaaaaaa-gfx942-c1"
+    key.mkdir(parents=True)
+    (key / "blob").write_bytes(b"x" * 3 * 2**20)
+    r = CliRunner().invoke(cli, ["status", "--state-dir", str(tmp_path)])
+    assert "no `up` state" in r.output  # nothing recorded: status says so first
+    from rocm_dspark.up.runner import status, status_lines
+
+    st = status(tmp_path)
+    assert st["compile_cache"]["bytes"] == 3 * 2**20 and st["compile_cache"]["keys"][0]["key"] == key.name
+    assert status(tmp_path, sizes=False)["compile_cache"] is None
+    assert any(ln.startswith("compile cache:") and "3 MB in 1 key(s)" in ln for ln in status_lines({**st, "exists": True}))
+    r = CliRunner().invoke(cli, ["down", "--state-dir", str(tmp_path), "--purge-cache"])
+    assert r.exit_code == 0 and "removed the compile cache" in r.output and "(3 MB)" in r.output, r.output
+    assert not key.parent.exists()
