@@ -188,3 +188,16 @@ def test_status_shows_size_and_down_purge_cache_removes_it(tmp_path):
     r = CliRunner().invoke(cli, ["down", "--state-dir", str(tmp_path), "--purge-cache"])
     assert r.exit_code == 0 and "removed the compile cache" in r.output and "(3 MB)" in r.output, r.output
     assert not key.parent.exists()
+
+
+def test_ups_summary_gives_each_loads_time_to_ready_and_cache_from_the_servers_log(tmp_path):
+    from rocm_dspark.up.serve import cache_state
+    from rocm_dspark.up.summary import _cache
+
+    cold, warm = tmp_path / "1.log", tmp_path / "2.log"
+    cold.write_text("INFO [backends.py:418] Compiling a graph for compile range (1, 512) takes 9.10 s\n")
+    warm.write_text("INFO [backends.py:311] Directly load the compiled graph(s) for compile range (1, 512) from the "
+                    "cache, took 0.402 s\n")
+    assert [cache_state(str(p)) for p in (cold, warm, tmp_path / "none.log")] == ["cold", "warm", "unknown"]
+    assert _cache({"ready_s": 91.2, "cache": "cold"}) == "; ready after 91 s, compile cache cold"
+    assert _cache({"ready_s": 79.0, "cache": "mixed"}) == "; ready after 79 s, compile cache partly warm"

@@ -117,11 +117,23 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
         entry["seconds"] = round(time.monotonic() - t0, 1)
         run.state.add_load(entry)
     entry["ready_s"] = out["ready_s"]
+    entry["cache"] = cache_state(out.get("log"))
     mode = (out.get("launch_state") or {}).get("mode")
     if mode:
         entry["launcher_mode"] = mode
     run.state.add_load(entry, replace=True)
     return out
+
+
+def cache_state(log: str | None, limit: int = 32 * 2**20) -> str:
+    """The start's compile cache as vLLM's own log tells it (compile_cache.classify), "unknown" without a log."""
+    from rocm_dspark.launch.compile_cache import classify
+
+    try:
+        with open(log or "", "rb") as f:
+            return classify(f.read(limit).decode("utf-8", "replace"))
+    except OSError:
+        return "unknown"
 
 
 def stop(run) -> dict:
