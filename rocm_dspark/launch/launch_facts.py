@@ -12,8 +12,6 @@ import os
 import re
 from collections.abc import Mapping
 
-from rocm_dspark.launch import compile_cache
-
 # Facts that live below launch/ and reach the launcher as bash from here: the state directory's rule (a
 # foundation) and vLLM's refusal line (what the runtime's process manager reads too).
 from rocm_dspark.runtime.refusal import ADAPTIVE_REFUSALS, REFUSAL_PATTERNS, find_adaptive_refusal, find_refusal  # noqa: F401
@@ -78,8 +76,6 @@ def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_h
     --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged; secrets and --env
     values only through `env_file` (docker --env-file), never as -e NAME=VALUE."""
     out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, *hf_cache_mounts(hf_home, hf_hub)]
-    # The compile cache's variables; its keyed directory is mounted by the launcher only, so this command compiles cold.
-    out += compile_cache.docker_args("")[2:]
     if model_path:
         out += ["-v", f"{model_path}:{model_path}:ro"]
     for key, value in env.items():
