@@ -358,3 +358,27 @@ def test_env_values_given_by_the_operator_come_from_a_secret():
                 continue
             for k in ("HF_TOKEN", "MY_VAR"):
                 assert env[k]["valueFrom"]["secretKeyRef"] == {"name": "v41-env", "key": k}
+
+
+@pytest.mark.parametrize("strategy", ("single_node", "multi_node_tp"))
+def test_the_compile_cache_is_a_hostpath_per_image_digest_and_gpu_and_validates(strategy):
+    from rocm_dspark.launch import compile_cache as cc
+
+    plan, heads = _plan("mi355x")
+    spec = ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2, iface="eth0")
+    paths = []
+    for digest in ("1" * 64, "2" * 64):
+        objs = render_manifests(plan._replace(image="r/vllm@sha256:" + digest), spec, name="v41", query_heads=heads)
+        for obj in objs:
+            validate(obj)
+        for pod in _pods(objs):
+            vol = next(v for v in pod["volumes"] if v["name"] == "compile-cache")
+            assert vol["hostPath"]["type"] == "Directory"
+            paths.append(vol["hostPath"]["path"])
+            for c in pod["containers"]:
+                assert {"name": "compile-cache", "mountPath": cc.CONTAINER_DIR} in c["volumeMounts"]
+                assert {"name": "VLLM_CACHE_ROOT", "value": f"{cc.CONTAINER_DIR}/vllm"} in c["env"]
+    assert set(paths) == {f"/var/cache/rocm-dspark/v41/img-{d * 12}-gfx950-c1" for d in "12"}
+    unpinned = render_manifests(plan._replace(image="r/vllm:latest"), spec, name="v41", query_heads=heads)
+    for pod in _pods(unpinned):
+        assert next(v for v in pod["volumes"] if v["name"] == "compile-cache") == {"name": "compile-cache", "emptyDir": {}}

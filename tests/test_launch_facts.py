@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.launch import launch_facts
+from rocm_dspark.launch import compile_cache, launch_facts
 from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
 from rocm_dspark.runtime.process import free_port
@@ -86,6 +86,12 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
         pinned = image.split(b":")[0] + PINNED.encode()
         assert from_launcher[from_launcher.index(b"--entrypoint") + 2] == pinned
         from_launcher = [image if word == pinned else word for word in from_launcher]
+    # The launcher alone mounts the compile cache's key directory and points the tools at it (the printed
+    # command compiles cold, in the container).
+    cache = tmp_path / "launch-state" / "compile-cache" / f"img-{PINNED[8:20]}-gfx942-c1"
+    j = from_launcher.index(f"{cache}:{compile_cache.CONTAINER_DIR}".encode())
+    assert cache.is_dir() and from_launcher[j - 1:j + 7] == [w.encode() for w in compile_cache.docker_args(str(cache))]
+    del from_launcher[j - 1:j + 7]
     # The --env value reaches docker only through --env-file: the operator's file for the printed command, the
     # launcher's 0600 copy of what it read (the env file launch wrote) in its state directory.
     i = from_recipe.index(b"--env-file") + 1

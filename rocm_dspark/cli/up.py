@@ -81,19 +81,21 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
 
 @click.command(short_help="Stop the service `up` started; keep its state and files.")
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
+@click.option("--purge-cache", is_flag=True, help="Then remove the compile cache (the next start compiles cold).")
 @usage_errors
-def down(state_dir):
+def down(state_dir, purge_cache):
     """Stop the service `up` started; keep the state, launchers, records and reports.
 
     \b
     Example:
       rocm-dspark down
+      rocm-dspark down --purge-cache
     """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up.runner import down as stop
 
-    sys.exit(stop(resolve(state_dir), Display(sys.stdout)))
+    sys.exit(stop(resolve(state_dir), Display(sys.stdout), purge_cache=purge_cache))
 
 
 @click.command()
@@ -126,7 +128,7 @@ def status(state_dir, as_json, ready_check, listen):
             raise UsageError("--listen serves the readiness check: give it with --ready (status --ready --listen PORT)")
         host, port = parse_listen(listen)
         sys.exit(serve_forever(resolve(state_dir), host, port, say=lambda line: click.echo(line, err=True)))
-    st = get(resolve(state_dir))
+    st = get(resolve(state_dir), sizes=not ready_check)
     if ready_check:
         r = st["readiness"]
         click.echo(json.dumps(r) if as_json else f"{'ready' if r['ready'] else 'not ready'}: {r['phase']}: {r['why']}")

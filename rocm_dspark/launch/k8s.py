@@ -28,6 +28,7 @@ import re
 import shlex
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch import compile_cache
 from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster, ClusterSpec, expand
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -93,6 +94,7 @@ def _env_list(env: dict[str, str], extra: list[dict] | None = None, secrets: tup
     out.append({"name": "HF_HOME", "value": MODEL_CACHE_MOUNT})
     out.append({"name": "HOME", "value": HOME_MOUNT})
     out.append({"name": "ROCM_DSPARK_STATE_DIR", "value": STATE_MOUNT})
+    out += [{"name": k, "value": v} for k, v in compile_cache.env(compile_cache.CONTAINER_DIR).items() if k not in env]
     return out + (extra or [])
 
 
@@ -109,12 +111,16 @@ def _probes(port: int, startup_budget_s: int) -> dict:
     }
 
 
-def _volumes(shm_gib: int, model_cache_claim: str, state_claim: str) -> list[dict]:
+def _volumes(shm_gib: int, model_cache_claim: str, state_claim: str, compile_cache_path: str | None) -> list[dict]:
+    # The compile cache: the node's directory for this image digest and GPU (type Directory: a pod does not start
+    # until it exists, so it never runs with a root-owned one it cannot write); no digest, no key: an emptyDir.
+    cache = {"hostPath": {"path": compile_cache_path, "type": "Directory"}} if compile_cache_path else {"emptyDir": {}}
     return [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_claim}},
         {"name": "probe-state", "persistentVolumeClaim": {"claimName": state_claim}},
         {"name": "home", "emptyDir": {}},
+        {"name": "compile-cache", **cache},
     ]
 
 
@@ -123,6 +129,7 @@ _MOUNTS = [
     {"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT},
     {"name": "probe-state", "mountPath": STATE_MOUNT},
     {"name": "home", "mountPath": HOME_MOUNT},
+    {"name": "compile-cache", "mountPath": compile_cache.CONTAINER_DIR},
 ]
 
 
@@ -236,8 +243,14 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     if secret_names:
         notes["rocm-dspark/secret"] = (f"Secret {name}-env holds {', '.join(secret_names)} (given by --env; not in "
                                        f"this file): kubectl create secret generic {name}-env --from-env-file=FILE")
+    key = compile_cache.image_key(image, plan.arch)
+    cache_path = f"{compile_cache.UNIT_ROOT}/{name}/{key}" if key else None
+    notes["rocm-dspark/compile-cache"] = (
+        f"hostPath {cache_path}, one per image digest and GPU: on each node run sudo install -d -o {RUN_AS} -g "
+        f"{RUN_AS} {cache_path} (pods wait until it exists); old keys beside it are yours to remove" if cache_path
+        else "an emptyDir: the image has no digest, so there is no key and every start compiles cold")
     g = spec.gpus_per_node
-    vols = _volumes(shm_gib, model_cache_claim, state_claim)
+    vols = _volumes(shm_gib, model_cache_claim, state_claim, cache_path)
     port = int(plan.port)
 
     if spec.strategy == "single_node":

@@ -17,7 +17,7 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
-from rocm_dspark.launch import launch_facts, quoting
+from rocm_dspark.launch import compile_cache, launch_facts, quoting
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
@@ -150,7 +150,7 @@ def _state_root_chain() -> str:
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
                             "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
-                            "GPU_GROUPS", "GPU_GROUPS_COMMA"})
+                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR"})
 
 
 def _shared_facts() -> dict[str, str]:
@@ -176,6 +176,9 @@ def _shared_facts() -> dict[str, str]:
         "KFD": quoting.bash_word(launch_facts.KFD),
         "GPU_GROUPS": words(launch_facts.GPU_GROUPS),
         "GPU_GROUPS_COMMA": quoting.bash_word(",".join(launch_facts.GPU_GROUPS)),
+        "CACHE_CAP_MB": str(compile_cache.CAP_MB), "CACHE_MIN_FREE_MB": str(compile_cache.MIN_FREE_MB),
+        "CACHE_VARS": words(f"{n}={d}" for n, d in compile_cache.ENV_DIRS),
+        "CACHE_CONTAINER_DIR": quoting.bash_word(compile_cache.CONTAINER_DIR),
     }
 
 
@@ -270,6 +273,11 @@ def render_launcher(
         values["FALLBACK_ARGV"] = _argv_lines(fallback, "block argv")
     else:
         values["PRIMARY_MODE"] = primary_mode
+    # The compile cache's key: the image digest (the launcher reads it after pinning) or this host's vLLM and torch.
+    if container:
+        values["CACHE_KEY_SUFFIX"] = quoting.bash_word(compile_cache.suffix(plan.arch))
+    else:
+        values["CACHE_KEY"] = quoting.bash_word(compile_cache.host_key(plan.arch))
     if container:
         requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
         values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
+from rocm_dspark.up.serve import probe_cache
 from rocm_dspark.up.steps_common import StepFailed
 
 
@@ -73,7 +74,8 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 
 
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
-                  *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None) -> list[str]:
+                  *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None,
+                  compile_cache_dir: str | None = None) -> list[str]:
     """The `docker run` argv of the in-image probe (see the module docstring); run_flags: the CPU image's
     (rocm_dspark.up.container) instead of the GPU flags."""
     from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV, hf_cache_mounts, hf_home, hf_hub_cache
@@ -99,6 +101,10 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     if "--model-path" in flags[:-1]:  # a local checkpoint: mounted read-only at the same path, as the launcher does
         path = flags[flags.index("--model-path") + 1]
         argv += ["-v", f"{path}:{path}:ro"]
+    if compile_cache_dir:  # the served container's key directory: the probe's kernels are kept for the start
+        from rocm_dspark.launch.compile_cache import docker_args
+
+        argv += docker_args(compile_cache_dir)
     for name in PASSED_ENV:
         argv += ["-e", name]
     return argv + ["--entrypoint", "bash", image, "-c", script]
@@ -106,10 +112,11 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 
 def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
                        levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
-                       run_flags: tuple[str, ...] | None = None) -> dict:
+                       run_flags: tuple[str, ...] | None = None, compile_cache_dir: str | None = None) -> dict:
     """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code, last (its last non-empty
     line), tail (its last lines)}."""
-    argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags)
+    argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags,
+                         compile_cache_dir=compile_cache_dir)
     say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
         f"rocm-dspark probe --levels {','.join(levels)}>'")
     tail: collections.deque = collections.deque(maxlen=20)
@@ -188,7 +195,7 @@ def probe_step(run) -> dict:
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.say, run_flags=_run_flags(run))
+                             say=run.say, run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image))
     new = sorted(set(store.record_names(directory)) - before)
     if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
@@ -217,5 +224,5 @@ def probe_dry(run) -> list[str]:
     src = toolkit_source() or "<the toolkit's source tree>"
     return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
             shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                                     run_flags=_run_flags(run))),
+                                     run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False))),
             "reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"]

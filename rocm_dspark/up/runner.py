@@ -531,7 +531,36 @@ def _dry_run(run: UpRun, steps) -> int:
 # -- down and status -------------------------------------------------------------------------------------
 
 
-def down(state_dir, display) -> int:
+def down(state_dir, display, purge_cache: bool = False) -> int:
+    """Stop what `up` started; purge_cache: then remove its compile cache (not after a failed stop: a server may
+    still write there)."""
+    code = _stop(state_dir, display)
+    if purge_cache and code == 0:
+        from rocm_dspark.launch.compile_cache import purge
+
+        root = _cache_root(state_dir, UpState.load(up_dir(state_dir)).service)
+        removed, left = purge(root)
+        display.say(f"removed the compile cache {root} ({removed / 2**20:.0f} MB)" + (f"; {left}" if left else ""))
+        return 1 if left else 0
+    return code
+
+
+def _cache_root(state_dir, svc) -> Path:
+    return Path((svc or {}).get("compile_cache") or up_dir(state_dir) / "compile-cache")
+
+
+def _compile_cache(state_dir, svc) -> dict:
+    """The compile cache's size per key, and the key the service's launcher used (its launch-state)."""
+    from rocm_dspark.launch import launch_state
+    from rocm_dspark.launch.compile_cache import usage
+
+    ls_dir = (Path(svc["log"]).parent if (svc or {}).get("kind") == "systemd" and svc.get("log") else
+              up_dir(state_dir) / "launch-state" / str((svc or {}).get("command")))
+    ls = launch_state.read(ls_dir)
+    return {**usage(_cache_root(state_dir, svc)), "key": ls.get("cache_key"), "used": bool(ls.get("cache_dir"))}
+
+
+def _stop(state_dir, display) -> int:
     from rocm_dspark.up import ready_server
 
     state = UpState.load(up_dir(state_dir))
@@ -555,7 +584,8 @@ def down(state_dir, display) -> int:
     return 1
 
 
-def status(state_dir) -> dict:
+def status(state_dir, sizes: bool = True) -> dict:
+    """sizes: walk the compile cache for its size (not for `status --ready`, which a load balancer polls)."""
     state = UpState.load(up_dir(state_dir))
     svc = state.service
     running = service.alive(svc) if svc else False
@@ -566,7 +596,8 @@ def status(state_dir) -> dict:
     ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (up/health.py)
     return {"ready_server": state.data.get("ready_server"), "state_file": str(state.path), "exists": state.exists, "steps": steps,
             "service": {**(svc or {}), "running": running, "health": health} if svc else None,
-            "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary")}
+            "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary"),
+            "compile_cache": _compile_cache(state_dir, svc) if sizes else None}
 
 
 def status_lines(st: dict) -> list[str]:
@@ -591,6 +622,10 @@ def status_lines(st: dict) -> list[str]:
         last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
         lines.append(f"model loads: {len(last)} in the last run that loaded ("
                      + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
+    cc = st.get("compile_cache")
+    if cc and (cc["keys"] or cc["key"]):
+        lines.append(f"compile cache: {cc['root']}: {cc['bytes'] / 2**20:.0f} MB in {len(cc['keys'])} key(s); current key "
+                     f"{cc['key'] or '-'}" + ("" if cc["used"] or not cc["key"] else " (not used: the start was cold)"))
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
     rs = st.get("ready_server")

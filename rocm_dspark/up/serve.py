@@ -55,9 +55,35 @@ def install_commands(run, which: str) -> list[str]:
     return [service.as_root(c) for c in listed if not c.startswith("journalctl")]
 
 
+def cache_root(run) -> Path:
+    """Where `up`'s compile cache keeps its keys (one root for both commands): the unit's CacheDirectory, else
+    the up directory's compile-cache/ (rocm_dspark.launch.compile_cache)."""
+    from rocm_dspark.launch import compile_cache
+
+    return Path(compile_cache.UNIT_ROOT) / run.name(run.plan) if run.mode() == "systemd" else run.dir / "compile-cache"
+
+
+def probe_cache(run, image: str, check: bool = True) -> str | None:
+    """The key directory the in-image probe mounts, or None (said in one line): it then compiles cold."""
+    from rocm_dspark.launch import compile_cache
+
+    key = compile_cache.image_key(image, run.plan.arch)
+    why = "the image has no digest" if key is None else "the unit's cache belongs to its user" \
+        if run.mode() == "systemd" else None
+    directory = cache_root(run) / key if key else None
+    if why is None and directory is not None and check:
+        why = compile_cache.usable(directory)
+    if why:
+        if check:  # not in --dry-run's listing
+            run.say(f"  compile cache: {why}; the probe compiles cold")
+        return None
+    return str(directory)
+
+
 def process_env(run, which: str) -> dict:
     return {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(run.dir / "launch-state" / which),
-            "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s))}
+            "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s)),
+            "ROCM_DSPARK_COMPILE_CACHE_DIR": str(cache_root(run))}
 
 
 def start_commands(run, which: str) -> list[str]:
@@ -91,11 +117,23 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
         entry["seconds"] = round(time.monotonic() - t0, 1)
         run.state.add_load(entry)
     entry["ready_s"] = out["ready_s"]
+    entry["cache"] = cache_state(out.get("log"))
     mode = (out.get("launch_state") or {}).get("mode")
     if mode:
         entry["launcher_mode"] = mode
     run.state.add_load(entry, replace=True)
     return out
+
+
+def cache_state(log: str | None, limit: int = 32 * 2**20) -> str:
+    """The start's compile cache as vLLM's own log tells it (compile_cache.classify), "unknown" without a log."""
+    from rocm_dspark.launch.compile_cache import classify
+
+    try:
+        with open(log or "", "rb") as f:
+            return classify(f.read(limit).decode("utf-8", "replace"))
+    except OSError:
+        return "unknown"
 
 
 def stop(run) -> dict:
@@ -111,7 +149,8 @@ def files_digest(run) -> str | None:
 
 def _record(run, which: str, extra: dict) -> dict:
     plan = run.launch_plan(which)
-    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run), **extra}
+    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run),
+              "compile_cache": str(cache_root(run)), **extra}
     run.started = record
     run.state.set_service(record)
     return record

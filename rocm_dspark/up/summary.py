@@ -28,7 +28,7 @@ def build_summary(run) -> dict:
     mono = read_file(served.get("log"))  # read now, after validation's decode steps: "... active" comes late
     return {
         "endpoint": served.get("base_url"),
-        "loads": [{k: ld.get(k) for k in ("n", "command", "why", "seconds", "ready_s")} for ld in run.loads],
+        "loads": [{k: ld.get(k) for k in ("n", "command", "why", "seconds", "ready_s", "cache")} for ld in run.loads],
         "served_name": (choose.get("server_json") or {}).get("served_name") or plan.served_name,
         "profile": choose.get("profile"),
         "ran": ran,
@@ -76,8 +76,16 @@ def summary_lines(s: dict) -> list[str]:
         f"  probe         {s['probe']['gate'] or '-'}: {s['probe']['gate_reason'] or '-'} ({s['probe']['record'] or 'no record'})",
         f"  A/B           {s['ab'] or '-'}",
         f"  model loads   {len(s['loads'])} this run" + ("" if s["loads"] else " (the service already served)"),
-        *[f"    {ld['n']}. {ld['command']:<8} {ld['seconds']:.0f} s  ({ld['why']})" for ld in s["loads"]],
+        *[f"    {ld['n']}. {ld['command']:<8} {ld['seconds']:.0f} s  ({ld['why']})" + _cache(ld) for ld in s["loads"]],
     ]
     if not s["counts_for_gate"]:
         lines.append(f"  note          {s['note']}")
     return lines
+
+
+def _cache(load: dict) -> str:
+    """Time to ready and the compile cache, both read from the start (serve.load; the cache from vLLM's log)."""
+    if load.get("ready_s") is None:
+        return ""
+    state = {"none": "nothing compiled", "mixed": "partly warm"}.get(load.get("cache") or "unknown", load.get("cache"))
+    return f"; ready after {load['ready_s']:.0f} s, compile cache {state}"

