@@ -68,7 +68,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 @click.option("--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's.")
 @click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
-@click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")
+@click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None, help="The Python environment vLLM runs in (for software checks).")
 @click.option("--ab", is_flag=True,
               help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
                    "adaptive, each started here; writes an evidence record the gate reads (recipe --concurrency C).")
