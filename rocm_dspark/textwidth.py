@@ -27,6 +27,13 @@ def columns() -> int:
     return max(MIN_WIDTH, min(width, MAX_TABLE))
 
 
+def aligned(rows, indent: str = "") -> list[str]:
+    """Rows of cells as lines, each column padded to its widest cell (the last left as is), two spaces apart."""
+    rows = [[str(c) for c in row] for row in rows]
+    widths = [max((len(r[i]) for r in rows if i < len(r) - 1), default=0) for i in range(max(map(len, rows), default=0))]
+    return [indent + "  ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + r[-1:]).rstrip() for r in rows]
+
+
 def wrap(text: str, first: str = "", rest: str | None = None, width: int | None = None) -> list[str]:
     """`text` (line breaks folded; aligned spaces kept) filled to `width` (default: columns()): the first line
     starts with `first`, the others with `rest` (default: a hanging indent, `first`'s width plus two). A word

@@ -50,7 +50,7 @@ def test_gpu_is_detected_from_rocminfo(tmp_path):
 def test_list_shows_profiles_with_status():
     proc = run("list")
     assert proc.returncode == 0
-    assert "mi300x   experimental 2026-09-21  TP8" in proc.stdout and "gfx950" in proc.stdout
+    assert "mi300x  experimental  2026-09-21  TP8" in proc.stdout and "gfx950" in proc.stdout
     assert json.loads(run("list", "--json").stdout)["models"]["DeepSeek-V4.1-Flash"]["profiles"]["mi350x"]["status"] == "verified"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shlex
 import subprocess
@@ -158,3 +159,104 @@ def test_the_state_dir_from_the_environment_is_checked_like_the_argument(env, wo
                        env=cli_env(**env), check=False)
     assert words in one_line(p)
     assert list(tmp_path.iterdir()) == []
+
+
+# Text and docs that drifted ----------------------------------------------------------------------------
+def _prose(page: str) -> str:
+    """A docs page without its fenced blocks."""
+    return re.sub(r"```.*?```", "", (REPO / "docs" / page).read_text(), flags=re.S)
+
+
+def test_recipe_md_names_the_default_builds_and_has_a_row_per_build():
+    from rocm_dspark.recipe.catalog import load_catalog
+
+    cat, text = load_catalog(), (REPO / "docs" / "recipe.md").read_text()
+    defaults = text[text.index("**Defaults**"):text.index("**Flags carry")]
+    flat = " ".join(text.split())
+    assert "newest build with public evidence" not in flat and "newest vLLM build with public evidence" not in flat
+    for arch, d in cat.arch_defaults.items():
+        assert arch in defaults and all(f"`{b}`" in defaults for b in d["builds"]), arch
+    assert all(f"\n| `{name}` |" in text for name in cat.builds), [n for n in cat.builds if f"| `{n}` |" not in text]
+
+
+def test_plan_md_quotes_only_numbers_its_checked_output_prints():
+    text = (REPO / "docs" / "plan.md").read_text()
+    shown = "".join(re.findall(r"```.*?```", text, flags=re.S))
+    prose = _prose("plan.md")
+    quoted = re.findall(r"(\d+\.\d+)(?:%| points)", prose)
+    assert all(q in shown for q in quoted), [q for q in quoted if q not in shown]
+    assert "needs numpy" in prose
+
+
+def test_no_short_note_is_cut_inside_a_command():
+    from rocm_dspark.launch.render import note_lines
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.resolve import Selection, resolve
+
+    cat, seen = load_catalog(), 0
+    for model in cat.models.values():
+        for gpu in model.profiles:
+            for build in cat.builds:
+                try:
+                    plan = resolve(cat, Selection(model=model.key, gpu=gpu, build=build))
+                except Exception:  # noqa: BLE001 - a build the model cannot run
+                    continue
+                for line in note_lines(plan.notes):
+                    seen += line.startswith("# adaptive verification:")
+                    assert line.count("`") % 2 == 0, line
+                    assert not (line.startswith("# adaptive verification:") and line.endswith("...")), line
+    assert seen > 10
+
+
+def test_up_has_no_strategy_and_says_it_brings_up_one_node():
+    err = one_line(sh(["up", *V41, "--nodes", "2", "--dry-run"]))
+    assert "up brings up one node" in err and "add --dp" in err and "pass --strategy" not in err
+    p = sh(["up", *V41, "--nodes", "2", "--dp", "2", "--head-address", "10.0.0.1", "--dry-run"])
+    assert p.returncode == 0 and "up brings up node 0 of the 2-node group only" in p.stderr, p.stderr
+    assert "brings up **one node**" in (REPO / "docs" / "up.md").read_text()
+    assert "Probe record directory" not in sh(["up", "--help"]).stdout
+
+
+def test_the_readmes_multinode_launch_block_runs_in_a_fresh_directory(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    at = readme.index("--name grp --output out")
+    block = readme[readme.rindex("```\n", 0, at) + 4:readme.index("```", at)]
+    script = block.split("\nip netns", 1)[0].replace("rocm-dspark ", f"{' '.join(CLI)} ", 1)
+    p = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=cli_env(), check=False)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out" / "grp-node0-head.sh").is_file() and (tmp_path / "out" / "grp-node1-worker.sh").is_file()
+
+
+def _starts(line: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"(?<=  )\S", line)]
+
+
+def test_list_and_images_columns_line_up(tmp_path):
+    out = sh(["list"]).stdout.splitlines()
+    i, j = out.index("vLLM builds (recipes/vllm.yaml):"), out.index("Models and profiles:")
+    profiles = [ln for ln in out[j:] if ln.startswith("    ")]
+    for table in (out[1:i], out[i + 1:j], profiles):  # each a column set: every row's starts, a prefix of the widest
+        widest = max((_starts(ln) for ln in table), key=len)
+        assert all(widest[:len(_starts(ln))] == _starts(ln) for ln in table), table
+    p = sh(["images", "--gpu", "mi300x", "--registry", "127.0.0.1:9", "--http", "--state-dir", str(tmp_path)])
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith(("build", "v0.", "nightly"))]
+    head = rows[0]
+    for col in ("tag", "in registry", "digest", "answer / role"):
+        assert len({head.index(col)} | {len(r[:head.index(col)]) for r in rows}) == 1
+        assert all(r[head.index(col) - 2:head.index(col)] == "  " for r in rows[1:]), (col, rows)
+    # no registry answered: the reason once (stderr), and no "earlier answers" where there are none
+    assert "no answer:" not in p.stdout and "earlier answers" not in p.stdout, p.stdout
+    assert "none has before" in p.stdout
+    assert p.returncode == 3 and "no registry answered" in one_line(p, 3)
+
+
+def test_validate_refuses_a_python_that_does_not_exist(tmp_path):
+    p = sh(["validate", *V41, "--endpoint", "http://127.0.0.1:9", "--report", str(tmp_path / "r"),
+            "--python", "/nonexistent/python"])
+    assert "'/nonexistent/python' does not exist" in one_line(p) and not (tmp_path / "r").exists()
+
+
+def test_cli_md_documents_exit_130():
+    text = (REPO / "docs" / "cli.md").read_text()
+    assert re.search(r"^\| 130 \| interrupted \(Ctrl-C\)", text, flags=re.M)

@@ -45,7 +45,8 @@ def selection_options(fn):
                      help="Emit the plan even when the memory model finds no room for KV cache (recorded in the notes)."),
         click.option("--adaptive", type=click.Choice(["auto", "off", "on"]), default="auto", show_default=True,
                      help="auto: on only with a matching, complete probe record; off: block verification; on: require a record."),
-        click.option("--state-dir", default=None, help="Probe record directory (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir)."),
+        click.option("--state-dir", default=None, help="Where rocm-dspark keeps its state: probe and A/B records, registry "
+                     "answers, up's steps (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir)."),
         click.option("--benchmark-synthetic", type=bounds.ACCEPTANCE, default=None, metavar="AL",
                      help="Benchmark only: synthetic acceptance length AL instead of real rejection. Never for serving."),
         click.option("--model-path", default=None, help="Serve from this local path instead of the Hugging Face id."),

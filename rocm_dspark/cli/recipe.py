@@ -97,19 +97,23 @@ def list_catalog(as_json):
                        for b in cat.builds.values()},
         }, indent=2))
         return
+    from rocm_dspark.textwidth import aligned
+
     click.echo("GPUs:")
-    for g in cat.gpus.values():
-        fp4 = "native MXFP4" if g.native_fp4 else "no native FP4"
-        click.echo(f"  {g.key:<8} {g.name:<22} {g.arch} {g.hbm_gb:>4g} GB {g.hbm_bandwidth_tbps:g} TB/s  "
-                   f"{g.fp8_format.upper()} fp8, {fp4}")
+    for line in aligned([(g.key, g.name, g.arch, f"{g.hbm_gb:g} GB", f"{g.hbm_bandwidth_tbps:g} TB/s",
+                          f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}")
+                         for g in cat.gpus.values()], "  "):
+        click.echo(line)
     click.echo("vLLM builds (recipes/vllm.yaml):")
-    for b in cat.builds.values():
-        on = f"  evidence on {', '.join(b.gpus)}" if b.gpus else ""
-        click.echo(f"  {b.name:<25} {b.status:<10} {b.date or '-':<10} reports {b.reported_version or '?':<18} "
-                   f"ROCm {b.rocm or '?'} ({b.channel}){on}")
+    for line in aligned([(b.name, b.status, b.date or "-", f"reports {b.reported_version or '?'}",
+                          f"ROCm {b.rocm or '?'} ({b.channel})", f"evidence on {', '.join(b.gpus)}" if b.gpus else "")
+                         for b in cat.builds.values()], "  "):
+        click.echo(line)
     click.echo("Models and profiles:")
+    rows = iter(aligned([(g, p.status, p.status_date, f"TP{p.tp}", f"build {p.vllm_build}", p.evidence[0])
+                         for m in cat.models.values() for g, p in m.profiles.items()], "    "))  # one column set
     for m in cat.models.values():
         extra = f"  (fallback: {m.fallback})" if m.fallback else ""
         click.echo(f"  {m.key}  [{m.hf_id}]  aliases: {', '.join(m.aliases[:2])}{extra}")
-        for g, p in m.profiles.items():
-            click.echo(f"    {g:<8} {p.status:<12} {p.status_date}  TP{p.tp}  build {p.vllm_build}  {p.evidence[0]}")
+        for _ in m.profiles:
+            click.echo(next(rows))

@@ -9,7 +9,7 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, warn
 
 
 def _levels(value: str | None) -> tuple[int, ...] | None:
@@ -67,6 +67,14 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     for flag, find in (("gpu", catalog.find_gpu), ("build", catalog.find_build), ("vllm_version", catalog.find_build)):
         if opts.get(flag):
             find(opts[flag])
+    nodes = opts.get("nodes") or 1
+    if nodes > 1:  # up has no --strategy: it brings up this node, node 0 of a data-parallel group
+        if not opts.get("dp"):
+            raise UsageError(f"--nodes {nodes}: up brings up one node, node 0 of a data-parallel group: add --dp (a "
+                             f"multiple of {nodes}); for a strategy's layout, `rocm-dspark launch --nodes {nodes} "
+                             f"--strategy NAME` writes every node's files (docs/multinode.md)")
+        warn(f"up brings up node 0 of the {nodes}-node group only; each other node runs the same command with what the "
+             f"plan's multi-node note adds (docs/multinode.md)")
     levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
     if (opts.get("adaptive") or "auto") == "on":
         raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "

@@ -70,7 +70,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
 @click.option("--server-log", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None, metavar="FILE",
               help="The running server's log (with --endpoint): read for capture truncation and JIT compiles.")
-@click.option("--python", "python", default=None, help="The Python environment vLLM runs in (for software checks).")
+@click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None, help="The Python environment vLLM runs in (for software checks).")
 @click.option("--ab", is_flag=True,
               help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
                    "adaptive, each started here; writes an evidence record the gate reads (recipe --concurrency C).")

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import cache, pick, registry
+from rocm_dspark.textwidth import aligned
 
 
 def candidates(catalog, gpu=None, build: str | None = None) -> list[tuple]:
@@ -66,7 +67,8 @@ def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registr
     rows = ask(asked, resolver, mirror)
     answers = {r["tag"]: r["answer"] for r in rows if "answer" in r}
     path = cache.record(state_dir, answers) if answers else cache.cache_path(state_dir)
-    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows, "mirror": mirror}
+    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows, "mirror": mirror,
+              "earlier": bool(answers or cache.read(state_dir))}  # any answer recorded, now or before
     if gpu is None and not build and not image:
         return result
     images = cache.for_selection(state_dir)
@@ -96,12 +98,14 @@ def _short(digest: str | None) -> str:
 
 
 def lines(result: dict) -> list[str]:
-    head = f"{'build':<26} {'tag':<60} {'in registry':<12} {'digest':<20} {'stack (image config)':<22} answer / role"
-    out = [head]
+    """The table, then what was not answered and where the answers went. When no registry answered, the
+    command's one error line says why (stderr), so the table does not say it again."""
+    none = all("error" in r for r in result["images"])
+    rows = [("build", "tag", "in registry", "digest", "stack (image config)", "answer / role")]
     for r in result["images"]:
         a = r.get("answer")
         if a is None:
-            held, digest, stack, said = "unknown", "-", "-", "no answer (below)"
+            held, digest, stack, said = "unknown", "-", "-", "no answer" if none else "no answer (below)"
         else:
             held = "yes" if a["exists"] else "NO"
             digest = _short(a.get("digest"))
@@ -109,8 +113,9 @@ def lines(result: dict) -> list[str]:
             if a.get("vllm_version"):
                 stack += f", vLLM {a['vllm_version']}"
             said = f"{a['answer']} ({a['via']})"
-        out.append(f"{r['build']:<26} {r['tag']:<60} {held:<12} {digest:<20} {stack:<22} {said}; {r['role']}")
-    for err in dict.fromkeys(r["error"] for r in result["images"] if "error" in r):
+        rows.append((r["build"], r["tag"], held, digest, stack, f"{said}; {r['role']}"))
+    out = aligned(rows)
+    for err in () if none else dict.fromkeys(r["error"] for r in result["images"] if "error" in r):
         out.append(f"no answer: {err}")
     runs = result.get("runs")
     if runs:
@@ -120,8 +125,10 @@ def lines(result: dict) -> list[str]:
             out.append("  (no answer now: the plan keeps the last recorded answer, if any)")
     if any("answer" in r for r in result["images"]):
         out.append(f"answers recorded in {result['cache']} (plans read them: `recipe`, `launch` and `up` run the digest)")
-    else:
+    elif result.get("earlier"):
         out.append(f"nothing recorded: no registry answered (earlier answers in {result['cache']} stay)")
+    else:
+        out.append("nothing recorded: no registry answered, and none has before")
     return out
 
 

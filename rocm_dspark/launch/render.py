@@ -61,6 +61,8 @@ def brief(line: str, width: int = NOTE_WIDTH - 2) -> str:
         return line
     cut = line[:width - 3]
     cut = cut[:cut.rfind(" ")] if " " in cut[width // 2:] else cut
+    if cut.count("`") % 2:  # never half a command: cut before the one it would split
+        cut = cut[:cut.rfind("`")]
     return cut.rstrip(" ,;:(") + "..."
 
 

@@ -829,12 +829,12 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     why = {"refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
            "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",
            }.get(b.adaptive_on_rocm_v41, f"whether vLLM {label} accepts it for V4.1 on ROCm is not established")
-    short = {"refused": f"{b.name} refuses it for V4.1 on ROCm",
-             "native": f"{b.name} has it natively; prove it here with `rocm-dspark probe`",
-             }.get(b.adaptive_on_rocm_v41, f"{b.name} is not shown to accept it; see `rocm-dspark probe`")
+    short = {"refused": f"{b.name} refuses it for V4.1 on ROCm",  # within render.NOTE_WIDTH for every build name
+             "native": f"{b.name} has it; prove it: `rocm-dspark probe`",
+             }.get(b.adaptive_on_rocm_v41, f"{b.name} may lack it; see `rocm-dspark probe`")
     return _switch(plan, False, Note("adaptive verification", (
         f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-        f"on this host to prove it"), f"OFF ({plan.k}-token block verification): {short}"))
+        f"on this host to prove it"), f"OFF ({plan.k}-token blocks): {short}"))
 
 
 def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:

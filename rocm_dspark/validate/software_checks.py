@@ -145,12 +145,14 @@ def vllm(ctx) -> Outcome:
     planned = ctx.plan.vllm_version
     if "vllm" not in f:
         why = f.get("vllm_error") or f.get("error") or "not importable"
+        hint = ("the --python given: is it the server's environment?" if ctx.options.python
+                else "pass --python for the server's environment")
         inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
         if not inv.amd_host and ctx.target is None:
             return Outcome(NOT_APPLICABLE, f"vLLM not importable in {f.get('python')} ({why}); no AMD GPU and no server "
-                           "here (pass --python for the server's environment)", value=value, threshold=planned)
-        return Outcome(WARN, f"vLLM not importable in {f.get('python')}: {why} (pass --python for the server's "
-                       "environment; a container image has its own)", value=value, threshold=planned, evidence=f)
+                           f"here ({hint})", value=value, threshold=planned)
+        return Outcome(WARN, f"vLLM not importable in {f.get('python')}: {why} ({hint}; a container image has its "
+                       "own)", value=value, threshold=planned, evidence=f)
     commit = f.get("vllm_commit") or "commit unknown"
     if ctx.target is not None and not ctx.target.recipe_model:
         return Outcome(PASS, f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only",
