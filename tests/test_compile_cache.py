@@ -201,3 +201,23 @@ def test_ups_summary_gives_each_loads_time_to_ready_and_cache_from_the_servers_l
     assert [cache_state(str(p)) for p in (cold, warm, tmp_path / "none.log")] == ["cold", "warm", "unknown"]
     assert _cache({"ready_s": 91.2, "cache": "cold"}) == "; ready after 91 s, compile cache cold"
     assert _cache({"ready_s": 79.0, "cache": "mixed"}) == "; ready after 79 s, compile cache partly warm"
+
+
+def test_a_read_only_cache_is_named_in_one_line_and_the_start_goes_on_cold(tmp_path):
+    import subprocess
+
+    rig = Rig(tmp_path)
+    key_dir = rig.root / "cc" / cc.host_key("gfx950")
+    key_dir.mkdir(parents=True)
+    script = rig.write(make_plan(free_port(), adaptive=False))
+    # A real read-only file system: a read-only bind mount, in a mount namespace of the launcher's own.
+    ro = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+          'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && exec "$2"', "sh", str(key_dir), str(script)]
+    probe = subprocess.run(ro[:4] + ["true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here ({probe.stderr.decode().strip()})")
+    proc = subprocess.run(ro, env=rig.env(ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"),
+                                          STANDIN_EXIT_AFTER_READY="1"), capture_output=True, timeout=60)
+    said = [ln for ln in proc.stderr.decode().splitlines() if "compile cache" in ln]
+    assert len(said) == 1 and "not writable" in said[0] and "compiles cold" in said[0], proc.stderr.decode()
+    assert b"rocm-dspark-cold" in rig.records()[-1]["env"][b"VLLM_CACHE_ROOT"]

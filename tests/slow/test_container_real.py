@@ -283,6 +283,13 @@ def test_up_reaches_a_validated_endpoint_running_the_recorded_digest(rig):
     # The plugin wheel is mounted read-only and loaded: its one-line decision is in the container's log.
     mounts = {m["Destination"]: m for m in c["Mounts"]}
     assert mounts["/rocm-dspark-wheel"]["RW"] is False
+    # The compile cache: this digest's key directory only, under the state dir (local-cpu serves with
+    # --enforce-eager, so nothing compiles into it here; tests/slow/test_compile_cache_real.py fills one).
+    from rocm_dspark.launch import compile_cache
+
+    key = f"img-{want.split(':')[1][:12]}-gfx942-{compile_cache.FORMAT}"
+    assert mounts[compile_cache.CONTAINER_DIR]["Source"] == str(rig.state / "up" / "compile-cache" / key), mounts
+    assert f"VLLM_CACHE_ROOT={compile_cache.CONTAINER_DIR}/vllm" in c["Config"]["Env"]
     logs = _docker(rig.env, "logs", NAME)
     decision = [ln for ln in (logs.stdout + logs.stderr).splitlines() if "not ROCm" in ln]
     assert len(decision) >= 1 and "nothing to patch" in decision[0], (logs.stdout + logs.stderr)[-3000:]
