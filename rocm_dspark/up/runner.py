@@ -393,6 +393,7 @@ def _stop_started(run: UpRun) -> str:
 
     if not (run.started and service.alive(run.started)):
         return ""
+    run.say("rocm-dspark up: Ctrl-C: stopping the server this run started (Ctrl-C again kills it at once)")
     try:
         run.stop_service()
         return "; stopped the server this run started"

@@ -101,6 +101,9 @@ def test_an_image_without_a_digest_of_its_repository_is_pinned_by_its_id(images,
     # docker runs the pin from this host: `create --pull never` resolves it with no registry.
     c = _docker(env, "create", "--pull", "never", img["output"]["pinned"], "/none")
     _docker(env, "rm", c.stdout.strip())
+    # The launchers run the ID as it is: no first-start pin from RepoDigests, which it has none of.
+    launcher = (tmp_path / f"state-{which}" / "up" / "launch" / "block" / f"rocm-dspark-pintest-{which}.sh").read_text()
+    assert held["Id"] in launcher and "pin_image" not in launcher
     # The in-image probe ran the pinned image (it fails inside: this image has no shell), never a pull.
     probe = steps["probe"]
     assert probe["status"] == "failed" and f"the probe inside {held['Id']} exited 127" in probe["message"], probe
