@@ -32,6 +32,29 @@ HOSTILE = ["with space", "it's \"q\"", f"$(touch {CANARY})", f"`touch {CANARY}`"
            "; rm -rf /tmp/x #", "\x1b[31mred", "--speculative-config={}", "-x", "#comment", "!!", "~root"]
 
 
+def text_flags(n: int) -> list[str]:
+    """n `vllm serve` flags that take any text in the plan's build (recipes/vllm_parsers.yaml) and that the plan
+    neither owns nor sets: positions a hostile --vllm-arg value can take."""
+    from rocm_dspark.errors import UsageError
+    from rocm_dspark.recipe.catalog import load_catalog, parser_facts
+    from rocm_dspark.recipe.resolve import Selection, resolve
+    from rocm_dspark.recipe.secret_env import SECRET_FLAGS
+    from rocm_dspark.recipe.vllm_args import normalise
+
+    planned = set(resolve(load_catalog(), Selection(model="V4.1-Flash", gpu="mi300x")).argv)
+    out = []
+    for flag in parser_facts("0.33.0")["kinds"]["text"]:
+        try:
+            ok = flag.startswith("--") and flag not in SECRET_FLAGS and flag not in planned and normalise(flag).flag == flag
+        except UsageError:  # plan-owned
+            ok = False
+        out += [flag] if ok and not flag.endswith("config") else []
+    return out[:n]
+
+
+FLAGS = text_flags(len(HOSTILE))
+
+
 def bundles():
     """Each run carries every hostile string somewhere: four runs cover all of them in every position."""
     n = len(HOSTILE)
@@ -55,11 +78,11 @@ def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values)
     rig = Rig(tmp_path / "rig")
     port = free_port()
     model_path = "./" + values[0]                     # a path never starts with '-' (refused, tested below)
-    served = values[1] if values[1].strip() else "x" + values[1]
+    served = values[1] if values[1].strip() and values[1].isprintable() else "x"  # a control character: refused
     flags = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir", str(tmp_path / "no-records"),
              "--host", "127.0.0.1", "--port", str(port), "--model-path", model_path, "--served-model-name", served]
     for i, v in enumerate(values):
-        flags += ["--vllm-arg", f"--hostile-{i}={v}"]
+        flags += ["--vllm-arg", f"{FLAGS[i]}={v}"]
         if "\n" not in v:  # an env file line cannot carry a newline: refused (test below)
             flags += ["--env", f"HOSTILE_{i}={v}"]
     recipe = cli_in_process("recipe", "--format", "json", *flags)
@@ -78,8 +101,8 @@ def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values)
     assert rec["argv"][1:] == [os.fsencode(a) for a in plan["argv"][1:]]
     assert rec["argv"][2] == os.fsencode(model_path)
     for i, v in enumerate(values):
-        assert os.fsencode(f"--hostile-{i}={v}") in rec["argv"] or (
-            os.fsencode(f"--hostile-{i}") in rec["argv"] and os.fsencode(v) in rec["argv"]), v
+        assert os.fsencode(f"{FLAGS[i]}={v}") in rec["argv"] or (
+            os.fsencode(FLAGS[i]) in rec["argv"] and os.fsencode(v) in rec["argv"]), v
         if "\n" not in v:  # through the 0600 env file, which the launcher read
             assert rec["env"][f"HOSTILE_{i}".encode()] == v.encode()
     assert not Path(CANARY).exists()

@@ -35,8 +35,8 @@ def test_shell_round_trips(model, gpu):
 
 def test_shell_round_trips_hostile_values(tmp_path):
     plan = resolve(CAT, Selection(
-        model="V4.1-Flash", gpu="mi355x", served_name="it's \"$(rm -rf /)\" `x` \n%h ü",
-        model_path="/models/with space/$HOME"))
+        model="V4.1-Flash", gpu="mi355x", served_name="it's \"$(rm -rf /)\" `x` %h ü",  # a newline: refused
+        model_path="/models/with space/$HOME\nx"))
     plan = plan._replace(env={**plan.env, "HF_TOKEN": "a'b\"c$d\ne"})  # a plan value (--env values are never printed)
     env, argv = split_shell(render_shell(plan))
     assert env == plan.env and tuple(argv) == plan.argv

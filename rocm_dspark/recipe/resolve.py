@@ -596,7 +596,7 @@ def _check_given(sel: Selection) -> None:
             continue
         if not value.strip():
             raise UsageError(f"{flag} is empty (an unset shell variable?); give a value or leave the option out")
-        if not value.isprintable():  # a newline would split the argv line of every file the plan is written into
+        if flag == "--served-model-name" and not value.isprintable():  # clients, logs and Description= read one line
             raise UsageError(f"{flag} {value!r} holds a control character (a newline, a tab); give it without")
     if sel.host is not None:
         from rocm_dspark.recipe.strategies import check_address
