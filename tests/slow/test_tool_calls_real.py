@@ -105,7 +105,8 @@ def test_the_check_fails_with_the_request_and_response(parser_server, monkeypatc
     target = ServerTarget("tiny", server.host, server.port, False, argv=tuple(argv))
     ctx = Context(ValidateOptions(report_dir=tmp_path, request_timeout_s=300), catalog, catalog.find_model(plan.model_key),
                   plan, target=target, client=VllmClient(server.host, server.port))
-    monkeypatch.setattr(tc, "raw_call", lambda parser, args, thinking: planted()["cut"])
+    cut = planted()["cut"]
+    monkeypatch.setattr(tc, "raw_call", lambda parser, args, thinking: cut)
     out = tc.tool_calls(ctx)
     assert out.status == "fail" and out.message.startswith("4 of 4 cases failed")
     first = out.evidence["failing"][0]
