@@ -27,8 +27,8 @@ CAP_ENV, CAP_MB = "ROCM_DSPARK_COMPILE_CACHE_CAP_MB", 65536         # older keys
 MIN_FREE_ENV, MIN_FREE_MB = "ROCM_DSPARK_COMPILE_CACHE_MIN_FREE_MB", 4096  # a start refuses below this
 # What vLLM logs about its compile cache (0.32.0 and 0.33.0 alike; docs/compile-cache.md gives the lines).
 WARM_LINES = ("Directly load the compiled graph(s) for compile range", "Directly load AOT compilation from path")
-COLD_LINES = ("Compiling a graph for compile range",)
-MISS_LINES = ("Compiling model again due to a load failure",)
+COLD_LINES = ("Compiling a graph for compile range", "saved AOT compiled function to")
+MISS_LINES = ("Compiling model again due to a load failure",)  # it read the cache, could not load it, compiled
 
 
 def _word(text: str) -> str:
@@ -140,11 +140,12 @@ def purge(root: str | os.PathLike) -> tuple[int, str | None]:
 
 
 def classify(log: str) -> str:
-    """A start's compile cache, read from its server log: warm (graphs loaded), cold (compiled), mixed (both, or
-    vLLM's AOT load failed and it compiled again), or none (nothing compiled: --enforce-eager)."""
-    warm = any(s in log for s in WARM_LINES)
-    cold = any(s in log for s in COLD_LINES + MISS_LINES)
-    return "mixed" if warm and cold else "warm" if warm else "cold" if cold else "none"
+    """A start's compile cache, read from its server log: reload (vLLM read an entry, failed to load it and compiled
+    again), warm (loaded, nothing compiled), cold (compiled), or none (nothing compiled: --enforce-eager)."""
+    if any(s in log for s in MISS_LINES):
+        return "reload"
+    warm, cold = (any(s in log for s in lines) for lines in (WARM_LINES, COLD_LINES))
+    return "reload" if warm and cold else "warm" if warm else "cold" if cold else "none"
 
 
 __all__ = ["FORMAT", "ENV_DIRS", "CONTAINER_DIR", "UNIT_ROOT", "ROOT_ENV", "CAP_ENV", "CAP_MB", "MIN_FREE_ENV",

@@ -547,7 +547,13 @@ def down(state_dir, display, purge_cache: bool = False) -> int:
 
 
 def _cache_root(state_dir, svc) -> Path:
-    return Path((svc or {}).get("compile_cache") or up_dir(state_dir) / "compile-cache")
+    """serve.cache_root's rule, from the name, never a path read from the state file (--purge-cache removes it)."""
+    if (svc or {}).get("kind") == "systemd" and svc.get("unit"):
+        from rocm_dspark.launch.compile_cache import UNIT_ROOT
+        from rocm_dspark.launch.launchers import check_name
+
+        return Path(UNIT_ROOT) / check_name(Path(str(svc["unit"])).stem)
+    return up_dir(state_dir) / "compile-cache"
 
 
 def _compile_cache(state_dir, svc) -> dict:

