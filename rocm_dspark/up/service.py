@@ -160,3 +160,15 @@ def alive(service: dict | None) -> bool:
     if service.get("kind") == "systemd":
         return unit_active(service["unit"])
     return same_process(service)
+
+
+def stop_recorded(state) -> dict:
+    """Stop the service the `up` state records, and record that it was stopped (the record stays)."""
+    from rocm_dspark.up.state import utc_now
+
+    svc = state.service
+    if not svc:
+        return {"stopped": False, "why": "no service recorded"}
+    res = stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else stop_process(svc)
+    state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
+    return res

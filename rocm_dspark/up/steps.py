@@ -332,13 +332,14 @@ def launchers_run(run) -> dict:
         sets[which] = {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
                        "env_file": str(files.env_file) if files.env_file else None,
                        "install": list(files.install_commands) if files.unit else None}
-    for f in _observability(run, serve.launch_dir(run, next(iter(sets)))):
+    written, bands = _observability(run, serve.launch_dir(run, next(iter(sets))))
+    for f in written:
         run.say(f"  wrote {f}")
         files_digest[str(f)] = digest(Path(f).read_text())
-    return {"sets": sets, "files": files_digest}
+    return {"sets": sets, "files": files_digest, "bands": {arm: b._asdict() for arm, b in bands.items()}}
 
 
-def _observability(run, out: Path) -> list[Path]:
+def _observability(run, out: Path) -> tuple[list[Path], dict]:
     """Prometheus and Grafana files beside the launchers (rocm_dspark.launch.observability), with the readiness
     server's target when --ready-port runs one and the A/B's band at --concurrency."""
     from rocm_dspark.launch import observability
@@ -350,7 +351,7 @@ def _observability(run, out: Path) -> list[Path]:
     ready = base_url(*listen).removeprefix("http://") if listen else None
     bands = bands_for(run.catalog, run.plan, run.options.state_dir)[0] if run.plan.concurrency is not None else {}
     return observability.write(out, observability.render(run.plan, run.name(run.plan), observability.targets(run.plan),
-                                                         ready=ready, bands=bands))
+                                                         ready=ready, bands=bands)), bands
 
 
 def launchers_valid(run, output) -> str | None:
