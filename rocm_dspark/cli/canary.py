@@ -9,11 +9,12 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import usage_errors
+from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 
 
 @click.command(short_help="Re-score the service's tokens once; an adaptive service that fails switches to block.")
 @click.option("--state-dir", default=None, help="The state directory `up` used (the record goes there).")
-@click.option("--timeout", type=bounds.SECONDS, default=300.0, show_default=True,
+@click.option("--timeout", type=bounds.SECONDS, default=float(CANARY_TIMEOUT_S), show_default=True,
               help="Seconds the whole check may take (every request's timeout is what is left).")
 @click.option("--endpoint", default=None, metavar="URL",
               help="Check this server instead of the one `up` runs (checked and recorded only, never restarted).")

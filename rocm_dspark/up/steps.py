@@ -580,9 +580,11 @@ def summary_run(run) -> dict:
 
     _ready_if_validated(run)
 
+    from rocm_dspark.up.canary import ensure_timer
+
     data = build_summary(run)
     run.write_json("summary.json", data)
-    for line in summary_lines(data):
+    for line in summary_lines(data) + ensure_timer(run):
         run.say(line)
     return data
 
@@ -590,7 +592,18 @@ def summary_run(run) -> dict:
 def summary_dry(run) -> list[str]:
     return [f"prints the endpoint, build and digest, verification mode and why, the model loads and each one's time, "
             f"tokens/s and acceptance length, and the report path; writes {run.dir / 'summary.json'}",
-            *loads_forecast(run)]
+            *loads_forecast(run), *_canary_dry(run)]
+
+
+def _canary_dry(run) -> list[str]:
+    from rocm_dspark.up import canary
+
+    if run.mode() != "systemd":
+        return [f"the canary (`{_toolkit()} canary`, which re-scores the served tokens) is yours to schedule "
+                "(cron); the systemd mode installs a timer"]
+    return [f"writes the timer and service of the canary to {shlex.quote(str(run.dir / 'launch' / 'canary'))} "
+            f"(every {canary.CANARY_EVERY_MIN} minutes) and enables them:",
+            *["  " + c for c in canary.install_commands(run)]]
 
 
 def loads_forecast(run) -> list[str]:
