@@ -167,6 +167,10 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         assert f"canary: last {entry['at']}: VIOLATION (adaptive, 256 tokens re-scored)" in lines
         assert "mode last changed" in lines and "adaptive -> block (canary violation at" in lines
         assert "model loads: 1 in the last run that loaded (block" in lines  # the canary's own run
+        # `up` again keeps block (no load) while the canary's hold stands: it does not undo the switch.
+        run.state = type(run.state).load(run.dir)
+        assert canary.hold(run.state, run.out_hash("probe")) and steps.start_run(run)
+        assert len(json.loads((run.dir / "up-state.json").read_text())["loads"]) == loads + 1
         # An untrusted record: the scrape fails (an alert) rather than report made-up counts.
         (run.dir / canary.FILE).chmod(0o666)
         with pytest.raises(urllib.error.HTTPError) as err:

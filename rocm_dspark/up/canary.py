@@ -201,6 +201,10 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
     say("canary: switching the service to block verification (one restart)")
     run = _Restart(state, display or Display.plain(say))
     state.note_run({"at": utc_now(), "argv": ["canary"], "target": "canary"})  # its load is its own run's
+    from rocm_dspark.up.state import digest
+
+    probe = state.output("probe")
+    state.data["canary_hold"] = {"at": entry["at"], "why": why, "probe": digest(probe) if probe is not None else None}
     try:
         serve.load(run, "block", why)
     except StepFailed as exc:
@@ -215,6 +219,15 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
         state.set_readiness(False, "failed", f"block verification after the canary's switch: {again['why']}")
     say(f"canary: block verification serves; its check: {again['result'].upper()}: {again['why']}")
     return {"to": "block", "started": True, "loads": 1, "check": {k: again.get(k) for k in ("result", "why", "tokens")}}
+
+
+def hold(state: UpState, probe_hash: str | None) -> str | None:
+    """Why `up` keeps block after the canary's switch (None: no hold): until its probe step has new evidence."""
+    held = state.data.get("canary_hold")
+    if not isinstance(held, dict) or held.get("probe") != probe_hash:
+        return None
+    return (f"the canary switched adaptive verification off ({held.get('why')}); block serves until the probe step "
+            "runs on new evidence (a new build or `--probe-levels`)")
 
 
 class _Restart:

@@ -455,9 +455,14 @@ def start_inputs(run) -> dict:
 def start_run(run) -> dict:
     """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
     that already runs it from unchanged launchers is kept: no load."""
+    from rocm_dspark.up.canary import hold
+
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
     wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
+    if (held := hold(run.state, run.out_hash("probe"))):
+        run.say(f"  {held}")
+        wanted = ["block"]
     ready_server.ensure(run)  # before any load: a load balancer sees 503 while it runs
     for which in wanted:
         if serve.serving(run, which) is None:
