@@ -195,14 +195,13 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
     recorded), then check block the same way; ready only if it passes."""
     from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up import serve
+    from rocm_dspark.up.state import digest
     from rocm_dspark.up.steps_common import StepFailed
 
     why = f"canary violation at {entry['at']}: {entry['why']}"
     say("canary: switching the service to block verification (one restart)")
     run = _Restart(state, display or Display.plain(say))
     state.note_run({"at": utc_now(), "argv": ["canary"], "target": "canary"})  # its load is its own run's
-    from rocm_dspark.up.state import digest
-
     probe = state.output("probe")
     state.data["canary_hold"] = {"at": entry["at"], "why": why, "probe": digest(probe) if probe is not None else None}
     try:
