@@ -61,7 +61,7 @@ def test_k8s_format_prints_manifests():
     import yaml
 
     docs = list(yaml.safe_load_all(run("--strategy", "multi_node_tp_pp", "--nodes", "2", "--format", "k8s").stdout))
-    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim"] * 2 + ["LeaderWorkerSet", "Service"]
+    assert [d["kind"] for d in docs] == ["PersistentVolumeClaim"] * 2 + ["LeaderWorkerSet", "Service", "CronJob"]
 
 
 @pytest.mark.parametrize("args, needle", [

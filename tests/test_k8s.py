@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import json
+
 import copy
 import gzip
 import shlex
@@ -94,16 +96,40 @@ def test_every_manifest_validates(gpu, strategy):
     kinds = [o["kind"] for o in objs]
     claims = ["PersistentVolumeClaim"] * 2
     if strategy == "single_node":
-        assert kinds == claims + ["Deployment", "Service"]
+        assert kinds == claims + ["Deployment", "Service", "CronJob"]
     elif strategy == "pd_cluster":
         assert kinds == claims + ["Deployment", "Service"] * 3
     else:
-        assert kinds == claims + ["LeaderWorkerSet", "Service"]
+        assert kinds == claims + ["LeaderWorkerSet", "Service", "CronJob"]
         objs = objs[2:]
         assert objs[0]["spec"]["leaderWorkerTemplate"]["size"] == 2
         assert objs[0]["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     for obj in objs:
         validate(obj)
+
+
+@pytest.mark.parametrize("strategy", ("single_node", "multi_node_tp"))
+def test_the_canary_is_a_cronjob_never_two_at_once_bounded_and_checking_the_service(strategy):
+    from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN, CANARY_TIMEOUT_S
+
+    plan, _ = _plan("mi300x")
+    job = manifests("mi300x", strategy)[-1]
+    validate(job)
+    assert job["kind"] == "CronJob" and job["spec"]["schedule"] == f"*/{CANARY_EVERY_MIN} * * * *"
+    assert job["spec"]["concurrencyPolicy"] == "Forbid"  # the lock, in a cluster
+    spec = job["spec"]["jobTemplate"]["spec"]
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == CANARY_TIMEOUT_S + 60
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
+    c = pod["containers"][0]
+    assert c["image"] == plan.image and c["command"] == [
+        "python3", "-m", "rocm_dspark", "canary", "--endpoint", f"http://v41:{plan.port}", "--timeout",
+        str(CANARY_TIMEOUT_S), "--state-dir", "/tmp/rocm-dspark", "--capture-size", str(plan.capture_size),
+        "--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
+    bad = json.loads(json.dumps(job))
+    bad["spec"]["jobTemplate"]["spec"]["backoffLimit"] = "never"  # the schema checks this kind too
+    with pytest.raises(Exception, match="never"):
+        validate(bad)
 
 
 def test_lws_validation_can_fail():
@@ -240,7 +266,7 @@ def test_bad_name_is_refused():
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_parses_them_offline(tmp_path):
     env = {"KUBECONFIG": str(tmp_path / "no-kubeconfig"), "PATH": "/usr/bin:/bin:/usr/local/bin", "HOME": str(tmp_path)}
-    for strategy, count in (("single_node", 4), ("multi_node_dep", 4), ("pd_cluster", 8)):
+    for strategy, count in (("single_node", 5), ("multi_node_dep", 5), ("pd_cluster", 8)):
         d = tmp_path / strategy
         d.mkdir()
         (d / "all.yaml").write_text(render_yaml(manifests("mi300x", strategy)))

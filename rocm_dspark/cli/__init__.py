@@ -24,6 +24,7 @@ COMMANDS = {
     "up": "rocm_dspark.cli.up:up",
     "down": "rocm_dspark.cli.up:down",
     "status": "rocm_dspark.cli.up:status",
+    "canary": "rocm_dspark.cli.canary:canary",
     "images": "rocm_dspark.cli.images:images",
 }
 

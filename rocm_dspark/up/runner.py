@@ -373,18 +373,7 @@ class UpRun:
         return " ".join(flags)
 
     def stop_service(self) -> dict:
-        return stop_recorded(self.state)
-
-
-def stop_recorded(state: UpState, grace_s: float | None = None) -> dict:
-    """Stop the service the state file records, and record that it was stopped (the record stays). grace_s: how
-    long a process may drain before SIGKILL (default: its launcher's stop window)."""
-    svc = state.service
-    if not svc:
-        return {"stopped": False, "why": "no service recorded"}
-    res = service.stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else service.stop_process(svc, grace_s)
-    state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
-    return res
+        return service.stop_recorded(self.state)
 
 
 def _stop_started(run: UpRun) -> str:
@@ -400,7 +389,7 @@ def _stop_started(run: UpRun) -> str:
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third must not leave it half-stopped
         try:
-            stop_recorded(run.state, grace_s=0)
+            service.stop_recorded(run.state, grace_s=0)
         finally:
             signal.signal(signal.SIGINT, previous)
         return "; killed the server this run started (Ctrl-C again: no drain)"
@@ -582,7 +571,7 @@ def _stop(state_dir, display) -> int:
     if not service.alive(svc) and svc.get("kind") != "systemd":
         display.say(f"the service (pid {svc.get('pid')}) is not running; records kept in {state.path.parent}")
         return 0
-    res = stop_recorded(state)
+    res = service.stop_recorded(state)
     what = svc.get("unit") or f"pid {svc.get('pid')}"
     if res.get("stopped") and not res.get("leftover_pids"):
         display.say(f"stopped {what}; records kept in {state.path.parent} (`rocm-dspark up` starts it again)")
@@ -601,10 +590,15 @@ def status(state_dir, sizes: bool = True) -> dict:
                                                   if k in ("status", "at", "message", "fix", "seconds")}}
              for s in STEPS]
     ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (up/health.py)
+    from rocm_dspark.up import canary
+
+    bands = (state.output("launchers") or {}).get("bands") or {}
     return {"ready_server": state.data.get("ready_server"), "state_file": str(state.path), "exists": state.exists, "steps": steps,
             "service": {**(svc or {}), "running": running, "health": health} if svc else None,
             "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary"),
-            "compile_cache": _compile_cache(state_dir, svc) if sizes else None}
+            "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
+            "mode_changes": state.data.get("mode_changes", []), "bands": bands,
+            "watch": canary.status_lines(state_dir, state.data, bands) if state.exists else []}
 
 
 def status_lines(st: dict) -> list[str]:
@@ -639,4 +633,4 @@ def status_lines(st: dict) -> list[str]:
     if rs:
         lines.append(f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
                      f"{'' if service.alive(rs) else ', not running'})")
-    return lines
+    return lines + list(st.get("watch") or [])

@@ -106,6 +106,7 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
     what the start is once it serves."""
     run.state.set_readiness(False, phase, f"{which} verification is starting ({why})" if phase == "starting" else
                             f"the adaptive start is being proved: not a finished endpoint ({why})")
+    before = (run.state.service or {}).get("command")
     if service.alive(run.state.service):
         stop(run)
     t0 = time.monotonic()
@@ -122,6 +123,8 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
     if mode:
         entry["launcher_mode"] = mode
     run.state.add_load(entry, replace=True)
+    if before and before != which:
+        run.state.add_mode_change({"at": utc_now(), "from": before, "to": which, "why": why})
     return out
 
 
@@ -147,9 +150,31 @@ def files_digest(run) -> str | None:
     return digest(files) if files else None
 
 
+def served_facts(run, which: str) -> dict:
+    """What the canary (up/canary.py) and the readiness server's /metrics need of the served command, recorded with
+    the service: the plan hash the observability files label it with, the image digest a container runs, the
+    served name, K, and the sizes the re-scoring reference is padded past."""
+    from rocm_dspark.launch.observability import plan_hash
+    from rocm_dspark.probe.live import capture_of, int_flag, spec_config_in
+
+    plan = run.launch_plan(which)
+    k = (spec_config_in(plan.argv) or {}).get("num_speculative_tokens")
+    image = plan.image if run.mode() != "foreground" else ""
+    return {"plan_hash": plan_hash(run.plan), "image_digest": image.partition("@")[2] or "none",
+            "served_name": plan.served_name, "k": k if isinstance(k, int) else None,
+            "capture_size": capture_of(plan.argv, plan.capture_size),
+            "max_num_batched_tokens": int_flag(plan.argv, "--max-num-batched-tokens"),
+            "ready_timeout_s": int(run.options.ready_timeout_s)}
+
+
 def _record(run, which: str, extra: dict) -> dict:
     plan = run.launch_plan(which)
     record = {"host": plan.host, "port": plan.port, "command": which, "launchers": files_digest(run), **extra}
+    if hasattr(run, "catalog"):  # `up`'s own run: the facts of every command it may serve
+        facts = {w: served_facts(run, w) for w in run.command_plans()}
+    else:  # the canary's switch (up/canary.py): the facts `up` recorded
+        facts = (run.state.service or {}).get("facts") or {}
+    record.update({**facts.get(which, {}), "facts": facts})
     run.started = record
     run.state.set_service(record)
     return record

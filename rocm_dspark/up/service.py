@@ -19,6 +19,8 @@ from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
 
+UNIT_DIR = "/etc/systemd/system"  # where `up` installs the units it writes (readiness, canary)
+
 
 def same_process(service: dict | None) -> bool:
     """The recorded process is still the one we started (alive, same start time)."""
@@ -160,3 +162,16 @@ def alive(service: dict | None) -> bool:
     if service.get("kind") == "systemd":
         return unit_active(service["unit"])
     return same_process(service)
+
+
+def stop_recorded(state, grace_s: float | None = None) -> dict:
+    """Stop the service the `up` state records, and record that it was stopped (the record stays). grace_s: how
+    long a process may drain before SIGKILL (default: its launcher's stop window)."""
+    from rocm_dspark.up.state import utc_now
+
+    svc = state.service
+    if not svc:
+        return {"stopped": False, "why": "no service recorded"}
+    res = stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else stop_process(svc, grace_s)
+    state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
+    return res

@@ -117,6 +117,14 @@ class UpState:
         del loads[:-50]
         self.save()
 
+    def add_mode_change(self, entry: dict) -> None:
+        """The served verification mode changed (a load of the other command): counted, the last 20 kept."""
+        self.data["mode_changes_total"] = int(self.data.get("mode_changes_total") or 0) + 1
+        changes = self.data.setdefault("mode_changes", [])
+        changes.append(entry)
+        del changes[:-20]
+        self.save()
+
     @property
     def readiness(self) -> dict:
         """{"ready": bool, "phase": "serving" | "proving" | "stopped", "why"}: whether a load balancer may send

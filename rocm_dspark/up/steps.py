@@ -334,13 +334,14 @@ def launchers_run(run) -> dict:
         sets[which] = {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
                        "env_file": str(files.env_file) if files.env_file else None,
                        "install": list(files.install_commands) if files.unit else None}
-    for f in _observability(run, serve.launch_dir(run, next(iter(sets)))):
+    written, bands = _observability(run, serve.launch_dir(run, next(iter(sets))))
+    for f in written:
         run.say(f"  wrote {f}")
         files_digest[str(f)] = digest(Path(f).read_text())
-    return {"sets": sets, "files": files_digest}
+    return {"sets": sets, "files": files_digest, "bands": {arm: b._asdict() for arm, b in bands.items()}}
 
 
-def _observability(run, out: Path) -> list[Path]:
+def _observability(run, out: Path) -> tuple[list[Path], dict]:
     """Prometheus and Grafana files beside the launchers (rocm_dspark.launch.observability), with the readiness
     server's target when --ready-port runs one and the A/B's band at --concurrency."""
     from rocm_dspark.launch import observability
@@ -352,7 +353,7 @@ def _observability(run, out: Path) -> list[Path]:
     ready = base_url(*listen).removeprefix("http://") if listen else None
     bands = bands_for(run.catalog, run.plan, run.options.state_dir)[0] if run.plan.concurrency is not None else {}
     return observability.write(out, observability.render(run.plan, run.name(run.plan), observability.targets(run.plan),
-                                                         ready=ready, bands=bands))
+                                                         ready=ready, bands=bands)), bands
 
 
 def launchers_valid(run, output) -> str | None:
@@ -458,9 +459,14 @@ def start_inputs(run) -> dict:
 def start_run(run) -> dict:
     """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
     that already runs it from unchanged launchers is kept: no load."""
+    from rocm_dspark.up.canary import hold
+
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
     wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
+    if (held := hold(run.state, run.out_hash("probe"))):
+        run.say(f"  {held}")
+        wanted = ["block"]
     ready_server.ensure(run)  # before any load: a load balancer sees 503 while it runs
     for which in wanted:
         if serve.serving(run, which) is None:
@@ -583,9 +589,11 @@ def summary_run(run) -> dict:
 
     _ready_if_validated(run)
 
+    from rocm_dspark.up.canary import ensure_timer
+
     data = build_summary(run)
     run.write_json("summary.json", data)
-    for line in summary_lines(data):
+    for line in summary_lines(data) + ensure_timer(run):
         run.say(line)
     return data
 
@@ -593,7 +601,18 @@ def summary_run(run) -> dict:
 def summary_dry(run) -> list[str]:
     return [f"prints the endpoint, build and digest, verification mode and why, the model loads and each one's time, "
             f"tokens/s and acceptance length, and the report path; writes {run.dir / 'summary.json'}",
-            *loads_forecast(run)]
+            *loads_forecast(run), *_canary_dry(run)]
+
+
+def _canary_dry(run) -> list[str]:
+    from rocm_dspark.up import canary
+
+    if run.mode() != "systemd":
+        return [f"the canary (`{_toolkit()} canary`, which re-scores the served tokens) is yours to schedule "
+                "(cron); the systemd mode installs a timer"]
+    return [f"writes the timer and service of the canary to {shlex.quote(str(run.dir / 'launch' / 'canary'))} "
+            f"(every {canary.CANARY_EVERY_MIN} minutes) and enables them:",
+            *["  " + c for c in canary.install_commands(run)]]
 
 
 def loads_forecast(run) -> list[str]:

@@ -85,8 +85,9 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
         os.close(fd)
 
 
-def load_state(up_dir: Path, file_name: str, schema: int) -> dict | None:
-    """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line."""
+def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | None:
+    """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line.
+    `shape`: the content check (default check_shape, up-state.json's)."""
     import json
 
     up_dir = Path(up_dir)
@@ -107,9 +108,10 @@ def load_state(up_dir: Path, file_name: str, schema: int) -> dict | None:
         parsed = json.loads(data.decode("utf-8"), parse_constant=no_constants)
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"cannot read {path} ({type(exc).__name__}): {_fix(path)}") from None
-    why = check_shape(parsed, up_dir, schema)
+    why = (shape or check_shape)(parsed, up_dir, schema)
     if why:
-        raise UsageError(f"{path} is not an `up` state file ({why}): {_fix(path)}")
+        raise UsageError(f"{path} is not {'an `up` state' if shape is None else 'a canary record'} file ({why}): "
+                         f"{_fix(path)}")
     return parsed
 
 
@@ -191,15 +193,16 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
 
 
 @contextlib.contextmanager
-def up_lock(up_dir: Path):
-    """Hold up/up.lock for one `up` run; a second run on the same state dir refuses and says who holds it."""
+def up_lock(up_dir: Path, who: str = "rocm-dspark up"):
+    """Hold up/up.lock for one `up` (or canary, `who`) run; a second run on the same state dir refuses and says
+    who holds it."""
     import fcntl
 
     fd = _open_lock(up_dir, os.O_RDWR | os.O_CREAT)
     try:
-        _flock(fd, fcntl.LOCK_EX, up_dir)
+        _flock(fd, fcntl.LOCK_EX, up_dir, who)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {who}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # closing drops the flock
@@ -218,15 +221,17 @@ def _open_lock(up_dir: Path, flags: int) -> int:
     return fd
 
 
-def _flock(fd: int, how: int, up_dir: Path) -> None:
+def _flock(fd: int, how: int, up_dir: Path, who: str = "rocm-dspark up") -> None:
     import fcntl
 
     try:
         fcntl.flock(fd, how | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        raise UsageError(f"refusing to start: another `rocm-dspark up` (pid {holder}) is running on the state dir "
-                         f"{Path(up_dir).parent}; wait for it to finish or stop it, then rerun") from None
+        pid, _, held_by = os.pread(fd, 64, 0).decode("ascii", "replace").strip().partition(" ")
+        held_by = held_by if held_by in ("rocm-dspark up", "rocm-dspark canary") else "rocm-dspark up"
+        raise UsageError(f"refusing to start: {'a' if held_by != who else 'another'} `{held_by}` (pid "
+                         f"{pid or 'unknown'}) is running on the state dir {Path(up_dir).parent}; wait for it to "
+                         "finish or stop it, then rerun") from None
 
 
 def check_usable(up_dir: Path) -> None:

