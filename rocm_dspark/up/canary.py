@@ -238,6 +238,7 @@ class _Restart:
         port: int
         adaptive_verification: bool = False
         block_argv: tuple | None = None
+        argv: tuple = ()  # only what launch_facts.starts reads: the block command's --monokernel
 
     class _Options(NamedTuple):
         ready_timeout_s: float
@@ -250,7 +251,9 @@ class _Restart:
         svc = state.service or {}
         self.loads: list = []
         self.started = None
-        self.plan = self._Plan(svc.get("host", "127.0.0.1"), int(svc.get("port", 8000)))
+        mono = ((svc.get("facts") or {}).get("block") or {}).get("monokernel") is True
+        self.plan = self._Plan(svc.get("host", "127.0.0.1"), int(svc.get("port", 8000)),
+                               argv=("--monokernel",) if mono else ())
         self.outputs = {"launchers": state.output("launchers") or {}}
         self.options = self._Options(float(svc.get("ready_timeout_s") or READY_TIMEOUT_S))
         self._choose = state.output("choose") or {}
