@@ -488,6 +488,23 @@ def test_container_mode_pins_the_local_copy_at_first_start_never_pulls_and_recor
     assert pinned in runs[-1] and not any(b"pull" == r["argv"][1] for r in rig.records("docker"))
 
 
+@pytest.mark.parametrize("knobs", [{"STANDIN_NO_DIGEST": "1"}, {"STANDIN_DIGEST_REPO": "127.0.0.1:5000/other/name"}],
+                         ids=["built-here", "pushed-under-another-name"])
+def test_an_image_with_no_digest_of_its_repository_runs_as_its_image_id(rig, knobs):
+    """The first-start pin never names `repo@<another repository's digest>` (an image no registry holds): with no
+    digest of the tag's own repository it pins the image ID, which docker runs locally and never pulls."""
+    port = free_port()
+    tag = "rocm-dspark/vllm-cpu-test:t1"
+    script = rig.write(make_plan(port, adaptive=False)._replace(image=tag), container=True)
+    proc = start_ready(rig, script, port, **knobs)
+    assert stop_and_check(proc, rig, who="docker") == 143
+    runs = [[a.decode() for a in r["argv"]] for r in rig.records("docker") if r["argv"][1] == b"run"]
+    ident = "sha256:" + "a" * 64
+    assert len(runs) == 1 and ident in runs[0] and not any("@sha256:" in a for a in runs[0]), runs
+    assert (rig.root / "state" / "image-pinned").read_text() == f"{tag}\n{ident}\n"
+    assert not any(r["argv"][1] == b"pull" for r in rig.records("docker"))
+
+
 def test_refused_adaptive_start_falls_back_to_block_and_records_why(rig):
     port = free_port()
     plan = make_plan(port, adaptive=True)

@@ -54,9 +54,9 @@ with open(stem + ".env", "wb") as f:
 if ME == "docker" and sys.argv[1] in ("rm", "stop", "pull"):
     sys.exit(0)
 if ME == "docker" and sys.argv[1:3] == ["image", "inspect"]:  # what `docker image inspect` prints, abridged
-    repo = sys.argv[3].rsplit(":", 1)[0]
-    print(json.dumps([{"Id": "sha256:" + "a" * 64, "RepoTags": [sys.argv[3]],
-                       "RepoDigests": [repo + "@sha256:" + os.environ.get("STANDIN_DIGEST", "b" * 64)]}], indent=4))
+    repo = os.environ.get("STANDIN_DIGEST_REPO") or sys.argv[3].rsplit(":", 1)[0]  # another name: a mirror's push
+    digests = [] if os.environ.get("STANDIN_NO_DIGEST") else [repo + "@sha256:" + os.environ.get("STANDIN_DIGEST", "b" * 64)]
+    print(json.dumps([{"Id": "sha256:" + "a" * 64, "RepoTags": [sys.argv[3]], "RepoDigests": digests}], indent=4))
     sys.exit(0)
 
 def arg(name, default):
