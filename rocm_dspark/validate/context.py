@@ -42,6 +42,7 @@ class ValidateOptions:
     python: str | None = None              # the Python environment vLLM runs in
     host_root: str = ""                    # prefix for /proc and /dev paths (tests)
     gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)
+    bench_container: tuple[str, str] | None = None  # (docker|podman, image): the sweep's `vllm bench serve` runs there
 
     def levels(self) -> tuple[int, ...]:
         if self.concurrencies:

@@ -118,7 +118,7 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
     ]
     for c in opts.levels():
         checks.append(Check(f"sweep.concurrency_{c}", "sweep", True, sweep.level_check(c),
-                            f"{opts.requests_for(c)} streamed requests at concurrency {c}: all succeed; throughput, TTFT, TPOT (per output token) and ITL (gap between streamed chunks, as vllm bench measures it).",
+                            f"`vllm bench serve` (random data set, fixed lengths and seed), {opts.requests_for(c)} requests at concurrency {c}: all complete; throughput, TTFT, TPOT (per output token) and ITL (gap between streamed chunks).",
                             needs_server=True))
     checks.append(Check("sweep.gsm8k", "sweep", True, gsm8k.gsm8k,
                         "optional (--gsm8k): GSM8K 5-shot through lm-eval with block rejection, against validation.gsm8k_min.",

@@ -1,8 +1,9 @@
 """Load sweep: throughput, time to first token and inter-token latency at several concurrencies.
 
-Streams /v1/completions with httpx's AsyncClient (imported lazily). Request counts are bounded
-(options.requests_for), every request has a timeout, and a level has an overall deadline, so a server
-that dies or hangs mid-sweep is reported as a failed level with the first errors, never waited on forever.
+Each level is one `vllm bench serve` run (rocm_dspark.validate.bench) from the serving vLLM, bounded in
+requests (options.requests_for) and time, so a server that dies or hangs mid-sweep is a failed level with
+the first error bench reports, never waited on forever. The httpx client below (streamed /v1/completions)
+remains for the A/B arms.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shlex
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rocm_dspark.runtime.client import one_line
+from rocm_dspark.validate import bench
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
 from rocm_dspark.validate.spec_checks import WORKLOAD
+
+BENCH_DIR = "bench"          # in the report: each level's `vllm bench serve` JSON, as written, and its output
+BENCH_START_S = 300.0        # bench's own start (imports, tokenizer) before the first request
 
 
 @dataclass
@@ -134,38 +142,66 @@ async def run_level(base_url: str, served_name: str, concurrency: int, n_request
         return list(records), time.perf_counter() - t0
 
 
+def bench_prefix(ctx, result_dir: Path) -> list[str]:
+    """How to reach the serving vLLM's `vllm`: inside its image (container modes), else beside its Python."""
+    from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
+    from rocm_dspark.validate.software_checks import server_python
+
+    if ctx.options.bench_container:
+        tool, image = ctx.options.bench_container
+        mounts = [*hf_cache_mounts(hf_home(), hf_hub_cache()), "-v", f"{result_dir}:{result_dir}"]
+        if ctx.plan.model_path:
+            mounts += ["-v", f"{ctx.plan.model_path}:{ctx.plan.model_path}:ro"]
+        return bench.container_prefix(tool, image, mounts)
+    argv = ctx.target.argv
+    if not ctx.options.python and argv and Path(argv[0]).name == "vllm":   # the very executable that serves
+        return [str(argv[0])]
+    exe = Path(server_python(ctx)).with_name("vllm")
+    return [str(exe) if exe.exists() else (shutil.which("vllm") or "vllm")]
+
+
+def bench_tokenizer(ctx) -> str:
+    """The served model, where bench loads its tokenizer (the served name is no path)."""
+    argv = ctx.target.argv or ctx.plan.argv
+    return bench.served_model(argv) or ctx.plan.model_path or ctx.plan.model_id
+
+
+def input_tokens(opts) -> int:
+    return 128 if opts.quick else 1024
+
+
 def level_check(concurrency: int):
-    """The check function for one concurrency level."""
+    """The check function for one concurrency level: one `vllm bench serve` run (rocm_dspark.validate.bench)."""
 
     def check(ctx) -> Outcome:
         opts = ctx.options
         n = opts.requests_for(concurrency)
+        result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
+        result_dir.mkdir(exist_ok=True)
+        name = f"concurrency_{concurrency}.json"
+        argv = bench.bench_argv(bench_prefix(ctx, result_dir), base_url=ctx.target.base_url,
+                                served_name=ctx.target.served_name, tokenizer=bench_tokenizer(ctx),
+                                concurrency=concurrency, num_prompts=n, input_len=input_tokens(opts),
+                                output_len=opts.output_tokens(), result_dir=str(result_dir), result_filename=name)
+        ctx.say(f"      sweep.concurrency_{concurrency}: {shlex.join(argv)}")
+        # Bounded: every round of `concurrency` requests may take the request timeout, plus bench's start.
+        timeout_s = math.ceil(n / concurrency) * opts.request_timeout_s + BENCH_START_S
         before = _counters(ctx)
-        shown = {"at": 0.0}
-
-        def on_done(done: int, failed: int, elapsed: float) -> None:
-            # A level can run for minutes: a line every 10 s (and at the end) says it is moving.
-            if done == n or elapsed - shown["at"] >= 10.0:
-                shown["at"] = elapsed
-                ctx.say(f"      sweep.concurrency_{concurrency}: {done}/{n} requests done"
-                        + (f" ({failed} failed)" if failed else "") + f", {elapsed:.0f} s")
-
-        records, wall = asyncio.run(run_level(ctx.target.base_url, ctx.target.served_name, concurrency, n,
-                                              opts.output_tokens(), opts.request_timeout_s, on_done=on_done))
-        stats = summarise(records, wall, concurrency)
+        res = bench.run(argv, result_dir / name, result_dir / f"concurrency_{concurrency}.log", timeout_s)
+        stats = bench.row(res["json"], concurrency, n, argv, res["error"])
         stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)
         value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
                  "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
         threshold = {"failed_requests": 0}
-        if stats["failed"]:
+        if stats["failed"] or res["rc"] != 0:
             alive = _server_state(ctx)
             return Outcome(FAIL, f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
-                           f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
+                           f"first error: {res['error'] or 'unknown'}",
                            value=value, threshold=threshold, evidence=stats)
-        # ITL is the gap between streamed chunks (as `vllm bench serve` measures it); with speculative decoding
-        # several tokens arrive back to back, so TPOT is the per-token figure to compare across runs.
-        return Outcome(PASS, f"{n} requests: {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
+        # bench's ITL is the gap between streamed chunks; with speculative decoding several tokens arrive back
+        # to back, so TPOT is the per-token figure to compare across runs.
+        return Outcome(PASS, f"{n} requests (vllm bench serve): {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
                        f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
                        f"{stats['itl_ms']['p50']} ms", value=value,
                        threshold=threshold, evidence=stats)
