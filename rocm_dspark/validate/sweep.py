@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -142,28 +141,42 @@ async def run_level(base_url: str, served_name: str, concurrency: int, n_request
         return list(records), time.perf_counter() - t0
 
 
-def bench_prefix(ctx, result_dir: Path) -> list[str]:
-    """How to reach the serving vLLM's `vllm`: inside its image (container modes), else beside its Python."""
+def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path,
+                 model_path: str | None) -> list[str]:
+    """How to reach the serving vLLM's `vllm`: inside its image (container modes), else the `vllm` that serves
+    (argv[0]) or the one beside its Python (--python, or a `python -m vllm...` argv)."""
     from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
-    from rocm_dspark.validate.software_checks import server_python
 
-    if ctx.options.bench_container:
-        tool, image = ctx.options.bench_container
+    if container:
+        tool, image = container
         mounts = [*hf_cache_mounts(hf_home(), hf_hub_cache()), "-v", f"{result_dir}:{result_dir}"]
-        if ctx.plan.model_path:
-            mounts += ["-v", f"{ctx.plan.model_path}:{ctx.plan.model_path}:ro"]
+        if model_path:
+            mounts += ["-v", f"{model_path}:{model_path}:ro"]
         return bench.container_prefix(tool, image, mounts)
-    argv = ctx.target.argv
-    if not ctx.options.python and argv and Path(argv[0]).name == "vllm":   # the very executable that serves
-        return [str(argv[0])]
-    exe = Path(server_python(ctx)).with_name("vllm")
-    return [str(exe) if exe.exists() else (shutil.which("vllm") or "vllm")]
+    first = Path(str(argv[0])) if argv else None
+    if not python and first is not None and first.name == "vllm":
+        return [str(first)]
+    py = python or (str(first) if first is not None and first.name.startswith("python") else None)
+    exe = Path(py).with_name("vllm") if py else None
+    return [str(exe) if exe and exe.exists() else (shutil.which("vllm") or "vllm")]
 
 
-def bench_tokenizer(ctx) -> str:
+def bench_level(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, n: int,
+                input_len: int, output_len: int, out_dir: Path, stem: str, request_timeout_s: float) -> dict:
+    """One `vllm bench serve` run; its row (bench.row) with "rc". Bounded: every round of `concurrency`
+    requests may take the request timeout, plus bench's own start."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = bench.bench_argv(prefix, base_url=base_url, served_name=served_name, tokenizer=tokenizer,
+                            concurrency=concurrency, num_prompts=n, input_len=input_len, output_len=output_len,
+                            result_dir=str(out_dir), result_filename=f"{stem}.json")
+    timeout_s = math.ceil(n / concurrency) * request_timeout_s + BENCH_START_S
+    res = bench.run(argv, out_dir / f"{stem}.json", out_dir / f"{stem}.log", timeout_s)
+    return {**bench.row(res["json"], concurrency, n, argv, res["error"]), "rc": res["rc"]}
+
+
+def bench_tokenizer(argv, plan) -> str:
     """The served model, where bench loads its tokenizer (the served name is no path)."""
-    argv = ctx.target.argv or ctx.plan.argv
-    return bench.served_model(argv) or ctx.plan.model_path or ctx.plan.model_id
+    return bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
 
 
 def input_tokens(opts) -> int:
@@ -177,27 +190,24 @@ def level_check(concurrency: int):
         opts = ctx.options
         n = opts.requests_for(concurrency)
         result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
-        result_dir.mkdir(exist_ok=True)
-        name = f"concurrency_{concurrency}.json"
-        argv = bench.bench_argv(bench_prefix(ctx, result_dir), base_url=ctx.target.base_url,
-                                served_name=ctx.target.served_name, tokenizer=bench_tokenizer(ctx),
-                                concurrency=concurrency, num_prompts=n, input_len=input_tokens(opts),
-                                output_len=opts.output_tokens(), result_dir=str(result_dir), result_filename=name)
-        ctx.say(f"      sweep.concurrency_{concurrency}: {shlex.join(argv)}")
-        # Bounded: every round of `concurrency` requests may take the request timeout, plus bench's start.
-        timeout_s = math.ceil(n / concurrency) * opts.request_timeout_s + BENCH_START_S
+        prefix = bench_prefix(ctx.target.argv, python=opts.python, container=opts.bench_container,
+                              result_dir=result_dir, model_path=ctx.plan.model_path)
+        ctx.say(f"      sweep.concurrency_{concurrency}: running vllm bench serve ({prefix[0]} ...)")
         before = _counters(ctx)
-        res = bench.run(argv, result_dir / name, result_dir / f"concurrency_{concurrency}.log", timeout_s)
-        stats = bench.row(res["json"], concurrency, n, argv, res["error"])
+        stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,
+                            tokenizer=bench_tokenizer(ctx.target.argv, ctx.plan), concurrency=concurrency, n=n,
+                            input_len=input_tokens(opts), output_len=opts.output_tokens(), out_dir=result_dir,
+                            stem=f"concurrency_{concurrency}", request_timeout_s=opts.request_timeout_s)
+        rc = stats.pop("rc")
         stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)
         value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
                  "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
         threshold = {"failed_requests": 0}
-        if stats["failed"] or res["rc"] != 0:
+        if stats["failed"] or rc != 0:
             alive = _server_state(ctx)
             return Outcome(FAIL, f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
-                           f"first error: {res['error'] or 'unknown'}",
+                           f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
                            value=value, threshold=threshold, evidence=stats)
         # bench's ITL is the gap between streamed chunks; with speculative decoding several tokens arrive back
         # to back, so TPOT is the per-token figure to compare across runs.
