@@ -515,8 +515,8 @@ def _served_json(run) -> Path:
 
 def _bench_container(run) -> tuple[str, str] | None:
     """Where the sweep's `vllm bench serve` runs: in the serving image (container modes), else on the host."""
-    tool = image_mod.runtime()
-    return (tool, run.plan.image) if run.mode() != "foreground" and tool and run.plan.image else None
+    tool, image = image_mod.runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    return (tool, image) if run.mode() != "foreground" and tool and image else None
 
 
 def validate_run(run) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -190,12 +191,14 @@ def level_check(concurrency: int):
         opts = ctx.options
         n = opts.requests_for(concurrency)
         result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
+        tokenizer = bench_tokenizer(ctx.target.argv, ctx.plan)
+        local = tokenizer if os.path.isabs(tokenizer) else ctx.plan.model_path   # mounted in container modes
         prefix = bench_prefix(ctx.target.argv, python=opts.python, container=opts.bench_container,
-                              result_dir=result_dir, model_path=ctx.plan.model_path)
+                              result_dir=result_dir, model_path=local)
         ctx.say(f"      sweep.concurrency_{concurrency}: running vllm bench serve ({prefix[0]} ...)")
         before = _counters(ctx)
         stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,
-                            tokenizer=bench_tokenizer(ctx.target.argv, ctx.plan), concurrency=concurrency, n=n,
+                            tokenizer=tokenizer, concurrency=concurrency, n=n,
                             input_len=input_tokens(opts), output_len=opts.output_tokens(), out_dir=result_dir,
                             stem=f"concurrency_{concurrency}", request_timeout_s=opts.request_timeout_s)
         rc = stats.pop("rc")
