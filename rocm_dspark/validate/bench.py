@@ -2,11 +2,12 @@
 it, so a row here sits beside theirs with the same TTFT/TPOT/ITL definitions. Host mode runs the server
 Python's `vllm`; container modes run it inside the same image (`docker run --rm --network host`).
 
-Flags and JSON keys are those of vllm/benchmarks/serve.py (0.32.0 line / 0.33.0 line): --max-concurrency
-1631/1679, --model 1645/1693, --tokenizer 1668/1716, --save-result 1744/1792, --result-dir 1768/1816,
---result-filename 1775/1823, --ignore-eos 1784/1832, --metric-percentiles 1811/1859, --temperature
-1859/1907, --served-model-name 1888/1936; --dataset-name, --num-prompts, --seed, --random-input-len,
---random-output-len in vllm/benchmarks/datasets/datasets.py (1593, 1587, 1585, 1888, 1894 in both).
+Flags and JSON keys are those of vllm/benchmarks/serve.py (0.32.0 line / 0.33.0 line): --base-url
+1607/1655, --max-concurrency 1631/1679, --model 1645/1693, --tokenizer 1668/1716, --disable-tqdm 1728/1776,
+--save-result 1744/1792, --result-dir 1768/1816, --result-filename 1775/1823, --ignore-eos 1784/1832,
+--metric-percentiles 1811/1859, --temperature 1859/1907, --served-model-name 1888/1936; --dataset-name,
+--num-prompts, --seed, --random-input-len, --random-output-len in vllm/benchmarks/datasets/datasets.py
+(1593, 1587, 1585, 1888, 1894 in both).
 The JSON: completed/failed/output_throughput (serve.py 1282-1288 / 1321-1327), mean_/median_/pNN_<metric>_ms
 (1385-1391 / 1426-1432). Without --save-detailed the per-request errors are dropped from it (2389 / 2437),
 so the first error is the "Error 0:" line bench prints (681-683 / 710-712).
