@@ -523,6 +523,12 @@ def _served_json(run) -> Path:
     return run.dir / ("server-adaptive.json" if adaptive else "server.json")
 
 
+def _bench_container(run) -> tuple[str, str] | None:
+    """Where the sweep's `vllm bench serve` runs: in the serving image (container modes), else on the host."""
+    tool, image = image_mod.runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    return (tool, image) if run.mode() != "foreground" and tool and image else None
+
+
 def validate_run(run) -> dict:
     from rocm_dspark.recipe.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
@@ -534,6 +540,7 @@ def validate_run(run) -> dict:
                            server_json=_served_json(run) if run.options.target == LOCAL_CPU else None,
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            gate_software=run.gate_software(),
+                           bench_container=_bench_container(run),
                            service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),

@@ -43,6 +43,7 @@ class ValidateOptions:
     server_log: Path | None = None         # the running server's log (--endpoint); --launch writes its own
     host_root: str = ""                    # prefix for /proc and /dev paths (tests)
     gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)
+    bench_container: tuple[str, str] | None = None  # (docker|podman, image): the sweep's `vllm bench serve` runs there
 
     def levels(self) -> tuple[int, ...]:
         if self.concurrencies:

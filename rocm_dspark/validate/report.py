@@ -158,6 +158,9 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
             lines.append(f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['output_throughput_tok_s'])} | "
                          f"{_fmt(lv['ttft_ms']['p50'])} | {_fmt(lv['ttft_ms']['p99'])} | {_fmt(lv['itl_ms']['p50'])} | "
                          f"{_fmt(lv['tpot_ms']['mean'])} |")
+        # The exact command of each row, so that an operator can rerun it and set it beside a public table.
+        lines += [""] + [f"- concurrency {lv['concurrency']}: `{lv['bench_command']}`" for lv in meas["sweep"]
+                         if lv.get("bench_command")]
     lines += ["", "## What each check means", ""]
     lines += [f"- `{name}`: {text}" for name, text in descriptions.items()]
     return "\n".join(lines) + "\n"

@@ -133,7 +133,7 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
     ]
     for c in opts.levels():
         checks.append(Check(f"sweep.concurrency_{c}", "sweep", True, sweep.level_check(c),
-                            f"{opts.requests_for(c)} streamed requests at concurrency {c}: all succeed; throughput, TTFT, TPOT (per output token) and ITL (gap between streamed chunks, as vllm bench measures it).",
+                            f"`vllm bench serve` (random data set, fixed lengths and seed), {opts.requests_for(c)} requests at concurrency {c}: all complete; throughput, TTFT, TPOT (per output token) and ITL (gap between streamed chunks).",
                             needs_server=True))
     checks.append(Check("sweep.jit", "sweep", False, jit_check,
                         "the server log: no kernel compile reported by vLLM's JIT monitor during the sweep (warn, "

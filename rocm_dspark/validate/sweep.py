@@ -1,8 +1,9 @@
 """Load sweep: throughput, time to first token and inter-token latency at several concurrencies.
 
-Streams /v1/completions with httpx's AsyncClient (imported lazily). Request counts are bounded
-(options.requests_for), every request has a timeout, and a level has an overall deadline, so a server
-that dies or hangs mid-sweep is reported as a failed level with the first errors, never waited on forever.
+Each level is one `vllm bench serve` run (rocm_dspark.validate.bench) from the serving vLLM, bounded in
+requests (options.requests_for) and time, so a server that dies or hangs mid-sweep is a failed level with
+the first error bench reports, never waited on forever. The httpx client below (streamed /v1/completions)
+remains for the A/B arms.
 """
 
 from __future__ import annotations
@@ -10,13 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import shutil
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rocm_dspark.runtime.client import one_line
+from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
 from rocm_dspark.validate.spec_checks import WORKLOAD
+
+BENCH_DIR = "bench"          # in the report: each level's `vllm bench serve` JSON, as written, and its output
+BENCH_START_S = 300.0        # bench's own start (imports, tokenizer) before the first request
 
 
 @dataclass
@@ -135,39 +143,80 @@ async def run_level(base_url: str, served_name: str, concurrency: int, n_request
         return list(records), time.perf_counter() - t0
 
 
+def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path,
+                 model_path: str | None) -> list[str]:
+    """How to reach the serving vLLM's `vllm`: inside its image (container modes), else the `vllm` that serves
+    (argv[0]) or the one beside its Python (--python, or a `python -m vllm...` argv)."""
+    from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
+
+    if container:
+        tool, image = container
+        mounts = [*hf_cache_mounts(hf_home(), hf_hub_cache()), "-v", f"{result_dir}:{result_dir}"]
+        if model_path:
+            mounts += ["-v", f"{model_path}:{model_path}:ro"]
+        return bench.container_prefix(tool, image, mounts)
+    first = Path(str(argv[0])) if argv else None
+    if not python and first is not None and first.name == "vllm":
+        return [str(first)]
+    py = python or (str(first) if first is not None and first.name.startswith("python") else None)
+    exe = Path(py).with_name("vllm") if py else None
+    return [str(exe) if exe and exe.exists() else (shutil.which("vllm") or "vllm")]
+
+
+def bench_level(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, n: int,
+                input_len: int, output_len: int, out_dir: Path, stem: str, request_timeout_s: float) -> dict:
+    """One `vllm bench serve` run; its row (bench.row) with "rc". Bounded: every round of `concurrency`
+    requests may take the request timeout, plus bench's own start."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = bench.bench_argv(prefix, base_url=base_url, served_name=served_name, tokenizer=tokenizer,
+                            concurrency=concurrency, num_prompts=n, input_len=input_len, output_len=output_len,
+                            result_dir=str(out_dir), result_filename=f"{stem}.json")
+    timeout_s = math.ceil(n / concurrency) * request_timeout_s + BENCH_START_S
+    res = bench.run(argv, out_dir / f"{stem}.json", out_dir / f"{stem}.log", timeout_s)
+    return {**bench.row(res["json"], concurrency, n, argv, res["error"]), "rc": res["rc"]}
+
+
+def bench_tokenizer(argv, plan) -> str:
+    """The served model, where bench loads its tokenizer (the served name is no path)."""
+    return bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
+
+
+def input_tokens(opts) -> int:
+    return 128 if opts.quick else 1024
+
+
 def level_check(concurrency: int):
-    """The check function for one concurrency level."""
+    """The check function for one concurrency level: one `vllm bench serve` run (rocm_dspark.validate.bench)."""
 
     def check(ctx) -> Outcome:
         opts = ctx.options
         n = opts.requests_for(concurrency)
         mark_sweep_start(ctx)
+        result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
+        tokenizer = bench_tokenizer(ctx.target.argv, ctx.plan)
+        local = tokenizer if os.path.isabs(tokenizer) else ctx.plan.model_path   # mounted in container modes
+        prefix = bench_prefix(ctx.target.argv, python=opts.python, container=opts.bench_container,
+                              result_dir=result_dir, model_path=local)
+        ctx.say(f"      sweep.concurrency_{concurrency}: running vllm bench serve ({prefix[0]} ...)")
         before = _counters(ctx)
-        shown = {"at": 0.0}
-
-        def on_done(done: int, failed: int, elapsed: float) -> None:
-            # A level can run for minutes: a line every 10 s (and at the end) says it is moving.
-            if done == n or elapsed - shown["at"] >= 10.0:
-                shown["at"] = elapsed
-                ctx.say(f"      sweep.concurrency_{concurrency}: {done}/{n} requests done"
-                        + (f" ({failed} failed)" if failed else "") + f", {elapsed:.0f} s")
-
-        records, wall = asyncio.run(run_level(ctx.target.base_url, ctx.target.served_name, concurrency, n,
-                                              opts.output_tokens(), opts.request_timeout_s, on_done=on_done))
-        stats = summarise(records, wall, concurrency)
+        stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,
+                            tokenizer=tokenizer, concurrency=concurrency, n=n,
+                            input_len=input_tokens(opts), output_len=opts.output_tokens(), out_dir=result_dir,
+                            stem=f"concurrency_{concurrency}", request_timeout_s=opts.request_timeout_s)
+        rc = stats.pop("rc")
         stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)
         value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
                  "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
         threshold = {"failed_requests": 0}
-        if stats["failed"]:
+        if stats["failed"] or rc != 0:
             alive = _server_state(ctx)
             return Outcome(FAIL, f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
                            f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
                            value=value, threshold=threshold, evidence=stats)
-        # ITL is the gap between streamed chunks (as `vllm bench serve` measures it); with speculative decoding
-        # several tokens arrive back to back, so TPOT is the per-token figure to compare across runs.
-        return Outcome(PASS, f"{n} requests: {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
+        # bench's ITL is the gap between streamed chunks; with speculative decoding several tokens arrive back
+        # to back, so TPOT is the per-token figure to compare across runs.
+        return Outcome(PASS, f"{n} requests (vllm bench serve): {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
                        f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
                        f"{stats['itl_ms']['p50']} ms", value=value,
                        threshold=threshold, evidence=stats)

@@ -274,6 +274,12 @@ def test_up_reaches_a_validated_endpoint_running_the_recorded_digest(rig):
     assert "live" not in levels and probe["in_image"]["levels"] == ["static"], levels
     assert not levels["static"]["passed"] and "no AMD GPU" in levels["static"]["reason"], levels["static"]
     assert st["steps"]["validate"]["status"] == "done", st["steps"]["validate"]
+    # The sweep ran vLLM's own `vllm bench serve` inside the same pinned image; its JSON is in the report.
+    rep = json.loads(Path(st["steps"]["validate"]["output"]["report"]).with_name("report.json").read_text())
+    for lv in rep["measurements"]["sweep"]:
+        cmd = lv["bench_command"]
+        assert cmd.startswith("docker run --rm --network host ") and f"--entrypoint vllm {img['pinned']} bench serve " in cmd, cmd
+        assert lv["bench_result"]["completed"] == lv["requests"] and lv["failed"] == 0
     # The running container is the recorded digest.
     c = _container(rig.env)
     assert c is not None and c["State"]["Running"], c

@@ -108,15 +108,23 @@ def test_launch_then_server_dies_mid_sweep(tiny_model, vllm_venv, vllm_serve_com
     out = tmp_path / "report"
     t0 = time.monotonic()
     proc = subprocess.Popen(cli(vllm_venv, "--model", "V4.1-Flash", "--gpu", "mi300x", "--launch", "--server-json", str(spec),
-                                "--concurrency", "1,2", "--requests-per-level", "6", "--max-tokens", "400",
+                                "--quick", "--concurrency", "1,2", "--requests-per-level", "6", "--max-tokens", "300",
                                 "--request-timeout", "30", "--ready-timeout", "300", "--report", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     killed = None
     try:
         for line in proc.stderr:
             if line.startswith("[") and "sweep.concurrency_2 ..." in line:
-                # The server dies now, mid-level: kill vLLM's whole process group (the launcher's child).
+                # Once bench has sent its first requests, the server dies mid-level: kill vLLM's whole process
+                # group (the launcher's child).
                 from rocm_dspark.launch import launch_state
+
+                bench_log = out / "bench" / "concurrency_2.log"
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline and "Starting main benchmark run" not in (
+                        bench_log.read_text() if bench_log.exists() else ""):
+                    time.sleep(0.2)
+                time.sleep(1.0)
 
                 state = launch_state.read(next((out / "launch").rglob("launch-state")).parent)
                 killed = state["pid"]
@@ -135,6 +143,10 @@ def test_launch_then_server_dies_mid_sweep(tiny_model, vllm_venv, vllm_serve_com
     dead = by["sweep.concurrency_2"]
     assert dead["status"] == "fail" and "requests failed at concurrency 2" in dead["message"]
     assert ("exited with status" in dead["message"]) or ("no longer answers" in dead["message"])
+    # The first error is the one bench reported (its "Error 0:" line), the command is there to rerun.
+    assert dead["evidence"]["errors"] and dead["evidence"]["errors"][0] in dead["message"]
+    assert "unknown" not in dead["message"] and dead["evidence"]["succeeded"] < 6
+    assert dead["evidence"]["bench_command"].startswith(str(vllm_venv / "bin" / "vllm") + " bench serve ")
     assert by["sweep.gsm8k"]["status"] == "skipped" and rep["summary"]["stopped_at"] == "sweep.concurrency_2"
     assert rep["server"]["stop"]["leftover_pids"] == []
     assert not is_alive(killed) and not descendants(killed)
