@@ -24,8 +24,9 @@ SECRET = "hf_PLANTEDupRealRun0d9e"  # issue 22: must reach vLLM through the 0600
 
 def _interrupt_while_starting(up, env, up_dir, port) -> str:
     """Step 1: SIGINT (what Ctrl-C sends) once `up` printed that the engine is starting; returns the output."""
+    # SIGINT back to its default in `up`: a suite started in the background (`(cmd &)`) hands it on ignored
     proc = subprocess.Popen(up, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen, server_pid, tree = [], None, set()
     try:
         for line in proc.stdout:

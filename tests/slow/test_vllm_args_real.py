@@ -29,7 +29,10 @@ def corpus() -> list[str]:
     tokens = ["--enforce-eager=--speculative-config={\"enable_adaptive_verification\":true}",
               "--max-model-len=--max-num-seqs=4", "--x=-y", "--max_model_len=4096", "--compilation-config.mode=3",
               "-cc={\"mode\":3}", "--compilation-config={\"cudagraph_mode\":\"NONE\"}", "-O3", "--enforce-eager",
-              "--kv_cache_dtype=fp8", "--max-model=4096"]
+              "--kv_cache_dtype=fp8", "--max-model=4096",
+              # real flags no plan owns, so that enough tokens are accepted for the property to say something
+              # (the build's parser facts refuse made-up flags and values on flags that take none)
+              "--seed=7", "--max-logprobs=5", "--disable-log-stats", "--uvicorn-log-level=info", "--max_logprobs=3"]
     values = {"speculative_config": '{"method":"ngram","num_speculative_tokens":2,"enable_adaptive_verification":true}',
               "port": "9999", "host": "1.2.3.4", "model": "other/model", "served_model_name": "evil",
               "enable_expert_parallel": None, "headless": None, "data_parallel_hybrid_lb": None,
