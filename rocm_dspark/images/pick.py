@@ -54,12 +54,23 @@ def on_mirror(image: str, mirror: str | None) -> str:
     if not mirror:
         return image
     name, at, digest = image.partition("@")
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        name = rest
-    elif not rest:
-        name = f"library/{name}"
+    host, path = _split_host(name)
+    name = path if host else name if "/" in name else f"library/{name}"
     return f"{mirror}/{name}{at}{digest}"
+
+
+def _split_host(name: str) -> tuple[str | None, str]:
+    """(registry host or None, the rest): docker's rule, a first component with '.', ':' or 'localhost' is a host."""
+    first, _, rest = name.partition("/")
+    return (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else (None, name)
+
+
+def canonical(repo: str) -> str:
+    """docker's full name of a repository ('vllm/x' -> 'docker.io/vllm/x', 'ubuntu' -> 'docker.io/library/ubuntu'),
+    as podman writes RepoDigests."""
+    if _split_host(repo)[0]:
+        return repo
+    return f"docker.io/{repo}" if "/" in repo else f"docker.io/library/{repo}"
 
 
 def repository(image_tag: str) -> str:

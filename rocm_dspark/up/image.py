@@ -50,20 +50,13 @@ def repository(image: str) -> str:
     return (head + "/" if head else "") + last.split(":", 1)[0]
 
 
-def _canonical(repo: str) -> str:
-    """docker's full name of a repository ('vllm/x' -> 'docker.io/vllm/x', 'ubuntu' -> 'docker.io/library/ubuntu'),
-    as podman writes RepoDigests; the rule of rocm_dspark.images.pick.on_mirror."""
-    first, _, rest = repo.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return repo
-    return f"docker.io/{repo}" if rest else f"docker.io/library/{repo}"
-
-
 def check_digest(image: str, digests: list[str]) -> tuple[str | None, str | None]:
     """(the digest of the requested repository to record, or None where it has none; a problem or None). Another
     repository's digest is never taken: `repo@<its digest>` would name an image no registry holds."""
-    repo = _canonical(repository(image))
-    got = [d.split("@", 1)[1] for d in digests if "@" in d and _canonical(d.split("@", 1)[0]) == repo]
+    from rocm_dspark.images.pick import canonical
+
+    repo = canonical(repository(image))
+    got = [d.split("@", 1)[1] for d in digests if "@" in d and canonical(d.split("@", 1)[0]) == repo]
     want = pinned_digest(image)
     if want and want not in got:
         return None, f"the image's digests of {repository(image)} {got} do not include the plan's {want}"
