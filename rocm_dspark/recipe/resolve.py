@@ -689,12 +689,13 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
             kept.append((flag, value))
         else:
             wid = s.workaround_args.get(flag)
-            if wid:  # the workaround's flag is gone, so its note (found by reference, not by wording) says so
+            if wid:  # the workaround's flag is gone: its note (found by reference, not by wording) says why, once
                 i = s.workaround_notes[wid]
                 n = s.notes[i]
-                s.notes[i] = n._replace(text=f"not applied on build {s.build.name} ({flag} left out, see build flags). "
-                                        + n.text, short=f"not applied: {s.build.name} has the fix ({flag} left out)")
-            s.notes.append(Note("build flags", why, why.split(" (")[0]))
+                s.notes[i] = n._replace(text=f"not applied: {why}. " + n.text,
+                                        short=f"not applied: {s.build.name} has the fix ({flag} left out)")
+            else:
+                s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
     args.items = kept

@@ -19,8 +19,9 @@ from __future__ import annotations
 from rocm_dspark.errors import UsageError
 
 PLUGIN_NAME = "rocm_dspark"  # pyproject.toml [project.entry-points."vllm.general_plugins"]
-# Plan variables an operator may change: readiness deadline and logging, not the computation.
-STARTUP_ONLY = frozenset({"VLLM_ENGINE_READY_TIMEOUT_S", "PYTHONUNBUFFERED", "AITER_TRITON_LOG_LEVEL"})
+# Plan variables an operator may change: readiness and step deadlines and logging, not the computation.
+STARTUP_ONLY = frozenset({"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "PYTHONUNBUFFERED",
+                          "AITER_TRITON_LOG_LEVEL"})
 
 
 def check_env(key: str, value: str, planned: dict[str, str]) -> None:

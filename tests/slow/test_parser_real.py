@@ -186,3 +186,30 @@ def test_the_parser_facts_are_the_builds_own_parser(vllm_venv, build):
         except UsageError:
             ours = False
         assert ours == res["ok"], (token, res)
+
+
+@pytest.mark.parametrize("build", ["v0.32.0", "v0.33.0"])
+def test_every_vllm_variable_a_plan_sets_is_one_its_build_reads(vllm_venv, build):
+    """A VLLM_* variable vLLM does not define is ignored without a word (vllm/envs.py reads only the names in
+    `environment_variables`), so a plan that sets one would say a deadline or switch it never gets: every such
+    variable of every plan of the build is in that build's own table. A made-up name must be missing (the check
+    can fail)."""
+    overlay = _overlay(build)
+    code = "import json, vllm.envs as e; print(json.dumps(sorted(e.environment_variables)))"
+    r = subprocess.run([str(vllm_venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=300,
+                       env=_env(overlay), cwd=str(REPO / "tests"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    known = set(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert "VLLM_NO_SUCH_ROCM_DSPARK_VARIABLE" not in known and "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in known
+    planned = {}
+    for model in CAT.models.values():
+        for gpu in model.profiles:
+            try:
+                plan = resolve(CAT, Selection(model=model.key, gpu=gpu, build=build))
+            except Exception as exc:  # noqa: BLE001 - only the model's own support may refuse here
+                assert "is not shown to contain" in str(exc) or "lacks" in str(exc), exc
+                continue
+            planned.update({k: f"{model.key}/{gpu}" for k in plan.env if k.startswith("VLLM_")})
+    assert "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS" in planned
+    unknown = {k: where for k, where in planned.items() if k not in known}
+    assert not unknown, f"variables {build}'s vllm/envs.py does not read: {unknown}"
