@@ -12,6 +12,7 @@ import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
+import shlex
 from shlex import quote  # install commands: the operator's shell is POSIX sh/bash
 
 from rocm_dspark.atomic import write_files_atomic
@@ -380,40 +381,41 @@ def installed_env_file(name: str) -> str:
     return f"{ENV_DIR}/{_check_name(name)}.env"
 
 
-def install_commands(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[str, ...]:
-    """The commands an operator runs on the node to install and start the unit (printed, never run here).
-
-    Each privileged command starts with `sudo`, so `up` (as root) drops just that word. `root`: install into
-    that directory instead of / (a throwaway root for tests or an image build): useradd --prefix and
-    `systemctl --root` there, nothing started. The env file is copied only where the node has none yet, so a
-    token put there on the node is never overwritten. `here`: the sources as ./<file>, for commands run on
-    another node from the directory its copied files are in."""
+def install_argvs(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[tuple[str, ...], ...]:
+    """The commands an operator runs as root on the node to install and start the unit, as argv (install_commands
+    prints them with sudo; `up` runs them). `root`: install into that directory instead of / (a throwaway root for
+    tests or an image build): useradd --prefix and `systemctl --root` there, nothing started. The env file is
+    copied only where the node has none yet, so a token put there on the node is never overwritten. `here`: the
+    sources as ./<file>, for commands run on another node from the directory its copied files are in."""
     if files.unit is None:
         return ()
     unit_name = files.unit.name
-    at = lambda path: quote(root + path)  # noqa: E731
+    at = lambda path: root + path  # noqa: E731
     if root:
-        who = f"grep -q {quote('^' + user + ':')} {at('/etc/passwd')} || useradd --prefix {quote(root)}"
+        who = f"grep -q {quote('^' + user + ':')} {quote(at('/etc/passwd'))} || useradd --prefix {quote(root)}"
     else:
         who = f"id -u {quote(user)} >/dev/null 2>&1 || useradd"
     who += f" --system --create-home --home-dir /var/lib/rocm-dspark --groups video,render {quote(user)}"
-    src = lambda path: quote(f"./{path.name}" if here else str(path))  # noqa: E731
-    env_src, env_dst = src(files.env_file), at(installed_env_file(files.name))
+    src = lambda path: f"./{path.name}" if here else str(path)  # noqa: E731
+    env_src, env_dst = quote(src(files.env_file)), quote(at(installed_env_file(files.name)))
     cmds = [
-        f"sudo sh -c {quote(who)}",
-        f"sudo install -D -m 0755 -o root -g root {src(files.launcher)} {at(installed_launcher(files.name))}",
-        f"sudo sh -c {quote(f'test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}')}",
-        f"sudo install -D -m 0644 {src(files.unit)} {at(f'{UNIT_DIR}/{unit_name}')}",
+        ("sh", "-c", who),
+        ("install", "-D", "-m", "0755", "-o", "root", "-g", "root", src(files.launcher), at(installed_launcher(files.name))),
+        ("sh", "-c", f"test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}"),
+        ("install", "-D", "-m", "0644", src(files.unit), at(f"{UNIT_DIR}/{unit_name}")),
     ]
     if root:
-        return (*cmds, f"sudo systemctl --root={quote(root)} enable {quote(unit_name)}")
-    return (
-        *cmds,
-        "sudo systemctl daemon-reload",
-        # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
-        f"sudo systemctl enable --now --no-block {quote(unit_name)}",
-        f"journalctl -fu {quote(unit_name)}",
-    )
+        return (*cmds, ("systemctl", f"--root={root}", "enable", unit_name))
+    # --no-block: a Type=notify start lasts until vLLM is ready, which can take most of an hour.
+    return (*cmds, ("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", "--no-block", unit_name))
+
+
+def install_commands(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[str, ...]:
+    """install_argvs as the lines an operator pastes (printed, never run here), each with `sudo`, and the log."""
+    if files.unit is None:
+        return ()
+    follow = () if root else (f"journalctl -fu {quote(files.unit.name)}",)
+    return (*(f"sudo {shlex.join(a)}" for a in install_argvs(files, user, root, here)), *follow)
 
 
 def _check_output_dir(output_dir: Path) -> Path:
