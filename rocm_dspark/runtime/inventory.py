@@ -245,6 +245,15 @@ def merge_facts(*sources: list[dict]) -> list[GpuFacts]:
     return out
 
 
+AMDSMI_ARGVS = (("amd-smi", "static", "--asic", "--vram", "--limit", "--json"),
+                ("amd-smi", "metric", "--ecc", "--temperature", "--power", "--json"))
+
+
+def detect_argvs() -> tuple[tuple[str, ...], ...]:
+    """The commands inventory() runs where the tools are installed (rocm-smi only where amd-smi is not)."""
+    return (*AMDSMI_ARGVS, tuple(PARTITION_ARGV), ("rocminfo",))
+
+
 def inventory(root: str = "") -> HostInventory:
     """Run the AMD tools that exist and merge what they report. Never raises; [] GPUs on a non-AMD host.
 
@@ -273,9 +282,8 @@ def inventory(root: str = "") -> HostInventory:
         return found
 
     if tools["amd-smi"]:
-        for argv in (["amd-smi", "static", "--asic", "--vram", "--limit", "--json"],
-                     ["amd-smi", "metric", "--ecc", "--temperature", "--power", "--json"]):
-            out = run(argv)
+        for argv in AMDSMI_ARGVS:
+            out = run(list(argv))
             if out:
                 sources.append(parse(parse_amdsmi_facts, out, " ".join(argv)))
     partitions: dict[int, str] = {}

@@ -20,6 +20,7 @@ class Run:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     root: bool = False           # through sudo unless this process is root
+    detach: bool = False         # a server left running (printed with ` &`; up/service.py starts it)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def render(actions, indent: str = "    ", width: int | None = None) -> list[str]
                     line = indent + "  " + w
                 else:
                     line += " " + w
-            out.append(line)
+            out.append(line + (" &" if a.detach else ""))
         else:
             out += textwidth.wrap(_text(a), indent + "# ", indent + "#   ", width)
     return out

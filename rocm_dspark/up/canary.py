@@ -367,22 +367,25 @@ def unit_files(run) -> dict[str, str]:
             timer: TIMER_UNIT.format(unit=timer, **fill)}
 
 
-def install_commands(run) -> list[str]:
-    import shlex
+def actions(run) -> list:
+    """systemd mode: the canary's units and the timer's start (what `up`'s summary step runs); else a note."""
+    from rocm_dspark.up.actions import Run, Say, Write
+    from rocm_dspark.up.service import UNIT_DIR
 
-    from rocm_dspark.up import service
-
-    d = run.dir / "launch" / "canary"
-    units = list(unit_files(run))
-    return [service.as_root(c) for c in (
-        *[f"sudo install -D -m 0644 {shlex.quote(str(d / u))} {service.UNIT_DIR}/{u}" for u in units],
-        "sudo systemctl daemon-reload", f"sudo systemctl enable --now {units[1]}")]
+    if run.mode() != "systemd":
+        return [Say("the canary (`rocm-dspark canary`, which re-scores the served tokens) is yours to schedule "
+                    "(cron); the systemd mode installs a timer")]
+    d, units = run.dir / "launch" / "canary", list(unit_files(run))
+    return [Say(f"the canary every {CANARY_EVERY_MIN} minutes: its timer and service, enabled"),
+            *[Write(str(d / u), 0o644, "canary unit") for u in units],
+            *[Run(("install", "-D", "-m", "0644", str(d / u), f"{UNIT_DIR}/{u}"), root=True) for u in units],
+            Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", units[1]), root=True)]
 
 
 def ensure_timer(run) -> list[str]:
     """systemd mode: write the units and enable the timer (what `up`'s summary step runs); the lines it says."""
-    from rocm_dspark.up import service
-    from rocm_dspark.up.steps_common import StepFailed
+    from rocm_dspark.up.actions import Run
+    from rocm_dspark.up.serve import run_all
 
     if run.mode() != "systemd":
         return []
@@ -390,9 +393,6 @@ def ensure_timer(run) -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     for file, text in unit_files(run).items():
         (d / file).write_text(text)
-    for c in install_commands(run):
-        code, text = service.run_shell(c, timeout=120)
-        if code != 0:
-            raise StepFailed(f"canary timer: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else ''}",
-                             "fix what it says and run `rocm-dspark up` again")
+    run_all(run, [a for a in actions(run) if isinstance(a, Run)], "canary timer",
+            "fix what it says and run `rocm-dspark up` again")
     return [f"canary: every {CANARY_EVERY_MIN} minutes ({list(unit_files(run))[1]}); `rocm-dspark status` names the last"]

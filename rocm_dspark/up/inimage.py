@@ -213,16 +213,18 @@ def probe_step(run) -> dict:
     return out
 
 
-def probe_dry(run) -> list[str]:
-    """What the container-mode probe step would run (for --dry-run)."""
+def probe_actions(run) -> list:
+    """What the container-mode probe step runs."""
     from rocm_dspark.up import image as image_mod
+    from rocm_dspark.up.actions import Run, Say
 
     tool = image_mod.runtime() or "docker"
     image = run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     src = toolkit_source() or "<the toolkit's source tree>"
-    return [f"{sys.executable} -m pip wheel --no-deps --no-index --no-build-isolation -w {run.dir / 'wheel'} {src}",
-            shlex.join(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                                     run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False))),
-            "reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"]
+    return [Run((sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-w",
+                 str(run.dir / "wheel"), str(src))),
+            Run(tuple(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
+                                    run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False)))),
+            Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)")]

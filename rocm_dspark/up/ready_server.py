@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
 from rocm_dspark.up import service
+from rocm_dspark.up.actions import Action, Run, Say, Wait, Write
 from rocm_dspark.up.health import PATH
 from rocm_dspark.up.steps_common import StepFailed
 
@@ -91,23 +92,20 @@ def unit_text(run) -> str:
                        state=run.dir, port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start)
 
 
-def install_commands(run) -> list[str]:
-    unit = unit_name(run)
-    return [service.as_root(c) for c in (
-        f"sudo install -D -m 0644 {shlex.quote(str(unit_path(run)))} {UNIT_DIR}/{unit}",
-        "sudo systemctl daemon-reload",
-        f"sudo systemctl enable --now {unit}")]
-
-
-def start_lines(run) -> list[str]:
-    """What ensure() runs, for --dry-run (nothing when --ready-port is not given)."""
+def actions(run) -> list[Action]:
+    """What ensure() does (nothing when --ready-port is not given)."""
     if not listen(run):
         return []
     host, port = listen(run)
-    head = f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, proving, validating or down):"
+    head = Say(f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
+               "proving, validating or down)")
     if run.mode() == "systemd":
-        return [head, f"  writes {unit_path(run)}", *["  " + c for c in install_commands(run)]]
-    return [head, "  " + shlex.join(argv(run)) + " (detached; `rocm-dspark down` stops it)"]
+        unit = unit_name(run)
+        return [head, Write(str(unit_path(run)), 0o644, "readiness unit"),
+                Run(("install", "-D", "-m", "0644", str(unit_path(run)), f"{UNIT_DIR}/{unit}"), root=True),
+                Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", unit), root=True)]
+    return [head, Say("detached; `rocm-dspark down` stops it:"), Run(tuple(argv(run)), detach=True),
+            Wait(base_url(host, port) + PATH, START_WAIT_S, "(any HTTP status)")]
 
 
 def ensure(run) -> dict | None:
@@ -132,12 +130,10 @@ def ensure(run) -> dict | None:
         path = unit_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(unit_text(run))
-        for c in install_commands(run):
-            run.say(f"  $ {c}")
-            code, text = service.run_shell(c, timeout=120)
-            if code != 0:
-                raise StepFailed(f"readiness server: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else 'no output'}",
-                                 "fix what it says and run `rocm-dspark up` again (or leave out --ready-port)")
+        from rocm_dspark.up.serve import run_all
+
+        run_all(run, [a for a in actions(run) if isinstance(a, Run)], "readiness server",
+                "fix what it says and run `rocm-dspark up` again (or leave out --ready-port)")
         rec = {**base, "kind": "systemd", "unit": unit_name(run)}
     else:
         log = run.dir / "logs" / "ready-server.log"

@@ -432,7 +432,7 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     refuse_early(run)
     if options.dry_run:
         check_usable(run.dir)  # what prepare and up_lock below refuse, writing nothing
-        return _dry_run(run, steps)
+        return _render_plan(run, steps)
 
     prepare(run.dir)
     with up_lock(run.dir):  # one `up` per state dir: a second refuses and names the holder
@@ -496,25 +496,23 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
     return 0
 
 
-def _dry_run(run: UpRun, steps) -> int:
-    from rocm_dspark import textwidth
-
-    say = run.display.say
-    for out in textwidth.wrap(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}"):
-        say(out)
+def _render_plan(run: UpRun, steps) -> int:
+    """--dry-run: every step's actions (up/actions.py), rendered; a bash script whose commands are what the run
+    executes and whose every other line is a comment."""
+    from rocm_dspark.up.actions import Say, render
     from rocm_dspark.up.prereq import FAIL
     from rocm_dspark.up.steps import mode_checks
 
-    for c in mode_checks(run):  # made now, as the run makes them: a dry run may show another host's mode
-        if c.status == FAIL:
-            for out in textwidth.wrap(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}", "  "):
-                say(out)
+    head = [Say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")]
+    head += [Say(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}")
+             for c in mode_checks(run) if c.status == FAIL]  # made now, as the run makes them
+    lines = render(head, "")
     for i, step in enumerate(steps, 1):
         rec = run.state.step(step.name)
         done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""
-        say(f"{_header(i, len(steps), step)}{done}")
-        for out in textwidth.fit_all(step.dry(run), "    "):  # commands broken with `\`, prose wrapped
-            say(out)
+        lines += render([Say(f"{_header(i, len(steps), step)}{done}")], "") + render(step.actions(run))
+    for line in lines:
+        run.display.say(line)
     return 0
 
 

@@ -5,8 +5,8 @@ cache and captures the graphs). Every start goes through `load()`, which records
 to ready) in the run and the state file, so the summary shows them and a test can compare them with the vLLM
 starts it counts from outside.
 
-The commands a start runs come from `start_commands()`, the one list that both the run executes (through
-`run_shell`, the privileged runner) and --dry-run prints.
+The actions a start runs come from `start_actions()`, the one list that both the run executes (up/actions.py)
+and --dry-run prints.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from rocm_dspark.launch.launch_facts import start_window_s
 from rocm_dspark.runtime.client import base_url
 from rocm_dspark.up import service
+from rocm_dspark.up.actions import Action, Run, Wait, argv_of, execute, render
 from rocm_dspark.up.state import utc_now
 from rocm_dspark.up.steps_common import StepFailed
 
@@ -34,25 +35,19 @@ def files_of(run, which: str) -> dict:
     name = run.name(run.plan)
     d = launch_dir(run, which)
     unit = d / f"{name}.service" if run.mode() == "systemd" else None
-    return {"launcher": str(d / f"{name}.sh"), "unit": str(unit) if unit else None, "install": None}
+    return {"launcher": str(d / f"{name}.sh"), "unit": str(unit) if unit else None}
 
 
-def install_commands(run, which: str) -> list[str]:
-    """The root commands that install and start the unit of `which` (launch.launchers.install_commands, the
-    same list `launch` prints), as this user runs them (no sudo as root); the journalctl hint left out."""
-    f = files_of(run, which)
-    if f.get("install") is None:
-        from rocm_dspark.launch.launchers import LaunchFiles
-        from rocm_dspark.launch.launchers import install_commands as commands
+def install_actions(run, which: str) -> list[Run]:
+    """The root commands that install and start the unit of `which` (launch.launchers.install_argvs, what
+    `launch` prints)."""
+    from rocm_dspark.launch.launchers import LaunchFiles, install_argvs
 
-        name = run.name(run.plan)
-        launcher = Path(f["launcher"])  # write_launchers puts the env file beside it (<name>.env)
-        files = LaunchFiles(fmt="systemd", name=name, launcher=launcher, unit=Path(f["unit"]),
-                            env_file=launcher.with_name(f"{name}.env"))
-        listed = commands(files, run.service_user())
-    else:
-        listed = f["install"]
-    return [service.as_root(c) for c in listed if not c.startswith("journalctl")]
+    f, name = files_of(run, which), run.name(run.plan)
+    launcher = Path(f["launcher"])  # write_launchers puts the env file beside it (<name>.env)
+    files = LaunchFiles(fmt="systemd", name=name, launcher=launcher, unit=Path(f["unit"]),
+                        env_file=launcher.with_name(f"{name}.env"))
+    return [Run(a, root=True) for a in install_argvs(files, run.service_user())]
 
 
 def cache_root(run) -> Path:
@@ -86,18 +81,15 @@ def process_env(run, which: str) -> dict:
             "ROCM_DSPARK_COMPILE_CACHE_DIR": str(cache_root(run))}
 
 
-def start_commands(run, which: str) -> list[str]:
-    """What a start of `which` runs, in order: the unit's install commands (systemd), or the launcher."""
+def start_actions(run, which: str) -> list[Action]:
+    """What a start of `which` does, in order: the unit's install commands (systemd), or the launcher; then the
+    wait until it serves."""
+    plan = run.launch_plan(which)
+    wait = Wait(f"{base_url(plan.host, plan.port)}/health", start_window_s(plan, run.options.ready_timeout_s),
+                "and /v1/models")
     if run.mode() == "systemd":
-        return install_commands(run, which)
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in process_env(run, which).items())
-    return [f"{env} {shlex.quote(files_of(run, which)['launcher'])}"]
-
-
-def wait_line(run) -> str:
-    plan = run.plan
-    return (f"waits for /health and /v1/models on port {plan.port} (deadline: --ready-timeout, twice where the "
-            f"launcher may fall back), showing the phase read from the log")
+        return [*install_actions(run, which), wait]
+    return [Run((files_of(run, which)["launcher"],), env=tuple(process_env(run, which).items()), detach=True), wait]
 
 
 def load(run, which: str, why: str, phase: str = "starting") -> dict:
@@ -209,14 +201,10 @@ def _start_process(run, which: str) -> dict:
 
 
 def _start_systemd(run, which: str) -> dict:
-    commands = start_commands(run, which)
-    run.confirm("install and start the systemd unit with:\n" + "\n".join(f"    {c}" for c in commands))
-    for c in commands:
-        run.say(f"  $ {c}")
-        code, text = service.run_shell(c, timeout=600)
-        if code != 0:
-            raise StepFailed(f"start: `{c}` failed (exit {code}): {text.splitlines()[-1] if text else 'no output'}",
-                              "fix what it says (root or sudo is needed to install a unit) and run `rocm-dspark up` again")
+    commands = [a for a in start_actions(run, which) if isinstance(a, Run)]
+    run.confirm("install and start the systemd unit with:\n" + "\n".join(render(commands)))
+    run_all(run, commands, "start", "fix what it says (root or sudo is needed to install a unit) and run "
+            "`rocm-dspark up` again", timeout=600)
     unit = Path(files_of(run, which)["unit"]).name
     plan = run.launch_plan(which)
     record = _record(run, which, {"kind": "systemd", "unit": unit,
@@ -238,11 +226,21 @@ def _start_systemd(run, which: str) -> dict:
 
     result, _phase, seconds = run.display.wait(f"  start ({which})", record["log"], poll, poll_s=2.0)
     if result != "ready":
-        _code, tail = service.run_shell(f"journalctl -u {shlex.quote(unit)} -n 30 --no-pager")
+        _code, tail = execute(Run(("journalctl", "-u", unit, "-n", "30", "--no-pager")))
         raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
                           f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
     return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit, "command": which,
             "log": record["log"], "launch_state": launch_state(Path(record["log"]).parent)}
+
+
+def run_all(run, commands: list[Run], what: str, fix: str, timeout: float = 120.0) -> None:
+    """Execute each command, said as --dry-run prints it; the first that fails stops the step."""
+    for c in commands:
+        run.say(f"  $ {shlex.join(argv_of(c))}")
+        code, text = execute(c, timeout=timeout)
+        if code != 0:
+            raise StepFailed(f"{what}: `{shlex.join(c.argv)}` failed (exit {code}): "
+                             f"{text.splitlines()[-1] if text else 'no output'}", fix)
 
 
 def launch_state(directory: Path, wait_s: float = 10.0) -> dict:

@@ -128,20 +128,6 @@ def systemd_usable() -> str | None:
     return None
 
 
-def as_root(command: str) -> str:
-    """The install commands are written for an operator with sudo; as root, drop the sudo (also after `||`:
-    `id -u U || sudo useradd ...`, where a host without sudo would fail)."""
-    if os.geteuid() != 0:
-        return command
-    command = command.replace(" || sudo ", " || ")
-    return command[len("sudo "):] if command.startswith("sudo ") else command
-
-
-def run_shell(command: str, timeout: float = 300.0) -> tuple[int, str]:
-    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
-
-
 def unit_active(unit: str) -> bool:
     try:
         proc = subprocess.run(["systemctl", "is-active", "--quiet", "--", unit], timeout=30)
@@ -152,7 +138,9 @@ def unit_active(unit: str) -> bool:
 
 def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
-    code, out = run_shell(as_root(f"sudo systemctl disable --now -- {shlex.quote(unit)}"), timeout=600)
+    from rocm_dspark.up.actions import Run, execute
+
+    code, out = execute(Run(("systemctl", "disable", "--now", "--", unit), root=True), timeout=600)
     return {"stopped": code == 0, "output": out[-500:]}
 
 

@@ -1,7 +1,7 @@
 """The ten steps of `rocm-dspark up`, each a thin call into the library.
 
 Every step has: `inputs(run)` (what it depends on; hashed into the state file), `run(run)` (does it and
-returns what it produced, recorded), `dry(run)` (the exact commands it would run, for --dry-run) and
+returns what it produced, recorded), `actions(run)` (what it does as typed actions, rendered by --dry-run) and
 optionally `valid(run, output)` (why a finished step must be redone although its inputs did not change,
 e.g. the server it started is gone). A step that cannot go on raises StepFailed with the fix.
 """
@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from rocm_dspark.up import image as image_mod
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
+from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import (  # noqa: F401
     LOCAL_CPU,
     LOCAL_NGRAM,
@@ -33,13 +34,9 @@ class Step(NamedTuple):
     title: str
     inputs: Callable
     run: Callable
-    dry: Callable
+    actions: Callable              # what it does, as typed actions (up/actions.py): --dry-run renders them
     valid: Callable | None = None
     always: bool = False           # cheap and about the present (detection, summary): run every time
-
-
-def _cmd(argv) -> str:
-    return " ".join(shlex.quote(str(a)) for a in argv)
 
 
 def _toolkit() -> str:
@@ -73,11 +70,13 @@ def detect_run(run) -> dict:
     return out
 
 
-def detect_dry(run) -> list[str]:
+def detect_actions(run) -> list[Action]:
     if run.options.target == LOCAL_CPU:
-        return ["reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools"]
-    return ["amd-smi static --asic --vram --limit --json", "amd-smi metric --ecc --temperature --power --json",
-            "amd-smi static --partition", "rocminfo", "command -v docker podman systemctl", "cat /opt/rocm/.info/version"]
+        return [Say("reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools")]
+    from rocm_dspark.runtime.inventory import detect_argvs
+
+    return [*(Run(a) for a in detect_argvs()),
+            Say("looks for docker, podman and systemctl on PATH and reads /opt/rocm/.info/version")]
 
 
 # -- 2. choose ----------------------------------------------------------------------------------------
@@ -118,24 +117,27 @@ def choose_run(run) -> dict:
     return out
 
 
-def choose_dry(run) -> list[str]:
-    from rocm_dspark.launch.render import render_shell
-
+def choose_actions(run) -> list[Action]:
     plan, _ = run.resolve_plan()
-    lines = [f"{_toolkit()} recipe {run.selection_flags()}", f"mode: {run.mode()} ({run.mode_reason()})"]
+    out = [Say(f"the recipe `{_toolkit()} recipe {run.selection_flags()}` prints"),
+           Say(f"mode: {run.mode()} ({run.mode_reason()})")]
     if run.options.target != LOCAL_CPU and run.mode() != "foreground":
         tool = image_mod.runtime() or "docker"
-        lines.append(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
-                     f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
-                     f"{plan.image} -c <rocm_dspark/probe/software.py>")
-    lines += ["the plan (written to " + str(run.dir / "plan.json") + "):"]
-    lines += ["  " + ln for ln in render_shell(plan).rstrip("\n").splitlines()]
+        out.append(Say(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
+                       f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
+                       f"{plan.image} -c <rocm_dspark/probe/software.py>"))
+    out.append(Write(str(run.dir / "plan.json"), 0o600, "plan"))
+    out.append(Say("its command (the launchers of step 5 run it): "
+                   + shlex.join([*(f"{k}={v}" for k, v in plan.env.items()), *plan.argv])))
+    from rocm_dspark.launch.render import note_lines
+
+    out += [Say(line.removeprefix("# ")) for line in note_lines(plan.notes)]
     if run.options.target == LOCAL_CPU:
         for which, file in (("block", "server.json"), ("adaptive", "server-adaptive.json")):
-            lines += [f"local-cpu: the {which} server actually run (written to {run.dir / file}):",
-                      "  " + _cmd(run.local_spec(plan, which)["argv"])]
-        lines.append(NOT_FOR_GATE)
-    return lines
+            out += [Write(str(run.dir / file), 0o600, f"local-cpu {which} server description"),
+                    Say(f"the {which} server actually run: " + shlex.join(run.local_spec(plan, which)["argv"]))]
+        out.append(Say(NOT_FOR_GATE))
+    return out
 
 
 # -- 3. prerequisites ---------------------------------------------------------------------------------
@@ -212,15 +214,15 @@ def prereq_run(run) -> dict:
     return {"checks": [c._asdict() for c in checks]}
 
 
-def prereq_dry(run) -> list[str]:
+def prereq_actions(run) -> list[Action]:
     if run.in_container():
-        return ["checks: `docker info` answers (DOCKER_HOST as set), the model path, the port"]
+        return [Say("checks: `docker info` answers (DOCKER_HOST as set), the model path, the port")]
     if run.options.target == LOCAL_CPU:
-        return ["checks: the vllm executable, the model path, the port"]
-    return ["checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the service "
-            "user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk for the checkpoint "
-            f"({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; HF_TOKEN; "
-            f"{run.plan.host}:{run.plan.port} free"]
+        return [Say("checks: the vllm executable, the model path, the port")]
+    return [Say("checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the "
+                "service user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk for "
+                f"the checkpoint ({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; HF_TOKEN; "
+                f"{run.plan.host}:{run.plan.port} free")]
 
 
 # -- 4. image -----------------------------------------------------------------------------------------
@@ -263,14 +265,14 @@ def image_run(run) -> dict:
     return got
 
 
-def image_dry(run) -> list[str]:
+def image_actions(run) -> list[Action]:
     why = _image_skip(run)
     if why:
-        return [why]
+        return [Say(why)]
     tool = image_mod.runtime() or "docker"
-    return ([f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"]
-            + [_cmd(c) for c in image_mod.commands(tool, run.plan.image)]
-            + ["records the RepoDigests entry (must equal the registry's digest); every start runs it, none pulls"])
+    return [Say(f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"),
+            *(Run(tuple(c)) for c in image_mod.commands(tool, run.plan.image)),
+            Say("records the RepoDigests entry (must equal the registry's digest); every start runs it, none pulls")]
 
 
 # -- 5. launchers ---------------------------------------------------------------------------------------
@@ -370,16 +372,18 @@ def launchers_valid(run, output) -> str | None:
     return None
 
 
-def launchers_dry(run) -> list[str]:
+def launchers_actions(run) -> list[Action]:
     if run.mode() == "systemd":  # the unit's user: refused here as the run refuses it
         unit_user(run)
-    lines = []
+    out: list[Action] = []
     for which in run.command_plans():
         f = serve.files_of(run, which)
-        lines.append(f"writes the {which} launcher {shlex.quote(f['launcher'])}"
-                     + (f" and unit {shlex.quote(f['unit'])}" if f.get("unit") else "")
-                     + (" (falls back to block if the adaptive start fails)" if which == "adaptive" else ""))
-    return lines
+        out.append(Write(f["launcher"], 0o755, f"{which} launcher"))
+        if f.get("unit"):
+            out.append(Write(f["unit"], 0o644, f"{which} unit"))
+        if which == "adaptive":
+            out.append(Say("the adaptive launcher falls back to block if the adaptive start fails"))
+    return out
 
 
 # -- 6. probe (the levels that load no model, before the first start) -----------------------------------
@@ -438,15 +442,15 @@ def fingerprint_vllm() -> str | None:
     return fingerprint.vllm_facts()[0]
 
 
-def probe_dry(run) -> list[str]:
+def probe_actions(run) -> list[Action]:
     from rocm_dspark.up import inimage
 
     if (why := _probe_skip(run)):
-        return [why]
+        return [Say(why)]
     if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
-        return inimage.probe_dry(run)
-    return [f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}   (no model "
-            f"load; the live level runs on the adaptive start, step 8)"]
+        return inimage.probe_actions(run)
+    return [Say(f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}, in this "
+                "process (no model load; the live level runs on the adaptive start, step 8)")]
 
 
 # -- 7. start ------------------------------------------------------------------------------------------
@@ -480,9 +484,8 @@ def start_run(run) -> dict:
     return out
 
 
-def start_dry(run) -> list[str]:
-    which = run.serving_command()
-    return [*ready_server.start_lines(run), *serve.start_commands(run, which), serve.wait_line(run)]
+def start_actions(run) -> list[Action]:
+    return [*ready_server.actions(run), *serve.start_actions(run, run.serving_command())]
 
 
 # -- 8. prove: the adaptive start and the A/B on the service -------------------------------------------
@@ -493,21 +496,22 @@ def prove_inputs(run) -> dict:
             "serving": run.serving_command()}
 
 
-def prove_dry(run) -> list[str]:
+def prove_actions(run) -> list[Action]:
     why, c = prove.decision(run)
     if why:
-        return [why]
-    return [f"A/B block arm at c={c}: the workload (validate's sweep, ignore_eos) on the running block service, no load",
-            "marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts the "
-            "adaptive launcher (one load):",
-            *["  " + c_ for c_ in serve.start_commands(run, "adaptive")],
-            f"  {serve.wait_line(run)}",
-            f"live level attached to it: {_toolkit()} probe --levels live, carried into the record of step 6 (its "
-            f"process checked in /proc, tokens re-scored)",
-            f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into {run.options.state_dir / 'ab'}",
-            "the gate decides (probe records, A/B record, this host's calibration): proven and paying -> the adaptive "
-            "start is kept and marked ready; refuted or not paying -> one more start, back to block:",
-            *["  " + c_ for c_ in serve.start_commands(run, "block")]]
+        return [Say(why)]
+    return [Say(f"A/B block arm at c={c}: the workload (validate's sweep, ignore_eos) on the running block service, "
+                "no load"),
+            Say("marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts "
+                "the adaptive launcher (one load):"),
+            *serve.start_actions(run, "adaptive"),
+            Say(f"live level attached to it: {_toolkit()} probe --levels live, carried into the record of step 6 (its "
+                "process checked in /proc, tokens re-scored)"),
+            Say(f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into "
+                f"{run.options.state_dir / 'ab'}"),
+            Say("the gate decides (probe records, A/B record, this host's calibration): proven and paying -> the "
+                "adaptive start is kept and marked ready; refuted or not paying -> one more start, back to block:"),
+            *serve.start_actions(run, "block")]
 
 
 # -- 9. validate ---------------------------------------------------------------------------------------
@@ -562,7 +566,7 @@ def validate_run(run) -> dict:
     return out
 
 
-def validate_dry(run) -> list[str]:
+def validate_actions(run) -> list[Action]:
     flags = f" --endpoint http://127.0.0.1:{run.plan.port} --report {shlex.quote(str(run.dir / 'reports' / '<UTC time>'))}"
     if run.options.target == LOCAL_CPU:
         flags += f" --server-json {shlex.quote(str(_served_json(run)))}"
@@ -571,7 +575,7 @@ def validate_dry(run) -> list[str]:
     if run.options.concurrency:
         flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
     # validate's own --concurrency is its sweep levels (the plan's workload concurrency is up's largest level)
-    return [f"{_toolkit()} validate {run.selection_flags(exclude=('concurrency',))}{flags}"]
+    return [Say(f"in this process, as `{_toolkit()} validate {run.selection_flags(exclude=('concurrency',))}{flags}`")]
 
 
 # -- 10. summary ---------------------------------------------------------------------------------------
@@ -605,21 +609,13 @@ def summary_run(run) -> dict:
     return data
 
 
-def summary_dry(run) -> list[str]:
-    return [f"prints the endpoint, build and digest, verification mode and why, the model loads and each one's time, "
-            f"tokens/s and acceptance length, and the report path; writes {run.dir / 'summary.json'}",
-            *loads_forecast(run), *_canary_dry(run)]
-
-
-def _canary_dry(run) -> list[str]:
+def summary_actions(run) -> list[Action]:
     from rocm_dspark.up import canary
 
-    if run.mode() != "systemd":
-        return [f"the canary (`{_toolkit()} canary`, which re-scores the served tokens) is yours to schedule "
-                "(cron); the systemd mode installs a timer"]
-    return [f"writes the timer and service of the canary to {shlex.quote(str(run.dir / 'launch' / 'canary'))} "
-            f"(every {canary.CANARY_EVERY_MIN} minutes) and enables them:",
-            *["  " + c for c in canary.install_commands(run)]]
+    return [Say("prints the endpoint, build and digest, verification mode and why, the model loads and each one's "
+                "time, tokens/s and acceptance length, and the report path"),
+            Write(str(run.dir / "summary.json"), 0o600, "summary"),
+            *(Say(line) for line in loads_forecast(run)), *canary.actions(run)]
 
 
 def loads_forecast(run) -> list[str]:
@@ -645,15 +641,15 @@ def loads_forecast(run) -> list[str]:
 
 
 STEPS = (
-    Step("detect", "detect the host", detect_inputs, detect_run, detect_dry, always=True),
-    Step("choose", "choose the profile and build", choose_inputs, choose_run, choose_dry),
-    Step("prereq", "check prerequisites", prereq_inputs, prereq_run, prereq_dry),
-    Step("image", "pull the image and pin its digest", image_inputs, image_run, image_dry),
-    Step("launchers", "write launchers", launchers_inputs, launchers_run, launchers_dry, valid=launchers_valid),
-    Step("probe", "probe the levels that load no model (static, kernel)", probe_inputs, probe_run, probe_dry),
-    Step("start", "start the service and wait until ready", start_inputs, start_run, start_dry, always=True),
+    Step("detect", "detect the host", detect_inputs, detect_run, detect_actions, always=True),
+    Step("choose", "choose the profile and build", choose_inputs, choose_run, choose_actions),
+    Step("prereq", "check prerequisites", prereq_inputs, prereq_run, prereq_actions),
+    Step("image", "pull the image and pin its digest", image_inputs, image_run, image_actions),
+    Step("launchers", "write launchers", launchers_inputs, launchers_run, launchers_actions, valid=launchers_valid),
+    Step("probe", "probe the levels that load no model (static, kernel)", probe_inputs, probe_run, probe_actions),
+    Step("start", "start the service and wait until ready", start_inputs, start_run, start_actions, always=True),
     Step("prove", "prove adaptive verification on the service (live level, A/B)", prove_inputs, prove.prove_run,
-         prove_dry),
-    Step("validate", "validate", validate_inputs, validate_run, validate_dry),
-    Step("summary", "summary", summary_inputs, summary_run, summary_dry, always=True),
+         prove_actions),
+    Step("validate", "validate", validate_inputs, validate_run, validate_actions),
+    Step("summary", "summary", summary_inputs, summary_run, summary_actions, always=True),
 )
