@@ -207,7 +207,7 @@ def test_the_systemd_form_is_a_timer_and_a_bounded_oneshot_that_systemd_accepts(
     assert 600 < timeout < 2 * 3600 * 24  # two checks and one block start, bounded
     assert f"\nOnUnitInactiveSec={CANARY_EVERY_MIN}min\n" in timer and "\nWantedBy=timers.target\n" in timer
     # `up` (summary step) writes them and enables the timer; the dry run prints the same commands.
-    assert canary.install_commands(run)[-1].endswith(f"systemctl enable --now {name}-canary.timer")
+    assert canary.actions(run)[-1].argv == ("systemctl", "enable", "--now", f"{name}-canary.timer")
     broken = unit.replace("Type=oneshot", "Type=sometimes")
     (tmp_path / f"{name}-canary.service").write_text(broken)
     res = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / f"{name}-canary.service")],

@@ -122,12 +122,12 @@ def test_a_planted_service_of_the_wrong_shape_is_one_line(tmp_path, service, wor
 
 
 def test_the_stop_command_never_reads_a_unit_name_as_an_option(monkeypatch):
-    from rocm_dspark.up import service
+    from rocm_dspark.up import actions, service
 
     seen = []
-    monkeypatch.setattr(service, "run_shell", lambda c, timeout=0: (seen.append(c), (0, ""))[1])
+    monkeypatch.setattr(actions, "execute", lambda c, timeout=0: (seen.append(c.argv), (0, ""))[1])
     service.stop_unit("-H.service")
-    assert seen and " -- " in seen[0] and seen[0].endswith("-- -H.service")
+    assert seen and seen[0][-2:] == ("--", "-H.service")
 
 
 def test_up_never_runs_a_launcher_the_state_names_outside_its_launch_dir(tmp_path):

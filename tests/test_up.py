@@ -314,8 +314,8 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path, monkeypatch, gpu):
     out = r.output
     for i, step in enumerate(STEPS, 1):
         assert f"[{i:2d}/10] {step.title}" in out
-    assert "vllm serve deepseek-ai/DeepSeek-V4.1-Flash" in out
-    image = next(ln.split("# image: ", 1)[1] for ln in out.splitlines() if "# image: " in ln)
+    assert "vllm serve deepseek-ai/DeepSeek-V4.1-Flash" in " ".join(out.replace("#   ", "").split())
+    image = next(ln.split("docker pull ", 1)[1] for ln in out.splitlines() if "docker pull " in ln)
     assert f"docker pull {image}\n" in out and f"docker image inspect --format '{{{{json .RepoDigests}}}}' {image}\n" in out
     assert "systemctl enable --now --no-block rocm-dspark-deepseek-v4-1-flash-" + gpu in out
     assert "useradd --system" in out and "install -D -m 0755" in out  # every privileged command (issue 28)
@@ -328,10 +328,9 @@ def test_dry_run_with_a_workload_plans_the_adaptive_start(tmp_path):
     r = CliRunner().invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi300x", "--concurrency", "1,64",
                                  "--dry-run", "--state-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert "A/B block arm at c=64: the workload (validate's sweep, ignore_eos) on the running block service" in r.output
-    recipe = next(ln for ln in joined(r.output.splitlines()).splitlines() if "rocm-dspark recipe " in ln)
-    assert recipe.endswith("--concurrency 64")  # the largest level sizes the plan
-    logical = " ".join(joined(r.output.splitlines()).split())
+    logical = " ".join(r.output.replace("#   ", "").replace("# ", "").split())  # the comments unwrapped
+    assert "A/B block arm at c=64: the workload (validate's sweep, ignore_eos) on the running block service" in logical
+    assert "--concurrency 64` prints" in logical  # the largest level sizes the plan
     assert "--endpoint http://127.0.0.1:8000" in logical and "--concurrency 1,64" in logical  # the sweep levels
 
 
@@ -448,7 +447,7 @@ def test_dry_run_quotes_the_state_dir_in_the_commands_it_prints(tmp_path, monkey
         assert r.exit_code == 0, r.output
         checked = 0
         for line in joined(r.output.splitlines()).splitlines():  # a command broken with `\` is one line
-            line = line.strip()
+            line = line.strip().removeprefix("# ")
             if line.startswith(("sudo install", "install ", "ROCM_DSPARK_LAUNCH_STATE_DIR=", "writes the")):
                 checked += 1
                 words = shlex.split(line.split("   (")[0])

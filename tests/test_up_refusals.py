@@ -97,7 +97,7 @@ def test_dry_run_refuses_a_state_dir_another_up_holds(tmp_path):
 def _before_plan(p) -> list[str]:
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    return lines[:next(i for i, ln in enumerate(lines) if ln.startswith("[ 1/10]"))]
+    return lines[:next(i for i, ln in enumerate(lines) if ln.startswith("# [ 1/10]"))]
 
 
 def test_dry_run_reports_a_daemon_that_does_not_answer(tmp_path):

@@ -73,7 +73,7 @@ def render(actions, indent: str = "    ", width: int | None = None) -> list[str]
     out: list[str] = []
     for a in actions:
         if isinstance(a, Run):
-            words = _words(a)
+            words = _words(a) + (["&"] if a.detach else [])
             line = indent + words[0]
             for w in words[1:]:
                 if len(line) + 1 + len(w) + 2 > width and line.strip():
@@ -81,7 +81,7 @@ def render(actions, indent: str = "    ", width: int | None = None) -> list[str]
                     line = indent + "  " + w
                 else:
                     line += " " + w
-            out.append(line + (" &" if a.detach else ""))
+            out.append(line)
         else:
             out += textwidth.wrap(_text(a), indent + "# ", indent + "#   ", width)
     return out
