@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.textwidth import joined
 from rocm_dspark.runtime.progress import Display
 from rocm_dspark.runtime.server_phases import LogFollower, phase_of, phase_of_line
+from rocm_dspark.textwidth import joined
 from rocm_dspark.up import image, prereq
 from rocm_dspark.up.runner import UpOptions, run_up, status, status_lines
 from rocm_dspark.up.state import UpState, up_dir

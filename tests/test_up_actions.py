@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-
-import shutil
 
 import pytest
 from click.testing import CliRunner

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-import shlex
 from shlex import quote  # install commands: the operator's shell is POSIX sh/bash
 
 from rocm_dspark.atomic import write_files_atomic

@@ -8,7 +8,6 @@ recorded with its start time from /proc, so a later `down` never signals a recyc
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import time

@@ -119,7 +119,7 @@ def choose_run(run) -> dict:
 
 def choose_actions(run) -> list[Action]:
     plan, _ = run.resolve_plan()
-    out = [Say(f"the recipe `{_toolkit()} recipe {run.selection_flags()}` prints"),
+    out: list[Action] = [Say(f"the recipe `{_toolkit()} recipe {run.selection_flags()}` prints"),
            Say(f"mode: {run.mode()} ({run.mode_reason()})")]
     if run.options.target != LOCAL_CPU and run.mode() != "foreground":
         tool = image_mod.runtime() or "docker"
