@@ -39,10 +39,6 @@ class Step(NamedTuple):
     always: bool = False           # cheap and about the present (detection, summary): run every time
 
 
-def _toolkit() -> str:
-    return "rocm-dspark"
-
-
 # -- 1. detect ----------------------------------------------------------------------------------------
 
 
@@ -119,7 +115,7 @@ def choose_run(run) -> dict:
 
 def choose_actions(run) -> list[Action]:
     plan, _ = run.resolve_plan()
-    out: list[Action] = [Say(f"the recipe `{_toolkit()} recipe {run.selection_flags()}` prints"),
+    out: list[Action] = [Say(f"the recipe `rocm-dspark recipe {run.selection_flags()}` prints"),
            Say(f"mode: {run.mode()} ({run.mode_reason()})")]
     if run.options.target != LOCAL_CPU and run.mode() != "foreground":
         tool = image_mod.runtime() or "docker"
@@ -449,7 +445,7 @@ def probe_actions(run) -> list[Action]:
         return [Say(why)]
     if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
         return inimage.probe_actions(run)
-    return [Say(f"{_toolkit()} probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}, in this "
+    return [Say(f"rocm-dspark probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}, in this "
                 "process (no model load; the live level runs on the adaptive start, step 8)")]
 
 
@@ -505,7 +501,7 @@ def prove_actions(run) -> list[Action]:
             Say("marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts "
                 "the adaptive launcher (one load):"),
             *serve.start_actions(run, "adaptive"),
-            Say(f"live level attached to it: {_toolkit()} probe --levels live, carried into the record of step 6 (its "
+            Say(f"live level attached to it: rocm-dspark probe --levels live, carried into the record of step 6 (its "
                 "process checked in /proc, tokens re-scored)"),
             Say(f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into "
                 f"{run.options.state_dir / 'ab'}"),
@@ -575,7 +571,7 @@ def validate_actions(run) -> list[Action]:
     if run.options.concurrency:
         flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
     # validate's own --concurrency is its sweep levels (the plan's workload concurrency is up's largest level)
-    return [Say(f"in this process, as `{_toolkit()} validate {run.selection_flags(exclude=('concurrency',))}{flags}`")]
+    return [Say(f"in this process, as `rocm-dspark validate {run.selection_flags(exclude=('concurrency',))}{flags}`")]
 
 
 # -- 10. summary ---------------------------------------------------------------------------------------
