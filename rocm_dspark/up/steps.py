@@ -501,7 +501,7 @@ def prove_actions(run) -> list[Action]:
             Say("marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts "
                 "the adaptive launcher (one load):"),
             *serve.start_actions(run, "adaptive"),
-            Say(f"live level attached to it: rocm-dspark probe --levels live, carried into the record of step 6 (its "
+            Say("live level attached to it: rocm-dspark probe --levels live, carried into the record of step 6 (its "
                 "process checked in /proc, tokens re-scored)"),
             Say(f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into "
                 f"{run.options.state_dir / 'ab'}"),
