@@ -11,8 +11,9 @@ from rocm_dspark.runtime.process import group_members, is_alive
 
 
 def flat(text: str) -> str:
-    """Wrapped output (rocm_dspark/textwidth.py) folded back, blanks collapsed."""
-    return " ".join(text.split())
+    """Wrapped output (rocm_dspark/textwidth.py) folded back, blanks collapsed; a wrapped comment's `#` marks
+    (the dry run's prose, rocm_dspark/up/actions.py) dropped with the line break."""
+    return " ".join(w for w in text.split() if w != "#")
 
 
 def cli(vllm_venv, *args):
