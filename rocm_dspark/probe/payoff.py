@@ -144,24 +144,3 @@ def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, cu
         shown = "; ".join(notes[:_SHOWN]) + (f"; and {len(notes) - _SHOWN} more" if len(notes) > _SHOWN else "")
         pred = pred._replace(text=f"{pred.text}; no A/B record decides ({shown})")
     return pred
-
-
-def combine(proof, payoff: Payoff | None, mode: str):
-    """The gate's answer from both halves: (Verdict, warning or None).
-
-    auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
-    on:   proof alone; a warning when (b) says it loses."""
-    from rocm_dspark.recipe.plan import Verdict
-
-    if not proof.adaptive_proven or payoff is None:
-        return proof, None
-    decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
-    if mode == "on":
-        warning = (f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
-                   f"({payoff.text}); block verification would serve more tokens/s" if payoff.state == LOSES else None)
-        return Verdict(True, f"{proof.reason}; {decided}", proof.record), warning
-    if payoff.state == PAYS:
-        return Verdict(True, f"{proof.reason}; {decided}", proof.record), None
-    why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
-    return Verdict.not_paying(f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
-                              f"verification stays ({decided})", proof.record), None
