@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from rocm_dspark.probe import ab_record, payoff, store
-from rocm_dspark.usecase.verdict import combine
 from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.usecase.verdict import combine
 from tests.helpers.ab_records import NOT_PROVEN, PROVEN, arm, decide, plan_of, write_ab
 
 P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
