@@ -42,12 +42,12 @@ def plant(state, probe: str, ab: str) -> None:
     catalog = load_catalog()
     fp = pr.here(catalog)
     if PROBES[probe]:
-        pr.write(state, fp, PROBES[probe])
+        pr.write(state, fp, PROBES[probe], record_id="20261129T100000Z-0000aaaa")  # ids: the helpers' own run out
     if ab == "none":
         return
     gain = {"loses": 900.0}.get(ab, 1100.0)
     ab_records.write_ab(state, {**fp, "host_id": "machine-0123456789abcdef"} if ab == "stale" else fp,
-                        block=1000.0, adaptive=gain, concurrency=C)
+                        block=1000.0, adaptive=gain, concurrency=C, rid="20261201T010000Z-0000bbbb")
     if ab == "untrusted":
         (state / "ab").chmod(0o777)
 
@@ -114,7 +114,7 @@ def via_probe_cli(state, tmp_path, monkeypatch, ab):
 
     def cpu_levels(catalog, selection, **kw):
         cpu = pr.STATIC_OK._replace(valid_for_gating=False, gating_note="not valid for gating: no AMD GPU detected")
-        _, path = pr.write(state, pr.here(catalog), (cpu,))
+        _, path = pr.write(state, pr.here(catalog), (cpu,), record_id="20261129T110000Z-0000cccc")
         data = json.loads(open(path).read())
         record = parse_record_data(data)
         return probe_run.ProbeOutcome(path, record, data, True, *evidence_state(record))

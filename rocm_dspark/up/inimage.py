@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
+from rocm_dspark.up.prove import judged
 from rocm_dspark.up.serve import probe_cache
 from rocm_dspark.up.steps_common import StepFailed
 
@@ -158,18 +159,10 @@ def skip_reason(run, *, local: bool) -> str | None:
         return "--adaptive off"
     if image_mod.runtime() is None:
         return "no docker or podman to run the image"
-    proof = _judge(run).proof
+    proof = judged(run).proof
     if proof.adaptive_proven:
         return f"a record already proves adaptive verification here ({proof.reason})"
     return None
-
-
-def _judge(run):
-    from rocm_dspark.usecase.verdict import judge
-
-    concurrency = max(run.options.concurrency) if run.options.concurrency else None
-    return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=concurrency,
-                 soft=run.gate_software())
 
 
 def selection_args(run, levels: tuple[str, ...]) -> list[str]:
@@ -207,7 +200,7 @@ def probe_step(run) -> dict:
                          f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
                          log_tail="\n".join(res["tail"]))
     run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
-    verdict = _judge(run).verdict
+    verdict = judged(run).verdict
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
                         "argv": res["argv"], "new_records": new},
            "gate": verdict.outcome, "gate_reason": verdict.reason}

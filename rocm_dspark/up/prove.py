@@ -38,8 +38,8 @@ def decision(run) -> tuple[str | None, int | None]:
     if run.serving_command() == "adaptive":
         return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
     c = max(run.options.concurrency) if run.options.concurrency else None
-    got = _judge(run, c, ahead=run.options.target != LOCAL_CPU)  # local-cpu: its A/B decides, not the recipe's
-    if got.state == REFUTED:
+    got = judged(run, ahead=run.options.target != LOCAL_CPU)  # local-cpu: its A/B decides, not the recipe's
+    if got.verdict.outcome == REFUTED:
         return (f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
                 f"so no adaptive start is made"), None
     if c is None:
@@ -156,9 +156,11 @@ def _live(run):
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
 
 
-def _judge(run, c: int | None, *, ahead: bool = False):
+def judged(run, *, ahead: bool = False):
+    """The verdict (usecase.verdict) for `up`'s plan at its largest --concurrency, on the software that serves."""
     from rocm_dspark.usecase.verdict import judge
 
+    c = max(run.options.concurrency) if run.options.concurrency else None
     return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=c, soft=run.gate_software(),
                  ahead=ahead)
 
@@ -170,4 +172,4 @@ def decide(run, live, record: dict, c: int):
 
     if run.options.target == LOCAL_CPU:
         return local_verdict(live.record.level("live"), record["verdict"])
-    return _judge(run, c).verdict
+    return judged(run).verdict

@@ -1,42 +1,27 @@
-"""The one verdict: may adaptive verification serve this plan on this host, and does it pay there?
-
-Two halves, each read from this host's evidence below this layer, and composed only here:
-  proof   probe records (probe.gate.gate_verdict): PROVEN, REFUTED (the newest matching record has a counting
-          level that failed) or NOT_PROVEN (none, none trusted, none matching, none complete)
-  payoff  A/B records, this host's calibration, the public prediction (probe.payoff.payoff_verdict): pays, loses
-          or unknown at the declared concurrency; read only once the proof holds (or `ahead`), so the common
-          no-record `recipe` costs nothing more
-The answer is one Verdict whose state (recipe.plan.State) is PROVEN, REFUTED, NOT_PROVEN or NOT_PAYING. `recipe`,
-`launch`, `up` (its choose, in-image probe and prove steps), `probe` and `validate` ask `judge`; none composes
-the halves or reads a state from which fields a Verdict carries.
+"""The one verdict: may adaptive verification serve this plan here, and does it pay? The proof (probe records,
+probe.gate) and the payoff (A/B records, calibration, prediction: probe.payoff) are composed only here, into one
+Verdict whose state (recipe.plan.State, docs/trust.md "One verdict") every command reads; none composes the halves.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from rocm_dspark.recipe.plan import NOT_PROVEN, PROVEN, REFUTED, State, Verdict
+from rocm_dspark.recipe.plan import PROVEN, REFUTED, Verdict
 
 if TYPE_CHECKING:
     from rocm_dspark.probe.payoff import Payoff
 
 
 class Judgement(NamedTuple):
-    verdict: Verdict             # the answer: serve adaptive verification only when its state is PROVEN
-    proof: Verdict               # the proof half alone (PROVEN | REFUTED | NOT_PROVEN)
-    payoff: Payoff | None        # the payoff half, when it was read
-    warning: str | None = None   # --adaptive on: proven, but it loses for this workload
-
-    @property
-    def state(self) -> State:
-        return self.verdict.outcome
+    verdict: Verdict        # the answer: adaptive verification serves only when its state is PROVEN
+    proof: Verdict          # the proof half alone (PROVEN | REFUTED | NOT_PROVEN)
+    payoff: Payoff | None   # the payoff half, when read
+    warning: str | None     # --adaptive on: proven, but it loses for this workload
 
 
 def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, str | None]:
-    """Both halves -> (Verdict, warning or None).
-
-    auto: on only with the proof AND a payoff that pays; the reason says which evidence decided.
-    on:   the proof alone; a warning when the payoff says it loses."""
+    """auto: on only with the proof AND a payoff that pays; on: the proof alone, warned when the payoff loses."""
     from rocm_dspark.probe.payoff import LOSES, PAYS
 
     if proof.outcome != PROVEN or payoff is None:
@@ -55,9 +40,8 @@ def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, 
 
 def judge(catalog, plan, *, state_dir=None, concurrency: int | None = None, mode: str = "auto",
           soft: dict | None = None, ahead: bool = False) -> Judgement:
-    """The verdict for this host, plan and workload from the trusted records in the state directory.
-    `soft`: the software the plan runs on when not this Python's (an image's, probe.software). `ahead`: read the
-    payoff even before a proof (up's prove step: is an adaptive start worth one load?), never after a refutation."""
+    """`soft`: the plan's software when not this Python's (an image's). The payoff is read once proven (the common
+    no-record `recipe` costs nothing more), or `ahead` of a proof (is an adaptive start worth a load?)."""
     from rocm_dspark.probe.gate import gate_verdict
 
     proof = gate_verdict(catalog, plan, state_dir=state_dir, soft=soft)
@@ -71,22 +55,18 @@ def judge(catalog, plan, *, state_dir=None, concurrency: int | None = None, mode
 
 
 def local_verdict(level, ab_verdict: dict) -> Verdict:
-    """up's local-cpu target: the gate's rules for a live level (probe.gate.level_proves) without the ones no CPU
-    run can meet (the plan's own command with enable_adaptive_verification), and the A/B just measured for the
-    payoff. Its records never count for the gate; this only decides which stand-in `up` keeps serving."""
+    """up's local-cpu target (its records never count for the gate): the gate's live-level rules that a CPU run can
+    meet, and the A/B just measured."""
     ev = level.evidence or {}
     if not level.passed:
         return Verdict.refuted(f"its live level failed: {level.reason}", None)
     if not (ev.get("serving_process") or {}).get("verified") or not ev.get("command_verified"):
-        return Verdict(False, "its live level attached to a server not shown to run the adaptive stand-in", None,
-                       NOT_PROVEN)
+        return Verdict.not_proven("its live level attached to a server not shown to run the adaptive stand-in")
     if ev.get("token_correct") is not True:
-        return Verdict(False, "its live level did not prove the emitted tokens by re-scoring", None, NOT_PROVEN)
+        return Verdict.not_proven("its live level did not prove the emitted tokens by re-scoring")
     why = "live level passed on the adaptive stand-in (tokens re-scored, the serving process checked in /proc)"
     if not ab_verdict.get("pays"):
         return Verdict.not_paying(f"proven ({why}), but it does not pay: {ab_verdict.get('text')}", None)
     return Verdict(True, f"proven ({why}) and paying ({ab_verdict.get('text')}); local-cpu: not valid for gating",
                    None, PROVEN)
 
-
-__all__ = ["Judgement", "combine", "judge", "local_verdict"]
