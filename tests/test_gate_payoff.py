@@ -15,6 +15,7 @@ import pytest
 
 from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.usecase.verdict import combine
 from tests.helpers.ab_records import NOT_PROVEN, PROVEN, arm, decide, plan_of, write_ab
 
 P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
@@ -28,7 +29,7 @@ P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
 @pytest.mark.parametrize("state", [payoff.PAYS, payoff.LOSES, payoff.UNKNOWN])
 @pytest.mark.parametrize("mode", ["auto", "on"])
 def test_truth_table(proof, state, mode):
-    verdict, warning = payoff.combine(proof, P[state], mode)
+    verdict, warning = combine(proof, P[state], mode)
     if not proof.adaptive_proven:
         # (a) fails: off whatever the payoff (--adaptive on turns that into a usage error upstream).
         assert verdict == proof and warning is None
@@ -48,7 +49,7 @@ def test_truth_table(proof, state, mode):
 def test_no_declared_workload_is_unknown():
     decided = payoff.payoff_verdict(load_catalog(), plan_of(), None, state_dir="/nonexistent")
     assert decided.state == payoff.UNKNOWN and "--concurrency" in decided.text
-    verdict, _ = payoff.combine(PROVEN, decided, "auto")
+    verdict, _ = combine(PROVEN, decided, "auto")
     assert not verdict.adaptive_proven
 
 
@@ -62,7 +63,7 @@ def test_a_matching_ab_record_decides_pays_and_loses(tmp_path, fp):
     rid2, _ = write_ab(tmp_path, fp, block=1000, adaptive=950)   # newer: it decides
     d = decide(tmp_path, fp)
     assert d.state == payoff.LOSES and d.evidence == f"A/B record {rid2}" and "-5.0%" in d.text
-    verdict, warning = payoff.combine(PROVEN, d, "on")
+    verdict, warning = combine(PROVEN, d, "on")
     assert verdict.adaptive_proven and warning and "does not pay" in warning
 
 

@@ -75,7 +75,7 @@ def test_live_refusal_exit_1_json_record_and_show(tmp_path):
     (lv,) = summary["levels"]
     assert not summary["passed"] and lv["name"] == "live" and not lv["passed"] and not lv["valid_for_gating"]
     assert lv["reason"].startswith("vLLM refused to start: Value error, Model Runner V1 does not support: dspark")
-    assert summary["gate"]["state"] == "incomplete"
+    assert summary["gate"]["state"] == "not proven" and summary["verdict"]["state"] == "not proven"
     assert "[probe] live: starting" in proc.stderr and "[probe] live: FAIL: vLLM refused" in proc.stderr
     record = json.loads(open(summary["record_path"]).read())
     assert record["id"] == summary["record_id"] and record["live_override"]["kind"] == "command-file"

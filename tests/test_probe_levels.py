@@ -339,7 +339,7 @@ def test_run_probe_writes_a_record_that_says_why_it_cannot_gate(tmp_path):
     assert not outcome.passed and outcome.path.exists() and outcome.path.parent == tmp_path / "state" / "probe"
     assert outcome.record.live_override == {"kind": "command-file", "path": target.detail, "argv": list(target.argv)}
     assert outcome.record.level("live").reason.startswith(f"vLLM refused to start: {REFUSAL_LINE}")
-    assert outcome.gate_state == "incomplete" and "no static level" in outcome.gate_reason
+    assert outcome.gate_state == "not proven" and "no static level" in outcome.gate_reason
     assert (tmp_path / "state" / "probe" / f"{outcome.record.id}.live.log").exists()
     assert evidence_state(outcome.record) == (outcome.gate_state, outcome.gate_reason)
 

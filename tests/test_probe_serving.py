@@ -166,7 +166,7 @@ def test_attached_plan_command_counts_for_the_gate(tmp_path, stand_in_bin):
     assert level_counts(level, outcome.record) is None
     # Only the static and kernel levels are missing now: live no longer stands in the way.
     state, why = evidence_state(outcome.record)
-    assert state == "incomplete" and "live" not in why and "no static level" in why
+    assert state == "not proven" and "live" not in why and "no static level" in why
 
 
 @pytest.mark.parametrize("change,why", [

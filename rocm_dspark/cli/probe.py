@@ -80,9 +80,16 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
 
     outcome = run_probe(catalog, selection, levels=wanted, state_dir=state_dir, deadline_s=deadline,
                         live_target=target, progress=progress)
+    from rocm_dspark.recipe.resolve import resolve_plan
+    from rocm_dspark.usecase.verdict import judge
+
+    plan = resolve_plan(catalog, selection)  # the verdict on every record now here, this one included
+    verdict = judge(catalog, plan, state_dir=state_dir, concurrency=plan.concurrency).verdict
     if as_json:
-        click.echo(json.dumps(outcome.summary(), indent=1))
+        click.echo(json.dumps({**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}},
+                              indent=1))
     else:
-        click.echo("\n".join(shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state,
-                                                outcome.gate_reason)))
+        click.echo("\n".join([*shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state,
+                                                   outcome.gate_reason),
+                               f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})"]))
     sys.exit(0 if outcome.passed else 1)

@@ -28,6 +28,7 @@ from rocm_dspark.probe.evidence import GateEvidence
 
 if TYPE_CHECKING:
     from rocm_dspark.probe.record import LevelResult, Record
+    from rocm_dspark.recipe.plan import State
 
 # record and fingerprint are imported inside the functions: with no record on disk (the common case
 # on every `rocm-dspark recipe`) the gate costs one directory listing and nothing more.
@@ -75,9 +76,10 @@ def level_proves(level: LevelResult) -> str | None:
     return None
 
 
-def evidence_state(record: Record) -> tuple[str, str]:
-    """("proven" | "refuted" | "incomplete", why) for a record, ignoring its fingerprint."""
+def evidence_state(record: Record) -> tuple[State, str]:
+    """(PROVEN | REFUTED | NOT_PROVEN, why) for a record, ignoring its fingerprint."""
     from rocm_dspark.probe.record import LEVELS
+    from rocm_dspark.recipe.plan import NOT_PROVEN, PROVEN, REFUTED
 
     gaps = []
     for name in LEVELS:
@@ -90,13 +92,13 @@ def evidence_state(record: Record) -> tuple[str, str]:
             gaps.append(why_not)
             continue
         if not level.passed:
-            return "refuted", f"its {name} level failed: {level.reason}"
+            return REFUTED, f"its {name} level failed: {level.reason}"
         missing = level_proves(level)
         if missing:
             gaps.append(missing)
     if gaps:
-        return "incomplete", "; ".join(gaps)
-    return "proven", ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored "
+        return NOT_PROVEN, "; ".join(gaps)
+    return PROVEN, ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored "
                       "against an independent reference, 0 violations) passed")
 
 
@@ -120,7 +122,7 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None, sof
     """The Verdict for this host and plan (resolve_plan's, before any verdict), from the trusted records in
     the state directory (README: trust model). The plan is not resolved again: its adaptive command is what
     a record must match. `soft`: the software the plan runs on, when not this Python's (an image's)."""
-    from rocm_dspark.recipe.plan import Verdict
+    from rocm_dspark.recipe.plan import PROVEN, REFUTED, Verdict
 
     directory = store.records_dir(state_dir)
     names = store.record_names(directory)
@@ -140,9 +142,9 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None, sof
             continue
         state, why = evidence_state(record)
         where = f"record {record.id} ({record.created_at}, {fingerprint.summary(record.fingerprint)})"
-        if state == "proven":
-            return Verdict(True, f"{where} matches this host and plan: {why}", str(path))
-        if state == "refuted":
-            return Verdict(False, f"{where} matches this host and plan, but {why}", str(path))
+        if state == PROVEN:
+            return Verdict(True, f"{where} matches this host and plan: {why}", str(path), PROVEN)
+        if state == REFUTED:
+            return Verdict.refuted(f"{where} matches this host and plan, but {why}", str(path))
         notes.append(f"record {record.id} matches but is not enough: {why}")
     return Verdict(False, f"{len(names)} probe record(s) in {directory}, none proves it here: {_joined(notes)}")

@@ -61,17 +61,21 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
         return Payoff(UNKNOWN, "none", f"no predicted payoff for {model_key} on {gpu} in {path.name}")
     except Exception as exc:  # a broken data file must not break `recipe`: say so and stay off
         return Payoff(UNKNOWN, "none", f"{path.name} unreadable ({type(exc).__name__})")
-    gain, where = _interpolate(prof["gain_pct"], concurrency)
-    err = float(prof["error_pp"])
     layout = "" if tp in (None, prof["tp"]) else f"; predicted for the profile's TP{prof['tp']}, not TP{tp}"
     capture = (f"; capture size {prof['capture_size']} holds fixed K's verify batch, so no fixed-K arm leaves the "
                f"graphs" if prof.get("capture_size") else "")
+    return _predicted(prof, concurrency, "prediction", f"calibrated planner, {data.get('calibration')}, acceptance "
+                      f"length {entry['acceptance_length']:g}{layout}{capture}")
+
+
+def _predicted(fit: dict, concurrency: int, evidence: str, source: str) -> Payoff:
+    """A fit's gain at `concurrency`: it decides only when its stated error cannot flip the sign."""
+    gain, where = _interpolate({int(c): g for c, g in fit["gain_pct"].items()}, concurrency)
+    err = float(fit["error_pp"])
     state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
     word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
-    text = (f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
-            f"(calibrated planner, {data.get('calibration')}, acceptance length {entry['acceptance_length']:g}"
-            f"{layout}{capture})")
-    return Payoff(state, "prediction", text)
+    return Payoff(state, evidence, f"predicted {gain:+.1f} +- {err:g} points over block verification at "
+                                   f"c={concurrency}{where}: {word} ({source})")
 
 
 def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
@@ -83,14 +87,9 @@ def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, sta
     if rec is None:
         return None
     pay = rec["payoff"]
-    gain, where = _interpolate({int(c): g for c, g in pay["gain_pct"].items()}, concurrency)
-    err = float(pay["error_pp"])
-    state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
-    word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
-    return Payoff(state, f"this host's calibration {rec['id']}",
-                  f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} "
-                  f"(this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
-                  f"capture size {pay['capture_size']} holds fixed K's verify batch)")
+    return _predicted(pay, concurrency, f"this host's calibration {rec['id']}",
+                      f"this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
+                      f"capture size {pay['capture_size']} holds fixed K's verify batch")
 
 
 def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None,
@@ -144,24 +143,3 @@ def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, cu
         shown = "; ".join(notes[:_SHOWN]) + (f"; and {len(notes) - _SHOWN} more" if len(notes) > _SHOWN else "")
         pred = pred._replace(text=f"{pred.text}; no A/B record decides ({shown})")
     return pred
-
-
-def combine(proof, payoff: Payoff | None, mode: str):
-    """The gate's answer from both halves: (Verdict, warning or None).
-
-    auto: on only with proof (a) AND a payoff that pays (b); the reason says which evidence decided.
-    on:   proof alone; a warning when (b) says it loses."""
-    from rocm_dspark.recipe.plan import Verdict
-
-    if not proof.adaptive_proven or payoff is None:
-        return proof, None
-    decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
-    if mode == "on":
-        warning = (f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
-                   f"({payoff.text}); block verification would serve more tokens/s" if payoff.state == LOSES else None)
-        return Verdict(True, f"{proof.reason}; {decided}", proof.record), warning
-    if payoff.state == PAYS:
-        return Verdict(True, f"{proof.reason}; {decided}", proof.record), None
-    why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
-    return Verdict.not_paying(f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
-                              f"verification stays ({decided})", proof.record), None

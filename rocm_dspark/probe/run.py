@@ -22,7 +22,7 @@ class ProbeOutcome(NamedTuple):
     record: Record
     data: dict
     passed: bool          # every requested level passed
-    gate_state: str       # proven | refuted | incomplete: what the gate will make of this record
+    gate_state: str       # a recipe.plan.State: what the gate makes of this record, its fingerprint aside
     gate_reason: str
 
     def summary(self) -> dict:

@@ -14,7 +14,7 @@ class Entry(NamedTuple):
     path: str
     record: Record | None   # None: the file is not a valid record
     error: str | None
-    gate_state: str | None  # proven | refuted | incomplete (fingerprint aside)
+    gate_state: str | None  # a recipe.plan.State (fingerprint aside)
     gate_reason: str | None
 
 

@@ -13,6 +13,7 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 
 import json
 from collections.abc import Iterable
+from enum import StrEnum
 from typing import NamedTuple
 
 from rocm_dspark.recipe.vllm_args import emit
@@ -128,10 +129,17 @@ class Selection(NamedTuple):
     image_software: dict | None = None  # the image's own software (rocm_dspark.probe.software, read in the image)
 
 
-# Verdict states: what the gate found, as data (the reason is words for the note, never parsed).
-PROVEN = "proven"                 # a record proves adaptive verification here and it pays (or --adaptive on)
-NOT_PROVEN = "not proven"
-NOT_PAYING = "proven, not paying"  # proven here, but the payoff half (probe/payoff.py) keeps block verification
+class State(StrEnum):
+    """The one vocabulary of the gate's answer (composed in rocm_dspark/usecase/verdict.py); the reason is words
+    for the note, never parsed."""
+
+    PROVEN = "proven"                  # adaptive verification is proven here and pays (or --adaptive on)
+    REFUTED = "refuted"                # the newest matching evidence is that it fails here
+    NOT_PROVEN = "not proven"          # no record, or none that matches and is complete
+    NOT_PAYING = "proven, not paying"  # proven here, but the payoff half keeps block verification
+
+
+PROVEN, REFUTED, NOT_PROVEN, NOT_PAYING = State
 
 
 class Verdict(NamedTuple):
@@ -140,15 +148,19 @@ class Verdict(NamedTuple):
     adaptive_proven: bool
     reason: str
     record: str | None = None
-    state: str = ""               # PROVEN | NOT_PROVEN | NOT_PAYING; "" is read from adaptive_proven
+    state: State | None = None     # None is read from adaptive_proven
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> State:
         return self.state or (PROVEN if self.adaptive_proven else NOT_PROVEN)
 
     @staticmethod
     def not_proven(reason: str = "no probe record was consulted") -> "Verdict":
         return Verdict(False, reason)
+
+    @staticmethod
+    def refuted(reason: str, record: str | None) -> "Verdict":
+        return Verdict(False, reason, record, REFUTED)
 
     @staticmethod
     def not_paying(reason: str, record: str | None) -> "Verdict":

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
+from rocm_dspark.up.prove import judged
 from rocm_dspark.up.serve import probe_cache
 from rocm_dspark.up.steps_common import StepFailed
 
@@ -158,9 +159,7 @@ def skip_reason(run, *, local: bool) -> str | None:
         return "--adaptive off"
     if image_mod.runtime() is None:
         return "no docker or podman to run the image"
-    from rocm_dspark.probe.gate import gate_verdict
-
-    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
+    proof = judged(run).proof
     if proof.adaptive_proven:
         return f"a record already proves adaptive verification here ({proof.reason})"
     return None
@@ -184,7 +183,6 @@ def probe_step(run) -> dict:
     """Run the levels that load no model (static, kernel) inside the image, before the first start, and read the
     records back with the gate. RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
     from rocm_dspark.probe import store
-    from rocm_dspark.probe.gate import gate_verdict
     from rocm_dspark.up import image as image_mod
 
     tool = image_mod.runtime()
@@ -202,14 +200,12 @@ def probe_step(run) -> dict:
                          f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
                          log_tail="\n".join(res["tail"]))
     run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
-    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=run.gate_software())
-    refuted = proof.record is not None and not proof.adaptive_proven  # gate_verdict names a record only to decide
+    verdict = judged(run).verdict
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
                         "argv": res["argv"], "new_records": new},
-           "gate": "refuted" if refuted else "proven" if proof.adaptive_proven else "not proven",
-           "gate_reason": proof.reason}
+           "gate": verdict.outcome, "gate_reason": verdict.reason}
     run.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
-            f"{proof.reason}")
+            f"{verdict.reason}")
     return out
 
 

@@ -9,8 +9,8 @@ Until the gate has decided, the service is "proving": the state's readiness says
 
 No adaptive start is made where it cannot change what serves: no adaptive command, the gate already chose it,
 the levels that load no model refuted it, no --concurrency (the gate cannot say "pays" without a workload), or
-the gate's payoff (A/B records, this host's calibration, the public prediction: probe/payoff.payoff_verdict)
-says it loses at that concurrency.
+the verdict's payoff half (A/B records, this host's calibration, the public prediction: usecase/verdict.judge,
+read ahead of a proof) says it loses at that concurrency.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 
 from rocm_dspark.inputs import read_text
+from rocm_dspark.probe.payoff import LOSES
+from rocm_dspark.recipe.plan import PROVEN, REFUTED
 from rocm_dspark.up import serve, service
 from rocm_dspark.up.steps_common import LOCAL_CPU, StepFailed
 
@@ -35,20 +37,15 @@ def decision(run) -> tuple[str | None, int | None]:
         return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)", None
     if run.serving_command() == "adaptive":
         return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
-    probe = run.outputs.get("probe") or {}
-    if probe.get("gate") == "refuted":
-        return (f"skipped: the levels that load no model refute adaptive verification here ({probe.get('gate_reason')}), "
+    c = max(run.options.concurrency) if run.options.concurrency else None
+    got = judged(run, ahead=run.options.target != LOCAL_CPU)  # local-cpu: its A/B decides, not the recipe's
+    if got.verdict.outcome == REFUTED:
+        return (f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
                 f"so no adaptive start is made"), None
-    if not run.options.concurrency:
+    if c is None:
         return ("skipped: no workload declared: without --concurrency C the gate cannot say adaptive verification pays, "
                 "so block verification serves (pass --concurrency C to prove it and A/B it on the service)"), None
-    c = max(run.options.concurrency)
-    if run.options.target == LOCAL_CPU:
-        return None, c  # the recipe's prediction is not about the test server: its A/B decides
-    from rocm_dspark.probe.payoff import LOSES, payoff_verdict
-
-    pay = payoff_verdict(run.catalog, run.plan, c, run.options.state_dir, soft=run.gate_software())
-    if pay.state == LOSES:
+    if (pay := got.payoff) is not None and pay.state == LOSES:
         return f"skipped: the gate says adaptive verification does not pay at c={c} ({pay.evidence}): {pay.text}", c
     return None, c
 
@@ -113,9 +110,9 @@ def prove_run(run) -> dict:
                              state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
     out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"]}
     run.say(f"  {record['verdict']['text']}")
-    keep, why = decide(run, live, record, c)
-    out["decision"] = why
-    if not keep:
+    verdict = decide(run, live, record, c)
+    why = out["decision"] = f"{verdict.outcome}: {verdict.reason}"
+    if verdict.outcome != PROVEN:
         return _back_to_block(run, out, why)
     run.say(f"  kept: the adaptive start serves ({why})")
     validating(run, "adaptive", f"kept: {why}")
@@ -159,36 +156,20 @@ def _live(run):
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
 
 
-def local_proof(level) -> tuple[bool, str]:
-    """local-cpu: the gate's rules for a live level (probe.gate.level_proves), without the ones no CPU run can meet
-    (the plan's own command with enable_adaptive_verification): the records still never count for the gate."""
-    ev = level.evidence or {}
-    if not level.passed:
-        return False, f"its live level failed: {level.reason}"
-    if not (ev.get("serving_process") or {}).get("verified") or not ev.get("command_verified"):
-        return False, "its live level attached to a server not shown to run the adaptive stand-in"
-    if ev.get("token_correct") is not True:
-        return False, "its live level did not prove the emitted tokens by re-scoring"
-    return True, "live level passed on the adaptive stand-in (tokens re-scored, the serving process checked in /proc)"
+def judged(run, *, ahead: bool = False):
+    """The verdict (usecase.verdict) for `up`'s plan at its largest --concurrency, on the software that serves."""
+    from rocm_dspark.usecase.verdict import judge
+
+    c = max(run.options.concurrency) if run.options.concurrency else None
+    return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=c, soft=run.gate_software(),
+                 ahead=ahead)
 
 
-def decide(run, live, record: dict, c: int) -> tuple[bool, str]:
-    """Keep the adaptive start? The real gate on the records just written (node target), or its rules applied to
-    the local-cpu records, which never count for the gate."""
+def decide(run, live, record: dict, c: int):
+    """Keep the adaptive start? The verdict on the records just written (node target); local-cpu: its rules on the
+    records just written, which never count for the gate."""
+    from rocm_dspark.usecase.verdict import local_verdict
+
     if run.options.target == LOCAL_CPU:
-        proven, why = local_proof(live.record.level("live"))
-        if not proven:
-            return False, f"refuted: {why}"
-        if not record["verdict"].get("pays"):
-            return False, f"does not pay: {record['verdict']['text']}"
-        return True, f"proven ({why}) and paying ({record['verdict']['text']}); local-cpu: not valid for gating"
-    from rocm_dspark.probe.gate import gate_verdict
-    from rocm_dspark.probe.payoff import combine, payoff_verdict
-
-    soft = run.gate_software()
-    proof = gate_verdict(run.catalog, run.plan, state_dir=run.options.state_dir, soft=soft)
-    pay = payoff_verdict(run.catalog, run.plan, c, run.options.state_dir, soft=soft)
-    verdict, _warning = combine(proof, pay, "auto")
-    if verdict.adaptive_proven:
-        return True, verdict.reason
-    return False, ("refuted or unproven: " if not proof.adaptive_proven else "does not pay: ") + verdict.reason
+        return local_verdict(live.record.level("live"), record["verdict"])
+    return judged(run).verdict

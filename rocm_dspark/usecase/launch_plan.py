@@ -1,5 +1,5 @@
-"""Option values -> Selection -> LaunchPlan -> Verdict: the one path `recipe`, `launch`, `up` and `validate`
-take. It sits above recipe/ (the pure resolver) and probe/ (the gate that reads this host's records), so
+"""Option values -> Selection -> LaunchPlan -> Verdict (usecase.verdict): the one path `recipe`, `launch`, `up` and
+`validate` take. It sits above recipe/ (the pure resolver) and probe/ (the gate that reads this host's records), so
 neither imports the other's layer. Light imports only: this is on the `rocm-dspark recipe` path.
 """
 
@@ -11,7 +11,7 @@ from rocm_dspark.recipe.selection import ADAPTIVE_MODES, build_selection
 
 
 def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None) -> Verdict:
-    """--adaptive off: not proven by choice; auto/on: ask the probe gate about this plan (reads the records).
+    """--adaptive off: not proven by choice; auto/on: the verdict for this plan (usecase.verdict.judge).
     `soft`: the software the plan runs on when that is not this Python's (an image's, rocm_dspark.probe.software)."""
     mode = opts.get("adaptive") or "auto"
     if mode not in ADAPTIVE_MODES:
@@ -21,21 +21,15 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None)
     if plan.adaptive_argv is None:
         why = next((n.text for n in plan.notes if n.topic in ("speculation", "per-batch-size K")), None)
         return Verdict.not_proven(why or "synthetic benchmark mode")
-    from rocm_dspark.probe.gate import gate_verdict
+    from rocm_dspark.usecase.verdict import judge
 
-    verdict = gate_verdict(catalog, plan, state_dir=opts.get("state_dir"), soft=soft)
-    if mode == "on" and not verdict.adaptive_proven:
-        raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: {verdict.reason}; run `rocm-dspark probe`")
-    if not verdict.adaptive_proven:
-        return verdict
-    # (b) the payoff half, only once (a) holds: the common no-record run costs nothing more (probe/payoff.py).
-    from rocm_dspark.probe.payoff import combine, payoff_verdict
-
-    verdict, warning = combine(verdict, payoff_verdict(catalog, plan, plan.concurrency, opts.get("state_dir"), soft=soft),
-                               mode)
-    if warning:
-        warn(warning)
-    return verdict
+    got = judge(catalog, plan, state_dir=opts.get("state_dir"), concurrency=plan.concurrency, mode=mode, soft=soft)
+    if mode == "on" and not got.proof.adaptive_proven:
+        raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: "
+                         f"{got.proof.reason}; run `rocm-dspark probe`")
+    if got.warning:
+        warn(got.warning)
+    return got.verdict
 
 
 def plan_for(opts: dict, catalog=None, *, soft: dict | None = None) -> tuple:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
-from rocm_dspark.probe.gate import gate_verdict
 from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
@@ -193,12 +192,14 @@ def plugin(ctx) -> Outcome:
 
 
 def probe(ctx) -> Outcome:
-    """The probe gate's verdict for this selection: is there a matching record proving adaptive verification?"""
+    """The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
+    from rocm_dspark.usecase.verdict import judge
+
     try:
-        verdict = gate_verdict(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"), soft=ctx.options.gate_software)
+        verdict = judge(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"), concurrency=ctx.plan.concurrency,
+                        soft=ctx.options.gate_software).verdict
     except Exception as exc:  # the probe store is another module's: report, never crash validation
         return Outcome(WARN, f"the probe gate failed: {type(exc).__name__}: {exc}")
-    value = {"adaptive_proven": verdict.adaptive_proven, "plan_adaptive_verification": ctx.plan.adaptive_verification}
-    reason = getattr(verdict, "reason", "")
-    return Outcome(PASS, f"probe verdict: {'adaptive verification proven' if verdict.adaptive_proven else 'not proven'}"
-                   f" ({reason})", value=value, evidence=verdict._asdict() if hasattr(verdict, "_asdict") else str(verdict))
+    value = {"state": verdict.outcome, "adaptive_proven": verdict.adaptive_proven,
+             "plan_adaptive_verification": ctx.plan.adaptive_verification}
+    return Outcome(PASS, f"probe verdict: {verdict.outcome} ({verdict.reason})", value=value, evidence=verdict._asdict())

@@ -16,11 +16,12 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.probe.record import RecordError
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, Verdict
 from rocm_dspark.runtime.process import free_port
+from rocm_dspark.usecase.verdict import combine
 
 pytestmark = pytest.mark.slow
 
@@ -93,9 +94,9 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
     assert decided.evidence == f"A/B record {counted['id']}"
     assert decided.state == ("pays" if rec.verdict["pays"] else "loses")
     proof = Verdict(True, "instrument: a probe record proves it", "probe.json")
-    verdict, warning = payoff.combine(proof, decided, "auto")
+    verdict, warning = combine(proof, decided, "auto")
     assert verdict.adaptive_proven == rec.verdict["pays"] and f"payoff decided by A/B record {counted['id']}" in verdict.reason
-    verdict, warning = payoff.combine(proof, decided, "on")
+    verdict, warning = combine(proof, decided, "on")
     assert verdict.adaptive_proven and (warning is not None) == (not rec.verdict["pays"])
     # Another concurrency is not decided by this record.
     assert payoff.payoff_verdict(catalog, plan_of(), 64, state_dir=other, current=current).evidence == "prediction"

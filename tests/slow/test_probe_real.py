@@ -107,7 +107,7 @@ def test_live_level_records_vllms_refusal_of_dspark_with_adaptive_verification(
     log = open(ev["log_path"]).read()
     assert ev["refusal"] in log  # vLLM's exact line, as it printed it
     assert ev["readiness"]["status"] == "exited" and ev["stop"]["leftover_pids"] == []
-    assert record["live_override"]["kind"] == "command-file" and summary["gate"]["state"] == "incomplete"
+    assert record["live_override"]["kind"] == "command-file" and summary["gate"]["state"] == "not proven"
 
 
 def test_live_level_reads_real_counters_from_the_shared_ngram_server(in_vllm_python, vllm_ngram_server, tmp_path):
@@ -154,4 +154,4 @@ def test_live_level_reads_real_counters_from_the_shared_ngram_server(in_vllm_pyt
     assert ev["serving_process"]["pid"] == srv.server.pid
     # ... but it is the test's ngram command, not the plan's: it is an override and cannot count.
     assert outcome.record.live_override == {"kind": "attached", "path": srv.base_url, "argv": list(srv.argv)}
-    assert not level.valid_for_gating and outcome.gate_state == "incomplete"
+    assert not level.valid_for_gating and outcome.gate_state == "not proven"
