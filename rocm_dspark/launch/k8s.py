@@ -29,6 +29,7 @@ import shlex
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import compile_cache
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster, ClusterSpec, expand
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -330,12 +331,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
 
 
 def _gpus_used(argv: tuple[str, ...]) -> int:
-    """GPUs one `vllm serve` uses on its node: TP x DP x PP from its own argv."""
-    n = 1
-    for flag in ("--tensor-parallel-size", "--data-parallel-size", "--pipeline-parallel-size"):
-        if flag in argv:
-            n *= int(argv[argv.index(flag) + 1])
-    return n
+    return Command.from_words(argv).gpus_per_node_used
 
 
 def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads, secrets, shm_gib) -> list[dict]:

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.plan import Command
 
 COLUMNS = ("arm", "k", "adaptive", "concurrency", "capture_size", "output_tok_s", "acceptance_length")
 # A fit whose worst left-out run is further off than this is shown but not kept for plan and the gate
@@ -37,20 +38,13 @@ def _bad(path, what: str) -> UsageError:
 def _argv_setting(path, name: str, argv) -> tuple[int, bool, str]:
     """(K, adaptive, capture size) from a vLLM argv (the plan's): --speculative-config and
     --max-cudagraph-capture-size, as the plan writes them."""
-    argv = [str(a) for a in argv or []]
-    spec, cap = {}, None
-    for i, tok in enumerate(argv[:-1]):
-        if tok == "--speculative-config":
-            try:
-                spec = json.loads(argv[i + 1])
-            except ValueError:
-                raise _bad(path, f"{name}: --speculative-config is not JSON") from None
-        if tok == "--max-cudagraph-capture-size":
-            cap = argv[i + 1]
+    command = Command.from_words(argv or [])
+    cap, spec = command.value("max_cudagraph_capture_size"), command.spec_config()
     if cap is None:
         raise _bad(path, f"{name}: its argv names no --max-cudagraph-capture-size; use a plain table instead")
-    if not isinstance(spec, dict):
+    if spec is None and command.value("speculative_config") is not None:
         raise _bad(path, f"{name}: --speculative-config is not a JSON object")
+    spec = spec or {}
     return spec.get("num_speculative_tokens", 0), bool(spec.get("enable_adaptive_verification")), cap
 
 

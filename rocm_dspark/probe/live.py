@@ -22,7 +22,6 @@ after the requests (rocm_dspark.probe.serving).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -31,6 +30,7 @@ from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.probe import rescore, serving
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.runtime.process import VllmServer, listening
 
@@ -78,19 +78,7 @@ def _adaptive_in(argv) -> bool | None:
 
 def spec_config_in(argv) -> dict | None:
     """The --speculative-config JSON of an argv (None: none, or not a JSON object)."""
-    for i, token in enumerate(argv):
-        value = None
-        if token in ("--speculative-config", "-sc") and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif token.startswith("--speculative-config="):
-            value = token.partition("=")[2]
-        if value is not None:
-            try:
-                spec = json.loads(value)
-            except ValueError:
-                return None
-            return spec if isinstance(spec, dict) else None
-    return None
+    return Command.from_words(argv).spec_config()
 
 
 def target_from_plan(plan, model) -> LiveTarget:

@@ -12,6 +12,7 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
 import json
+import re
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
@@ -45,8 +46,8 @@ class Flags(tuple[tuple[str, str | None], ...]):
     """A command's flags in order: (flag, value or None) pairs. What every consumer reads instead of argv words."""
 
     def get(self, dest: str, default=None):
-        flag = flag_for(dest)
-        return next((v for f, v in self if f == flag), default)
+        flag = flag_for(dest)  # the last one wins, as in argparse
+        return next((v for f, v in reversed(self) if f == flag), default)
 
     def has(self, dest: str) -> bool:
         flag = flag_for(dest)
@@ -75,6 +76,85 @@ class Command(tuple[str, ...]):
 
     def replaced(self, flags: Iterable[tuple[str, str | None]]) -> "Command":
         return Command(self.head, flags)
+
+    @classmethod
+    def from_words(cls, words: Iterable[str]) -> "Command":
+        """The one way a command from outside the resolver (--server-json, a stored record, a log's argv) becomes
+        a Command. Read as vLLM's FlexibleArgumentParser.parse_args reads it (vllm/utils/argparse_utils.py):
+        `--a_b` is `--a-b` (up to the first `.`), `--f=v` is `--f v`, `-O3` is `--optimization-level 3`, the
+        short aliases are their long flags; `--no-f` stays its own flag (bool_flag reads it)."""
+        if isinstance(words, Command):
+            return words
+        ws, head = [str(w) for w in words], []
+        pairs: list[tuple[str, str | None]] = []
+        i = 0
+        while i < len(ws) and not _is_flag(ws[i]):
+            head.append(ws[i])
+            i += 1
+        while i < len(ws):
+            w = ws[i]
+            i += 1
+            if not _is_flag(w):  # a positional after the flags (the model, or what follows `--`)
+                head.append(w)
+                continue
+            if w == "--":
+                head.extend(ws[i:])
+                break
+            if w.startswith("-O") and w != "-O":
+                pairs.append(("--optimization-level", w[3:] if w[2:3] == "=" else w[2:]))
+                continue
+            flag, eq, value = w.partition("=")
+            flag = _SHORT.get(flag) or _UNDERSCORES.sub(lambda m: m.group(0).replace("_", "-"), flag, count=1)
+            if eq:
+                pairs.append((flag, value))
+            elif i < len(ws) and not _is_flag(ws[i]):
+                pairs.append((flag, ws[i]))
+                i += 1
+            else:
+                pairs.append((flag, None))
+        return cls(head, pairs)
+
+    def value(self, dest: str, default=None):
+        """The value vLLM reads for `dest` (None for a bare flag); `default` when it is not set."""
+        return self.flags.get(dest, default)
+
+    def bool_flag(self, dest: str) -> bool | None:
+        """A boolean flag as vLLM reads it: the last of `--f` / `--no-f` wins; None when neither is given."""
+        flag = flag_for(dest)
+        return next((f == flag for f, _ in reversed(self.flags) if f in (flag, "--no-" + flag[2:])), None)
+
+    def int_value(self, dest: str, default: int = 1) -> int:
+        v = self.value(dest)
+        return default if v is None else int(v)
+
+    def spec_config(self) -> dict | None:
+        """The --speculative-config JSON object (None: not given, or not a JSON object)."""
+        raw = self.value("speculative_config")
+        try:
+            spec = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return spec if isinstance(spec, dict) else None
+
+    @property
+    def gpus_per_node_used(self) -> int:
+        """GPUs this `vllm serve` uses on its node: TP x local DP (else DP) x PP."""
+        dp = self.value("data_parallel_size_local") or self.value("data_parallel_size") or 1
+        return (self.int_value("tensor_parallel_size") * int(dp) * self.int_value("pipeline_parallel_size"))
+
+    def without(self, dest: str) -> "Command":
+        flag = flag_for(dest)  # and its dotted keys (--speculative-config.method=...), which vLLM merges into it
+        return self.replaced((f, v) for f, v in self.flags if f != flag and not f.startswith(flag + "."))
+
+
+# vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
+_SHORT = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
+          "-sc": "--speculative-config", "-cc": "--compilation-config", "-O": "--optimization-level"}
+_UNDERSCORES = re.compile(r"(?<=--)[^.]*")
+
+
+def _is_flag(word: str) -> bool:
+    return word.startswith("-") and len(word) > 1 and not word[1:2].isdigit()
 
 
 def flag_pairs(argv: tuple[str, ...]) -> Flags | None:

@@ -31,29 +31,19 @@ import sys
 import time
 from pathlib import Path
 
+from rocm_dspark.recipe.plan import Command
+
 ARMS = ("nospec", "block", "adaptive")
 RUN_ORDER = ("block", "adaptive", "nospec")  # the nospec server re-scores every arm's tokens: it runs last
 REFERENCE = {"route": "nospec-server", "independent": True,
              "why": "the nospec arm's server (no --speculative-config: no drafter can reach its prompt logprobs, "
                     "vllm#53488)"}
 REFERENCE_TEXT = "every arm's tokens are re-scored against the nospec arm's server (no --speculative-config, vllm#53488)"
-SPEC_FLAGS = ("--speculative-config", "-sc")
 
 
 def without_speculation(argv) -> list[str]:
     """argv with its --speculative-config (any spelling) removed: the no-speculation arm."""
-    out, skip = [], False
-    for token in argv:
-        if skip:
-            skip = False
-            continue
-        if token in SPEC_FLAGS:
-            skip = True
-            continue
-        if token.startswith("--speculative-config=") or token.startswith("--speculative-config."):
-            continue
-        out.append(token)
-    return out
+    return list(Command.from_words(argv).without("speculative_config"))
 
 
 def arms(catalog, selection) -> dict:
