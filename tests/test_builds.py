@@ -3,14 +3,14 @@ parser in tests/slow/test_parser_real.py), per-GPU defaults, the image matching 
 rules, and the memory model against InferenceX's published KV headroom."""
 
 import json
-import subprocess
 
 import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.resolve import Selection, flag_verdict, resolve
-from tests.conftest import CLI, FIXTURES, cli_env
+from tests.conftest import FIXTURES, cli_env
+from tests.helpers import run_cli
 
 CAT = load_catalog()
 V41 = "DeepSeek-V4.1-Flash"
@@ -198,7 +198,7 @@ def test_feasible_layouts_say_their_kv_capacity():
     (["--gpu", "h100"], "unknown GPU 'h100'; known GPUs: mi300x, mi325x, mi350x, mi355x"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", *args], capture_output=True, text=True,
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", *args], capture_output=True, text=True,
                           env=cli_env(), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
@@ -206,14 +206,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
 
 def test_cli_prints_the_0_33_0_image():
     for args in (["--vllm-version", "0.33.0"], ["--build", "v0.33.0"]):
-        proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", *args, "--format", "json"], capture_output=True,
+        proc = run_cli(["recipe", "--model", "V4.1-Flash", *args, "--format", "json"], capture_output=True,
                               text=True, env=cli_env())
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["image"] == "vllm/vllm-openai-rocm:v0.33.0"
 
 
 def test_list_shows_the_builds():
-    proc = subprocess.run([*CLI, "list", "--json"], capture_output=True, text=True, env=cli_env())
+    proc = run_cli(["list", "--json"], capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     builds = json.loads(proc.stdout)["builds"]
     assert builds["v0.33.0"]["digest"] is None and builds["v0.33.0"]["image"] == "vllm/vllm-openai-rocm:v0.33.0"

@@ -1,14 +1,14 @@
 """recipes/ loads, validates, and a broken file fails with one line naming file, key and problem."""
 
 import shutil
-import subprocess
 
 import pytest
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe import catalog
-from rocm_dspark.recipe.catalog import CatalogError, load_catalog, release_tuple, version_in_range
-from tests.conftest import CLI, cli_env
+from rocm_dspark.recipe.catalog import CatalogError, load_catalog, version_in_range
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 from tests.helpers.recipes import _break
 
 
@@ -88,7 +88,7 @@ def test_broken_recipe_names_file_key_and_problem(recipes_copy, rel, old, new, e
 
 def test_malformed_yaml_through_the_cli_is_one_line_exit_2(recipes_copy):
     path = _break(recipes_copy, "gpus.yaml", "  mi325x:\n", "  mi325x: [\n")
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi355x"], capture_output=True,
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi355x"], capture_output=True,
                           text=True, env=cli_env(ROCM_DSPARK_RECIPES=str(recipes_copy)))
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
@@ -171,7 +171,7 @@ def test_bad_recipe_values_name_file_and_key(recipes_copy, rel, old, new, expect
 def test_non_utf8_recipe_file_is_one_line_exit_2(recipes_copy):
     path = recipes_copy / "gpus.yaml"
     path.write_bytes(path.read_bytes().replace(b"AMD Instinct MI300X\n", b"AMD Instinct MI300X \xe9\n", 1))
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi355x"], capture_output=True,
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi355x"], capture_output=True,
                           text=True, env=cli_env(ROCM_DSPARK_RECIPES=str(recipes_copy)))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and f"{path}: not UTF-8 text" in lines[0], proc.stderr

@@ -2,17 +2,17 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import CLI, FIXTURES, cli_env
+from tests.conftest import FIXTURES, cli_env
+from tests.helpers import run_cli
 
 
 def run(*args, env=None):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env or cli_env())
+    return run_cli(args, env=env or cli_env())
 
 
 def test_recipe_default_prints_a_plan_and_says_which_gpu():

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 
 import pytest
 
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli as run_cli_in_process
 
 BASE = ["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x"]
 
 
 def run(*args, check=True):
-    r = subprocess.run(CLI + BASE + list(args), capture_output=True, text=True, env=cli_env(), timeout=120)
+    r = run_cli_in_process(BASE + list(args), capture_output=True, text=True, env=cli_env(), timeout=120)
     if check:
         assert r.returncode == 0, r.stderr
     return r

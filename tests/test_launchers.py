@@ -28,7 +28,8 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import launch_state, quoting
 from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS
 from rocm_dspark.launch.launchers import default_name, install_commands, render_launcher, render_unit, write_launchers
-from tests.conftest import CLI, FIXTURES, cli_env
+from tests.conftest import FIXTURES, cli_env
+from tests.helpers import run_cli as run_cli_in_process
 from tests.helpers.launcher_rig import (HOSTILE, MONO_REFUSAL, REFUSAL, SYSTEMD_ANALYZE, Rig, alive, free_port, http_status,
                                         make_plan, shellcheck, start_ready, stop_and_check, wait_until)
 
@@ -209,7 +210,7 @@ def test_hostile_plan_values_still_give_valid_files(tmp_path):
 def _launch_cli(tmp_path, *args) -> list[Path]:
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(out), *args],
+    proc = run_cli_in_process(["launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(out), *args],
                           capture_output=True, text=True, env=cli_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     return sorted(out.glob("*.sh"))
@@ -293,7 +294,7 @@ def test_install_commands_install_reload_and_start(tmp_path):
 # ---- bad input: one line, exit 2, nothing written ----
 
 def run_cli(*args):
-    return subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi355x", *args],
+    return run_cli_in_process(["launch", "--model", "V4.1-Flash", "--gpu", "mi355x", *args],
                           capture_output=True, text=True, env=cli_env(), timeout=120)
 
 
@@ -935,7 +936,7 @@ def test_single_node_install_commands_make_a_unit_that_verifies(tmp_path):
 def test_each_node_installs_from_its_own_copied_files(tmp_path):
     gen = tmp_path / "generated"
     gen.mkdir()
-    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi355x", "--format", "systemd",
+    proc = run_cli_in_process(["launch", "--model", "V4.1-Flash", "--gpu", "mi355x", "--format", "systemd",
                            "--strategy", "multi_node_tp_dp", "--nodes", "2", "--head-address", "10.0.0.1",
                            "--node-addresses", "10.0.0.1,10.0.0.2", "--iface", "eth1", "--output", str(gen),
                            "--name", "grp"], capture_output=True, text=True, env=cli_env(), timeout=120)
@@ -973,7 +974,7 @@ def test_head_address_has_one_rule_on_every_path(tmp_path, address):
     }
     lines = set()
     for argv in paths.values():
-        proc = subprocess.run([*CLI, *argv], capture_output=True, text=True, env=cli_env(), timeout=120, cwd=tmp_path)
+        proc = run_cli_in_process(argv, capture_output=True, text=True, env=cli_env(), timeout=120, cwd=tmp_path)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         err = proc.stderr.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"rocm-dspark: error: --head-address {address!r}"), err

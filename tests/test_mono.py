@@ -8,14 +8,14 @@ Not shown here: that the kernels run on MI300-class GPUs (not yet run on such ha
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.mono import step_rows
 from rocm_dspark.recipe.resolve import Selection, resolve
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 
 CAT = load_catalog()
 
@@ -118,7 +118,7 @@ def test_gfx942_counts_the_weight_copies_and_lowers_batch_tokens_to_make_room():
 
 
 def _recipe(*args):
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", *args], capture_output=True, text=True,
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", *args], capture_output=True, text=True,
                           env=cli_env())
     assert proc.returncode == 0, proc.stderr
     return proc.stdout

@@ -6,13 +6,13 @@ at concurrency 1-8), which the predicted range must overlap. Not yet run on MI30
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 from rocm_dspark.planner.profile import plan_profile
 from rocm_dspark.recipe.catalog import load_catalog
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 
 CAT = load_catalog()
 V41 = CAT.find_model("V4.1-Flash")
@@ -45,13 +45,13 @@ def test_tp8_profile_is_off_at_every_row_with_the_reason():
 
 
 def test_plan_cli_shows_mono_per_row():
-    proc = subprocess.run([*CLI, "plan", "--gpu", "mi355x", "--concurrency", "1,4,8,64"], capture_output=True,
+    proc = run_cli(["plan", "--gpu", "mi355x", "--concurrency", "1,4,8,64"], capture_output=True,
                           text=True, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     lines = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("mono decode: ")]
     assert len(lines) == 4 and all("ON (" in ln and "public, uncalibrated" in ln for ln in lines[:3])
     assert lines[3].startswith("mono decode: off: 64 requests")
-    js = subprocess.run([*CLI, "plan", "--gpu", "mi355x", "--concurrency", "4", "--json"], capture_output=True,
+    js = run_cli(["plan", "--gpu", "mi355x", "--concurrency", "4", "--json"], capture_output=True,
                         text=True, env=cli_env())
     row = json.loads(js.stdout)["plans"][0]["rows"][0]
     assert row["mono"]["on"] and row["mono"]["rows"] == 24 and len(row["mono"]["tok_s"]) == 2

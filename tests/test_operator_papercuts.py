@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from tests.conftest import CLI, cli_env
 from tests.helpers.recipes import _break
+from tests.helpers import run_cli as run_cli_in_process
 
 V41 = ["--model", "V4.1-Flash", "--gpu", "mi300x"]
 
@@ -90,7 +91,7 @@ def test_capture_cap_error_names_a_value_that_runs(cap):
 def test_a_newline_in_a_recipe_base_arg_is_one_line_naming_file_and_key(recipes_copy):
     path = _break(recipes_copy, "models/deepseek-v4.1-flash.yaml", '  - [--max-model-len, "1048576"]',
                   '  - [--max-model-len, "1\\n$(touch x)"]')
-    r = subprocess.run([*CLI, "recipe", *V41], capture_output=True, text=True,
+    r = run_cli_in_process(["recipe", *V41], capture_output=True, text=True,
                        env=cli_env(ROCM_DSPARK_RECIPES=str(recipes_copy)))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and str(path) in r.stderr and "base_args" in r.stderr, r.stderr
@@ -171,7 +172,7 @@ def test_plan_concurrency_has_recipe_s_bound():
 
 # 13 ------------------------------------------------------------------------------------------------------
 def test_up_dry_run_with_a_misspelt_gpu_prints_nothing_first():
-    r = subprocess.run([*CLI, "up", "--model", "V4.1-Flash", "--dry-run", "--gpu", "mi30x"], capture_output=True,
+    r = run_cli_in_process(["up", "--model", "V4.1-Flash", "--dry-run", "--gpu", "mi30x"], capture_output=True,
                        text=True, env=cli_env())
     assert r.returncode == 2 and r.stdout == "" and "did you mean mi300x" in r.stderr, (r.stdout, r.stderr)
 

@@ -9,7 +9,8 @@ from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.plan import Note
 from rocm_dspark.launch.render import NOTE_WIDTH, note_lines, render_docker, render_json, render_shell
 from rocm_dspark.recipe.resolve import Selection, resolve
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 
 CAT = load_catalog()
 PROFILES = [(m, g) for m in CAT.models for g in CAT.models[m].profiles]
@@ -67,13 +68,12 @@ def test_workaround_short_forms_fit_without_cutting():
 
 
 def test_recipe_cli_fits_one_screen_with_the_command_first():
-    import subprocess
 
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash"], capture_output=True, text=True, env=cli_env())
+    proc = run_cli(["recipe", "--model", "V4.1-Flash"], capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) <= 60 and lines[0].startswith("VLLM_") and "vllm serve" in proc.stdout.split("#")[0]
     assert max(len(ln) for ln in lines if ln.startswith("#")) <= NOTE_WIDTH
-    explained = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--explain"], capture_output=True,
+    explained = run_cli(["recipe", "--model", "V4.1-Flash", "--explain"], capture_output=True,
                                text=True, env=cli_env()).stdout
     assert "Remove when:" in explained and "https://github.com/vllm-project/recipes/pull/963" in explained

@@ -13,6 +13,7 @@ import pytest
 from rocm_dspark.planner.profile import plan_profile
 from rocm_dspark.planner.recommend import DECIDE, gain_over_block_pct, hold_to_error
 from rocm_dspark.recipe.catalog import load_catalog
+from tests.helpers import run_cli
 
 GRID = [1, 16, 64, 128]
 
@@ -80,16 +81,15 @@ def test_max_num_seqs_plans_past_128_and_prices_the_capture_overrun():
 
 
 def test_the_cli_takes_max_num_seqs_and_refuses_zero():
-    import subprocess
 
-    from tests.conftest import CLI, cli_env
+    from tests.conftest import cli_env
 
-    ok = subprocess.run([*CLI, "plan", "--gpu", "mi300x", "--concurrency", "256", "--max-num-seqs", "256", "--json"],
+    ok = run_cli(["plan", "--gpu", "mi300x", "--concurrency", "256", "--max-num-seqs", "256", "--json"],
                         capture_output=True, text=True, env=cli_env())
     assert ok.returncode == 0, ok.stderr
     import json
 
     assert json.loads(ok.stdout)["plans"][0]["rows"][0]["batch"] == 256
-    bad = subprocess.run([*CLI, "plan", "--gpu", "mi300x", "--max-num-seqs", "0"], capture_output=True, text=True,
+    bad = run_cli(["plan", "--gpu", "mi300x", "--max-num-seqs", "0"], capture_output=True, text=True,
                          env=cli_env())
     assert bad.returncode == 2 and "--max-num-seqs" in bad.stderr

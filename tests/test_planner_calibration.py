@@ -12,6 +12,7 @@ import pytest
 
 from rocm_dspark.planner import calibration as C
 from rocm_dspark.planner.cost_table import MeasuredCost, load_cost_table
+from tests.helpers import run_cli
 
 # The bounds the README and `plan` state for the calibration setting. Changing the model or the data
 # so that the held-out error grows past them fails here.
@@ -181,7 +182,7 @@ def test_fixed_per_step_time_is_not_left_out(refit):
 
 
 def test_the_plan_prints_source_and_error_next_to_the_predictions():
-    proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi355x", "--concurrency", "1,128"],
+    proc = run_cli(["plan", "--gpu", "mi355x", "--concurrency", "1,128"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -195,7 +196,7 @@ def test_the_plan_prints_source_and_error_next_to_the_predictions():
 
 
 def test_json_carries_the_error():
-    proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plan", "--gpu", "mi350x", "--concurrency", "64",
+    proc = run_cli(["plan", "--gpu", "mi350x", "--concurrency", "64",
                            "--json"], capture_output=True, text=True, timeout=300)
     plan = json.loads(proc.stdout)["plans"][0]
     assert plan["error"]["tok_s_pct"] > HELD_OUT_TOK_S_BOUND_PCT  # transferred: held out + cross-build spread

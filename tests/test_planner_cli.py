@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 
 GPUS = ("mi300x", "mi325x", "mi350x", "mi355x")
 
 
 def run(*args):
-    return subprocess.run([*CLI, "plan", *args], capture_output=True, text=True, env=cli_env())
+    return run_cli(["plan", *args], env=cli_env())
 
 
 def test_plan_prints_a_recommendation_for_every_gpu_profile():

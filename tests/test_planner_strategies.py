@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 
 
 def test_plan_nodes_predicts_tp_dp_and_says_why_not_for_the_rest():
-    r = subprocess.run(CLI + ["plan", "--gpu", "mi355x", "--concurrency", "512", "--nodes", "2", "--json"],
+    r = run_cli(["plan", "--gpu", "mi355x", "--concurrency", "512", "--nodes", "2", "--json"],
                        capture_output=True, text=True, env=cli_env(), timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["strategies"]["mi355x"][1:]
@@ -26,7 +26,7 @@ def test_plan_nodes_predicts_tp_dp_and_says_why_not_for_the_rest():
 
 
 def test_plan_nodes_text_has_one_line_per_strategy():
-    r = subprocess.run(CLI + ["plan", "--gpu", "mi300x", "--concurrency", "64", "--nodes", "3"],
+    r = run_cli(["plan", "--gpu", "mi300x", "--concurrency", "64", "--nodes", "3"],
                        capture_output=True, text=True, env=cli_env(), timeout=300)
     assert r.returncode == 0, r.stderr
     lines: list[str] = []

@@ -25,6 +25,7 @@ from rocm_dspark.probe.record import parse_record
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import resolve_plan
 from tests.conftest import CLI, cli_env
+from tests.helpers import run_cli
 from tests.helpers.ab_records import decide, write_ab
 from tests.helpers.probe_records import LIVE_REFUSED, SELECTION, here, make, write
 
@@ -249,13 +250,13 @@ def test_new_state_directories_are_private(tmp_path):
 def test_a_state_dir_of_an_unknown_user_is_one_line(tmp_path):
     with pytest.raises(UsageError, match="no such user"):
         store.state_dir("~nosuchuser-i14/x")
-    proc = subprocess.run([*CLI, "probe", "--show", "--state-dir", "~nosuchuser-i14/x"], capture_output=True,
+    proc = run_cli(["probe", "--show", "--state-dir", "~nosuchuser-i14/x"], capture_output=True,
                           text=True, env=cli_env())
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
 def test_a_name_over_255_bytes_is_one_line(tmp_path):
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir",
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir",
                            str(tmp_path / ("x" * 300))], capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "name too long" in proc.stderr.lower()
 

@@ -14,7 +14,8 @@ from rocm_dspark.runtime.process import free_port
 from rocm_dspark.validate import report, runner, sweep
 from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import Check, Outcome
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli as cli_in_process
 
 SELECTION = {"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}
 
@@ -143,7 +144,7 @@ def test_check_names_are_stable_and_ordered():
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([*CLI, "validate", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
+    return cli_in_process(["validate", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
 
 
 @pytest.mark.parametrize("extra", [[], ["--quick"], ["--server-json", "{t}/s.json"]])
@@ -316,7 +317,7 @@ def test_sweep_writes_a_cost_table_plan_reads(tmp_path):
     cost = load_cost_table(path, capture_sizes=[1, 2, 4, 8, 16, 32, 64])   # what `plan` passes: the profile's grid
     assert cost.includes_draft and not cost.dense
     assert cost.verify_seconds(8) * 1e3 == pytest.approx(10 + 2 * 4 / 12)      # interpolated, not stepped up to 12
-    proc = subprocess.run([*CLI, "plan", "--gpu", "mi300x", "--concurrency", "1,4,16", "--cost-table", str(path)],
+    proc = cli_in_process(["plan", "--gpu", "mi300x", "--concurrency", "1,4,16", "--cost-table", str(path)],
                           capture_output=True, text=True, env=cli_env())
     assert proc.returncode == 0, proc.stderr
     assert "cost: measured (cost_table.json)" in proc.stdout and "sparse (3 samples" in proc.stdout
