@@ -102,6 +102,7 @@ class Calibration:
     readings: tuple = field(default=(), compare=False)   # per capture reading: its own errors
     host: bool = False                 # this host's fit (plan --calibrate), not the public A/B
     not_identified: tuple = ()         # terms no run of the fit identifies: they carry the public values
+    notes: tuple = field(default=(), compare=False)   # host fit: what a leave-one-out fold could not identify
 
     def stated_error_pct(self, calibrated_setting: bool) -> float:
         """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread

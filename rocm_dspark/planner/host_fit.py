@@ -25,7 +25,12 @@ LOO_BOUND_PCT = 25.0
 # The terms a host fit may leave unidentified, and what a run needs to identify each.
 TERMS = {"adaptive_ms": "an adaptive run", "eager_launch_ms": "a run whose verify batch exceeds its capture size",
          "eager_per_token_ms": "a run whose verify batch exceeds its capture size",
-         "spread": "a per-request acceptance split (no host table has one)"}
+         "spread": "a per-request acceptance split (no host table has one)",
+         "rho": "runs whose routed-expert reads are not saturated (small batches)"}
+# rho (drafted tokens' expert overlap) is fitted only where its column is not within this share of the span of the
+# linear columns: past ~16 requests nearly every expert is read, so rho's effect is a near-constant per
+# speculative step, and trades against the draft term (docs/calibration.md). Otherwise the public rho is used.
+RHO_SPAN_PCT = 10.0
 
 
 # --- the table ------------------------------------------------------------------------------------------
@@ -187,11 +192,30 @@ def _design_row(physics, r, rho):
                       r["capture_size"])
 
 
+def rho_span_pct(physics, rows) -> float:
+    """How far rho's column (the weight reads it moves, rho 0 to 0.75) lies outside the span of the linear
+    columns over these runs, % of its norm: near 0 means those runs cannot tell rho from the other terms."""
+    import numpy as np
+
+    linear = [r for r in rows if not r["adaptive"]]
+    pairs = [_design_row(physics, r, 0.0) for r in linear]
+    a = np.array([p[0] for p in pairs])
+    col = np.array([(float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.0))
+                     - float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.75)))
+                    * p[0][0] for r, p in zip(linear, pairs)])  # p[0][0] = 1 / measured ms
+    if not col.any():
+        return 0.0
+    x, *_ = np.linalg.lstsq(a, col, rcond=None)
+    return float(100 * np.linalg.norm(a @ x - col) / np.linalg.norm(col))
+
+
 def _fit_linear(physics, rows, rho_grid):
     import numpy as np
 
     from rocm_dspark.planner.calibration import nonneg_lstsq
 
+    if rho_span_pct(physics, rows) < RHO_SPAN_PCT:
+        rho_grid = [_public_rho()]
     best: tuple[float, float | None, Any] = (math.inf, None, None)
     for rho in rho_grid:
         pairs = [_design_row(physics, r, float(rho)) for r in rows]
@@ -242,7 +266,8 @@ def fit_rows(physics, rows, rho_grid):
 
 def leave_one_out(physics, rows, rho_grid) -> list[float]:
     """Per run: |predicted / measured - 1| (%) from a fit without every run at its concurrency: the public
-    fit's meaning (calibration.left_out_by_concurrency)."""
+    fit's meaning (calibration.left_out_by_concurrency). A term the fold's runs do not identify takes the
+    public value there, as in the whole fit (fold_notes says which)."""
     from rocm_dspark.planner.calibration import left_out_by_concurrency
 
     every = sorted({r["concurrency"] for r in rows})
@@ -260,12 +285,32 @@ def leave_one_out(physics, rows, rho_grid) -> list[float]:
     return [errs[i] for i in range(len(rows))]
 
 
-def unidentified(rows) -> tuple[str, ...]:
-    """The TERMS no row identifies (their columns or runs are absent)."""
+def fold_notes(physics, rows) -> list[str]:
+    """One line per left-out concurrency whose remaining runs do not identify rho (RHO_SPAN_PCT)."""
+    out = []
+    for c in sorted({r["concurrency"] for r in rows}):
+        pct = rho_span_pct(physics, [r for r in rows if r["concurrency"] != c])
+        if pct < RHO_SPAN_PCT:
+            out.append(f"left out c{c}: rho not identified by the other runs (its column is {pct:.1f}% outside the "
+                       f"span of the fixed, per-request, per-token and draft columns, under {RHO_SPAN_PCT:g}%: their "
+                       f"routed-expert reads are nearly saturated, so rho trades against the draft term); that fold "
+                       f"uses the public rho {_public_rho():g}")
+    return out
+
+
+def _public_rho() -> float:
+    from rocm_dspark.planner.calibration import stored
+
+    return stored().params.rho
+
+
+def unidentified(rows, physics=None) -> tuple[str, ...]:
+    """The TERMS no row identifies (their columns or runs are absent, or rho's column is in the others' span)."""
     linear = [r for r in rows if not r["adaptive"]]
     crosses = any(r["concurrency"] * (1 + r["k"]) > r["capture_size"] for r in linear)
     out = [] if any(r["adaptive"] for r in rows) else ["adaptive_ms"]
     out += [] if crosses else ["eager_launch_ms", "eager_per_token_ms"]
+    out += ["rho"] if physics is not None and rho_span_pct(physics, rows) < RHO_SPAN_PCT else []
     return tuple(out + ["spread"])
 
 
@@ -303,7 +348,7 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
     physics = physics_for(model, gpu, tp, float(data["bandwidth_efficiency"]))
     params = fit_rows(physics, rows, data["rho_grid"])
     loo = leave_one_out(physics, rows, data["rho_grid"])
-    missing = unidentified(rows)
+    missing = unidentified(rows, physics)
     public = stored(data).params
     # spread stays 0 (one request class): the fit's predictor reads each run's measured acceptance length, so the
     # public A/B's heterogeneity would not match the adaptive overhead fitted here
@@ -314,4 +359,4 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
                         payoff_error_pp=round(2 * err, 1), points=rows, model=model.key, gpu=gpu.key, tp=tp,
                         not_identified=missing, source_url=str(path),
                         source_label=f"this host ({model.key}, {tp}x {gpu.key}, plan --calibrate, {len(rows)} runs)")
-    return calib, loo, rows
+    return replace(calib, notes=tuple(fold_notes(physics, rows))), loo, rows

@@ -142,7 +142,8 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
     if as_json:
         return [json.dumps({"record": str(written) if written else None, "kept": kept,
                             "loo_bound_pct": LOO_BOUND_PCT, "leave_one_out_pct": [round(e, 2) for e in loo],
-                            "not_identified": list(calib.not_identified), "params": record["params"],
+                            "not_identified": list(calib.not_identified), "fold_notes": list(calib.notes),
+                            "params": record["params"],
                             "payoff": payoff}, indent=2)], kept
 
     def term(name: str, text: str) -> str:
@@ -165,6 +166,7 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
         value = (f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token" if name.startswith("eager")
                  else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else ""))
         lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
+    lines += list(calib.notes)
     lines.append(f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}")
     for r, e in zip(rows, loo):
         lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {r['concurrency']:>5} "

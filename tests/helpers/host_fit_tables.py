@@ -50,3 +50,17 @@ def state(tmp_path):
     s = tmp_path / "state"
     s.mkdir(mode=0o700, exist_ok=True)
     return s
+
+
+def blog_rows(capture: int, concurrencies=(1, 16, 32, 64), arms=(("none", 0), ("k5", 5), ("k6", 6), ("k7", 7)),
+              acceptance_length=3.51):
+    """A host table at c1/16/32/64 x K=0/5/6/7 from public measurements: the vLLM blog's Figure 3 run at this
+    capture size (recipes/step_cost.yaml capture_evidence, read from its SVG). The blog publishes no acceptance
+    length: every K gets the model's golden 3.51 (an assumption, said in docs/calibration.md)."""
+    from rocm_dspark.planner.calibration import load_data
+
+    ev = load_data()["capture_evidence"]["vllm_blog_b300"]
+    run = next(r for r in ev["runs"] if r["max_cudagraph_capture_size"] == capture)
+    return [{"arm": arm, "k": k, "adaptive": False, "concurrency": c, "capture_size": capture,
+             "output_tok_s": run["output_tok_s"][arm][ev["concurrency"].index(c)],
+             "acceptance_length": acceptance_length if k else 1.0} for c in concurrencies for arm, k in arms]
