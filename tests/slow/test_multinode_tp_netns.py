@@ -61,9 +61,14 @@ def test_tp_across_two_namespaces_serves(tiny_model, vllm_venv, tmp_path):
             f"{running[0].text()[-3000:]}\n--- worker ---\n{running[1].text()[-3000:]}"
         print(f"\nTP 2 across two namespaces ready after {time.monotonic() - t0:.0f} s")
         assert "world_size=2 rank=1" in running[1].text()  # rank 1 lives on node 1
+        # Each token is a step of both TP ranks over Gloo: with the other xdist worker loading a model on the same
+        # two cores, CI saw a first completion take over 120 s (a scheduling stall, not a hang), so each request
+        # gets 300 s here; the time it took is printed.
+        t1 = time.monotonic()
         r = subprocess.run(nodes.exec_argv("n1", [sys.executable, "-c", CLIENT, f"http://{a0}:{PORT}", "complete",
-                                                  "2", "120"]), capture_output=True, text=True, timeout=300)
+                                                  "2", "300"]), capture_output=True, text=True, timeout=660)
         assert r.returncode == 0 and json.loads(r.stdout) == [2, 2], r.stderr[-2000:]
+        print(f"two completions from node 1 took {time.monotonic() - t1:.0f} s")
         # What node 1 binds (only vLLM's rank 1 runs there): the launcher exports the interface and address
         # (the processes' /proc/PID/environ cannot show them: vLLM's setproctitle writes over it,
         # vllm/utils/system_utils.py); every listener sits on eth-i28's address (Gloo's device, vLLM's message
