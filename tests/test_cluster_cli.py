@@ -86,3 +86,20 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     if needle:
         assert needle in lines[0]
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["recipe", "launch"])
+@pytest.mark.parametrize("flags, needle", [
+    (["--node-rank", "1"], "--node-rank needs --strategy"),
+    (["--iface", "eth0"], "--iface applies to a multi-node layout: add --strategy NAME, or drop --iface"),
+    (["--dp-lb", "internal"], "--dp-lb applies to a multi-node layout"),
+    (["--router-port", "9000"], "--router-port applies to a multi-node layout"),
+    (["--backend", "ray"], "--backend applies to a multi-node layout"),
+])
+def test_a_cluster_flag_without_strategy_is_refused_not_ignored(command, flags, needle, tmp_path):
+    """`launch --node-rank 1` without --strategy once wrote the one-node launcher as if the flag were not there."""
+    out = tmp_path / "out"
+    extra = ["--output", str(out)] if command == "launch" else []
+    r = run_cli_in_process([command, "--model", "V4.1-Flash", "--gpu", "mi300x", *extra, *flags], env=cli_env())
+    assert r.returncode == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, (r.stdout, r.stderr)
+    assert not out.exists()

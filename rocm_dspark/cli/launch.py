@@ -12,7 +12,7 @@ from rocm_dspark.cli import bounds
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy, wants_cluster
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
@@ -74,6 +74,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
             for cmd in node["commands"]:
                 click.echo(f"  {cmd}")
         return
+    refuse_without_strategy(copts)
     plan = plan_from_options(opts)
     if pull:
         if not container:

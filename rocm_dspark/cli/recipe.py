@@ -9,7 +9,7 @@ import click
 from rocm_dspark.cli.cluster_options import cluster_options
 from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.cluster import pop_cluster, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy, wants_cluster
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
@@ -33,8 +33,7 @@ def recipe(fmt, explain, **opts):
     if wants_cluster(copts) or fmt == "k8s":
         _cluster(fmt, opts, copts, explain)
     else:
-        if copts.get("node_rank") is not None:
-            raise UsageError("--node-rank needs --strategy (which node of which layout?)")
+        refuse_without_strategy(copts)
         from rocm_dspark.launch.render import RENDERERS
 
         click.echo(RENDERERS[fmt](plan_from_options(opts), explain=explain), nl=False)

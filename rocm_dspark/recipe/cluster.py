@@ -22,6 +22,19 @@ def wants_cluster(copts: dict) -> bool:
     return bool(copts.get("strategy"))
 
 
+def refuse_without_strategy(copts: dict) -> None:
+    """A one-node plan has no node rank, interface, ports or pools: such a flag without --strategy would be
+    silently ignored, so it is refused (recipe and launch alike)."""
+    if copts.get("node_rank") is not None:
+        raise UsageError("--node-rank needs --strategy (which node of which layout?)")
+    for key in CLUSTER_KEYS:
+        value = copts.get(key)
+        if key in ("strategy", "node_rank") or value is None or key == "backend" and value == "mp":
+            continue
+        flag = "--" + key.replace("_", "-")
+        raise UsageError(f"{flag} applies to a multi-node layout: add --strategy NAME, or drop {flag}")
+
+
 def _addresses(raw) -> tuple[str, ...]:
     if not raw:
         return ()
@@ -116,4 +129,4 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     return plan._replace(memory=memory, notes=notes)
 
 
-__all__ = ["CLUSTER_KEYS", "pop_cluster", "wants_cluster", "cluster_for"]
+__all__ = ["CLUSTER_KEYS", "pop_cluster", "refuse_without_strategy", "wants_cluster", "cluster_for"]
