@@ -330,7 +330,7 @@ def test_dry_run_with_a_workload_plans_the_adaptive_start(tmp_path):
     assert r.exit_code == 0, r.output
     logical = " ".join(r.output.replace("#   ", "").replace("# ", "").split())  # the comments unwrapped
     assert "A/B block arm at c=64: the workload (validate's sweep, ignore_eos) on the running block service" in logical
-    assert "--concurrency 64` prints" in logical  # the largest level sizes the plan
+    assert "`rocm-dspark recipe --model V4.1-Flash --gpu mi300x --concurrency 64 --state-dir" in logical  # the largest level sizes the plan
     assert "--endpoint http://127.0.0.1:8000" in logical and "--concurrency 1,64" in logical  # the sweep levels
 
 

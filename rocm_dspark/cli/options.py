@@ -10,64 +10,45 @@ import click
 
 from rocm_dspark.cli import bounds
 from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError, warn
-from rocm_dspark.recipe.selection import SELECTION_KEYS
+from rocm_dspark.recipe.options import CLUSTER_OPTIONS, SELECTION_KEYS, SELECTION_OPTIONS, Opt
+
+
+def _click_option(o: Opt):
+    """One click option from its record (rocm_dspark.recipe.options)."""
+    kw: dict = {"help": o.help, "show_default": o.show_default}
+    if o.default is not None:  # click 8.3: an explicit default=None counts as given, so a required one never fails
+        kw["default"] = o.default
+    if o.switch:
+        kw["is_flag"] = True
+    elif o.choices:
+        kw["type"] = click.Choice(list(o.choices))
+    elif o.type:
+        kw["type"] = getattr(bounds, o.type)
+    for name in ("multiple", "metavar", "envvar", "required"):
+        if getattr(o, name):
+            kw[name] = getattr(o, name)
+    if o.callback:
+        kw["callback"] = globals()[o.callback]
+    return click.option(*o.flags, o.key, **kw)
+
+
+def _add(fn, records):
+    # A command's own option of the same name wins (validate's --concurrency is its sweep levels).
+    taken = {p.name for p in getattr(fn, "__click_params__", [])}
+    for o in reversed(records):
+        if o.key not in taken:
+            fn = _click_option(o)(fn)
+    return fn
 
 
 def selection_options(fn):
     """Add the selection flags; the command receives them as keyword arguments."""
-    opts = [
-        click.option("--model", "-m", required=True, help="Model name or alias, e.g. V4.1-Flash."),
-        click.option("--gpu", default=None,
-                     help="GPU: a recipes/gpus.yaml key (see `rocm-dspark list`); detected with amd-smi/rocminfo when omitted."),
-        click.option("--gpus-per-node", type=bounds.GPUS_PER_NODE, default=None, help="GPUs per node (default: the GPU's usual 8)."),
-        click.option("--nodes", type=bounds.NODES, default=1, show_default=True, help="Number of nodes (data parallel across nodes)."),
-        click.option("--head-address", default=None, help="IP of node 0, needed with --nodes > 1."),
-        click.option("--tp", type=bounds.RANKS, default=None, help="Tensor parallel size (default: the profile's)."),
-        click.option("--dp", type=bounds.RANKS, default=None, help="Data parallel size (default: the profile's)."),
-        click.option("--ep", type=bounds.RANKS, default=None, help="Expert parallel size: 1 (off) or tp x dp."),
-        click.option("--max-num-seqs", type=bounds.SEQS, default=None, help="Max concurrent sequences (default: the profile's)."),
-        click.option("--max-num-batched-tokens", type=bounds.TOKENS, default=None, help="Token budget per step (default: the profile's)."),
-        click.option("--num-speculative-tokens", "-k", "num_speculative_tokens", default=None,
-                     help="DSpark draft length K, 1..block size (default: the block size, 5)."),
-        click.option("--k-per-batch-size", "k_schedule", default=None, metavar="LO-HI:K[,...]",
-                     help="Per-batch-size K (vLLM num_speculative_tokens_per_batch_size), e.g. 1-16:5,17-64:4,65-128:2: "
-                          "what `plan` prints when it recommends one."),
-        click.option("--no-speculation", is_flag=True, default=False,
-                     help="Serve the target model without a DSpark draft (what `plan` prints when drafting does not pay)."),
-        click.option("--capture-cap", type=bounds.SEQS, default=None, help="Upper bound for the graph capture size (default: the profile's, 2048)."),
-        click.option("--vllm-version", default=None, help="vLLM release (e.g. 0.33.0) or build name to plan for; maps onto a build in recipes/vllm.yaml."),
-        click.option("--build", default=None, help="vLLM build to plan for (recipes/vllm.yaml; default: the GPU arch's release there, the first "
-                          "tag the registry holds per `rocm-dspark images`)."),
-        click.option("--concurrency", default=None, metavar="C[,C...]", callback=_largest_level,
-                     help="Expected concurrent requests: drives the workload rules in the recipe (batch tokens, Engram "
-                          "offload). A list (as plan and up take) sizes the plan for its largest level."),
-        click.option("--memory-override", is_flag=True, default=False,
-                     help="Emit the plan even when the memory model finds no room for KV cache (recorded in the notes)."),
-        click.option("--adaptive", type=click.Choice(["auto", "off", "on"]), default="auto", show_default=True,
-                     help="auto: on only with a matching, complete probe record; off: block verification; on: require a record."),
-        click.option("--state-dir", default=None, help="Where rocm-dspark keeps its state: probe and A/B records, registry "
-                     "answers, up's steps (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir)."),
-        click.option("--benchmark-synthetic", type=bounds.ACCEPTANCE, default=None, metavar="AL",
-                     help="Benchmark only: synthetic acceptance length AL instead of real rejection. Never for serving."),
-        click.option("--model-path", default=None, help="Serve from this local path instead of the Hugging Face id."),
-        click.option("--served-model-name", "served_name", default=None, help="Name clients use (default: the HF id)."),
-        click.option("--host", default=None, help="Address to bind (default: 0.0.0.0)."),
-        click.option("--port", type=bounds.PORT, default=None, help="Port (default: 8000)."),
-        click.option("--vllm-arg", "extra_args", multiple=True, metavar="--FLAG[=VALUE]",
-                     help="Extra vLLM flag, applied last (repeatable)."),
-        click.option("--env", "extra_env", multiple=True, metavar="KEY=VALUE", help="Extra environment variable (repeatable)."),
-        click.option("--image", default=None, metavar="REF",
-                     help="Run this image instead of the build's; the plan follows the vLLM the image reports."),
-        click.option("--registry", default=None, metavar="HOST[:PORT]", envvar="ROCM_DSPARK_REGISTRY",
-                     help="A mirror: every image maps to the same repository and tag there ($ROCM_DSPARK_REGISTRY)."),
-    ]
-    # A command's own option of the same name wins (validate's --concurrency is its sweep levels).
-    taken = {p.name for p in getattr(fn, "__click_params__", [])}
-    for opt in reversed(opts):
-        probe = opt(lambda: None).__click_params__[0]
-        if probe.name not in taken:
-            fn = opt(fn)
-    return fn
+    return _add(fn, SELECTION_OPTIONS)
+
+
+def cluster_options(fn):
+    """Add the strategy flags shared by `recipe` and `launch` (rocm_dspark.recipe.strategies, rocm_dspark.recipe.cluster)."""
+    return _add(fn, CLUSTER_OPTIONS)
 
 
 def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
@@ -83,7 +64,7 @@ def concurrency_levels(value: str | None) -> tuple[int, ...] | None:
     return bounds.check_levels(levels)
 
 
-def _largest_level(ctx, param, value):
+def largest_level(ctx, param, value):
     """`--concurrency C[,C...]` -> the largest level: one plan serves them all, and the workload rules are
     thresholds that the largest level crosses first (as `up` sizes its plan)."""
     if value is None or isinstance(value, int):

@@ -6,8 +6,7 @@ import json
 
 import click
 
-from rocm_dspark.cli.cluster_options import cluster_options
-from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy, wants_cluster
 from rocm_dspark.usecase.launch_plan import plan_from_options

@@ -9,9 +9,7 @@ rocm_dspark.recipe.strategies set the group's parallel flags on every node. No c
 from __future__ import annotations
 
 from rocm_dspark.errors import UsageError
-
-CLUSTER_KEYS = ("strategy", "node_rank", "iface", "backend", "dp_lb", "rpc_port", "prefill_nodes", "node_addresses",
-                "connector", "router_port")
+from rocm_dspark.recipe.options import CLUSTER_KEYS
 
 
 def pop_cluster(kwargs: dict) -> dict:

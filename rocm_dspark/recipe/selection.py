@@ -1,7 +1,7 @@
 """Option values -> Selection: the operator's choices, with the GPU detected and this host's registry answers
 read (the use case above it, rocm_dspark.usecase.launch_plan, goes on to the plan and the gate's verdict).
 
-The keys of SELECTION_KEYS are the click options' names; nothing below the CLI imports click. Light imports
+The keys are rocm_dspark.recipe.options' (the click options' names); nothing below the CLI imports click. Light imports
 only: this is on the `rocm-dspark recipe` path.
 """
 
@@ -11,15 +11,10 @@ import os
 import re
 
 from rocm_dspark.errors import UsageError, warn
+from rocm_dspark.recipe.options import SELECTION_KEYS, SELECTION_OPTIONS
 from rocm_dspark.recipe.plan import Selection
 
-SELECTION_KEYS = (
-    "model", "gpu", "gpus_per_node", "nodes", "head_address", "tp", "dp", "ep", "max_num_seqs",
-    "max_num_batched_tokens", "num_speculative_tokens", "capture_cap", "vllm_version", "build", "concurrency",
-    "memory_override", "adaptive", "state_dir", "benchmark_synthetic", "model_path", "served_name", "host", "port",
-    "extra_args", "extra_env", "k_schedule", "no_speculation", "image", "registry",
-)
-ADAPTIVE_MODES = ("auto", "off", "on")
+ADAPTIVE_MODES = next(o.choices for o in SELECTION_OPTIONS if o.key == "adaptive")
 
 
 def env_pair(value: str) -> tuple[str, str]:

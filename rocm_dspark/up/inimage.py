@@ -169,7 +169,7 @@ def selection_args(run, levels: tuple[str, ...]) -> list[str]:
     """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image with the live
     level: the command the local-cpu target serves (server.json names the image's vllm). The probe refuses
     --server-json without the live level (exit 2), and `up` runs only the no-model levels here."""
-    flags = shlex.split(run.selection_flags(exclude=("state_dir",)))
+    flags = run.selection_argv(exclude=("state_dir",))
     if run.in_container() and "live" in levels:
         flags += ["--server-json", str(run.dir / "server.json")]
     return flags

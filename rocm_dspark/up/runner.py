@@ -349,28 +349,18 @@ class UpRun:
                                host_root=prereq.host_root())
         return Context(opts, self.catalog, self.model, self.plan)
 
+    def selection_argv(self, exclude: tuple[str, ...] = ()) -> list[str]:
+        """The selection as command-line words (rocm_dspark.recipe.options); the state dir only when given."""
+        from rocm_dspark.recipe.options import selection_argv
+
+        return selection_argv(self.selection_opts(), exclude=exclude if self.options.state_dir_flag
+                              else (*exclude, "state_dir"))
+
     def selection_flags(self, exclude: tuple[str, ...] = ()) -> str:
-        """The selection as command-line flags, for the commands --dry-run prints."""
+        """The same, quoted for the commands --dry-run prints."""
         import shlex
 
-        flags = []
-        for key, value in self.selection_opts().items():
-            if value in (None, (), [], "", False) or key in ("adaptive",) and value == "auto" or key == "nodes" and value == 1:
-                continue
-            if key in exclude:
-                continue
-            if value is True:
-                flags.append("--" + key.replace("_", "-"))
-                continue
-            if key == "state_dir" and not self.options.state_dir_flag:
-                continue
-            flag = "--" + {"served_name": "served-model-name", "extra_args": "vllm-arg", "extra_env": "env"}.get(
-                key, key.replace("_", "-"))
-            for v in value if isinstance(value, (list, tuple)) else [value]:
-                if key == "extra_env":  # --env KEY reads the value from the environment: it is never printed
-                    v = str(v).partition("=")[0]
-                flags.append(f"{flag} {shlex.quote(str(v))}")
-        return " ".join(flags)
+        return shlex.join(self.selection_argv(exclude))
 
     def stop_service(self) -> dict:
         return service.stop_recorded(self.state)
