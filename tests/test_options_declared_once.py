@@ -1,4 +1,4 @@
-"""The selection and cluster flags are declared once (rocm_dspark/recipe/options.py, issue 36): the click options,
+"""The selection and cluster flags are declared once (rocm_dspark/recipe/options.py): the click options,
 the library's keys and the words `up` gives back to a command all come from the same records."""
 
 from __future__ import annotations

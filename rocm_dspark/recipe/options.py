@@ -1,4 +1,4 @@
-"""The selection and cluster flags, declared once (issue 36: they were listed five times). The click options
+"""The selection and cluster flags, declared once. The click options
 (rocm_dspark.cli.options builds them from these records), the keys the library takes (SELECTION_KEYS,
 CLUSTER_KEYS) and the words that give a selection back to a command (`selection_argv`: the commands `up`
 prints and runs) all come from here. No click: this is on the `rocm-dspark recipe` path."""
