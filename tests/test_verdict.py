@@ -102,7 +102,7 @@ def via_in_image_probe(state, tmp_path, monkeypatch, ab):
     monkeypatch.setattr(run, "gate_software", lambda: None)  # the image's software is this Python's here
     run.outputs["image"] = {"pinned": run.plan.image}
     out = inimage.probe_step(run)
-    skip = inimage.skip_reason(run, local=False)
+    skip = run.target.inimage_skip(run)
     assert (skip is not None) == (out["gate"] in (PROVEN, NOT_PAYING)), (skip, out)  # a proof: no second probe
     return out["gate"]
 

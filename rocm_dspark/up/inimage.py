@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rocm_dspark.up.container import CPU_RUN_FLAGS, TARGET, WHEEL_MOUNT  # noqa: F401 - TARGET/WHEEL_MOUNT re-exported
+from rocm_dspark.up.container import TARGET, WHEEL_MOUNT  # noqa: F401 - re-exported
 from rocm_dspark.up.prove import judged
 from rocm_dspark.up.serve import probe_cache
 from rocm_dspark.up.steps_common import StepFailed
@@ -141,14 +141,10 @@ WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), o
              "image yourself (docs/adaptive-verification.md)")
 
 
-def skip_reason(run, *, local: bool) -> str | None:
-    """Why `up`'s probe step does not run the probe inside the image (None: it does). local: the local-cpu target."""
+def node_skip_reason(run) -> str | None:
+    """The node target's answer: container modes with an adaptive command still to prove."""
     from rocm_dspark.up import image as image_mod
 
-    if local and not run.in_container():
-        return "the local-cpu target runs the installed vLLM"
-    if local:  # the CPU image: its no-model levels run inside it, on the software that serves
-        return None if image_mod.runtime() else "no docker or podman to run the image"
     if run.mode() == "foreground":
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
@@ -166,17 +162,8 @@ def skip_reason(run, *, local: bool) -> str | None:
 
 
 def selection_args(run, levels: tuple[str, ...]) -> list[str]:
-    """The selection as probe flags (the state dir is passed on its own); local-cpu in a CPU image with the live
-    level: the command the local-cpu target serves (server.json names the image's vllm). The probe refuses
-    --server-json without the live level (exit 2), and `up` runs only the no-model levels here."""
-    flags = run.selection_argv(exclude=("state_dir",))
-    if run.in_container() and "live" in levels:
-        flags += ["--server-json", str(run.dir / "server.json")]
-    return flags
-
-
-def _run_flags(run):
-    return CPU_RUN_FLAGS if run.in_container() else None
+    """The selection as probe flags (the state dir is passed on its own), and what the target adds."""
+    return run.selection_argv(exclude=("state_dir",)) + run.target.inimage_probe_args(run, levels)
 
 
 def probe_step(run) -> dict:
@@ -193,7 +180,7 @@ def probe_step(run) -> dict:
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.say, run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image))
+                             say=run.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image))
     new = sorted(set(store.record_names(directory)) - before)
     if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
@@ -222,5 +209,5 @@ def probe_actions(run) -> list:
     return [Run((sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-w",
                  str(run.dir / "wheel"), str(src))),
             Run(tuple(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                                    run_flags=_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False)))),
+                                    run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False)))),
             Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)")]

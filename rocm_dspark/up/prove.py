@@ -21,9 +21,7 @@ from rocm_dspark.inputs import read_text
 from rocm_dspark.probe.payoff import LOSES
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
 from rocm_dspark.up import serve, service
-from rocm_dspark.up.steps_common import LOCAL_CPU, StepFailed
-
-LOCAL_REQUESTS_MAX_TOKENS = 64  # local-cpu: the tiny model's A/B is a test of the flow, kept short
+from rocm_dspark.up.steps_common import StepFailed
 
 
 def decision(run) -> tuple[str | None, int | None]:
@@ -38,7 +36,7 @@ def decision(run) -> tuple[str | None, int | None]:
     if run.serving_command() == "adaptive":
         return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
     c = max(run.options.concurrency) if run.options.concurrency else None
-    got = judged(run, ahead=run.options.target != LOCAL_CPU)  # local-cpu: its A/B decides, not the recipe's
+    got = judged(run, ahead=run.target.counts_for_gate)  # local-cpu: its A/B decides, not the recipe's
     if got.verdict.outcome == REFUTED:
         return (f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
                 f"so no adaptive start is made"), None
@@ -68,9 +66,8 @@ def prove_run(run) -> dict:
     from rocm_dspark.validate.ab import default_requests, measure, write_ab_record
 
     plans = run.command_plans()
-    local = run.options.target == LOCAL_CPU
     requests = default_requests(c)
-    max_tokens = LOCAL_REQUESTS_MAX_TOKENS if local else 256
+    max_tokens = run.target.ab_max_tokens
     started = store.utc_now()
     arms = {}
 
@@ -79,7 +76,7 @@ def prove_run(run) -> dict:
         plan = plans[which]
         stats = measure(srv, plan.served_name, which, concurrency=c, requests=requests, max_tokens=max_tokens,
                         timeout_s=run.options.request_timeout_s, say=lambda line: run.say(f"  {line}"))
-        return {"argv": [str(a) for a in plan.argv], "description": _describe(run, which), **stats}
+        return {"argv": [str(a) for a in plan.argv], "description": run.target.describe_arm(run, which), **stats}
 
     run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
     arms["block"] = arm("block")
@@ -103,8 +100,7 @@ def prove_run(run) -> dict:
         return _back_to_block(run, out, f"refuted: the live level failed: {level.reason}")
     run.say(f"  A/B adaptive arm at c={c}: measured on the same start")
     arms["adaptive"] = arm("adaptive")
-    override = {"kind": "local-cpu", "block": arms["block"]["description"],
-                "adaptive": arms["adaptive"]["description"]} if local else None
+    override = run.target.ab_override(arms)
     record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
                              arms=arms, started=started, requests=requests, max_tokens=max_tokens, override=override,
                              state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
@@ -131,24 +127,12 @@ def validating(run, which: str, why: str) -> None:
     run.state.set_readiness(False, "validating", f"{which} verification serves ({why}); not ready until validated")
 
 
-def _describe(run, which: str) -> str:
-    if run.options.target == LOCAL_CPU:
-        return run.outputs["choose"]["server_json" if which == "block" else "server_json_adaptive"]["description"]
-    return f"the plan's {which} command ({run.plan.profile}), the service `up` runs"
-
-
 def _live(run):
     """The live level on the adaptive start, carried into one record with the levels run before the first load."""
-    from rocm_dspark.probe import live
     from rocm_dspark.probe.record import parse_record_data
     from rocm_dspark.probe.run import run_probe
 
-    target = None
-    if run.options.target == LOCAL_CPU:
-        from rocm_dspark.runtime.server_spec import load_server_spec
-
-        spec = load_server_spec(run.dir / "server-adaptive.json", flag="server-adaptive.json")
-        target = live.target_from_spec(spec, run.model)
+    target = run.target.live_target(run)
     earlier_path = (run.outputs.get("probe") or {}).get("record")
     earlier = parse_record_data(json.loads(read_text(earlier_path, "probe record"))) if earlier_path else None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
@@ -166,10 +150,5 @@ def judged(run, *, ahead: bool = False):
 
 
 def decide(run, live, record: dict, c: int):
-    """Keep the adaptive start? The verdict on the records just written (node target); local-cpu: its rules on the
-    records just written, which never count for the gate."""
-    from rocm_dspark.usecase.verdict import local_verdict
-
-    if run.options.target == LOCAL_CPU:
-        return local_verdict(live.record.level("live"), record["verdict"])
-    return judged(run).verdict
+    """Keep the adaptive start? The target's verdict on the records just written (up/target.py)."""
+    return run.target.decide(run, live, record)

