@@ -7,7 +7,9 @@ Real: option parsing, selection, resolve, gate, launch files, plan (simulator an
 cost-table loading, probe --show, status. Stubbed, because each would run for minutes or start or stop servers:
 the body of a probe run (`run_probe`), of `validate` (`run_validation`), `plugin status` (`plugin_status`),
 `up` (`run_up`), `down`, `status --ready --listen`'s server (`serve_forever`), and `images`' registry questions (`report.run`, network); everything up to those calls
-runs for real, and reaching one counts as a clean exit.
+runs for real, and reaching one counts as a clean exit. The planner's simulator (seeded, so a pure function of its
+arguments) runs for real once per distinct input and is answered from a memo after that (`plan` with the same
+model and GPUs is most of the campaign's command lines, 2 s each on this 2-core machine).
 
 Safety: every run happens in a fresh temp directory (the runner's cwd); every option that names something to
 write or read (--output, --plot, --report, --state-dir, --env-file, ...) gets a relative name or a fixture
@@ -143,6 +145,37 @@ class _Hang(Exception):
     pass
 
 
+_SIMULATED: dict[bytes, object] = {}  # kept across runs: stubs() is entered once per command line
+
+
+@contextlib.contextmanager
+def memo_simulate():
+    """planner.simulator.simulate, memoised on the pickled arguments (the cost, rates, batch, policy, dp, steps and
+    seed it is a deterministic function of; a pickle taken at the call, so a cost changed later is another key)."""
+    import pickle
+
+    import rocm_dspark.planner.recommend as recommend
+    import rocm_dspark.planner.simulator as simulator
+
+    real = simulator.simulate
+
+    def simulate(*args, **kwargs):
+        try:
+            key = pickle.dumps((args, sorted(kwargs.items())))
+        except (pickle.PicklingError, TypeError, AttributeError):  # an argument pickle cannot take: no memo
+            return real(*args, **kwargs)
+        if key not in _SIMULATED:
+            _SIMULATED[key] = real(*args, **kwargs)
+        return _SIMULATED[key]
+
+    assert recommend.simulate is real
+    simulator.simulate = recommend.simulate = simulate
+    try:
+        yield
+    finally:
+        simulator.simulate = recommend.simulate = real
+
+
 @contextlib.contextmanager
 def stubs():
     import rocm_dspark.images.report as images_report
@@ -163,7 +196,8 @@ def stubs():
     for mod, attr, _ in saved:
         setattr(mod, attr, reached)
     try:
-        yield
+        with memo_simulate():
+            yield
     finally:
         for mod, attr, value in saved:
             setattr(mod, attr, value)

@@ -68,15 +68,22 @@ mode = "adaptive" if adaptive else "block"
 def knob(name, default=""):
     return os.environ.get(f"STANDIN_{name}_{mode.upper()}", os.environ.get(f"STANDIN_{name}", default))
 
-pids = [os.getpid()]
+pids, workers = [os.getpid()], []
 if knob("WORKER") == "1":  # a child in the same process group, like vLLM's EngineCore
-    pids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
+    workers.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+    pids.append(workers[-1].pid)
 with open(stem + ".pids", "w") as f:
     f.write(" ".join(map(str, pids)))
+def on_term(*_):
+    print("stand-in: SIGTERM, shutting down", flush=True)
+    for w in workers:  # stopped and reaped, as vLLM's API server joins its EngineCore: an orphan stays a zombie in
+        w.terminate()  # the group until init reaps it (seconds on some hosts), and the launcher waits for the group
+        w.wait()
+    os._exit(0)
 if knob("IGNORE_TERM") == "1":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 else:
-    signal.signal(signal.SIGTERM, lambda *_: (print("stand-in: SIGTERM, shutting down", flush=True), os._exit(0)))
+    signal.signal(signal.SIGTERM, on_term)
 
 print(f"stand-in {ME} ({mode}) starting; INFO non-default args: {sys.argv[1:]!r}", flush=True)
 def refuse_mono():  # STANDIN_REFUSE_MONO: vLLM 0.33.0 refusing --monokernel while it builds the model
