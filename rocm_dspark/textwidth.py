@@ -88,68 +88,30 @@ def command_lines(words: list[str], indent: str = "  ", width: int | None = None
     return lines
 
 
-def _words(line: str) -> list[str]:
-    """The line split at unquoted blanks, each word as written (quotes, `$VAR`, `&&` kept)."""
-    words, cur, quote, escaped = [], "", "", False
-    for ch in line:
-        if escaped:
-            cur, escaped = cur + ch, False
-        elif ch == "\\" and quote != "'":
-            cur, escaped = cur + ch, True
-        elif quote:
-            cur, quote = cur + ch, "" if ch == quote else quote
-        elif ch in "'\"":
-            cur, quote = cur + ch, ch
-        elif ch in " \t":
-            if cur:
-                words.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return words + [cur] if cur else words
-
-
-# The first word of a printed command (as `up --dry-run` and `plan` print them); a path or an assignment also
-# starts one. Anything else is prose.
-COMMAND_WORDS = frozenset({"docker", "podman", "rocm-dspark", "systemctl", "sudo", "vllm", "amd-smi", "rocminfo",
-                           "kubectl", "install", "skopeo", "cat", "command", "python", "python3", "bash"})
-
-
-def is_command(line: str) -> bool:
-    try:
-        words = shlex.split(line)
-    except ValueError:
-        return False
-    return bool(words) and ("/" in words[0] or words[0] in COMMAND_WORDS
-                            or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0]) is not None)
-
-
-def fit(line: str, indent: str = "", width: int | None = None) -> list[str]:
-    """One printed line within the width, each continuation under `indent`: a shell command broken with
-    ` \\` (command_lines), a `# ` comment wrapped as comments, prose wrapped with a hanging indent."""
+def command(words: list[str], indent: str = "", width: int | None = None, continued: bool = False) -> list[str]:
+    """A command the caller built (its words already shell-quoted) within the width: the first line at `indent`,
+    broken between words with ` \\` (command_lines), continuations two further in. `continued`: the caller
+    ends the last line with ` \\` too (one flag per line), so that line keeps room for it."""
     width = width or columns()
-    if len(indent) + len(line) <= width:
+    if len(indent) + len(line := " ".join(words)) + (2 if continued else 0) <= width:
         return [indent + line]
-    if is_command(line):
-        words = _words(line)
-        return [indent + ln if i == 0 or ln.startswith(" ") else ln
-                for i, ln in enumerate(command_lines(words, "  ", width - len(indent)))]
-    if line.startswith("# "):
-        return wrap(line[2:], indent + "# ", indent + "#   ", width)
+    return [indent + ln if i == 0 or ln.startswith(" ") else ln
+            for i, ln in enumerate(command_lines(list(words), "  ", width - len(indent)))]
+
+
+def comment(line: str, width: int | None = None) -> list[str]:
+    """A `# ` comment line within the width: wrapped, every continuation `#   ` (still a comment)."""
+    width = width or columns()
+    return [line] if len(line) <= width else wrap(line.removeprefix("# "), "# ", "#   ", width)
+
+
+def prose(line: str, width: int | None = None) -> list[str]:
+    """A line of prose within the width: wrapped under its own leading spaces, with a hanging indent."""
+    width = width or columns()
+    if len(line) <= width:
+        return [line]
     lead = line[:len(line) - len(line.lstrip(" "))]
-    return wrap(line, indent + lead, indent + lead + "  ", width)
-
-
-def fit_all(lines, indent: str = "", width: int | None = None) -> list[str]:
-    """fit() for each line, except a quoted piece of the word above (the line before ends in `'\\`), which
-    must stay at column 0 whatever indent the caller gave it."""
-    out: list[str] = []
-    for line in lines:
-        if out and out[-1].endswith("'\\"):
-            out.append(line.lstrip(" "))
-        else:
-            out += fit(line, indent, width)
-    return out
+    return wrap(line, lead, lead + "  ", width)
 
 
 def joined(lines: list[str]) -> str:
@@ -157,4 +119,4 @@ def joined(lines: list[str]) -> str:
     return "\n".join(lines).replace("\\\n", "")
 
 
-__all__ = ["columns", "wrap", "command_lines", "fit", "fit_all", "is_command", "joined", "PIPE_WIDTH", "MAX_TABLE"]
+__all__ = ["columns", "wrap", "command_lines", "command", "comment", "prose", "joined", "PIPE_WIDTH", "MAX_TABLE"]
