@@ -395,7 +395,54 @@ def _strict_loader():
                     seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_document(self, node):
+            # PyYAML's constructor walks every node through generators (most of a recipe file's load time);
+            # this builds the same objects directly. Anything it does not cover (merge keys, other tags, a
+            # duplicate key, recursion) goes the standard way, which gives the canonical result and error.
+            try:
+                return _plain(node, self, {}, set())
+            except _NotPlain:
+                return super().construct_document(node)
+
     return StrictLoader
+
+
+class _NotPlain(Exception):
+    """A node the direct build leaves to PyYAML's own constructor."""
+
+
+_SCALARS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float"))
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def _plain(node, loader, memo: dict, building: set):
+    """`node` as SafeConstructor builds it (an alias is the same object, as there), for plain YAML only."""
+    if node in memo:
+        return memo[node]
+    if node in building:  # a recursive alias
+        raise _NotPlain
+    tag, kind = node.tag, type(node)
+    if tag == _STR and kind is yaml.ScalarNode:
+        value = node.value
+    elif tag in _SCALARS and kind is yaml.ScalarNode:
+        value = loader.yaml_constructors[tag](loader, node)
+    elif tag == _MAP and kind is yaml.MappingNode:
+        building.add(node)
+        value, seen = {}, set()
+        for key_node, value_node in node.value:
+            if type(key_node) is not yaml.ScalarNode or key_node.value in seen or key_node.value == "<<":
+                raise _NotPlain  # a merge key, a collection as key, a duplicate (refused, with its line)
+            seen.add(key_node.value)
+            value[_plain(key_node, loader, memo, building)] = _plain(value_node, loader, memo, building)
+        building.discard(node)
+    elif tag == _SEQ and kind is yaml.SequenceNode:
+        building.add(node)
+        value = [_plain(child, loader, memo, building) for child in node.value]
+        building.discard(node)
+    else:
+        raise _NotPlain
+    memo[node] = value
+    return value
 
 
 _LOADER = None

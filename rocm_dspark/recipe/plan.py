@@ -104,7 +104,7 @@ class Command(tuple[str, ...]):
                 pairs.append(("--optimization-level", w[3:] if w[2:3] == "=" else w[2:]))
                 continue
             flag, eq, value = w.partition("=")
-            flag = _SHORT.get(flag) or _UNDERSCORES.sub(lambda m: m.group(0).replace("_", "-"), flag, count=1)
+            flag = _SHORT.get(flag) or re.sub(_UNDERSCORES, lambda m: m.group(0).replace("_", "-"), flag, count=1)
             if eq:
                 pairs.append((flag, value))
             elif i < len(ws) and not _is_flag(ws[i]):
@@ -150,7 +150,7 @@ class Command(tuple[str, ...]):
 # vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
 _SHORT = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
           "-sc": "--speculative-config", "-cc": "--compilation-config", "-O": "--optimization-level"}
-_UNDERSCORES = re.compile(r"(?<=--)[^.]*")
+_UNDERSCORES = r"(?<=--)[^.]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
 def _is_flag(word: str) -> bool:
