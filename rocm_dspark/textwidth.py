@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import sys
-import textwrap
 
 PIPE_WIDTH = 100   # a pipe, a log, a file: no terminal to ask
 MIN_WIDTH = 40     # below this a hanging indent leaves no room for words
@@ -39,8 +38,38 @@ def wrap(text: str, first: str = "", rest: str | None = None, width: int | None 
     starts with `first`, the others with `rest` (default: a hanging indent, `first`'s width plus two). A word
     longer than a line (a URL, a flag) is kept whole."""
     rest = " " * (len(first) + 2) if rest is None else rest
-    return textwrap.wrap(re.sub(r"\s*[\r\n]\s*", " ", text.strip()), width=width or columns(), initial_indent=first,
-                         subsequent_indent=rest, break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return _fill(re.sub(r"\s*[\r\n]\s*", " ", text.strip()), width or columns(), first, rest) or [first.rstrip()]
+
+
+_BLANKS = str.maketrans("\t\n\x0b\x0c\r", "     ")
+
+
+def _fill(text: str, width: int, first: str, rest: str) -> list[str]:
+    """textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+    break_on_hyphens=False), line for line (tests/test_textwidth.py compares the two): textwrap compiles its
+    word-splitting patterns at import, a cost every `recipe` paid for its one wrapped note."""
+    if width <= 0:
+        raise ValueError(f"invalid width {width!r} (must be > 0)")
+    chunks = [c for c in re.split(r"( +)", text.expandtabs().translate(_BLANKS)) if c]
+    chunks.reverse()
+    lines: list[str] = []
+    while chunks:
+        indent = rest if lines else first
+        room = width - len(indent)
+        if lines and chunks[-1].strip() == "":  # a line starts at a word, not at the blanks before it
+            del chunks[-1]
+        line: list[str] = []
+        used = 0
+        while chunks and used + len(chunks[-1]) <= room:
+            used += len(chunks[-1])
+            line.append(chunks.pop())
+        if chunks and len(chunks[-1]) > room and not line:  # a word longer than a line: kept whole, alone
+            line.append(chunks.pop())
+        if line and line[-1].strip() == "":  # nor ends at the blanks after its last word
+            del line[-1]
+        if line:
+            lines.append(indent + "".join(line))
+    return lines
 
 
 def _pieces(word: str, first: int, room: int) -> list[str]:

@@ -64,9 +64,9 @@ def selection_options(fn):
     # A command's own option of the same name wins (validate's --concurrency is its sweep levels).
     taken = {p.name for p in getattr(fn, "__click_params__", [])}
     for opt in reversed(opts):
-        probe = opt(lambda: None).__click_params__[0]
-        if probe.name not in taken:
-            fn = opt(fn)
+        fn = opt(fn)  # click appends the option to fn.__click_params__
+        if fn.__click_params__[-1].name in taken:
+            fn.__click_params__.pop()
     return fn
 
 

@@ -416,31 +416,34 @@ _STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.o
 
 
 def _plain(node, loader, memo: dict, building: set):
-    """`node` as SafeConstructor builds it (an alias is the same object, as there), for plain YAML only."""
-    if node in memo:
-        return memo[node]
+    """`node` as SafeConstructor builds it (an alias to a collection is the same object, as there), for plain
+    YAML only."""
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        if node.tag == _STR:
+            return node.value
+        if node.tag in _SCALARS:
+            return loader.yaml_constructors[node.tag](loader, node)
+        raise _NotPlain
     if node in building:  # a recursive alias
         raise _NotPlain
-    tag, kind = node.tag, type(node)
-    if tag == _STR and kind is yaml.ScalarNode:
-        value = node.value
-    elif tag in _SCALARS and kind is yaml.ScalarNode:
-        value = loader.yaml_constructors[tag](loader, node)
-    elif tag == _MAP and kind is yaml.MappingNode:
-        building.add(node)
-        value, seen = {}, set()
+    if node in memo:
+        return memo[node]
+    building.add(node)
+    if node.tag == _MAP and kind is yaml.MappingNode:
+        value: dict | list = {}
+        seen = set()  # raw key text, as StrictLoader.construct_mapping compares keys
         for key_node, value_node in node.value:
             if type(key_node) is not yaml.ScalarNode or key_node.value in seen or key_node.value == "<<":
                 raise _NotPlain  # a merge key, a collection as key, a duplicate (refused, with its line)
             seen.add(key_node.value)
-            value[_plain(key_node, loader, memo, building)] = _plain(value_node, loader, memo, building)
-        building.discard(node)
-    elif tag == _SEQ and kind is yaml.SequenceNode:
-        building.add(node)
+            key = key_node.value if key_node.tag == _STR else _plain(key_node, loader, memo, building)
+            value[key] = _plain(value_node, loader, memo, building)
+    elif node.tag == _SEQ and kind is yaml.SequenceNode:
         value = [_plain(child, loader, memo, building) for child in node.value]
-        building.discard(node)
     else:
         raise _NotPlain
+    building.discard(node)
     memo[node] = value
     return value
 
@@ -701,6 +704,14 @@ def load_catalog(root: Path | str | None = None) -> Catalog:
     return _load_catalog_cached(root.resolve())
 
 
+def _yaml_files(directory: Path) -> list[Path]:
+    """sorted(directory.glob("*.yaml")) in one listing, without compiling the glob (on every `recipe`)."""
+    try:
+        return sorted(directory / n for n in os.listdir(directory) if n.endswith(".yaml"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 @lru_cache(maxsize=8)
 def _load_catalog_cached(root: Path) -> Catalog:
     gpus_path = root / "gpus.yaml"
@@ -711,7 +722,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
 
     models: dict[str, ModelSpec] = {}
     model_paths: dict[str, Path] = {}
-    model_files = sorted((root / "models").glob("*.yaml"))
+    model_files = _yaml_files(root / "models")
     if not model_files:
         raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
     for path in model_files:

@@ -11,7 +11,6 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 # No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
-import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
@@ -129,6 +128,8 @@ class Command(tuple[str, ...]):
 
     def spec_config(self) -> dict | None:
         """The --speculative-config JSON object (None: not given, or not a JSON object)."""
+        import json
+
         raw = self.value("speculative_config")
         try:
             spec = json.loads(raw) if raw is not None else None
@@ -362,4 +363,6 @@ class LaunchPlan(NamedTuple):
         return d
 
     def to_json(self) -> str:
+        import json
+
         return json.dumps(self.to_json_dict(), indent=2, sort_keys=False)
