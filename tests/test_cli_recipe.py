@@ -90,8 +90,9 @@ def test_recipe_path_imports_neither_torch_nor_vllm():
 # What the default `recipe` (shell output, no probe record) must not import: its start-up budget is 1.5x of
 # `python -c "import yaml, click"` (benchmarks/recipe_latency.py; tests/slow/test_recipe_latency.py times it),
 # and each of these is needed only by other commands, other formats or a record on disk.
-NOT_ON_THE_RECIPE_PATH = ("textwrap", "rocm_dspark.launch.launch_facts", "rocm_dspark.runtime", "rocm_dspark.probe.store",
-                          "rocm_dspark.probe.evidence", "rocm_dspark.probe.payoff", "rocm_dspark.probe.record")
+NOT_ON_THE_RECIPE_PATH = ("json", "textwrap", "rocm_dspark.launch.launch_facts", "rocm_dspark.runtime",
+                          "rocm_dspark.probe.store", "rocm_dspark.probe.evidence", "rocm_dspark.probe.payoff",
+                          "rocm_dspark.probe.record")
 
 
 def test_recipe_start_up_imports_only_what_the_plain_recipe_runs(tmp_path):
