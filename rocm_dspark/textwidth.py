@@ -8,7 +8,6 @@ import os
 import re
 import shlex
 import sys
-import textwrap
 
 PIPE_WIDTH = 100   # a pipe, a log, a file: no terminal to ask
 MIN_WIDTH = 40     # below this a hanging indent leaves no room for words
@@ -39,8 +38,38 @@ def wrap(text: str, first: str = "", rest: str | None = None, width: int | None 
     starts with `first`, the others with `rest` (default: a hanging indent, `first`'s width plus two). A word
     longer than a line (a URL, a flag) is kept whole."""
     rest = " " * (len(first) + 2) if rest is None else rest
-    return textwrap.wrap(re.sub(r"\s*[\r\n]\s*", " ", text.strip()), width=width or columns(), initial_indent=first,
-                         subsequent_indent=rest, break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+    return _fill(re.sub(r"\s*[\r\n]\s*", " ", text.strip()), width or columns(), first, rest) or [first.rstrip()]
+
+
+_BLANKS = str.maketrans("\t\n\x0b\x0c\r", "     ")
+
+
+def _fill(text: str, width: int, first: str, rest: str) -> list[str]:
+    """textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+    break_on_hyphens=False), line for line (tests/test_textwidth.py compares the two): textwrap compiles its
+    word-splitting patterns at import, a cost every `recipe` paid for its one wrapped note."""
+    if width <= 0:
+        raise ValueError(f"invalid width {width!r} (must be > 0)")
+    chunks = [c for c in re.split(r"( +)", text.expandtabs().translate(_BLANKS)) if c]
+    chunks.reverse()
+    lines: list[str] = []
+    while chunks:
+        indent = rest if lines else first
+        room = width - len(indent)
+        if lines and chunks[-1].strip() == "":  # a line starts at a word, not at the blanks before it
+            del chunks[-1]
+        line: list[str] = []
+        used = 0
+        while chunks and used + len(chunks[-1]) <= room:
+            used += len(chunks[-1])
+            line.append(chunks.pop())
+        if chunks and len(chunks[-1]) > room and not line:  # a word longer than a line: kept whole, alone
+            line.append(chunks.pop())
+        if line and line[-1].strip() == "":  # nor ends at the blanks after its last word
+            del line[-1]
+        if line:
+            lines.append(indent + "".join(line))
+    return lines
 
 
 def _pieces(word: str, first: int, room: int) -> list[str]:
@@ -88,68 +117,30 @@ def command_lines(words: list[str], indent: str = "  ", width: int | None = None
     return lines
 
 
-def _words(line: str) -> list[str]:
-    """The line split at unquoted blanks, each word as written (quotes, `$VAR`, `&&` kept)."""
-    words, cur, quote, escaped = [], "", "", False
-    for ch in line:
-        if escaped:
-            cur, escaped = cur + ch, False
-        elif ch == "\\" and quote != "'":
-            cur, escaped = cur + ch, True
-        elif quote:
-            cur, quote = cur + ch, "" if ch == quote else quote
-        elif ch in "'\"":
-            cur, quote = cur + ch, ch
-        elif ch in " \t":
-            if cur:
-                words.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return words + [cur] if cur else words
-
-
-# The first word of a printed command (as `up --dry-run` and `plan` print them); a path or an assignment also
-# starts one. Anything else is prose.
-COMMAND_WORDS = frozenset({"docker", "podman", "rocm-dspark", "systemctl", "sudo", "vllm", "amd-smi", "rocminfo",
-                           "kubectl", "install", "skopeo", "cat", "command", "python", "python3", "bash"})
-
-
-def is_command(line: str) -> bool:
-    try:
-        words = shlex.split(line)
-    except ValueError:
-        return False
-    return bool(words) and ("/" in words[0] or words[0] in COMMAND_WORDS
-                            or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0]) is not None)
-
-
-def fit(line: str, indent: str = "", width: int | None = None) -> list[str]:
-    """One printed line within the width, each continuation under `indent`: a shell command broken with
-    ` \\` (command_lines), a `# ` comment wrapped as comments, prose wrapped with a hanging indent."""
+def command(words: list[str], indent: str = "", width: int | None = None, continued: bool = False) -> list[str]:
+    """A command the caller built (its words already shell-quoted) within the width: the first line at `indent`,
+    broken between words with ` \\` (command_lines), continuations two further in. `continued`: the caller
+    ends the last line with ` \\` too (one flag per line), so that line keeps room for it."""
     width = width or columns()
-    if len(indent) + len(line) <= width:
+    if len(indent) + len(line := " ".join(words)) + (2 if continued else 0) <= width:
         return [indent + line]
-    if is_command(line):
-        words = _words(line)
-        return [indent + ln if i == 0 or ln.startswith(" ") else ln
-                for i, ln in enumerate(command_lines(words, "  ", width - len(indent)))]
-    if line.startswith("# "):
-        return wrap(line[2:], indent + "# ", indent + "#   ", width)
+    return [indent + ln if i == 0 or ln.startswith(" ") else ln
+            for i, ln in enumerate(command_lines(list(words), "  ", width - len(indent)))]
+
+
+def comment(line: str, width: int | None = None) -> list[str]:
+    """A `# ` comment line within the width: wrapped, every continuation `#   ` (still a comment)."""
+    width = width or columns()
+    return [line] if len(line) <= width else wrap(line.removeprefix("# "), "# ", "#   ", width)
+
+
+def prose(line: str, width: int | None = None) -> list[str]:
+    """A line of prose within the width: wrapped under its own leading spaces, with a hanging indent."""
+    width = width or columns()
+    if len(line) <= width:
+        return [line]
     lead = line[:len(line) - len(line.lstrip(" "))]
-    return wrap(line, indent + lead, indent + lead + "  ", width)
-
-
-def fit_all(lines, indent: str = "", width: int | None = None) -> list[str]:
-    """fit() for each line, except a quoted piece of the word above (the line before ends in `'\\`), which
-    must stay at column 0 whatever indent the caller gave it."""
-    out: list[str] = []
-    for line in lines:
-        if out and out[-1].endswith("'\\"):
-            out.append(line.lstrip(" "))
-        else:
-            out += fit(line, indent, width)
-    return out
+    return wrap(line, lead, lead + "  ", width)
 
 
 def joined(lines: list[str]) -> str:
@@ -157,4 +148,4 @@ def joined(lines: list[str]) -> str:
     return "\n".join(lines).replace("\\\n", "")
 
 
-__all__ = ["columns", "wrap", "command_lines", "fit", "fit_all", "is_command", "joined", "PIPE_WIDTH", "MAX_TABLE"]
+__all__ = ["columns", "wrap", "command_lines", "command", "comment", "prose", "joined", "PIPE_WIDTH", "MAX_TABLE"]

@@ -109,6 +109,59 @@ def test_no_parsed_snapshot_ships():
     assert not hasattr(catalog, "PARSED")
 
 
+def _standard_load(text: str):
+    """The strict loader with PyYAML's own SafeConstructor building the objects (what catalog._plain replaces)."""
+    import yaml
+
+    class Standard(catalog._strict_loader()):
+        def construct_document(self, node):
+            return yaml.constructor.BaseConstructor.construct_document(self, node)
+
+    return yaml.load(text, Loader=Standard)
+
+
+def _shared(obj) -> list:
+    """Where one collection object appears twice (an alias): (later path, first path)."""
+    first, out = {}, []
+
+    def walk(x, path):
+        if isinstance(x, (dict, list)):
+            if id(x) in first:
+                out.append((path, first[id(x)]))
+                return
+            first[id(x)] = path
+            for k, v in (x.items() if isinstance(x, dict) else enumerate(x)):
+                walk(v, (*path, k))
+    walk(obj, ())
+    return out
+
+
+def _outcome(load, text):
+    try:
+        return "ok", repr(load(text))
+    except Exception as exc:  # the same error, message and line, is part of the contract
+        return "error", type(exc).__name__, str(exc)
+
+
+@pytest.mark.parametrize("path", sorted(catalog.recipes_dir().rglob("*.yaml")), ids=lambda p: p.name)
+def test_recipe_yaml_builds_the_objects_pyyaml_builds(path):
+    text = path.read_text()
+    fast, standard = catalog.load_yaml(path), _standard_load(text)
+    assert repr(fast) == repr(standard) and _shared(fast) == _shared(standard)
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\na: 2\n", "{a: 1, 'a': 2}\n", "1: a\n'1': b\n", "<<: {x: 1}\ny: 2\n", "a: &x {b: 1}\nc: *x\n",
+    "a: &r [1, *r]\n", "a: &m {b: *m}\n", "a: !!str {b: 1}\n", "!!map [1]\n", "a: 2026-01-01\n", "? [1]\n: 2\n",
+    "? 2026-01-01\n: x\n", "=: 1\n", "a: !foo 1\n", "'<<': 1\n", "a: .inf\nb: yes\nc: ~\nd: 0x1F\ne: 1_000\n", "",
+    "- &s x\n- *s\n", "a: !!binary aGk=\n", "a: !!set {x, y}\n", "a: !!int '3'\n", "yes: 1\ntrue: 2\n",
+])
+def test_the_direct_build_gives_pyyaml_s_result_or_error(text):
+    import yaml
+
+    assert _outcome(lambda t: yaml.load(t, Loader=catalog._strict_loader()), text) == _outcome(_standard_load, text)
+
+
 def test_an_edited_recipe_is_read_as_edited_with_its_errors(tmp_path):
     root = tmp_path / "recipes"
     shutil.copytree(catalog.recipes_dir(), root)

@@ -85,3 +85,21 @@ def test_recipe_path_imports_neither_torch_nor_vllm():
             "sys.stderr.write(repr(heavy))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env())
     assert proc.stderr.strip() == "[]"
+
+
+# What the default `recipe` (shell output, no probe record) must not import: its start-up budget is 1.5x of
+# `python -c "import yaml, click"` (benchmarks/recipe_latency.py; tests/slow/test_recipe_latency.py times it),
+# and each of these is needed only by other commands, other formats or a record on disk.
+NOT_ON_THE_RECIPE_PATH = ("json", "textwrap", "rocm_dspark.launch.launch_facts", "rocm_dspark.runtime",
+                          "rocm_dspark.probe.store", "rocm_dspark.probe.evidence", "rocm_dspark.probe.payoff",
+                          "rocm_dspark.probe.record")
+
+
+def test_recipe_start_up_imports_only_what_the_plain_recipe_runs(tmp_path):
+    code = ("import sys; from rocm_dspark.cli import main\n"
+            "try:\n    main(['recipe', '--model', 'V4.1-Flash'])\nexcept SystemExit:\n    pass\n"
+            f"sys.stderr.write(repr(sorted(m for m in sys.modules if m.startswith({NOT_ON_THE_RECIPE_PATH!r}))))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=cli_env(ROCM_DSPARK_STATE_DIR=str(tmp_path)))
+    assert proc.stderr.strip() == "[]", proc.stderr
+    assert proc.stdout.startswith("VLLM_") and "\n# rocm-dspark plan " in proc.stdout

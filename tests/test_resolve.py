@@ -325,3 +325,19 @@ def test_a_user_gpu_memory_utilization_is_what_the_memory_budget_uses():
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi300x", extra_args=("--gpu-memory-utilization=0.7",)))
     assert plan.flag("gpu_memory_utilization") == "0.7"
     assert plan.memory.usable_gib == pytest.approx(plan.memory.hbm_gib * 0.7, abs=0.01)
+
+
+def test_compact_json_is_json_dumps():
+    """resolve writes a plan's flat configs without importing json (the `recipe` start-up path): the same text."""
+    import json
+    import random
+
+    from rocm_dspark.recipe.resolve import _compact_json
+
+    values = [True, False, None, 0, 1, -5, 10**20, 1.5, float("inf"), "", "a", "FULL_DECODE_ONLY", 'q"', "b\\", "ü",
+              "\x7f", "\n", "a b", [1], {"x": 1}]
+    keys = ["a", "b c", 'd"', "é", 1, None, True, "num_speculative_tokens", ""]
+    rng = random.Random(1)
+    for _ in range(3000):
+        obj = {rng.choice(keys): rng.choice(values) for _ in range(rng.randint(0, 5))}
+        assert _compact_json(obj) == json.dumps(obj, separators=(",", ":")), obj

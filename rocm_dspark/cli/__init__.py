@@ -7,6 +7,7 @@ Each subcommand lives in its own module and is imported only when it runs, so
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
 import sys
 
@@ -132,6 +133,8 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
+        if name not in SHORT_LIVED and _gc_was_enabled:  # see main()
+            gc.enable()
         module, attr = target.split(":")
         from rocm_dspark.cli.bounds import refuse_empty
 
@@ -159,9 +162,20 @@ EXTRAS = {
 }
 
 
+# Commands that print and exit within milliseconds: they run without the cyclic garbage collector (main()).
+SHORT_LIVED = frozenset({"recipe", "list"})
+_gc_was_enabled = True
+
+
 def main(argv=None):
     from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
 
+    # Start-up allocates many objects and frees few (the catalog, the plan); a collector pass over them is pure
+    # cost in a process that ends in milliseconds (about 2 ms of `recipe`, benchmarks/recipe_latency.py). Off
+    # until the command is known; every command but SHORT_LIVED (up, validate, probe run long) turns it back on.
+    global _gc_was_enabled
+    _gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
     except UsageError as exc:  # raised outside a command's own handling
@@ -177,3 +191,6 @@ def main(argv=None):
         click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
                    f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
         sys.exit(EXIT_ENVIRONMENT)  # the command is right; this install lacks a part (docs/cli.md)
+    finally:
+        if _gc_was_enabled:  # as it was (an in-process caller, a test runner)
+            gc.enable()

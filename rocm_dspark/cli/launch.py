@@ -109,7 +109,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
 
         root = state_root() or "~/.local/state/rocm-dspark"  # the launcher's rule, read from this environment
         click.echo("Run it:")
-        click.echo("\n".join(textwidth.fit(shlex.quote(str(files.launcher)), "  ")))
+        click.echo("\n".join(textwidth.command([shlex.quote(str(files.launcher))], "  ")))
         _say(f"State, logs and the exact command go to {root}/launch/{files.name} when run with this environment.")
         return
     _say(f"wrote {files.unit}")
@@ -123,11 +123,14 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         click.echo("\n".join(textwidth.wrap(f"A node installed before keeps its {installed_env_file(files.name)}, so "
                                             f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
                                             "there, replace that whole file with:")))
-        replace = f"sudo install -m 0600 -o root -g root {shlex.quote(str(files.env_file))} {installed_env_file(files.name)}"
-        click.echo("\n".join(textwidth.fit(replace, "  ")))
+        replace = ["sudo", "install", "-m", "0600", "-o", "root", "-g", "root", str(files.env_file),
+                   installed_env_file(files.name)]
+        click.echo("\n".join(textwidth.command([shlex.quote(w) for w in replace], "  ")))
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
-        click.echo("\n".join(textwidth.fit(cmd, "  ")))
+        # each line is a command by construction (launchers.install_commands: shlex.join of its argv), so its
+        # words are that argv's, quoted again the same way
+        click.echo("\n".join(textwidth.command([shlex.quote(w) for w in shlex.split(cmd)], "  ")))
 
 
 def _bands(plan, opts) -> dict:

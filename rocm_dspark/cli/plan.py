@@ -130,8 +130,8 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
     from rocm_dspark import textwidth
 
-    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest wrapped
-        return [line] if " | " in line or not line.strip("-") else textwidth.fit(line)
+    def fitted(line):  # table rows as they are (at most textwidth.MAX_TABLE); the rest is prose, wrapped
+        return [line] if " | " in line or not line.strip("-") else textwidth.prose(line)
 
     def with_apply(lines, applied):
         argv, why, other = applied
@@ -139,9 +139,9 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         gated = argv[-2:] == ["--adaptive", "on"]
         if why is None:  # the command alone, broken with `\` so that it pastes and runs
             new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
-            new += textwidth.fit("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
+            new += textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
         else:
-            new = textwidth.fit(f"  apply: `recipe` refuses it on every build ({why})"
+            new = textwidth.prose(f"  apply: `recipe` refuses it on every build ({why})"
                                 + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
         return [w for ln in lines[:at] for w in fitted(ln)] + new + [w for ln in lines[at:] for w in fitted(ln)]
 

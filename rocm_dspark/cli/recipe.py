@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
@@ -80,6 +78,8 @@ def list_catalog(as_json):
 
     cat = load_catalog()
     if as_json:
+        import json
+
         click.echo(json.dumps({
             "models": {m.key: {"hf_id": m.hf_id, "aliases": list(m.aliases), "fallback": m.fallback,
                                "profiles": {g: {"status": p.status, "date": p.status_date, "tp": p.tp,

@@ -7,7 +7,6 @@ words, "registry": host, "via": "http" | "skopeo", "checked_at": UTC time}. Ligh
 `recipe` path (benchmarks/recipe_latency.py).
 """
 
-import json
 import os
 
 FORMAT = 1
@@ -24,8 +23,14 @@ def read(state_dir) -> dict:
     from rocm_dspark.inputs import read_text
 
     try:
-        data = json.loads(read_text(cache_path(state_dir), "image cache"))  # bounded, regular files only
-    except (UsageError, ValueError):
+        text = read_text(cache_path(state_dir), "image cache")  # bounded, regular files only
+    except UsageError:  # none (most hosts, every plain `recipe`): json is not even imported
+        return {}
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
         return {}
     images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(images, dict):
@@ -45,6 +50,8 @@ def for_selection(state_dir) -> tuple:
 
 def record(state_dir, answers: dict) -> str:
     """Merge definite answers (exists True/False) into the cache; unreachable registries record nothing."""
+    import json
+
     from rocm_dspark.atomic import write_atomic
 
     merged = read(state_dir)

@@ -9,16 +9,17 @@ import re
 
 from rocm_dspark.errors import UsageError
 
-_MIRROR = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?")
-_PATH = re.compile(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+# Compiled on first use (re's cache): --registry and --image only, off the plain `recipe` path.
+_MIRROR = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"
+_PATH = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"   # what --registry defaults to (the CLI reads it)
 
 
 def check_mirror(value: str) -> str:
     """--registry HOST[:PORT] (no scheme, no path); UsageError (one line) otherwise."""
     port = (value or "").rpartition("]")[2].partition(":")[2]
-    if not _MIRROR.fullmatch(value or "") or (port and not 0 < int(port) < 65536):
+    if not re.fullmatch(_MIRROR, value or "") or (port and not 0 < int(port) < 65536):
         raise UsageError(f"--registry {value!r}: give a registry as HOST or HOST:PORT, PORT 1-65535 (e.g. harbor.example.com or "
                          f"127.0.0.1:5000), without a scheme or a path (${REGISTRY_VAR} takes the same form)")
     return value
@@ -33,7 +34,7 @@ def check_ref(value: str) -> str:
     first, _, rest = path.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):
         path = rest
-    ok = (_PATH.fullmatch(path) and (not colon or _TAG.fullmatch(tag))
+    ok = (re.fullmatch(_PATH, path) and (not colon or re.fullmatch(_TAG, tag))
           and (not at or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)))
     if not ok:
         raise UsageError(f"--image {value!r} is not an image reference: use [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:DIGEST], "

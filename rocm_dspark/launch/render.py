@@ -5,42 +5,34 @@ from __future__ import annotations
 import shlex
 
 from rocm_dspark import textwidth
-from rocm_dspark.launch import launch_facts
 from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
 
-
-def _fit(line: str) -> str:
-    """One logical command line within the width: a longer one broken with `\\` continuations
-    (rocm_dspark.textwidth.command_lines), which bash and shlex read back as the same words."""
-    if len(line) + 2 <= textwidth.columns():
-        return line
-    indent = line[:len(line) - len(line.lstrip(" "))]
-    words = [shlex.quote(w) for w in shlex.split(line)]
-    return "\n".join(indent + ln if i == 0 else ln for i, ln in enumerate(
-        textwidth.command_lines(words, indent="  " + indent, width=textwidth.columns() - len(indent))))
+# rocm_dspark.launch.launch_facts (docker's flags and mounts) is imported by the docker renderer only: it pulls in
+# the runtime's log and partition rules, which `recipe`'s default shell output does not need.
 
 
 def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
-    """First `head` words on one line, then one flag (with its value) per line, each within the width."""
-    return [_fit(line) for line in _flag_lines(argv, head)]
+    """First `head` words on one line, then one flag (with its value) per line, each within the width: the words
+    are the command's own, shell-quoted, broken only between words (textwidth.command), never re-read from text."""
+    return ["\n".join(textwidth.command(words, indent, continued=True)) for indent, words in _flag_words(argv, head)]
 
 
-def _flag_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
-    """First `head` words on one line, then one flag (with its value) per line: from the plan's typed flags
-    (recipe/plan.py Command); other words (docker's own flags) by their shape."""
-    lines = [" ".join(shlex.quote(a) for a in argv[:head])]
+def _flag_words(argv: list[str] | tuple[str, ...], head: int) -> list[tuple[str, list[str]]]:
+    """(indent, shell-quoted words) per line: the first `head` words, then one flag (with its value) per line:
+    from the plan's typed flags (recipe/plan.py Command); other words (docker's own flags) by their shape."""
+    lines = [("", [shlex.quote(a) for a in argv[:head]])]
     if isinstance(argv, Command) and len(argv.head) == head:
-        return lines + ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in argv.flags]
+        return lines + [("  ", [shlex.quote(w) for w in emit(flag, value)]) for flag, value in argv.flags]
     i = head
     while i < len(argv):
         word = argv[i]
         takes_value = word.startswith("-") and "=" not in word
         if takes_value and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(f"  {shlex.quote(word)} {shlex.quote(argv[i + 1])}")
+            lines.append(("  ", [shlex.quote(word), shlex.quote(argv[i + 1])]))
             i += 2
         else:
-            lines.append(f"  {shlex.quote(word)}")
+            lines.append(("  ", [shlex.quote(word)]))
             i += 1
     return lines
 
@@ -104,7 +96,12 @@ def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)
-    return "\n".join(out[:1] + textwidth.fit_all(out[1:])) + "\n"
+    return "\n".join(out[:1] + _comments(out[1:])) + "\n"
+
+
+def _comments(lines: list[str]) -> list[str]:
+    """The header and note lines under the command: every one a `# ` comment, each wrapped to the width."""
+    return [w for line in lines for w in textwidth.comment(line)]
 
 
 def render_json(plan: LaunchPlan, explain: bool = False) -> str:
@@ -112,10 +109,14 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
     return plan.to_json() + "\n"
 
 
-def docker_argv(plan: LaunchPlan, hf_home: str = launch_facts.HF_HOME_SH,
-                hf_hub: str = launch_facts.HF_HUB_CACHE_SH) -> list[str]:
+def docker_argv(plan: LaunchPlan, hf_home: str | None = None, hf_hub: str | None = None) -> list[str]:
     """`docker run` argv (rocm_dspark.launch.launch_facts, the same as the launcher's container mode); the image's
-    command is `vllm serve ...` via --entrypoint vllm."""
+    command is `vllm serve ...` via --entrypoint vllm. `hf_home`, `hf_hub`: the cache paths (default: bash that
+    expands to the host's, launch_facts.HF_HOME_SH and HF_HUB_CACHE_SH)."""
+    from rocm_dspark.launch import launch_facts
+
+    hf_home = launch_facts.HF_HOME_SH if hf_home is None else hf_home
+    hf_hub = launch_facts.HF_HUB_CACHE_SH if hf_hub is None else hf_hub
     name = launch_facts.default_name(plan.profile)
     return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_home=hf_home, hf_hub=hf_hub,
                                         model_path=plan.model_path,
@@ -123,6 +124,8 @@ def docker_argv(plan: LaunchPlan, hf_home: str = launch_facts.HF_HOME_SH,
 
 
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
+    from rocm_dspark.launch import launch_facts
+
     argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(_argv_lines(argv, 2))
@@ -139,7 +142,7 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)
-    return "\n".join(out[:1] + textwidth.fit_all(out[1:])) + "\n"
+    return "\n".join(out[:1] + _comments(out[1:])) + "\n"
 
 
 RENDERERS = {"shell": render_shell, "json": render_json, "docker": render_docker}

@@ -23,21 +23,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rocm_dspark.probe import store
-from rocm_dspark.probe.evidence import GateEvidence
+from rocm_dspark.probe import listing
 
 if TYPE_CHECKING:
+    from rocm_dspark.probe import store
     from rocm_dspark.probe.record import LevelResult, Record
     from rocm_dspark.recipe.plan import State
 
-# record and fingerprint are imported inside the functions: with no record on disk (the common case
-# on every `rocm-dspark recipe`) the gate costs one directory listing and nothing more.
+# store, evidence, record and fingerprint are imported inside the functions: with no record on disk (the common
+# case on every `rocm-dspark recipe`) the gate costs one directory listing and nothing more.
 
 _SHOWN = 3  # notes kept in the verdict's one line; the rest are counted
 
 
 def level_counts(level: LevelResult, record: Record) -> str | None:
     """None when this level's result counts as evidence for the gate, else why not."""
+    from rocm_dspark.probe.evidence import GateEvidence
+
     ev = GateEvidence.of(level.evidence)
     if not level.valid_for_gating:
         why = level.gating_note.removeprefix("not valid for gating: ") or "not valid for gating"
@@ -57,6 +59,8 @@ def level_counts(level: LevelResult, record: Record) -> str | None:
 
 def level_proves(level: LevelResult) -> str | None:
     """For a counting, passed level: None when its evidence is complete, else what is missing."""
+    from rocm_dspark.probe.evidence import GateEvidence
+
     ev = GateEvidence.of(level.evidence)
     if level.name == "kernel":
         if ev.graph_replay is not True:
@@ -104,10 +108,11 @@ def evidence_state(record: Record) -> tuple[State, str]:
 
 def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> store.Loaded:
     """Every candidate in probe/, checked by the README's trust model (store.load_signed)."""
+    from rocm_dspark.probe import store
     from rocm_dspark.probe.record import parse_record_data
 
-    directory = store.records_dir(state_dir)
-    names = store.record_names(directory) if names is None else names
+    directory = listing.records_dir(state_dir)
+    names = listing.record_names(directory) if names is None else names
     return store.load_signed(directory, names, parse_record_data, kind="probe record", label="record",
                              need_key=need_key)
 
@@ -124,8 +129,8 @@ def gate_verdict(catalog, plan, state_dir=None, *, gpus: dict | None = None, sof
     a record must match. `soft`: the software the plan runs on, when not this Python's (an image's)."""
     from rocm_dspark.recipe.plan import PROVEN, REFUTED, Verdict
 
-    directory = store.records_dir(state_dir)
-    names = store.record_names(directory)
+    directory = listing.records_dir(state_dir)
+    names = listing.record_names(directory)
     if not names:
         return Verdict(False, f"no probe record in {directory}")
     loaded = load_records(state_dir, names)

@@ -34,32 +34,13 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_at_most
+from rocm_dspark.probe.listing import SUBDIR, _os_error, record_names, records_dir  # noqa: F401 (public here too)
 from rocm_dspark.statedir import ENV_VAR, STATE_ROOTS, state_dir, state_root  # noqa: F401 (store.state_dir is public)
 
-SUBDIR = "probe"
 KEY_FILE = "host.key"
 MAX_RECORD_BYTES = 1 << 20     # a real record is a few KiB; its live log is a separate file
 MAX_TOTAL_BYTES = 64 << 20     # all candidates together
 CLOCK_SKEW_S = 300
-
-
-def records_dir(explicit: str | os.PathLike | None = None) -> Path:
-    return state_dir(explicit) / SUBDIR
-
-
-def _os_error(directory, exc: OSError) -> UsageError:
-    return UsageError(f"cannot read the probe record directory {directory}: {exc.strerror or exc}; "
-                      f"pass --state-dir or set {ENV_VAR}")
-
-
-def record_names(directory: Path) -> list[str]:
-    """Candidate record names (temp files of a write in progress start with '.'). One listing, no stat."""
-    try:
-        return sorted((n for n in os.listdir(directory) if n.endswith(".json") and not n.startswith(".")), reverse=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except OSError as exc:
-        raise _os_error(directory, exc) from None
 
 
 def record_files(directory: Path, limit: int | None = None) -> list[Path]:

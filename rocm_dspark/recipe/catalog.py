@@ -395,7 +395,57 @@ def _strict_loader():
                     seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_document(self, node):
+            # PyYAML's constructor walks every node through generators (most of a recipe file's load time);
+            # this builds the same objects directly. Anything it does not cover (merge keys, other tags, a
+            # duplicate key, recursion) goes the standard way, which gives the canonical result and error.
+            try:
+                return _plain(node, self, {}, set())
+            except _NotPlain:
+                return super().construct_document(node)
+
     return StrictLoader
+
+
+class _NotPlain(Exception):
+    """A node the direct build leaves to PyYAML's own constructor."""
+
+
+_SCALARS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float"))
+_STR, _MAP, _SEQ = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+
+
+def _plain(node, loader, memo: dict, building: set):
+    """`node` as SafeConstructor builds it (an alias to a collection is the same object, as there), for plain
+    YAML only."""
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        if node.tag == _STR:
+            return node.value
+        if node.tag in _SCALARS:
+            return loader.yaml_constructors[node.tag](loader, node)
+        raise _NotPlain
+    if node in building:  # a recursive alias
+        raise _NotPlain
+    if node in memo:
+        return memo[node]
+    building.add(node)
+    if node.tag == _MAP and kind is yaml.MappingNode:
+        value: dict | list = {}
+        seen = set()  # raw key text, as StrictLoader.construct_mapping compares keys
+        for key_node, value_node in node.value:
+            if type(key_node) is not yaml.ScalarNode or key_node.value in seen or key_node.value == "<<":
+                raise _NotPlain  # a merge key, a collection as key, a duplicate (refused, with its line)
+            seen.add(key_node.value)
+            key = key_node.value if key_node.tag == _STR else _plain(key_node, loader, memo, building)
+            value[key] = _plain(value_node, loader, memo, building)
+    elif node.tag == _SEQ and kind is yaml.SequenceNode:
+        value = [_plain(child, loader, memo, building) for child in node.value]
+    else:
+        raise _NotPlain
+    building.discard(node)
+    memo[node] = value
+    return value
 
 
 _LOADER = None
@@ -654,6 +704,14 @@ def load_catalog(root: Path | str | None = None) -> Catalog:
     return _load_catalog_cached(root.resolve())
 
 
+def _yaml_files(directory: Path) -> list[Path]:
+    """sorted(directory.glob("*.yaml")) in one listing, without compiling the glob (on every `recipe`)."""
+    try:
+        return sorted(directory / n for n in os.listdir(directory) if n.endswith(".yaml"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 @lru_cache(maxsize=8)
 def _load_catalog_cached(root: Path) -> Catalog:
     gpus_path = root / "gpus.yaml"
@@ -664,7 +722,7 @@ def _load_catalog_cached(root: Path) -> Catalog:
 
     models: dict[str, ModelSpec] = {}
     model_paths: dict[str, Path] = {}
-    model_files = sorted((root / "models").glob("*.yaml"))
+    model_files = _yaml_files(root / "models")
     if not model_files:
         raise CatalogError(f"{root / 'models'}: no model files (*.yaml)")
     for path in model_files:

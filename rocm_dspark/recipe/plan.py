@@ -11,7 +11,6 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 # No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
-import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
@@ -104,7 +103,7 @@ class Command(tuple[str, ...]):
                 pairs.append(("--optimization-level", w[3:] if w[2:3] == "=" else w[2:]))
                 continue
             flag, eq, value = w.partition("=")
-            flag = _SHORT.get(flag) or _UNDERSCORES.sub(lambda m: m.group(0).replace("_", "-"), flag, count=1)
+            flag = _SHORT.get(flag) or re.sub(_UNDERSCORES, lambda m: m.group(0).replace("_", "-"), flag, count=1)
             if eq:
                 pairs.append((flag, value))
             elif i < len(ws) and not _is_flag(ws[i]):
@@ -129,6 +128,8 @@ class Command(tuple[str, ...]):
 
     def spec_config(self) -> dict | None:
         """The --speculative-config JSON object (None: not given, or not a JSON object)."""
+        import json
+
         raw = self.value("speculative_config")
         try:
             spec = json.loads(raw) if raw is not None else None
@@ -150,7 +151,7 @@ class Command(tuple[str, ...]):
 # vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
 _SHORT = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
           "-sc": "--speculative-config", "-cc": "--compilation-config", "-O": "--optimization-level"}
-_UNDERSCORES = re.compile(r"(?<=--)[^.]*")
+_UNDERSCORES = r"(?<=--)[^.]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
 def _is_flag(word: str) -> bool:
@@ -362,4 +363,6 @@ class LaunchPlan(NamedTuple):
         return d
 
     def to_json(self) -> str:
+        import json
+
         return json.dumps(self.to_json_dict(), indent=2, sort_keys=False)

@@ -21,8 +21,6 @@ Every non-obvious value gets a Note saying why.
 
 from __future__ import annotations
 
-import json
-
 from rocm_dspark.errors import UsageError
 from rocm_dspark.images import pick
 from rocm_dspark.recipe.capture import MIN_CAPTURE, capture_size
@@ -85,7 +83,27 @@ class _State:
         self.mono = False
 
 
+def _plain_json(value) -> str | None:
+    """`value` as json.dumps writes it, for the plain values a plan's configs hold (None: not one of those)."""
+    if value is True or value is False or value is None:
+        return "true" if value else "false" if value is False else "null"
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is str and value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return None
+
+
 def _compact_json(obj) -> str:
+    """json.dumps(obj, separators=(",", ":")). A flat object of plain values (the configs of most plans) is written
+    here: importing json costs each `recipe` more than writing three small objects (tests/test_resolve.py holds
+    the two equal)."""
+    if type(obj) is dict:
+        parts = [(_plain_json(k) if type(k) is str else None, _plain_json(v)) for k, v in obj.items()]
+        if all(k is not None and v is not None for k, v in parts):
+            return "{" + ",".join(f"{k}:{v}" for k, v in parts) + "}"
+    import json
+
     return json.dumps(obj, separators=(",", ":"))
 
 
@@ -726,6 +744,8 @@ def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None
         raise UsageError(
             f"--vllm-arg {flag}: give the compilation config as one JSON object, --compilation-config='{{...}}'; "
             f"rocm-dspark merges it with the plan's (a dotted key or a bare flag would replace the plan's whole config)")
+    import json
+
     user = json.loads(value)  # normalise() has checked that it is a JSON object
     current = next((v for f, v in args.items if f == "--compilation-config"), None)
     planned = json.loads(current) if current else {}

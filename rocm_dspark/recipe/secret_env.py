@@ -11,15 +11,16 @@ import re
 
 from rocm_dspark.errors import UsageError
 
-# Names that look like credentials: *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, HF_TOKEN.
-_CREDENTIAL = re.compile(r"(.*_(TOKEN|KEY|SECRET)|.*PASSWORD.*|HF_TOKEN)", re.IGNORECASE)
+# Names that look like credentials: *_TOKEN, *_KEY, *_SECRET, *PASSWORD*, HF_TOKEN (matched ignoring case). The
+# patterns here compile on first use (re's cache): `recipe` without --env reads neither.
+_CREDENTIAL = r"(.*_(TOKEN|KEY|SECRET)|.*PASSWORD.*|HF_TOKEN)"
 # vLLM flags whose value is a secret, and the env variable vLLM (or huggingface_hub) reads instead.
 SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
-_ENV_LINE = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=")
+_ENV_LINE = r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*="
 
 
 def is_credential(name: str) -> bool:
-    return bool(_CREDENTIAL.fullmatch(name))
+    return bool(re.fullmatch(_CREDENTIAL, name, re.IGNORECASE))
 
 
 def check_value(name: str, value: str) -> str:
@@ -63,7 +64,7 @@ def merge_env_file(existing: str, values: dict[str, str]) -> str:
     lines: list[str] = []
     seen: set[str] = set()
     for line in existing.splitlines():
-        m = _ENV_LINE.match(line)
+        m = re.match(_ENV_LINE, line)
         if m and m.group(1) in values:
             if m.group(1) not in seen:  # a repeated line would win over the new value: dropped
                 lines.append(env_file_line(m.group(1), values[m.group(1)]))

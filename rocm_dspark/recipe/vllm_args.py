@@ -88,7 +88,7 @@ _PARTLY: dict[str, tuple[str, frozenset[str]]] = {
 }
 
 # What a flag name may look like: one or two dashes, a letter, then letters, digits, '-', '_', '.', '+'.
-_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9_.+-]*")
+_FLAG = r"--?[A-Za-z][A-Za-z0-9_.+-]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
 class UserArg(NamedTuple):
@@ -142,7 +142,7 @@ def read(token: str) -> UserArg:
     if not isinstance(token, str) or not token.startswith("-"):
         raise UsageError(f"--vllm-arg {token!r} must start with '-' (e.g. --vllm-arg --max-model-len=65536)")
     raw_name, sep, value = token.partition("=")
-    if not _FLAG.fullmatch(raw_name):
+    if not re.fullmatch(_FLAG, raw_name):
         raise UsageError(f"--vllm-arg {token!r}: {raw_name!r} is not a flag name (letters, digits, '-', '_', '.')")
     return UserArg(_canonical_name(raw_name), value if sep else None)
 
@@ -216,7 +216,7 @@ __all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "no
 
 
 # --- the build's own parser (recipes/vllm_parsers.yaml) ----------------------------------------------
-_SIZE = re.compile(r"\d+(?:\.\d+)?[kKmMgGtT]")  # vllm/utils/argparse_utils.py human_readable_int
+_SIZE = r"\d+(?:\.\d+)?[kKmMgGtT]"  # vllm/utils/argparse_utils.py human_readable_int; compiled on first use
 _WORDS = {"int": "an integer", "float": "a number", "int?": "an integer or None", "float?": "a number or None",
           "size": "an integer such as 65536 or 64k", "size|auto": "an integer such as 65536 or 64k, or auto",
           "json": "JSON"}
@@ -230,7 +230,7 @@ def _fits(kind: str, value: str, choices) -> bool:
     if kind == "size|auto" and value.strip().lower() in ("-1", "auto"):
         return True
     if kind == "size" or kind == "size|auto":
-        return bool(_SIZE.fullmatch(value.strip())) or _fits("int", value, None)
+        return bool(re.fullmatch(_SIZE, value.strip())) or _fits("int", value, None)
     if kind == "choice":  # over-accepts on purpose (a case-folding or int type): the real parser is the last word
         return value in choices or value.lower() in {c.lower() for c in choices}
     parse: dict = {"int": int, "int?": int, "float": float, "float?": float, "json": json.loads}

@@ -22,10 +22,10 @@ class Judgement(NamedTuple):
 
 def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, str | None]:
     """auto: on only with the proof AND a payoff that pays; on: the proof alone, warned when the payoff loses."""
-    from rocm_dspark.probe.payoff import LOSES, PAYS
-
     if proof.outcome != PROVEN or payoff is None:
         return proof, None
+    from rocm_dspark.probe.payoff import LOSES, PAYS
+
     decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
     if mode == "on":
         warning = (f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
