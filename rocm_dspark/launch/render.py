@@ -21,28 +21,39 @@ def _fit(line: str) -> str:
         textwidth.command_lines(words, indent="  " + indent, width=textwidth.columns() - len(indent))))
 
 
-def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
+def _argv_lines(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[str]:
     """First `head` words on one line, then one flag (with its value) per line, each within the width."""
-    return [_fit(line) for line in _flag_lines(argv, head)]
+    return [_fit(line) for line in _flag_lines(argv, head, command)]
 
 
-def _flag_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
-    """First `head` words on one line, then one flag (with its value) per line: from the plan's typed flags
-    (recipe/plan.py Command); other words (docker's own flags) by their shape."""
-    lines = [" ".join(shlex.quote(a) for a in argv[:head])]
+def _flag_lines(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[str]:
+    """First `head` words on one line, then one flag (with its value) per line. vLLM's flags come from the typed
+    command (recipe/plan.py Command): `argv` itself, or `command` where argv ends with its words (docker's
+    `... --entrypoint vllm IMAGE serve MODEL ...`); the words before those (docker's own) are grouped by shape."""
     if isinstance(argv, Command) and len(argv.head) == head:
-        return lines + ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in argv.flags]
+        return [" ".join(shlex.quote(a) for a in argv.head), *_typed_lines(argv)]
+    rest = len(command) - 1 if command is not None else 0
+    if not (isinstance(command, Command) and rest and tuple(argv[len(argv) - rest:]) == tuple(command[1:])):
+        command, rest = None, 0
+    words = argv[:len(argv) - rest]
+    lines = [" ".join(shlex.quote(a) for a in words[:head])]
     i = head
-    while i < len(argv):
-        word = argv[i]
+    while i < len(words):
+        word = words[i]
         takes_value = word.startswith("-") and "=" not in word
-        if takes_value and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(f"  {shlex.quote(word)} {shlex.quote(argv[i + 1])}")
+        if takes_value and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            lines.append(f"  {shlex.quote(word)} {shlex.quote(words[i + 1])}")
             i += 2
         else:
             lines.append(f"  {shlex.quote(word)}")
             i += 1
-    return lines
+    if command is None:
+        return lines
+    return lines + [f"  {shlex.quote(w)}" for w in command.head[1:]] + _typed_lines(command)
+
+
+def _typed_lines(command: Command) -> list[str]:
+    return ["  " + " ".join(shlex.quote(w) for w in emit(flag, value)) for flag, value in command.flags]
 
 
 def _comment(text: str) -> list[str]:
@@ -125,7 +136,7 @@ def docker_argv(plan: LaunchPlan, hf_home: str = launch_facts.HF_HOME_SH,
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
-    text = " \\\n".join(_argv_lines(argv, 2))
+    text = " \\\n".join(_argv_lines(argv, 2, plan.argv if isinstance(plan.argv, Command) else None))
     for placeholder, sh, inside in (("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
                                     ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER)):
         text = text.replace(shlex.quote(f"{placeholder}:{inside}"), f'"{sh}:{inside}"')
