@@ -118,3 +118,14 @@ def test_docker_lines_take_vllm_flags_from_the_typed_command():
                                                "  serve", "  org/m", "  --port=-1", "  --enforce-eager",
                                                "  --max-num-seqs 8"]
     assert _flag_lines(command, 3) == ["vllm serve org/m", "  --port=-1", "  --enforce-eager", "  --max-num-seqs 8"]
+
+
+@pytest.mark.parametrize("kw", [{}, {"tp": 4}, {"dp": 2, "tp": 4}, {"nodes": 2, "head_address": "10.0.0.1", "dp": 2}])
+def test_the_plans_layout_and_its_command_count_the_same_gpus(kw):
+    # LaunchPlan.gpus_per_node_used reads the plan's layout fields; the Command's reads its flags (what k8s asks for).
+    from rocm_dspark.recipe.catalog import load_catalog
+    from rocm_dspark.recipe.resolve import Selection, resolve
+
+    plan = resolve(load_catalog(), Selection(model="V4.1-Flash", gpu="mi300x", **kw))
+    for argv in (plan.argv, plan.block_argv, plan.adaptive_argv):
+        assert Command.from_words(argv).gpus_per_node_used == plan.gpus_per_node_used == k8s._gpus_used(argv)
