@@ -4,7 +4,7 @@ Encoding (README, "Encoding"): every file, argument and path is strict UTF-8. A 
 UTF-16, Latin-1) is refused with a one-line error that says so, never half-decoded.
 
 A file is opened with O_NONBLOCK (a FIFO cannot hang the command), must be a regular file, and is read with a
-bounded read. JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
+bounded read: read_regular, the one such read (the state dir's readers use it too, with O_NOFOLLOW). JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
 integers past its digit limit are errors that name the file.
 """
 
