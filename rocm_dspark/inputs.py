@@ -4,12 +4,13 @@ Encoding (README, "Encoding"): every file, argument and path is strict UTF-8. A 
 UTF-16, Latin-1) is refused with a one-line error that says so, never half-decoded.
 
 A file is opened with O_NONBLOCK (a FIFO cannot hang the command), must be a regular file, and is read with a
-bounded read. JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
+bounded read: read_regular, the one such read (the state dir's readers use it too, with O_NOFOLLOW). JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
 integers past its digit limit are errors that name the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -31,29 +32,66 @@ def read_at_most(fd: int, limit: int, chunk_size: int = 1 << 16) -> bytes:
     return b"".join(chunks)
 
 
-def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES) -> str:
-    """The UTF-8 text of a regular file of at most `max_bytes`; UsageError `"{what} {path}: ..."` otherwise."""
-    p = Path(path) if str(path).isprintable() else ascii(str(path))  # a control character cannot split the line
+class NotRead(Exception):
+    """Why read_regular did not read a file: `kind` (SYMLINK, NOT_REGULAR, TOO_LARGE, GREW, REFUSED), `st` its
+    fstat once opened, and for REFUSED the caller's own reason as the message."""
+
+    def __init__(self, kind: str, st: os.stat_result | None = None, why: str = ""):
+        super().__init__(why or kind)
+        self.kind, self.st = kind, st
+
+
+SYMLINK, NOT_REGULAR, TOO_LARGE, GREW, REFUSED = "a symlink", "not a regular file", "too large", "grew", "refused"
+
+
+def read_regular(path: str | os.PathLike, limit: int, *, follow: bool = True, dir_fd: int | None = None,
+                 tail: bool = False, check=None) -> tuple[bytes, os.stat_result]:
+    """The one bounded read of a file: (bytes, its fstat). Opened without blocking (O_NONBLOCK: a FIFO cannot
+    hang the reader) and, with follow=False, never through a symlink (O_NOFOLLOW); then it must be a regular file.
+    `check(st)` may name a reason to refuse the opened file (its owner, its mode): NotRead REFUSED. `tail`: its
+    last `limit` bytes; else all of it, NotRead TOO_LARGE past `limit` (GREW: it grew past it while read).
+    FileNotFoundError when it is absent; any other OSError as the kernel gave it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    chunk = 1 << 20 if limit > 1 << 20 else 1 << 16  # few reads of a large file; no 1 MiB ask for a small one
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise UsageError(f"{what} {p}: no such file") from None
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
-        raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotRead(SYMLINK) from None
+        raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{what} {p}: not a regular file")
-        if st.st_size > max_bytes:
-            raise UsageError(f"{what} {p}: larger than {max_bytes >> 20} MiB")
-        chunks = [read_at_most(fd, max_bytes + 1, 1 << 20)]
-    except OSError as exc:
-        raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
+            raise NotRead(NOT_REGULAR, st)
+        why = check(st) if check is not None else None
+        if why:
+            raise NotRead(REFUSED, st, why)
+        if tail:
+            os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
+            return read_at_most(fd, limit, chunk), st
+        if st.st_size > limit:
+            raise NotRead(TOO_LARGE, st)
+        data = read_at_most(fd, limit + 1, chunk)
+        if len(data) > limit:
+            raise NotRead(GREW, st)
+        return data, st
     finally:
         os.close(fd)
-    raw = b"".join(chunks)
-    if len(raw) > max_bytes:
-        raise UsageError(f"{what} {p}: larger than {max_bytes >> 20} MiB")
+
+
+def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most `max_bytes`; UsageError `"{what} {path}: ..."` otherwise.
+    A path the user names may be a symlink (read_regular follows it here; the state dir's readers do not)."""
+    p = Path(path) if str(path).isprintable() else ascii(str(path))  # a control character cannot split the line
+    try:
+        raw, _ = read_regular(path, max_bytes)
+    except FileNotFoundError:
+        raise UsageError(f"{what} {p}: no such file") from None
+    except NotRead as exc:
+        why = "not a regular file" if exc.kind == NOT_REGULAR else f"larger than {max_bytes >> 20} MiB"
+        raise UsageError(f"{what} {p}: {why}") from None
+    except OSError as exc:
+        raise UsageError(f"{what} {p}: cannot read: {exc.strerror or exc}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

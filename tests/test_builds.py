@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.catalog import load_catalog
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.resolve import Selection, flag_verdict, resolve
 from tests.conftest import FIXTURES, cli_env
 from tests.helpers import run_cli
@@ -17,15 +18,8 @@ V41 = "DeepSeek-V4.1-Flash"
 
 
 def flags(argv):
-    out, i = {}, 3
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            out[argv[i]] = None
-            i += 1
-    return out
+    """{flag: value or None} of a command, read as vLLM reads it (Command.from_words)."""
+    return dict(Command.from_words(argv).flags)
 
 
 # (build, --engram-config emitted, --no-swa-bounded-replay emitted, adaptive verification natively accepted)

@@ -83,5 +83,5 @@ def test_forced_text_uses_the_parsers_own_tags():
 def test_flags_read_from_the_plans_argv():
     argv = ["vllm", "serve", "m", "--tool-call-parser", "deepseek_v41", "--enable-auto-tool-choice",
             "--reasoning-parser=deepseek_v41"]
-    assert tc.flag(argv, "--tool-call-parser") == "deepseek_v41" and tc.flag(argv, "--enable-auto-tool-choice") == ""
-    assert tc.flag(argv, "--reasoning-parser") == "deepseek_v41" and tc.flag(argv, "--max-num-seqs") is None
+    assert tc.flag(argv, "tool_call_parser") == "deepseek_v41" and tc.flag(argv, "enable_auto_tool_choice") == ""
+    assert tc.flag(argv, "reasoning_parser") == "deepseek_v41" and tc.flag(argv, "max_num_seqs") is None

@@ -112,10 +112,18 @@ JOIN_TIMEOUT_S = 600    # multi-node: a worker's wait to reach its head, the hea
 MONOKERNEL = "--monokernel"  # the flag the launcher drops when vLLM refuses it or the GPU is partitioned
 
 
+def runs_mono(argv) -> bool:
+    """Whether a command asks for the mono decode layer: --monokernel as vLLM's parser reads it (the last of
+    --monokernel / --no-monokernel wins; Command.from_words)."""
+    from rocm_dspark.recipe.plan import Command
+
+    return Command.from_words(argv).bool_flag("monokernel") is True
+
+
 def starts(plan) -> int:
     """How many vLLM starts the launcher may make for `plan`: 2 with an adaptive->block fallback, else 1, and
     one more with --monokernel (a start vLLM refuses for it runs again without it)."""
-    return (2 if plan.adaptive_verification and plan.block_argv else 1) + (MONOKERNEL in plan.argv)
+    return (2 if plan.adaptive_verification and plan.block_argv else 1) + runs_mono(plan.argv)
 
 
 def start_window_s(plan, ready_timeout_s: float = READY_TIMEOUT_S) -> int:

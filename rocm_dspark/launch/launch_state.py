@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 
+from rocm_dspark.inputs import NotRead, read_regular
 from rocm_dspark.launch import launch_facts
 
 STATE_FILE = "launch-state"
@@ -27,19 +27,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 def _tail(path: Path, limit: int = _LIMIT) -> str | None:
     """The last `limit` bytes of a regular file as text, or None (absent, a FIFO or device, a symlink)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+        return read_regular(path, limit, follow=False, tail=True)[0].decode("utf-8", "replace")
+    except (OSError, NotRead):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)
-        return os.read(fd, limit).decode("utf-8", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _none(value: str):

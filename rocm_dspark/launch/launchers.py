@@ -243,7 +243,7 @@ def render_launcher(
     if fallback:
         on |= {"fallback"} | ({"group_mode", f"{group_role}_mode"} if group_role != "single" else set())
     # A group's nodes must run one argv: only a single server drops --monokernel on its own.
-    on |= {"mono"} if launch_facts.MONOKERNEL in plan.argv and group_role == "single" else set()
+    on |= {"mono"} if launch_facts.runs_mono(plan.argv) and group_role == "single" else set()
     on |= {"refusals"} if on & {"fallback", "mono"} else set()
     on |= {"pin"} if pin else set()
     on |= {"model_path"} if model_path else set()

@@ -12,29 +12,42 @@ from rocm_dspark.recipe.vllm_args import emit
 # the runtime's log and partition rules, which `recipe`'s default shell output does not need.
 
 
-def _argv_lines(argv: list[str] | tuple[str, ...], head: int) -> list[str]:
+def _argv_lines(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[str]:
     """First `head` words on one line, then one flag (with its value) per line, each within the width: the words
     are the command's own, shell-quoted, broken only between words (textwidth.command), never re-read from text."""
-    return ["\n".join(textwidth.command(words, indent, continued=True)) for indent, words in _flag_words(argv, head)]
+    return ["\n".join(textwidth.command(words, indent, continued=True))
+            for indent, words in _flag_words(argv, head, command)]
 
 
-def _flag_words(argv: list[str] | tuple[str, ...], head: int) -> list[tuple[str, list[str]]]:
-    """(indent, shell-quoted words) per line: the first `head` words, then one flag (with its value) per line:
-    from the plan's typed flags (recipe/plan.py Command); other words (docker's own flags) by their shape."""
-    lines = [("", [shlex.quote(a) for a in argv[:head]])]
+def _flag_words(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[tuple[str, list[str]]]:
+    """(indent, shell-quoted words) per line: the first `head` words, then one flag (with its value) per line.
+    vLLM's flags come from the typed command (recipe/plan.py Command): `argv` itself, or `command` where argv ends
+    with its words (docker's `... --entrypoint vllm IMAGE serve MODEL ...`); the words before those (docker's own)
+    are grouped by shape."""
     if isinstance(argv, Command) and len(argv.head) == head:
-        return lines + [("  ", [shlex.quote(w) for w in emit(flag, value)]) for flag, value in argv.flags]
+        return [("", [shlex.quote(a) for a in argv.head]), *_typed_words(argv)]
+    rest = len(command) - 1 if command is not None else 0
+    if not (isinstance(command, Command) and rest and tuple(argv[len(argv) - rest:]) == tuple(command[1:])):
+        command, rest = None, 0
+    words = argv[:len(argv) - rest]
+    lines = [("", [shlex.quote(a) for a in words[:head]])]
     i = head
-    while i < len(argv):
-        word = argv[i]
+    while i < len(words):
+        word = words[i]
         takes_value = word.startswith("-") and "=" not in word
-        if takes_value and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            lines.append(("  ", [shlex.quote(word), shlex.quote(argv[i + 1])]))
+        if takes_value and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            lines.append(("  ", [shlex.quote(word), shlex.quote(words[i + 1])]))
             i += 2
         else:
             lines.append(("  ", [shlex.quote(word)]))
             i += 1
-    return lines
+    if command is None:
+        return lines
+    return lines + [("  ", [shlex.quote(w)]) for w in command.head[1:]] + _typed_words(command)
+
+
+def _typed_words(command: Command) -> list[tuple[str, list[str]]]:
+    return [("  ", [shlex.quote(w) for w in emit(flag, value)]) for flag, value in command.flags]
 
 
 def _comment(text: str) -> list[str]:
@@ -128,7 +141,7 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
 
     argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
-    text = " \\\n".join(_argv_lines(argv, 2))
+    text = " \\\n".join(_argv_lines(argv, 2, plan.argv if isinstance(plan.argv, Command) else None))
     for placeholder, sh, inside in (("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
                                     ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER)):
         text = text.replace(shlex.quote(f"{placeholder}:{inside}"), f'"{sh}:{inside}"')

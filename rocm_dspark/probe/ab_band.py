@@ -16,12 +16,12 @@ served concurrency; the trust model is docs/trust.md).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.probe.ab_record import ARMS, ABRecord
+from rocm_dspark.recipe.plan import Command
 
 Z = 2.0  # standard errors each side of the measured value (about 95% two-sided for a normal mean)
 
@@ -35,18 +35,9 @@ class AcceptanceBand(NamedTuple):
 
 
 def _num_speculative_tokens(argv: list) -> int | None:
-    words = [str(w) for w in argv]
-    for i, word in enumerate(words):
-        text = words[i + 1] if word == "--speculative-config" and i + 1 < len(words) else (
-            word.split("=", 1)[1] if word.startswith("--speculative-config=") else None)
-        if text is None:
-            continue
-        try:
-            k = json.loads(text).get("num_speculative_tokens")
-        except (ValueError, AttributeError):
-            return None
-        return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
-    return None
+    """K of the arm's recorded command (its --speculative-config, read by Command.from_words as vLLM reads it)."""
+    k = (Command.from_words(argv).spec_config() or {}).get("num_speculative_tokens")
+    return k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
 
 
 def acceptance_band(record: ABRecord, arm: str) -> AcceptanceBand | None:

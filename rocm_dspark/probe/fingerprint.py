@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rocm_dspark.probe import software
 from rocm_dspark.probe.software import rocm_version, torch_facts, vllm_facts  # noqa: F401 (the host's software)
+from rocm_dspark.recipe.plan import Command
 
 # (key, words for the note). Host fields first, in the order a reader checks them.
 HOST_FIELDS = (
@@ -119,26 +120,37 @@ _WHERE = ("host", "port")  # vLLM dests that only say where it listens
 def launch_identity(plan) -> dict:
     """The plan's adaptive argv and env without --host/--port: what must be the same command that was probed.
     Read from the command's typed flags (recipe/plan.py Command), rendered as resolve renders them."""
-    from rocm_dspark.recipe.plan import Command, flag_for, flag_pairs
+    from rocm_dspark.recipe.plan import flag_for, flag_pairs
 
     command = plan.adaptive_argv or plan.argv
     pairs = flag_pairs(command)
     where = {flag_for(d) for d in _WHERE}
     if pairs is not None:
         argv = list(Command(command.head, [(f, v) for f, v in pairs if f not in where]))
-    else:  # a command made outside resolve (up's local-cpu target, its docker wrapper): --host/--port by their words
-        argv, words = [], list(command)
-        while words:
-            word = words.pop(0)
-            if word in where and words:
-                words.pop(0)
-            elif word.split("=", 1)[0] not in where:
-                argv.append(word)
+    else:  # a command made outside resolve (up's local-cpu target, its docker wrapper): kept as its words, less
+        argv = _without_flags(list(command), where)  # --host/--port, found as vLLM's parser finds them
     # --env values (plan.secret_env) count by digest: another value is another launch, and no record holds a secret.
     from rocm_dspark.recipe.secret_env import digest
 
     env = {**plan.env, **{k: digest(v) for k, v in getattr(plan, "secret_env", {}).items()}}
     return {"argv": argv, "env": dict(sorted(env.items()))}
+
+
+def _without_flags(words, flags: set[str]) -> list[str]:
+    """`words` less each of `flags` and its value, the rest as given (a record keeps a foreign command's words).
+    Which word is such a flag, and whether the next is its value: as Command.from_words (vLLM's parser) reads."""
+    words = [str(w) for w in words]
+    out, skip = [], False
+    for i, word in enumerate(words):
+        if skip:
+            skip = False
+            continue
+        pairs = Command.from_words(["x", word]).flags  # this word alone: the flag vLLM reads it as, if any
+        if pairs and pairs[0][0] in flags:
+            skip = pairs[0][1] is None and i + 1 < len(words) and not Command.from_words(["x", words[i + 1]]).flags
+            continue
+        out.append(word)
+    return out
 
 
 def plan_fingerprint(plan, catalog, selection=None) -> dict:
@@ -186,18 +198,10 @@ def _show(value) -> str:
 
 
 def _flag_values(argv: list) -> tuple[list, dict]:
-    """(leading positional tokens, {flag: value or None}) of a `vllm serve MODEL --flag value ...` argv."""
-    head, flags, i = [], {}, 0
-    while i < len(argv) and not str(argv[i]).startswith("-"):
-        head.append(argv[i])
-        i += 1
-    while i < len(argv):
-        flag, sep, value = str(argv[i]).partition("=")
-        if not sep and i + 1 < len(argv) and not str(argv[i + 1]).startswith("-"):
-            value, i = argv[i + 1], i + 1
-        flags[flag] = value if (sep or value) else None
-        i += 1
-    return head, flags
+    """(positional words, {flag: value or None}) of a `vllm serve MODEL --flag value ...` argv, read as vLLM
+    reads it (Command.from_words: `--f=v` is `--f v`, the last of a flag wins)."""
+    command = Command.from_words(argv)
+    return list(command.head), dict(command.flags)
 
 
 def _launch_difference(recorded: dict, current: dict) -> str:

@@ -54,21 +54,18 @@ class LiveTarget(NamedTuple):
     max_num_batched_tokens: int | None = None  # None: not known
 
 
-def int_flag(argv, flag: str) -> int | None:
-    for i, token in enumerate(argv):
-        value = argv[i + 1] if token == flag and i + 1 < len(argv) else (
-            token.partition("=")[2] if token.startswith(flag + "=") else None)
-        if value is not None:
-            return int(value) if value.isdigit() else None
-    return None
+def int_flag(argv, dest: str) -> int | None:
+    """vLLM `dest` of an argv as a whole number (None: not given, or not digits); read by Command.from_words."""
+    value = Command.from_words(argv).value(dest)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def capture_of(argv, capture_size: int | None = None) -> int | None:
     """The largest captured graph size a command runs with: 0 under --enforce-eager (no graphs), else
     --max-cudagraph-capture-size or `capture_size`, else None (not known)."""
-    if "--enforce-eager" in argv:
+    if Command.from_words(argv).bool_flag("enforce_eager"):
         return 0
-    return int_flag(argv, "--max-cudagraph-capture-size") or capture_size or None
+    return int_flag(argv, "max_cudagraph_capture_size") or capture_size or None
 
 
 def _adaptive_in(argv) -> bool | None:
@@ -96,7 +93,7 @@ def target_from_spec(spec, model) -> LiveTarget:
     prompts = spec.prompts if spec.prompts is not None else DEFAULT_PROMPTS
     return LiveTarget(tuple(spec.argv), dict(spec.env), spec.host, spec.port, spec.served_name,
                       _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "",
-                      capture_of(spec.argv), int_flag(spec.argv, "--max-num-batched-tokens"))
+                      capture_of(spec.argv), int_flag(spec.argv, "max_num_batched_tokens"))
 
 
 # --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
@@ -200,7 +197,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
     capture = target.capture_size if target.capture_size is not None else capture_of(target.argv)
     ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress,
                                     capture_size=capture, max_num_batched_tokens=target.max_num_batched_tokens
-                                    or int_flag(target.argv, "--max-num-batched-tokens"))
+                                    or int_flag(target.argv, "max_num_batched_tokens"))
     progress(f"live: token re-scoring: {ev['rescore']['why']}")
     ev["token_correct"] = bool(ev["rescore"]["proven"])
     ev["reference_independent"] = bool(ev["rescore"]["reference_independent"])

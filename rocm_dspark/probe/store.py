@@ -24,7 +24,6 @@ With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`)
 # No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
 # annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
 
-import errno
 import json
 import os
 import stat
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import read_at_most
+from rocm_dspark.inputs import GREW, NOT_REGULAR, TOO_LARGE, NotRead, read_regular
 from rocm_dspark.probe.listing import SUBDIR, _os_error, record_names, records_dir  # noqa: F401 (public here too)
 from rocm_dspark.statedir import ENV_VAR, STATE_ROOTS, state_dir, state_root  # noqa: F401 (store.state_dir is public)
 
@@ -127,39 +126,38 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
         raise _os_error(directory, exc) from None
     out: list[Candidate] = []
     total = 0
+
+    class OverBudget(Exception):
+        pass
+
+    def check(st) -> str | None:
+        if not _owner_ok(st, me):
+            return f"owned by uid {st.st_uid}"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return "writable by other users"
+        if st.st_size > MAX_RECORD_BYTES:
+            return f"larger than {MAX_RECORD_BYTES} bytes"
+        if total + st.st_size > MAX_TOTAL_BYTES:
+            raise OverBudget
+        return None
+
     try:
         for name in names:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError as exc:
-                why = "a symlink" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
-                out.append(Candidate(name, None, 0.0, why))
+                data, st = read_regular(name, MAX_RECORD_BYTES, follow=False, dir_fd=dir_fd, check=check)
+            except OverBudget:
+                return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
+                             "move old ones away so every record can be read")
+            except NotRead as exc:
+                why = {GREW: f"grew past {MAX_RECORD_BYTES} bytes while read",
+                       TOO_LARGE: f"larger than {MAX_RECORD_BYTES} bytes"}.get(exc.kind, str(exc))
+                out.append(Candidate(name, None, exc.st.st_mtime if exc.kind != NOT_REGULAR and exc.st else 0.0, why))
                 continue
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    out.append(Candidate(name, None, 0.0, "not a regular file"))
-                    continue
-                if not _owner_ok(st, me):
-                    out.append(Candidate(name, None, st.st_mtime, f"owned by uid {st.st_uid}"))
-                    continue
-                if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                    out.append(Candidate(name, None, st.st_mtime, "writable by other users"))
-                    continue
-                if st.st_size > MAX_RECORD_BYTES:
-                    out.append(Candidate(name, None, st.st_mtime, f"larger than {MAX_RECORD_BYTES} bytes"))
-                    continue
-                if total + st.st_size > MAX_TOTAL_BYTES:
-                    return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
-                                 "move old ones away so every record can be read")
-                data = read_at_most(fd, MAX_RECORD_BYTES + 1)
-                total += len(data)
-                if len(data) > MAX_RECORD_BYTES:
-                    out.append(Candidate(name, None, st.st_mtime, f"grew past {MAX_RECORD_BYTES} bytes while read"))
-                    continue
-                out.append(Candidate(name, data, st.st_mtime, None))
-            finally:
-                os.close(fd)
+            except OSError as exc:
+                out.append(Candidate(name, None, 0.0, exc.strerror or str(exc)))
+                continue
+            total += len(data)
+            out.append(Candidate(name, data, st.st_mtime, None))
     finally:
         os.close(dir_fd)
     return out, None
@@ -249,19 +247,14 @@ def _key_path(state: Path) -> Path:
 
 def read_key(state: Path) -> bytes | None:
     """This host's key, or None when there is none (no record was ever written here) or it is unsafe."""
+    def check(st) -> str | None:
+        unsafe = st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != 64
+        return "not a 0600 key file of this user" if unsafe else None
+
     try:
-        fd = os.open(_key_path(state), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return bytes.fromhex(read_regular(_key_path(state), 64, follow=False, check=check)[0].decode("ascii"))
+    except (OSError, NotRead, ValueError, UnicodeDecodeError):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != 64:
-            return None
-        return bytes.fromhex(os.read(fd, 64).decode("ascii"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    finally:
-        os.close(fd)
 
 
 def key_problem(state: Path) -> str:

@@ -145,23 +145,9 @@ def _join(head: tuple[str, ...], items: list[tuple[str, str | None]]) -> Command
     return Command(head, items)  # rendered once, as resolve renders (a value starting with '-' stays glued)
 
 
-def _value(items, flag: str) -> str | None:
-    for f, v in items:
-        if f == flag:
-            return v
-    return None
-
-
-def _replace(items, flag: str, value: str | None) -> list:
-    out = [(f, v) for f, v in items if f != flag]
-    out.append((flag, value))
-    return out
-
-
 def _spec_of(argv: tuple[str, ...]) -> dict:
-    _, items = _split(argv)
-    raw = _value(items, "--speculative-config") or _value(items, "-sc")
-    return json.loads(raw) if raw else {}
+    _split(argv)  # a plan's `vllm serve` command, else one line
+    return Command.from_words(argv).spec_config() or {}
 
 
 def _rewrite(argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extra: dict[str, str | None]) -> tuple[str, ...]:
@@ -443,8 +429,8 @@ def kv_transfer_config(connector: str, role: str, *, http_port: int, proxy_ip: s
     return cfg
 
 
-def _decode_compilation(argv_items, mode: str) -> str:
-    raw = _value(argv_items, "--compilation-config")
+def _decode_compilation(argv: Command, mode: str) -> str:
+    raw = argv.value("compilation_config")
     cfg = json.loads(raw) if raw else {}
     cfg["cudagraph_mode"] = mode
     return json.dumps(cfg, separators=(",", ":"))
@@ -486,7 +472,7 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
             _, items = _split(a)
             e = dict(extra)
             if role == "decode":
-                e["--compilation-config"] = _decode_compilation(items, pd["decode_cudagraph_mode"])
+                e["--compilation-config"] = _decode_compilation(a, pd["decode_cudagraph_mode"])
             return _rewrite(a, [(f, v) for f, v in items if f in OWNED_FLAGS and f != "--kv-transfer-config"], e)
 
         node_env = {**env, **{k: str(v) for k, v in (c.get("env") or {}).items()}}

@@ -76,9 +76,10 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
 
 def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
                   *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None,
-                  compile_cache_dir: str | None = None) -> list[str]:
+                  compile_cache_dir: str | None = None, model_path: str | None = None) -> list[str]:
     """The `docker run` argv of the in-image probe (see the module docstring); run_flags: the CPU image's
-    (rocm_dspark.up.container) instead of the GPU flags."""
+    (rocm_dspark.up.container) instead of the GPU flags; model_path: the selection's --model-path (typed, never
+    read back out of `flags`)."""
     from rocm_dspark.launch.launch_facts import DOCKER_RUN_FLAGS, PASSED_ENV, hf_cache_mounts, hf_home, hf_hub_cache
 
     state = str(Path(state_dir).absolute())
@@ -99,9 +100,8 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     # container must name this host, or it never counts here.
     if os.path.isfile("/etc/machine-id"):
         argv += ["-v", "/etc/machine-id:/etc/machine-id:ro"]
-    if "--model-path" in flags[:-1]:  # a local checkpoint: mounted read-only at the same path, as the launcher does
-        path = flags[flags.index("--model-path") + 1]
-        argv += ["-v", f"{path}:{path}:ro"]
+    if model_path:  # a local checkpoint: mounted read-only at the same path, as the launcher does
+        argv += ["-v", f"{model_path}:{model_path}:ro"]
     if compile_cache_dir:  # the served container's key directory: the probe's kernels are kept for the start
         from rocm_dspark.launch.compile_cache import docker_args
 
@@ -113,11 +113,12 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 
 def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
                        levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
-                       run_flags: tuple[str, ...] | None = None, compile_cache_dir: str | None = None) -> dict:
+                       run_flags: tuple[str, ...] | None = None, compile_cache_dir: str | None = None,
+                       model_path: str | None = None) -> dict:
     """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code, last (its last non-empty
     line), tail (its last lines)}."""
     argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags,
-                         compile_cache_dir=compile_cache_dir)
+                         compile_cache_dir=compile_cache_dir, model_path=model_path)
     say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
         f"rocm-dspark probe --levels {','.join(levels)}>'")
     tail: collections.deque = collections.deque(maxlen=20)
@@ -180,7 +181,8 @@ def probe_step(run) -> dict:
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image))
+                             say=run.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
+                             model_path=run.options.selection.get("model_path"))
     new = sorted(set(store.record_names(directory)) - before)
     if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
@@ -209,5 +211,6 @@ def probe_actions(run) -> list:
     return [Run((sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-w",
                  str(run.dir / "wheel"), str(src))),
             Run(tuple(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                                    run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False)))),
+                                    run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False),
+                                    model_path=run.options.selection.get("model_path")))),
             Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)")]

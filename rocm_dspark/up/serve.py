@@ -146,7 +146,7 @@ def served_facts(run, which: str) -> dict:
     """What the canary (up/canary.py) and the readiness server's /metrics need of the served command, recorded with
     the service: the plan hash the observability files label it with, the image digest a container runs, the
     served name, K, and the sizes the re-scoring reference is padded past."""
-    from rocm_dspark.launch.launch_facts import MONOKERNEL
+    from rocm_dspark.launch.launch_facts import runs_mono
     from rocm_dspark.launch.observability import plan_hash
     from rocm_dspark.probe.live import capture_of, int_flag, spec_config_in
 
@@ -156,8 +156,8 @@ def served_facts(run, which: str) -> dict:
     return {"plan_hash": plan_hash(run.plan), "image_digest": image.partition("@")[2] or "none",
             "served_name": plan.served_name, "k": k if isinstance(k, int) else None,
             "capture_size": capture_of(plan.argv, plan.capture_size),
-            "max_num_batched_tokens": int_flag(plan.argv, "--max-num-batched-tokens"),
-            "ready_timeout_s": int(run.options.ready_timeout_s), "monokernel": MONOKERNEL in plan.argv}
+            "max_num_batched_tokens": int_flag(plan.argv, "max_num_batched_tokens"),
+            "ready_timeout_s": int(run.options.ready_timeout_s), "monokernel": runs_mono(plan.argv)}
 
 
 def _record(run, which: str, extra: dict) -> dict:

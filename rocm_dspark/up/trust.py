@@ -15,7 +15,6 @@ leaves nothing stale.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import stat
@@ -57,32 +56,26 @@ def prepare(up_dir: Path) -> None:
 def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BYTES) -> bytes | None:
     """The bytes of a regular file of this user or root that others cannot write; None when it is absent.
     Anything else (a FIFO, device, symlink, another user's or a group/world-writable file, a huge one) is a
-    UsageError: read without blocking and never more than `limit` bytes."""
+    UsageError: read without blocking and never more than `limit` bytes (rocm_dspark.inputs.read_regular)."""
+    from rocm_dspark.inputs import NOT_REGULAR, REFUSED, SYMLINK, NotRead, read_regular
+
+    def check(st) -> str | None:
+        if st.st_uid not in (os.geteuid(), 0):
+            return f"is owned by uid {st.st_uid}, not by this user ({os.geteuid()}) or root"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})"
+        return None
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_regular(path, limit, follow=False, check=check)[0]
     except FileNotFoundError:
         return None
-    except OSError as exc:
-        why = "is a symlink" if exc.errno == errno.ELOOP else f"cannot be read ({exc.strerror or exc})"
+    except NotRead as exc:
+        why = {SYMLINK: "is a symlink", NOT_REGULAR: "is not a regular file (a FIFO, device or socket)",
+               REFUSED: str(exc)}.get(exc.kind, f"is larger than {limit} bytes")
         raise UsageError(f"{what} {path} {why}; {_fix(path)}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{what} {path} is not a regular file (a FIFO, device or socket); {_fix(path)}")
-        if st.st_uid not in (os.geteuid(), 0):
-            raise UsageError(f"{what} {path} is owned by uid {st.st_uid}, not by this user ({os.geteuid()}) or root; "
-                             f"{_fix(path)}")
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise UsageError(f"{what} {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); "
-                             f"{_fix(path)}")
-        from rocm_dspark.inputs import read_at_most
-
-        data = read_at_most(fd, limit + 1)
-        if len(data) > limit:
-            raise UsageError(f"{what} {path} is larger than {limit} bytes; {_fix(path)}")
-        return data
-    finally:
-        os.close(fd)
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be read ({exc.strerror or exc}); {_fix(path)}") from None
 
 
 def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | None:

@@ -22,6 +22,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rocm_dspark.recipe.plan import Command
+
 SEED = 0
 PERCENTILES = (50, 90, 99)
 
@@ -43,19 +45,14 @@ def container_prefix(tool: str, image: str, mounts) -> list[str]:
 
 
 def served_model(argv) -> str | None:
-    """The model (or its --tokenizer) a `vllm serve` argv loads: the tokenizer bench must use."""
-    args = [str(a) for a in argv]
-    for flag in ("--tokenizer", "--model"):
-        for i, a in enumerate(args):
-            if a == flag and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith(flag + "="):
-                return a.split("=", 1)[1]
-    if "serve" in args:
-        rest = args[args.index("serve") + 1:]
-        if rest and not rest[0].startswith("-"):
-            return rest[0]
-    return None
+    """The model (or its --tokenizer) a `vllm serve` argv loads: the tokenizer bench must use. Read by
+    Command.from_words (vLLM's parser): the positional after `serve`, wherever it stands."""
+    command = Command.from_words(argv)
+    for dest in ("tokenizer", "model"):
+        if command.value(dest):
+            return command.value(dest)
+    head = list(command.head)
+    return head[head.index("serve") + 1] if "serve" in head[:-1] else None
 
 
 def first_error(output: str) -> str | None:

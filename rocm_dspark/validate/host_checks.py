@@ -182,7 +182,7 @@ def compute_partition(ctx) -> Outcome:
     if (na := _not_amd(ctx)) is not None:
         return na
     modes = _inventory(ctx).partitions
-    mono = launch_facts.MONOKERNEL in ctx.plan.argv
+    mono = launch_facts.runs_mono(ctx.plan.argv)
     threshold = {"split_modes": list(launch_facts.SPLIT_PARTITIONS), "plan_monokernel": mono}
     if not modes:
         return Outcome(NOT_APPLICABLE, "amd-smi reports no compute partition (`amd-smi static --partition`)",

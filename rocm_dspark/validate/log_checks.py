@@ -39,13 +39,9 @@ def mark_sweep_start(ctx) -> None:
 
 def asked_capture(argv) -> int | None:
     """The capture size the server command asks for (--max-cudagraph-capture-size N or =N), or None."""
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == CAPTURE_FLAG and i + 1 < len(argv) else \
-            arg.partition("=")[2] if arg.startswith(CAPTURE_FLAG + "=") else None
-        if value is not None and value.isdigit():
-            return int(value)
-    return None
+    from rocm_dspark.probe.live import int_flag
+
+    return int_flag(argv, "max_cudagraph_capture_size")
 
 
 def capture(ctx) -> Outcome:

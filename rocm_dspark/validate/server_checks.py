@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime import mono_log
 from rocm_dspark.runtime.client import ServerError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
@@ -136,7 +137,7 @@ def completion(ctx) -> Outcome:
 def mono_decode(ctx) -> Outcome:
     """Which mono decode path the server runs (`--monokernel`): read from the log of the server validate started,
     after the chat and the completion have run decode steps (rocm_dspark.runtime.mono_log)."""
-    asked = "--monokernel" in (getattr(ctx.target, "argv", ()) or ctx.plan.argv)
+    asked = launch_facts.runs_mono(getattr(ctx.target, "argv", ()) or ctx.plan.argv)
     server = ctx.launched
     mono = mono_log.read_file(server.log_path) if server is not None else None
     threshold = "a decode step takes the mono decode kernels" if asked else None

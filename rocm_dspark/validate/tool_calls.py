@@ -17,6 +17,7 @@ import json
 import re
 from typing import NamedTuple
 
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.runtime.client import ServerError, one_line
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
 
@@ -63,14 +64,10 @@ def raw_call(parser: str, args: dict, thinking: bool) -> str:
     return (THINKING if thinking else "") + f'{start}\n{invoke}save_note">\n{params}{invoke_end}\n{end}'
 
 
-def flag(argv, name: str) -> str | None:
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        if arg == name:
-            return argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
-        if arg.startswith(name + "="):
-            return arg.partition("=")[2]
-    return None
+def flag(argv, dest: str) -> str | None:
+    """vLLM `dest` of the served command ("" for a bare flag; None: not given), read by Command.from_words."""
+    command = Command.from_words(argv)
+    return None if not command.flags.has(dest) else command.value(dest) or ""
 
 
 def request_body(served_name: str, case: Case, forced: str | None) -> dict:
@@ -171,10 +168,10 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
 
 def tool_calls(ctx) -> Outcome:
     argv = ctx.target.argv or ctx.plan.argv
-    parser, reasoning = flag(argv, "--tool-call-parser"), flag(argv, "--reasoning-parser")
+    parser, reasoning = flag(argv, "tool_call_parser"), flag(argv, "reasoning_parser")
     if not parser:
         return Outcome(NOT_APPLICABLE, "the server command sets no --tool-call-parser: no tool calls to check")
-    if flag(argv, "--enable-auto-tool-choice") is None:
+    if not Command.from_words(argv).bool_flag("enable_auto_tool_choice"):
         return Outcome(FAIL, f"--tool-call-parser {parser} without --enable-auto-tool-choice: vLLM refuses "
                        "tool_choice auto; add the flag", threshold={"tool_call_parser": parser})
     forced = not ctx.target.recipe_model
