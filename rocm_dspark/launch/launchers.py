@@ -203,8 +203,10 @@ def render_launcher(
     join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
-    """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
-    the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
+    """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
+    the --env values and secrets (plan.secret_env names; the values are never in the launcher). A shell launcher
+    hands it to docker (--env-file) or exports its raw lines; the unit's launcher finds the values in its
+    environment (systemd's EnvironmentFile=) and only names the file in its messages.
 
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the

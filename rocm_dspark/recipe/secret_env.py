@@ -36,7 +36,7 @@ def check_value(name: str, value: str) -> str:
         raise UsageError(f"--env {name}: the value contains {', '.join(bad)}, which an env file line cannot carry "
                          f"(docker --env-file reads one raw line per variable); remove it")
     try:
-        size = len(f"{name}={value}".encode("utf-8"))
+        size = len(f"{name}={value}".encode())
     except UnicodeEncodeError:  # bytes the command line held that are not UTF-8 (Python's surrogateescape)
         raise UsageError(f"--env {name}: the value is not valid UTF-8, which docker --env-file refuses; give it "
                          f"as UTF-8 text") from None
