@@ -93,12 +93,12 @@ def test_recipe_docker_and_the_launchers_container_mode_run_the_same_docker_argv
     assert cache.is_dir() and from_launcher[j - 1:j + 7] == [w.encode() for w in compile_cache.docker_args(str(cache))]
     del from_launcher[j - 1:j + 7]
     # The --env value reaches docker only through --env-file: the operator's file for the printed command, the
-    # launcher's 0600 copy of what it read (the env file launch wrote) in its state directory.
+    # 0600 env file launch wrote (in docker --env-file syntax: the raw value) for the launcher; no copy.
     i = from_recipe.index(b"--env-file") + 1
     container_env = Path(from_launcher[i].decode())
-    assert container_env == tmp_path / "launch-state" / "container.env"
+    assert container_env == launcher.with_suffix(".env") and not (tmp_path / "launch-state" / "container.env").exists()
     assert (container_env.stat().st_mode & 0o777) == 0o600
-    assert "WEIRD=a b $(x) 'q'\n" in container_env.read_text()
+    assert "\nWEIRD=a b $(x) 'q'\n" in container_env.read_text()
     from_launcher[i] = from_recipe[i]
     assert from_recipe == from_launcher
     argv = [a.decode() for a in from_recipe]

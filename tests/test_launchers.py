@@ -216,8 +216,9 @@ def _launch_cli(tmp_path, *args) -> list[Path]:
     return sorted(out.glob("*.sh"))
 
 
-# The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines.
-@pytest.mark.parametrize("args, most", [(("--container",), 300), ((), 290), (("--container", "--format", "systemd"), 325)])
+# The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines; the one-start lock 12,
+# and in a container the stopped-leftover check 12 more.
+@pytest.mark.parametrize("args, most", [(("--container",), 325), ((), 300), (("--container", "--format", "systemd"), 355)])
 def test_the_default_single_node_launcher_is_short_and_has_only_what_runs(tmp_path, args, most):
     (path,) = _launch_cli(tmp_path, *args)
     text = path.read_text()
@@ -707,6 +708,112 @@ def test_port_already_served_is_refused(rig):
     finally:
         other.terminate()
         other.wait()
+
+
+# ---- one start at a time (launcher.lock), and the unit's windows ----
+
+@pytest.mark.parametrize("container", [False, True])
+def test_a_second_start_refuses_at_once_while_the_first_still_loads(rig, container):
+    """Real bash and real flock: the second start exits 1 within seconds, in one line naming the first's pid (and
+    container); the first keeps loading untouched. Killed with -9, the launcher's vLLM still holds the lock."""
+    who = "docker" if container else "vllm"
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False), container=container)
+    first = rig.start(script, STANDIN_READY_AFTER="120")  # a slow weight load: nothing answers yet
+    try:
+        assert wait_until(lambda: any(r["pids"] for r in rig.records(who)) and rig.state().get("phase") == "starting", 20)
+        before = rig.state()
+        t0 = time.monotonic()
+        second = rig.run(script, timeout=30)
+        took = time.monotonic() - t0
+        lines = second.stderr.decode().splitlines()
+        assert second.returncode == 1 and took < 5, (took, lines)
+        assert lines == [f"rocm-dspark[{script.stem}]: error: another start of {script.stem} is running: launcher pid "
+                         f"{first.pid} holds {rig.root / 'state' / 'launcher.lock'}"
+                         + (f" (its container: {script.stem})" if container else "") + "; stop it first; nothing was started"]
+        assert first.poll() is None and rig.state() == before  # its state untouched, still loading
+        runs = [r for r in rig.records(who) if r["pids"]]
+        assert len(runs) == 1 and all(alive(p) for p in runs[0]["pids"])
+        if container:  # the second start never reached docker (no rm -f of the first's container)
+            assert not [r for r in rig.records("docker") if r["argv"][1] in (b"rm", b"run")][1:]
+        # The launcher killed outright: its vLLM (own session) still holds the inherited lock.
+        first.kill()
+        first.wait(timeout=10)
+        again = rig.run(script, timeout=30)
+        assert again.returncode == 1 and f"a process that launcher pid {first.pid} started (it has exited)" in \
+            again.stderr.decode()
+    finally:
+        for r in rig.records(who):
+            for pid in r["pids"]:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not any(alive(p) for r in rig.records(who) for p in r["pids"]), 10)
+    # Every process of that start gone, the lock is free: the next start runs.
+    res = rig.run(script, STANDIN_DIE_AFTER="0")
+    assert res.returncode == 3 and len([r for r in rig.records(who) if r["pids"]]) == 2, res.stderr
+
+
+def test_a_running_container_of_the_name_is_refused_and_a_stopped_one_removed(rig):
+    script = rig.write(make_plan(free_port(), adaptive=False), container=True)
+    leftover = rig.root / "container-state"  # the stand-in docker's container of that name (launcher_rig.py)
+    leftover.write_text("running")
+    res = rig.run(script)
+    assert res.returncode == 1 and res.stderr.decode().splitlines()[-1].endswith(
+        f"error: container {script.stem} is running: another start runs it; stop it first (docker stop {script.stem}); "
+        "nothing was started")
+    assert [r["argv"][1:3] for r in rig.records("docker") if r["argv"][1] != b"image"] == [[b"container", b"inspect"]]
+    assert leftover.read_text() == "running"
+    leftover.write_text("exited")  # left by a crash: removed (docker rm, never -f), then the start goes on
+    res = rig.run(script, STANDIN_DIE_AFTER="0")
+    calls = [r["argv"][1:] for r in rig.records("docker") if r["argv"][1] in (b"rm", b"run")]
+    assert calls[0] == [b"rm", script.stem.encode()] and calls[1][0] == b"run" and not leftover.exists(), res.stderr
+
+
+def test_the_units_launcher_refuses_a_timeout_its_window_does_not_cover(rig):
+    """The env file may set ROCM_DSPARK_READY_TIMEOUT_S/_STOP_TIMEOUT_S, but the unit's TimeoutStartSec/StopSec
+    were written for the generation's values: above them the launcher refuses in one line (systemd would kill it)."""
+    plan = make_plan(free_port())  # adaptive with a block fallback: two starts
+    files = write_launchers(plan, rig.root / "out", "systemd")
+    unit = files.unit.read_text()
+    assert "\nTimeoutStartSec=7320\n" in unit and "\nTimeoutStopSec=330\n" in unit  # 2 x 3600 + 120; 300 + 30
+    for var, value, line in (
+            ("ROCM_DSPARK_READY_TIMEOUT_S", "5400", "ROCM_DSPARK_READY_TIMEOUT_S=5400 is above the 3600 s per start "
+             "that the unit's TimeoutStartSec=7320 was written for, so systemd would kill the start: regenerate the "
+             "unit with --ready-timeout 5400, or set at most 3600"),
+            ("ROCM_DSPARK_STOP_TIMEOUT_S", "600", "ROCM_DSPARK_STOP_TIMEOUT_S=600 is above the 300 s that the unit's "
+             "TimeoutStopSec=330 was written for, so systemd would kill the drain: regenerate the unit with "
+             "--stop-timeout 600, or set at most 300"),
+            ("ROCM_DSPARK_READY_TIMEOUT_S", "9" * 25, "is above the 3600 s per start")):  # no arithmetic overflow
+        res = rig.run(files.launcher, **{var: value})
+        (err,) = res.stderr.decode().splitlines()
+        assert res.returncode == 1 and line in err and not rig.records(), err
+    # At the window it starts; a unit regenerated with the larger timeout takes it.
+    assert rig.run(files.launcher, ROCM_DSPARK_READY_TIMEOUT_S="3600", STANDIN_DIE_AFTER="0").returncode != 1
+    assert len(rig.records()) == 2  # the adaptive start and its block fallback
+    bigger = write_launchers(plan, rig.root / "out", "systemd", ready_timeout_s=5400, stop_timeout_s=600)
+    assert "\nTimeoutStartSec=10920\n" in bigger.unit.read_text() and "\nTimeoutStopSec=630\n" in bigger.unit.read_text()
+    res = rig.run(bigger.launcher, ROCM_DSPARK_READY_TIMEOUT_S="5400", ROCM_DSPARK_STOP_TIMEOUT_S="600",
+                  STANDIN_DIE_AFTER="0")
+    assert b"is above" not in res.stderr and len(rig.records()) == 4
+    # The shell form has no unit to outlive: any timeout goes.
+    shell = rig.write(make_plan(free_port(), adaptive=False))
+    assert b"is above" not in rig.run(shell, ROCM_DSPARK_READY_TIMEOUT_S="9000", STANDIN_DIE_AFTER="0").stderr
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_a_fallback_is_promised_only_where_the_launcher_has_one(tmp_path, adaptive):
+    files = write_launchers(make_plan(8000, adaptive=adaptive), tmp_path, "systemd")
+    launcher, unit, env = (f.read_text() for f in (files.launcher, files.unit, files.env_file))
+    assert ("fallback to block verification" in unit) == adaptive == ("FALLBACK_ARGV" in launcher)
+    assert ("ROCM_DSPARK_RETRY_ADAPTIVE" in env) == adaptive == ("ROCM_DSPARK_RETRY_ADAPTIVE" in launcher)
+    assert ("up to 2 starts of at most 3600 s" if adaptive else "one start of at most 3600 s") in unit
+    assert "#ROCM_DSPARK_READY_TIMEOUT_S=3600\n#ROCM_DSPARK_STOP_TIMEOUT_S=300\n" in env
+    # A shell launcher's env file is docker --env-file syntax and holds no launcher settings (docker reads it).
+    (tmp_path / "sh").mkdir()
+    shell = write_launchers(make_plan(8000, adaptive=adaptive)._replace(secret_env={"K": "v"}), tmp_path / "sh",
+                            container=True)
+    text = shell.env_file.read_text()
+    assert text.endswith("\nK=v\n") and "ROCM_DSPARK_" not in text and "docker run --env-file" in text
 
 
 def test_sigint_stops_the_group_and_exits_130(rig):

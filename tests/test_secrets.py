@@ -10,6 +10,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,9 @@ def test_launch_writes_values_only_into_the_0600_env_file(tmp_path, fmt, contain
         return
     assert assert_clean(out, allowed=(env_file,)) >= 2
     lines = env_file.read_text().splitlines()
-    assert f'HF_TOKEN="{SECRET}"' in lines and f'MY_API_KEY="{KEY}"' in lines and f'SOME_SETTING="{PLAIN}"' in lines
+    # In the syntax of its reader: systemd's EnvironmentFile= (quoted), or docker --env-file's raw lines.
+    q = '"' if fmt == "systemd" else ""
+    assert {f"HF_TOKEN={q}{SECRET}{q}", f"MY_API_KEY={q}{KEY}{q}", f"SOME_SETTING={q}{PLAIN}{q}"} <= set(lines)
 
 
 def test_an_existing_env_file_gets_the_values_set_in_place(tmp_path):
@@ -111,10 +114,10 @@ def test_the_launcher_hands_values_to_vllm_through_the_env_file_only(tmp_path, c
         assert stop_and_check(proc, rig, who="docker") == 128 + signal.SIGTERM
         (run,) = [r for r in rig.records("docker") if r["argv"][1:2] == [b"run"]]
         argv = run["argv"]
-        env_file = Path(argv[argv.index(b"--env-file") + 1].decode())
-        assert env_file == rig.root / "state" / "container.env"
-        assert set(env_file.read_text().splitlines()) >= {f"HF_TOKEN={SECRET}", f"MY_API_KEY={KEY}", f"SOME_SETTING={PLAIN}"}
-        allowed = (out / "svc.env", env_file)
+        # docker reads the env file launch wrote (docker --env-file syntax); the launcher copies nothing.
+        assert Path(argv[argv.index(b"--env-file") + 1].decode()) == out / "svc.env"
+        assert not (rig.root / "state" / "container.env").exists()
+        allowed = (out / "svc.env",)
     else:
         proc = start_ready(rig, script, port)
         assert stop_and_check(proc, rig) == 128 + signal.SIGTERM
@@ -131,15 +134,21 @@ def test_the_launcher_hands_values_to_vllm_through_the_env_file_only(tmp_path, c
         assert_clean(root, allowed=allowed)
 
 
-def test_an_unset_env_name_stops_the_launcher_with_the_fix(tmp_path):
+@pytest.mark.parametrize("container", [False, True])
+def test_an_unset_env_name_stops_the_launcher_with_the_fix(tmp_path, container):
     rig = Rig(tmp_path / "rig")
     out = rig.root / "out"
     invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--port", str(free_port()), "--output", str(out),
-           "--name", "svc", "--state-dir", str(tmp_path / "none"), *ENV_FLAGS)
-    (out / "svc.env").unlink()
+           "--name", "svc", "--state-dir", str(tmp_path / "none"), *(["--container"] if container else []), *ENV_FLAGS)
+    env_file = out / "svc.env"
+    env_file.write_text(env_file.read_text().replace(f"HF_TOKEN={SECRET}\n", ""))
     r = rig.run(out / "svc.sh")
-    assert r.returncode == 1 and not rig.records()
-    assert b"HF_TOKEN is not set: the plan was made with --env HF_TOKEN; put HF_TOKEN=... in" in r.stderr
+    assert r.returncode == 1 and not rig.records() and not [c for c in rig.records("docker") if c["argv"][1] == b"run"]
+    (line,) = r.stderr.decode().splitlines()[-1:]
+    assert f"HF_TOKEN is not set: the plan was made with --env HF_TOKEN; put HF_TOKEN=... in {env_file}" in line
+    env_file.unlink()
+    r = rig.run(out / "svc.sh")
+    assert r.returncode == 1 and f"the env file {env_file} is missing or not readable" in r.stderr.decode()
 
 
 def test_up_dry_run_prints_no_value_and_writes_nothing(tmp_path, monkeypatch):
@@ -179,20 +188,52 @@ def test_credential_names():
         assert not is_credential(name), name
 
 
-@pytest.mark.parametrize("value", ['a"b', "a\\b", "$HOME", "`id`", "a'b", " lead", "trail ", "#x", "\\", "\x1b[31m"])
-def test_env_file_lines_read_back_by_the_launchers_reader(tmp_path, value):
-    # The launcher's reader (the same bash) gives back the exact value from the line secret_env writes.
-    path = tmp_path / "e.env"
-    path.write_text("# a comment\n" + env_file_line("X", value) + "\n")
-    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path), "--name", "svc",
-           "--env", "OTHER=1")  # a launcher with an --env value reads the env file (one without does not)
-    text = (tmp_path / "svc.sh").read_text()
-    start = text.index("FILE_NAMES=()")
-    reader = text[start:text.index("\n}\n", start) + 3]
-    got = subprocess.run(["bash", "-c", 'set -euo pipefail; ENV_NAMES=(); SECRET_NAMES=(); ENV_FILE=$1; say() { :; }; '
-                          'warn() { :; }\n' + reader + '\nread_env_file; printf %s "$X"', "_", str(path)],
-                         capture_output=True, env={"PATH": os.environ["PATH"]}, check=True).stdout
-    assert got == value.encode()
+ODD = ['a"b', "a\\b", "$HOME", "`id`", "a'b", " lead", "trail ", "#x", "\\", "\x1b[31m", "x=y", "ünï ✓", "'q'",
+       '"dq"', ""]
+
+
+def test_env_file_lines_reach_vllm_unchanged_from_the_host_launcher(tmp_path):
+    """The shell launcher's env file is docker --env-file syntax (one raw line each, docker/cli opts/file.go);
+    on a host the launcher exports those lines itself: every odd value reaches vLLM byte for byte."""
+    rig = Rig(tmp_path / "rig")
+    port, out = free_port(), rig.root / "out"
+    values = {f"ODD_{i}": v for i, v in enumerate(ODD)}
+    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--host", "127.0.0.1", "--port", str(port),
+           "--state-dir", str(tmp_path / "none"), "--output", str(out), "--name", "svc",
+           *[w for k, v in values.items() for w in ("--env", f"{k}={v}")])
+    text = (out / "svc.env").read_text()
+    assert all(f"\n{k}={v}\n" in text for k, v in values.items())
+    (out / "svc.env").write_text(text + "  # an indented comment\n\n  ODD_LEFT=kept after leading blanks\n")
+    proc = start_ready(rig, out / "svc.sh", port)
+    assert stop_and_check(proc, rig) == 128 + signal.SIGTERM
+    (run,) = rig.records()
+    assert {k: run["env"].get(k.encode()) for k in values} == {k: v.encode() for k, v in values.items()}
+    assert run["env"][b"ODD_LEFT"] == b"kept after leading blanks"
+
+
+def test_the_systemd_env_file_is_systemds_syntax():
+    # systemd.exec(5) EnvironmentFile=: double quotes, and inside them a backslash before \ " ` $.
+    assert env_file_line("X", 'a"b\\c$d`e') == 'X="a\\"b\\\\c\\$d\\`e"'
+    assert env_file_line("X", 'a"b', "docker") == 'X=a"b'
+
+
+@pytest.mark.parametrize("value, why", [("a\nb", "'\\n'"), ("a\rb", "'\\r'"), ("a\0b", "'\\x00'"),
+                                        ("caf\udce9", "not valid UTF-8"), ("x" * 70000, "longer than the 65535-byte line")])
+def test_a_value_no_env_file_line_can_carry_is_refused_at_generation_in_one_line(tmp_path, value, why):
+    with pytest.raises(UsageError, match="--env V: ") as exc:
+        env_file_line("V", value, "docker")
+    assert why in str(exc.value) and "\n" not in str(exc.value) and value not in str(exc.value)
+    # From the command line: exit 2, one line, nothing written (a non-UTF-8 byte arrives as a surrogate escape).
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run([sys.executable, "-m", "rocm_dspark", "launch", "--model", "V4.1-Flash", "--gpu", "mi300x",
+                        "--output", str(out), "--env", os.fsencode(f"V={value}") if "\0" not in value else "V=a"],
+                       capture_output=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    if "\0" in value:  # argv cannot hold a NUL: the check above is the only way in
+        return
+    err = r.stderr.decode(errors="replace").strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and why in err[0], r.stderr
+    assert not any(out.iterdir())
 
 
 def test_records_keep_a_command_line_without_env_values():

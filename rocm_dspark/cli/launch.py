@@ -34,9 +34,12 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
               help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
 @click.option("--ready-timeout", type=bounds.INT_SECONDS, default=3600, show_default=True,
               help="Seconds each start may take to answer /health and /v1/models.")
+@click.option("--stop-timeout", type=bounds.INT_SECONDS, default=300, show_default=True,
+              help="Seconds vLLM may drain after SIGTERM before the launcher kills it (the unit's TimeoutStopSec "
+                   "is written for it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors
-def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, **opts):
+def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, stop_timeout, as_json, **opts):
     """Write launcher files for a model on this (or the given) AMD GPU.
 
     \b
@@ -44,11 +47,12 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, as
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
-    _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts)
+    _write(fmt, output, name, user, env_file, container, pull, (ready_timeout, stop_timeout), as_json, opts)
     check_model_path(opts, runs_here=False)  # a warning, printed once the command succeeds (errors.warn)
 
 
-def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as_json, opts):
+def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json, opts):
+    ready_timeout, stop_timeout = timeouts
     from rocm_dspark.launch.launchers import INSTALL_DIR, installed_env_file, write_launchers
 
     copts = pop_cluster(opts)
@@ -59,7 +63,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         copts["strategy"] = copts.get("strategy") or "single_node"
         plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
         written = write_group(plan, cluster, output, fmt, name=name, user=user, env_file=env_file, container=container,
-                              ready_timeout_s=ready_timeout, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
+                              ready_timeout_s=ready_timeout, stop_timeout_s=stop_timeout, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
         if as_json:
             click.echo(json.dumps(written, indent=2))
             return
@@ -85,7 +89,7 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
         click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)
     files = write_launchers(
         plan, output, fmt, name=name, user=user, env_file=env_file,
-        container=container, ready_timeout_s=ready_timeout,
+        container=container, ready_timeout_s=ready_timeout, stop_timeout_s=stop_timeout,
     )
     from rocm_dspark.launch import observability
 
@@ -103,7 +107,8 @@ def _write(fmt, output, name, user, env_file, container, pull, ready_timeout, as
     _say(f"wrote {files.launcher}")
     _say(f"wrote {', '.join(p.name for p in obs)} (Prometheus scrape config, rules, Grafana dashboard; docs/operations.md)")
     if files.unit is None and files.env_file_written:
-        _say(f"wrote {files.env_file} (mode 0600: the --env values; the launcher reads it)")
+        _say(f"wrote {files.env_file} (mode 0600: the --env values, in docker --env-file syntax; the launcher hands "
+             f"it to vLLM)")
     if files.unit is None:
         from rocm_dspark.launch.launch_facts import state_root
 

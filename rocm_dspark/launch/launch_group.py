@@ -48,7 +48,7 @@ def _rendezvous(argv, env, nodes: int) -> dict:
 
 
 def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=None, container=False,
-                ready_timeout_s=3600, node_rank=None, bands=None) -> dict:
+                ready_timeout_s=3600, stop_timeout_s=300, node_rank=None, bands=None) -> dict:
     from rocm_dspark.launch.launchers import (
         DEFAULT_USER,
         _check_output_dir,
@@ -97,7 +97,8 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             if cmd.node and not cmd.serves_http:
                 group.update(ready_host=head.address or "", ready_port=head.port)
         lf = write_launchers(_node_plan(plan, cmd), out, "systemd" if fmt == "systemd" else "shell", name=stem, user=user,
-                             env_file=env_file, container=container, ready_timeout_s=ready_timeout_s, group=group)
+                             env_file=env_file, container=container, ready_timeout_s=ready_timeout_s,
+                             stop_timeout_s=stop_timeout_s, group=group)
         files.append({"path": str(lf.launcher), "what": f"node {cmd.node}: {cmd.role} launcher ({group['group_role']})"})
         if lf.unit:
             files.append({"path": str(lf.unit), "what": f"node {cmd.node}: systemd unit"})

@@ -151,7 +151,7 @@ def _state_root_chain() -> str:
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
                             "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
-                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR"})
+                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR", "TIMEOUT_START_S", "TIMEOUT_STOP_S"})
 
 
 def _shared_facts() -> dict[str, str]:
@@ -203,8 +203,10 @@ def render_launcher(
     join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
-    """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file it reads
-    the --env values and secrets from (plan.secret_env names; the values are never in the launcher).
+    """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
+    the --env values and secrets (plan.secret_env names; the values are never in the launcher). A shell launcher
+    hands it to docker (--env-file) or exports its raw lines; the unit's launcher finds the values in its
+    environment (systemd's EnvironmentFile=) and only names the file in its messages.
 
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the
@@ -265,6 +267,10 @@ def render_launcher(
         "ENV_EXPORTS": exports,
         "READY_TIMEOUT_S": str(ready_timeout_s),
         "STOP_TIMEOUT_S": str(stop_timeout_s),
+        # The unit's windows (render_unit): under systemd the launcher refuses a timeout they do not cover.
+        "TIMEOUT_START_S": str(launch_facts.start_window_s(plan, ready_timeout_s)),
+        "TIMEOUT_STOP_S": str(launch_facts.stop_window_s(stop_timeout_s)),
+        "LOCK_HOLDER_EXTRA": " (its container: $NAME)" if container else "",
         **_shared_facts(),
     }
     if plan.secret_env:
@@ -328,8 +334,9 @@ def render_unit(
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = _check_name(name or default_name(plan))
-    # Type=notify: the start phase lasts until the launcher reports ready, possibly after two starts.
+    # Type=notify: the start phase lasts until the launcher reports ready, after each of its starts.
     start_window = launch_facts.start_window_s(plan, ready_timeout_s)
+    starts = launch_facts.starts(plan)
     groups = "video render" + (" docker" if container else "")
     values = {
         "UNIT_NAME": f"{name}.service",
@@ -344,6 +351,9 @@ def render_unit(
         "SUPPLEMENTARY_GROUPS": groups,
         "TIMEOUT_START_S": str(start_window),
         "START_WINDOW": str(start_window),
+        "READY_TIMEOUT_S": str(ready_timeout_s),
+        "STOP_TIMEOUT_S": str(stop_timeout_s),
+        "STARTS": "one start" if starts == 1 else f"up to {starts} starts",
         "START_LIMIT_INTERVAL_S": str(3 * start_window),
         "START_LIMIT_BURST": "3",
         # The launcher escalates to SIGKILL itself before systemd would.
@@ -355,19 +365,29 @@ def render_unit(
         "RUNTIME_AFTER": " docker.service\nRequires=docker.service" if container else "",
         "DOCKER_SOCKET_NOTE": " and the docker socket" if container else "",
     }
-    return _fill(_template("service.tmpl"), values)
+    # A promise of a fallback only in the unit of a launcher that has one (render_launcher's "fallback").
+    on = {"fallback"} if _modes(plan)[1] else set()
+    return _fill(_sections(_template("service.tmpl"), on), values)
 
 
-def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S) -> str:
-    """The EnvironmentFile skeleton: comments only, so no secret is ever generated or overwritten."""
+def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
+                    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S, syntax: str = "systemd") -> str:
+    """The env file skeleton: comments only, so no secret is ever generated or overwritten. `syntax`: "systemd"
+    (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell launcher's
+    file: docker --env-file reads it for a container, the launcher the same raw lines on a host)."""
+    if syntax not in secret_env.SYNTAXES:
+        raise RuntimeError(f"env file syntax {syntax!r}")  # a caller's bug, not user input
     name = _check_name(name or default_name(plan))
+    on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
     return _fill(
-        _template("env.tmpl"),
+        _sections(_template("env.tmpl"), on),
         {
             "NAME": name,
             "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
             "READY_TIMEOUT_S": str(ready_timeout_s),
+            "STOP_TIMEOUT_S": str(stop_timeout_s),
         },
+        optional=frozenset({"READY_TIMEOUT_S", "STOP_TIMEOUT_S"}),
     )
 
 
@@ -451,13 +471,16 @@ def _check_env_file(path: Path) -> bool:
     return False
 
 
-def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int) -> str | None:
-    """The env file to write: the skeleton (new file) or the existing one, with every --env value set in it;
-    None when an existing file needs no change."""
+def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int,
+                   syntax: str) -> str | None:
+    """The env file to write, in `syntax`: the skeleton (new file) or the existing one, with every --env value set
+    in it; None when an existing file needs no change."""
     if not _check_env_file(path):  # exists, owner and mode checked
         existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
-        return secret_env.merge_env_file(existing, plan.secret_env) if plan.secret_env else None
-    return secret_env.merge_env_file(render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s), plan.secret_env)
+        return secret_env.merge_env_file(existing, plan.secret_env, syntax) if plan.secret_env else None
+    skeleton = render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
+                               syntax=syntax)
+    return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
 def _write_all(files: list[tuple[Path, str, int]]) -> None:
@@ -504,7 +527,9 @@ def write_launchers(
                            **(group or {}))
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
-        env_text = _env_file_text(plan, env_path, name, ready_timeout_s) if plan.secret_env else None
+        # Read by docker (--env-file) in a container, by the launcher's raw-line loop on a host: docker's syntax.
+        env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker") \
+            if plan.secret_env else None
         if env_text is not None:
             to_write.append((env_path, env_text, 0o600))
         _write_all(to_write)
@@ -523,7 +548,7 @@ def write_launchers(
         ready_timeout_s=ready_timeout_s,
         stop_timeout_s=stop_timeout_s,
     )
-    env_text = _env_file_text(plan, env_path, name, ready_timeout_s)
+    env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "systemd")
     write_env = env_text is not None
     to_write.append((unit, unit_text, 0o644))
     if env_text is not None:

@@ -51,7 +51,24 @@ with open(stem + ".argv", "wb") as f:
 with open(stem + ".env", "wb") as f:
     f.write(b"\0".join(k + b"=" + v for k, v in sorted(os.environb.items())))
 
-if ME == "docker" and sys.argv[1] in ("rm", "stop", "pull"):
+# A container left by an earlier start: <rig>/container-state holds its .State.Status (none: no such container).
+# `docker rm` (no -f) removes it only when it is not running, as docker does.
+CONTAINER = os.path.join(os.path.dirname(REC), "container-state")
+if ME == "docker" and sys.argv[1:3] == ["container", "inspect"]:
+    if not os.path.exists(CONTAINER):
+        print(f"Error: No such container: {sys.argv[3]}", file=sys.stderr)
+        sys.exit(1)
+    state = open(CONTAINER).read().strip()  # what `docker container inspect` prints, abridged
+    print(json.dumps([{"Id": "c" * 64, "State": {"Status": state, "Running": state == "running"}}], indent=4))
+    sys.exit(0)
+if ME == "docker" and sys.argv[1] == "rm":
+    if os.path.exists(CONTAINER) and open(CONTAINER).read().strip() in ("running", "paused", "restarting"):
+        print("Error response from daemon: cannot remove container: container is running", file=sys.stderr)
+        sys.exit(1)
+    if os.path.exists(CONTAINER):
+        os.unlink(CONTAINER)
+    sys.exit(0)
+if ME == "docker" and sys.argv[1] in ("stop", "pull"):
     sys.exit(0)
 if ME == "docker" and sys.argv[1:3] == ["image", "inspect"]:  # what `docker image inspect` prints, abridged
     repo = os.environ.get("STANDIN_DIGEST_REPO") or sys.argv[3].rsplit(":", 1)[0]  # another name: a mirror's push
