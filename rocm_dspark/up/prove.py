@@ -65,20 +65,28 @@ def prove_run(run) -> dict:
         run.say(f"  {why}")
         return {"skipped": why}
     from rocm_dspark.probe import store
-    from rocm_dspark.validate.ab import default_requests, measure, write_ab_record
+    from rocm_dspark.up.steps import _bench_container
+    from rocm_dspark.validate.ab import bench_dir, default_requests, measure, write_ab_record
+    from rocm_dspark.validate.sweep import bench_setup, input_len
 
     plans = run.command_plans()
     local = run.options.target == LOCAL_CPU
     requests = default_requests(c)
     max_tokens = LOCAL_REQUESTS_MAX_TOKENS if local else 256
     started = store.utc_now()
+    out_dir = bench_dir(run.dir / "reports" / f"ab-{store.iso(started).replace(':', '')}")
     arms = {}
 
     def arm(which: str) -> dict:
         srv = service.attach(run.state.service)
         plan = plans[which]
-        stats = measure(srv, plan.served_name, which, concurrency=c, requests=requests, max_tokens=max_tokens,
-                        timeout_s=run.options.request_timeout_s, say=lambda line: run.say(f"  {line}"))
+        # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
+        prefix, tokenizer = bench_setup(plan.argv, plan, python=None, container=_bench_container(run),
+                                        result_dir=out_dir)
+        stats = measure(srv, plan.served_name, which, prefix=prefix, tokenizer=tokenizer, concurrency=c,
+                        requests=requests, input_len=input_len(run.quick()), max_tokens=max_tokens,
+                        timeout_s=run.options.request_timeout_s, out_dir=out_dir,
+                        say=lambda line: run.say(f"  {line}"))
         return {"argv": [str(a) for a in plan.argv], "description": _describe(run, which), **stats}
 
     run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
@@ -106,9 +114,10 @@ def prove_run(run) -> dict:
     override = {"kind": "local-cpu", "block": arms["block"]["description"],
                 "adaptive": arms["adaptive"]["description"]} if local else None
     record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
-                             arms=arms, started=started, requests=requests, max_tokens=max_tokens, override=override,
+                             arms=arms, started=started, requests=requests, input_len=input_len(run.quick()),
+                             max_tokens=max_tokens, override=override,
                              state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
-    out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"]}
+    out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"], "bench": str(out_dir)}
     run.say(f"  {record['verdict']['text']}")
     verdict = decide(run, live, record, c)
     why = out["decision"] = f"{verdict.outcome}: {verdict.reason}"
