@@ -3,7 +3,8 @@
 Each level is one `vllm bench serve` run (rocm_dspark.validate.bench) from the serving vLLM, bounded in
 requests (options.requests_for) and time, so a server that dies or hangs mid-sweep is a failed level with
 the first error bench reports, never waited on forever. The A/B arms (rocm_dspark.validate.ab) run the same
-bench the same way. summarise() is the statistics of per-request records, for reports built from them.
+bench the same way. No check measures with a client of its own any more; summarise() (per-request records
+to a row) is left only for the report tests' rows.
 """
 
 from __future__ import annotations
