@@ -66,7 +66,7 @@ def prove_run(run) -> dict:
         return {"skipped": why}
     from rocm_dspark.probe import store
     from rocm_dspark.up.steps import _bench_container
-    from rocm_dspark.validate.ab import bench_dir, default_requests, measure, write_ab_record
+    from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
     from rocm_dspark.validate.sweep import bench_setup, input_len
 
     plans = run.command_plans()
@@ -74,7 +74,7 @@ def prove_run(run) -> dict:
     requests = default_requests(c)
     max_tokens = LOCAL_REQUESTS_MAX_TOKENS if local else 256
     started = store.utc_now()
-    out_dir = bench_dir(run.dir / "reports" / f"ab-{store.iso(started).replace(':', '')}")
+    out_dir = (run.dir / AB_BENCH_DIR / store.iso(started).replace(":", "")).absolute()  # not a validate report
     arms = {}
 
     def arm(which: str) -> dict:
