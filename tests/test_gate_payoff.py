@@ -16,7 +16,7 @@ import pytest
 from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.usecase.verdict import combine
-from tests.helpers.ab_records import NOT_PROVEN, PROVEN, arm, decide, plan_of, write_ab
+from tests.helpers.ab_records import NOT_PROVEN, PROVEN, arm, decide, plan_of, workload, write_ab
 
 P = {s: payoff.Payoff(s, "prediction" if s != "none" else "none", f"it {s}")
      for s in (payoff.PAYS, payoff.LOSES, payoff.UNKNOWN)}
@@ -136,8 +136,8 @@ def test_newest_ab_record_is_by_signed_finish_time_not_file_name(tmp_path, fp):
 
 def test_verdict_must_follow_from_the_numbers(fp):
     data = ab_record.build(record_id="20261201T010000Z-0000abcd", created_at="t", finished_at="t", toolkit_version="v",
-                           host={}, selection={}, fingerprint=fp, concurrency=8, workload={},
-                           arms={"block": arm(100.0), "adaptive": arm(90.0)}, override=None)
+                           host={}, selection={}, fingerprint=fp, concurrency=8, workload=workload(),
+                           arms={"block": arm(100.0, concurrency=8), "adaptive": arm(90.0, concurrency=8)}, override=None)
     assert data["verdict"]["pays"] is False and data["verdict"]["text"].startswith("adaptive loses at c=8: -10.0%")
     forged = dict(data, verdict={**data["verdict"], "pays": True})
     from rocm_dspark.probe.record import content_hash

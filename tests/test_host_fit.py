@@ -214,7 +214,7 @@ def test_validate_reports_and_ab_records_become_rows(tmp_path):
         files.append(tmp_path / f"report_{arm}.json")
         files[-1].write_text(json.dumps(report))
     block, av = (next(r for r in rows if r["arm"] == a and r["concurrency"] == 64) for a in ("k5", "av"))
-    ab = {"schema": "rocm-dspark/ab-record/1", "concurrency": 64,
+    ab = {"schema": "rocm-dspark/ab-record/2", "concurrency": 64,
           "arms": {"block": {"argv": _argv(5, False, 512), "output_throughput_tok_s": block["output_tok_s"],
                              "acceptance_length": block["acceptance_length"]},
                    "adaptive": {"argv": _argv(5, True, 512), "output_throughput_tok_s": av["output_tok_s"],

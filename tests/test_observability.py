@@ -182,28 +182,30 @@ def test_alerts_fire_and_stay_quiet(tmp_path):
 
 def _record(arms: dict, concurrency: int = 8):
     from rocm_dspark.probe import ab_record
+    from tests.helpers.ab_records import workload
 
     return ab_record.parse_data(ab_record.build(
         record_id="20261201T000000Z-abcdef01", created_at="2026-12-01T00:00:00Z", finished_at="2026-12-01T00:10:00Z",
-        toolkit_version="0", host={}, selection={}, fingerprint={}, concurrency=concurrency, workload={}, arms=arms,
-        override=None))
+        toolkit_version="0", host={}, selection={}, fingerprint={}, concurrency=concurrency,
+        workload=workload(arms["block"]["requests"]), arms=arms, override=None))
 
 
 def _arm(al, requests=64, k=5):
-    return {"argv": ["vllm", "serve", "m", "--speculative-config", json.dumps({"num_speculative_tokens": k})],
-            "description": "", "output_throughput_tok_s": 100.0, "acceptance_length": al, "ttft_ms": {},
-            "tpot_ms": {}, "itl_ms": {}, "requests": requests, "failed": 0}
+    from tests.helpers.ab_records import arm
+
+    return arm(100.0, al=al, concurrency=8, requests=requests,
+               argv=["vllm", "serve", "m", "--speculative-config", json.dumps({"num_speculative_tokens": k})])
 
 
 def test_band_width_is_k_over_sqrt_n():
-    rec = _record({"block": _arm(3.5, 64), "adaptive": _arm(3.0, 16)})
+    rec = _record({"block": _arm(3.5, 64), "adaptive": _arm(3.0, 64)})
     b = acceptance_band(rec, "block")
     assert b == AcceptanceBand(8, 2.875, 4.125, "block", rec.id)  # 3.5 +- 5/sqrt(64)
-    a = acceptance_band(rec, "adaptive")
+    a = acceptance_band(_record({"block": _arm(3.5, 16), "adaptive": _arm(3.0, 16)}), "adaptive")
     assert (a.low, a.high) == (1.75, 4.25)  # 3.0 +- 5/4
-    wide = acceptance_band(_record({"block": _arm(1.5, 4), "adaptive": _arm(None)}), "block")
+    wide = acceptance_band(_record({"block": _arm(1.5, 4), "adaptive": _arm(None, 4)}), "block")
     assert wide.low == 1.0  # clipped: never below one token per step; such a band raises no alert
-    assert acceptance_band(_record({"block": _arm(1.5, 4), "adaptive": _arm(None)}), "adaptive") is None
+    assert acceptance_band(_record({"block": _arm(1.5, 4), "adaptive": _arm(None, 4)}), "adaptive") is None
     rules = obs.render(_plan(), "svc", obs.targets(_plan()), bands={"block": wide})["svc.rules.yml"]
     assert "RocmDsparkAcceptanceBelowBand" not in rules and "too wide to alert on" in rules
 
@@ -225,12 +227,13 @@ def test_trusted_record_is_the_gates_own_choice(tmp_path):
     concurrency, or one whose fingerprint names another host, gives none (and the note says why)."""
     from rocm_dspark.probe import ab_record
     from rocm_dspark.probe.ab_band import bands_for, trusted_record
+    from tests.helpers.ab_records import workload
 
     plan = _plan()._replace(concurrency=8)
     fp = {"host_id": "machine-test", "gpu": plan.gpu}
     data = ab_record.build(record_id="20261201T000000Z-abcdef02", created_at="2026-12-01T00:00:00Z",
                            finished_at="2026-12-01T00:10:00Z", toolkit_version="0", host={}, selection={},
-                           fingerprint=fp, concurrency=8, workload={}, override=None,
+                           fingerprint=fp, concurrency=8, workload=workload(), override=None,
                            arms={"block": _arm(3.5, 64), "adaptive": _arm(3.0, 64)})
     ab_record.write(tmp_path, data)
     rec, _ = trusted_record(load_catalog(), plan, 8, tmp_path, current=fp)

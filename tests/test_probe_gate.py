@@ -359,14 +359,14 @@ def test_recipe_ab_record_decides_and_on_warns_when_it_loses(cli_host):
     state, env = cli_host
     fp = here(load_catalog(), SELECTION._replace(concurrency=128))
     write(state, fp)
-    stats = {"mean": 1.0, "p50": 1.0, "p99": 2.0}
-    arm = lambda tok_s: {"argv": ["vllm"], "description": "arm", "output_throughput_tok_s": tok_s,  # noqa: E731
-                         "acceptance_length": 3.0, "ttft_ms": stats, "tpot_ms": stats, "itl_ms": stats,
-                         "requests": 512, "failed": 0}
+    from tests.helpers.ab_records import arm as ab_arm
+    from tests.helpers.ab_records import workload
+
+    arm = lambda tok_s: ab_arm(tok_s, al=3.0, concurrency=128, requests=512)  # noqa: E731
     now = ab_store.utc_now()
     data = ab_record.build(record_id=ab_store.new_record_id(now), created_at=ab_store.iso(now), finished_at=ab_store.iso(now),
                            toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp,
-                           concurrency=128, workload={}, arms={"block": arm(4000.0), "adaptive": arm(3600.0)},
+                           concurrency=128, workload=workload(512), arms={"block": arm(4000.0), "adaptive": arm(3600.0)},
                            override=None)
     ab_record.write(state, data)
     args = ["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0", "--concurrency", "128",

@@ -124,13 +124,13 @@ import json, os, sys
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
 from rocm_dspark.probe import ab_record, store
-from tests.helpers.ab_records import arm
+from tests.helpers.ab_records import arm, workload
 from tests.helpers.probe_records import write
 state, fp = Path(sys.argv[1]), json.loads(os.environ["STANDIN_PROVE_FP"])
 write(state, fp)
 now = store.iso(store.utc_now())
 ab_record.write(state, ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
-    toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64, workload={},
+    toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64, workload=workload(),
     arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None))
 """
 
@@ -308,7 +308,7 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
     """A proof written inside the image (its software in the fingerprint) turns adaptive verification on for
     `up --mode container`, although this host's Python has no vLLM; the A/B record there decides the payoff."""
     from rocm_dspark.probe import ab_record, store
-    from tests.helpers.ab_records import arm
+    from tests.helpers.ab_records import arm, workload
     from tests.helpers.probe_records import write
 
     tmp_path, env = node
@@ -319,7 +319,7 @@ def test_up_gates_a_container_plan_on_the_image_software(node):
     now = store.iso(store.utc_now())
     ab = ab_record.build(record_id=store.new_record_id(store.utc_now()), created_at=now, finished_at=now,
                          toolkit_version=fp["toolkit_version"], host={}, selection={}, fingerprint=fp, concurrency=64,
-                         workload={}, arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None)
+                         workload=workload(), arms={"block": arm(1000.0), "adaptive": arm(1200.0)}, override=None)
     ab_record.write(state, ab)
     r = _cli(env, "up", *args)
     out = r.stdout + r.stderr

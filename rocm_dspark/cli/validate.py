@@ -33,18 +33,22 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     catalog = load_catalog()
     # The plan for the declared workload (concurrency drives workload rules): what `recipe --concurrency C` resolves.
     selection = build_selection({**selection_opts, "concurrency": levels[0]}, catalog)
+    from rocm_dspark.validate.sweep import input_len
+
     record = run_ab(catalog=catalog, selection=selection, concurrency=levels[0], report_dir=kwargs["report_dir"],
                     state_dir=selection_opts.get("state_dir"), requests=kwargs["requests_per_level"],
-                    max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
+                    input_len=input_len(kwargs["quick"]), max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
                     request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"],
-                    block_spec=block, adaptive_spec=adaptive, say=lambda line: click.echo(line, err=True))
+                    block_spec=block, adaptive_spec=adaptive, python=kwargs["python"],
+                    say=lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:
         click.echo(record["verdict"]["text"])
         if record["override"]:
             click.echo("the arms ran server files, not the plan's commands: this record does not count for the gate")
-    sys.exit(0)
+    # an arm with a failed request has no verdict: a failure, though its record is kept to be read
+    sys.exit(0 if record["verdict"]["gain_pct"] is not None else 1)
 
 
 @click.command("validate", short_help="Check a node up to the first blocking failure; report.")

@@ -90,7 +90,8 @@ def read_table(path) -> list[dict]:
             data = json.loads(text)
         except ValueError as exc:
             raise _bad(path, f"not valid JSON ({exc.__class__.__name__})") from None
-        if isinstance(data, dict) and data.get("schema") == "rocm-dspark/ab-record/1":
+        # ab-record/1: measured by the toolkit's own client, before `vllm bench serve`: still a measurement here
+        if isinstance(data, dict) and data.get("schema") in ("rocm-dspark/ab-record/1", "rocm-dspark/ab-record/2"):
             rows = _rows_from_ab(path, data)
         elif isinstance(data, dict) and "measurements" in data and "plan" in data:
             rows = _rows_from_report(path, data)

@@ -1,19 +1,27 @@
 """An A/B evidence record: one workload at one concurrency against block verification, then adaptive.
 
-Shape (schema "rocm-dspark/ab-record/1"), strict JSON like the probe's record (rocm_dspark.probe.record):
+Shape (schema "rocm-dspark/ab-record/2"), strict JSON like the probe's record (rocm_dspark.probe.record):
     id, created_at, finished_at, toolkit_version     strings (id = UTC time + random suffix)
     host                                             {hostname, platform}
     selection                                        the flags the plan was resolved from
     fingerprint                                      fingerprint.FIELDS of this host and the adaptive plan
     concurrency                                      the workload's concurrency (what the gate matches)
-    workload                                         {requests, max_tokens, prompts}
+    workload                                         {client, dataset, requests, input_len, max_tokens, seed,
+                                                     ignore_eos}: one `vllm bench serve` workload for both arms
     arms                                             {"block": ARM, "adaptive": ARM}; ARM = {argv, description,
-                                                     output_throughput_tok_s, acceptance_length, ttft_ms,
-                                                     tpot_ms, itl_ms, requests, failed}
+                                                     client, bench_command, bench_result, output_throughput_tok_s,
+                                                     acceptance_length, ttft_ms, tpot_ms, itl_ms, requests,
+                                                     failed, errors}
     override                                         null, or {kind, block, adaptive}: the arms ran other
                                                      commands than the plan's (e.g. --server-json); such a
                                                      record never counts for the gate
     verdict                                          {gain_pct, pays, text}, recomputed and checked on read
+
+Each arm was measured by `vllm bench serve` (client): bench_command is the exact command, bench_result the JSON
+its --save-result wrote (null when bench wrote none). On read, each arm's command must carry the record's
+workload and concurrency, and its tokens/s, requests and failures must be those of its bench_result: a record
+that fails any of this parses to an error and never counts. Schema 1 (measured by the toolkit's own client)
+is refused the same way.
     sha256                                           digest of every other key, canonical JSON
     hmac                                             HMAC-SHA256 under this host's key (store.write_record)
 
@@ -26,21 +34,28 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
 from rocm_dspark.probe.record import RecordError, check_keys, content_hash
 
-SCHEMA = "rocm-dspark/ab-record/1"
+SCHEMA = "rocm-dspark/ab-record/2"
+CLIENT = "vllm bench serve"
 SUBDIR = "ab"
 ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
 _TOP = {"schema": str, "id": str, "created_at": str, "finished_at": str, "toolkit_version": str, "host": dict,
         "selection": dict, "fingerprint": dict, "concurrency": int, "workload": dict, "arms": dict,
         "override": (dict, type(None)), "verdict": dict, "sha256": str}
-_ARM = {"argv": list, "description": str, "output_throughput_tok_s": (int, float),
-        "acceptance_length": (int, float, type(None)), "ttft_ms": dict, "tpot_ms": dict, "itl_ms": dict,
-        "requests": int, "failed": int}
+_ARM = {"argv": list, "description": str, "client": str, "bench_command": str, "bench_result": (dict, type(None)),
+        "output_throughput_tok_s": (int, float), "acceptance_length": (int, float, type(None)), "ttft_ms": dict,
+        "tpot_ms": dict, "itl_ms": dict, "requests": int, "failed": int, "errors": list}
+_WORKLOAD = {"client": str, "dataset": str, "requests": int, "input_len": int, "max_tokens": int, "seed": int,
+             "ignore_eos": bool}
+# bench's flag for each workload field (vllm/benchmarks/datasets/datasets.py, rocm_dspark.validate.bench)
+_FLAGS = {"--dataset-name": "dataset", "--num-prompts": "requests", "--random-input-len": "input_len",
+          "--random-output-len": "max_tokens", "--seed": "seed"}
 ARMS = ("block", "adaptive")
 
 
@@ -78,6 +93,48 @@ def verdict_of(arms: dict, concurrency: int) -> dict:
                     f"({adaptive['output_throughput_tok_s']:g} vs {block['output_throughput_tok_s']:g})"}
 
 
+def _flag(words: list[str], name: str) -> str | None:
+    for i, w in enumerate(words):
+        if w == name and i + 1 < len(words):
+            return words[i + 1]
+        if w.startswith(name + "="):
+            return w.split("=", 1)[1]
+    return None
+
+
+def _check_arm(where: str, arm: dict, workload: dict, concurrency: int) -> None:
+    """The arm ran the record's workload through bench, and its numbers are its bench result's."""
+    if workload["client"] != CLIENT or arm["client"] != CLIENT:
+        raise RecordError(f"{where} was measured by {arm['client']!r} (workload: {workload['client']!r}), not {CLIENT}")
+    try:
+        words = shlex.split(arm["bench_command"])
+    except ValueError:
+        raise RecordError(f"{where}.bench_command is not a shell command") from None
+    if "bench" not in words or words[words.index("bench") + 1:words.index("bench") + 2] != ["serve"]:
+        raise RecordError(f"{where}.bench_command is not `vllm bench serve`")
+    want = {flag: str(workload[key]) for flag, key in _FLAGS.items()} | {"--max-concurrency": str(concurrency)}
+    for flag, value in want.items():
+        if (got := _flag(words, flag)) != value:
+            raise RecordError(f"{where}.bench_command has {flag} {got}, the record {value}")
+    if ("--ignore-eos" in words) != workload["ignore_eos"] or arm["requests"] != workload["requests"]:
+        raise RecordError(f"{where} did not run the record's workload (ignore_eos, requests)")
+    res, completed, tok_s = arm["bench_result"], 0, 0.0
+    if res is not None:
+        try:
+            completed = res["completed"]
+            tok_s = 0.0 if res["output_throughput"] is None else round(float(res["output_throughput"]), 2)
+            ran = (res["num_prompts"], res["max_concurrency"])
+        except (KeyError, TypeError, ValueError):
+            raise RecordError(f"{where}.bench_result lacks bench's completed, output_throughput, num_prompts or "
+                              f"max_concurrency") from None
+        if ran != (arm["requests"], concurrency) or not isinstance(completed, int) or not 0 <= completed <= ran[0]:
+            raise RecordError(f"{where}.bench_result ran {ran[0]} prompts at concurrency {ran[1]} ({completed} "
+                              f"completed), the record {arm['requests']} at {concurrency}")
+    if arm["failed"] != arm["requests"] - completed or arm["output_throughput_tok_s"] != tok_s:
+        raise RecordError(f"{where}: failed {arm['failed']} and {arm['output_throughput_tok_s']} tok/s are not its "
+                          f"bench result's ({arm['requests'] - completed}, {tok_s})")
+
+
 def parse_data(data) -> ABRecord:
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
@@ -91,10 +148,12 @@ def parse_data(data) -> ABRecord:
         raise RecordError("content hash does not match (edited or corrupted)")
     if set(data["arms"]) != set(ARMS):
         raise RecordError(f"arms must be exactly {ARMS}")
-    for name in ARMS:
-        check_keys(data["arms"][name], _ARM, f"arms.{name}")
+    check_keys(data["workload"], _WORKLOAD, "workload")
     if data["concurrency"] < 1:
         raise RecordError("concurrency must be positive")
+    for name in ARMS:
+        check_keys(data["arms"][name], _ARM, f"arms.{name}")
+        _check_arm(f"arms.{name}", data["arms"][name], data["workload"], data["concurrency"])
     if data["verdict"] != verdict_of(data["arms"], data["concurrency"]):
         raise RecordError("verdict does not follow from the arms' numbers")
     return ABRecord(**{k: data[k] for k in ABRecord._fields})

@@ -63,19 +63,27 @@ def prove_run(run) -> dict:
         run.say(f"  {why}")
         return {"skipped": why}
     from rocm_dspark.probe import store
-    from rocm_dspark.validate.ab import default_requests, measure, write_ab_record
+    from rocm_dspark.up.steps import bench_container
+    from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
+    from rocm_dspark.validate.sweep import bench_setup, input_len
 
     plans = run.command_plans()
     requests = default_requests(c)
     max_tokens = run.target.ab_max_tokens
     started = store.utc_now()
+    out_dir = (run.dir / AB_BENCH_DIR / store.iso(started).replace(":", "")).absolute()  # not a validate report
     arms = {}
 
     def arm(which: str) -> dict:
         srv = service.attach(run.state.service)
         plan = plans[which]
-        stats = measure(srv, plan.served_name, which, concurrency=c, requests=requests, max_tokens=max_tokens,
-                        timeout_s=run.options.request_timeout_s, say=lambda line: run.say(f"  {line}"))
+        # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
+        prefix, tokenizer = bench_setup(plan.argv, plan, python=None, container=bench_container(run),
+                                        result_dir=out_dir)
+        stats = measure(srv, plan.served_name, which, prefix=prefix, tokenizer=tokenizer, concurrency=c,
+                        requests=requests, input_len=input_len(run.quick()), max_tokens=max_tokens,
+                        timeout_s=run.options.request_timeout_s, out_dir=out_dir,
+                        say=lambda line: run.say(f"  {line}"))
         return {"argv": [str(a) for a in plan.argv], "description": run.target.describe_arm(run, which), **stats}
 
     run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
@@ -102,9 +110,10 @@ def prove_run(run) -> dict:
     arms["adaptive"] = arm("adaptive")
     override = run.target.ab_override(arms)
     record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
-                             arms=arms, started=started, requests=requests, max_tokens=max_tokens, override=override,
+                             arms=arms, started=started, requests=requests, input_len=input_len(run.quick()),
+                             max_tokens=max_tokens, override=override,
                              state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
-    out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"]}
+    out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"], "bench": str(out_dir)}
     run.say(f"  {record['verdict']['text']}")
     verdict = decide(run, live, record, c)
     why = out["decision"] = f"{verdict.outcome}: {verdict.reason}"

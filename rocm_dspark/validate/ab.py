@@ -1,13 +1,18 @@
 """`rocm-dspark validate --ab`: one workload at the target concurrency against two launches on this host,
 block verification first, then adaptive verification; an A/B evidence record for the gate.
 
-Each arm: start the server, wait until ready, warm up (graphs, caches) with a short run at the same
-concurrency, then read /metrics, stream `requests` completions (the sweep's workload, ignore_eos, fixed
-output length) at `concurrency` in flight, read /metrics again, stop the server. The two arms share the
-host, workload, prompts and concurrency; only the launch differs. The record (rocm_dspark.probe.ab_record)
-carries tokens/s, acceptance length (from the /metrics deltas), TTFT/TPOT/ITL percentiles and the verdict
-("adaptive pays at c=C: +x%"). It is fingerprinted like a probe record (this host, the adaptive plan),
-written atomically with a content digest into `<state dir>/ab/`, and copied into the report directory.
+Each arm is measured by vLLM's own `vllm bench serve` (rocm_dspark.validate.bench, run as the sweep runs it:
+the vLLM that serves, in its image in container modes): start the server, wait until ready, warm up (graphs,
+caches) with a short bench run at the same concurrency on other prompts (seed 1), then read /metrics, run
+bench once more (`requests` prompts of the random data set, fixed input and output lengths, seed 0,
+ignore_eos, temperature 0, `concurrency` in flight, no ready-check request), read /metrics again, stop the
+server. The two arms share the host, workload, prompts and concurrency; only the launch differs. Tokens/s and
+TTFT/TPOT/ITL percentiles are bench's (its --save-result JSON is kept whole in the record and as written in
+`<report>/ab-bench/`); acceptance length is 1 + accepted/drafts from the /metrics deltas, which bound exactly
+the measured requests. A request that fails fails its arm: the record then says "no verdict". The record
+(rocm_dspark.probe.ab_record) carries the verdict ("adaptive pays at c=C: +x%"), is fingerprinted like a
+probe record (this host, the adaptive plan), written atomically with a content digest into
+`<state dir>/ab/`, and copied into the report directory.
 
 The arms are the plan's own two commands (block_argv and the adaptive argv), or two server-description
 files (--server-json for the block arm, --ab-server-json for the adaptive one) where the plan cannot run:
@@ -16,15 +21,17 @@ such a record says so (`override`) and never counts for the gate.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import platform
+import shlex
 import socket
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe.ab_record import CLIENT
 
 AB_JSON = "ab.json"
+AB_BENCH_DIR = "ab-bench"    # in the report: each arm's `vllm bench serve` JSON, as written, and its output
 
 
 def _arm_from_plan(plan, which: str) -> dict:
@@ -40,32 +47,69 @@ def _arm_from_spec(spec, flag: str) -> dict:
             "served_name": spec.served_name, "description": spec.description or f"server from {spec.path}"}
 
 
-def measure(server, served_name: str, name: str, *, concurrency: int, requests: int, max_tokens: int,
-            timeout_s: float, say) -> dict:
-    """One arm's numbers on a server that is up (started here, or the service `up` runs): warm up, then the
-    workload between two /metrics reads. The server is neither started nor stopped."""
+WARMUP_SEED = 1      # the warm-up's prompts are not the measured ones (no prefix-cache hits carried over)
+# No ready-check request (the default, vllm/benchmarks/serve.py 1941 in 0.32.0, 1989 in 0.33.0; --num-warmups
+# defaults to 0 too, 1733/1781): named so that the /metrics window holds the workload's requests and no other.
+NO_READY_CHECK = ("--ready-check-timeout-sec", "0")
+
+
+def bench_dir(report_dir: Path) -> Path:
+    return (Path(report_dir) / AB_BENCH_DIR).absolute()
+
+
+def measure(server, served_name: str, name: str, *, prefix: list[str], tokenizer: str, concurrency: int,
+            requests: int, input_len: int, max_tokens: int, timeout_s: float, out_dir: Path, say) -> dict:
+    """One arm's numbers on a server that is up (started here, or the service `up` runs): a warm-up run of
+    `vllm bench serve` at the same concurrency, then the measured run between two /metrics reads. Both runs'
+    --save-result JSON and output stay in out_dir (`<name>.json`, `<name>-warmup.json`). The server is
+    neither started nor stopped."""
     from rocm_dspark.runtime.metrics import spec_decode_counters
-    from rocm_dspark.validate.sweep import run_level, summarise
+    from rocm_dspark.validate import bench
+    from rocm_dspark.validate.sweep import bench_level
 
-    warm = min(requests, max(concurrency, 2))
-    asyncio.run(run_level(server.base_url, served_name, concurrency, warm, max_tokens, timeout_s))
+    common = {"base_url": server.base_url, "served_name": served_name, "tokenizer": tokenizer,
+              "concurrency": concurrency, "input_len": input_len, "output_len": max_tokens, "out_dir": out_dir,
+              "request_timeout_s": timeout_s}
+    warm_n = min(requests, max(concurrency, 2))
+    warm = bench_level(prefix, n=warm_n, stem=f"{name}-warmup", seed=WARMUP_SEED, **common)
+    if warm["failed"] or warm["rc"] != 0:   # said, not fatal: the measured run decides the arm
+        why = warm["errors"][0] if warm["errors"] else f"bench exited {warm['rc']}"
+        say(f"A/B {name}: warm-up: {warm['failed']} of {warm_n} requests failed ({why})")
     before = spec_decode_counters(server.client.metrics_text())
-    records, wall = asyncio.run(run_level(server.base_url, served_name, concurrency, requests, max_tokens, timeout_s))
+    row = bench_level(prefix, n=requests, stem=name, extra=NO_READY_CHECK, **common)
     after = spec_decode_counters(server.client.metrics_text())
-    stats = summarise(records, wall, concurrency)
+    if row["rc"] != 0 and not row["failed"]:
+        # bench failed after writing a result: nothing in it is trusted, every request counts as failed
+        row = bench.row(None, concurrency, requests, shlex.split(row["bench_command"]),
+                        row["errors"][0] if row["errors"] else f"vllm bench serve exited {row['rc']}")
     al = (after - before).mean_acceptance_length
-    say(f"A/B {name}: {stats['output_throughput_tok_s']} tok/s, acceptance length "
-        f"{'n/a' if al is None else round(al, 3)}, {stats['failed']} failed")
-    return {"output_throughput_tok_s": stats["output_throughput_tok_s"] or 0.0,
+    say(f"A/B {name}: {row['output_throughput_tok_s']} tok/s (vllm bench serve), acceptance length "
+        f"{'n/a' if al is None else round(al, 3)} (/metrics), {row['failed']} of {requests} failed"
+        + (f"; first error: {row['errors'][0]}" if row["errors"] else ""))
+    say(f"A/B {name}: reproduce with: {row['bench_command']}")
+    return {"client": CLIENT, "bench_command": row["bench_command"], "bench_result": row["bench_result"],
+            "output_throughput_tok_s": row["output_throughput_tok_s"] or 0.0,
             "acceptance_length": None if al is None else round(al, 4),
-            "ttft_ms": stats["ttft_ms"], "tpot_ms": stats["tpot_ms"], "itl_ms": stats["itl_ms"],
-            "requests": stats["requests"], "failed": stats["failed"]}
+            "ttft_ms": row["ttft_ms"], "tpot_ms": row["tpot_ms"], "itl_ms": row["itl_ms"],
+            "requests": requests, "failed": row["failed"], "errors": row["errors"]}
 
 
-def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, max_tokens: int, timeout_s: float,
-            ready_timeout_s: float, log_dir: Path, say) -> dict:
+def workload(*, requests: int, input_len: int, max_tokens: int) -> dict:
+    """The record's workload: what both arms' bench commands carry (ab_record checks it on read)."""
+    from rocm_dspark.validate import bench
+
+    return {"client": CLIENT, "dataset": "random", "requests": requests, "input_len": input_len,
+            "max_tokens": max_tokens, "seed": bench.SEED, "ignore_eos": True}
+
+
+def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, input_len: int, max_tokens: int,
+            timeout_s: float, ready_timeout_s: float, log_dir: Path, out_dir: Path, plan, python: str | None,
+            say) -> dict:
     from rocm_dspark.runtime.process import VllmServer
+    from rocm_dspark.validate.sweep import bench_setup
 
+    # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_prefix)
+    prefix, tokenizer = bench_setup(arm["argv"], plan, python=python, container=None, result_dir=out_dir)
     server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=log_dir / f"{name}.log")
     say(f"A/B {name}: starting {arm['description']}")
     server.start()
@@ -73,8 +117,9 @@ def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, max_tokens
         ready = server.wait_ready(ready_timeout_s)
         if not ready.ready:
             raise UsageError(f"A/B {name} arm did not start: {ready.reason()} (log {server.log_path})")
-        stats = measure(server, arm["served_name"], name, concurrency=concurrency, requests=requests,
-                        max_tokens=max_tokens, timeout_s=timeout_s, say=say)
+        stats = measure(server, arm["served_name"], name, prefix=prefix, tokenizer=tokenizer,
+                        concurrency=concurrency, requests=requests, input_len=input_len, max_tokens=max_tokens,
+                        timeout_s=timeout_s, out_dir=out_dir, say=say)
     finally:
         server.stop()
     return {"argv": [str(a) for a in arm["argv"]], "description": arm["description"], **stats}
@@ -85,7 +130,8 @@ def default_requests(concurrency: int) -> int:
 
 
 def write_ab_record(*, catalog, selection, plan, concurrency: int, arms: dict, started, requests: int,
-                    max_tokens: int, override, state_dir, report_dir: Path | None = None, say=print) -> dict:
+                    input_len: int, max_tokens: int, override, state_dir, report_dir: Path | None = None,
+                    say=print) -> dict:
     """Build, sign and store the A/B record of two measured arms (and copy it into report_dir); returns it."""
     from rocm_dspark import __version__
     from rocm_dspark.probe import ab_record, fingerprint, store
@@ -95,8 +141,7 @@ def write_ab_record(*, catalog, selection, plan, concurrency: int, arms: dict, s
         toolkit_version=__version__, host={"hostname": socket.gethostname(), "platform": platform.system()},
         selection={k: v for k, v in selection._asdict().items()},
         fingerprint=fingerprint.current_fingerprint(catalog, plan), concurrency=concurrency,
-        workload={"requests": requests, "max_tokens": max_tokens,
-                  "prompts": "rocm_dspark.validate.spec_checks.WORKLOAD, ignore_eos, temperature 0"},
+        workload=workload(requests=requests, input_len=input_len, max_tokens=max_tokens),
         arms=arms, override=override)
     path = ab_record.write(state_dir, data)
     where = str(path)
@@ -110,8 +155,9 @@ def write_ab_record(*, catalog, selection, plan, concurrency: int, arms: dict, s
 
 
 def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=None, requests: int | None = None,
-           max_tokens: int = 256, request_timeout_s: float = 120.0, ready_timeout_s: float = 3600.0,
-           block_spec=None, adaptive_spec=None, say=print) -> dict:
+           input_len: int = 1024, max_tokens: int = 256, request_timeout_s: float = 120.0,
+           ready_timeout_s: float = 3600.0, block_spec=None, adaptive_spec=None, python: str | None = None,
+           say=print) -> dict:
     """Run both arms, write the record; returns the record (a dict)."""
     from rocm_dspark.probe import fingerprint, store
 
@@ -141,9 +187,10 @@ def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
     fingerprint.current_fingerprint(catalog, plan)   # before the arms: a host it cannot fingerprint costs no load
     started = store.utc_now()
-    arms = {name: run_arm(arms_in[name], name, concurrency=concurrency, requests=requests, max_tokens=max_tokens,
-                          timeout_s=request_timeout_s, ready_timeout_s=ready_timeout_s, log_dir=log_dir, say=say)
+    arms = {name: run_arm(arms_in[name], name, concurrency=concurrency, requests=requests, input_len=input_len,
+                          max_tokens=max_tokens, timeout_s=request_timeout_s, ready_timeout_s=ready_timeout_s,
+                          log_dir=log_dir, out_dir=bench_dir(report_dir), plan=plan, python=python, say=say)
             for name in ("block", "adaptive")}
     return write_ab_record(catalog=catalog, selection=selection, plan=plan, concurrency=concurrency, arms=arms,
-                           started=started, requests=requests, max_tokens=max_tokens, override=override,
-                           state_dir=state_dir, report_dir=report_dir, say=say)
+                           started=started, requests=requests, input_len=input_len, max_tokens=max_tokens,
+                           override=override, state_dir=state_dir, report_dir=report_dir, say=say)

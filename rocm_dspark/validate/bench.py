@@ -29,14 +29,17 @@ PERCENTILES = (50, 90, 99)
 
 
 def bench_argv(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, num_prompts: int,
-               input_len: int, output_len: int, result_dir: str, result_filename: str) -> list[str]:
-    """prefix: how to reach `vllm` (["/venv/bin/vllm"] or the `docker run ... --entrypoint vllm IMAGE` argv)."""
+               input_len: int, output_len: int, result_dir: str, result_filename: str, seed: int = SEED,
+               extra=()) -> list[str]:
+    """prefix: how to reach `vllm` (["/venv/bin/vllm"] or the `docker run ... --entrypoint vllm IMAGE` argv);
+    extra: more bench flags, after the workload's."""
     return [*prefix, "bench", "serve", "--base-url", base_url, "--model", served_name,
             "--served-model-name", served_name, "--tokenizer", tokenizer,
             "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--seed", str(SEED), "--ignore-eos", "--temperature", "0", "--num-prompts", str(num_prompts),
+            "--seed", str(seed), "--ignore-eos", "--temperature", "0", "--num-prompts", str(num_prompts),
             "--max-concurrency", str(concurrency), "--metric-percentiles", ",".join(map(str, PERCENTILES)),
-            "--disable-tqdm", "--save-result", "--result-dir", result_dir, "--result-filename", result_filename]
+            "--disable-tqdm", "--save-result", "--result-dir", result_dir, "--result-filename", result_filename,
+            *map(str, extra)]
 
 
 def container_prefix(tool: str, image: str, mounts) -> list[str]:
@@ -81,8 +84,11 @@ def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) ->
     """Run bench; returns {"rc", "json" (the file, as written, or None), "error" (first failure or None)}."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}   # its log is read while it runs
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        try:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, env=env)
+        except OSError as exc:   # no such vllm (or docker): a failed run, with the reason
+            return {"rc": None, "json": None, "error": f"cannot run {argv[0]}: {exc.strerror or exc}"}
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

