@@ -109,8 +109,8 @@ def test_a_group_with_a_forced_monokernel_says_in_one_note_why_it_keeps_it(tmp_p
     assert r.exit_code == 0, r.output
     import yaml
 
-    (lws,) = [m for m in yaml.safe_load_all((tmp_path / "k8s").glob("*.k8s.yaml").__next__().read_text())
-              if m and m["kind"] == "LeaderWorkerSet"]
+    text = (tmp_path / "k8s" / "rocm-dspark-deepseek-v4-1-flash-mi355x.k8s.yaml").read_text()
+    (lws,) = [m for m in yaml.safe_load_all(text) if m and m["kind"] == "LeaderWorkerSet"]
     assert lws["metadata"]["annotations"]["rocm-dspark/monokernel"] == GROUP_MONO
     r = CliRunner().invoke(cli, [*base[:-3], "--json", "--output", str(tmp_path / "plain")])
     assert r.exit_code == 0 and GROUP_MONO not in r.output
