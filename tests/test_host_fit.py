@@ -336,7 +336,8 @@ def test_terms_no_run_identifies_say_so_and_take_the_public_value(tmp_path):
     assert "spread: not identified" in text
     calib, _ = R.host_calibration(MODEL.key, "mi300x", TP, s)
     assert calib.params.adaptive_ms == public.adaptive_ms and calib.params.eager_launch_ms == public.eager_launch_ms
-    assert set(calib.not_identified) == {"adaptive_ms", "eager_launch_ms", "eager_per_token_ms", "spread"}
+    # mono: no run used --monokernel, so its term stays public (tests/test_mono_calibrate.py)
+    assert set(calib.not_identified) == {"adaptive_ms", "eager_launch_ms", "eager_per_token_ms", "mono", "spread"}
 
 
 def test_host_fit_notes_describe_the_host_fit_not_the_public_ab(tmp_path):

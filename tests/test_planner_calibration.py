@@ -63,7 +63,7 @@ def test_the_fit_block_carries_every_fitted_field_and_reads_back_as_fitted(refit
     from dataclasses import fields
 
     provenance = {"source_url", "source_label", "model", "gpu", "tp", "bandwidth_efficiency", "rows", "readings",
-                  "host", "not_identified", "params", "notes"}
+                  "host", "not_identified", "params", "notes", "mono"}  # mono: a host fit's (host_fit._mono_term)
     block = C.fit_block(refit)
     assert set(block) == {f.name for f in fields(C.StepParams)} | {f.name for f in fields(C.Calibration)} - provenance
     data = C.load_data()

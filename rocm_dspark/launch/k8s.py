@@ -12,7 +12,9 @@ Every pod mounts /dev/shm (memory-backed emptyDir), the model cache and the prob
 `rocm-dspark probe` run in a pod leaves its record where the gate reads it), and reads HF_TOKEN from a Secret.
 
 What runs is the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher,
-which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster.
+which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster. A single
+server's --monokernel falls back as in the bash launcher (_mono_sh): vLLM's refusal starts the same argv
+without the flag, in one line. Groups never carry the flag (recipe/mono.py: the kernels take one node's TP).
 Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word
 is POSIX-quoted, and every `$` is doubled because Kubernetes expands $(VAR) in command, args and env values and
 turns `$$` into `$` (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
@@ -74,6 +76,33 @@ def _sh(argv: tuple[str, ...], raw: dict[int, str] | None = None) -> str:
     """`exec` + argv as one POSIX sh line; words at the indices in `raw` are shell expressions, kept as is."""
     raw = raw or {}
     return "exec " + " ".join(raw.get(i, shlex.quote(a)) for i, a in enumerate(argv))
+
+
+def _mono_sh(argv: tuple[str, ...]) -> str:
+    """A single server's argv with --monokernel as POSIX sh, the bash launcher's refusal fallback: vLLM's output
+    goes to a file that `tail` mirrors to the pod's log; when the start exits with vLLM's refusal
+    (launch_facts.MONO_REFUSAL, `raise ValueError(f"--monokernel {why}.")`, vllm 0.33.0 mono_decode.py:384), the
+    same argv without the flag starts in its place and one line says why. A TERM or INT is passed on and ends
+    the pod, never a second start. The partition check stays with vLLM here: its compute-unit test
+    (mono_decode.py:372) refuses a partitioned GPU the same way."""
+    from rocm_dspark.launch.launch_facts import MONO_REFUSAL, MONOKERNEL
+
+    words = " ".join(shlex.quote(a) for a in argv)
+    return "\n".join([
+        "L=$(mktemp) || exit 1",
+        'tail -n +1 -f "$L" & T=$!',
+        f'{words} >>"$L" 2>&1 & P=$!',
+        "S=0; trap 'S=1; kill -TERM \"$P\" 2>/dev/null' TERM INT",
+        'wait "$P"; R=$?',
+        'while kill -0 "$P" 2>/dev/null; do wait "$P"; R=$?; done',
+        'sleep 1; kill "$T" 2>/dev/null',
+        "E=$(printf '\\033')",
+        f'W=$(sed "s/$E\\[[0-9;]*m//g" "$L" | grep -E -o {shlex.quote(MONO_REFUSAL)} | tail -n 1); rm -f "$L"',
+        'if [ "$S" = 0 ] && [ "$R" != 0 ] && [ -n "$W" ]; then',
+        f'  echo "rocm-dspark: starting the same plan without {MONOKERNEL}: vLLM refused it (${{W#ValueError: }})" >&2',
+        "  " + _sh(tuple(a for a in argv if a != MONOKERNEL)),
+        "fi",
+        'exit "$R"'])
 
 
 def _check_name(name: str) -> str:
@@ -284,8 +313,10 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     port = int(plan.port)
 
     if spec.strategy == "single_node":
+        from rocm_dspark.launch.launch_facts import MONOKERNEL
+
         labels = _labels(name, "server")
-        c = _container("vllm", image, _sh(argv), _env_list(plan.env, secrets=secrets), _gpus_used(argv), port,
+        c = _container("vllm", image, _mono_sh(argv) if MONOKERNEL in argv else _sh(argv), _env_list(plan.env, secrets=secrets), _gpus_used(argv), port,
                        _probes(port, startup_budget_s), shm_gib)
         return [*_claims(model_cache_claim, state_claim, False, labels),
                 _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port),
@@ -299,6 +330,12 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
     head, worker = cluster.commands[0], cluster.commands[1]
     labels = _labels(name, "group")
+    from rocm_dspark.launch.launch_facts import MONOKERNEL
+
+    if MONOKERNEL in head.argv:
+        from rocm_dspark.launch.launch_group import GROUP_MONO
+
+        notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
     leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env, secrets=secrets),
                           g, port, _probes(port, startup_budget_s), shm_gib)
     worker_script = (_worker_script(worker.argv, cluster.layout["dp_local"] or 1) if worker.argv[0] == "vllm"

@@ -6,6 +6,9 @@ every node shares); workers wait for the head's readiness (which covers the grou
 /v1/models only once every rank has joined) and restart with whatever mode the head published. So the
 group falls back together, never one node alone. Prefill/decode nodes are independent instances (role
 single); the router gets a plain script.
+
+--monokernel: an instance of role single (a prefill/decode pool's) drops it on vLLM's refusal as a lone server
+does. A group's nodes do not: they must run one argv, and no group plan carries the flag (GROUP_MONO).
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ def _router_script(cmd) -> str:
             "# Not yet run on MI300-class hardware. `pip install vllm-router` or the vllm/vllm-router image.\n"
             f"set -euo pipefail\nexec {words}\n")
 
+
+# Why a group's launchers keep --monokernel when vLLM refuses it (one note, in `next` and the k8s annotation).
+GROUP_MONO = ("--monokernel in a group: its launchers do not drop it when vLLM refuses it, since every node must run "
+              "one argv and the kernels take one node's tensor parallelism only (no DP, EP or nodes: "
+              "rocm_dspark/recipe/mono.py, so `recipe` never adds it here); a refused start stops the group: remove "
+              "the flag")
 
 # vLLM's default --master-port (ParallelConfig.master_port, vllm/config/parallel.py 0.32/0.33).
 _MASTER_PORT = 29501
@@ -109,6 +118,10 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             install.append({"node": cmd.node, "address": cmd.address, "role": cmd.role,
                             "files": [str(p) for p in (lf.launcher, lf.unit, lf.env_file)],
                             "commands": list(install_commands(lf, user or DEFAULT_USER, here=True))})
+    from rocm_dspark.launch.launch_facts import MONOKERNEL
+
+    if grouped and any(MONOKERNEL in c.argv for c in cluster.commands):
+        nxt.append(GROUP_MONO)
     if grouped and head.block_argv is not None:
         nxt.append("adaptive verification with a fallback: set ROCM_DSPARK_GROUP_DIR to one directory every node "
                    "shares before starting the launchers (the group falls back together)")

@@ -103,6 +103,7 @@ class Calibration:
     host: bool = False                 # this host's fit (plan --calibrate), not the public A/B
     not_identified: tuple = ()         # terms no run of the fit identifies: they carry the public values
     notes: tuple = field(default=(), compare=False)   # host fit: what a leave-one-out fold could not identify
+    mono: dict | None = None           # host fit: the measured mono verify-step speedup (planner/mono_term.py)
 
     def stated_error_pct(self, calibrated_setting: bool) -> float:
         """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread
@@ -238,19 +239,20 @@ def adaptive_overhead(measured_ms, base_ms) -> tuple[float, float]:
     return float(overheads[i]), float(err[i])
 
 
-def predict_run_tok_s(params: StepParams, physics: Physics, run: dict) -> float:
+def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_speedup: float = 1.0) -> float:
     """The one predictor of a measured run {concurrency, k, adaptive, capture_size, acceptance_length}:
     output tok/s = c x acceptance length per step over CalibratedCost's step. A fixed-K run verifies
     c x (1+K) tokens; an adaptive run about c x acceptance length (its trimmed drafts; a lower bound) and
     pays adaptive_ms. The public A/B's adaptive cells publish no acceptance length, so there the scheduler
-    (simulator, same CalibratedCost) gives the tokens verified (_predict_cells)."""
+    (simulator, same CalibratedCost) gives the tokens verified (_predict_cells). `mono_speedup` divides the
+    verify step of a run whose steps take the mono decode kernels (planner/mono_term.py's model)."""
     from rocm_dspark.recipe.capture import vllm_capture_grid
 
     c, k = run["concurrency"], run["k"]
     tokens = round(c * run["acceptance_length"]) if run["adaptive"] else c * (1 + k)
     cost = CalibratedCost(params=params, physics=physics,
                           capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c)
-    ms = 1e3 * (float(cost.verify_seconds(tokens)) + cost.request_seconds(c) + cost.draft_seconds(c, k)
+    ms = 1e3 * (float(cost.verify_seconds(tokens)) / mono_speedup + cost.request_seconds(c) + cost.draft_seconds(c, k)
                 + (cost.adaptive_seconds if run["adaptive"] else 0.0))
     return 1e3 * c * run["acceptance_length"] / ms
 

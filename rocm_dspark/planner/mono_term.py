@@ -10,13 +10,18 @@ step, the draft and per-request work unchanged:
 so the fixed-K row's tok/s is multiplied by step / mono step. The verify step also holds work that is not a
 layer (sampling, the LM head), so the top of the range is an upper bound. Public and uncalibrated: no run of
 rocm-dspark measured it, and its error is the range itself on top of the cost model's.
+
+With this host's calibration holding a mono term (`plan --calibrate` on runs with and without --monokernel,
+planner/host_fit.py), s is that fit's one value and the range is its left-out error instead.
 """
 
 from __future__ import annotations
 
 
-def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int) -> list[dict]:
-    """One entry per plan row: whether mono runs and, where it does, the predicted fixed-K tok/s range."""
+def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int,
+              host_mono: dict | None = None) -> list[dict]:
+    """One entry per plan row: whether mono runs and, where it does, the predicted fixed-K tok/s range
+    (`host_mono`: this host's fitted term, host_fit._mono_term, ahead of the public one)."""
     from rocm_dspark.recipe.mono import decide
 
     m = catalog.mono
@@ -34,16 +39,22 @@ def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, 
             fixed = r.at_k(result.fixed_k)
             step = fixed.step_ms
             verify = 1000.0 * float(cost.verify_seconds(r.batch * (1 + result.fixed_k)))
-            lo, hi = m["public_gain"]["per_layer"]
-            ratios = [step / (step - verify + verify / s) for s in (lo, hi)]
             tps = fixed.expected_tokens_per_s
-            row.update(rows=d.rows, speedup=[round(x, 3) for x in ratios],
-                       tok_s=[round(tps * x, 1) for x in ratios])
+            if host_mono:
+                r_ = step / (step - verify + verify / float(host_mono["speedup"]))
+                e = float(host_mono["loo_error_pct"]) / 100
+                row.update(rows=d.rows, speedup=[round(r_, 3)] * 2, source="host", error_pct=host_mono["loo_error_pct"],
+                           tok_s=[round(tps * r_ * (1 - e), 1), round(tps * r_ * (1 + e), 1)])
+            else:
+                lo, hi = m["public_gain"]["per_layer"]
+                ratios = [step / (step - verify + verify / s) for s in (lo, hi)]
+                row.update(rows=d.rows, speedup=[round(x, 3) for x in ratios], source="public",
+                           tok_s=[round(tps * x, 1) for x in ratios])
         out.append(row)
     return out
 
 
-def mono_note(catalog, rows: list[dict]) -> str | None:
+def mono_note(catalog, rows: list[dict], host_mono: dict | None = None) -> str | None:
     if not rows:
         return None
     g = catalog.mono["public_gain"]
@@ -51,6 +62,10 @@ def mono_note(catalog, rows: list[dict]) -> str | None:
     on = [r for r in rows if r["on"]]
     if not on:
         return f"mono decode (--monokernel): off at every planned concurrency ({rows[0]['why'][5:]})"
+    if host_mono:
+        return (f"mono decode (--monokernel): this host's term (plan --calibrate, {host_mono['runs']} mono runs): "
+                f"verify step x1/{host_mono['speedup']:g}, draft and per-request work unchanged; the range is its "
+                f"left-out error +-{host_mono['loo_error_pct']:g}%, on top of the cost model's")
     ilo, ihi = g["interactivity"]
     clo, chi = (int(c) for c in g["concurrency"])
     return (f"mono decode (--monokernel): a public, uncalibrated term, not yet run on MI300-class hardware: the "

@@ -112,7 +112,7 @@ def host_fit_notes(calib, error_pct: float, payoff_pp: float) -> list[str]:
     adaptive = ("adaptive not identified by these runs (the public value "
                 f"{p.adaptive_ms:.2f} ms)" if "adaptive_ms" in calib.not_identified
                 else f"{p.adaptive_ms:.2f} ms adaptive-verification work")
-    public = [t.removesuffix("_ms").replace("_", " ") for t in calib.not_identified if t != "spread"]
+    public = [t.removesuffix("_ms").replace("_", " ") for t in calib.not_identified if t not in ("spread", "mono")]
     return [
         f"cost: calibrated step model, fit to this host's own runs: {calib.source_label} ({calib.source_url}); "
         f"step = {p.fixed_ms:.2f} ms fixed + weight/expert reads (recipe bytes / HBM) + {p.per_request_ms:.4f} ms "
@@ -182,6 +182,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                                             shape=acceptance_shape)
     gamma = model.block_size
     error_pct = payoff_pp = None
+    calib = None
     error_source = "uncalibrated"
     if cost_table is not None:
         grid = vllm_capture_grid(capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
@@ -247,9 +248,11 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     result.notes = notes + extra_notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
     from rocm_dspark.planner.mono_term import mono_note, mono_rows
 
+    host_mono = calib.mono if calib is not None and calib.host else None
     result.mono = mono_rows(catalog, model, gpu, profile, result, cost, dp=dp, capture_size=capture_size
-                            or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap))
-    result.notes += [n for n in (mono_note(catalog, result.mono),) if n]
+                            or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap),
+                            host_mono=host_mono)
+    result.notes += [n for n in (mono_note(catalog, result.mono, host_mono),) if n]
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes
 

@@ -83,7 +83,9 @@ def table_lines(plan) -> list[str]:
         if mono and any(m["on"] for m in plan.mono):  # its own line, as the overrun's; all off: the note says why
             lines.append(f"{'':>11} mono decode: " + (
                 f"ON ({mono['rows']} rows): fixed K={k} {mono['tok_s'][0]:.0f}-{mono['tok_s'][1]:.0f} tok/s "
-                f"(x{mono['speedup'][0]:.2f}-{mono['speedup'][1]:.2f}; public, uncalibrated)" if mono["on"]
+                + (f"(x{mono['speedup'][0]:.2f}; this host's fit, +-{mono['error_pct']:g}%)"
+                   if mono.get("source") == "host" else
+                   f"(x{mono['speedup'][0]:.2f}-{mono['speedup'][1]:.2f}; public, uncalibrated)") if mono["on"]
                 else mono["why"].rsplit(" (", 1)[0]))
         if r.concurrency in over:  # its own line: the row is already as wide as a table may be (textwidth.MAX_TABLE)
             lines.append(f"{'':>11} [capture overrun K{min(over[r.concurrency])}-{max(over[r.concurrency])}]: past the "

@@ -37,6 +37,8 @@ def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
             "acceptance_length": calib.acceptance_length, "loo_error_pct": calib.held_out_error_pct,
             "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff,
             "not_identified": list(calib.not_identified)}
+    if calib.mono:  # the mono term this host measured (host_fit._mono_term); absent: the public one stays
+        data["mono"] = dict(calib.mono)
     data = json.loads(json.dumps(data, allow_nan=False))
     data["sha256"] = content_hash(data)
     return data
@@ -62,8 +64,11 @@ def parse_data(data) -> HostRecord:
     data = {k: v for k, v in data.items() if k != "hmac"}
     if data.get("schema") != SCHEMA:
         raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    # not_identified: a newer field; an older record without it parses as before
-    check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
+    # not_identified and mono: newer fields; an older record without them parses as before
+    keys = {**_TOP, **{k: t for k, t in (("not_identified", list), ("mono", dict)) if k in data}}
+    check_keys(data, keys, "record")
+    if "mono" in data:
+        check_keys(data["mono"], {"speedup": (int, float), "loo_error_pct": (int, float), "runs": int}, "record mono")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
     return HostRecord(data)
@@ -108,7 +113,7 @@ def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
     calib = calibration(StepParams(**{k: float(v) for k, v in rec["params"].items()}),
                         acceptance_length=rec["acceptance_length"], loo_error_pct=rec["loo_error_pct"],
                         payoff_error_pp=rec["payoff_error_pp"], points=rec["points"], model=rec["model"],
-                        gpu=rec["gpu"], tp=rec["tp"], not_identified=rec.get("not_identified", ()),
+                        gpu=rec["gpu"], tp=rec["tp"], not_identified=rec.get("not_identified", ()), mono=rec.get("mono"),
                         source_url=f"{directory(state_dir)}/{rec['id']}.json",
                         source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)")
     return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
@@ -135,7 +140,9 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
     source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
     from rocm_dspark.planner.host_fit import LOO_BOUND_PCT, TERMS
 
-    kept = max(loo) <= LOO_BOUND_PCT
+    # the step model's own runs decide; the mono runs' error decides only the mono term (host_fit._mono_term)
+    step_loo = [e for e, r in zip(loo, rows) if not r.get("mono")]
+    kept = max(step_loo) <= LOO_BOUND_PCT
     record = build_record(calib, loo, rows, payoff, source)
     written = write(state_dir, record) if kept else None
     p = calib.params
@@ -143,6 +150,7 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
         return [json.dumps({"record": str(written) if written else None, "kept": kept,
                             "loo_bound_pct": LOO_BOUND_PCT, "leave_one_out_pct": [round(e, 2) for e in loo],
                             "not_identified": list(calib.not_identified), "fold_notes": list(calib.notes),
+                            "mono": calib.mono,
                             "params": record["params"],
                             "payoff": payoff}, indent=2)], kept
 
@@ -162,23 +170,34 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
             continue
         if name == "eager_per_token_ms":
             continue
+        if name == "mono":
+            if not any(r.get("mono") for r in rows):  # else host_fit._mono_term's line (calib.notes) says why
+                from rocm_dspark.planner.host_fit import public_mono
+
+                lines.append(f"mono term: not identified (needs {TERMS[name]}, beside runs without it); "
+                             f"{public_mono(catalog)}")
+            continue
         shown = ("eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " "))
         value = (f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token" if name.startswith("eager")
                  else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else ""))
         lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
     lines += list(calib.notes)
-    lines.append(f"{'arm':>12} {'K':>2} {'AV':>3} {'conc':>5} {'capture':>7} | {'measured':>9} | {'left-out error':>15}")
+    with_mono = any(r.get("mono") for r in rows)  # the column only where a run used it: older output unchanged
+    lines.append(f"{'arm':>12} {'K':>2} {'AV':>3} {'mono' if with_mono else ''}{' ' if with_mono else ''}{'conc':>5} "
+                 f"{'capture':>7} | {'measured':>9} | {'left-out error':>15}")
     for r, e in zip(rows, loo):
-        lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {r['concurrency']:>5} "
+        mono = f"{'yes' if r.get('mono') else 'no':>4} " if with_mono else ""
+        lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {mono}{r['concurrency']:>5} "
                      f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%")
-    lines.append(f"leave-one-out error: max {max(loo):.1f}%, mean {sum(loo) / len(loo):.1f}% (tok/s); stated for "
+    lines.append(f"leave-one-out error{' (runs without mono)' if with_mono else ''}: max {max(step_loo):.1f}%, mean "
+                 f"{sum(step_loo) / len(step_loo):.1f}% (tok/s); stated for "
                  f"plan: +-{calib.held_out_error_pct:g}% tok/s, +-{calib.held_out_payoff_error_pp:g} points of "
                  f"adaptive gain (twice the tok/s error: a ratio of two predictions)")
     if kept:
         lines.append(f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
                      f"the public one")
     else:
-        lines.append(f"not kept: the leave-one-out error {max(loo):.1f}% is above the {LOO_BOUND_PCT:g}% bound "
+        lines.append(f"not kept: the leave-one-out error {max(step_loo):.1f}% is above the {LOO_BOUND_PCT:g}% bound "
                      f"(docs/calibration.md); `plan` and the gate keep the public calibration. Measure more runs "
                      f"(other concurrencies, repeats) and calibrate again")
     return lines, kept
