@@ -59,6 +59,10 @@ PATTERNS = (
     ("api", "starting the API server", re.compile(r"Starting vLLM server on (\S+)"),
      "vllm/entrypoints/launchers/api_server/entry.py:140"),
     ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete"), "uvicorn"),
+    ("warming", "warming up (requests at the plan's batch sizes)", re.compile(r"rocm-dspark\[[^\]]*\]: warming up \("),
+     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
+    ("warmed", "warmed up", re.compile(r"rocm-dspark\[[^\]]*\]: warmed up in (\d+) s"),
+     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
     ("ready", "ready", re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
 )
 
@@ -77,6 +81,8 @@ def _detail(key: str, m: re.Match) -> str:
         return f"init took {m.group(1)} s"
     if key == "launcher":
         return f"{m.group(1)} verification"
+    if key == "warmed":
+        return f"took {m.group(1)} s"
     return ""
 
 
