@@ -623,7 +623,7 @@ def status(state_dir, sizes: bool = True) -> dict:
 
 
 def _jit_lines(jit: dict | None) -> list[str]:
-    """vLLM's JIT monitor since ready, in one line (issue 38): a compile there is a latency spike in traffic."""
+    """vLLM's JIT monitor since ready, in one line: a compile there is a latency spike in traffic."""
     if not jit:
         return []
     if jit.get("error"):
