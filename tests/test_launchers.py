@@ -759,21 +759,24 @@ def test_ready_comes_only_after_warm_up_requests_at_the_plans_batch_sizes(rig):
     log = notify_recorder(rig)
     plan = make_plan(port, adaptive=False, extra=SEQS4)
     proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="1")
-    # /health and /v1/models answer, the warm-up is under way: not ready yet, for the launcher and for systemd
-    assert wait_until(lambda: rig.state().get("phase") == "warming", 20), proc.communicate(timeout=5)
-    assert http_status(port, "/v1/models") == 200 and "--ready" not in log.read_text()
-    assert wait_until(lambda: rig.state().get("phase") == "serving", 20), proc.communicate(timeout=5)
-    posts = rig.posts()
-    assert [p for p, _ in posts] == ["/v1/completions"] * 7  # batches of 1, 2 and 4 (max_num_seqs 4)
-    assert all(b == {"model": plan.served_name, "prompt": posts[0][1]["prompt"], "max_tokens": 12, "temperature": 0,
-                     "ignore_eos": True} for _, b in posts), posts[0]
-    st = rig.state()
-    assert "7 requests in batches of 1, 2, 4: capture sizes exercised 6, 12, 24 (a decode step of batch x (1+K=6) "\
-        "tokens); max_num_seqs 4, the plan's capture size 32" in st["warmup"], st
-    notes = log.read_text().splitlines()
-    assert notes.index("/run/test.sock|--status=warming up (block verification)") < \
-        notes.index("/run/test.sock|--ready --status=serving (block verification)")
-    assert stop_and_check(proc, rig) == 143
+    try:
+        # /health and /v1/models answer, the warm-up is under way: not ready yet, for the launcher and for systemd
+        assert wait_until(lambda: rig.state().get("phase") == "warming", 20), proc.communicate(timeout=5)
+        assert http_status(port, "/v1/models") == 200 and "--ready" not in log.read_text()
+        assert wait_until(lambda: rig.state().get("phase") == "serving", 20), proc.communicate(timeout=5)
+        posts = rig.posts()
+        assert [p for p, _ in posts] == ["/v1/completions"] * 7  # batches of 1, 2 and 4 (max_num_seqs 4)
+        assert all(b == {"model": plan.served_name, "prompt": posts[0][1]["prompt"], "max_tokens": 12, "temperature": 0,
+                         "ignore_eos": True} for _, b in posts), posts[0]
+        st = rig.state()
+        assert "7 requests in batches of 1, 2, 4: capture sizes exercised 6, 12, 24 (a decode step of batch x (1+K=6) "\
+            "tokens); max_num_seqs 4, the plan's capture size 32" in st["warmup"], st
+        notes = log.read_text().splitlines()
+        assert notes.index("/run/test.sock|--status=warming up (block verification)") < \
+            notes.index("/run/test.sock|--ready --status=serving (block verification)")
+    finally:
+        code = stop_and_check(proc, rig)
+    assert code == 143
     err = proc.stderr.read().decode()
     assert err.index("warmed up in ") < err.index("ready: serving"), err
     mode_log = (rig.root / "state" / "block.log").read_text()  # the same lines in the start's own log
