@@ -104,6 +104,7 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
 
     monkeypatch.setattr(service, "start_process", start_process)
     monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = _run(tmp_path, "foreground")
     run.options.selection["port"] = port
     run.outputs["choose"] = steps.choose_run(run)

@@ -216,20 +216,22 @@ def _launch_cli(tmp_path, *args) -> list[Path]:
     return sorted(out.glob("*.sh"))
 
 
-# The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines; the one-start lock 12,
-# and in a container the stopped-leftover check 12 more.
-@pytest.mark.parametrize("args, most", [(("--container",), 325), ((), 300), (("--container", "--format", "systemd"), 355)])
+# The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines, the warm-up before
+# ready (warm_up and its batches) about 45, the one-start lock 12, and in a container the stopped-leftover check 12 more.
+@pytest.mark.parametrize("args, most", [(("--container",), 370), ((), 335), (("--container", "--format", "systemd"), 400)])
 def test_the_default_single_node_launcher_is_short_and_has_only_what_runs(tmp_path, args, most):
     (path,) = _launch_cli(tmp_path, *args)
     text = path.read_text()
     assert len(text.splitlines()) < most, len(text.splitlines())
     shellcheck(path)
-    # Decided when it is written, not at run time: no test seams, one HTTP client, no JSON written by bash, no
+    # Decided when it is written, not at run time: no test seams, one HTTP client, no JSON written by bash (the
+    # warm-up's request body is Python's, sent with its one Content-Type header), no
     # fallback, group or refusal-memo code for a block plan, docker only in the container form.
     for absent in ("ROCM_DSPARK_HOST_ROOT", "ROCM_DSPARK_HTTP_CLIENT", "ROCM_DSPARK_CONTAINER", "/dev/tcp", "python3",
-                   "json", "FALLBACK_ARGV", "adaptive-refused", "GROUP", "worker_main", "{{", "#@"):
+                   "FALLBACK_ARGV", "adaptive-refused", "GROUP", "worker_main", "{{", "#@"):
         assert absent not in text, absent
     assert text.count("curl -s") == 1 and "PRIMARY_MODE=block" in text
+    assert text.count("json") == 1 and "-H 'Content-Type: application/json'" in text
     assert ("docker run" in text) == ("--container" in args)
     assert ("systemd-notify" in text) == ("systemd" in args) == ("WATCHDOG_USEC" in text)
 
@@ -851,6 +853,76 @@ def test_systemd_notify_is_called_when_ready(rig):
     assert lines[-1] == "/run/test.sock|--ready --status=serving (block verification)"
     # vLLM itself must not inherit the socket (only the launcher reports readiness).
     assert b"NOTIFY_SOCKET" not in rig.records()[0]["env"]
+
+
+# ---- issue 38: ready only once warmed (rocm_dspark/launch/warmup.py) ----
+
+SEQS4 = ("--max-num-seqs", "4", "--max-cudagraph-capture-size", "32")
+
+
+def test_ready_comes_only_after_warm_up_requests_at_the_plans_batch_sizes(rig):
+    port = free_port()
+    log = notify_recorder(rig)
+    plan = make_plan(port, adaptive=False, extra=SEQS4)
+    proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="1")
+    try:
+        # /health and /v1/models answer, the warm-up is under way: not ready yet, for the launcher and for systemd
+        assert wait_until(lambda: rig.state().get("phase") == "warming", 20), proc.communicate(timeout=5)
+        assert http_status(port, "/v1/models") == 200 and "--ready" not in log.read_text()
+        assert wait_until(lambda: rig.state().get("phase") == "serving", 20), proc.communicate(timeout=5)
+        posts = rig.posts()
+        assert [p for p, _ in posts] == ["/v1/completions"] * 7  # batches of 1, 2 and 4 (max_num_seqs 4)
+        assert all(b == {"model": plan.served_name, "prompt": posts[0][1]["prompt"], "max_tokens": 12, "temperature": 0,
+                         "ignore_eos": True} for _, b in posts), posts[0]
+        st = rig.state()
+        assert "7 requests in batches of 1, 2, 4: capture sizes exercised 6, 12, 24 (a decode step of batch x (1+K=6) "\
+            "tokens); max_num_seqs 4, the plan's capture size 32" in st["warmup"], st
+        notes = log.read_text().splitlines()
+        assert notes.index("/run/test.sock|--status=warming up (block verification)") < \
+            notes.index("/run/test.sock|--ready --status=serving (block verification)")
+    finally:
+        code = stop_and_check(proc, rig)
+    assert code == 143
+    err = proc.stderr.read().decode()
+    assert err.index("warmed up in ") < err.index("ready: serving"), err
+    mode_log = (rig.root / "state" / "block.log").read_text()  # the same lines in the start's own log
+    assert "]: warmed up in " in mode_log and "]: ready: serving " in mode_log
+
+
+def test_a_failed_warm_up_request_is_one_line_and_the_start_is_not_ready(rig):
+    port = free_port()
+    res = rig.run(rig.write(make_plan(port, adaptive=False, extra=SEQS4)), STANDIN_COMPLETE="500", STANDIN_WORKER="1")
+    err = res.stderr.decode()
+    assert res.returncode == 1, err
+    (line,) = [ln for ln in err.splitlines() if "warm-up request" in ln]
+    assert "is not ready: warm-up request 1 (in a batch of 1) to http://127.0.0.1:" in line
+    assert "/v1/completions got HTTP 500: " in line and "stand-in: warm-up refused" in line
+    assert "ready: serving" not in err and len(rig.posts()) == 1  # the first failure ends it
+    st = rig.state()
+    assert st["phase"] == "failed" and [a["outcome"] for a in st["attempts"]] == ["warm_up_failed"]
+    pids = rig.records()[0]["pids"]
+    assert len(pids) == 2 and not any(alive(p) for p in pids), "vLLM was left running after a failed warm-up"
+
+
+def test_an_adaptive_start_whose_warm_up_fails_falls_back_to_block(rig):
+    port = free_port()
+    proc = start_ready(rig, rig.write(make_plan(port, extra=SEQS4)), port, STANDIN_COMPLETE_ADAPTIVE="503")
+    st = rig.state()
+    assert [(a["mode"], a["outcome"]) for a in st["attempts"]] == [("adaptive", "warm_up_failed"), ("block", "ready")]
+    assert not (rig.root / "state" / "adaptive-refused").exists(), "a failed warm-up is not vLLM's refusal"
+    assert len(rig.posts()) == 1 + 7
+    stop_and_check(proc, rig)
+
+
+def test_a_warm_up_past_the_deadline_is_stopped_and_exits_124(rig):
+    port = free_port()
+    script = rig.write(make_plan(port, adaptive=False))
+    t0 = time.monotonic()
+    res = rig.run(script, ROCM_DSPARK_READY_TIMEOUT_S="3", STANDIN_COMPLETE_DELAY="30")
+    err = res.stderr.decode()
+    assert res.returncode == 124 and 3 <= time.monotonic() - t0 < 20, err
+    assert "got no answer by the 3s deadline" in err and "ready: serving" not in err
+    assert rig.state()["attempts"][0]["outcome"] == "not_ready_by_deadline"
 
 
 def test_host_checks_warn_about_numa_balancing_and_missing_kfd(rig):

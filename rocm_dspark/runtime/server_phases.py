@@ -59,6 +59,10 @@ PATTERNS = (
     ("api", "starting the API server", re.compile(r"Starting vLLM server on (\S+)"),
      "vllm/entrypoints/launchers/api_server/entry.py:140"),
     ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete"), "uvicorn"),
+    ("warming", "warming up (requests at the plan's batch sizes)", re.compile(r"rocm-dspark\[[^\]]*\]: warming up \("),
+     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
+    ("warmed", "warmed up", re.compile(r"rocm-dspark\[[^\]]*\]: warmed up in (\d+) s"),
+     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
     ("ready", "ready", re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
 )
 
@@ -77,6 +81,8 @@ def _detail(key: str, m: re.Match) -> str:
         return f"init took {m.group(1)} s"
     if key == "launcher":
         return f"{m.group(1)} verification"
+    if key == "warmed":
+        return f"took {m.group(1)} s"
     return ""
 
 
@@ -196,3 +202,19 @@ def jit_compiles(text: str, since: int = 0) -> dict:
         elif m := _AUTOTUNE.search(ln):
             events.append({"backend": "Triton", "event": "autotuning", "kernel": m.group(1), "line": ln.strip()})
     return {"mode": mode, "events": events}
+
+
+# The launcher's ready line (launcher.sh.tmpl mark(): in its output and in the start's <mode>.log), said after
+# its warm-up requests.
+_READY_LINE = re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving")
+
+
+def jit_report(text: str) -> dict:
+    """vLLM's JIT monitor in a launcher's log, split at the launcher's last "ready: serving": {"mode" (None: never
+    activated), "ready" (the log has that line), "warm_up": the compiles reported before it (while the launcher's
+    warm-up requests ran), "serving": those after it}. Events are jit_compiles'."""
+    ready = [m.start() for m in _READY_LINE.finditer(text)]
+    cut = ready[-1] if ready else len(text)
+    before, after = jit_compiles(text[:cut]), jit_compiles(text, cut)
+    return {"mode": after["mode"], "ready": bool(ready), "warm_up": before["events"],
+            "serving": after["events"] if ready else []}

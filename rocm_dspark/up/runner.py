@@ -430,6 +430,28 @@ def _compile_cache(state_dir, svc) -> dict:
     return {**usage(_cache_root(state_dir, svc)), "key": ls.get("cache_key"), "used": bool(ls.get("cache_dir"))}
 
 
+def _jit(svc) -> dict | None:
+    """What vLLM's JIT monitor reported in the service's log (runtime/server_phases.jit_report), with the log's
+    path; None without a log. Read bounded: the head (the monitor's activation) and the last 48 MiB."""
+    from rocm_dspark.runtime.server_phases import jit_report
+
+    path = (svc or {}).get("log")
+    if not path:
+        return None
+    head, tail = 8 << 20, 48 << 20
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            data = f.read(head + tail) if size <= head + tail else f.read(head)
+            if size > head + tail:
+                f.seek(size - tail)
+                data += b"\n" + f.read(tail)
+    except OSError as exc:
+        return {"log": path, "error": exc.strerror or str(exc)}
+    return {"log": path, **jit_report(data.decode("utf-8", "replace"))}
+
+
 def _stop(state_dir, display) -> int:
     from rocm_dspark.up import ready_server
 
@@ -471,8 +493,26 @@ def status(state_dir, sizes: bool = True) -> dict:
             "service": {**(svc or {}), "running": running, "health": health} if svc else None,
             "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary"),
             "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
+            "jit": _jit(svc) if sizes and svc else None,
             "mode_changes": state.data.get("mode_changes", []), "bands": bands,
             "watch": canary.status_lines(state_dir, state.data, bands) if state.exists else []}
+
+
+def _jit_lines(jit: dict | None) -> list[str]:
+    """vLLM's JIT monitor since ready, in one line: a compile there is a latency spike in traffic."""
+    if not jit:
+        return []
+    if jit.get("error"):
+        return [f"JIT monitor: cannot read the server log {jit['log']}: {jit['error']}"]
+    if jit["mode"] is None:
+        return ["JIT monitor: not active in this server (vLLM turns it on after its own JIT warm-up on a GPU; "
+                "--enforce-eager, kernel_config.enable_jit_warmup=false and vLLM's CPU build leave it off)"]
+    warm = f"{len(jit['warm_up'])} during the warm-up before ready"
+    if not jit["ready"]:
+        return [f"JIT monitor (mode={jit['mode']}): not ready yet; {warm}"]
+    kernels = sorted({f"{e['backend']} {e['kernel']}" for e in jit["serving"]})
+    return [f"JIT monitor (mode={jit['mode']}): {len(jit['serving'])} compile(s) while serving since ready"
+            + (f" ({', '.join(kernels)}: each a latency spike)" if kernels else "") + f"; {warm}"]
 
 
 def status_lines(st: dict) -> list[str]:
@@ -501,6 +541,7 @@ def status_lines(st: dict) -> list[str]:
     if cc and (cc["keys"] or cc["key"]):
         lines.append(f"compile cache: {cc['root']}: {cc['bytes'] / 2**20:.0f} MB in {len(cc['keys'])} key(s); current key "
                      f"{cc['key'] or '-'}" + ("" if cc["used"] or not cc["key"] else " (not used: the start was cold)"))
+    lines += _jit_lines(st.get("jit"))
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
     rs = st.get("ready_server")

@@ -181,9 +181,14 @@ def _start_process(run, which: str) -> dict:
     _record(run, which, rec)
     deadline = start_window_s(plan, run.options.ready_timeout_s)
     t0 = time.monotonic()
+    from rocm_dspark.runtime.process import Readiness
 
     def poll():
         ready = srv.wait_ready(0.01, poll_s=0.01)
+        # Ready is the launcher's word: it says serving only once its warm-up requests passed (launcher.sh.tmpl
+        # warm_up); /health answers before that.
+        if ready.ready and launcher_phase(run.dir / "launch-state" / which) != "serving":
+            ready = Readiness("timeout", ready.elapsed_s, last_error="/health answers, the launcher is warming up")
         if ready.status != "timeout" or time.monotonic() - t0 > deadline:
             return ready
         return None
@@ -215,12 +220,15 @@ def _start_systemd(run, which: str) -> dict:
     t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
 
     def poll():
+        # A Type=notify unit is "activating" until the launcher's READY=1, which it sends once warmed
+        # (launcher.sh.tmpl warm_up): only then is it "active"; /health answers before that.
+        state = service.unit_state(unit)
         try:
-            if client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
+            if state == "active" and client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
                 return "ready"
         except Exception:  # noqa: BLE001 - not up yet
             pass
-        if not service.unit_active(unit) and time.monotonic() - t0 > 10:
+        if state in ("failed", "inactive") and time.monotonic() - t0 > 10:
             return "failed"
         return "timeout" if time.monotonic() - t0 > deadline else None
 
@@ -241,6 +249,13 @@ def run_all(run, commands: list[Run], what: str, fix: str, timeout: float = 120.
         if code != 0:
             raise StepFailed(f"{what}: `{shlex.join(c.argv)}` failed (exit {code}): "
                              f"{text.splitlines()[-1] if text else 'no output'}", fix)
+
+
+def launcher_phase(directory: Path) -> str | None:
+    """The phase the launcher last wrote (starting, warming, serving, failed, ...), None before it wrote one."""
+    from rocm_dspark.launch import launch_state as reader
+
+    return reader.read(directory).get("phase")
 
 
 def launch_state(directory: Path, wait_s: float = 10.0) -> dict:

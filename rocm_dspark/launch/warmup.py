@@ -1,0 +1,83 @@
+"""Warm before ready: the requests a launcher sends once /v1/models answers and before it says "ready: serving"
+(templates/launcher.sh.tmpl, warm_up), so that the batch sizes the plan serves have run once before traffic.
+
+vLLM warms its own kernels first, with dummy inputs: dummy runs of the compile sizes, its kernel warm-up and,
+with KernelConfig.enable_jit_warmup (default True, vllm/config/kernel.py:291 in 0.32.0, :296 in 0.33.0), its
+JIT warm-up (vllm/v1/worker/gpu_worker.py:936-957 in 0.32.0), then graph capture; only then it activates its
+JIT monitor (:1078), which logs every later compile "during inference" (runtime/server_phases.py reads it).
+Ours are real requests at the concurrencies the plan allows: batches of 1, 2, 4, ... requests up to
+max_num_seqs, each batch sent together, so that a decode step of b requests carries b x (1+K) tokens and the
+last reaches max_num_seqs x (1+K), the product the plan's capture size covers (recipe/capture.py). A kernel
+that still compiles for one of these shapes does so here, before ready, not as a latency spike in traffic
+(with jit_monitor_mode=error vLLM fails that request, and the start is not ready).
+
+Short on purpose: max_tokens just past two verify steps, ignore_eos so each request runs its full length.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from rocm_dspark.recipe.plan import Command
+
+PROMPT = "Warm-up request: count from one to ten."
+MIN_TOKENS = 8  # a few decode steps even without speculative decoding
+
+
+class Warmup(NamedTuple):
+    batches: tuple[int, ...]   # requests sent together, one batch after the other
+    step: int                  # tokens one request adds to a decode step: 1 + K
+    capture: int | None        # the largest captured size: 0 eager (no graphs), None vLLM's default
+    max_num_seqs: int | None   # None: the plan leaves it to vLLM's default, which this module does not guess
+
+    @property
+    def step_sizes(self) -> tuple[int, ...]:
+        """Tokens in the decode step of each batch: the capture sizes these requests exercise."""
+        return tuple(b * self.step for b in self.batches)
+
+    @property
+    def max_tokens(self) -> int:
+        return max(MIN_TOKENS, 2 * self.step)
+
+    def says(self) -> str:
+        """What the launcher's log line says was exercised (one line)."""
+        sizes = ", ".join(map(str, self.step_sizes))
+        graphs = ("no graphs (--enforce-eager)" if self.capture == 0 else
+                  f"the plan's capture size {self.capture}" if self.capture else "vLLM's default capture sizes")
+        seqs = f"max_num_seqs {self.max_num_seqs}" if self.max_num_seqs else "max_num_seqs not set by the plan"
+        return (f"{sum(self.batches)} requests in batches of {', '.join(map(str, self.batches))}: capture sizes "
+                f"exercised {sizes} (a decode step of batch x (1+K={self.step}) tokens); {seqs}, {graphs}")
+
+
+def batches(max_num_seqs: int | None) -> tuple[int, ...]:
+    """1, 2, 4, ... below max_num_seqs, then max_num_seqs; (1,) when the plan does not set it."""
+    if not max_num_seqs or max_num_seqs < 1:
+        return (1,)
+    out, b = [], 1
+    while b < max_num_seqs:
+        out.append(b)
+        b *= 2
+    return (*out, max_num_seqs)
+
+
+def _int(cmd: Command, dest: str) -> int | None:
+    v = cmd.value(dest)
+    return int(v) if isinstance(v, str) and v.isdigit() else None
+
+
+def plan_warmup(argv, capture_size: int = 0) -> Warmup:
+    """The warm-up of one command (block and adaptive can differ in K): from its own flags."""
+    cmd = Command.from_words(argv)
+    spec = cmd.spec_config() or {}
+    k = spec.get("num_speculative_tokens")
+    k = k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else 0
+    seqs = _int(cmd, "max_num_seqs")
+    capture = 0 if cmd.bool_flag("enforce_eager") else (_int(cmd, "max_cudagraph_capture_size") or capture_size or None)
+    return Warmup(batches(seqs), 1 + k, capture, seqs)
+
+
+def body(served_name: str, max_tokens: int) -> str:
+    """The /v1/completions request body, as JSON (the launcher sends it as is)."""
+    return json.dumps({"model": served_name, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
+                       "ignore_eos": True}, ensure_ascii=False, separators=(",", ":"))
