@@ -94,7 +94,7 @@ def test_a_group_with_a_forced_monokernel_says_in_one_note_why_it_keeps_it(tmp_p
     from click.testing import CliRunner
 
     from rocm_dspark.cli import cli
-    from rocm_dspark.launch.launch_group import GROUP_MONO
+    from rocm_dspark.launch.launch_facts import GROUP_MONO
 
     base = ["launch", "--model", "V4.1-Flash", "--gpu", "mi355x", "--strategy", "multi_node_tp_pp", "--nodes", "2",
             "--head-address", "10.0.0.1", "--vllm-arg", "--monokernel", "--json"]

@@ -218,7 +218,7 @@ def _launch_cli(tmp_path, *args) -> list[Path]:
 
 # The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines, the warm-up before
 # ready (warm_up and its batches) about 45, the one-start lock 12, and in a container the stopped-leftover check 12 more.
-@pytest.mark.parametrize("args, most", [(("--container",), 370), ((), 335), (("--container", "--format", "systemd"), 400)])
+@pytest.mark.parametrize("args, most", [(("--container",), 372), ((), 346), (("--container", "--format", "systemd"), 402)])
 def test_the_default_single_node_launcher_is_short_and_has_only_what_runs(tmp_path, args, most):
     (path,) = _launch_cli(tmp_path, *args)
     text = path.read_text()

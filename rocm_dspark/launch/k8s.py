@@ -330,11 +330,9 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
     head, worker = cluster.commands[0], cluster.commands[1]
     labels = _labels(name, "group")
-    from rocm_dspark.launch.launch_facts import MONOKERNEL
+    from rocm_dspark.launch.launch_facts import GROUP_MONO, MONOKERNEL
 
     if MONOKERNEL in head.argv:
-        from rocm_dspark.launch.launch_group import GROUP_MONO
-
         notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
     leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env, secrets=secrets),
                           g, port, _probes(port, startup_budget_s), shm_gib)

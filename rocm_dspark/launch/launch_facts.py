@@ -148,3 +148,9 @@ NUMA_BALANCING_FIX = "sudo sysctl -w kernel.numa_balancing=0"
 KFD = "/dev/kfd"
 DRI = "/dev/dri"
 GPU_GROUPS = ("video", "render")
+
+# A group keeps --monokernel (launch_group and k8s say so in one note).
+GROUP_MONO = ("--monokernel in a group: its launchers do not drop it when vLLM refuses it, since every node must run "
+              "one argv and the kernels take one node's tensor parallelism only (no DP, EP or nodes: "
+              "rocm_dspark/recipe/mono.py, so `recipe` never adds it here); a refused start stops the group: remove "
+              "the flag")

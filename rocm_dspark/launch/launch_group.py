@@ -8,7 +8,7 @@ group falls back together, never one node alone. Prefill/decode nodes are indepe
 single); the router gets a plain script.
 
 --monokernel: an instance of role single (a prefill/decode pool's) drops it on vLLM's refusal as a lone server
-does. A group's nodes do not: they must run one argv, and no group plan carries the flag (GROUP_MONO).
+does. A group's nodes do not: they must run one argv, and no group plan carries the flag (launch_facts.GROUP_MONO).
 """
 
 from __future__ import annotations
@@ -34,11 +34,6 @@ def _router_script(cmd) -> str:
 
 
 # Why a group's launchers keep --monokernel when vLLM refuses it (one note, in `next` and the k8s annotation).
-GROUP_MONO = ("--monokernel in a group: its launchers do not drop it when vLLM refuses it, since every node must run "
-              "one argv and the kernels take one node's tensor parallelism only (no DP, EP or nodes: "
-              "rocm_dspark/recipe/mono.py, so `recipe` never adds it here); a refused start stops the group: remove "
-              "the flag")
-
 # vLLM's default --master-port (ParallelConfig.master_port, vllm/config/parallel.py 0.32/0.33).
 _MASTER_PORT = 29501
 
@@ -118,7 +113,7 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
             install.append({"node": cmd.node, "address": cmd.address, "role": cmd.role,
                             "files": [str(p) for p in (lf.launcher, lf.unit, lf.env_file)],
                             "commands": list(install_commands(lf, user or DEFAULT_USER, here=True))})
-    from rocm_dspark.launch.launch_facts import MONOKERNEL
+    from rocm_dspark.launch.launch_facts import GROUP_MONO, MONOKERNEL
 
     if grouped and any(MONOKERNEL in c.argv for c in cluster.commands):
         nxt.append(GROUP_MONO)

@@ -133,3 +133,10 @@ def software_in(tool: str, image: str, timeout_s: float = 600.0) -> dict:
         return parse(proc.stdout)
     except ValueError as exc:
         raise RuntimeError(str(exc)) from None
+
+
+def bench_container(run) -> tuple[str, str] | None:
+    """Where `vllm bench serve` runs (validate's sweep, the A/B arms): in the serving image (container modes), else
+    on the host."""
+    tool, image = runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    return (tool, image) if run.mode() != "foreground" and tool and image else None

@@ -435,12 +435,6 @@ def validate_inputs(run) -> dict:
             "quick": run.quick()}
 
 
-def bench_container(run) -> tuple[str, str] | None:
-    """Where the sweep's `vllm bench serve` runs: in the serving image (container modes), else on the host."""
-    tool, image = image_mod.runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
-    return (tool, image) if run.mode() != "foreground" and tool and image else None
-
-
 def validate_run(run) -> dict:
     from rocm_dspark.recipe.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
@@ -452,7 +446,7 @@ def validate_run(run) -> dict:
                            server_json=run.target.validate_server_json(run),
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            gate_software=run.gate_software(),
-                           bench_container=bench_container(run),
+                           bench_container=image_mod.bench_container(run),
                            service_user=run.target.validate_service_user(run),
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
