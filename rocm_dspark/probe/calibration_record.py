@@ -55,18 +55,11 @@ class HostRecord(dict):
 
 
 def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import RecordError, check_keys, content_hash
+    from rocm_dspark.probe.record import check_preamble
 
-    if not isinstance(data, dict):
-        raise RecordError("not a JSON object")
-    data = {k: v for k, v in data.items() if k != "hmac"}
-    if data.get("schema") != SCHEMA:
-        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     # not_identified: a newer field; an older record without it parses as before
-    check_keys(data, {**_TOP, "not_identified": list} if "not_identified" in data else _TOP, "record")
-    if data["sha256"] != content_hash(data):
-        raise RecordError("content hash does not match (edited or corrupted)")
-    return HostRecord(data)
+    top = {**_TOP, "not_identified": list} if isinstance(data, dict) and "not_identified" in data else _TOP
+    return HostRecord(check_preamble(data, SCHEMA, top))
 
 
 def write(state_dir, data: dict):
