@@ -21,11 +21,11 @@ def cache_path(state_dir) -> str:
 def read(state_dir) -> dict:
     """{repo:tag: entry}; {} when there is no cache or it is unreadable (the plan then says "unresolved")."""
     from rocm_dspark.errors import UsageError
-    from rocm_dspark.inputs import read_text
+    from rocm_dspark.inputs import parse_json, read_text
 
-    try:
-        data = json.loads(read_text(cache_path(state_dir), "image cache"))  # bounded, regular files only
-    except (UsageError, ValueError):
+    try:  # bounded, regular files only, strict JSON
+        data = parse_json(read_text(cache_path(state_dir), "image cache"), "image cache")
+    except UsageError:
         return {}
     images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(images, dict):

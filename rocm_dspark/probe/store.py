@@ -242,7 +242,7 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
             why = f"holds {label} {record.id} (renamed file)"
             rest.append(Checked(path, None, why, f"{c.name} {why}: ignored"))
             continue
-        if key is None or not verify(data, key):
+        if key is None or not isinstance(data, dict) or not verify(data, key):  # parse() saw an object
             why = f"is not signed with this host's key ({KEY_FILE})"
             records.append(Checked(path, record, why, f"{label} {record.id} {why}: ignored"))
             continue
