@@ -16,8 +16,9 @@ Shape (schema "rocm-dspark/probe-record/1"):
 
 The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
 who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,
-"Trust model for probe records"), not here. parse_record() is strict: unknown or
-missing keys, wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
+"Trust model for probe records"), not here. parse_record() is strict (inputs.parse_json, then
+check_preamble, which the A/B and calibration records share): NaN, duplicate keys, unknown or missing keys,
+wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
 """
 
 from __future__ import annotations
