@@ -62,9 +62,10 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES)
         raise UsageError(f"{what} {p}: not UTF-8 text{hint}: byte {exc.start} cannot be decoded; save it as UTF-8") from None
 
 
-class JSONInputError(UsageError):
+class JSONInputError(UsageError, ValueError):
     """Text that is not strict JSON. The message is one line, `"{what}: ..."`; `detail` is the problem alone,
-    for a reader that reports it in its own words (a record the gate ignores, rocm_dspark.probe.record)."""
+    for a reader that reports it in its own words (a record the gate ignores, rocm_dspark.probe.record). A
+    ValueError too, as json's own errors are: a reader that caught json.loads's error still catches this."""
 
     def __init__(self, what: str, message: str, detail: str):
         super().__init__(f"{what}: {message}")

@@ -41,12 +41,9 @@ def parse_rocminfo(text: str) -> list[GpuAgent]:
 def amdsmi_json_entries(text: str) -> list[dict]:
     """The per-GPU objects of any `amd-smi ... --json` output: a list (ROCm 6.x), {"gpu_data": [...]}
     (newer releases) or one object. ValueError (one line) when it is not strict JSON: no NaN, no duplicate key."""
-    from rocm_dspark.inputs import JSONInputError, parse_json
+    from rocm_dspark.inputs import parse_json
 
-    try:
-        data = parse_json(text, "amd-smi --json output")
-    except JSONInputError as exc:
-        raise ValueError(str(exc)) from None
+    data = parse_json(text, "amd-smi --json output")
     if isinstance(data, dict):
         data = data.get("gpu_data", [data])
     if not isinstance(data, list):

@@ -9,7 +9,6 @@ remains for the A/B arms.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import shutil
@@ -17,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocm_dspark.inputs import parse_json
 from rocm_dspark.runtime.client import one_line
 from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
@@ -90,7 +90,7 @@ async def _one(client, url: str, body: dict, timeout_s: float) -> RequestRecord:
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     break
-                data = json.loads(payload)
+                data = parse_json(payload, "a streamed chunk")
                 if data.get("usage"):
                     tokens = data["usage"].get("completion_tokens") or tokens
                 choices = data.get("choices") or []
