@@ -131,3 +131,18 @@ def test_parse_json_refuses_in_one_line_naming_what(text, detail):
 def test_parse_json_reads_strict_json():
     assert parse_json('{"a": [1, 2.5, null, true, "é"]}', "x") == {"a": [1, 2.5, None, True, "é"]}
     assert parse_json(b'{"a": 1}', "x") == {"a": 1}
+
+
+def test_the_software_facts_script_runs_without_the_package_and_its_output_parses_strictly():
+    import subprocess
+    import sys
+
+    from rocm_dspark.probe import software
+
+    out = subprocess.run([sys.executable, "-I", "-c", software.script()], capture_output=True, text=True, timeout=120,
+                         cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert set(software.parse(out.stdout)) == set(software.KEYS)
+    line = out.stdout.strip().splitlines()[-1]
+    with pytest.raises(ValueError, match="the software facts: malformed JSON: duplicate key"):
+        software.parse(line[:-1] + ', "vllm_version": null}')
