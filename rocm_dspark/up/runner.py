@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import parse_json, read_text
+from rocm_dspark.inputs import JSONInputError, parse_json, read_text
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.health import answer, vllm_health
@@ -390,8 +390,8 @@ def local_check():
     check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
     try:
         return parse_json(check, "ROCM_DSPARK_UP_LOCAL_CHECK") if check else None
-    except UsageError as exc:
-        raise UsageError(f"{exc}: set it to an object such as "
+    except JSONInputError as exc:
+        raise UsageError(f"ROCM_DSPARK_UP_LOCAL_CHECK is not JSON ({exc.detail}): set it to an object such as "
                          '{"prompt": "...", "expect": "..."} or unset it') from None
 
 
