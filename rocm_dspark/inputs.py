@@ -4,8 +4,9 @@ Encoding (README, "Encoding"): every file, argument and path is strict UTF-8. A 
 UTF-16, Latin-1) is refused with a one-line error that says so, never half-decoded.
 
 A file is opened with O_NONBLOCK (a FIFO cannot hang the command), must be a regular file, and is read with a
-bounded read: read_regular, the one such read (the state dir's readers use it too, with O_NOFOLLOW). JSON is parsed strictly: NaN/Infinity, duplicate keys, nesting past Python's recursion limit and
-integers past its digit limit are errors that name the file.
+bounded read: read_regular, the one such read (the state dir's readers use it too, with O_NOFOLLOW). JSON is
+parsed strictly, by parse_json alone (also records and state files): NaN/Infinity, duplicate keys, nesting past
+Python's recursion limit and integers past its digit limit are errors that name the file.
 """
 
 from __future__ import annotations
@@ -99,6 +100,16 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES)
         raise UsageError(f"{what} {p}: not UTF-8 text{hint}: byte {exc.start} cannot be decoded; save it as UTF-8") from None
 
 
+class JSONInputError(UsageError, ValueError):
+    """Text that is not strict JSON. The message is one line, `"{what}: ..."`; `detail` is the problem alone,
+    for a reader that reports it in its own words (a record the gate ignores, rocm_dspark.probe.record). A
+    ValueError too, as json's own errors are: a reader that caught json.loads's error still catches this."""
+
+    def __init__(self, what: str, message: str, detail: str):
+        super().__init__(f"{what}: {message}")
+        self.detail = detail
+
+
 def _no_duplicates(pairs):
     out = {}
     for key, value in pairs:
@@ -112,20 +123,31 @@ def _no_constant(name):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads_json(text: str, where: str):
-    """Strict JSON; UsageError `"{where}: ..."` in one line for anything malformed."""
+def parse_json(text: str | bytes, what: str):
+    """The one strict JSON reader for what comes from outside this process (evidence, records, state files,
+    operator-supplied JSON): NaN/Infinity, duplicate keys, bytes that are not UTF-8, nesting past Python's
+    recursion limit and integers past its digit limit raise JSONInputError naming `what`, in one line."""
     import json
 
+    what = what if what.isprintable() else ascii(what)  # a newline in a path cannot split the line
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONInputError(what, f"not UTF-8 text: byte {exc.start} cannot be decoded",
+                                 f"not UTF-8: byte {exc.start}") from None
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+        raise JSONInputError(what, f"line {exc.lineno}: malformed JSON: {exc.msg}",
+                             f"line {exc.lineno}: {exc.msg}") from None
     except RecursionError:
-        raise UsageError(f"{where}: JSON nested too deeply") from None
+        raise JSONInputError(what, "JSON nested too deeply", "nested too deeply") from None
     except ValueError as exc:  # duplicate key, NaN, an integer past the digit limit
         first = (str(exc).splitlines() or [""])[0].split(";")[0]
-        raise UsageError(f"{where}: malformed JSON: {first}") from None
+        raise JSONInputError(what, f"malformed JSON: {first}", first) from None
 
 
 def load_json(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES):
-    return loads_json(read_text(path, what, max_bytes=max_bytes), f"{what} {Path(path)}")
+    """read_text, then parse_json: a user's JSON file, bounded and strict."""
+    return parse_json(read_text(path, what, max_bytes=max_bytes), f"{what} {Path(path)}")

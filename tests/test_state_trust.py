@@ -143,11 +143,12 @@ def test_up_never_runs_a_launcher_the_state_names_outside_its_launch_dir(tmp_pat
     "[]", "1", '{"schema": 1, "steps": []}', '{"schema": 1, "steps": {"a": 1}}',
     '{"schema": 1, "steps": {"a": {"status": 5}}}', '{"schema": 1, "steps": {}, "runs": {}}',
     '{"schema": 1, "steps": {"a": {"seconds": "x"}}}', '{"schema": 2, "steps": {}}', "NaN",
+    '{"schema": 1, "schema": 1, "steps": {}}', '{"schema": 1, "steps": {}', b'\xff{}',
 ])
 def test_valid_json_of_the_wrong_shape_is_one_line_in_status(tmp_path, content):
     state = tmp_path / "s"
     path = _plant(state)
-    path.write_text(content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
     r = CliRunner().invoke(cli, ["status", "--state-dir", str(state)])
     assert r.exit_code == 2 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert "move" in r.output

@@ -20,17 +20,15 @@ def cache_path(state_dir) -> str:
 def read(state_dir) -> dict:
     """{repo:tag: entry}; {} when there is no cache or it is unreadable (the plan then says "unresolved")."""
     from rocm_dspark.errors import UsageError
-    from rocm_dspark.inputs import read_text
+    from rocm_dspark.inputs import parse_json, read_text
 
     try:
         text = read_text(cache_path(state_dir), "image cache")  # bounded, regular files only
     except UsageError:  # none (most hosts, every plain `recipe`): json is not even imported
         return {}
-    import json
-
     try:
-        data = json.loads(text)
-    except ValueError:
+        data = parse_json(text, "image cache")  # strict JSON
+    except UsageError:
         return {}
     images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(images, dict):

@@ -15,11 +15,12 @@ as docker allows for 127.0.0.0/8; every other registry over HTTPS.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 import subprocess
 import time
+
+from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
 ACCEPT = ", ".join((
@@ -232,7 +233,7 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
     stack = labels = None
     if info.returncode == 0:
         try:
-            data = json.loads(info.stdout)
+            data = parse_json(info.stdout, "skopeo inspect")
             stack, labels = stack_from(data.get("Labels"), data.get("Env")), data.get("Labels")
         except ValueError:
             stack = None

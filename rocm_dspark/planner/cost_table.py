@@ -216,13 +216,13 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
     """Read a JSON or CSV cost table; any problem is a one-line UsageError naming the file."""
     p = Path(path)
     source = str(p)
-    from rocm_dspark.inputs import loads_json, read_text
+    from rocm_dspark.inputs import parse_json, read_text
 
     if not p.exists() and not p.is_symlink():
         raise UsageError(f"cost table {source} does not exist; pass a JSON or CSV file of tokens -> ms")
     text = read_text(p, "cost table")
     if p.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        data = loads_json(text, source)
+        data = parse_json(text, source)
         if not isinstance(data, dict) or "verify" not in data:
             raise UsageError(f"{source}: expected an object with a \"verify\" list of [tokens, ms] pairs")
         unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source", "samples", "includes_draft",

@@ -12,7 +12,6 @@ speculation); optionally `mono` (true where the server ran with --monokernel; fa
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -88,15 +87,15 @@ def read_table(path) -> list[dict]:
     import csv
     import io
 
-    from rocm_dspark.inputs import read_text
+    from rocm_dspark.inputs import JSONInputError, parse_json, read_text
 
     text = read_text(path, "--calibrate")  # bounded, regular files only, strict UTF-8
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise _bad(path, f"not valid JSON ({exc.__class__.__name__})") from None
+            data = parse_json(text, "--calibrate")  # no NaN, no duplicate key
+        except JSONInputError as exc:
+            raise _bad(path, f"not valid JSON ({exc.detail})") from None
         # ab-record/1: measured by the toolkit's own client, before `vllm bench serve`: still a measurement here
         if isinstance(data, dict) and data.get("schema") in ("rocm-dspark/ab-record/1", "rocm-dspark/ab-record/2"):
             rows = _rows_from_ab(path, data)

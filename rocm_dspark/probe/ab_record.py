@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import RecordError, check_keys, content_hash
+from rocm_dspark.probe.record import RecordError, check_keys, check_preamble, content_hash, parse_text
 
 SCHEMA = "rocm-dspark/ab-record/2"
 CLIENT = "vllm bench serve"
@@ -136,16 +136,7 @@ def _check_arm(where: str, arm: dict, workload: dict, concurrency: int) -> None:
 
 
 def parse_data(data) -> ABRecord:
-    if not isinstance(data, dict):
-        raise RecordError("not a JSON object")
-    data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
-    if data.get("schema") != SCHEMA:
-        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    check_keys(data, _TOP, "record")
-    if not ID_PATTERN.match(data["id"]):
-        raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
-    if data["sha256"] != content_hash(data):
-        raise RecordError("content hash does not match (edited or corrupted)")
+    data = check_preamble(data, SCHEMA, _TOP)
     if set(data["arms"]) != set(ARMS):
         raise RecordError(f"arms must be exactly {ARMS}")
     check_keys(data["workload"], _WORKLOAD, "workload")
@@ -159,15 +150,8 @@ def parse_data(data) -> ABRecord:
     return ABRecord(**{k: data[k] for k in ABRecord._fields})
 
 
-def parse(text: str) -> ABRecord:
-    def no_constants(name):
-        raise ValueError(f"{name} is not a JSON value")
-
-    try:
-        data = json.loads(text, parse_constant=no_constants)
-    except (ValueError, RecursionError) as exc:
-        raise RecordError(f"not valid JSON ({exc.__class__.__name__})") from None
-    return parse_data(data)
+def parse(text: str | bytes) -> ABRecord:
+    return parse_data(parse_text(text))
 
 
 def build(*, record_id: str, created_at: str, finished_at: str, toolkit_version: str, host: dict, selection: dict,

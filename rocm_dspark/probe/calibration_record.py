@@ -57,20 +57,13 @@ class HostRecord(dict):
 
 
 def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import RecordError, check_keys, content_hash
+    from rocm_dspark.probe.record import check_keys, check_preamble
 
-    if not isinstance(data, dict):
-        raise RecordError("not a JSON object")
-    data = {k: v for k, v in data.items() if k != "hmac"}
-    if data.get("schema") != SCHEMA:
-        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
     # not_identified and mono: newer fields; an older record without them parses as before
-    keys = {**_TOP, **{k: t for k, t in (("not_identified", list), ("mono", dict)) if k in data}}
-    check_keys(data, keys, "record")
+    extra = {k: t for k, t in (("not_identified", list), ("mono", dict)) if isinstance(data, dict) and k in data}
+    data = check_preamble(data, SCHEMA, {**_TOP, **extra})
     if "mono" in data:
         check_keys(data["mono"], {"speedup": (int, float), "loo_error_pct": (int, float), "runs": int}, "record mono")
-    if data["sha256"] != content_hash(data):
-        raise RecordError("content hash does not match (edited or corrupted)")
     return HostRecord(data)
 
 

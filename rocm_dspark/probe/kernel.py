@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from rocm_dspark.inputs import parse_json
 from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 
@@ -65,7 +66,7 @@ def run_kernel(*, python: str | None = None, timeout_s: float = 1800.0, progress
         return _result(started, t0, False, False, f"the kernel check process {how} ({last})",
                        "not valid for gating: no result", evidence)
     try:
-        result = json.loads(lines[-1])
+        result = parse_json(lines[-1], "the kernel check's result")  # evidence: no NaN, no duplicate key
     except ValueError:
         return _result(started, t0, False, False, "the kernel check printed a result that is not JSON",
                        "not valid for gating: no result", evidence)

@@ -16,8 +16,9 @@ Shape (schema "rocm-dspark/probe-record/1"):
 
 The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
 who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,
-"Trust model for probe records"), not here. parse_record() is strict: unknown or
-missing keys, wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
+"Trust model for probe records"), not here. parse_record() is strict (inputs.parse_json, then
+check_preamble, which the A/B and calibration records share): NaN, duplicate keys, unknown or missing keys,
+wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
 """
 
 from __future__ import annotations
@@ -154,17 +155,35 @@ def check_keys(obj: dict, spec: dict, where: str) -> None:
             raise RecordError(f"{where}.{key} has the wrong type ({type(obj[key]).__name__})")
 
 
-def parse_record_data(data) -> Record:
+def parse_text(text: str | bytes) -> object:
+    """A record file's text as JSON (inputs.parse_json: no NaN, no duplicate key); RecordError otherwise."""
+    from rocm_dspark.inputs import JSONInputError, parse_json
+
+    try:
+        return parse_json(text, "record")
+    except JSONInputError as exc:
+        raise RecordError(f"not valid JSON ({exc.detail})") from None
+
+
+def check_preamble(data, schema: str, top: dict) -> dict:
+    """The checks every record kind shares (probe, A/B, host calibration): a JSON object of `schema` with
+    exactly the keys and types of `top`, an id made by store.new_record_id, and a sha256 that matches.
+    Returns the record without its hmac (the store's signature, checked there); RecordError otherwise."""
     if not isinstance(data, dict):
         raise RecordError("not a JSON object")
-    data = {k: v for k, v in data.items() if k != "hmac"}  # the store's signature, checked there
-    if data.get("schema") != SCHEMA:
-        raise RecordError(f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
-    check_keys(data, _TOP, "record")
+    data = {k: v for k, v in data.items() if k != "hmac"}
+    if data.get("schema") != schema:
+        raise RecordError(f"schema is {data.get('schema')!r}, expected {schema!r}")
+    check_keys(data, top, "record")
     if not ID_PATTERN.match(data["id"]):
         raise RecordError(f"id {data['id']!r} is not <UTC time>-<8 hex>")
     if data["sha256"] != content_hash(data):
         raise RecordError("content hash does not match (edited or corrupted)")
+    return data
+
+
+def parse_record_data(data) -> Record:
+    data = check_preamble(data, SCHEMA, _TOP)
     check_keys(data["fingerprint"], _FINGERPRINT, "fingerprint")
     launch = data["fingerprint"]["launch"]
     if (set(launch) != {"argv", "env"} or not isinstance(launch["argv"], list) or not isinstance(launch["env"], dict)
@@ -189,13 +208,6 @@ def parse_record_data(data) -> Record:
     return Record(levels=tuple(levels), levels_requested=tuple(requested), **fields)
 
 
-def parse_record(text: str) -> Record:
+def parse_record(text: str | bytes) -> Record:
     """Strict parse of a record file's text; RecordError says what is wrong."""
-    def no_constants(name):  # NaN/Infinity are not JSON and cannot be hashed canonically
-        raise ValueError(f"{name} is not a JSON value")
-
-    try:
-        data = json.loads(text, parse_constant=no_constants)
-    except (ValueError, RecursionError) as exc:
-        raise RecordError(f"not valid JSON ({exc.__class__.__name__}: {str(exc).splitlines()[0]})") from None
-    return parse_record_data(data)
+    return parse_record_data(parse_text(text))

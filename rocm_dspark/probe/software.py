@@ -9,7 +9,7 @@ standard library alone, so `rocm-dspark up` can also run it, as a script, inside
 from __future__ import annotations
 
 import importlib.util
-import json
+import json  # noqa: F401 (script() appends a line that prints with it)
 import os
 import re
 from pathlib import Path
@@ -97,7 +97,9 @@ def script() -> str:
 
 def parse(text: str) -> dict:
     """script()'s output -> facts (ValueError when it is not that)."""
-    data = json.loads(text.strip().splitlines()[-1])
+    from rocm_dspark.inputs import parse_json  # here, not at the top: script() runs this file without the package
+
+    data = parse_json((text.strip().splitlines() or [""])[-1], "the software facts")
     if not isinstance(data, dict) or set(data) != set(KEYS) or \
             not all(v is None or isinstance(v, str) for v in data.values()):
         raise ValueError(f"not the facts script's output: {text[:200]!r}")

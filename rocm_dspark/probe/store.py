@@ -191,7 +191,7 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
     parse(data) turns JSON into a record with `.id` and `.finished_at`, raising record.RecordError. `kind`
     names the format in notes ("probe record"), `label` prefixes a record's id ("record", "A/B record").
     need_key=False still reads (for `probe --show`) when no key exists; nothing unsigned is trusted."""
-    from rocm_dspark.probe.record import RecordError
+    from rocm_dspark.probe.record import RecordError, parse_text
 
     if not names:
         return Loaded([], None)
@@ -205,9 +205,6 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
     if over:
         return Loaded([], over)
 
-    def no_constants(name):
-        raise ValueError(f"{name} is not a JSON value")
-
     records, rest = [], []
     for c in candidates:
         path = directory / c.name
@@ -215,10 +212,7 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
             rest.append(Checked(path, None, c.error, f"{c.name} is not trusted ({c.error}): ignored"))
             continue
         try:
-            try:
-                data = json.loads(c.data.decode("utf-8"), parse_constant=no_constants)
-            except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-                raise RecordError(f"not valid JSON ({exc.__class__.__name__})") from None
+            data = parse_text(c.data)  # inputs.parse_json: strict UTF-8, no NaN, no duplicate key
             record = parse(data)
         except RecordError as exc:
             rest.append(Checked(path, None, str(exc), f"{c.name} is not a valid {kind} ({exc}): ignored"))
@@ -227,7 +221,7 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
             why = f"holds {label} {record.id} (renamed file)"
             rest.append(Checked(path, None, why, f"{c.name} {why}: ignored"))
             continue
-        if key is None or not verify(data, key):
+        if key is None or not isinstance(data, dict) or not verify(data, key):  # parse() saw an object
             why = f"is not signed with this host's key ({KEY_FILE})"
             records.append(Checked(path, record, why, f"{label} {record.id} {why}: ignored"))
             continue

@@ -24,7 +24,10 @@ class HttpResult:
     headers: dict[str, str] = field(default_factory=dict)
 
     def json(self):
-        return json.loads(self.body.decode())
+        """The body as strict JSON (inputs.parse_json; its error is a ValueError, one line)."""
+        from rocm_dspark.inputs import parse_json
+
+        return parse_json(self.body, "the server's answer")
 
 
 def one_line(text: str, limit: int = 300) -> str:

@@ -8,7 +8,6 @@ rocm_dspark.runtime.inventory.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -41,8 +40,10 @@ def parse_rocminfo(text: str) -> list[GpuAgent]:
 
 def amdsmi_json_entries(text: str) -> list[dict]:
     """The per-GPU objects of any `amd-smi ... --json` output: a list (ROCm 6.x), {"gpu_data": [...]}
-    (newer releases) or one object."""
-    data = json.loads(text)
+    (newer releases) or one object. ValueError (one line) when it is not strict JSON: no NaN, no duplicate key."""
+    from rocm_dspark.inputs import parse_json
+
+    data = parse_json(text, "amd-smi --json output")
     if isinstance(data, dict):
         data = data.get("gpu_data", [data])
     if not isinstance(data, list):

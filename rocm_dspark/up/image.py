@@ -11,9 +11,10 @@ with no network) is what the gate must fingerprint for a plan that runs in the i
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
+
+from rocm_dspark.inputs import parse_json
 
 
 def runtime() -> str | None:
@@ -33,7 +34,7 @@ def parse_repo_digests(text: str) -> list[str]:
     text = text.strip()
     if not text or text == "null":
         return []
-    value = json.loads(text)
+    value = parse_json(text, "RepoDigests")
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValueError(f"RepoDigests is not a list of strings: {text[:200]}")
     return value

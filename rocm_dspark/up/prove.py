@@ -15,8 +15,7 @@ read ahead of a proof) says it loses at that concurrency.
 
 from __future__ import annotations
 
-import json
-
+from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
 from rocm_dspark.probe.payoff import LOSES
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
@@ -138,12 +137,15 @@ def validating(run, which: str, why: str) -> None:
 
 def _live(run):
     """The live level on the adaptive start, carried into one record with the levels run before the first load."""
-    from rocm_dspark.probe.record import parse_record_data
+    from rocm_dspark.probe.record import RecordError, parse_record
     from rocm_dspark.probe.run import run_probe
 
     target = run.target.live_target(run)
     earlier_path = (run.outputs.get("probe") or {}).get("record")
-    earlier = parse_record_data(json.loads(read_text(earlier_path, "probe record"))) if earlier_path else None
+    try:  # the record this `up` wrote before the first load, read as strictly as the gate reads it
+        earlier = parse_record(read_text(earlier_path, "probe record")) if earlier_path else None
+    except RecordError as exc:
+        raise UsageError(f"probe record {earlier_path}, from this `up`'s probe step: {exc}") from None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
                      attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)

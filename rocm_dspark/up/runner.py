@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import read_text
+from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.up import prereq, service
 from rocm_dspark.up.health import answer, vllm_health
@@ -151,9 +151,9 @@ class UpRun:
         from rocm_dspark.up import image as image_mod
 
         cache = self.dir / "image-software.json"
-        try:
-            cached = json.loads(read_text(cache, "image software"))  # bounded, regular files only
-        except (UsageError, ValueError):
+        try:  # bounded, regular files only, strict JSON
+            cached = parse_json(read_text(cache, "image software"), "image software")
+        except UsageError:
             cached = {}
         tool = image_mod.runtime()
         if tool is None or self.options.dry_run:

@@ -393,11 +393,13 @@ def target_for(name: str) -> Node:
 
 def local_check():
     """local-cpu: the adaptive stand-in's deterministic check from ROCM_DSPARK_UP_LOCAL_CHECK (JSON), or None."""
+    from rocm_dspark.inputs import JSONInputError, parse_json
+
     check = os.environ.get("ROCM_DSPARK_UP_LOCAL_CHECK")
     try:
-        return json.loads(check) if check else None
-    except ValueError:
-        raise UsageError("ROCM_DSPARK_UP_LOCAL_CHECK is not JSON: set it to an object such as "
+        return parse_json(check, "ROCM_DSPARK_UP_LOCAL_CHECK") if check else None
+    except JSONInputError as exc:
+        raise UsageError(f"ROCM_DSPARK_UP_LOCAL_CHECK is not JSON ({exc.detail}): set it to an object such as "
                          '{"prompt": "...", "expect": "..."} or unset it') from None
 
 

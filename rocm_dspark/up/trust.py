@@ -81,7 +81,7 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
 def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | None:
     """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line.
     `shape`: the content check (default check_shape, up-state.json's)."""
-    import json
+    from rocm_dspark.inputs import JSONInputError, parse_json
 
     up_dir = Path(up_dir)
     path = up_dir / file_name
@@ -94,13 +94,10 @@ def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | 
     if data is None:
         return None
 
-    def no_constants(name):
-        raise ValueError(f"{name} is not a JSON value")
-
     try:
-        parsed = json.loads(data.decode("utf-8"), parse_constant=no_constants)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"cannot read {path} ({type(exc).__name__}): {_fix(path)}") from None
+        parsed = parse_json(data, f"cannot read {path}")  # strict UTF-8, no NaN, no duplicate key
+    except JSONInputError as exc:
+        raise UsageError(f"{exc}; {_fix(path)}") from None
     why = (shape or check_shape)(parsed, up_dir, schema)
     if why:
         raise UsageError(f"{path} is not {'an `up` state' if shape is None else 'a canary record'} file ({why}): "

@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import Command
 
 ARMS = ("nospec", "block", "adaptive")
@@ -158,7 +159,10 @@ def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path
     files = sorted(out_dir.rglob("results*.json"))
     if not files:
         raise RuntimeError(f"lm-eval wrote no results*.json under {out_dir}")
-    return read_gsm8k(json.loads(files[-1].read_text())["results"]["gsm8k"])
+    from rocm_dspark.inputs import parse_json, read_text
+
+    return read_gsm8k(parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")
+                      ["results"]["gsm8k"])
 
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:
@@ -194,7 +198,7 @@ def run_arm(name: str, arm: dict, *, concurrency: int, k, gsm8k_limit, report_di
         try:
             out["gsm8k"] = _run_gsm8k(model, server.base_url, gsm8k_limit, report_dir / f"gsm8k-{name}")
             say(f"{name}: GSM8K {out['gsm8k']['score']:.4f} +- {out['gsm8k']['stderr']}")
-        except (RuntimeError, OSError, ValueError, KeyError) as exc:
+        except (RuntimeError, OSError, ValueError, KeyError, TypeError, UsageError) as exc:
             out["error"] = f"GSM8K: {exc}"
     finally:
         server.stop()

@@ -15,7 +15,6 @@ so the first error is the "Error 0:" line bench prints (681-683 / 710-712).
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -96,17 +95,22 @@ def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) ->
             proc.wait()
             rc = None
     output = log_path.read_text(errors="replace")
-    data = None
+    data, unreadable = None, None
     if result_path.exists():
-        try:
-            data = json.loads(result_path.read_text())
-        except ValueError:
-            data = None
+        from rocm_dspark.errors import UsageError
+        from rocm_dspark.inputs import parse_json, read_text
+
+        try:  # evidence: bounded and strict (no NaN, no duplicate key)
+            what = "vllm bench serve's result"
+            data = parse_json(read_text(result_path, what), f"{what} {result_path}")
+        except UsageError as exc:
+            unreadable = str(exc)
     error: str | None
     if rc is None:
         error = f"vllm bench serve did not finish within {timeout_s:g} s"
     elif rc != 0 or data is None:
-        error = first_error(output) or f"vllm bench serve exited {rc} without a result: {_last_line(output)}"
+        error = (first_error(output) or unreadable
+                 or f"vllm bench serve exited {rc} without a result: {_last_line(output)}")
     else:
         error = first_error(output)
     return {"rc": rc, "json": data, "error": error}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import glob
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 
+from rocm_dspark.errors import UsageError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
 
 GSM8K_TIMEOUT_S = 4 * 3600  # 1,319 questions x 5-shot at 64 concurrent requests stays well inside this
@@ -44,7 +44,9 @@ def read_score(out_dir: str) -> tuple[float, str]:
     files = sorted(glob.glob(os.path.join(out_dir, "**", "results*.json"), recursive=True))
     if not files:
         raise ValueError(f"lm-eval wrote no results*.json under {out_dir}")
-    results = json.load(open(files[-1]))["results"]["gsm8k"]
+    from rocm_dspark.inputs import parse_json, read_text
+
+    results = parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
     for key in METRIC_KEYS:
         if key in results:
             return float(results[key]), key
@@ -76,7 +78,7 @@ def gsm8k(ctx) -> Outcome:
                            evidence=evidence)
         try:
             score, metric = read_score(out)
-        except (ValueError, KeyError, OSError) as exc:
+        except (ValueError, KeyError, TypeError, OSError, UsageError) as exc:
             return Outcome(FAIL, f"cannot read lm-eval's result: {exc}", threshold=floor, evidence=evidence)
     evidence["metric"] = metric
     if floor is not None and score < floor:

@@ -8,7 +8,6 @@ server checks catch what actually breaks.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import read_text
+from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
@@ -89,7 +88,7 @@ def facts(ctx) -> dict:
         try:
             proc = subprocess.run([py, "-c", FACTS_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            ctx.software = json.loads(lines[-1]) if lines else {
+            ctx.software = parse_json(lines[-1], "the software facts") if lines else {
                 "error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"}
         except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             ctx.software = {"error": f"{type(exc).__name__}: {exc}"}

@@ -17,6 +17,7 @@ import json
 import re
 from typing import NamedTuple
 
+from rocm_dspark.inputs import parse_json
 from rocm_dspark.recipe.plan import Command
 from rocm_dspark.runtime.client import ServerError, one_line
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
@@ -81,7 +82,7 @@ def request_body(served_name: str, case: Case, forced: str | None) -> dict:
 
 def _assemble_stream(raw: bytes) -> tuple[dict, list[dict]]:
     """The streamed deltas put back together as one message; and the chunks themselves."""
-    chunks = [json.loads(line[5:]) for line in raw.decode(errors="replace").splitlines()
+    chunks = [parse_json(line[5:], "a streamed chunk") for line in raw.decode(errors="replace").splitlines()
               if line.startswith("data:") and line[5:].strip() != "[DONE]"]
     message: dict = {"content": "", "reasoning": "", "tool_calls": []}
     calls: dict[int, dict] = {}
@@ -126,7 +127,7 @@ def problems_of(response: dict, expect_args: dict | None) -> list[str]:
         if LEAK.search(text):
             found.append(f"arguments carry a tag: {LEAK.search(text).group(0)!r}")  # type: ignore[union-attr]
         try:
-            args = json.loads(text)
+            args = parse_json(text, "the arguments")
         except ValueError as exc:
             found.append(f"arguments are not JSON ({exc}): {one_line(text, 120)!r}")
             continue

@@ -110,7 +110,12 @@ def run_checks_report(
     if not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"the checks process exited {proc.returncode}: {tail}"}
-    return json.loads(lines[-1])
+    from rocm_dspark.inputs import parse_json
+
+    try:  # evidence a probe record keeps: no NaN, no duplicate key
+        return parse_json(lines[-1], "the checks process's result")
+    except ValueError as exc:
+        return {"error": str(exc)}
 
 
 # ---------------------------------------------------------------------------------------------
