@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rocm_dspark.launch import k8s, launch_facts
-from rocm_dspark.launch.render import _flag_lines
+from rocm_dspark.launch.render import _flag_words
 from rocm_dspark.planner import host_fit
 from rocm_dspark.probe import ab_band, fingerprint, live
 from rocm_dspark.recipe import strategies
@@ -42,7 +42,7 @@ READERS = [
     ("bench tokenizer", ("--tokenizer", "org/tok"), bench.served_model, "org/tok"),
     ("k8s gpus", ("--tensor-parallel-size", "4"), k8s._gpus_used, 4),
     ("host_fit setting", ("--speculative-config", SPEC, "--max-cudagraph-capture-size", "64"),
-     lambda a: host_fit._argv_setting("t", "arm", a), (3, True, "64")),
+     lambda a: host_fit._argv_setting("t", "arm", a), (3, True, "64", False)),
     ("av_acceptance nospec", ("--speculative-config", SPEC), av_acceptance.without_speculation, HEAD),
     ("strategies spec", ("--speculative-config", SPEC), lambda a: strategies._spec_of(Command.from_words(a)),
      json.loads(SPEC)),
@@ -109,6 +109,10 @@ def test_the_launch_difference_names_a_changed_value_not_a_changed_spelling():
     rec, cur = {"argv": HEAD + ["--max-num-seqs", "8"]}, {"argv": HEAD + ["--max_num_seqs=16"]}
     assert fingerprint._launch_difference(rec, cur) == "--max-num-seqs 8 in the record, 16 in the plan"
     assert fingerprint._launch_difference(rec, {"argv": HEAD + ["--max-num-seqs=8"]}) == "same flags in another order"
+
+
+def _flag_lines(argv, head, command=None) -> list[str]:
+    return [indent + " ".join(words) for indent, words in _flag_words(argv, head, command)]
 
 
 def test_docker_lines_take_vllm_flags_from_the_typed_command():

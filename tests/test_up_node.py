@@ -110,6 +110,15 @@ class H(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+    def do_POST(self):  # the launcher's warm-up before ready: /v1/completions; anything else as http.server's own
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path != "/v1/completions":
+            return self.send_error(501, "Unsupported method (%r)" % self.command)
+        body = json.dumps({{"object": "text_completion", "choices": [{{"index": 0, "text": " a"}}]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
     def log_message(self, *args):
         pass
 

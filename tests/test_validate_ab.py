@@ -132,7 +132,7 @@ def test_a_failed_request_fails_the_arm_and_the_record_has_no_verdict(tmp_path):
 def test_no_bench_result_counts_every_request_failed(tmp_path):
     stats, _, _ = _measure(tmp_path, _standin(tmp_path, result="{"))     # bench's file is not JSON
     assert stats["bench_result"] is None and (stats["failed"], stats["output_throughput_tok_s"]) == (8, 0.0)
-    assert "without a result" in stats["errors"][0]
+    assert "result" in stats["errors"][0] and "malformed JSON" in stats["errors"][0]
 
 
 def test_a_missing_vllm_is_a_failed_arm_not_a_traceback(tmp_path):
