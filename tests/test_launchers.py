@@ -217,8 +217,9 @@ def _launch_cli(tmp_path, *args) -> list[Path]:
 
 
 # The compile cache's section (key, checks, stale keys, eviction) is about 50 of these lines, the warm-up before
-# ready (warm_up and its batches) about 45, the one-start lock 12, and in a container the stopped-leftover check 12 more.
-@pytest.mark.parametrize("args, most", [(("--container",), 372), ((), 346), (("--container", "--format", "systemd"), 402)])
+# ready (warm_up, its batches, and ending its requests on a stop) about 58, the one-start lock 12, and in a container
+# the stopped-leftover check 12 more.
+@pytest.mark.parametrize("args, most", [(("--container",), 384), ((), 358), (("--container", "--format", "systemd"), 414)])
 def test_the_default_single_node_launcher_is_short_and_has_only_what_runs(tmp_path, args, most):
     (path,) = _launch_cli(tmp_path, *args)
     text = path.read_text()
@@ -923,6 +924,33 @@ def test_a_warm_up_past_the_deadline_is_stopped_and_exits_124(rig):
     assert res.returncode == 124 and 3 <= time.monotonic() - t0 < 20, err
     assert "got no answer by the 3s deadline" in err and "ready: serving" not in err
     assert rig.state()["attempts"][0]["outcome"] == "not_ready_by_deadline"
+
+
+def _curls_of(pid: int) -> list[int]:
+    """The curl processes among `pid`'s descendants."""
+    from rocm_dspark.runtime.process import descendants
+
+    return [d for d in descendants(pid) if Path(f"/proc/{d}/comm").exists()
+            and Path(f"/proc/{d}/comm").read_text().strip() == "curl"]
+
+
+def test_a_stop_during_the_warm_up_ends_its_requests_first(rig):
+    # A request in flight keeps vLLM's HTTP server waiting for its connection after the engine stopped (uvicorn's
+    # "Waiting for connections to close", seen in a real container until docker's SIGKILL): a stop ends them first.
+    port = free_port()
+    proc = rig.start(rig.write(make_plan(port, adaptive=False, extra=SEQS4)), STANDIN_COMPLETE_DELAY="60",
+                     STANDIN_DRAIN="1")
+    try:
+        assert wait_until(lambda: rig.state().get("phase") == "warming" and _curls_of(proc.pid), 20), \
+            proc.communicate(timeout=5)
+        curls = _curls_of(proc.pid)
+        t0 = time.monotonic()
+        code = stop_and_check(proc, rig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 143 and time.monotonic() - t0 < 10
+    assert wait_until(lambda: not any(alive(c) for c in curls), 5), "a warm-up request outlived the stop"
 
 
 def test_host_checks_warn_about_numa_balancing_and_missing_kfd(rig):

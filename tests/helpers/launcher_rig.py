@@ -91,8 +91,11 @@ if knob("WORKER") == "1":  # a child in the same process group, like vLLM's Engi
     pids.append(workers[-1].pid)
 with open(stem + ".pids", "w") as f:
     f.write(" ".join(map(str, pids)))
+INFLIGHT = []  # the warm-up POSTs being answered
 def on_term(*_):
     print("stand-in: SIGTERM, shutting down", flush=True)
+    while knob("DRAIN") == "1" and INFLIGHT:  # as uvicorn: "Waiting for connections to close"
+        time.sleep(0.05)
     for w in workers:  # stopped and reaped, as vLLM's API server joins its EngineCore: an orphan stays a zombie in
         w.terminate()  # the group until init reaps it (seconds on some hosts), and the launcher waits for the group
         w.wait()
@@ -158,8 +161,16 @@ class H(BaseHTTPRequestHandler):
         with open(f"{stem}.post-{time.time_ns()}", "wb") as f:
             f.write(self.path.encode() + b"\n" + req)
         code = int(knob("COMPLETE", "200")) if self.path == "/v1/completions" else 404
-        if knob("COMPLETE_DELAY"):
-            time.sleep(float(knob("COMPLETE_DELAY")))
+        if knob("COMPLETE_DELAY"):  # the answer comes that late, or never once the client has gone
+            import select, socket
+            INFLIGHT.append(self)
+            end = time.monotonic() + float(knob("COMPLETE_DELAY"))
+            try:
+                while time.monotonic() < end:
+                    if select.select([self.connection], [], [], 0.05)[0] and not self.connection.recv(1, socket.MSG_PEEK):
+                        return
+            finally:
+                INFLIGHT.remove(self)
         body = (json.dumps({"object": "text_completion", "choices": [{"index": 0, "text": " one two"}]}) if code == 200
                 else json.dumps({"error": {"message": "stand-in: warm-up refused\nsecond line", "code": code}})).encode()
         self.send_response(code)
