@@ -603,6 +603,23 @@ def test_vllms_monokernel_refusal_starts_the_same_plan_without_it_and_says_why(r
                     f"vLLM refused it ({MONO_REFUSAL})"]
     assert MONO_REFUSAL in (rig.root / "state" / "block-monokernel.log").read_text()
     assert MONO_REFUSAL not in (rig.root / "state" / "block.log").read_text()
+    # Remembered for this command: a refused --monokernel costs one weight load, not one per restart.
+    memo = (rig.root / "state" / "monokernel-refused").read_text().splitlines()
+    assert len(memo) == 3 and memo[2] == MONO_REFUSAL
+    before = len(rig.records())
+    proc = start_ready(rig, rig.write(plan), port, STANDIN_REFUSE_MONO="1")
+    assert [r["argv"][1:] for r in rig.records()[before:]] == [_without_mono(plan.argv[1:])]  # one start, no flag
+    assert rig.state()["monokernel"].startswith(f"off: vLLM refused it for this exact command before ({MONO_REFUSAL}; ")
+    assert [a["outcome"] for a in rig.state()["attempts"]] == ["ready"]
+    stop_and_check(proc, rig)
+    assert b"ROCM_DSPARK_RETRY_MONOKERNEL=1 to try it again" in proc.stderr.read()
+    before = len(rig.records())
+    stop_and_check(start_ready(rig, rig.write(plan), port, ROCM_DSPARK_RETRY_MONOKERNEL="1"), rig)  # the knob
+    assert rig.records()[before]["argv"][1:] == [os.fsencode(a) for a in plan.argv[1:]]
+    other = make_plan(port, adaptive=False, extra=(*MONO, "--max-num-seqs", "4"))  # another command: tried again
+    before = len(rig.records())
+    stop_and_check(start_ready(rig, rig.write(other), port), rig)
+    assert b"--monokernel" in rig.records()[before]["argv"] and rig.state()["monokernel"] == "on"
 
 
 @pytest.mark.parametrize("fixture, split", [("amd-smi_static_partition_text__mi300x_x8-cpx-nps4__amdgpu-docs.txt", True),

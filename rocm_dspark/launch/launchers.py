@@ -385,14 +385,16 @@ def render_unit(
 
 
 def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-                    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S, syntax: str = "systemd") -> str:
+                    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S, syntax: str = "systemd", single: bool = True) -> str:
     """The env file skeleton: comments only, so no secret is ever generated or overwritten. `syntax`: "systemd"
     (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell launcher's
-    file: docker --env-file reads it for a container, the launcher the same raw lines on a host)."""
+    file: docker --env-file reads it for a container, the launcher the same raw lines on a host). `single`: not a
+    group's node (only a single server's launcher drops --monokernel, so only its file offers the retry knob)."""
     if syntax not in secret_env.SYNTAXES:
         raise RuntimeError(f"env file syntax {syntax!r}")  # a caller's bug, not user input
     name = _check_name(name or default_name(plan))
     on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
+    on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
     return _fill(
         _sections(_template("env.tmpl"), on),
         {
@@ -486,14 +488,14 @@ def _check_env_file(path: Path) -> bool:
 
 
 def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int,
-                   syntax: str) -> str | None:
+                   syntax: str, single: bool) -> str | None:
     """The env file to write, in `syntax`: the skeleton (new file) or the existing one, with every --env value set
     in it; None when an existing file needs no change."""
     if not _check_env_file(path):  # exists, owner and mode checked
         existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
         return secret_env.merge_env_file(existing, plan.secret_env, syntax) if plan.secret_env else None
     skeleton = render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                               syntax=syntax)
+                               syntax=syntax, single=single)
     return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
@@ -539,10 +541,11 @@ def write_launchers(
                            env_file=str(env_path) if fmt == "shell" else installed_env_file(name), systemd=fmt == "systemd",
                            docker_run_flags=docker_run_flags,
                            **(group or {}))
+    single = (group or {}).get("group_role", "single") == "single"
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         # Read by docker (--env-file) in a container, by the launcher's raw-line loop on a host: docker's syntax.
-        env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker") \
+        env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker", single) \
             if plan.secret_env else None
         if env_text is not None:
             to_write.append((env_path, env_text, 0o600))
@@ -562,7 +565,7 @@ def write_launchers(
         ready_timeout_s=ready_timeout_s,
         stop_timeout_s=stop_timeout_s,
     )
-    env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "systemd")
+    env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "systemd", single)
     write_env = env_text is not None
     to_write.append((unit, unit_text, 0o644))
     if env_text is not None:
