@@ -13,6 +13,7 @@ write the directory itself, so this protects against mistakes and stale paths, n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -82,10 +83,8 @@ def write_files_atomic(files: Sequence[tuple[Path, bytes | str, int]], what: str
             os.replace(tmp, path)
     except BaseException:
         for tmp, _ in temps:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-            except FileNotFoundError:
-                pass
         raise
 
 

@@ -1,8 +1,7 @@
 """Where rocm-dspark keeps state (probe records, launcher state, registry answers): a foundation, so the recipe
 path, the probe store and the generated launcher (rocm_dspark/launch/launch_facts.py) read one rule."""
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 import os
 from collections.abc import Mapping
 from pathlib import Path

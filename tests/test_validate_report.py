@@ -16,6 +16,7 @@ from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import Check, Outcome
 from tests.conftest import cli_env
 from tests.helpers import run_cli as cli_in_process
+from tests.helpers import sweep_rows
 
 SELECTION = {"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}
 
@@ -38,10 +39,10 @@ def test_percentile_and_summary_match_numpy():
     for n in (1, 2, 5, 50):
         xs = [rng.uniform(0, 3) for _ in range(n)]
         for q in (0, 50, 90, 99, 100):
-            assert sweep.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
-    recs = [sweep.RequestRecord(True, ttft_s=0.1 * i, latency_s=0.1 * i + 1.0, output_tokens=11, itl_s=[0.1] * 10)
-            for i in range(1, 5)] + [sweep.RequestRecord(False, error="ReadError: boom")]
-    s = sweep.summarise(recs, wall_s=2.0, concurrency=2)
+            assert sweep_rows.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+    recs = [sweep_rows.RequestRecord(True, ttft_s=0.1 * i, latency_s=0.1 * i + 1.0, output_tokens=11, itl_s=[0.1] * 10)
+            for i in range(1, 5)] + [sweep_rows.RequestRecord(False, error="ReadError: boom")]
+    s = sweep_rows.summarise(recs, wall_s=2.0, concurrency=2)
     assert (s["requests"], s["succeeded"], s["failed"], s["output_tokens"]) == (5, 4, 1, 44)
     assert s["output_throughput_tok_s"] == 22.0
     assert s["ttft_ms"]["p50"] == pytest.approx(float(np.percentile([100, 200, 300, 400], 50)))
@@ -50,8 +51,8 @@ def test_percentile_and_summary_match_numpy():
 
 
 def _levels():
-    return [sweep.summarise([sweep.RequestRecord(True, ttft_s=0.02 * c, latency_s=0.5, output_tokens=32, itl_s=[0.01])],
-                            1.0, c) for c in (1, 4, 16)]
+    return [sweep_rows.summarise([sweep_rows.RequestRecord(True, ttft_s=0.02 * c, latency_s=0.5, output_tokens=32,
+                                                           itl_s=[0.01])], 1.0, c) for c in (1, 4, 16)]
 
 
 def test_report_files_are_complete_and_parse(tmp_path):
@@ -299,8 +300,8 @@ def test_sweep_writes_a_cost_table_plan_reads(tmp_path):
 
     levels = []
     for c, gap in ((1, 0.010), (4, 0.012), (16, 0.020)):
-        recs = [sweep.RequestRecord(True, ttft_s=0.05, latency_s=0.5, output_tokens=32, itl_s=[gap] * 8)] * 8
-        s = sweep.summarise(recs, 1.0, c)
+        recs = [sweep_rows.RequestRecord(True, ttft_s=0.05, latency_s=0.5, output_tokens=32, itl_s=[gap] * 8)] * 8
+        s = sweep_rows.summarise(recs, 1.0, c)
         before = SpecDecodeCounters(True, num_drafts=10, num_draft_tokens=30, num_accepted_tokens=15)
         after = SpecDecodeCounters(True, num_drafts=110, num_draft_tokens=330, num_accepted_tokens=215)
         s.update(sweep.step_estimate(s, before, after, 64))
@@ -349,9 +350,9 @@ def _field_report(failing: str | None) -> dict:
                      if bad and name == "server.tool_calls" else None})
     def level(c):  # the sweep's own statistics: 8 requests in 1 s, 100 x c // 8 tokens each; 3 fail at the failing level
         n_bad = 3 if failing == f"sweep.concurrency_{c}" else 0
-        recs = [sweep.RequestRecord(True, ttft_s=0.1, latency_s=0.5, output_tokens=100 * c // 8)
-                for _ in range(8 - n_bad)] + [sweep.RequestRecord(False, error="ReadError: boom")] * n_bad
-        return sweep.summarise(recs, 1.0, c)
+        recs = [sweep_rows.RequestRecord(True, ttft_s=0.1, latency_s=0.5, output_tokens=100 * c // 8)
+                for _ in range(8 - n_bad)] + [sweep_rows.RequestRecord(False, error="ReadError: boom")] * n_bad
+        return sweep_rows.summarise(recs, 1.0, c)
 
     sweep_levels = [level(c) for c in (1, 4)]
     return {"plan": {"model_key": "M", "profile": "M/g", "status": "experimental", "vllm_version": "1"},

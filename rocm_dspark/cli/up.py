@@ -8,14 +8,8 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import check_model_path, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, concurrency_levels, selection_options, usage_errors
 from rocm_dspark.errors import UsageError, warn
-
-
-def _levels(value: str | None) -> tuple[int, ...] | None:
-    from rocm_dspark.cli.validate import _levels as parse
-
-    return parse(value)
 
 
 @click.command(short_help="Bring this node to a validated endpoint; rerun to resume.")
@@ -79,8 +73,8 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     if (opts.get("adaptive") or "auto") == "on":
         raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
                          "prove adaptive verification with `rocm-dspark probe` first")
-    options = UpOptions(selection=opts, target=target, mode=mode, concurrency=_levels(concurrency), dry_run=dry_run,
-                        yes=yes, quick=quick, name=name, service_user=service_user, vllm_bin=vllm_bin,
+    options = UpOptions(selection=opts, target=target, mode=mode, concurrency=concurrency_levels(concurrency),
+                        dry_run=dry_run, yes=yes, quick=quick, name=name, service_user=service_user, vllm_bin=vllm_bin,
                         ready_timeout_s=ready_timeout, request_timeout_s=request_timeout, probe_levels=levels,
                         ready_port=ready_port)
     display = Display(sys.stdout if dry_run else sys.stderr)

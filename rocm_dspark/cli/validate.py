@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -10,8 +11,6 @@ import click
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import check_model_path, concurrency_levels, pop_selection, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
-
-_levels = concurrency_levels  # --concurrency N,N,... (rocm_dspark.cli.options, shared with recipe and up)
 
 
 def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
@@ -22,7 +21,7 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     from rocm_dspark.runtime.server_spec import load_server_spec
     from rocm_dspark.validate.ab import run_ab
 
-    levels = _levels(kwargs["concurrency"])
+    levels = concurrency_levels(kwargs["concurrency"])
     if not levels or len(levels) != 1:
         raise UsageError("--ab needs one --concurrency C (the workload's concurrent requests), e.g. --concurrency 64")
     if kwargs["endpoint"]:
@@ -112,8 +111,9 @@ def validate(**kwargs):
         raise UsageError("--ab-server-json is only for --ab")
     opts = ValidateOptions(
         report_dir=kwargs["report_dir"], force=kwargs["force"], endpoint=kwargs["endpoint"], launch=kwargs["launch"],
-        server_json=kwargs["server_json"], quick=kwargs["quick"], concurrencies=_levels(kwargs["concurrency"]),
-        requests_per_level=kwargs["requests_per_level"], max_tokens=kwargs["max_tokens"],
+        server_json=kwargs["server_json"], quick=kwargs["quick"],
+        concurrencies=concurrency_levels(kwargs["concurrency"]), requests_per_level=kwargs["requests_per_level"],
+        max_tokens=kwargs["max_tokens"],
         request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"], gsm8k=kwargs["gsm8k"],
         gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
         service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
@@ -149,9 +149,7 @@ def _remove_if_empty(directory: Path) -> None:
     """Remove `directory` when it holds only (empty) directories: nothing a user could want was written."""
     import shutil
 
-    try:
+    with contextlib.suppress(OSError):
         if directory.is_dir() and not directory.is_symlink() and all(p.is_dir() and not p.is_symlink()
                                                                      for p in directory.rglob("*")):
             shutil.rmtree(directory)
-    except OSError:
-        pass

@@ -22,13 +22,9 @@ def read(state_dir) -> dict:
     from rocm_dspark.errors import UsageError
     from rocm_dspark.inputs import parse_json, read_text
 
-    try:
-        text = read_text(cache_path(state_dir), "image cache")  # bounded, regular files only
+    try:  # bounded, regular files only, then strict JSON
+        data = parse_json(read_text(cache_path(state_dir), "image cache"), "image cache")
     except UsageError:  # none (most hosts, every plain `recipe`): json is not even imported
-        return {}
-    try:
-        data = parse_json(text, "image cache")  # strict JSON
-    except UsageError:
         return {}
     images = data.get("images") if isinstance(data, dict) and data.get("format") == FORMAT else None
     if not isinstance(images, dict):

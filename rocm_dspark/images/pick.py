@@ -25,17 +25,23 @@ def check_mirror(value: str) -> str:
     return value
 
 
-def check_ref(value: str) -> str:
-    """--image REF: [HOST[:PORT]/]REPO[:TAG][@sha256:HEX], docker's grammar; UsageError (one line) otherwise."""
-    name, at, digest = (value or "").partition("@")
+def ref_parts(image: str) -> tuple[str, str, str | None, str | None]:
+    """[HOST[:PORT]/]REPO[:TAG][@DIGEST] -> (host or "", repository path, tag, digest), None where a part is absent.
+    A first component with '.', ':' or 'localhost' is a registry host (docker's rule)."""
+    name, at, digest = image.partition("@")
     head, _, last = name.rpartition("/")
     repo_last, colon, tag = last.partition(":")
     path = f"{head}/{repo_last}" if head else repo_last
     first, _, rest = path.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        path = rest
-    ok = (re.fullmatch(_PATH, path) and (not colon or re.fullmatch(_TAG, tag))
-          and (not at or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)))
+    host, path = (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else ("", path)
+    return host, path, tag if colon else None, digest if at else None
+
+
+def check_ref(value: str) -> str:
+    """--image REF: [HOST[:PORT]/]REPO[:TAG][@sha256:HEX], docker's grammar; UsageError (one line) otherwise."""
+    _, path, tag, digest = ref_parts(value or "")
+    ok = (re.fullmatch(_PATH, path) and (tag is None or re.fullmatch(_TAG, tag))
+          and (digest is None or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)))
     if not ok:
         raise UsageError(f"--image {value!r} is not an image reference: use [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:DIGEST], "
                          f"e.g. 127.0.0.1:5000/rocm-dspark/vllm-cpu-test:0.32.0")

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 
+from rocm_dspark.images.pick import ref_parts
 from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -42,19 +43,10 @@ class RegistryUnreachable(Exception):
 
 def split(image: str) -> tuple[str, str, str]:
     """'vllm/vllm-openai-rocm:v0.33.0' -> ('registry-1.docker.io', 'vllm/vllm-openai-rocm', 'v0.33.0').
-    A first component with '.', ':' or 'localhost' is a registry host (docker's rule); Docker Hub's
-    one-word names live under library/."""
-    name, _, digest = image.partition("@")
-    head, _, last = name.rpartition("/")
-    repo_last, _, tag = last.partition(":")
-    path = f"{head}/{repo_last}" if head else repo_last
-    first, _, rest = path.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        host, path = first, rest
-    else:
-        host = DOCKER_HUB
-        if "/" not in path:
-            path = f"library/{path}"
+    The host by docker's rule (pick.ref_parts), else Docker Hub, whose one-word names live under library/."""
+    host, path, tag, digest = ref_parts(image)
+    if not host:
+        host, path = DOCKER_HUB, path if "/" in path else f"library/{path}"
     ref = digest or tag or "latest"
     if not re.fullmatch(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*", path):
         raise ValueError(f"{image!r} is not an image reference (repository {path!r})")
@@ -64,10 +56,6 @@ def split(image: str) -> tuple[str, str, str]:
 def loopback(host: str) -> bool:
     h = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
     return h in ("localhost", "[::1]") or h.startswith("127.")
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def stack_from(labels: dict | None, env: list | None) -> dict | None:
@@ -98,7 +86,7 @@ def version_from(labels: dict | None) -> tuple[str | None, str | None]:
 def _entry(image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None,
            labels: dict | None = None) -> dict:
     out = {"exists": exists, "digest": digest, "stack": stack, "answer": answer, "registry": split(image)[0],
-           "via": via, "checked_at": _now()}
+           "via": via, "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     version, source = version_from(labels)
     if version:
         out.update(vllm_version=version, vllm_source=source)
@@ -240,12 +228,8 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
     return _entry(image, True, digest, "manifest found", "skopeo", stack, labels)
 
 
-def have_skopeo() -> bool:
-    return shutil.which("skopeo") is not None
-
-
 def resolve(image: str, *, use_skopeo: bool | None = None, client=None) -> dict:
     """skopeo when installed (or asked), else the HTTP API; RegistryUnreachable when there is no answer."""
-    if use_skopeo if use_skopeo is not None else have_skopeo():
+    if use_skopeo if use_skopeo is not None else shutil.which("skopeo") is not None:
         return resolve_skopeo(image)
     return resolve_http(image, client=client)

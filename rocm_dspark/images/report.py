@@ -41,9 +41,7 @@ def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None)
                "published_digest": b.digest}
         try:
             row["answer"] = resolver(tag)
-        except registry.RegistryUnreachable as exc:
-            row["error"] = str(exc)
-        except ValueError as exc:
+        except (registry.RegistryUnreachable, ValueError) as exc:
             row["error"] = str(exc)
         out.append(row)
     return out

@@ -3,17 +3,13 @@ each host for the next start, one directory per key, so nothing compiled for ano
 is ever loaded. This module owns the key, the paths, the environment, the mounts and the log reading; the
 launcher (templates/launcher.sh.tmpl, "compile cache") applies them at each start: only the current key's
 directory is used, stale keys are named and evicted oldest first above the cap, a full disk refuses.
-
-Where each tool reads its directory (docs/compile-cache.md cites the lines):
-  VLLM_CACHE_ROOT          vLLM's cache root (vllm/envs.py); graphs in <root>/torch_compile_cache/<hash>
-  TORCHINDUCTOR_CACHE_DIR  inductor (torch/_inductor/runtime/cache_dir_utils.py); vLLM's own compile points
-                           it under its torch_compile_cache while it compiles (vllm/compilation/compiler_interface.py)
-  TRITON_CACHE_DIR         Triton's kernel cache (triton/knobs.py, default ~/.triton/cache), kept by vLLM when set
-AITER's JIT directory is left where AITER puts it (inside its package, in the image): see docs/compile-cache.md.
+Where vLLM (vllm/envs.py), inductor (torch/_inductor/runtime/cache_dir_utils.py) and Triton (triton/knobs.py)
+read the directories of ENV_DIRS, and why AITER's JIT directory is left alone: docs/compile-cache.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -103,14 +99,14 @@ def usable(directory: Path) -> str | None:
     return None
 
 
-def _size(path: Path) -> int:
+def tree_bytes(path: Path, *, follow: bool = False) -> int:
+    """Bytes of the files under `path`; `follow`: a symlink counts as what it points to (HF cache blobs)."""
+    size = os.stat if follow else os.lstat
     total = 0
     for base, _dirs, files in os.walk(path):
         for f in files:
-            try:
-                total += os.lstat(os.path.join(base, f)).st_size
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):
+                total += size(os.path.join(base, f)).st_size
     return total
 
 
@@ -121,7 +117,7 @@ def usage(root: str | os.PathLike) -> dict:
         dirs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
     except OSError:
         dirs = []
-    keys = [{"key": d.name, "bytes": _size(d)} for d in dirs]
+    keys = [{"key": d.name, "bytes": tree_bytes(d)} for d in dirs]
     return {"root": str(root), "bytes": sum(k["bytes"] for k in keys), "keys": keys}
 
 
@@ -132,7 +128,7 @@ def purge(root: str | os.PathLike) -> tuple[int, str | None]:
     root = Path(root)
     if not root.exists():
         return 0, None
-    size = _size(root)
+    size = tree_bytes(root)
     errors: list[str] = []
     shutil.rmtree(root, onerror=lambda _f, path, exc: errors.append(f"{path}: {getattr(exc[1], 'strerror', exc[1])}"))
     return size, (f"{len(errors)} entries stayed, e.g. {errors[0]} (files a container wrote as root: "

@@ -5,8 +5,7 @@ package installed); the renderers, the process manager, the probe's store and va
 tests/test_launch_facts.py checks that both sides agree, by running both.
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 import os
 import re

@@ -61,14 +61,12 @@ def default_name(plan: LaunchPlan) -> str:
     return launch_facts.default_name(plan.profile)
 
 
-def _check_name(name: str) -> str:
-    # Used as a file name, a systemd unit name, a StateDirectory and a docker container name.
+def check_name(name: str) -> str:
+    # Used as a file name, a systemd unit name, a StateDirectory and a docker container name; `up` applies it
+    # before it runs anything (its --dry-run included).
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", name) or ".." in name:
         raise UsageError(f"--name {name!r}: use letters, digits, '-', '_' or '.', starting with a letter or digit")
     return name
-
-
-check_name = _check_name  # the rule, for `up` to apply before it runs anything (its --dry-run included)
 
 
 def _fill(template: str, values: dict[str, str], optional: frozenset[str] = frozenset()) -> str:
@@ -215,7 +213,7 @@ def render_launcher(
     it, the head for its group_nodes - 1 workers, each at most join_timeout_s, then stops with one line."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")
-    name = _check_name(name or default_name(plan))
+    name = check_name(name or default_name(plan))
     if not plan.argv:
         raise UsageError("the plan has an empty argv; nothing to launch")
     if container and not plan.image:
@@ -301,7 +299,7 @@ def render_launcher(
     if group_role != "single":
         values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
         group = _fill(_sections(_template("launcher-group.sh.tmpl"), on), {
-            "GROUP_ROLE": group_role, "GROUP_NAME": _check_name(group_name or name),
+            "GROUP_ROLE": group_role, "GROUP_NAME": check_name(group_name or name),
             "BASE_URL_TEXT": quoting.bash_comment(url),
             "JOIN_HOST": quoting.bash_word(join_host, "head address") if join_host else "''",
             "JOIN_PORT": str(int(join_port)) if join_port else "''",
@@ -347,7 +345,7 @@ def render_unit(
     watchdog_s: int = DEFAULT_WATCHDOG_S,
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
-    name = _check_name(name or default_name(plan))
+    name = check_name(name or default_name(plan))
     # Type=notify: the start phase lasts until the launcher reports ready, after each of its starts.
     start_window = launch_facts.start_window_s(plan, ready_timeout_s)
     starts = launch_facts.starts(plan)
@@ -392,7 +390,7 @@ def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_
     group's node (only a single server's launcher drops --monokernel, so only its file offers the retry knob)."""
     if syntax not in secret_env.SYNTAXES:
         raise RuntimeError(f"env file syntax {syntax!r}")  # a caller's bug, not user input
-    name = _check_name(name or default_name(plan))
+    name = check_name(name or default_name(plan))
     on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
     on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
     return _fill(
@@ -408,13 +406,13 @@ def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_
 
 
 def installed_launcher(name: str) -> str:
-    """Where the unit's ExecStart finds the launcher (INSTALL_DIR; `name` is checked by _check_name)."""
-    return f"{INSTALL_DIR}/{_check_name(name)}.sh"
+    """Where the unit's ExecStart finds the launcher (INSTALL_DIR; `name` is checked by check_name)."""
+    return f"{INSTALL_DIR}/{check_name(name)}.sh"
 
 
 def installed_env_file(name: str) -> str:
-    """Where the unit's EnvironmentFile= is on the node (ENV_DIR; `name` is checked by _check_name)."""
-    return f"{ENV_DIR}/{_check_name(name)}.env"
+    """Where the unit's EnvironmentFile= is on the node (ENV_DIR; `name` is checked by check_name)."""
+    return f"{ENV_DIR}/{check_name(name)}.env"
 
 
 def install_argvs(files: LaunchFiles, user: str, root: str = "", here: bool = False) -> tuple[tuple[str, ...], ...]:
@@ -532,7 +530,7 @@ def write_launchers(
         raise UsageError(f"--format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "shell" and user is not None:
         raise UsageError("--user belongs to --format systemd; the shell launcher runs as whoever starts it")
-    name = _check_name(name or default_name(plan))
+    name = check_name(name or default_name(plan))
     out = _check_output_dir(Path(output_dir))
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"

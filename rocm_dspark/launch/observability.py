@@ -137,11 +137,6 @@ def recording_rules(spec_decode: bool) -> list[dict]:
     return rules
 
 
-def _ab_hint(plan, band: Band) -> str:
-    return (f"re-run the A/B on this host (`rocm-dspark validate --ab --concurrency {band.concurrency}` with this "
-            f"plan's selection) and regenerate these files")
-
-
 def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
     served = "adaptive" if plan.adaptive_verification else "block"
     rules: list[dict] = []
@@ -163,7 +158,9 @@ def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
                 "description": (f"Mean accepted length {{{{ $value | printf \"%.3f\" }}}} is below {band.low:g}, the "
                                 f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
                                 f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
-                                f"has moved from what was measured and {why}; {_ab_hint(plan, band)}."),
+                                f"has moved from what was measured and {why}; re-run the A/B on this host (`rocm-dspark"
+                                f" validate --ab --concurrency {band.concurrency}` with this plan's selection) and "
+                                "regenerate these files."),
             },
         })
     kv = plan.memory.kv_tokens if plan.memory is not None and plan.memory.kv_tokens else None
@@ -236,13 +233,6 @@ def k8s_targets(plan, name: str) -> list[Target]:
     return [Target(f"{name}:{int(plan.port)}", 0, "service")]
 
 
-def rules_doc(plan, name: str, bands: dict, *, ready: bool) -> dict:
-    return {"groups": [
-        {"name": f"{name}-recording", "rules": recording_rules(bool(plan.speculative_config))},
-        {"name": f"{name}-alerts", "rules": alert_rules(plan, bands, ready=ready)},
-    ]}
-
-
 def dashboard(plan, name: str, bands: dict) -> dict:
     """Grafana dashboard JSON (schemaVersion 39) over the recording rules; every legend names what ran."""
     legend = "{{endpoint}} {{verification}} {{image_digest}} plan {{plan_hash}}"
@@ -311,7 +301,10 @@ def render(plan, name: str, target_list: list[Target], *, ready: str | None = No
         notes.append(f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
                      "and regenerate.")
     header = _header(plan, bands, notes)
-    rules_text = _yaml(rules_doc(plan, name, bands, ready=ready is not None and not k8s), header)
+    rules_text = _yaml({"groups": [
+        {"name": f"{name}-recording", "rules": recording_rules(bool(plan.speculative_config))},
+        {"name": f"{name}-alerts", "rules": alert_rules(plan, bands, ready=ready is not None and not k8s)},
+    ]}, header)
     dash = json.dumps(dashboard(plan, name, bands), indent=1, ensure_ascii=True) + "\n"
     if not k8s:
         config = _yaml(prometheus_config(plan, name, target_list, ready, rules_file), header)

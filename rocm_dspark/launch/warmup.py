@@ -1,15 +1,11 @@
 """Warm before ready: the requests a launcher sends once /v1/models answers and before it says "ready: serving"
 (templates/launcher.sh.tmpl, warm_up), so that the batch sizes the plan serves have run once before traffic.
 
-vLLM warms its own kernels first, with dummy inputs: dummy runs of the compile sizes, its kernel warm-up and,
-with KernelConfig.enable_jit_warmup (default True, vllm/config/kernel.py:291 in 0.32.0, :296 in 0.33.0), its
-JIT warm-up (vllm/v1/worker/gpu_worker.py:936-957 in 0.32.0), then graph capture; only then it activates its
-JIT monitor (:1078), which logs every later compile "during inference" (runtime/server_phases.py reads it).
-Ours are real requests at the concurrencies the plan allows: batches of 1, 2, 4, ... requests up to
-max_num_seqs, each batch sent together, so that a decode step of b requests carries b x (1+K) tokens and the
-last reaches max_num_seqs x (1+K), the product the plan's capture size covers (recipe/capture.py). A kernel
-that still compiles for one of these shapes does so here, before ready, not as a latency spike in traffic
-(with jit_monitor_mode=error vLLM fails that request, and the start is not ready).
+vLLM's own warm-up runs dummy inputs (KernelConfig.enable_jit_warmup, vllm/config/kernel.py:291 in 0.32.0, :296
+in 0.33.0; vllm/v1/worker/gpu_worker.py:936-957), then its JIT monitor (:1078) logs every later compile. Ours are
+real requests in batches of 1, 2, 4, ... up to max_num_seqs, so the last decode step reaches max_num_seqs x (1+K),
+what the capture size covers (recipe/capture.py): a kernel that still compiles for such a shape does so before
+ready, not in traffic. docs/compile-cache.md, "Warm before ready", has the whole story.
 
 Short on purpose: max_tokens just past two verify steps, ignore_eos so each request runs its full length.
 """

@@ -1,16 +1,10 @@
 """The graph-capture cliff as a term of its own (docs/capture.md, docs/calibration.md).
 
-A step with more tokens than the largest captured graph size runs without a full graph: vLLM falls back
-to piecewise graphs or eager execution (vLLM 0.33 `VllmConfig._set_cudagraph_sizes`: "Larger uniform decode
-batches fall back to eager execution"). Such a step pays, on top of the captured step's cost,
-
-    eager(T) = 0                                            T <= largest captured size
-             = layers x launch_ms_per_layer + per_token_ms x T   T >  largest
-
-the kernel launches a graph would have replayed (per layer: the host launches every layer's kernels) and
-a per-token penalty of the unfused, uncaptured kernels. Both are non-negative, so the term is zero below
-the limit and non-decreasing in T above it. They are fitted where a run's tokens cross its capture size
-(calibration.fit, `rocm-dspark plan --calibrate`), and carried over otherwise (docs/calibration.md).
+A step with more tokens than the largest captured graph size runs without a full graph (vLLM 0.33
+`VllmConfig._set_cudagraph_sizes`: "Larger uniform decode batches fall back to eager execution") and pays
+eager(T) (docs/calibration.md, "The capture term"): per layer the kernel launches a graph would have replayed,
+plus a per-token penalty of the unfused kernels, both non-negative and fitted where a run's tokens cross its
+capture size (calibration.fit, `rocm-dspark plan --calibrate`).
 
 This module also marks the plan's cells whose verify batch leaves the captured graphs, and says what
 capture size would hold them; it imports nothing heavy.

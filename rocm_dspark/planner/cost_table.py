@@ -1,22 +1,13 @@
 """A measured step-cost table: token count -> milliseconds, read the way vLLM 0.33 reads its own.
 
-vLLM profiles, right after graph capture, the target forward at every captured token count (the verify
-curve) and the drafter at every request count (the draft curve), and plans with
-step = draft_cost[num_requests] + verify_cost[tokens] (docs/scheduler.md, "vLLM 0.33.0's cost tables"). Its table rules,
-which this module follows (`build_cost_tables_from_curves`, checked against the real function in
-tests/test_planner_vllm.py):
-  * costs are made monotone (running max), repeated sizes are reduced to their median;
-  * at or below the largest captured size a step is padded up to the next captured size, so the cost
-    is a step function: the cost of the smallest sample >= the padded size;
-  * above it nothing pads: linear interpolation between the samples above the limit;
-  * past the last sample: linear extrapolation through the last two samples.
-
-A SPARSE table (samples at a few sizes, e.g. the step times `rocm-dspark validate` measures at a few
-concurrencies) is not vLLM's profile: stepping up to the next sample would charge a 17-token step what a
-128-token step costs. There the step is padded to the capture grid as vLLM runs it, and its cost is
-interpolated linearly between the samples around the padded size (flat below the first, extrapolated
-past the last); `MeasuredCost.notes()` warns for padded sizes far from every sample. A table is dense
-when it has a sample at every captured size up to the largest one it covers (vLLM's own profile).
+vLLM profiles the verify curve (target forward per captured token count) and the draft curve (drafter per request
+count) and plans with step = draft_cost[num_requests] + verify_cost[tokens]; this module follows its table rules
+(`build_cost_tables_from_curves`, checked against the real function in tests/test_planner_vllm.py; the rules:
+docs/scheduler.md, "vLLM 0.33.0's cost tables"). A SPARSE table (a few sizes, e.g. the step times `rocm-dspark
+validate` measures) is not vLLM's profile: stepping up to the next sample would charge a 17-token step what a
+128-token step costs, so the step is padded to the capture grid and its cost interpolated between the samples
+around it (flat below the first, extrapolated past the last); `MeasuredCost.notes()` warns for padded sizes far
+from every sample. A table is dense when it has a sample at every captured size up to the largest it covers.
 
 File formats (`--cost-table`):
   JSON  {"verify": [[tokens, ms], ...], "draft": [[num_requests, ms], ...], "capture_sizes": [...]}

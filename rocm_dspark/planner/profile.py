@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from rocm_dspark.errors import UsageError
 
-DEFAULT_CONCURRENCY = (1, 16, 64, 128, 512)
-
 
 def parse_concurrency(text) -> list[int]:
     """'1,16,64' -> [1, 16, 64]; every value a positive integer."""
@@ -202,9 +200,7 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
     else:
         from rocm_dspark.planner.calibration import class_matrix, class_rates, stored, transfer
 
-        calib, host_note = calibration, calibration_note
-        if calib is None:
-            calib = stored()
+        calib, host_note = calibration or stored(), calibration_note
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
         error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
         notes = ([host_note] if host_note else []) + calibrated_notes(calib, cost, same, error_pct, payoff_pp) \

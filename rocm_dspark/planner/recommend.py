@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from rocm_dspark.planner.simulator import Policy, SimResult, simulate
 
 TOLERANCE = 0.02
-CANDIDATES = ("none", "fixed", "per_batch_size", "adaptive")  # simplest first
 CANDIDATE_LABELS = {"none": "no speculation", "fixed": "fixed K", "per_batch_size": "per-batch-size K",
                     "adaptive": "adaptive verification", "block": "block verification"}
 DECIDE = ("measure it: `rocm-dspark validate --ab --concurrency C` (adaptive against block verification on this "

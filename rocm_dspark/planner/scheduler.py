@@ -1,10 +1,7 @@
 """Adaptive verification: which drafted positions the target verifies in one step.
 
-Vocabulary (docs/scheduler.md, "Notation"): R requests each drafted gamma positions; c[r, j] is the
-confidence head's estimate of P(draft j accepted | drafts 1..j-1 accepted); the survival
-a[r, j] = c[r, 1] * ... * c[r, j] is the probability that draft j is accepted and so adds one token.
-Every request always verifies its anchor row (one token, the correction or bonus), so a step that
-admits `budget` draft slots runs R + budget target tokens and expects R + sum(admitted a) tokens.
+Vocabulary: docs/scheduler.md, "Notation" (R requests, gamma positions, confidences c, survivals a, one anchor
+row per request), so a step that admits `budget` draft slots runs R + budget target tokens.
 
 The production scheme (DSpark paper §5.2, DeepInfer, vLLM 0.33) splits the decision in two:
   1. the budget (how many draft slots in total) comes from HISTORY: the confidences of the drafts
@@ -22,6 +19,7 @@ Monte-Carlo test shows 0.85 instead of 0.7).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 
@@ -87,10 +85,8 @@ def _fixed_seconds(step_cost, num_requests: int, gamma: int) -> float:
     cache = getattr(step_cost, "_rocm_dspark_fixed", None)
     if cache is None:
         cache = {}
-        try:
+        with contextlib.suppress(AttributeError, TypeError):
             object.__setattr__(step_cost, "_rocm_dspark_fixed", cache)
-        except (AttributeError, TypeError):
-            pass
     key = (num_requests, gamma)
     if key not in cache:
         cache[key] = float(step_cost.draft_seconds(num_requests, gamma)) + request_seconds(step_cost, num_requests)

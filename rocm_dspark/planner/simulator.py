@@ -52,10 +52,6 @@ def default_steps(batch: int) -> int:
     return int(min(20000, max(200, math.ceil(200_000 / max(batch, 1)))))
 
 
-def _rank_sizes(batch: int, dp: int) -> list[int]:
-    return [batch // dp + (1 if r < batch % dp else 0) for r in range(dp)]
-
-
 def _rate_matrix(rates, batch: int):
     import numpy as np
 
@@ -78,7 +74,7 @@ def _plans(cost, conf, policy: Policy, steps: int, dp: int):
     from rocm_dspark.planner.scheduler import TwoPhaseScheduler, dp_charged_tokens, request_seconds
 
     batch, gamma = conf.shape
-    sizes = _rank_sizes(batch, dp)
+    sizes = [batch // dp + (1 if r < batch % dp else 0) for r in range(dp)]  # requests per DP rank
     bounds = np.cumsum([0] + sizes)
     largest = max(sizes)
     if hasattr(cost, "for_requests"):  # a cost whose routing term depends on tokens per request

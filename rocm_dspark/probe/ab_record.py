@@ -1,29 +1,18 @@
 """An A/B evidence record: one workload at one concurrency against block verification, then adaptive.
 
-Shape (schema "rocm-dspark/ab-record/2"), strict JSON like the probe's record (rocm_dspark.probe.record):
-    id, created_at, finished_at, toolkit_version     strings (id = UTC time + random suffix)
-    host                                             {hostname, platform}
-    selection                                        the flags the plan was resolved from
-    fingerprint                                      fingerprint.FIELDS of this host and the adaptive plan
-    concurrency                                      the workload's concurrency (what the gate matches)
-    workload                                         {client, dataset, requests, input_len, max_tokens, seed,
-                                                     ignore_eos}: one `vllm bench serve` workload for both arms
-    arms                                             {"block": ARM, "adaptive": ARM}; ARM = {argv, description,
-                                                     client, bench_command, bench_result, output_throughput_tok_s,
-                                                     acceptance_length, ttft_ms, tpot_ms, itl_ms, requests,
-                                                     failed, errors}
-    override                                         null, or {kind, block, adaptive}: the arms ran other
-                                                     commands than the plan's (e.g. --server-json); such a
-                                                     record never counts for the gate
-    verdict                                          {gain_pct, pays, text}, recomputed and checked on read
+Schema "rocm-dspark/ab-record/2", strict JSON like the probe's record (rocm_dspark.probe.record); its keys and
+their types are _TOP, _ARM and _WORKLOAD below. id = UTC time + random suffix; fingerprint: fingerprint.FIELDS of
+this host and the adaptive plan; concurrency: what the gate matches; workload: one `vllm bench serve` workload for
+both arms; override: null, or {kind, block, adaptive} when the arms ran other commands than the plan's (e.g.
+--server-json), and such a record never counts for the gate; verdict {gain_pct, pays, text}: recomputed and
+checked on read; sha256: digest of every other key, canonical JSON; hmac: HMAC-SHA256 under this host's key
+(store.write_record).
 
 Each arm was measured by `vllm bench serve` (client): bench_command is the exact command, bench_result the JSON
 its --save-result wrote (null when bench wrote none). On read, each arm's command must carry the record's
 workload and concurrency, and its tokens/s, requests and failures must be those of its bench_result: a record
 that fails any of this parses to an error and never counts. Schema 1 (measured by the toolkit's own client)
 is refused the same way.
-    sha256                                           digest of every other key, canonical JSON
-    hmac                                             HMAC-SHA256 under this host's key (store.write_record)
 
 Files live in `<state dir>/ab/<id>.json`, signed and written atomically, and are read by the probe
 records' trust model (rocm_dspark.probe.store, README). Imports stay light: the gate reads these

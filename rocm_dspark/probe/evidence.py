@@ -5,8 +5,7 @@ key. A field the level did not record, or recorded as anything but a JSON boolea
 treats None as "not shown" (so a hand-edited "yes" proves nothing).
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 from typing import NamedTuple
 

@@ -1,18 +1,11 @@
 """A probe record: one run's fingerprint, level results and evidence, as strict JSON.
 
-Shape (schema "rocm-dspark/probe-record/1"):
-    id, created_at, finished_at, toolkit_version     strings (id = UTC time + random suffix)
-    host                                             {hostname, platform}
-    selection                                        the flags the plan was resolved from
-    fingerprint                                      fingerprint.FIELDS, every key present
-    levels_requested                                 ["static", "kernel", "live"] or a subset
-    levels                                           [LevelResult as a dict, ...] in run order
-    live_override                                    null, or how the live level deviated from the plan
-                                                     ({"kind": "command-file", ...}); such a live result
-                                                     never counts for the gate
-    sha256                                           hex digest of all the other keys, canonical JSON
-    hmac                                             (added by store.write_record) HMAC-SHA256 with this
-                                                     host's key over every other key; see store.py
+Schema "rocm-dspark/probe-record/1"; its keys and their types are _TOP, _LEVEL and _FINGERPRINT below. id = UTC
+time + random suffix; fingerprint: fingerprint.FIELDS, every key present; levels_requested: a subset of static,
+kernel, live; levels: LevelResult dicts in run order; live_override: null, or how the live level deviated from the
+plan ({"kind": "command-file", ...}), and such a live result never counts for the gate; sha256: hex digest of
+all the other keys, canonical JSON; hmac: added by store.write_record, HMAC-SHA256 with this host's key over
+every other key (store.py).
 
 The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
 who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,

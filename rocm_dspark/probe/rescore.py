@@ -1,37 +1,23 @@
 """Token re-scoring: are a speculating server's greedy outputs the tokens its own model would emit?
 
-Adaptive verification (AV) with kernels that read the wrong query boundaries still starts and still answers;
-it emits wrong tokens. So the live level checks every emitted token against a reference:
-
-1. Generate: `RESCORE_PROMPTS` greedy (temperature 0, ignore_eos, `GEN_TOKENS` each) all at once, so that one
-   decode step holds requests whose drafts are accepted to different depths (under AV: verify lengths that
-   differ within a step). `return_token_ids` gives the prompt and output token ids.
-2. Re-score: each prompt + output goes back as a prompt (token ids) with `prompt_logprobs`, max_tokens 1. vLLM
-   reads no prefix cache for a request with prompt_logprobs (vllm/sampling_params.py:
-   skip_reading_prefix_cache), so the whole context is computed again. The reference must be one the drafter
-   cannot reach (vllm#53488, fix in PR #53520: with a padded GPU drafter, prompt logprobs of a prefill that runs
-   through piecewise CUDA graphs, i.e. at most the largest capture size, are computed from a buffer the
-   drafter has overwritten; eager prefills and servers without --speculative-config are right). Two routes:
-     * `nospec-server`: a server of the same model without --speculative-config (the acceptance run's nospec
-       arm). No drafter exists in that process.
-     * `eager-padded`: the speculating server itself, each re-score prompt padded at its end to more tokens
-       than the largest capture size (vLLM runs a step of more tokens than max_cudagraph_capture_size without
-       graphs: vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`), at most
-       max_num_batched_tokens (one chunk, so no step holds a piece under the limit), sent one at a time.
-       Padding after the judged positions changes none of them: attention is causal.
-   A same-server reference that cannot be padded so (`same-server`) is not independent and proves nothing.
-3. Self-check (eager-padded only): the first `SELF_CHECK_PROMPTS` requests are also scored unpadded (a prefill
-   under the limit, the route #53488 corrupts). Where the two routes judge a position differently beyond the
-   near-tie tolerance, the reference is "unreliable (vllm#53488)": neither proven nor violations.
-4. Judge: each emitted token must be the reference argmax (rank 1), or within `NEAR_TIE_NATS` of the top
-   logprob (a near-tie: bf16 batch-shape noise can flip those on a GPU; counted separately). Anything else is
-   a violation. AV counts as proven only with an independent reference, zero violations over at least
-   `MIN_TOKENS` tokens from at least `MIN_PROMPTS` prompts sent `MIN_CONCURRENCY` at a time.
-
+Adaptive verification (AV) with kernels that read the wrong query boundaries still starts and answers, with
+wrong tokens, so the live level checks every emitted token against a reference (docs/adaptive-verification.md,
+"Token re-scoring", says why each step is as it is):
+1. Generate: `RESCORE_PROMPTS` greedy, `GEN_TOKENS` each, all at once (`return_token_ids`).
+2. Re-score: each prompt + output as a token-id prompt with `prompt_logprobs`, max_tokens 1; vLLM reads no prefix
+   cache for it (vllm/sampling_params.py: skip_reading_prefix_cache). The reference must be out of the drafter's
+   reach (vllm#53488, fix in PR #53520): `nospec-server` (a server without --speculative-config), or
+   `eager-padded` (the speculating server, each prompt padded past the largest capture size so the step runs
+   without graphs: vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`, at most
+   max_num_batched_tokens, sent one at a time). `same-server` (no room to pad) is not independent.
+3. Self-check (eager-padded only): the first `SELF_CHECK_PROMPTS` are also scored unpadded; a disagreement beyond
+   the near-tie tolerance makes the reference "unreliable (vllm#53488)": neither proven nor violations.
+4. Judge: each token must be the reference argmax, or within `NEAR_TIE_NATS` of the top logprob (a near-tie).
+   AV is proven only with an independent reference, zero violations over at least `MIN_TOKENS` tokens from at
+   least `MIN_PROMPTS` prompts sent `MIN_CONCURRENCY` at a time.
 The drafts each request had verified come from vLLM's per-request spec-decode metrics
-(`--per-request-spec-decode-metrics summary`: `metrics.speculative_decoding` in each response) where the
-server exports them, and from the `vllm:spec_decode_*` counters' difference otherwise; a run whose
-requests were never trimmed below K drafts per step is recorded as such (`trimmed`).
+(`--per-request-spec-decode-metrics summary`) where the server exports them, else from the `vllm:spec_decode_*`
+counters' difference (`trimmed`: some request had fewer than K drafts verified in a step).
 """
 
 from __future__ import annotations
@@ -55,7 +41,6 @@ RESCORE_PROMPTS = (
     "import numpy as np\n\ndef softmax(x):", "Question: what is 17 times 19? Answer:",
     "The capital of France is", "SELECT name, age FROM users WHERE", "1, 2, 3, 5, 8, 13,",
 )
-ROUTES = ("nospec-server", "eager-padded", "same-server")
 
 
 def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[str, int, float, int]:
@@ -205,11 +190,6 @@ def summarize(per_request: list[dict], *, concurrency: int, k: int | None, count
     return out
 
 
-def _generate(client, model: str, prompt: str, max_tokens: int, temperature: float) -> dict:
-    return client.complete(prompt, max_tokens=max_tokens, model=model, temperature=temperature, ignore_eos=True,
-                           return_token_ids=True, timeout_s=600)
-
-
 def prompt_logprobs(client, model: str, ids: list[int], pad_to: int | None = None) -> list:
     """vLLM's prompt_logprobs for `ids`; with `pad_to`, the request carries filler tokens (the context's own
     ids again) up to that length after them, and only the entries of `ids` are returned."""
@@ -234,7 +214,9 @@ def generate(client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = G
              ) -> list[dict]:
     """All prompts at once: [{prompt, prompt_ids, output_ids, drafts}]."""
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        replies = list(pool.map(lambda p: _generate(client, model, p, max_tokens, temperature), prompts))
+        replies = list(pool.map(lambda p: client.complete(p, max_tokens=max_tokens, model=model, ignore_eos=True,
+                                                          temperature=temperature, return_token_ids=True,
+                                                          timeout_s=600), prompts))
     out = []
     for prompt, reply in zip(prompts, replies):
         choice = reply["choices"][0]

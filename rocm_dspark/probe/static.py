@@ -19,10 +19,6 @@ from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 
 
-def plan_vllm_label(catalog, selection, plan) -> str:
-    return plan.build.name if plan.build else plan.vllm_version
-
-
 def vllm_mismatch(version: str | None, commit: str | None, plan_version: str, label: str, build: dict | None) -> str | None:
     """Why the installed vLLM is not the one the plan pins, or None when it is."""
     if version is None:
@@ -80,7 +76,7 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
         problems.append(f"torch is not installed in {sys.executable}")
     elif host_fp.get("hip_version") is None:
         problems.append(f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)")
-    label = plan_vllm_label(catalog, selection, plan)
+    label = plan.build.name if plan.build else plan.vllm_version
     vllm_problem = vllm_mismatch(host_fp.get("vllm_version"), host_fp.get("vllm_commit"), plan.vllm_version, label,
                                  {"commit": plan.build.vllm_commit} if plan.build else None)
     if vllm_problem:

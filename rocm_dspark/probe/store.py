@@ -1,28 +1,15 @@
-"""Where probe and A/B records live, and which of them may be trusted (README: "Trust model for probe records").
+"""Where probe and A/B records live, and which of them may be trusted: docs/trust.md states the rules (directories
+as OpenSSH's StrictModes, files opened O_NOFOLLOW|O_NONBLOCK within MAX_RECORD_BYTES, the HMAC under host.key,
+a signed finished_at that the file's mtime does not contradict, newest by content, MAX_TOTAL_BYTES in all).
 
 Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
-rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600). Both kinds follow the
-same rules, stated here for probe/.
-State directory, first that is set: `--state-dir`, then rocm_dspark.statedir.STATE_ROOTS
-(`$ROCM_DSPARK_STATE_DIR`, `$XDG_STATE_HOME/rocm-dspark`, `~/.local/state/rocm-dspark`).
-
-A record is trusted only when
-  * the state directory and probe/ are owned by this user or root and writable by nobody else (a group
-    write bit is tolerated only for the owner's own one-member group, as OpenSSH's StrictModes does), every
-    directory above the state directory is owned by this user or root and, if writable by others, sticky;
-    probe/ is a real directory, not a symlink;
-  * the file is a regular file (opened with O_NOFOLLOW|O_NONBLOCK, then fstat: no symlink, FIFO or device),
-    owned by this user or root, not writable by others, at most MAX_RECORD_BYTES, read with a bounded read;
-  * its HMAC-SHA256 under host.key verifies (store.verify), and its content is sane against its file
-    (finished_at not after the file's mtime, nor in the future).
-"Newest" is the record's own signed finished_at (then its id), never the file name. Every candidate is read,
-bounded by MAX_TOTAL_BYTES in all; past that the gate proves nothing rather than guess.
+rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600); the state directory is the
+first of rocm_dspark.statedir.STATE_ROOTS that is set (after `--state-dir`).
 
 With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`) the gate costs one listing.
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 import json
 import os

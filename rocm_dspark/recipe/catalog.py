@@ -4,8 +4,7 @@ Facts live in YAML (models, GPUs, per-(model, GPU) profiles, workarounds, the vL
 this module only checks their shape. A broken file fails with one line: file, key, problem.
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 import os
 import re
@@ -169,9 +168,7 @@ class Workaround(NamedTuple):
             return False
         if self.gpus and gpu not in self.gpus:
             return False
-        if self.vllm and vllm_version is not None and not version_in_range(vllm_version, self.vllm):
-            return False
-        return True
+        return not self.vllm or vllm_version is None or version_in_range(vllm_version, self.vllm)
 
 
 class FlagRule(NamedTuple):
@@ -341,6 +338,13 @@ class _Reader:
             self.fail(f"expected {want}, got {value!r}", key)
         return value
 
+    def choice(self, key: str, choices, *, optional: bool = False, where: str = ""):
+        """A string that is one of `choices` (None when optional and absent)."""
+        value = self.req(key, str, optional=optional)
+        if value is not None and value not in choices:
+            self.fail(f"expected one of {', '.join(choices)}{where}, got {value!r}", key)
+        return value
+
     def positive_int(self, key: str) -> int:
         value = self.req(key, int)
         if value <= 0:
@@ -506,18 +510,14 @@ def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
 def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
     if gpu not in gpus:
         r.fail(f"unknown GPU {gpu!r}; known: {', '.join(sorted(gpus))}")
-    status = r.req("status", str)
-    if status not in STATUSES:
-        r.fail(f"expected one of {', '.join(STATUSES)}, got {status!r}", "status")
+    status = r.choice("status", STATUSES)
     date = str(r.req("status_date", str))
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
         r.fail(f"expected YYYY-MM-DD, got {date!r}", "status_date")
     evidence = r.str_list("evidence")
     if not evidence:
         r.fail("at least one evidence link is required", "evidence")
-    mode = r.req("cudagraph_mode", str, optional=True)
-    if mode is not None and mode not in CUDAGRAPH_MODES:
-        r.fail(f"expected one of {', '.join(CUDAGRAPH_MODES)}, got {mode!r}", "cudagraph_mode")
+    mode = r.choice("cudagraph_mode", CUDAGRAPH_MODES, optional=True)
     engram = r.req("engram_cpu_offload", dict, optional=True)
     if engram is not None and not all(isinstance(v, bool) for v in engram.values()):
         r.fail("expected a mapping from TP size to true/false", "engram_cpu_offload")
@@ -845,12 +845,8 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
     digest = r.req("digest", str, optional=True)
     if digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         r.fail(f"expected sha256:<64 hex digits> or null, got {digest!r}", "digest")
-    status = r.req("status", str)
-    if status not in BUILD_STATUSES:
-        r.fail(f"expected one of {', '.join(BUILD_STATUSES)}, got {status!r}", "status")
-    channel = r.req("channel", str)
-    if channel not in channels:
-        r.fail(f"expected one of {', '.join(channels)} (vllm.yaml channels), got {channel!r}", "channel")
+    status = r.choice("status", BUILD_STATUSES)
+    channel = r.choice("channel", channels, where=" (vllm.yaml channels)")
     date = r.req("date", str, optional=True)
     if date is not None and not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", date):
         r.fail(f"expected YYYY-MM-DD or YYYY-MM, got {date!r}", "date")
@@ -865,9 +861,7 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
         if value not in (True, False, None):
             fr.fail("`in` must be true, false or null", "in")
         if value is not None:
-            how = fr.req("how", str)
-            if how not in HOW:
-                fr.fail(f"expected one of {', '.join(HOW)}, got {how!r}", "how")
+            fr.choice("how", HOW)
             fr.req("source", str)
         facts[cid] = {"in": value, "how": fact.get("how"), "source": fact.get("source")}
     evidence_on = {}

@@ -12,8 +12,7 @@ how each part lies over the ranks comes from vLLM's code, cited in that block's 
 With DP = PP = 1 this is the single-node budget the resolver always had, to the digit.
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 from math import gcd
 from typing import NamedTuple

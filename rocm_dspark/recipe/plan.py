@@ -8,8 +8,7 @@ re-parses argv. It carries both commands: `block_argv` (full block verification,
 benchmark). `argv` is the command that runs: the verdict, applied last, picks one of the two.
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 import re
 from collections.abc import Iterable

@@ -107,10 +107,6 @@ def _compact_json(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 # --- layers ---------------------------------------------------------------------------------------
 
 
@@ -353,7 +349,7 @@ def layout_layer(s: _State) -> None:
     if tp < 1 or dp < 1 or ep < 1:
         raise UsageError("--tp, --dp and --ep must be positive integers")
     if heads % tp:
-        ok = ", ".join(str(d) for d in _divisors(heads) if d <= gpus_per_node)
+        ok = ", ".join(str(d) for d in range(1, heads + 1) if heads % d == 0 and d <= gpus_per_node)
         raise UsageError(f"--tp {tp} does not divide the {heads} query heads of {s.model.key}; use one of {ok}")
     if tp > gpus_per_node:
         raise UsageError(

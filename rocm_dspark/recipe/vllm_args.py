@@ -21,8 +21,7 @@ The plan emits a user value that starts with `-` as one word, `--flag=-value`, s
 value as a flag of its own (`--enforce-eager --speculative-config=...`).
 """
 
-# No `from __future__ import annotations` here: typing.NamedTuple would then compile every field's string
-# annotation at import, on the `recipe` start-up path (benchmarks/recipe_latency.py).
+# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
 import re
 from collections.abc import Mapping

@@ -56,17 +56,10 @@ def parse_samples(text: str) -> list[Sample]:
 
 def sample_sum(samples: list[Sample], name: str, model_name: str | None = None, **labels: str) -> float | None:
     """Sum of all samples called `name` whose labels match; None when there is no such sample at all."""
-    total, seen = 0.0, False
-    for s in samples:
-        if s.name != name:
-            continue
-        if model_name is not None and s.labels.get("model_name") != model_name:
-            continue
-        if any(s.labels.get(k) != v for k, v in labels.items()):
-            continue
-        total += s.value
-        seen = True
-    return total if seen else None
+    if model_name is not None:
+        labels = {**labels, "model_name": model_name}
+    values = [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+    return sum(values, 0.0) if values else None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ rocm_dspark.runtime.client.VllmClient; this module only manages the process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -260,24 +261,23 @@ class VllmServer:
 
         def signal_all(sig: int) -> None:
             # Only pids seen alive just now: a recycled pid must never receive our signal.
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 if group_members(pgid):
                     os.killpg(pgid, sig)
-            except ProcessLookupError:
-                pass
             for p in strays:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     if is_alive(p):
                         os.kill(p, sig)
-                except ProcessLookupError:
-                    pass
+
+        def wait_gone(seconds: float, step: float = 0.05) -> None:
+            deadline = time.monotonic() + seconds
+            while remaining() and time.monotonic() < deadline:
+                time.sleep(step)
 
         killed = False
         if remaining():
             signal_all(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while remaining() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            wait_gone(grace_s, 0.1)
             if remaining():
                 killed = True
                 # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's
@@ -285,13 +285,9 @@ class VllmServer:
                 # shared memory by themselves; whatever is left after 2 s is killed too.
                 if self.proc.poll() is None:
                     self.proc.kill()
-                    deadline = time.monotonic() + 2
-                    while remaining() and time.monotonic() < deadline:
-                        time.sleep(0.05)
+                    wait_gone(2)
                 signal_all(signal.SIGKILL)
-                deadline = time.monotonic() + 10
-                while remaining() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_gone(10)
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

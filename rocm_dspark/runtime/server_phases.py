@@ -73,17 +73,11 @@ READY = Phase("ready", "ready")
 def _detail(key: str, m: re.Match) -> str:
     if key in ("shards", "graphs"):
         return f"{m.group(2)}/{m.group(3)}" + (" shards" if key == "shards" else "")
-    if key == "loaded" and m.group(1):
-        return f"took {m.group(1)} s"
-    if key == "graphs_done":
+    if key in ("graphs_done", "warmed") or key == "loaded" and m.group(1):
         return f"took {m.group(1)} s"
     if key == "engine_ready":
         return f"init took {m.group(1)} s"
-    if key == "launcher":
-        return f"{m.group(1)} verification"
-    if key == "warmed":
-        return f"took {m.group(1)} s"
-    return ""
+    return f"{m.group(1)} verification" if key == "launcher" else ""
 
 
 def phase_of_line(line: str) -> Phase | None:

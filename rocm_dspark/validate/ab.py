@@ -1,18 +1,12 @@
 """`rocm-dspark validate --ab`: one workload at the target concurrency against two launches on this host,
 block verification first, then adaptive verification; an A/B evidence record for the gate.
 
-Each arm is measured by vLLM's own `vllm bench serve` (rocm_dspark.validate.bench, run as the sweep runs it:
-the vLLM that serves, in its image in container modes): start the server, wait until ready, warm up (graphs,
-caches) with a short bench run at the same concurrency on other prompts (seed 1), then read /metrics, run
-bench once more (`requests` prompts of the random data set, fixed input and output lengths, seed 0,
-ignore_eos, temperature 0, `concurrency` in flight, no ready-check request), read /metrics again, stop the
-server. The two arms share the host, workload, prompts and concurrency; only the launch differs. Tokens/s and
-TTFT/TPOT/ITL percentiles are bench's (its --save-result JSON is kept whole in the record and as written in
-`<report>/ab-bench/`); acceptance length is 1 + accepted/drafts from the /metrics deltas, which bound exactly
-the measured requests. A request that fails fails its arm: the record then says "no verdict". The record
-(rocm_dspark.probe.ab_record) carries the verdict ("adaptive pays at c=C: +x%"), is fingerprinted like a
-probe record (this host, the adaptive plan), written atomically with a content digest into
-`<state dir>/ab/`, and copied into the report directory.
+Each arm is measured by vLLM's own `vllm bench serve` (rocm_dspark.validate.bench, run as the sweep runs it):
+start the server, warm up with a bench run on other prompts (seed 1), run the measured bench between two
+/metrics reads (acceptance length from their deltas), stop the server; docs/validate.md, "The A/B through
+`vllm bench serve`", gives the flags. A request that fails fails its arm ("no verdict"). The record
+(rocm_dspark.probe.ab_record) carries the verdict ("adaptive pays at c=C: +x%"), is fingerprinted like a probe
+record, written atomically into `<state dir>/ab/`, and copied into the report directory.
 
 The arms are the plan's own two commands (block_argv and the adaptive argv), or two server-description
 files (--server-json for the block arm, --ab-server-json for the adaptive one) where the plan cannot run:
@@ -51,10 +45,6 @@ WARMUP_SEED = 1      # the warm-up's prompts are not the measured ones (no prefi
 # No ready-check request (the default, vllm/benchmarks/serve.py 1941 in 0.32.0, 1989 in 0.33.0; --num-warmups
 # defaults to 0 too, 1733/1781): named so that the /metrics window holds the workload's requests and no other.
 NO_READY_CHECK = ("--ready-check-timeout-sec", "0")
-
-
-def bench_dir(report_dir: Path) -> Path:
-    return (Path(report_dir) / AB_BENCH_DIR).absolute()
 
 
 def measure(server, served_name: str, name: str, *, prefix: list[str], tokenizer: str, concurrency: int,
@@ -186,10 +176,10 @@ def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=
     except OSError as exc:
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
     fingerprint.current_fingerprint(catalog, plan)   # before the arms: a host it cannot fingerprint costs no load
-    started = store.utc_now()
+    started, bench_dir = store.utc_now(), (Path(report_dir) / AB_BENCH_DIR).absolute()
     arms = {name: run_arm(arms_in[name], name, concurrency=concurrency, requests=requests, input_len=input_len,
                           max_tokens=max_tokens, timeout_s=request_timeout_s, ready_timeout_s=ready_timeout_s,
-                          log_dir=log_dir, out_dir=bench_dir(report_dir), plan=plan, python=python, say=say)
+                          log_dir=log_dir, out_dir=bench_dir, plan=plan, python=python, say=say)
             for name in ("block", "adaptive")}
     return write_ab_record(catalog=catalog, selection=selection, plan=plan, concurrency=concurrency, arms=arms,
                            started=started, requests=requests, input_len=input_len, max_tokens=max_tokens,

@@ -7,15 +7,10 @@ Arms, each the plan's own launch started and stopped in turn on the plan's port 
   nospec    the block command without --speculative-config (no speculation: the accuracy reference)
   block     the plan's block-verification command (all K drafts verified)
   adaptive  the plan's command with enable_adaptive_verification on (fingerprint.adaptive_plan)
-On each arm: `concurrency` greedy prompts in flight at once (rocm_dspark.probe.rescore.generate), so a decode
-step holds requests verified to different depths, and GSM8K 5-shot through lm-eval (all 1,319 questions unless
---gsm8k-limit; validate/gsm8k.py's command). Every arm's tokens are re-scored on the nospec arm's server: no
-drafter runs in it, so none can corrupt its prompt logprobs (vllm#53488, docs/adaptive-verification.md). That is
-why nospec runs last (block, adaptive, nospec): one model load per arm. The report (acceptance.json, acceptance.md) says per arm:
-tokens re-scored, violations, near-ties, drafts verified per request (and whether AV trimmed), GSM8K with its
-stderr; and the verdict: AV is accepted only if every arm has zero violations, the adaptive arm trimmed, and
-adaptive and block GSM8K agree with nospec within two combined standard errors (upstream's check for #52362).
-`recipe_evidence` is the block to paste into recipes/ as evidence for that build and GPU.
+On each arm: `concurrency` greedy prompts at once (rocm_dspark.probe.rescore.generate) and GSM8K 5-shot through
+lm-eval (validate/gsm8k.py's command); every arm's tokens are re-scored on the nospec arm's server, which runs
+last (vllm#53488). docs/adaptive-verification.md, "The hardware acceptance run", says what the report holds and
+when the verdict accepts AV (upstream's check for #52362).
 
 vLLM runs from the Python this runs in: inside the image, with this toolkit's wheel installed (`up` does this
 for the probe, rocm_dspark/up/inimage.py), so a release that needs the plugin has it. Not yet run on

@@ -15,6 +15,7 @@ so the first error is the "Error 0:" line bench prints (681-683 / 710-712).
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import signal
@@ -63,20 +64,10 @@ def first_error(output: str) -> str | None:
     start = next((i for i, ln in enumerate(lines) if ln.startswith("Error 0: ")), None)
     if start is None:
         return None
-    block = [lines[start][len("Error 0: "):]]
-    for ln in lines[start + 1:]:
-        if ln.startswith("Error 1: ") or ln.startswith("====="):
-            break
-        block.append(ln)
+    block = [lines[start][len("Error 0: "):],
+             *itertools.takewhile(lambda ln: not ln.startswith(("Error 1: ", "=====")), lines[start + 1:])]
     text = [ln.strip() for ln in block if ln.strip()]
     return text[-1][:300] if text else "(empty error)"
-
-
-def _last_line(output: str) -> str:
-    for ln in reversed(output.splitlines()):
-        if ln.strip():
-            return ln.strip()[:300]
-    return "no output"
 
 
 def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) -> dict:
@@ -109,8 +100,8 @@ def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) ->
     if rc is None:
         error = f"vllm bench serve did not finish within {timeout_s:g} s"
     elif rc != 0 or data is None:
-        error = (first_error(output) or unreadable
-                 or f"vllm bench serve exited {rc} without a result: {_last_line(output)}")
+        last = next((ln.strip()[:300] for ln in reversed(output.splitlines()) if ln.strip()), "no output")
+        error = first_error(output) or unreadable or f"vllm bench serve exited {rc} without a result: {last}"
     else:
         error = first_error(output)
     return {"rc": rc, "json": data, "error": error}

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launch import launch_facts
+from rocm_dspark.launch import compile_cache, launch_facts
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
@@ -62,7 +62,7 @@ def gpu_profile(ctx) -> Outcome:
     agents = [gpu_detect.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
     found = gpu_detect.match_catalog_gpu(agents, ctx.catalog.gpus)
     spec = ctx.catalog.gpus[plan.gpu]
-    needed = _gpus_needed(plan)
+    needed = plan.gpus_per_node_used  # TP x local DP x PP
     evidence = {"plan_gpu": plan.gpu, "plan_arch": plan.arch, "profile": plan.profile, "gpus_needed": needed,
                 "detected": found, "detected_archs": sorted({g.arch for g in inv.gpus if g.arch})}
     threshold = {"gpu": plan.gpu, "arch": spec.arch, "count_at_least": needed}
@@ -80,11 +80,6 @@ def gpu_profile(ctx) -> Outcome:
                        value=value, threshold=threshold, evidence=evidence)
     return Outcome(PASS, f"{len(inv.gpus)} x {plan.gpu} ({spec.arch}), the plan needs {needed}",
                    value=value, threshold=threshold, evidence=evidence)
-
-
-def _gpus_needed(plan) -> int:
-    """GPUs this node must have for the plan: TP x local DP x PP (the plan's fields)."""
-    return plan.gpus_per_node_used
 
 
 def hbm(ctx) -> Outcome:
@@ -292,17 +287,6 @@ def hf_cache() -> Path:
     return Path(hf_hub_cache())
 
 
-def _size_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.stat(os.path.join(root, f)).st_size  # follows HF cache symlinks to the blobs
-            except OSError:
-                pass
-    return total
-
-
 def disk(ctx) -> Outcome:
     """Free disk for the checkpoint where vLLM will read it (--model-path, else the Hugging Face cache)."""
     model, plan = ctx.model, ctx.plan
@@ -312,7 +296,7 @@ def disk(ctx) -> Outcome:
         where = Path(serve_target)
     else:
         where = hf_cache() / ("models--" + plan.model_id.replace("/", "--"))
-    present = _size_bytes(where) if where.exists() else 0
+    present = compile_cache.tree_bytes(where, follow=True) if where.exists() else 0
     probe = where
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

@@ -12,7 +12,6 @@ from typing import Any
 
 PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE = "pass", "fail", "warn", "skipped", "not_applicable"
 STATUSES = (PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE)
-CATEGORIES = ("host", "software", "server", "spec_decode", "sweep")
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,7 @@
 Each level is one `vllm bench serve` run (rocm_dspark.validate.bench) from the serving vLLM, bounded in
 requests (options.requests_for) and time, so a server that dies or hangs mid-sweep is a failed level with
 the first error bench reports, never waited on forever. The A/B arms (rocm_dspark.validate.ab) run the same
-bench the same way. No check measures with a client of its own any more; summarise() (per-request records
-to a row) is left only for the report tests' rows.
+bench the same way. No check measures with a client of its own.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocm_dspark.validate import bench
@@ -21,50 +19,6 @@ from rocm_dspark.validate.result import FAIL, PASS, Outcome
 
 BENCH_DIR = "bench"          # in the report: each level's `vllm bench serve` JSON, as written, and its output
 BENCH_START_S = 300.0        # bench's own start (imports, tokenizer) before the first request
-
-
-@dataclass
-class RequestRecord:
-    ok: bool
-    ttft_s: float | None = None
-    latency_s: float | None = None
-    output_tokens: int = 0
-    itl_s: list = field(default_factory=list)     # gaps between streamed chunks after the first
-    error: str | None = None
-
-
-def percentile(values, q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method), q in [0, 100]; None for no values."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def summarise(records: list[RequestRecord], wall_s: float, concurrency: int) -> dict:
-    """Per-level statistics from the request records (pure; tested against numpy)."""
-    ok = [r for r in records if r.ok]
-    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpot = [(r.latency_s - r.ttft_s) / (r.output_tokens - 1) for r in ok
-            if r.ttft_s is not None and r.latency_s is not None and r.output_tokens > 1]
-    itl = [g for r in ok for g in r.itl_s]
-    tokens = sum(r.output_tokens for r in ok)
-    ms = lambda v: None if v is None else round(v * 1000, 2)  # noqa: E731
-    return {
-        "concurrency": concurrency, "requests": len(records), "succeeded": len(ok), "failed": len(records) - len(ok),
-        "wall_s": round(wall_s, 3), "output_tokens": tokens,
-        "output_throughput_tok_s": round(tokens / wall_s, 2) if wall_s > 0 else None,
-        "request_throughput_req_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
-        "ttft_ms": {"mean": ms(sum(ttft) / len(ttft)) if ttft else None, "p50": ms(percentile(ttft, 50)),
-                    "p90": ms(percentile(ttft, 90)), "p99": ms(percentile(ttft, 99))},
-        "tpot_ms": {"mean": ms(sum(tpot) / len(tpot)) if tpot else None, "p50": ms(percentile(tpot, 50)),
-                    "p99": ms(percentile(tpot, 99))},
-        "itl_ms": {"mean": ms(sum(itl) / len(itl)) if itl else None, "p50": ms(percentile(itl, 50)),
-                   "p99": ms(percentile(itl, 99))},
-        "errors": sorted({r.error for r in records if r.error})[:5],
-    }
 
 
 def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path,
@@ -119,10 +73,6 @@ def input_len(quick: bool) -> int:
     return 128 if quick else 1024
 
 
-def input_tokens(opts) -> int:
-    return input_len(opts.quick)
-
-
 def level_check(concurrency: int):
     """The check function for one concurrency level: one `vllm bench serve` run (rocm_dspark.validate.bench)."""
 
@@ -137,7 +87,7 @@ def level_check(concurrency: int):
         before = _counters(ctx)
         stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,
                             tokenizer=tokenizer, concurrency=concurrency, n=n,
-                            input_len=input_tokens(opts), output_len=opts.output_tokens(), out_dir=result_dir,
+                            input_len=input_len(opts.quick), output_len=opts.output_tokens(), out_dir=result_dir,
                             stem=f"concurrency_{concurrency}", request_timeout_s=opts.request_timeout_s)
         rc = stats.pop("rc")
         stats.update(step_estimate(stats, before, _counters(ctx), n))

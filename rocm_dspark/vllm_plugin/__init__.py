@@ -12,17 +12,9 @@ vLLM calls it in every process and swallows its exceptions, so `register()` is i
 (stdlib + the recipes table; vLLM's ROCm module is patched only when vLLM itself imports it), and
 logs exactly one line on the `rocm_dspark.vllm_plugin` logger saying what it did or why not.
 
-Public API:
-    register() -> RegisterResult                    the entry point
-    register_with(*, vllm_version, capability, is_rocm, platform_name, capability_error=None)
-        -> RegisterResult                           the same decision and action, inputs given
-    checks.adaptive_verification_checks(force_platform=None, *, plugin=True, num_speculative_tokens=5,
-        gpu=None, model=None, python=None, timeout=300.0) -> list[CheckResult]
-        CheckResult(name, passed: bool | None, detail, refusal: vLLM's exact error text or None);
-        the last entry is vLLM's verdict. Runs in a child Python (see checks.py).
-    status.plugin_status(*, force_platform="rocm", num_speculative_tokens=5, gpu=None, model=None,
-        python=None, timeout=300.0) -> dict                      what `rocm-dspark plugin status --json` prints
-    status.format_table(report) -> str              what `rocm-dspark plugin status` prints
+Public API: register() (the entry point) and register_with() (the same decision, inputs given);
+checks.adaptive_verification_checks() (vLLM's own checks, in a child Python; the last entry is vLLM's
+verdict); status.plugin_status() and status.format_table(), what `rocm-dspark plugin status` prints.
 """
 
 from __future__ import annotations

@@ -21,10 +21,6 @@ def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens
     return report
 
 
-def _verdict(checks: list[dict] | None) -> dict | None:
-    return next((c for c in checks or [] if c["name"].startswith("vLLM verdict")), None)
-
-
 def role_states(checks: list[dict] | None) -> str:
     """One line: each target's state, e.g. 'sliding-window (SWA): ALWAYS via rocm-dspark; indexer:
     refuses (supports_device_cpu_query_lens_mismatch() False)'."""
@@ -58,7 +54,7 @@ def summarize(report: dict) -> str:
     if report.get("patched"):
         lines.append(f"with rocm-dspark on ROCm: {len(report['patched'])} declaration(s) patched; {report.get('k1', '')}")
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
-        verdict = _verdict(report.get(key))
+        verdict = next((c for c in report.get(key) or [] if c["name"].startswith("vLLM verdict")), None)
         if verdict is not None:
             lines.append(f"{label}: vLLM " + ("accepts" if verdict["passed"] else "refuses")
                          + " adaptive verification" + (f": {verdict['refusal']}" if verdict.get("refusal") else ""))
