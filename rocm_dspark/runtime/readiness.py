@@ -1,8 +1,9 @@
 """The one readiness wait: poll a look until it answers, the deadline passes, or what it watches has ended.
 
-`poll_until(look, deadline_s)` is the only wait loop in `up`, `probe`, `validate` and the progress display: it
-calls look() until it returns something, sleeping FIRST_POLL_S after the first miss and doubling up to MAX_POLL_S
-(a stand-in that answers at once costs tens of milliseconds, a 511 GB load is still asked once a second).
+`poll_until(look, deadline_s)` is the loop of every wait for a server (`up`'s starts and its readiness server,
+`probe`'s live level, `validate --launch`, the progress display): it calls look() until it returns something,
+sleeping FIRST_POLL_S after the first miss and doubling up to MAX_POLL_S (a stand-in that answers at once costs
+tens of milliseconds, a 511 GB load is still asked once a second).
 
 `ReadyCheck` is the look for a vLLM server coming up: vLLM refuses connections until its engine is built, then
 `/health` answers 200 and `/v1/models` lists the served name; a further `gate` (the launcher's own "serving", a
