@@ -7,11 +7,13 @@ import json
 import pytest
 
 from rocm_dspark.launch import k8s, launch_facts
+from rocm_dspark.launch.launch_group import _rendezvous
 from rocm_dspark.launch.render import _flag_words
 from rocm_dspark.planner import host_fit
 from rocm_dspark.probe import ab_band, fingerprint, live
 from rocm_dspark.recipe import strategies
 from rocm_dspark.recipe.plan import Command
+from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER
 from rocm_dspark.validate import av_acceptance, bench, log_checks, tool_calls
 from tests.test_builds import flags as builds_flags
 
@@ -47,6 +49,16 @@ READERS = [
     ("strategies spec", ("--speculative-config", SPEC), lambda a: strategies._spec_of(Command.from_words(a)),
      json.loads(SPEC)),
     ("test_builds flags", ("--engram-config", "{}"), builds_flags, {"--engram-config": "{}"}),
+    ("group rendezvous (DP)", ("--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "14000"),
+     lambda a: _rendezvous(a, {}, 2), {"join_host": "10.0.0.1", "join_port": 14000, "group_nodes": 2, "iface": ""}),
+    ("group rendezvous (--nnodes)", ("--master-addr", "10.0.0.1", "--master-port", "29600"),
+     lambda a: _rendezvous(a, {}, 2), {"join_host": "10.0.0.1", "join_port": 29600, "group_nodes": 2, "iface": ""}),
+    ("k8s worker rank", ("--node-rank", "1", "--master-addr", LEADER_PLACEHOLDER), lambda a: k8s._worker_script(a, 8),
+     'exec vllm serve org/m --node-rank "${LWS_WORKER_INDEX}" --master-addr "${LWS_LEADER_ADDRESS}"'),
+    ("k8s worker DP rank", ("--data-parallel-start-rank", "8", "--data-parallel-address", LEADER_PLACEHOLDER),
+     lambda a: k8s._worker_script(a, 8),
+     'exec vllm serve org/m --data-parallel-start-rank "$((LWS_WORKER_INDEX * 8))" '
+     '--data-parallel-address "${LWS_LEADER_ADDRESS}"'),
 ]
 
 
@@ -82,6 +94,15 @@ def test_the_last_spelling_wins_as_in_argparse():
     assert k8s._gpus_used(argv) == 4
     two = HEAD + ["--speculative-config", '{"num_speculative_tokens":2}', f"--speculative-config={SPEC}"]
     assert ab_band._num_speculative_tokens(two) == 3
+
+
+def test_a_group_without_a_rendezvous_flag_has_none():
+    # a `ray start` worker, and --master-addr alone: vLLM's default --master-port
+    assert _rendezvous(("ray", "start", "--address=10.0.0.1:6379", "--block"), {}, 2)["join_port"] is None
+    assert _rendezvous(HEAD + ["--master-addr=10.0.0.1"], {"GLOO_SOCKET_IFNAME": "eth1"}, 2) == {
+        "join_host": "10.0.0.1", "join_port": 29501, "group_nodes": 2, "iface": "eth1"}
+    ray = k8s._worker_script(("ray", "start", f"--address={LEADER_PLACEHOLDER}:6379", "--block"), 1)
+    assert ray == 'exec ray start --address="${LWS_LEADER_ADDRESS}":6379 --block'
 
 
 def test_short_aliases_read_as_their_long_flags():

@@ -107,6 +107,22 @@ def test_late_binding_server_is_waited_for(fake_vllm):
     srv.stop()
 
 
+def test_the_one_wait_polls_fast_then_backs_off_and_looks_last_at_the_deadline():
+    from rocm_dspark.runtime.readiness import poll_until
+
+    seen: list[float] = []
+    t0 = time.monotonic()
+    assert poll_until(lambda: seen.append(time.monotonic() - t0) or (len(seen) if len(seen) == 4 else None), 5) == 4
+    gaps = [b - a for a, b in zip(seen, seen[1:], strict=False)]
+    assert gaps[0] < gaps[1] < gaps[2] and seen[-1] < 0.6  # 0.05, 0.1, 0.2 s: a stand-in is not waited a second for
+    seen.clear()
+    t0 = time.monotonic()
+    misses: list[float] = []
+    assert poll_until(lambda: seen.append(time.monotonic() - t0), 0.3, on_miss=misses.append, max_s=0.1) is None
+    assert 0.3 <= seen[-1] < 0.45 and all(g <= 0.15 for g in (b - a for a, b in zip(seen, seen[1:], strict=False)))
+    assert len(misses) == len(seen) - 1  # the last look, at the deadline, ends the wait
+
+
 def test_connection_refused_is_not_ready_yet():
     client = VllmClient(port=free_port())
     with pytest.raises(ServerError, match="connection refused"):
@@ -119,6 +135,7 @@ def test_server_that_never_becomes_ready_times_out(fake_vllm, mode, last):
     r = srv.wait_ready(deadline_s=2, poll_s=0.2)
     assert r.status == "timeout" and not r.ready
     assert last in r.last_error and last in r.reason()
+    assert r.reason().startswith(f"not ready after {r.elapsed_s:.1f} s at {srv.base_url} (last probe: ")
     assert 2 <= r.elapsed_s < 10
     assert srv.returncode() is None  # still running: a timeout does not stop it by itself
     assert srv.stop(grace_s=2).leftover == ()

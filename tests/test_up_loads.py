@@ -34,7 +34,7 @@ class Display:
     def say(self, line):
         self.lines.append(line)
 
-    def wait(self, label, log, poll, poll_s=1.0):
+    def wait(self, label, log, poll, poll_s=1.0, deadline_s=None):
         got = poll()  # a launcher start: the fake server is ready; a unit: not yet active, so "ready" here
         return (got if got is not None else "ready"), None, 0.0
 
@@ -43,10 +43,15 @@ class FakeServer:
     def __init__(self, base_url):
         self.base_url = base_url
 
-    def wait_ready(self, *a, **k):
+    def ready_check(self, gate=None):
         from types import SimpleNamespace
 
-        return SimpleNamespace(ready=True, status="ready", elapsed_s=0.0)
+        def look():  # ready at once, once the launcher's gate holds
+            return SimpleNamespace(ready=True, status="ready", elapsed_s=0.0) if gate is None or gate() is None else None
+
+        look.timed_out = lambda: SimpleNamespace(ready=False, status="timeout", elapsed_s=0.0,
+                                                 reason=lambda: "not ready after 0.0 s")
+        return look
 
 
 def _run(tmp_path, mode, **kw) -> UpRun:

@@ -31,8 +31,9 @@ import shlex
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import compile_cache
-from rocm_dspark.recipe.plan import Command
+from rocm_dspark.recipe.plan import Command, flag_for
 from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster, ClusterSpec, expand
+from rocm_dspark.recipe.vllm_args import emit
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
@@ -72,10 +73,9 @@ def _k8s_literal(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def _sh(argv: tuple[str, ...], raw: dict[int, str] | None = None) -> str:
-    """`exec` + argv as one POSIX sh line; words at the indices in `raw` are shell expressions, kept as is."""
-    raw = raw or {}
-    return "exec " + " ".join(raw.get(i, shlex.quote(a)) for i, a in enumerate(argv))
+def _sh(argv: tuple[str, ...]) -> str:
+    """`exec` + argv as one POSIX sh line."""
+    return "exec " + " ".join(shlex.quote(a) for a in argv)
 
 
 def _mono_sh(argv: tuple[str, ...]) -> str:
@@ -261,24 +261,34 @@ def _deployment(name: str, labels: dict, replicas: int, pod: dict, annotations: 
                      "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}
 
 
+def _leader_word(word: str) -> str:
+    """One word as sh, the leader's placeholder in it (a reserved .invalid name: nothing else holds it) read from
+    the LWS env: `--master-addr` and `--data-parallel-address`'s values, `ray start`'s --address=HOST:PORT."""
+    return '"${LWS_LEADER_ADDRESS}"'.join(shlex.quote(part) if part else "" for part in word.split(_LEADER))
+
+
+def _pod_sh(argv: tuple[str, ...], rank_values: dict[str, str] | None = None) -> str:
+    """`exec` + a group node's command as one sh line, the leader's address from the LWS env. `rank_values`
+    (dest -> a shell expression) set those flags of a `vllm serve` Command from the pod's own rank."""
+    if not isinstance(argv, Command):  # `ray start`: run as given
+        return "exec " + " ".join(_leader_word(w) for w in argv)
+    exprs = {flag_for(dest): expr for dest, expr in (rank_values or {}).items()}
+    words = [_leader_word(w) for w in argv.head]
+    for flag, value in argv.flags:
+        words += [flag, exprs[flag]] if flag in exprs and value is not None else [_leader_word(w) for w in emit(flag, value)]
+    return "exec " + " ".join(words)
+
+
 def _worker_script(argv: tuple[str, ...], dp_local: int) -> str:
-    """Node 1's argv with its rank-specific words turned into shell expressions over the LWS env."""
-    raw: dict[int, str] = {}
-    for i, a in enumerate(argv):
-        prev = argv[i - 1] if i else ""
-        if a == _LEADER or a.startswith(f"--address={_LEADER}"):
-            raw[i] = shlex.quote(a).replace(_LEADER, '"${LWS_LEADER_ADDRESS}"') if a != _LEADER else '"${LWS_LEADER_ADDRESS}"'
-        elif prev == "--node-rank":
-            raw[i] = '"${LWS_WORKER_INDEX}"'
-        elif prev == "--data-parallel-start-rank":
-            raw[i] = f'"$((LWS_WORKER_INDEX * {int(dp_local)}))"'
-    return _sh(argv, raw)
+    """Node 1's command for every worker pod, its rank's flags computed from the LWS env."""
+    return _pod_sh(Command.from_words(argv) if tuple(argv[:2]) == ("vllm", "serve") else argv,
+                   {"node_rank": '"${LWS_WORKER_INDEX}"',
+                    "data_parallel_start_rank": f'"$((LWS_WORKER_INDEX * {int(dp_local)}))"'})
 
 
 def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) -> str:
-    raw = {i: '"${LWS_LEADER_ADDRESS}"' for i, a in enumerate(argv) if a == _LEADER}
     pre = "".join(" ".join(shlex.quote(w) for w in s) + " && " for s in setup)
-    return pre + _sh(argv, raw)
+    return pre + _pod_sh(argv)
 
 
 def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: str = MODEL_CACHE_CLAIM,
@@ -336,8 +346,7 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
         notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
     leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env, secrets=secrets),
                           g, port, _probes(port, startup_budget_s), shm_gib)
-    worker_script = (_worker_script(worker.argv, cluster.layout["dp_local"] or 1) if worker.argv[0] == "vllm"
-                     else _worker_script(worker.argv, 1))
+    worker_script = _worker_script(worker.argv, cluster.layout["dp_local"] or 1)
     worker_c = _container("vllm-worker", image, worker_script, _env_list(worker.env, secrets=secrets), g,
                           port if worker.serves_http else None,
                           _probes(port, startup_budget_s) if worker.serves_http else None, shm_gib)

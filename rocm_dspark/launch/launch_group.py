@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.plan import Command
 
 
 def _node_plan(plan, cmd):
@@ -39,14 +40,12 @@ _MASTER_PORT = 29501
 
 
 def _rendezvous(argv, env, nodes: int) -> dict:
-    """Where every node of the group meets: the head's DP RPC port (DP strategies) or --master-port (--nnodes)."""
-    words = list(argv)
-
-    def value(flag):
-        return words[words.index(flag) + 1] if flag in words else None
-
-    host = value("--data-parallel-address") or value("--master-addr") or ""
-    port = value("--data-parallel-rpc-port") or (value("--master-port") or _MASTER_PORT if "--master-addr" in words else None)
+    """Where every node of the group meets: the head's DP RPC port (DP strategies) or --master-port (--nnodes),
+    as vLLM reads them from the node's command (a `ray start` worker has neither)."""
+    cmd = Command.from_words(argv)
+    host = cmd.value("data_parallel_address") or cmd.value("master_addr") or ""
+    port = cmd.value("data_parallel_rpc_port") or (
+        cmd.value("master_port") or _MASTER_PORT if cmd.flags.has("master_addr") else None)
     return {"join_host": host, "join_port": int(port) if port else None, "group_nodes": nodes,
             "iface": env.get("GLOO_SOCKET_IFNAME", "")}
 

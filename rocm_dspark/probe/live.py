@@ -33,6 +33,7 @@ from rocm_dspark.probe.store import iso, utc_now
 from rocm_dspark.recipe.plan import Command
 from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.runtime.process import VllmServer, listening
+from rocm_dspark.runtime.readiness import wait_ready
 
 DEFAULT_PROMPTS = ("def fibonacci(n):", "The three primary colours are")
 GREEDY_MAX_TOKENS = 32
@@ -147,17 +148,19 @@ def assess(ev: dict) -> list[str]:
 
 
 def _wait(srv, deadline_s: float, progress):
-    t0 = time.monotonic()
-    while True:
-        remaining = deadline_s - (time.monotonic() - t0)
-        ready = srv.wait_ready(max(0.0, min(WAIT_STEP_S, remaining)))
-        elapsed = time.monotonic() - t0
-        if ready.status != "timeout" or elapsed >= deadline_s:
-            return dataclasses.replace(ready, elapsed_s=round(elapsed, 3))
-        from rocm_dspark.runtime.server_phases import phase_of
+    """The server's readiness wait (rocm_dspark.runtime.readiness), a progress line every WAIT_STEP_S seconds."""
+    from rocm_dspark.runtime.server_phases import phase_of
 
-        progress(f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s, "
-                 f"{phase_of(srv.log_text()).text()} (last: {ready.last_error or 'no answer yet'})")
+    check, due = srv.ready_check(), [WAIT_STEP_S]
+
+    def heartbeat(elapsed: float) -> None:
+        if elapsed >= due[0]:
+            due[0] = elapsed + WAIT_STEP_S
+            progress(f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s, "
+                     f"{phase_of(srv.log_text()).text()} (last: {check.last_error or 'no answer yet'})")
+
+    ready = wait_ready(check, deadline_s, on_miss=heartbeat)
+    return dataclasses.replace(ready, elapsed_s=round(ready.elapsed_s, 3))
 
 
 def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:

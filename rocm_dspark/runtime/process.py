@@ -4,9 +4,9 @@ Used by the launcher tests, the probe's `live` level and validation. It runs any
 `python -m vllm.entrypoints.openai.api_server ...`, a generated launcher script) in its own process
 group with output to a log file, so that stop() can take down vLLM's EngineCore/Worker children too.
 
-Readiness follows vLLM's own behaviour: the listen socket refuses connections until the engine is up,
-then `/health` answers 200 and `/v1/models` lists the served name. A process that exits while we wait
-is reported at once (exit status, log tail and the refusal line, if vLLM refused the configuration).
+Readiness follows vLLM's own behaviour (rocm_dspark.runtime.readiness, the one wait): the listen socket refuses
+connections until the engine is up, then `/health` answers 200 and `/v1/models` lists the served name. A process
+that exits while we wait is reported at once (exit status, log tail and the refusal line, if vLLM refused).
 
 Requests to the server (readiness polls, completions, /metrics) go through `server.client`, a
 rocm_dspark.runtime.client.VllmClient; this module only manages the process.
@@ -21,11 +21,13 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.client import ServerError, VllmClient, loopback_host, model_ids
+from rocm_dspark.runtime.client import VllmClient, loopback_host
+from rocm_dspark.runtime.readiness import MAX_POLL_S, Readiness, ReadyCheck, wait_ready
 from rocm_dspark.runtime.refusal import find_refusal
 
 
@@ -44,31 +46,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """The answer of wait_ready(): `ready`, `exited` (the process ended first) or `timeout`."""
-
-    status: str
-    elapsed_s: float
-    exit_code: int | None = None
-    refusal: str | None = None     # the exact vLLM line, when it refused the configuration
-    last_error: str = ""           # what the last probe saw (connection refused, HTTP 503, ...)
-    log_tail: str = ""
-
-    @property
-    def ready(self) -> bool:
-        return self.status == "ready"
-
-    def reason(self) -> str:
-        """One line saying what happened."""
-        if self.status == "ready":
-            return f"ready after {self.elapsed_s:.1f} s"
-        if self.status == "exited":
-            why = f": {self.refusal}" if self.refusal else ""
-            return f"the server exited with status {self.exit_code} after {self.elapsed_s:.1f} s{why}"
-        return f"not ready after {self.elapsed_s:.1f} s (last probe: {self.last_error or 'nothing'})"
 
 
 @dataclass(frozen=True)
@@ -207,41 +184,17 @@ class VllmServer:
     def refusal(self) -> str | None:
         return find_refusal(self.log_text())
 
-    def wait_ready(self, deadline_s: float = 600.0, poll_s: float = 0.5) -> Readiness:
-        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes."""
+    def ready_check(self, gate: Callable[[], str | None] | None = None) -> ReadyCheck:
+        """A look at this server for rocm_dspark.runtime.readiness.poll_until (its exit ends the wait early)."""
         if self.proc is None:
             raise UsageError("wait_ready() before start(): start the server first")
-        t0 = time.monotonic()
-        last = ""
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                return self._exited(code, time.monotonic() - t0, last)
-            try:
-                health = self.client.get("/health", timeout_s=5)
-                if health.status != 200:
-                    last = f"/health HTTP {health.status}"
-                else:
-                    models = self.client.get("/v1/models", timeout_s=5)
-                    ids = model_ids(models) if models.status == 200 else []
-                    if ids:
-                        return Readiness("ready", time.monotonic() - t0)
-                    last = f"/v1/models HTTP {models.status}" + ("" if models.status != 200 else " lists no model")
-            except ServerError as exc:
-                last = str(exc)
-            elapsed = time.monotonic() - t0
-            if elapsed >= deadline_s:
-                # One last look: it may have died during the final probe.
-                code = self.proc.poll()
-                if code is not None:
-                    return self._exited(code, elapsed, last)
-                return Readiness("timeout", elapsed, last_error=last, log_tail=self.log_tail())
-            time.sleep(min(poll_s, max(0.0, deadline_s - elapsed)))
+        return ReadyCheck(self.client, exit_code=self.proc.poll, log_text=self.log_text, gate=gate)
 
-    def _exited(self, code: int, elapsed: float, last: str) -> Readiness:
-        text = self.log_text()
-        return Readiness("exited", elapsed, exit_code=code, refusal=find_refusal(text), last_error=last,
-                         log_tail="\n".join(text.splitlines()[-40:]))
+    def wait_ready(self, deadline_s: float = 600.0, poll_s: float = MAX_POLL_S, *,
+                   on_miss: Callable[[float], None] | None = None) -> Readiness:
+        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes; polls
+        start fast and back off to one every `poll_s` seconds."""
+        return wait_ready(self.ready_check(), deadline_s, on_miss=on_miss, max_poll_s=poll_s)
 
     def stop(self, grace_s: float = 15.0) -> StopResult:
         """SIGTERM the whole process group (and any descendant that left it), SIGKILL after `grace_s`.

@@ -8,12 +8,14 @@ when the phase changes and a heartbeat every `heartbeat_s` seconds, so a log rea
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from rocm_dspark.runtime.readiness import MAX_POLL_S, poll_until
 from rocm_dspark.runtime.server_phases import READY, LogFollower, Phase
 
 T = TypeVar("T")
@@ -62,33 +64,35 @@ class Display:
         else:
             print(text, file=self.stream, flush=True)
 
-    def wait(self, label: str, log_path, poll: Callable[[], T | None], *, poll_s: float = 1.0) -> tuple[T, Phase, float]:
-        """Call poll() every poll_s seconds until it returns a value; show the phase from `log_path`.
+    def wait(self, label: str, log_path, poll: Callable[[], T | None], *, poll_s: float = MAX_POLL_S,
+             deadline_s: float = math.inf) -> tuple[T | None, Phase | None, float]:
+        """poll() until it returns a value or `deadline_s` passes (rocm_dspark.runtime.readiness.poll_until: fast
+        at first, then every `poll_s` seconds); show the phase from `log_path`.
 
-        Returns (poll's value, the last phase read from the log, seconds waited)."""
+        Returns (poll's value, None on timeout; the last phase read from the log; seconds waited)."""
         follower = LogFollower(log_path) if log_path else None
         t0 = time.monotonic()
         self.say(f"{label}: server log {log_path}" if log_path else f"{label}: waiting")
         if self.fancy:
-            return self._wait_rich(label, follower, poll, poll_s, t0)
-        return self._wait_plain(label, follower, poll, poll_s, t0)
+            return self._wait_rich(label, follower, poll, poll_s, deadline_s, t0)
+        return self._wait_plain(label, follower, poll, poll_s, deadline_s, t0)
 
-    def _wait_plain(self, label, follower, poll, poll_s, t0):
+    def _wait_plain(self, label, follower, poll, poll_s, deadline_s, t0):
         shown, last_beat = None, t0
-        while True:
-            result = poll()
+
+        def show(elapsed):
+            nonlocal shown, last_beat
             phase = follower.poll() if follower else None
-            elapsed = time.monotonic() - t0
-            if result is not None:
-                return result, phase, elapsed
             text = phase.text() if phase else "waiting"
             now = time.monotonic()
             if text != shown or now - last_beat >= self.heartbeat_s:
                 self.say(f"{label}: {_fmt(elapsed)} {text}")
                 shown, last_beat = text, now
-            time.sleep(poll_s)
 
-    def _wait_rich(self, label, follower, poll, poll_s, t0):
+        result = poll_until(poll, deadline_s, on_miss=show, max_s=poll_s)
+        return result, follower.poll() if follower else None, time.monotonic() - t0
+
+    def _wait_rich(self, label, follower, poll, poll_s, deadline_s, t0):
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -97,13 +101,15 @@ class Display:
         try:
             with Progress(*columns, console=self._console, transient=False) as bar:
                 task = bar.add_task(f"{label}: starting", total=None)
-                while True:
-                    result = poll()
+
+                def show(_elapsed):
                     phase = follower.poll() if follower else None
-                    if result is not None:
-                        bar.update(task, description=f"{label}: {(phase or READY).text()}")
-                        return result, phase, time.monotonic() - t0
                     bar.update(task, description=f"{label}: {phase.text() if phase else 'waiting'}")
-                    time.sleep(poll_s)
+
+                result = poll_until(poll, deadline_s, on_miss=show, max_s=poll_s)
+                phase = follower.poll() if follower else None
+                if result is not None:
+                    bar.update(task, description=f"{label}: {(phase or READY).text()}")
+                return result, phase, time.monotonic() - t0
         finally:
             self._console = None

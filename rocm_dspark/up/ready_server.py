@@ -13,10 +13,10 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
+from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.up import service
 from rocm_dspark.up.actions import Action, Run, Say, Wait, Write
 from rocm_dspark.up.health import PATH
@@ -153,15 +153,16 @@ def ensure(run) -> dict | None:
 
 def _wait_answering(run, rec: dict) -> None:
     client = VllmClient(rec["host"], rec["port"])
-    deadline = time.monotonic() + START_WAIT_S
-    while time.monotonic() < deadline:
+
+    def answers():
         try:
             client.get(PATH, timeout_s=2)  # any HTTP status is an answer (503 before the service is validated)
-            return
+            return True
         except ServerError:
-            if not service.alive(rec):
-                break
-            time.sleep(0.2)
+            return None if service.alive(rec) else False
+
+    if poll_until(answers, START_WAIT_S, max_s=0.2):
+        return
     tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
     stop_recorded(run.state)
     raise StepFailed(f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rocm_dspark.launch.launch_facts import start_window_s
 from rocm_dspark.runtime.client import base_url
+from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.up import service
 from rocm_dspark.up.actions import Action, Run, Wait, argv_of, execute, render
 from rocm_dspark.up.state import utc_now
@@ -179,21 +180,13 @@ def _start_process(run, which: str) -> dict:
     log = run.dir / "logs" / f"server-{which}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.log"
     srv, rec = service.start_process(launcher, process_env(run, which), host=plan.host, port=plan.port, log_path=log)
     _record(run, which, rec)
-    deadline = start_window_s(plan, run.options.ready_timeout_s)
-    t0 = time.monotonic()
-    from rocm_dspark.runtime.process import Readiness
-
-    def poll():
-        ready = srv.wait_ready(0.01, poll_s=0.01)
-        # Ready is the launcher's word: it says serving only once its warm-up requests passed (launcher.sh.tmpl
-        # warm_up); /health answers before that.
-        if ready.ready and launcher_phase(run.dir / "launch-state" / which) != "serving":
-            ready = Readiness("timeout", ready.elapsed_s, last_error="/health answers, the launcher is warming up")
-        if ready.status != "timeout" or time.monotonic() - t0 > deadline:
-            return ready
-        return None
-
-    ready, _phase, seconds = run.display.wait(f"  start ({which})", log, poll)
+    # Ready is the launcher's word: it says serving only once its warm-up requests passed (launcher.sh.tmpl
+    # warm_up); /health answers before that.
+    check = srv.ready_check(gate=lambda: None if launcher_phase(run.dir / "launch-state" / which) == "serving"
+                            else "/health answers, the launcher is warming up")
+    ready, _phase, seconds = run.display.wait(f"  start ({which})", log, check,
+                                              deadline_s=start_window_s(plan, run.options.ready_timeout_s))
+    ready = ready or check.timed_out()
     if not ready.ready:
         tail = srv.log_tail(30)
         run.stop_service()
@@ -217,7 +210,7 @@ def _start_systemd(run, which: str) -> dict:
                                   "log": f"/var/lib/rocm-dspark/{Path(unit).stem}/"
                                          f"{'adaptive' if plan.adaptive_verification else 'block'}.log"})
     client = service.attach(record).client
-    t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
+    t0 = time.monotonic()
 
     def poll():
         # A Type=notify unit is "activating" until the launcher's READY=1, which it sends once warmed
@@ -228,11 +221,10 @@ def _start_systemd(run, which: str) -> dict:
                 return "ready"
         except Exception:  # noqa: BLE001 - not up yet
             pass
-        if state in ("failed", "inactive") and time.monotonic() - t0 > 10:
-            return "failed"
-        return "timeout" if time.monotonic() - t0 > deadline else None
+        return "failed" if state in ("failed", "inactive") and time.monotonic() - t0 > 10 else None
 
-    result, _phase, seconds = run.display.wait(f"  start ({which})", record["log"], poll, poll_s=2.0)
+    result, _phase, seconds = run.display.wait(f"  start ({which})", record["log"], poll, poll_s=2.0,
+                                               deadline_s=start_window_s(plan, run.options.ready_timeout_s))
     if result != "ready":
         _code, tail = execute(Run(("journalctl", "-u", unit, "-n", "30", "--no-pager")))
         raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
@@ -262,13 +254,14 @@ def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
     """The launcher's state (rocm_dspark.launch.launch_state) once it says serving (it writes it just after readiness)."""
     from rocm_dspark.launch import launch_state as reader
 
-    deadline = time.monotonic() + wait_s
     data: dict = {}
-    while time.monotonic() < deadline:
+
+    def serving():
+        nonlocal data
         data = reader.read(directory)  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
-        if data.get("phase") == "serving":
-            break
-        time.sleep(0.5)
+        return data if data.get("phase") == "serving" else None
+
+    poll_until(serving, wait_s, max_s=0.5)
     return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts", "monokernel") if k in data}
 
 

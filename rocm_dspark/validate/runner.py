@@ -61,21 +61,14 @@ def _start(ctx) -> Outcome:
 
 
 def _wait_with_progress(ctx, server, deadline_s: float):
-    """wait_ready() in short slices, showing the server log's path and the start-up phase as it goes
-    (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
-    import time
-
+    """The server's readiness wait (rocm_dspark.runtime.readiness), showing the server log's path and the start-up
+    phase as it goes (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
     from rocm_dspark.runtime.progress import Display
 
     display = ctx.data.get("display") or Display.plain(ctx.say)
-    t0 = time.monotonic()
-
-    def poll():
-        ready = server.wait_ready(min(1.0, max(0.01, deadline_s - (time.monotonic() - t0))), poll_s=0.25)
-        return ready if ready.status != "timeout" or time.monotonic() - t0 >= deadline_s else None
-
-    ready, _phase, _seconds = display.wait("      server.start", server.log_path, poll, poll_s=0.0)
-    return ready
+    check = server.ready_check()
+    ready, _phase, _seconds = display.wait("      server.start", server.log_path, check, deadline_s=deadline_s)
+    return ready or check.timed_out()
 
 
 def build_checks(opts: ValidateOptions) -> list[Check]:

@@ -124,7 +124,9 @@ def test_launch_then_server_dies_mid_sweep(tiny_model, vllm_venv, vllm_serve_com
                 while time.monotonic() < deadline and "Starting main benchmark run" not in (
                         bench_log.read_text() if bench_log.exists() else ""):
                     time.sleep(0.2)
-                time.sleep(1.0)
+                # Its requests are in flight within a few hundred ms; a whole level takes ~1 s on a quiet host, so a
+                # later kill can miss it.
+                time.sleep(0.3)
 
                 state = launch_state.read(next((out / "launch").rglob("launch-state")).parent)
                 killed = state["pid"]
