@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.up import image as image_mod
+from rocm_dspark.images import pull as image_mod
 from rocm_dspark.up import inimage
 from rocm_dspark.up.runner import UpOptions, UpRun
 from rocm_dspark.up.state import UpState, up_dir

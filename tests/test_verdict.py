@@ -90,7 +90,7 @@ def via_prove_step(state, tmp_path, monkeypatch, ab):
 
 
 def via_in_image_probe(state, tmp_path, monkeypatch, ab):
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull as image_mod
     from rocm_dspark.up import inimage
 
     tool = tmp_path / "docker"  # the image's probe: it runs and writes nothing (the records are planted)

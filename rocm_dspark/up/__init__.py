@@ -7,8 +7,6 @@ validation; it never re-implements them. Modules:
     state    the state file: finished steps with a hash of their inputs, the running service
     runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C), down, status
     prereq   step 3's prerequisite checks, each failure with its fix
-    image    step 4: pull the image and pin its digest (docker/podman)
-    pull     pull once, run the digest: step 4 and `launch --pull` (asks the registry first)
     service  the detached launcher process or systemd unit that `up` starts and `down` stops
     summary  step 10
 """

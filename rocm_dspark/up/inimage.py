@@ -144,7 +144,7 @@ WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), o
 
 def node_skip_reason(run) -> str | None:
     """The node target's answer: container modes with an adaptive command still to prove."""
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull
 
     if run.mode() == "foreground":
         return "vLLM runs on this host in the foreground mode"
@@ -154,7 +154,7 @@ def node_skip_reason(run) -> str | None:
         return "the plan has no adaptive command to prove"
     if run.options.selection.get("adaptive") == "off":
         return "--adaptive off"
-    if image_mod.runtime() is None:
+    if pull.runtime() is None:
         return "no docker or podman to run the image"
     proof = judged(run).proof
     if proof.adaptive_proven:
@@ -170,10 +170,10 @@ def selection_args(run, levels: tuple[str, ...]) -> list[str]:
 def probe_step(run) -> dict:
     """Run the levels that load no model (static, kernel) inside the image, before the first start, and read the
     records back with the gate. RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
+    from rocm_dspark.images import pull
     from rocm_dspark.probe import store
-    from rocm_dspark.up import image as image_mod
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = build_wheel(run.dir / "wheel")
@@ -200,10 +200,10 @@ def probe_step(run) -> dict:
 
 def probe_actions(run) -> list:
     """What the container-mode probe step runs."""
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull
     from rocm_dspark.up.actions import Run, Say
 
-    tool = image_mod.runtime() or "docker"
+    tool = pull.runtime() or "docker"
     image = run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"

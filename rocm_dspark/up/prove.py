@@ -62,7 +62,7 @@ def prove_run(run) -> dict:
         run.say(f"  {why}")
         return {"skipped": why}
     from rocm_dspark.probe import store
-    from rocm_dspark.up.image import bench_container
+    from rocm_dspark.up.serve import bench_container
     from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
     from rocm_dspark.validate.sweep import bench_setup, input_len
 

@@ -148,19 +148,20 @@ class UpRun:
         if self.mode() == "foreground" or not image:
             self.software_note = None
             return None
-        from rocm_dspark.up import image as image_mod
+        from rocm_dspark.images import pull
+        from rocm_dspark.probe import software
 
         cache = self.dir / "image-software.json"
         try:  # bounded, regular files only, strict JSON
             cached = parse_json(read_text(cache, "image software"), "image software")
         except UsageError:
             cached = {}
-        tool = image_mod.runtime()
+        tool = pull.runtime()
         if tool is None or self.options.dry_run:
             hit = cached if cached.get("image") == image else None
             self.software_note = None if hit else "the image's software is read after it is pulled"
             return hit
-        ident, said = image_mod.image_id(tool, image)
+        ident, said = pull.image_id(tool, image)
         if ident is None:
             self.software_note = (f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's "
                                   f"software; rerun `up` after the image step")
@@ -169,7 +170,7 @@ class UpRun:
             self.software_note = None
             return cached
         try:
-            facts = image_mod.software_in(tool, image)
+            facts = software.in_image(tool, image)
         except RuntimeError as exc:
             self.software_note = f"cannot read the image's software ({exc}); the gate reads this Python's"
             return None

@@ -23,6 +23,15 @@ from rocm_dspark.up.state import utc_now
 from rocm_dspark.up.steps_common import StepFailed
 
 
+def bench_container(run) -> tuple[str, str] | None:
+    """Where `vllm bench serve` runs (validate's sweep, the A/B arms): in the serving image (container modes), else
+    on the host."""
+    from rocm_dspark.images.pull import runtime
+
+    tool, image = runtime(), (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    return (tool, image) if run.mode() != "foreground" and tool and image else None
+
+
 def launch_dir(run, which: str) -> Path:
     return run.dir / "launch" / which
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rocm_dspark.up import image as image_mod
+from rocm_dspark.images import pull
 from rocm_dspark.up import prereq, prove, ready_server, serve, service
 from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import StepFailed
@@ -42,7 +42,7 @@ def detect_inputs(run) -> dict:
 def detect_run(run) -> dict:
     from rocm_dspark.probe import fingerprint
 
-    out = {"target": run.options.target, "runtime": image_mod.runtime(), "systemd": service.systemd_usable(),
+    out = {"target": run.options.target, "runtime": pull.runtime(), "systemd": service.systemd_usable(),
            "vllm": fingerprint.vllm_facts()[0]}
     return run.target.detect(run, out)
 
@@ -87,7 +87,7 @@ def choose_actions(run) -> list[Action]:
     out: list[Action] = [Say(f"the recipe `rocm-dspark recipe {run.selection_flags()}` prints"),
            Say(f"mode: {run.mode()} ({run.mode_reason()})")]
     if run.target.gates_on_image(run):
-        tool = image_mod.runtime() or "docker"
+        tool = pull.runtime() or "docker"
         out.append(Say(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
                        f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
                        f"{plan.image} -c <rocm_dspark/probe/software.py>"))
@@ -120,7 +120,7 @@ def _daemon_check(mode: str) -> prereq.Prereq:
     """The container runtime's daemon must answer (`docker info`), on DOCKER_HOST as the user set it."""
     from rocm_dspark.up.container import daemon_answers
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     if tool is None:
         return prereq.Prereq("docker", prereq.FAIL, f"--mode {mode} runs vLLM in an image but neither docker nor "
                              "podman is installed", "install docker (apt-get install docker.io), or --mode foreground")
@@ -168,9 +168,9 @@ def image_run(run) -> dict:
     if why:
         run.say(f"  {why}")
         return {"skipped": why}
-    from rocm_dspark.up.pull import PullFailed, pin
+    from rocm_dspark.images.pull import PullFailed, pin
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     try:
         got = pin(run.plan, run.options.state_dir, tool=tool, replacement=run.catalog.default_build(
             run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.say)
@@ -192,9 +192,9 @@ def image_actions(run) -> list[Action]:
     why = _image_skip(run)
     if why:
         return [Say(why)]
-    tool = image_mod.runtime() or "docker"
+    tool = pull.runtime() or "docker"
     return [Say(f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"),
-            *(Run(tuple(c)) for c in image_mod.commands(tool, run.plan.image)),
+            *(Run(tuple(c)) for c in pull.commands(tool, run.plan.image)),
             Say("records the RepoDigests entry (must equal the registry's digest); every start runs it, none pulls")]
 
 
@@ -446,7 +446,7 @@ def validate_run(run) -> dict:
                            server_json=run.target.validate_server_json(run),
                            quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
                            gate_software=run.gate_software(),
-                           bench_container=image_mod.bench_container(run),
+                           bench_container=serve.bench_container(run),
                            service_user=run.target.validate_service_user(run),
                            request_timeout_s=run.options.request_timeout_s)
     rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),

@@ -39,9 +39,10 @@ class Node:
 
     def default_mode(self) -> tuple[str, str]:
         """(mode, why) without --mode: systemd where usable, else container where a runtime exists, else foreground."""
-        from rocm_dspark.up import image, service
+        from rocm_dspark.images.pull import runtime
+        from rocm_dspark.up import service
 
-        why, rt = service.systemd_usable(), image.runtime()
+        why, rt = service.systemd_usable(), runtime()
         if rt and why is None:
             return "systemd", f"systemd and {rt} are usable"
         return ("container" if rt else "foreground"), (
@@ -337,11 +338,11 @@ class LocalCpu(Node):
 
     def inimage_skip(self, run) -> str | None:
         """In the CPU image its no-model levels run inside it, on the software that serves."""
-        from rocm_dspark.up import image as image_mod
+        from rocm_dspark.images import pull
 
         if not run.in_container():
             return "the local-cpu target runs the installed vLLM"
-        return None if image_mod.runtime() else "no docker or podman to run the image"
+        return None if pull.runtime() else "no docker or podman to run the image"
 
     def inimage_probe_args(self, run, levels: tuple[str, ...]) -> list[str]:
         """In the CPU image with the live level: the command this target serves (server.json names the image's
