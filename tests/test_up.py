@@ -19,8 +19,9 @@ from rocm_dspark.textwidth import joined
 from rocm_dspark.images import pull
 from rocm_dspark.images.pick import repository
 from rocm_dspark.up import prereq
-from rocm_dspark.up.runner import UpOptions, run_up, status, status_lines
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.service.status import status_lines
+from rocm_dspark.up.runner import UpOptions, run_up, status
+from rocm_dspark.service.state import UpState, up_dir
 from rocm_dspark.up.steps import STEPS, Step, StepFailed
 from tests.helpers import dry_run_only
 
@@ -226,7 +227,7 @@ def test_a_second_ctrl_c_while_the_server_drains_records_the_step_and_kills_the_
     import time
 
     from rocm_dspark.runtime.process import free_port, is_alive
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control as service
 
     launcher = up_dir(tmp_path) / "launch" / "block" / "launcher.sh"  # where the state file's rules want one
     launcher.parent.mkdir(parents=True, mode=0o700)

@@ -1,4 +1,4 @@
-"""Issue 32: the readiness `up` controls (rocm_dspark.up.health, up/ready_server.py): GET /ready and
+"""Issue 32: the readiness `up` controls (rocm_dspark.service.readiness, up/ready_server.py): GET /ready and
 `status --ready` give one answer, read from the `up` state file.
 
 Real parts: the readiness server is the real `python -m rocm_dspark status --ready --listen` process, asked by a
@@ -27,9 +27,11 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.runtime.process import free_port, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
-from rocm_dspark.up import ready_server, service
-from rocm_dspark.up.runner import UpOptions, UpRun, down, status, status_lines
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.service import control as service
+from rocm_dspark.up import ready_server
+from rocm_dspark.service.status import down, status_lines
+from rocm_dspark.up.runner import UpOptions, UpRun, status
+from rocm_dspark.service.state import UpState, up_dir
 
 VLLM_STAND_IN = textwrap.dedent("""
     import sys

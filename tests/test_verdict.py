@@ -64,7 +64,7 @@ def via_launch_plan(state, tmp_path, monkeypatch, ab):
 
 def _up(state, mode="foreground"):
     from rocm_dspark.up.runner import UpOptions, UpRun
-    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.service.state import UpState, up_dir
 
     class Display:
         def say(self, line):

@@ -4,9 +4,7 @@ A thin orchestrator over the library: it calls the recipe resolver, the launcher
 validation; it never re-implements them. Modules:
 
     steps    the ten steps, each a call into the library, with its inputs and its --dry-run commands
-    state    the state file: finished steps with a hash of their inputs, the running service
-    runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C), down, status
+    runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C)
     prereq   step 3's prerequisite checks, each failure with its fix
-    service  the detached launcher process or systemd unit that `up` starts and `down` stops
     summary  step 10
 """

@@ -19,13 +19,14 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
 from rocm_dspark.probe.payoff import LOSES
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
-from rocm_dspark.up import serve, service
+from rocm_dspark.service import control
+from rocm_dspark.up import serve
 from rocm_dspark.up.steps_common import StepFailed
 
 
 def decision(run) -> tuple[str | None, int | None]:
     """(why no adaptive start is made, or None to make one; the concurrency the A/B runs at)."""
-    from rocm_dspark.up.canary import hold
+    from rocm_dspark.service.canary import hold
 
     plans = run.command_plans()
     if (held := hold(run.state, run.out_hash("probe"))):
@@ -74,7 +75,7 @@ def prove_run(run) -> dict:
     arms = {}
 
     def arm(which: str) -> dict:
-        srv = service.attach(run.state.service)
+        srv = control.attach(run.state.service)
         plan = plans[which]
         # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
         prefix, tokenizer = bench_setup(plan.argv, plan, python=None, container=bench_container(run),
@@ -147,7 +148,7 @@ def _live(run):
     except RecordError as exc:
         raise UsageError(f"probe record {earlier_path}, from this `up`'s probe step: {exc}") from None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
-                     attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
+                     attach_server=control.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
                      progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
 
 

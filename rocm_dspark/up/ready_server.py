@@ -1,10 +1,10 @@
-"""`up --ready-port P`: the readiness server (rocm_dspark.up.health, GET /ready) run beside the service.
+"""`up --ready-port P`: the readiness server (rocm_dspark.service.readiness, GET /ready) run beside the service.
 
 It is `rocm-dspark status --ready --listen HOST:P`, so the HTTP answer and the exit status of `status --ready` are
 one function on one state file. It outlives the loads (it answers 503 "starting" or "proving" while one runs),
 starts before the first one, and `down` stops it. systemd mode: its own unit `<name>-ready.service` (so it comes
 back after a reboot, as the service does); the other modes: a detached process, recorded with its start time as
-the service is (rocm_dspark.up.service), so `down` never signals a recycled pid.
+the service is (rocm_dspark.service.control), so `down` never signals a recycled pid.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
-from rocm_dspark.up import service
+from rocm_dspark.service import control
+from rocm_dspark.service.readiness import PATH
 from rocm_dspark.up.actions import Action, Run, Say, Wait, Write
-from rocm_dspark.up.health import PATH
 from rocm_dspark.up.steps_common import StepFailed
 
 START_WAIT_S = 15.0
-UNIT_DIR = service.UNIT_DIR
+UNIT_DIR = control.UNIT_DIR
 
 UNIT = """\
 # {unit}: readiness of {service} for a load balancer (GET {path}: 200 ready, 503 not ready)
@@ -113,16 +113,16 @@ def ensure(run) -> dict | None:
     state = run.state
     rec = state.data.get("ready_server")
     if not listen(run):
-        if rec and service.alive(rec):
-            stop_recorded(state)
+        if rec and control.alive(rec):
+            control.stop_ready_server(state)
             run.say("  stopped the readiness server an earlier run started (no --ready-port now)")
         return None
     want = argv(run)
-    if rec and rec.get("argv") == want and service.alive(rec):
+    if rec and rec.get("argv") == want and control.alive(rec):
         run.say(f"  readiness server already answers {rec['url']}")
         return rec
-    if rec and service.alive(rec):
-        stop_recorded(state)
+    if rec and control.alive(rec):
+        control.stop_ready_server(state)
     host, port = listen(run)
     url = base_url(host, port) + PATH  # the one wildcard -> loopback rule (runtime.client)
     base = {"host": host, "port": port, "url": url, "argv": want}
@@ -159,24 +159,10 @@ def _wait_answering(run, rec: dict) -> None:
             client.get(PATH, timeout_s=2)  # any HTTP status is an answer (503 before the service is validated)
             return
         except ServerError:
-            if not service.alive(rec):
+            if not control.alive(rec):
                 break
             time.sleep(0.2)
     tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
-    stop_recorded(run.state)
+    control.stop_ready_server(run.state)
     raise StepFailed(f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
                      "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again")
-
-
-def stop_recorded(state) -> dict | None:
-    """Stop the recorded readiness server (down, or a changed --ready-port); the record goes."""
-    rec = state.data.get("ready_server")
-    if not rec:
-        return None
-    if rec.get("kind") == "systemd":
-        res = service.stop_unit(rec["unit"])
-    else:
-        res = service.stop_process(rec, grace_s=5)
-    state.data["ready_server"] = None
-    state.save()
-    return res

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from rocm_dspark.launch.launch_facts import start_window_s
 from rocm_dspark.runtime.client import base_url
-from rocm_dspark.up import service
+from rocm_dspark.service import control
+from rocm_dspark.service.state import utc_now
 from rocm_dspark.up.actions import Action, Run, Wait, argv_of, execute, render
-from rocm_dspark.up.state import utc_now
 from rocm_dspark.up.steps_common import StepFailed
 
 
@@ -108,7 +108,7 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
     run.state.set_readiness(False, phase, f"{which} verification is starting ({why})" if phase == "starting" else
                             f"the adaptive start is being proved: not a finished endpoint ({why})")
     before = (run.state.service or {}).get("command")
-    if service.alive(run.state.service):
+    if control.alive(run.state.service):
         stop(run)
     t0 = time.monotonic()
     entry = {"n": len(run.loads) + 1, "command": which, "why": why, "at": utc_now()}
@@ -145,14 +145,14 @@ def stop(run) -> dict:
 
 
 def files_digest(run) -> str | None:
-    from rocm_dspark.up.state import digest
+    from rocm_dspark.service.state import digest
 
     files = (run.outputs.get("launchers") or run.state.output("launchers") or {}).get("files")
     return digest(files) if files else None
 
 
 def served_facts(run, which: str) -> dict:
-    """What the canary (up/canary.py) and the readiness server's /metrics need of the served command, recorded with
+    """What the canary (rocm_dspark.service.canary) and the readiness server's /metrics need of the served command, recorded with
     the service: the plan hash the observability files label it with, the image digest a container runs, the
     served name, K, and the sizes the re-scoring reference is padded past."""
     from rocm_dspark.launch.launch_facts import runs_mono
@@ -186,7 +186,7 @@ def _start_process(run, which: str) -> dict:
     plan = run.launch_plan(which)
     launcher = Path(files_of(run, which)["launcher"])
     log = run.dir / "logs" / f"server-{which}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.log"
-    srv, rec = service.start_process(launcher, process_env(run, which), host=plan.host, port=plan.port, log_path=log)
+    srv, rec = control.start_process(launcher, process_env(run, which), host=plan.host, port=plan.port, log_path=log)
     _record(run, which, rec)
     deadline = start_window_s(plan, run.options.ready_timeout_s)
     t0 = time.monotonic()
@@ -225,13 +225,13 @@ def _start_systemd(run, which: str) -> dict:
                                   "base_url": base_url(plan.host, plan.port),
                                   "log": f"/var/lib/rocm-dspark/{Path(unit).stem}/"
                                          f"{'adaptive' if plan.adaptive_verification else 'block'}.log"})
-    client = service.attach(record).client
+    client = control.attach(record).client
     t0, deadline = time.monotonic(), start_window_s(plan, run.options.ready_timeout_s)
 
     def poll():
         # A Type=notify unit is "activating" until the launcher's READY=1, which it sends once warmed
         # (launcher.sh.tmpl warm_up): only then is it "active"; /health answers before that.
-        state = service.unit_state(unit)
+        state = control.unit_state(unit)
         try:
             if state == "active" and client.get("/health", timeout_s=5).status == 200 and client.models(timeout_s=5):
                 return "ready"
@@ -284,14 +284,14 @@ def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
 def serving(run, which: str | None = None) -> str | None:
     """Why the recorded service cannot be kept for `which` (None: it serves it, healthy, from unchanged files)."""
     svc = run.state.service
-    if not service.alive(svc):
+    if not control.alive(svc):
         return "the service is not running"
     if which is not None and svc.get("command") != which:
         return f"the service runs the {svc.get('command') or 'an older'} command, not {which}"
     if svc.get("launchers") != files_digest(run):
         return "the service was started from launchers that were rewritten since"
     try:
-        res = service.attach(svc).client.get("/health", timeout_s=5)
+        res = control.attach(svc).client.get("/health", timeout_s=5)
     except Exception as exc:  # noqa: BLE001 - any failure means: not serving
         return f"the service does not answer /health ({exc})"
     return None if res.status == 200 else f"the service answers /health with HTTP {res.status}"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.images import pull
-from rocm_dspark.up import prereq, prove, ready_server, serve, service
+from rocm_dspark.service import control
+from rocm_dspark.up import prereq, prove, ready_server, serve
 from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import StepFailed
 
@@ -42,7 +43,7 @@ def detect_inputs(run) -> dict:
 def detect_run(run) -> dict:
     from rocm_dspark.probe import fingerprint
 
-    out = {"target": run.options.target, "runtime": pull.runtime(), "systemd": service.systemd_usable(),
+    out = {"target": run.options.target, "runtime": pull.runtime(), "systemd": control.systemd_usable(),
            "vllm": fingerprint.vllm_facts()[0]}
     return run.target.detect(run, out)
 
@@ -111,7 +112,7 @@ def mode_checks(run) -> list[prereq.Prereq]:
     """The checks of the mode itself (the daemon answers, systemd is usable): read-only, so --dry-run makes them too."""
     mode = run.mode()
     checks = [_daemon_check(mode)] if mode in ("systemd", "container") else []
-    if mode == "systemd" and (why := service.systemd_usable()):
+    if mode == "systemd" and (why := control.systemd_usable()):
         checks.append(prereq.Prereq("systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"))
     return checks
 
@@ -133,7 +134,7 @@ def _daemon_check(mode: str) -> prereq.Prereq:
 
 
 def prereq_run(run) -> dict:
-    checks = run.target.checks(run, service.alive(run.state.service))
+    checks = run.target.checks(run, control.alive(run.state.service))
     for c in checks:
         run.say(f"  {c.line()}")
     failed = [c for c in checks if c.status == prereq.FAIL]
@@ -231,7 +232,7 @@ def launchers_run(run) -> dict:
     said: a new verdict changes which one serves, never the files."""
     from rocm_dspark.launch.launchers import write_launchers
     extra = run.target.launcher_options(run)
-    from rocm_dspark.up.state import digest
+    from rocm_dspark.service.state import digest
 
     mode = run.mode()
     sets, files_digest = {}, {}
@@ -274,7 +275,7 @@ def _observability(run, out: Path) -> tuple[list[Path], dict]:
 def launchers_valid(run, output) -> str | None:
     from rocm_dspark.errors import UsageError
     from rocm_dspark.inputs import read_text
-    from rocm_dspark.up.state import digest
+    from rocm_dspark.service.state import digest
 
     for path, want in (output.get("files") or {}).items():
         try:
@@ -376,7 +377,7 @@ def start_inputs(run) -> dict:
 def start_run(run) -> dict:
     """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
     that already runs it from unchanged launchers is kept: no load."""
-    from rocm_dspark.up.canary import hold
+    from rocm_dspark.service.canary import hold
 
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
@@ -390,7 +391,7 @@ def start_run(run) -> dict:
             run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
             # The step's output stays what its last load produced: the steps after it are not redone.
             return prev or {"base_url": run.state.service["base_url"], "command": which}
-    if service.alive(run.state.service):
+    if control.alive(run.state.service):
         run.say("  stopping the service started before (what it runs changed)")
     out = serve.load(run, wanted[0], "the service" if wanted[0] == run.serving_command() else "the service (kept by prove)")
     prove.validating(run, wanted[0], "started")
@@ -487,7 +488,7 @@ def _ready_if_validated(run) -> None:
     """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
     mid-load (still "starting") is the validated one, and serves."""
     r, svc = run.state.readiness, run.state.service
-    if not r.get("ready") and r.get("phase") in ("starting", "validating") and service.alive(svc):
+    if not r.get("ready") and r.get("phase") in ("starting", "validating") and control.alive(svc):
         v = run.outputs.get("validate") or {}
         run.state.set_readiness(True, "serving", f"{svc.get('command')} verification serves, validated "
                                 f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)")

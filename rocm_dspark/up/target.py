@@ -40,9 +40,9 @@ class Node:
     def default_mode(self) -> tuple[str, str]:
         """(mode, why) without --mode: systemd where usable, else container where a runtime exists, else foreground."""
         from rocm_dspark.images.pull import runtime
-        from rocm_dspark.up import service
+        from rocm_dspark.service import control
 
-        why, rt = service.systemd_usable(), runtime()
+        why, rt = control.systemd_usable(), runtime()
         if rt and why is None:
             return "systemd", f"systemd and {rt} are usable"
         return ("container" if rt else "foreground"), (

@@ -150,7 +150,7 @@ def _inside(path, directory: Path) -> bool:
 
 
 def check_shape(data, up_dir: Path, schema: int) -> str | None:
-    """The state's shape as `up` writes it (rocm_dspark.up.state, schema `schema`), or what differs."""
+    """The state's shape as `up` writes it (rocm_dspark.service.state, schema `schema`), or what differs."""
     if not isinstance(data, dict):
         return "not a JSON object"
     if data.get("schema") != schema:
