@@ -24,6 +24,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.process import free_port
 from rocm_dspark.service import canary as watch
 from rocm_dspark.up import canary
+from rocm_dspark.up.steps_common import out_hash
 from rocm_dspark.service.trust import up_lock
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -173,7 +174,7 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         assert "model loads: 1 in the last run that loaded (block" in lines  # the canary's own run
         # `up` again keeps block (no load) while the canary's hold stands: it does not undo the switch.
         run.state = type(run.state).load(run.dir)
-        assert watch.hold(run.state, run.out_hash("probe")) and steps.start_run(run)
+        assert watch.hold(run.state, out_hash(run, "probe")) and steps.start_run(run)
         assert len(json.loads((run.dir / "up-state.json").read_text())["loads"]) == loads + 1
         # An untrusted record: the scrape fails (an alert) rather than report made-up counts.
         (run.dir / watch.FILE).chmod(0o666)
@@ -197,7 +198,7 @@ def test_the_systemd_form_is_a_timer_and_a_bounded_oneshot_that_systemd_accepts(
     monkeypatch.setattr(service, "systemd_usable", lambda: None)
     run = _run(tmp_path, "systemd", None)
     files = canary.unit_files(run)
-    name = run.name(run.plan)
+    name = run.name
     assert list(files) == [f"{name}-canary.service", f"{name}-canary.timer"]
     for file, text in files.items():
         (tmp_path / file).write_text(text)

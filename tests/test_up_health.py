@@ -278,7 +278,6 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     from tests.test_up_loads import FakeServer, _run as loads_run
 
     from rocm_dspark.up import prove, serve, steps
-    from rocm_dspark.up.runner import UpRun
 
     def start_process(launcher, env, *, host, port, log_path):
         return FakeServer(f"http://127.0.0.1:{port}"), {"kind": "process", "pid": 4242, "host": host, "port": port,
@@ -291,7 +290,7 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)
     at_stop = []
-    monkeypatch.setattr(UpRun, "stop_service", lambda self: at_stop.append(dict(self.state.readiness)) or {})
+    monkeypatch.setattr(service, "stop_recorded", lambda state, grace_s=None: at_stop.append(dict(state.readiness)) or {})
     monkeypatch.setattr(service, "alive", lambda svc: bool(svc))  # the recorded service "runs" once started
     run.state.set_readiness(True, "serving", "block verification serves, validated (an earlier run)")
     phases = lambda: run.state.readiness["phase"]  # noqa: E731

@@ -99,7 +99,9 @@ def via_in_image_probe(state, tmp_path, monkeypatch, ab):
     monkeypatch.setattr(image_mod, "runtime", lambda: str(tool))
     monkeypatch.setattr(inimage, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
     run = _up(state, "container")
-    monkeypatch.setattr(run, "gate_software", lambda: None)  # the image's software is this Python's here
+    from rocm_dspark.up import choice
+
+    monkeypatch.setattr(choice, "gate_software", lambda run: None)  # the image's software is this Python's here
     run.outputs["image"] = {"pinned": run.plan.image}
     out = inimage.probe_step(run)
     skip = run.target.inimage_skip(run)

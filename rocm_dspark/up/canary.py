@@ -75,8 +75,9 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
 
 
 class _Restart:
-    """What up/serve.load reads of an `up` run, rebuilt from the state `up` left (the canary has no `up` options):
-    the launchers step's files, the mode and name the choose step recorded, the service's host and port."""
+    """What up/serve.load reads of an `up` run, rebuilt from the state `up` left (the canary has no `up` options
+    and no target): the launchers step's files, the mode and name the choose step recorded, the service's host
+    and port."""
 
     class _Plan(NamedTuple):
         host: str
@@ -87,13 +88,16 @@ class _Restart:
 
     class _Options(NamedTuple):
         ready_timeout_s: float
-        yes: bool = True
+        yes: bool = True  # a timer has no terminal; `up` installed these units already
+        service_user: str | None = None  # the unit's install commands only make sure a user exists (its own User= stays)
+
+    target = None
 
     def __init__(self, state: UpState, display):
         from rocm_dspark.launch.launch_facts import READY_TIMEOUT_S
 
         self.state, self.display, self.dir = state, display, state.path.parent
-        svc = state.service or {}
+        svc, choose = state.service or {}, state.output("choose") or {}
         self.loads: list = []
         self.started = None
         mono = ((svc.get("facts") or {}).get("block") or {}).get("monokernel") is True
@@ -101,27 +105,7 @@ class _Restart:
                                argv=("--monokernel",) if mono else ())
         self.outputs = {"launchers": state.output("launchers") or {}}
         self.options = self._Options(float(svc.get("ready_timeout_s") or READY_TIMEOUT_S))
-        self._choose = state.output("choose") or {}
-
-    def mode(self) -> str:
-        return self._choose.get("mode") or "foreground"
-
-    def name(self, _plan=None) -> str:
-        return self._choose.get("name") or "rocm-dspark"
-
-    def launch_plan(self, _which=None):
-        return self.plan
-
-    def say(self, line: str) -> None:
-        self.display.say(line)
-
-    def confirm(self, _what: str) -> None:
-        pass  # a timer has no terminal; `up` installed these units already
-
-    def stop_service(self) -> dict:
-        from rocm_dspark.service.control import stop_recorded
-
-        return stop_recorded(self.state)
+        self.mode, self.name = choose.get("mode") or "foreground", choose.get("name") or "rocm-dspark"
 
 
 # -- the systemd form: a timer and its oneshot service, installed by `up` ------------------------------------
@@ -166,7 +150,7 @@ def unit_files(run) -> dict[str, str]:
     from rocm_dspark.launch.launch_facts import start_window_s
     from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
 
-    name = run.name(run.plan)
+    name = run.name
     service, unit, timer = f"{name}.service", f"{name}-canary.service", f"{name}-canary.timer"
     words = [sys.executable, "-m", "rocm_dspark", "canary", "--timeout", str(int(TIMEOUT_S)), "--state-dir",
              str(run.options.state_dir)]  # as the readiness unit quotes its words (up/ready_server.py)
@@ -187,7 +171,7 @@ def actions(run) -> list:
     from rocm_dspark.service.control import UNIT_DIR
     from rocm_dspark.up.actions import Run, Say, Write
 
-    if run.mode() != "systemd":
+    if run.mode != "systemd":
         return [Say("the canary (`rocm-dspark canary`, which re-scores the served tokens) is yours to schedule "
                     "(cron); the systemd mode installs a timer")]
     d, units = run.dir / "launch" / "canary", list(unit_files(run))
@@ -202,7 +186,7 @@ def ensure_timer(run) -> list[str]:
     from rocm_dspark.up.actions import Run
     from rocm_dspark.up.serve import run_all
 
-    if run.mode() != "systemd":
+    if run.mode != "systemd":
         return []
     d = run.dir / "launch" / "canary"
     d.mkdir(parents=True, exist_ok=True)

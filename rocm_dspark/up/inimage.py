@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_dspark.up import choice
 from rocm_dspark.up.container import TARGET, WHEEL_MOUNT  # noqa: F401 - re-exported
 from rocm_dspark.up.prove import judged
 from rocm_dspark.up.serve import probe_cache
@@ -146,7 +147,7 @@ def node_skip_reason(run) -> str | None:
     """The node target's answer: container modes with an adaptive command still to prove."""
     from rocm_dspark.images import pull
 
-    if run.mode() == "foreground":
+    if run.mode == "foreground":
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
         return "the plan already runs adaptive verification"
@@ -164,7 +165,7 @@ def node_skip_reason(run) -> str | None:
 
 def selection_args(run, levels: tuple[str, ...]) -> list[str]:
     """The selection as probe flags (the state dir is passed on its own), and what the target adds."""
-    return run.selection_argv(exclude=("state_dir",)) + run.target.inimage_probe_args(run, levels)
+    return choice.selection_argv(run, ("state_dir",)) + run.target.inimage_probe_args(run, levels)
 
 
 def probe_step(run) -> dict:
@@ -177,7 +178,7 @@ def probe_step(run) -> dict:
     image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = build_wheel(run.dir / "wheel")
-    run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
+    run.display.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
@@ -188,12 +189,12 @@ def probe_step(run) -> dict:
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
                          f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
                          log_tail="\n".join(res["tail"]))
-    run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
+    run.chosen = None  # the image is pulled and records written: the gate reads them on its software
     verdict = judged(run).verdict
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
                         "argv": res["argv"], "new_records": new},
            "gate": verdict.outcome, "gate_reason": verdict.reason}
-    run.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
+    run.display.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
             f"{verdict.reason}")
     return out
 

@@ -72,7 +72,7 @@ def argv(run) -> list[str]:
 
 
 def unit_name(run) -> str:
-    return f"{run.name(run.plan)}-ready.service"
+    return f"{run.name}-ready.service"
 
 
 def unit_path(run) -> Path:
@@ -88,7 +88,7 @@ def unit_text(run) -> str:
     exec_start = " ".join([systemd_executable(words[0], "python")]
                           + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
                           + [systemd_path(words[-1], "--state-dir")])
-    return UNIT.format(unit=unit_name(run), service=f"{run.name(run.plan)}.service", path=PATH,
+    return UNIT.format(unit=unit_name(run), service=f"{run.name}.service", path=PATH,
                        state=run.dir, port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start)
 
 
@@ -99,7 +99,7 @@ def actions(run) -> list[Action]:
     host, port = listen(run)
     head = Say(f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
                "proving, validating or down)")
-    if run.mode() == "systemd":
+    if run.mode == "systemd":
         unit = unit_name(run)
         return [head, Write(str(unit_path(run)), 0o644, "readiness unit"),
                 Run(("install", "-D", "-m", "0644", str(unit_path(run)), f"{UNIT_DIR}/{unit}"), root=True),
@@ -115,18 +115,18 @@ def ensure(run) -> dict | None:
     if not listen(run):
         if rec and control.alive(rec):
             control.stop_ready_server(state)
-            run.say("  stopped the readiness server an earlier run started (no --ready-port now)")
+            run.display.say("  stopped the readiness server an earlier run started (no --ready-port now)")
         return None
     want = argv(run)
     if rec and rec.get("argv") == want and control.alive(rec):
-        run.say(f"  readiness server already answers {rec['url']}")
+        run.display.say(f"  readiness server already answers {rec['url']}")
         return rec
     if rec and control.alive(rec):
         control.stop_ready_server(state)
     host, port = listen(run)
     url = base_url(host, port) + PATH  # the one wildcard -> loopback rule (runtime.client)
     base = {"host": host, "port": port, "url": url, "argv": want}
-    if run.mode() == "systemd":
+    if run.mode == "systemd":
         path = unit_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(unit_text(run))
@@ -147,7 +147,7 @@ def ensure(run) -> dict | None:
     state.data["ready_server"] = rec
     state.save()
     _wait_answering(run, rec)
-    run.say(f"  readiness server answers {url} (503 until the served command is validated)")
+    run.display.say(f"  readiness server answers {url} (503 until the served command is validated)")
     return rec
 
 

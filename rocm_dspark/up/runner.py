@@ -7,19 +7,20 @@ server this run started, records the step as interrupted and stops. Nothing an e
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import parse_json, read_text
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.service import control
 from rocm_dspark.service.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
-from rocm_dspark.up import prereq
+from rocm_dspark.up import choice
 from rocm_dspark.up.steps import STEPS, StepFailed
+from rocm_dspark.up.steps_common import out_hash
 from rocm_dspark.up.target import TARGETS, target_for
 
 MODES = ("systemd", "foreground", "container")
@@ -61,207 +62,38 @@ class UpOptions:
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
 
 
+@dataclass
 class UpRun:
-    """What the steps share: options, state, display, and the plan once chosen."""
+    """The values the steps share: the options, the target and mode chosen once, the state, the display, what
+    the steps produced, and the plan once chosen (up/choice.py: `plan` and `selection` read it, choosing first)."""
 
-    def __init__(self, options: UpOptions, display, state: UpState):
-        self.options, self.display, self.state = options, display, state
-        self.target = TARGETS[options.target]  # chosen once: the steps ask it wherever the targets differ
-        self.dir = up_dir(options.state_dir)
-        self.outputs: dict = {}
-        self.started: dict | None = None   # the service record of a server started by this run
-        self._resolved: tuple | None = None
-        self.software_note: str | None = None  # why the gate could not read the image's software
-        self._software: dict = {}              # image -> image_software(), once per run
-        self.loads: list[dict] = []            # the model loads this run made (rocm_dspark.up.serve.load)
-        self.replanned: set = set()            # the steps whose new evidence already made this run choose again
+    options: UpOptions
+    display: Any
+    state: UpState
+    outputs: dict = field(default_factory=dict)
+    started: dict | None = None            # the service record of a server started by this run
+    loads: list[dict] = field(default_factory=list)  # the model loads this run made (rocm_dspark.up.serve.load)
+    replanned: set = field(default_factory=set)      # the steps whose new evidence already made this run choose again
+    chosen: Any = None                     # choice.Chosen, once chosen; None again after new evidence
 
-    # -- helpers the steps use ----------------------------------------------------------------------
-    def say(self, line: str) -> None:
-        self.display.say(line)
-
-    def out_hash(self, step: str) -> str | None:
-        out = self.outputs.get(step)
-        return digest(out) if out is not None else None
-
-    def write_json(self, name: str, data) -> Path:
-        from rocm_dspark.atomic import write_atomic
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        return write_atomic(self.dir / name, json.dumps(data, indent=1, default=str) + "\n", mode=0o600)
-
-    def confirm(self, what: str) -> None:
-        if self.options.yes:
-            return
-        if not sys.stdin.isatty():
-            raise StepFailed(f"need confirmation to {what.splitlines()[0]}", "rerun with --yes (or from a terminal)")
-        sys.stderr.write(f"  {what}\n  go ahead? [y/N] ")
-        sys.stderr.flush()
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            raise StepFailed("not confirmed", "rerun and answer yes, or pass --yes")
-
-    def selection_opts(self) -> dict:
-        opts = dict(self.options.selection)
-        if self.options.concurrency and not opts.get("concurrency"):
-            # The heaviest validated load is the one the plan's workload rules size for.
-            opts["concurrency"] = max(self.options.concurrency)
-        detected = (self.outputs.get("detect") or {}).get("gpu")
-        if not opts.get("gpu") and detected:
-            opts["gpu"] = detected
-        return self.target.selection_defaults(opts)
-
-    def resolve_plan(self):
-        """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
-        In the container modes the gate fingerprints the image's software, not this Python's (image_software)."""
-        if self._resolved is None:
-            from rocm_dspark.usecase.launch_plan import plan_for
-
-            opts = self.selection_opts()
-            catalog, selection, plan = plan_for(opts)
-            soft = self.image_software(plan.image)
-            if soft is not None:  # the image's own vLLM decides the build the plan is for (resolve: --image)
-                catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog,
-                                                    soft=soft["facts"])
-            why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
-            self._resolved = (catalog, selection, plan, why)
-        return self._resolved[2], self._resolved[3]
-
-    def evidence_changed(self) -> None:
-        """New records were written (the probe step): the next plan is resolved through the gate again."""
-        self._resolved, self._software = None, {}
-
-    def gate_software(self) -> dict | None:
-        """The software facts the gate read for this plan (an image's), or None (this Python's)."""
-        found = self.image_software(self.plan.image)
-        return found["facts"] if found else None
-
-    def image_software(self, image: str | None) -> dict | None:
-        """{"image", "id", "facts"} of the plan's image when vLLM runs in it (container modes) and it is pulled;
-        cached by image ID in the up directory. None otherwise: the gate then reads this Python.
-        --dry-run runs nothing, so it reads only the cache."""
-        if image in self._software:
-            return self._software[image]
-        self._software[image] = found = self._read_image_software(image)
-        return found
-
-    def _read_image_software(self, image: str | None) -> dict | None:
-        if self.mode() == "foreground" or not image:
-            self.software_note = None
-            return None
-        from rocm_dspark.images import pull
-        from rocm_dspark.probe import software
-
-        cache = self.dir / "image-software.json"
-        try:  # bounded, regular files only, strict JSON
-            cached = parse_json(read_text(cache, "image software"), "image software")
-        except UsageError:
-            cached = {}
-        tool = pull.runtime()
-        if tool is None or self.options.dry_run:
-            hit = cached if cached.get("image") == image else None
-            self.software_note = None if hit else "the image's software is read after it is pulled"
-            return hit
-        ident, said = pull.image_id(tool, image)
-        if ident is None:
-            self.software_note = (f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's "
-                                  f"software; rerun `up` after the image step")
-            return None
-        if cached.get("id") == ident and cached.get("image") == image:
-            self.software_note = None
-            return cached
-        try:
-            facts = software.in_image(tool, image)
-        except RuntimeError as exc:
-            self.software_note = f"cannot read the image's software ({exc}); the gate reads this Python's"
-            return None
-        found = {"image": image, "id": ident, "facts": facts}
-        self.write_json(cache.name, found)
-        self.software_note = None
-        return found
-
-    @property
-    def catalog(self):
-        if self._resolved is None:
-            from rocm_dspark.recipe.catalog import load_catalog
-
-            return load_catalog()
-        return self._resolved[0]
-
-    @property
-    def selection(self):
-        self.resolve_plan()
-        assert self._resolved is not None
-        return self._resolved[1]
+    def __post_init__(self):
+        self.target = TARGETS[self.options.target]  # the steps ask it wherever the targets differ
+        self.dir = up_dir(self.options.state_dir)
+        self.mode, self.mode_reason = ((self.options.mode, "--mode") if self.options.mode
+                                       else self.target.default_mode())
+        self.catalog = load_catalog()
 
     @property
     def plan(self):
-        return self.resolve_plan()[0]
+        return choice.chosen(self).plan
 
     @property
-    def model(self):
-        return self.catalog.find_model(self.plan.model_key)
+    def selection(self):
+        return choice.chosen(self).selection
 
-    def service_user(self) -> str:
-        """The unit's user: --service-user, else whoever runs `up` (the launcher lives in their state dir,
-        which a separate service user could not read)."""
-        import getpass
-
-        return self.options.service_user or getpass.getuser()
-
-    def quick(self) -> bool:
-        return self.target.quick(self.options)
-
-    def name(self, plan) -> str:
-        return self.options.name or self.target.default_name(plan)
-
-    def mode(self) -> str:
-        return self.options.mode or self.target.default_mode()[0]
-
-    def mode_reason(self) -> str:
-        return "--mode" if self.options.mode else self.target.default_mode()[1]
-
-    def in_container(self) -> bool:
-        """The local-cpu target's CPU image serves (rocm_dspark.up.container)."""
-        return self.target.in_container(self.mode())
-
-    def command_plans(self) -> dict:
-        """The launch plan of each command `up` may serve: "block" always, "adaptive" where the plan has an adaptive
-        command (not --adaptive off). Both are written by the launchers step, whatever the gate said, so a new
-        verdict changes which one serves, never the files. The adaptive one falls back to block in the launcher."""
-        return self.target.command_plans(self, self.plan, (self.outputs.get("image") or {}).get("pinned"))
-
-    def serving_command(self) -> str:
-        """Which command the gate chose to serve: "adaptive" or "block"."""
-        return "adaptive" if self.plan.adaptive_verification and self.target.counts_for_gate else "block"
-
-    def launch_plan(self, which: str | None = None):
-        """The plan the launcher of `which` command runs (default: the one the gate chose); a pulled image
-        replaces a tag-only one; local-cpu: the same launcher around the local command."""
-        return self.command_plans()[which or self.serving_command()]
-
-    def validate_context(self):
-        from rocm_dspark.validate.context import Context, ValidateOptions
-
-        opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True,
-                               require_gpu_why="`up` needs an AMD GPU",
-                               host_root=prereq.host_root())
-        return Context(opts, self.catalog, self.model, self.plan)
-
-    def selection_argv(self, exclude: tuple[str, ...] = ()) -> list[str]:
-        """The selection as command-line words (rocm_dspark.recipe.options); the state dir only when given."""
-        from rocm_dspark.recipe.options import selection_argv
-
-        return selection_argv(self.selection_opts(), exclude=exclude if self.options.state_dir_flag
-                              else (*exclude, "state_dir"))
-
-    def selection_flags(self, exclude: tuple[str, ...] = ()) -> str:
-        """The same, quoted for the commands --dry-run prints."""
-        import shlex
-
-        return shlex.join(self.selection_argv(exclude))
-
-    def stop_service(self) -> dict:
-        return control.stop_recorded(self.state)
+    @property
+    def name(self) -> str:
+        return self.options.name or self.target.default_name(self.plan)
 
 
 def _stop_started(run: UpRun) -> str:
@@ -270,9 +102,9 @@ def _stop_started(run: UpRun) -> str:
 
     if not (run.started and control.alive(run.started)):
         return ""
-    run.say("rocm-dspark up: Ctrl-C: stopping the server this run started (Ctrl-C again kills it at once)")
+    run.display.say("rocm-dspark up: Ctrl-C: stopping the server this run started (Ctrl-C again kills it at once)")
     try:
-        run.stop_service()
+        control.stop_recorded(run.state)
         return "; stopped the server this run started"
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third must not leave it half-stopped
@@ -289,7 +121,7 @@ def refuse_early(run: UpRun) -> None:
     from rocm_dspark.up import ready_server
     from rocm_dspark.up.steps import unit_user
 
-    if run.mode() == "systemd":
+    if run.mode == "systemd":
         unit_user(run)
     sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
     ready_server.check_port(run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"])
@@ -326,7 +158,7 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
     while i < n:
         i += 1
         step = steps[i - 1]
-        inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
+        inputs = digest({"step": step.inputs(run), "before": out_hash(run, steps[i - 2].name) if i > 1 else None})
         rec = state.step(step.name)
         if not step.always and rec is not None and state.is_done(step.name, inputs):
             why = step.valid(run, rec.get("output") or {}) if step.valid else None
@@ -367,7 +199,7 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
             # New evidence (the image pulled: its own software) changes the plan: choose again, once per step; the
             # steps whose inputs did not change are skipped as usual.
             run.replanned.add(step.name)
-            run.evidence_changed()
+            run.chosen = None
             i = 0
             display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
