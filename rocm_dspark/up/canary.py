@@ -144,41 +144,35 @@ WantedBy=timers.target
 def unit_files(run) -> dict[str, str]:
     """{file name: text} of the canary's service and timer for `up`'s systemd mode."""
     import getpass
-    import shlex
     import sys
 
     from rocm_dspark.launch.launch_facts import start_window_s
-    from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
+    from rocm_dspark.up.ready_server import exec_start
 
     name = run.name
     service, unit, timer = f"{name}.service", f"{name}-canary.service", f"{name}-canary.timer"
     words = [sys.executable, "-m", "rocm_dspark", "canary", "--timeout", str(int(TIMEOUT_S)), "--state-dir",
-             str(run.options.state_dir)]  # as the readiness unit quotes its words (up/ready_server.py)
-    exec_start = " ".join([systemd_executable(words[0], "python")]
-                          + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
-                          + [systemd_path(words[-1], "--state-dir")])
+             str(run.options.state_dir)]
     # Two checks and, between them, a block start (the switch): all bounded.
     timeout = int(2 * TIMEOUT_S + start_window_s(run.plan._replace(adaptive_verification=False),
                                                  run.options.ready_timeout_s))
     fill = {"service": service, "timer": timer, "state": run.dir, "every": CANARY_EVERY_MIN}
-    return {unit: SERVICE_UNIT.format(unit=unit, user=getpass.getuser(), exec_start=exec_start, timeout=timeout,
+    return {unit: SERVICE_UNIT.format(unit=unit, user=getpass.getuser(), exec_start=exec_start(words), timeout=timeout,
                                       **fill),
             timer: TIMER_UNIT.format(unit=timer, **fill)}
 
 
 def actions(run) -> list:
     """systemd mode: the canary's units and the timer's start (what `up`'s summary step runs); else a note."""
-    from rocm_dspark.service.control import UNIT_DIR
-    from rocm_dspark.up.actions import Run, Say, Write
+    from rocm_dspark.up.actions import Say, Write
+    from rocm_dspark.up.ready_server import install_actions
 
     if run.mode != "systemd":
         return [Say("the canary (`rocm-dspark canary`, which re-scores the served tokens) is yours to schedule "
                     "(cron); the systemd mode installs a timer")]
     d, units = run.dir / "launch" / "canary", list(unit_files(run))
     return [Say(f"the canary every {CANARY_EVERY_MIN} minutes: its timer and service, enabled"),
-            *[Write(str(d / u), 0o644, "canary unit") for u in units],
-            *[Run(("install", "-D", "-m", "0644", str(d / u), f"{UNIT_DIR}/{u}"), root=True) for u in units],
-            Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", units[1]), root=True)]
+            *[Write(str(d / u), 0o644, "canary unit") for u in units], *install_actions([d / u for u in units], units[1])]
 
 
 def ensure_timer(run) -> list[str]:

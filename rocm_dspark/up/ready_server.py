@@ -79,17 +79,25 @@ def unit_path(run) -> Path:
     return run.dir / "launch" / "ready" / unit_name(run)
 
 
+def exec_start(words: list[str]) -> str:
+    """ExecStart= for `python -m rocm_dspark ... --state-dir DIR` (the readiness and canary units)."""
+    from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
+
+    return " ".join([systemd_executable(words[0], "python")] + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
+                    + [systemd_path(words[-1], "--state-dir")])
+
+
+def install_actions(paths: list[Path], enable: str) -> list[Action]:
+    """Install the unit files `up` wrote, reload systemd, enable and start `enable`."""
+    return [*[Run(("install", "-D", "-m", "0644", str(p), f"{UNIT_DIR}/{p.name}"), root=True) for p in paths],
+            Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", enable), root=True)]
+
+
 def unit_text(run) -> str:
     import getpass
 
-    from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
-
-    words = argv(run)
-    exec_start = " ".join([systemd_executable(words[0], "python")]
-                          + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
-                          + [systemd_path(words[-1], "--state-dir")])
-    return UNIT.format(unit=unit_name(run), service=f"{run.name}.service", path=PATH,
-                       state=run.dir, port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start)
+    return UNIT.format(unit=unit_name(run), service=f"{run.name}.service", path=PATH, state=run.dir,
+                       port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start(argv(run)))
 
 
 def actions(run) -> list[Action]:
@@ -100,10 +108,8 @@ def actions(run) -> list[Action]:
     head = Say(f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
                "proving, validating or down)")
     if run.mode == "systemd":
-        unit = unit_name(run)
         return [head, Write(str(unit_path(run)), 0o644, "readiness unit"),
-                Run(("install", "-D", "-m", "0644", str(unit_path(run)), f"{UNIT_DIR}/{unit}"), root=True),
-                Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", unit), root=True)]
+                *install_actions([unit_path(run)], unit_name(run))]
     return [head, Say("detached; `rocm-dspark down` stops it:"), Run(tuple(argv(run)), detach=True),
             Wait(base_url(host, port) + PATH, START_WAIT_S, "(any HTTP status)")]
 
