@@ -22,7 +22,6 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 
-SUBDIR = "up"
 MAX_STATE_BYTES = 1 << 20     # a real state file is a few KiB
 LOCK_FILE = "up.lock"
 # systemd.unit(5): letters, digits, ":-_.\" and "@" for instances; never a leading "-" (it would be an option).

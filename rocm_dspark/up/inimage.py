@@ -9,7 +9,7 @@ The probe must run on the software that will serve (the trust model: only record
    `pip install --no-deps --no-index --target /tmp/rocm-dspark-toolkit <wheel>`, then
    `python3 -m rocm_dspark probe <the same selection flags> --state-dir <same> --levels <levels>`. With the wheel on
    PYTHONPATH, the vLLM that the live level starts there loads the plugin through its entry point.
-3. `up` then reads the records back with the gate, on the image's software (runner.image_software).
+3. `up` then reads the records back with the gate, on the image's software (choice.image_software).
 Only the levels that load no model run here, before the first start (a build whose classes refuse adaptive
 verification costs no load); the live level runs on `up`'s own adaptive start (up/prove.py).
 """
