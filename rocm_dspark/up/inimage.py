@@ -182,7 +182,7 @@ def probe_step(run) -> dict:
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
+                             say=run.display.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
                              model_path=run.options.selection.get("model_path"))
     new = sorted(set(store.record_names(directory)) - before)
     if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip

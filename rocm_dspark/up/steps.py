@@ -179,7 +179,7 @@ def image_run(run) -> dict:
     tool = pull.runtime()
     try:
         got = pin(run.plan, run.options.state_dir, tool=tool, replacement=run.catalog.default_build(
-            run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.say)
+            run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.display.say)
     except PullFailed as exc:
         if exc.missing:  # bad input, not a broken host: one line and exit 2 (runner)
             from rocm_dspark.errors import UsageError
