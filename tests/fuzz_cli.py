@@ -180,7 +180,8 @@ def memo_simulate():
 def stubs():
     import rocm_dspark.images.report as images_report
     import rocm_dspark.probe.run as run
-    import rocm_dspark.up.health as up_health
+    import rocm_dspark.service.readiness as up_health
+    import rocm_dspark.service.status as svc_status
     import rocm_dspark.up.runner as up_runner
     import rocm_dspark.validate as validate
     import rocm_dspark.vllm_plugin.status as status
@@ -190,7 +191,7 @@ def stubs():
 
     saved = [(run, "run_probe", run.run_probe), (validate, "run_validation", validate.run_validation),
              (status, "plugin_status", status.plugin_status),
-             (up_runner, "run_up", up_runner.run_up), (up_runner, "down", up_runner.down),
+             (up_runner, "run_up", up_runner.run_up), (svc_status, "down", svc_status.down),
              (up_health, "serve_forever", up_health.serve_forever),
              (images_report, "run", images_report.run)]
     for mod, attr, _ in saved:

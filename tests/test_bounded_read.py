@@ -10,7 +10,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import GREW, NOT_REGULAR, SYMLINK, TOO_LARGE, NotRead, read_regular, read_text
 from rocm_dspark.launch import launch_state
 from rocm_dspark.probe import store
-from rocm_dspark.up import trust
+from rocm_dspark.service import trust
 
 
 @pytest.fixture

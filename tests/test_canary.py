@@ -1,4 +1,4 @@
-"""The canary (rocm_dspark.up.canary, `rocm-dspark canary`): its lock, its record, the readiness server's /metrics
+"""The canary (rocm_dspark.service.canary, rocm_dspark.up.canary, `rocm-dspark canary`): its lock, its record, the readiness server's /metrics
 and the switch's bookkeeping. The re-scoring itself on a real vLLM is tests/slow/test_canary_real.py's; here the
 lock is the real flock(2), the record a real file under docs/trust.md's rules, and /metrics is the real readiness
 server process, parsed with prometheus_client's own text parser. The one stand-in is vLLM's /health (a stdlib
@@ -22,8 +22,10 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.process import free_port
+from rocm_dspark.service import canary as watch
 from rocm_dspark.up import canary
-from rocm_dspark.up.trust import up_lock
+from rocm_dspark.up.steps_common import out_hash
+from rocm_dspark.service.trust import up_lock
 
 parser = pytest.importorskip("prometheus_client.parser")
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +42,7 @@ def test_a_second_canary_while_one_runs_refuses_in_one_line(tmp_path):
     assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
     assert f"refusing to start: another `rocm-dspark canary` (pid {os.getpid()}) is running on the state dir" in r.output
     assert up.exit_code == 2 and f"a `rocm-dspark canary` (pid {os.getpid()}) is running" in up.output
-    assert not (d / canary.FILE).exists()  # refused before anything was written
+    assert not (d / watch.FILE).exists()  # refused before anything was written
     # Released: the next one runs (no service recorded here: its own one line, exit 2).
     r = CliRunner().invoke(cli, ["canary", "--state-dir", str(tmp_path / "s")])
     assert r.exit_code == 2 and "no service recorded" in r.output and "Traceback" not in r.output
@@ -50,25 +52,25 @@ def test_the_record_counts_each_result_keeps_the_last_runs_and_is_read_by_the_tr
     s = tmp_path / "s"
     (s / "up").mkdir(parents=True, mode=0o700)
     os.chmod(s, 0o700)
-    assert canary.load_record(s) == {"schema": 1, "counts": {"pass": 0, "violation": 0, "error": 0}, "runs": []}
+    assert watch.load_record(s) == {"schema": 1, "counts": {"pass": 0, "violation": 0, "error": 0}, "runs": []}
     results = ["pass"] * 19 + ["violation", "error", "pass"]
     for i, result in enumerate(results):
-        canary._save(s, {"at": f"2026-12-02T10:{i:02d}:00Z", "result": result, "command": "block", "why": "x"})
-    rec = canary.load_record(s)
+        watch.save(s, {"at": f"2026-12-02T10:{i:02d}:00Z", "result": result, "command": "block", "why": "x"})
+    rec = watch.load_record(s)
     assert rec["counts"] == {"pass": 20, "violation": 1, "error": 1}  # counted over all runs
-    assert len(rec["runs"]) == canary.RUNS_KEPT and rec["runs"][-1]["at"] == "2026-12-02T10:21:00Z"
-    path = s / "up" / canary.FILE
+    assert len(rec["runs"]) == watch.RUNS_KEPT and rec["runs"][-1]["at"] == "2026-12-02T10:21:00Z"
+    path = s / "up" / watch.FILE
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     path.chmod(0o620)  # writable by the group: not believed
     with pytest.raises(UsageError, match="writable by other users"):
-        canary.load_record(s)
+        watch.load_record(s)
     path.chmod(0o600)
     path.write_text(json.dumps({"schema": 1, "counts": {"pass": -1}, "runs": []}))
     with pytest.raises(UsageError, match=r"is not a canary record file \(counts is not a count per result\)"):
-        canary.load_record(s)
+        watch.load_record(s)
     path.write_text('{"schema": 1, "counts": {}, "runs": [{"result": "maybe"}]}')
     with pytest.raises(UsageError, match="runs is not a list of runs"):
-        canary.load_record(s)
+        watch.load_record(s)
 
 
 HEALTH = ("import sys\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n"
@@ -88,8 +90,10 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
     from rocm_dspark.launch.observability import plan_hash
     from rocm_dspark.runtime.client import base_url
     from rocm_dspark.runtime.procfs import start_ticks
-    from rocm_dspark.up import serve, service, steps
-    from rocm_dspark.up.runner import status, status_lines
+    from rocm_dspark.service import control as service
+    from rocm_dspark.up import serve, steps
+    from rocm_dspark.service.status import status_lines
+    from rocm_dspark.up.runner import status
     from tests.test_up_loads import FakeServer, _run
 
     port, procs = free_port(), []
@@ -145,7 +149,7 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         results = iter([{"result": "violation", "why": "1 of 256 emitted tokens are not the reference argmax",
                          "tokens": 256, "acceptance_length": 2.1},
                         {"result": "pass", "why": "256 emitted tokens: 0 violations", "tokens": 256}])
-        monkeypatch.setattr(canary, "check", lambda served, deadline, temperature=0.0: {
+        monkeypatch.setattr(watch, "check", lambda served, deadline, temperature=0.0: {
             "endpoint": base_url(served.host, served.port), "command": served.command, **next(results)})
         loads = len(run.state.data["loads"])
         code, entry = canary.run_canary(run.options.state_dir, say=lambda line: None)
@@ -170,10 +174,10 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         assert "model loads: 1 in the last run that loaded (block" in lines  # the canary's own run
         # `up` again keeps block (no load) while the canary's hold stands: it does not undo the switch.
         run.state = type(run.state).load(run.dir)
-        assert canary.hold(run.state, run.out_hash("probe")) and steps.start_run(run)
+        assert watch.hold(run.state, out_hash(run, "probe")) and steps.start_run(run)
         assert len(json.loads((run.dir / "up-state.json").read_text())["loads"]) == loads + 1
         # An untrusted record: the scrape fails (an alert) rather than report made-up counts.
-        (run.dir / canary.FILE).chmod(0o666)
+        (run.dir / watch.FILE).chmod(0o666)
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://127.0.0.1:{rport}/metrics", timeout=5)
         assert err.value.code == 500 and b"writable by other users" in err.value.read()
@@ -188,13 +192,13 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_the_systemd_form_is_a_timer_and_a_bounded_oneshot_that_systemd_accepts(tmp_path, monkeypatch):
     from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control as service
     from tests.test_up_health import _run
 
     monkeypatch.setattr(service, "systemd_usable", lambda: None)
     run = _run(tmp_path, "systemd", None)
     files = canary.unit_files(run)
-    name = run.name(run.plan)
+    name = run.name
     assert list(files) == [f"{name}-canary.service", f"{name}-canary.timer"]
     for file, text in files.items():
         (tmp_path / file).write_text(text)

@@ -173,14 +173,15 @@ def test_status_shows_size_and_down_purge_cache_removes_it(tmp_path):
     from click.testing import CliRunner
 
     from rocm_dspark.cli import cli
-    from rocm_dspark.up.state import up_dir
+    from rocm_dspark.service.state import up_dir
 
     key = up_dir(tmp_path) / "compile-cache" / "img-aaaaaaaaaaaa-gfx942-c1"
     key.mkdir(parents=True)
     (key / "blob").write_bytes(b"x" * 3 * 2**20)
     r = CliRunner().invoke(cli, ["status", "--state-dir", str(tmp_path)])
     assert "no `up` state" in r.output  # nothing recorded: status says so first
-    from rocm_dspark.up.runner import status, status_lines
+    from rocm_dspark.service.status import status_lines
+    from rocm_dspark.up.runner import status
 
     st = status(tmp_path)
     assert st["compile_cache"]["bytes"] == 3 * 2**20 and st["compile_cache"]["keys"][0]["key"] == key.name

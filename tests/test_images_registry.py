@@ -140,7 +140,7 @@ def test_pull_once_then_restarts_run_the_recorded_digest_through_a_repush_and_an
 
 
 def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, monkeypatch):
-    """up's image step (rocm_dspark.up.pull.pin) with the registry stopped: with no local copy, a stop that
+    """up's image step (rocm_dspark.images.pull.pin) with the registry stopped: with no local copy, a stop that
     names the tag and the reason; with the copy an earlier pull left, the digest this host holds."""
     registry, env, tmp = host
     held = registry.push("v0.33.0-rocm72", "first", ROCM72)
@@ -148,7 +148,7 @@ def test_a_new_up_says_why_it_cannot_resolve_when_the_registry_is_down(host, mon
     monkeypatch.setenv("ROCM_DSPARK_RECIPES", env["ROCM_DSPARK_RECIPES"])
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.resolve import Selection, resolve
-    from rocm_dspark.up.pull import PullFailed, pin
+    from rocm_dspark.images.pull import PullFailed, pin
 
     cat = load_catalog(env["ROCM_DSPARK_RECIPES"])
     rig = Rig(tmp / "rig")

@@ -260,7 +260,7 @@ def test_down_waits_as_long_as_the_launcher_may_take_to_stop():
     # `down` sent SIGKILL after 60 s (up/service.py) while the launcher drains 300 s: outside systemd it cut the drain
     # and the launcher never wrote phase stopped. Now down's wait is the unit's TimeoutStopSec, from one place.
     from rocm_dspark.launch.launchers import DEFAULT_STOP_TIMEOUT_S, render_unit
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control as service
 
     plan = make_plan(8000)
     unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env"))
@@ -277,7 +277,7 @@ def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
     import time
 
     from rocm_dspark.launch import launch_state
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control as service
     from tests.helpers.launcher_rig import Rig, wait_until
 
     rig = Rig(tmp_path)

@@ -28,7 +28,8 @@ PACKAGE_LAYERS = {
     "rocm_dspark.vllm_plugin": 4,
     "rocm_dspark.probe": 5,                                             # the gate
     "rocm_dspark.usecase": 6,                                           # options -> selection -> plan -> verdict
-    "rocm_dspark.validate": 7, "rocm_dspark.up": 8,
+    "rocm_dspark.validate": 7, "rocm_dspark.service": 7,              # the service `up` leaves: state, stop, readiness
+    "rocm_dspark.up": 8,
     "rocm_dspark.cli": 9, "rocm_dspark.__main__": 9,
 }
 MODULE_ORDER = {
@@ -41,7 +42,7 @@ MODULE_ORDER = {
 }
 LAYERS = {**PACKAGE_LAYERS, **MODULE_ORDER}
 LAYER_NAMES = ["foundations", "images, runtime, kernels", "recipe", "planner, launch", "plugin", "probe", "use case",
-               "validate", "up", "CLI"]
+               "validate, service", "up", "CLI"]
 
 
 def modules() -> dict[str, Path]:

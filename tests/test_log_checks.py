@@ -177,8 +177,9 @@ def test_jit_report_splits_the_compiles_at_the_launchers_ready_line():
 
 
 def test_status_shows_the_jit_monitor_since_ready_and_the_caches_key(tmp_path):
-    from rocm_dspark.up.runner import status, status_lines
-    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.service.status import status_lines
+    from rocm_dspark.up.runner import status
+    from rocm_dspark.service.state import UpState, up_dir
 
     state = UpState.load(up_dir(tmp_path))
     log = tmp_path / "server.log"

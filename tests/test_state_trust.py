@@ -59,7 +59,7 @@ from click.testing import CliRunner  # noqa: E402
 from rocm_dspark.cli import cli  # noqa: E402
 from rocm_dspark.errors import UsageError  # noqa: E402
 from rocm_dspark.runtime.procfs import start_ticks  # noqa: E402
-from rocm_dspark.up.state import FILE, UpState  # noqa: E402
+from rocm_dspark.service.state import FILE, UpState  # noqa: E402
 
 
 def _plant(state, service=None, steps=None, mode=0o700):
@@ -122,12 +122,14 @@ def test_a_planted_service_of_the_wrong_shape_is_one_line(tmp_path, service, wor
 
 
 def test_the_stop_command_never_reads_a_unit_name_as_an_option(monkeypatch):
-    from rocm_dspark.up import actions, service
+    import subprocess
+
+    from rocm_dspark.service import control
 
     seen = []
-    monkeypatch.setattr(actions, "execute", lambda c, timeout=0: (seen.append(c.argv), (0, ""))[1])
-    service.stop_unit("-H.service")
-    assert seen and seen[0][-2:] == ("--", "-H.service")
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: seen.append(argv) or subprocess.CompletedProcess(argv, 0, "", ""))
+    control.stop_unit("-H.service")
+    assert seen and seen[0][-2:] == ["--", "-H.service"]
 
 
 def test_up_never_runs_a_launcher_the_state_names_outside_its_launch_dir(tmp_path):

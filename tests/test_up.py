@@ -16,9 +16,12 @@ from rocm_dspark.cli import cli
 from rocm_dspark.runtime.progress import Display
 from rocm_dspark.runtime.server_phases import LogFollower, phase_of, phase_of_line
 from rocm_dspark.textwidth import joined
-from rocm_dspark.up import image, prereq
-from rocm_dspark.up.runner import UpOptions, run_up, status, status_lines
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.images import pull
+from rocm_dspark.images.pick import repository
+from rocm_dspark.up import prereq
+from rocm_dspark.service.status import status_lines
+from rocm_dspark.up.runner import UpOptions, run_up, status
+from rocm_dspark.service.state import UpState, up_dir
 from rocm_dspark.up.steps import STEPS, Step, StepFailed
 from tests.helpers import dry_run_only
 
@@ -224,7 +227,7 @@ def test_a_second_ctrl_c_while_the_server_drains_records_the_step_and_kills_the_
     import time
 
     from rocm_dspark.runtime.process import free_port, is_alive
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control as service
 
     launcher = up_dir(tmp_path) / "launch" / "block" / "launcher.sh"  # where the state file's rules want one
     launcher.parent.mkdir(parents=True, mode=0o700)
@@ -376,21 +379,21 @@ DIGEST = "sha256:" + "ab" * 32
 
 def test_repo_digests_parse_and_pin():
     out = json.dumps([f"docker.io/vllm/vllm-openai-rocm@{DIGEST}", f"vllm/vllm-openai-rocm@{DIGEST}"])
-    digests = image.parse_repo_digests(out)
-    assert image.check_digest(f"vllm/vllm-openai-rocm@{DIGEST}", digests) == (DIGEST, None)
-    assert image.check_digest("vllm/vllm-openai-rocm:nightly", digests) == (DIGEST, None)
-    got, problem = image.check_digest("vllm/vllm-openai-rocm@sha256:" + "cd" * 32, digests)
+    digests = pull.parse_repo_digests(out)
+    assert pull.check_digest(f"vllm/vllm-openai-rocm@{DIGEST}", digests) == (DIGEST, None)
+    assert pull.check_digest("vllm/vllm-openai-rocm:nightly", digests) == (DIGEST, None)
+    got, problem = pull.check_digest("vllm/vllm-openai-rocm@sha256:" + "cd" * 32, digests)
     assert got is None and "do not include the plan's" in problem
     # Built here (no digest), or only another repository's digest (a push to a mirror under another name): no digest
     # of the requested repository, so none is made up; pin_local then pins the image ID.
-    assert image.check_digest("local/img:dev", image.parse_repo_digests("[]")) == (None, None)
-    assert image.check_digest("local/img:dev", [f"127.0.0.1:5000/other/name@{DIGEST}"]) == (None, None)
+    assert pull.check_digest("local/img:dev", pull.parse_repo_digests("[]")) == (None, None)
+    assert pull.check_digest("local/img:dev", [f"127.0.0.1:5000/other/name@{DIGEST}"]) == (None, None)
     # podman writes docker.io/ (and docker.io/library/) in full: the same repository.
-    assert image.check_digest("vllm/x:1", [f"docker.io/vllm/x@{DIGEST}"]) == (DIGEST, None)
-    assert image.check_digest("ubuntu:24.04", [f"docker.io/library/ubuntu@{DIGEST}"]) == (DIGEST, None)
-    assert image.repository("registry:5000/org/name:tag@" + DIGEST) == "registry:5000/org/name"
+    assert pull.check_digest("vllm/x:1", [f"docker.io/vllm/x@{DIGEST}"]) == (DIGEST, None)
+    assert pull.check_digest("ubuntu:24.04", [f"docker.io/library/ubuntu@{DIGEST}"]) == (DIGEST, None)
+    assert repository("registry:5000/org/name:tag@" + DIGEST) == "registry:5000/org/name"
     with pytest.raises(ValueError):
-        image.parse_repo_digests('{"a": 1}')
+        pull.parse_repo_digests('{"a": 1}')
 
 
 def test_port_check_names_the_fix():

@@ -1,4 +1,4 @@
-"""Issue 32: the readiness `up` controls (rocm_dspark.up.health, up/ready_server.py): GET /ready and
+"""Issue 32: the readiness `up` controls (rocm_dspark.service.readiness, up/ready_server.py): GET /ready and
 `status --ready` give one answer, read from the `up` state file.
 
 Real parts: the readiness server is the real `python -m rocm_dspark status --ready --listen` process, asked by a
@@ -27,9 +27,11 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.runtime.process import free_port, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
-from rocm_dspark.up import ready_server, service
-from rocm_dspark.up.runner import UpOptions, UpRun, down, status, status_lines
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.service import control as service
+from rocm_dspark.up import ready_server
+from rocm_dspark.service.status import down, status_lines
+from rocm_dspark.up.runner import UpOptions, UpRun, status
+from rocm_dspark.service.state import UpState, up_dir
 
 VLLM_STAND_IN = textwrap.dedent("""
     import sys
@@ -276,7 +278,6 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     from tests.test_up_loads import FakeServer, _run as loads_run
 
     from rocm_dspark.up import prove, serve, steps
-    from rocm_dspark.up.runner import UpRun
 
     def start_process(launcher, env, *, host, port, log_path):
         return FakeServer(f"http://127.0.0.1:{port}"), {"kind": "process", "pid": 4242, "host": host, "port": port,
@@ -289,7 +290,7 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)
     at_stop = []
-    monkeypatch.setattr(UpRun, "stop_service", lambda self: at_stop.append(dict(self.state.readiness)) or {})
+    monkeypatch.setattr(service, "stop_recorded", lambda state, grace_s=None: at_stop.append(dict(state.readiness)) or {})
     monkeypatch.setattr(service, "alive", lambda svc: bool(svc))  # the recorded service "runs" once started
     run.state.set_readiness(True, "serving", "block verification serves, validated (an earlier run)")
     phases = lambda: run.state.readiness["phase"]  # noqa: E731

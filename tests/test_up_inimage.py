@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.up import image as image_mod
+from rocm_dspark.images import pull as image_mod
 from rocm_dspark.up import inimage
 from rocm_dspark.up.runner import UpOptions, UpRun
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.service.state import UpState, up_dir
 from rocm_dspark.up.steps_common import StepFailed
 
 

@@ -19,10 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.up import prove, serve, service, steps
+from rocm_dspark.service import control as service
+from rocm_dspark.up import prove, serve, steps
 from rocm_dspark.up.actions import argv_of
 from rocm_dspark.up.runner import UpOptions, UpRun
-from rocm_dspark.up.state import UpState, up_dir
+from rocm_dspark.service.state import UpState, up_dir
 
 
 class Display:
@@ -108,7 +109,7 @@ def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_pa
     run = _run(tmp_path, mode, concurrency=(64,), service_user="vllm" if mode == "systemd" else None)
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)
-    serve.load(run, run.serving_command(), "the service")
+    serve.load(run, serve.serving_command(run), "the service")
     assert executed == start_dry, (executed, start_dry)
     if mode == "systemd":  # issue 28: the dry run lists every privileged command, user and launcher included
         assert any("useradd --system" in c for c in start_dry) and any(c.startswith("install -D -m 0755")

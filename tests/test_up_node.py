@@ -274,15 +274,16 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
 
 def test_the_image_software_script_reads_what_the_image_holds(node):
     """rocm_dspark/probe/software.py run by the stand-in's `docker run --rm ... python3 -c` on the image's files."""
-    from rocm_dspark.up import image
+    from rocm_dspark.images import pull
+    from rocm_dspark.probe import software
 
     tmp_path, env = node
     (tmp_path / "rec" / "pulled").touch()
     old = dict(os.environ)
     os.environ.update(env)
     try:
-        assert image.image_id("docker", "vllm/x:1") == ("sha256:" + "a" * 64, "")
-        assert image.software_in("docker", "vllm/x:1") == IMAGE_FACTS
+        assert pull.image_id("docker", "vllm/x:1") == ("sha256:" + "a" * 64, "")
+        assert software.in_image("docker", "vllm/x:1") == IMAGE_FACTS
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -64,7 +64,7 @@ def via_launch_plan(state, tmp_path, monkeypatch, ab):
 
 def _up(state, mode="foreground"):
     from rocm_dspark.up.runner import UpOptions, UpRun
-    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.service.state import UpState, up_dir
 
     class Display:
         def say(self, line):
@@ -90,7 +90,7 @@ def via_prove_step(state, tmp_path, monkeypatch, ab):
 
 
 def via_in_image_probe(state, tmp_path, monkeypatch, ab):
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull as image_mod
     from rocm_dspark.up import inimage
 
     tool = tmp_path / "docker"  # the image's probe: it runs and writes nothing (the records are planted)
@@ -99,7 +99,9 @@ def via_in_image_probe(state, tmp_path, monkeypatch, ab):
     monkeypatch.setattr(image_mod, "runtime", lambda: str(tool))
     monkeypatch.setattr(inimage, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
     run = _up(state, "container")
-    monkeypatch.setattr(run, "gate_software", lambda: None)  # the image's software is this Python's here
+    from rocm_dspark.up import choice
+
+    monkeypatch.setattr(choice, "gate_software", lambda run: None)  # the image's software is this Python's here
     run.outputs["image"] = {"pinned": run.plan.image}
     out = inimage.probe_step(run)
     skip = run.target.inimage_skip(run)

@@ -1,4 +1,4 @@
-"""`rocm-dspark canary`: one bounded re-scoring of the served tokens (the library: rocm_dspark.up.canary)."""
+"""`rocm-dspark canary`: one bounded re-scoring of the served tokens (the library: rocm_dspark.up.canary over rocm_dspark.service.canary)."""
 
 from __future__ import annotations
 

@@ -82,8 +82,8 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
     if pull:
         if not container:
             raise UsageError("--pull pins the image of a container launcher: add --container")
+        from rocm_dspark.images.pull import pin_for_launch
         from rocm_dspark.probe.store import state_dir
-        from rocm_dspark.up.pull import pin_for_launch
 
         plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
         click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)

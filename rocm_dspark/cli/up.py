@@ -95,7 +95,7 @@ def down(state_dir, purge_cache):
     """
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.runtime.progress import Display
-    from rocm_dspark.up.runner import down as stop
+    from rocm_dspark.service.status import down as stop
 
     sys.exit(stop(resolve(state_dir), Display(sys.stdout), purge_cache=purge_cache))
 
@@ -120,11 +120,11 @@ def status(state_dir, as_json, ready_check, listen):
       rocm-dspark status --ready --listen 0.0.0.0:8001
     """
     from rocm_dspark.probe.store import state_dir as resolve
+    from rocm_dspark.service.status import status_lines
     from rocm_dspark.up.runner import status as get
-    from rocm_dspark.up.runner import status_lines
 
     if listen is not None:
-        from rocm_dspark.up.health import parse_listen, serve_forever
+        from rocm_dspark.service.readiness import parse_listen, serve_forever
 
         if not ready_check:
             raise UsageError("--listen serves the readiness check: give it with --ready (status --ready --listen PORT)")

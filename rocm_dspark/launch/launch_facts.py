@@ -102,7 +102,7 @@ READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 STOP_TIMEOUT_S = 300    # the launcher's drain after SIGTERM; systemd's default 90 s would cut requests off
 MARGIN_S = 120          # room for the launcher's own work around vLLM's starts (docker rm, state, polls)
 STOP_MARGIN_S = 30      # and after its drain: its SIGKILL of vLLM's group and its last state write
-# The canary (rocm_dspark.up.canary): every few minutes, one bounded check; the systemd timer's and the CronJob's.
+# The canary (rocm_dspark.service.canary): every few minutes, one bounded check; the systemd timer's and the CronJob's.
 CANARY_EVERY_MIN = 5
 CANARY_TIMEOUT_S = 300  # 4 greedy prompts x 64 tokens and 8 re-scoring prefills: seconds on a GPU, a wide margin
 JOIN_TIMEOUT_S = 600    # multi-node: a worker's wait to reach its head, the head's for its workers (loads come after)

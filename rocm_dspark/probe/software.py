@@ -3,7 +3,7 @@
 Read from files only (vLLM's and torch's version.py found via importlib.util.find_spec, /opt/rocm/.info/version):
 the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. This module uses the
 standard library alone, so `rocm-dspark up` can also run it, as a script, inside a container image
-(`script()`, rocm_dspark/up/image.py) and gate a plan that runs there on that image's software.
+(`in_image`) and gate a plan that runs there on that image's software.
 """
 
 from __future__ import annotations
@@ -104,3 +104,22 @@ def parse(text: str) -> dict:
             not all(v is None or isinstance(v, str) for v in data.values()):
         raise ValueError(f"not the facts script's output: {text[:200]!r}")
     return data
+
+
+def in_image(tool: str, image: str, timeout_s: float = 600.0) -> dict:
+    """The software facts of `image`, read by its own python3 (no network, removed afterwards); RuntimeError
+    with the reason."""
+    import subprocess
+
+    argv = [tool, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", script()]
+    try:
+        proc = subprocess.run(argv, text=True, capture_output=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"`{tool} run --rm {image} python3` failed: {exc}") from None
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"`{tool} run --rm {image} python3` exited {proc.returncode}: {last[0][:300]}")
+    try:
+        return parse(proc.stdout)
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None

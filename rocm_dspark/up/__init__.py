@@ -4,11 +4,8 @@ A thin orchestrator over the library: it calls the recipe resolver, the launcher
 validation; it never re-implements them. Modules:
 
     steps    the ten steps, each a call into the library, with its inputs and its --dry-run commands
-    state    the state file: finished steps with a hash of their inputs, the running service
-    runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C), down, status
+    runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C) on the values they share
+    choice   the plan, chosen once through the gate (on the image's software), again after new evidence
     prereq   step 3's prerequisite checks, each failure with its fix
-    image    step 4: pull the image and pin its digest (docker/podman)
-    pull     pull once, run the digest: step 4 and `launch --pull` (asks the registry first)
-    service  the detached launcher process or systemd unit that `up` starts and `down` stops
     summary  step 10
 """

@@ -20,7 +20,7 @@ class Run:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
     root: bool = False           # through sudo unless this process is root
-    detach: bool = False         # a server left running (printed with ` &`; up/service.py starts it)
+    detach: bool = False         # a server left running (printed with ` &`; rocm_dspark.service.control starts it)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ The probe must run on the software that will serve (the trust model: only record
    `pip install --no-deps --no-index --target /tmp/rocm-dspark-toolkit <wheel>`, then
    `python3 -m rocm_dspark probe <the same selection flags> --state-dir <same> --levels <levels>`. With the wheel on
    PYTHONPATH, the vLLM that the live level starts there loads the plugin through its entry point.
-3. `up` then reads the records back with the gate, on the image's software (runner.image_software).
+3. `up` then reads the records back with the gate, on the image's software (choice.image_software).
 Only the levels that load no model run here, before the first start (a build whose classes refuse adaptive
 verification costs no load); the live level runs on `up`'s own adaptive start (up/prove.py).
 """
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_dspark.up import choice
 from rocm_dspark.up.container import TARGET, WHEEL_MOUNT  # noqa: F401 - re-exported
 from rocm_dspark.up.prove import judged
 from rocm_dspark.up.serve import probe_cache
@@ -144,9 +145,9 @@ WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), o
 
 def node_skip_reason(run) -> str | None:
     """The node target's answer: container modes with an adaptive command still to prove."""
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull
 
-    if run.mode() == "foreground":
+    if run.mode == "foreground":
         return "vLLM runs on this host in the foreground mode"
     if run.plan.adaptive_verification:
         return "the plan already runs adaptive verification"
@@ -154,7 +155,7 @@ def node_skip_reason(run) -> str | None:
         return "the plan has no adaptive command to prove"
     if run.options.selection.get("adaptive") == "off":
         return "--adaptive off"
-    if image_mod.runtime() is None:
+    if pull.runtime() is None:
         return "no docker or podman to run the image"
     proof = judged(run).proof
     if proof.adaptive_proven:
@@ -164,46 +165,46 @@ def node_skip_reason(run) -> str | None:
 
 def selection_args(run, levels: tuple[str, ...]) -> list[str]:
     """The selection as probe flags (the state dir is passed on its own), and what the target adds."""
-    return run.selection_argv(exclude=("state_dir",)) + run.target.inimage_probe_args(run, levels)
+    return choice.selection_argv(run, ("state_dir",)) + run.target.inimage_probe_args(run, levels)
 
 
 def probe_step(run) -> dict:
     """Run the levels that load no model (static, kernel) inside the image, before the first start, and read the
     records back with the gate. RuntimeError (one line; fix: WHEEL_FIX) when no wheel can be built."""
+    from rocm_dspark.images import pull
     from rocm_dspark.probe import store
-    from rocm_dspark.up import image as image_mod
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = build_wheel(run.dir / "wheel")
-    run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
+    run.display.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
     res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
+                             say=run.display.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
                              model_path=run.options.selection.get("model_path"))
     new = sorted(set(store.record_names(directory)) - before)
     if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
         raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
                          f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
                          log_tail="\n".join(res["tail"]))
-    run.evidence_changed()  # the image is pulled and records written: the gate reads them on its software
+    run.chosen = None  # the image is pulled and records written: the gate reads them on its software
     verdict = judged(run).verdict
     out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
                         "argv": res["argv"], "new_records": new},
            "gate": verdict.outcome, "gate_reason": verdict.reason}
-    run.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
+    run.display.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
             f"{verdict.reason}")
     return out
 
 
 def probe_actions(run) -> list:
     """What the container-mode probe step runs."""
-    from rocm_dspark.up import image as image_mod
+    from rocm_dspark.images import pull
     from rocm_dspark.up.actions import Run, Say
 
-    tool = image_mod.runtime() or "docker"
+    tool = pull.runtime() or "docker"
     image = run.plan.image
     levels = tuple(run.options.probe_levels)
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"

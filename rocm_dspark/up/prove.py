@@ -19,20 +19,21 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
 from rocm_dspark.probe.payoff import LOSES
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
-from rocm_dspark.up import serve, service
-from rocm_dspark.up.steps_common import StepFailed
+from rocm_dspark.service import control
+from rocm_dspark.up import choice, serve
+from rocm_dspark.up.steps_common import StepFailed, out_hash
 
 
 def decision(run) -> tuple[str | None, int | None]:
     """(why no adaptive start is made, or None to make one; the concurrency the A/B runs at)."""
-    from rocm_dspark.up.canary import hold
+    from rocm_dspark.service.canary import hold
 
-    plans = run.command_plans()
-    if (held := hold(run.state, run.out_hash("probe"))):
+    plans = serve.command_plans(run)
+    if (held := hold(run.state, out_hash(run, "probe"))):
         return f"skipped: {held}", None
     if "adaptive" not in plans:
         return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)", None
-    if run.serving_command() == "adaptive":
+    if serve.serving_command(run) == "adaptive":
         return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
     c = max(run.options.concurrency) if run.options.concurrency else None
     got = judged(run, ahead=run.target.counts_for_gate)  # local-cpu: its A/B decides, not the recipe's
@@ -59,14 +60,14 @@ def loads_forecast(run) -> tuple[str, int | None]:
 def prove_run(run) -> dict:
     why, c = decision(run)
     if why:
-        run.say(f"  {why}")
+        run.display.say(f"  {why}")
         return {"skipped": why}
     from rocm_dspark.probe import store
-    from rocm_dspark.up.image import bench_container
+    from rocm_dspark.up.serve import bench_container
     from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
     from rocm_dspark.validate.sweep import bench_setup, input_len
 
-    plans = run.command_plans()
+    plans = serve.command_plans(run)
     requests = default_requests(c)
     max_tokens = run.target.ab_max_tokens
     started = store.utc_now()
@@ -74,20 +75,20 @@ def prove_run(run) -> dict:
     arms = {}
 
     def arm(which: str) -> dict:
-        srv = service.attach(run.state.service)
+        srv = control.attach(run.state.service)
         plan = plans[which]
         # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
         prefix, tokenizer = bench_setup(plan.argv, plan, python=None, container=bench_container(run),
                                         result_dir=out_dir)
         stats = measure(srv, plan.served_name, which, prefix=prefix, tokenizer=tokenizer, concurrency=c,
-                        requests=requests, input_len=input_len(run.quick()), max_tokens=max_tokens,
+                        requests=requests, input_len=input_len(run.target.quick(run.options)), max_tokens=max_tokens,
                         timeout_s=run.options.request_timeout_s, out_dir=out_dir,
-                        say=lambda line: run.say(f"  {line}"))
+                        say=lambda line: run.display.say(f"  {line}"))
         return {"argv": [str(a) for a in plan.argv], "description": run.target.describe_arm(run, which), **stats}
 
-    run.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
+    run.display.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
     arms["block"] = arm("block")
-    run.say("  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
+    run.display.say("  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
             "gate says proven and paying")
     try:
         started_out = serve.load(run, "adaptive", "prove: live level and the A/B's adaptive arm", phase="proving")
@@ -102,29 +103,29 @@ def prove_run(run) -> dict:
     out.update(probe_record=str(live.path), gate=live.gate_state, gate_reason=live.gate_reason)
     level = live.record.level("live")
     out["live"] = {"passed": level.passed, "reason": level.reason, "note": level.gating_note}
-    run.say(f"  live: {'PASS' if level.passed else 'FAIL'}; {level.gating_note}")
+    run.display.say(f"  live: {'PASS' if level.passed else 'FAIL'}; {level.gating_note}")
     if not level.passed:
         return _back_to_block(run, out, f"refuted: the live level failed: {level.reason}")
-    run.say(f"  A/B adaptive arm at c={c}: measured on the same start")
+    run.display.say(f"  A/B adaptive arm at c={c}: measured on the same start")
     arms["adaptive"] = arm("adaptive")
     override = run.target.ab_override(arms)
     record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
-                             arms=arms, started=started, requests=requests, input_len=input_len(run.quick()),
+                             arms=arms, started=started, requests=requests, input_len=input_len(run.target.quick(run.options)),
                              max_tokens=max_tokens, override=override,
-                             state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.say(f"  {line}"))
+                             state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.display.say(f"  {line}"))
     out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"], "bench": str(out_dir)}
-    run.say(f"  {record['verdict']['text']}")
+    run.display.say(f"  {record['verdict']['text']}")
     verdict = decide(run, live, record, c)
     why = out["decision"] = f"{verdict.outcome}: {verdict.reason}"
     if verdict.outcome != PROVEN:
         return _back_to_block(run, out, why)
-    run.say(f"  kept: the adaptive start serves ({why})")
+    run.display.say(f"  kept: the adaptive start serves ({why})")
     validating(run, "adaptive", f"kept: {why}")
     return {**out, "serving": "adaptive", "service": started_out}
 
 
 def _back_to_block(run, out: dict, why: str) -> dict:
-    run.say(f"  {why}: starting block verification again")
+    run.display.say(f"  {why}: starting block verification again")
     back = serve.load(run, "block", f"back to block: {why}")
     validating(run, "block", why)
     return {**out, "decision": why, "serving": "block", "service": back}
@@ -147,8 +148,8 @@ def _live(run):
     except RecordError as exc:
         raise UsageError(f"probe record {earlier_path}, from this `up`'s probe step: {exc}") from None
     return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
-                     attach_server=service.attach(run.state.service), earlier=earlier, soft=run.gate_software(),
-                     progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+                     attach_server=control.attach(run.state.service), earlier=earlier, soft=choice.gate_software(run),
+                     progress=lambda m: run.display.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
 
 
 def judged(run, *, ahead: bool = False):
@@ -156,7 +157,7 @@ def judged(run, *, ahead: bool = False):
     from rocm_dspark.usecase.verdict import judge
 
     c = max(run.options.concurrency) if run.options.concurrency else None
-    return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=c, soft=run.gate_software(),
+    return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=c, soft=choice.gate_software(run),
                  ahead=ahead)
 
 

@@ -1,10 +1,10 @@
-"""`up --ready-port P`: the readiness server (rocm_dspark.up.health, GET /ready) run beside the service.
+"""`up --ready-port P`: the readiness server (rocm_dspark.service.readiness, GET /ready) run beside the service.
 
 It is `rocm-dspark status --ready --listen HOST:P`, so the HTTP answer and the exit status of `status --ready` are
 one function on one state file. It outlives the loads (it answers 503 "starting" or "proving" while one runs),
 starts before the first one, and `down` stops it. systemd mode: its own unit `<name>-ready.service` (so it comes
 back after a reboot, as the service does); the other modes: a detached process, recorded with its start time as
-the service is (rocm_dspark.up.service), so `down` never signals a recycled pid.
+the service is (rocm_dspark.service.control), so `down` never signals a recycled pid.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from pathlib import Path
 
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
 from rocm_dspark.runtime.readiness import poll_until
-from rocm_dspark.up import service
+from rocm_dspark.service import control
+from rocm_dspark.service.readiness import PATH
 from rocm_dspark.up.actions import Action, Run, Say, Wait, Write
-from rocm_dspark.up.health import PATH
 from rocm_dspark.up.steps_common import StepFailed
 
 START_WAIT_S = 15.0
-UNIT_DIR = service.UNIT_DIR
+UNIT_DIR = control.UNIT_DIR
 
 UNIT = """\
 # {unit}: readiness of {service} for a load balancer (GET {path}: 200 ready, 503 not ready)
@@ -72,24 +72,32 @@ def argv(run) -> list[str]:
 
 
 def unit_name(run) -> str:
-    return f"{run.name(run.plan)}-ready.service"
+    return f"{run.name}-ready.service"
 
 
 def unit_path(run) -> Path:
     return run.dir / "launch" / "ready" / unit_name(run)
 
 
+def exec_start(words: list[str]) -> str:
+    """ExecStart= for `python -m rocm_dspark ... --state-dir DIR` (the readiness and canary units)."""
+    from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
+
+    return " ".join([systemd_executable(words[0], "python")] + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
+                    + [systemd_path(words[-1], "--state-dir")])
+
+
+def install_actions(paths: list[Path], enable: str) -> list[Action]:
+    """Install the unit files `up` wrote, reload systemd, enable and start `enable`."""
+    return [*[Run(("install", "-D", "-m", "0644", str(p), f"{UNIT_DIR}/{p.name}"), root=True) for p in paths],
+            Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", enable), root=True)]
+
+
 def unit_text(run) -> str:
     import getpass
 
-    from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
-
-    words = argv(run)
-    exec_start = " ".join([systemd_executable(words[0], "python")]
-                          + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
-                          + [systemd_path(words[-1], "--state-dir")])
-    return UNIT.format(unit=unit_name(run), service=f"{run.name(run.plan)}.service", path=PATH,
-                       state=run.dir, port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start)
+    return UNIT.format(unit=unit_name(run), service=f"{run.name}.service", path=PATH, state=run.dir,
+                       port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start(argv(run)))
 
 
 def actions(run) -> list[Action]:
@@ -99,11 +107,9 @@ def actions(run) -> list[Action]:
     host, port = listen(run)
     head = Say(f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
                "proving, validating or down)")
-    if run.mode() == "systemd":
-        unit = unit_name(run)
+    if run.mode == "systemd":
         return [head, Write(str(unit_path(run)), 0o644, "readiness unit"),
-                Run(("install", "-D", "-m", "0644", str(unit_path(run)), f"{UNIT_DIR}/{unit}"), root=True),
-                Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", unit), root=True)]
+                *install_actions([unit_path(run)], unit_name(run))]
     return [head, Say("detached; `rocm-dspark down` stops it:"), Run(tuple(argv(run)), detach=True),
             Wait(base_url(host, port) + PATH, START_WAIT_S, "(any HTTP status)")]
 
@@ -113,20 +119,20 @@ def ensure(run) -> dict | None:
     state = run.state
     rec = state.data.get("ready_server")
     if not listen(run):
-        if rec and service.alive(rec):
-            stop_recorded(state)
-            run.say("  stopped the readiness server an earlier run started (no --ready-port now)")
+        if rec and control.alive(rec):
+            control.stop_ready_server(state)
+            run.display.say("  stopped the readiness server an earlier run started (no --ready-port now)")
         return None
     want = argv(run)
-    if rec and rec.get("argv") == want and service.alive(rec):
-        run.say(f"  readiness server already answers {rec['url']}")
+    if rec and rec.get("argv") == want and control.alive(rec):
+        run.display.say(f"  readiness server already answers {rec['url']}")
         return rec
-    if rec and service.alive(rec):
-        stop_recorded(state)
+    if rec and control.alive(rec):
+        control.stop_ready_server(state)
     host, port = listen(run)
     url = base_url(host, port) + PATH  # the one wildcard -> loopback rule (runtime.client)
     base = {"host": host, "port": port, "url": url, "argv": want}
-    if run.mode() == "systemd":
+    if run.mode == "systemd":
         path = unit_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(unit_text(run))
@@ -147,7 +153,7 @@ def ensure(run) -> dict | None:
     state.data["ready_server"] = rec
     state.save()
     _wait_answering(run, rec)
-    run.say(f"  readiness server answers {url} (503 until the served command is validated)")
+    run.display.say(f"  readiness server answers {url} (503 until the served command is validated)")
     return rec
 
 
@@ -159,25 +165,11 @@ def _wait_answering(run, rec: dict) -> None:
             client.get(PATH, timeout_s=2)  # any HTTP status is an answer (503 before the service is validated)
             return True
         except ServerError:
-            return None if service.alive(rec) else False
+            return None if control.alive(rec) else False
 
     if poll_until(answers, START_WAIT_S, max_s=0.2):
         return
     tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
-    stop_recorded(run.state)
+    control.stop_ready_server(run.state)
     raise StepFailed(f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
                      "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again")
-
-
-def stop_recorded(state) -> dict | None:
-    """Stop the recorded readiness server (down, or a changed --ready-port); the record goes."""
-    rec = state.data.get("ready_server")
-    if not rec:
-        return None
-    if rec.get("kind") == "systemd":
-        res = service.stop_unit(rec["unit"])
-    else:
-        res = service.stop_process(rec, grace_s=5)
-    state.data["ready_server"] = None
-    state.save()
-    return res

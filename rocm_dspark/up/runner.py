@@ -1,4 +1,4 @@
-"""Run the steps in order, resumably: the library behind `rocm-dspark up`, `down` and `status`.
+"""Run the steps in order, resumably: the library behind `rocm-dspark up`.
 
 A step is skipped when the state file says it finished with the same inputs (and, for the launchers and the
 server, that they are still there). A failed step is recorded with its fix and stops the run; Ctrl-C stops the
@@ -7,19 +7,20 @@ server this run started, records the step as interrupted and stops. Nothing an e
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import parse_json, read_text
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.secret_env import redact_argv
-from rocm_dspark.up import prereq, service
-from rocm_dspark.up.health import answer, vllm_health
-from rocm_dspark.up.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
+from rocm_dspark.service import control
+from rocm_dspark.service.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
+from rocm_dspark.up import choice
 from rocm_dspark.up.steps import STEPS, StepFailed
+from rocm_dspark.up.steps_common import out_hash
 from rocm_dspark.up.target import TARGETS, target_for
 
 MODES = ("systemd", "foreground", "container")
@@ -61,222 +62,54 @@ class UpOptions:
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
 
 
+@dataclass
 class UpRun:
-    """What the steps share: options, state, display, and the plan once chosen."""
+    """The values the steps share: the options, the target and mode chosen once, the state, the display, what
+    the steps produced, and the plan once chosen (up/choice.py: `plan` and `selection` read it, choosing first)."""
 
-    def __init__(self, options: UpOptions, display, state: UpState):
-        self.options, self.display, self.state = options, display, state
-        self.target = TARGETS[options.target]  # chosen once: the steps ask it wherever the targets differ
-        self.dir = up_dir(options.state_dir)
-        self.outputs: dict = {}
-        self.started: dict | None = None   # the service record of a server started by this run
-        self._resolved: tuple | None = None
-        self.software_note: str | None = None  # why the gate could not read the image's software
-        self._software: dict = {}              # image -> image_software(), once per run
-        self.loads: list[dict] = []            # the model loads this run made (rocm_dspark.up.serve.load)
-        self.replanned: set = set()            # the steps whose new evidence already made this run choose again
+    options: UpOptions
+    display: Any
+    state: UpState
+    outputs: dict = field(default_factory=dict)
+    started: dict | None = None            # the service record of a server started by this run
+    loads: list[dict] = field(default_factory=list)  # the model loads this run made (rocm_dspark.up.serve.load)
+    replanned: set = field(default_factory=set)      # the steps whose new evidence already made this run choose again
+    chosen: Any = None                     # choice.Chosen, once chosen; None again after new evidence
 
-    # -- helpers the steps use ----------------------------------------------------------------------
-    def say(self, line: str) -> None:
-        self.display.say(line)
-
-    def out_hash(self, step: str) -> str | None:
-        out = self.outputs.get(step)
-        return digest(out) if out is not None else None
-
-    def write_json(self, name: str, data) -> Path:
-        from rocm_dspark.atomic import write_atomic
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        return write_atomic(self.dir / name, json.dumps(data, indent=1, default=str) + "\n", mode=0o600)
-
-    def confirm(self, what: str) -> None:
-        if self.options.yes:
-            return
-        if not sys.stdin.isatty():
-            raise StepFailed(f"need confirmation to {what.splitlines()[0]}", "rerun with --yes (or from a terminal)")
-        sys.stderr.write(f"  {what}\n  go ahead? [y/N] ")
-        sys.stderr.flush()
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            raise StepFailed("not confirmed", "rerun and answer yes, or pass --yes")
-
-    def selection_opts(self) -> dict:
-        opts = dict(self.options.selection)
-        if self.options.concurrency and not opts.get("concurrency"):
-            # The heaviest validated load is the one the plan's workload rules size for.
-            opts["concurrency"] = max(self.options.concurrency)
-        detected = (self.outputs.get("detect") or {}).get("gpu")
-        if not opts.get("gpu") and detected:
-            opts["gpu"] = detected
-        return self.target.selection_defaults(opts)
-
-    def resolve_plan(self):
-        """The recipe's plan and why its verification mode is what it is (the library path `recipe` uses).
-        In the container modes the gate fingerprints the image's software, not this Python's (image_software)."""
-        if self._resolved is None:
-            from rocm_dspark.usecase.launch_plan import plan_for
-
-            opts = self.selection_opts()
-            catalog, selection, plan = plan_for(opts)
-            soft = self.image_software(plan.image)
-            if soft is not None:  # the image's own vLLM decides the build the plan is for (resolve: --image)
-                catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog,
-                                                    soft=soft["facts"])
-            why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
-            self._resolved = (catalog, selection, plan, why)
-        return self._resolved[2], self._resolved[3]
-
-    def evidence_changed(self) -> None:
-        """New records were written (the probe step): the next plan is resolved through the gate again."""
-        self._resolved, self._software = None, {}
-
-    def gate_software(self) -> dict | None:
-        """The software facts the gate read for this plan (an image's), or None (this Python's)."""
-        found = self.image_software(self.plan.image)
-        return found["facts"] if found else None
-
-    def image_software(self, image: str | None) -> dict | None:
-        """{"image", "id", "facts"} of the plan's image when vLLM runs in it (container modes) and it is pulled;
-        cached by image ID in the up directory. None otherwise: the gate then reads this Python.
-        --dry-run runs nothing, so it reads only the cache."""
-        if image in self._software:
-            return self._software[image]
-        self._software[image] = found = self._read_image_software(image)
-        return found
-
-    def _read_image_software(self, image: str | None) -> dict | None:
-        if self.mode() == "foreground" or not image:
-            self.software_note = None
-            return None
-        from rocm_dspark.up import image as image_mod
-
-        cache = self.dir / "image-software.json"
-        try:  # bounded, regular files only, strict JSON
-            cached = parse_json(read_text(cache, "image software"), "image software")
-        except UsageError:
-            cached = {}
-        tool = image_mod.runtime()
-        if tool is None or self.options.dry_run:
-            hit = cached if cached.get("image") == image else None
-            self.software_note = None if hit else "the image's software is read after it is pulled"
-            return hit
-        ident, said = image_mod.image_id(tool, image)
-        if ident is None:
-            self.software_note = (f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's "
-                                  f"software; rerun `up` after the image step")
-            return None
-        if cached.get("id") == ident and cached.get("image") == image:
-            self.software_note = None
-            return cached
-        try:
-            facts = image_mod.software_in(tool, image)
-        except RuntimeError as exc:
-            self.software_note = f"cannot read the image's software ({exc}); the gate reads this Python's"
-            return None
-        found = {"image": image, "id": ident, "facts": facts}
-        self.write_json(cache.name, found)
-        self.software_note = None
-        return found
-
-    @property
-    def catalog(self):
-        if self._resolved is None:
-            from rocm_dspark.recipe.catalog import load_catalog
-
-            return load_catalog()
-        return self._resolved[0]
-
-    @property
-    def selection(self):
-        self.resolve_plan()
-        assert self._resolved is not None
-        return self._resolved[1]
+    def __post_init__(self):
+        self.target = TARGETS[self.options.target]  # the steps ask it wherever the targets differ
+        self.dir = up_dir(self.options.state_dir)
+        self.mode, self.mode_reason = ((self.options.mode, "--mode") if self.options.mode
+                                       else self.target.default_mode())
+        self.catalog = load_catalog()
 
     @property
     def plan(self):
-        return self.resolve_plan()[0]
+        return choice.chosen(self).plan
 
     @property
-    def model(self):
-        return self.catalog.find_model(self.plan.model_key)
+    def selection(self):
+        return choice.chosen(self).selection
 
-    def service_user(self) -> str:
-        """The unit's user: --service-user, else whoever runs `up` (the launcher lives in their state dir,
-        which a separate service user could not read)."""
-        import getpass
-
-        return self.options.service_user or getpass.getuser()
-
-    def quick(self) -> bool:
-        return self.target.quick(self.options)
-
-    def name(self, plan) -> str:
-        return self.options.name or self.target.default_name(plan)
-
-    def mode(self) -> str:
-        return self.options.mode or self.target.default_mode()[0]
-
-    def mode_reason(self) -> str:
-        return "--mode" if self.options.mode else self.target.default_mode()[1]
-
-    def in_container(self) -> bool:
-        """The local-cpu target's CPU image serves (rocm_dspark.up.container)."""
-        return self.target.in_container(self.mode())
-
-    def command_plans(self) -> dict:
-        """The launch plan of each command `up` may serve: "block" always, "adaptive" where the plan has an adaptive
-        command (not --adaptive off). Both are written by the launchers step, whatever the gate said, so a new
-        verdict changes which one serves, never the files. The adaptive one falls back to block in the launcher."""
-        return self.target.command_plans(self, self.plan, (self.outputs.get("image") or {}).get("pinned"))
-
-    def serving_command(self) -> str:
-        """Which command the gate chose to serve: "adaptive" or "block"."""
-        return "adaptive" if self.plan.adaptive_verification and self.target.counts_for_gate else "block"
-
-    def launch_plan(self, which: str | None = None):
-        """The plan the launcher of `which` command runs (default: the one the gate chose); a pulled image
-        replaces a tag-only one; local-cpu: the same launcher around the local command."""
-        return self.command_plans()[which or self.serving_command()]
-
-    def validate_context(self):
-        from rocm_dspark.validate.context import Context, ValidateOptions
-
-        opts = ValidateOptions(report_dir=self.dir, service_user=self.options.service_user, require_gpu=True,
-                               require_gpu_why="`up` needs an AMD GPU",
-                               host_root=prereq.host_root())
-        return Context(opts, self.catalog, self.model, self.plan)
-
-    def selection_argv(self, exclude: tuple[str, ...] = ()) -> list[str]:
-        """The selection as command-line words (rocm_dspark.recipe.options); the state dir only when given."""
-        from rocm_dspark.recipe.options import selection_argv
-
-        return selection_argv(self.selection_opts(), exclude=exclude if self.options.state_dir_flag
-                              else (*exclude, "state_dir"))
-
-    def selection_flags(self, exclude: tuple[str, ...] = ()) -> str:
-        """The same, quoted for the commands --dry-run prints."""
-        import shlex
-
-        return shlex.join(self.selection_argv(exclude))
-
-    def stop_service(self) -> dict:
-        return service.stop_recorded(self.state)
+    @property
+    def name(self) -> str:
+        return self.options.name or self.target.default_name(self.plan)
 
 
 def _stop_started(run: UpRun) -> str:
     """After Ctrl-C: stop the server this run started; a second Ctrl-C during its drain kills it at once."""
     import signal
 
-    if not (run.started and service.alive(run.started)):
+    if not (run.started and control.alive(run.started)):
         return ""
-    run.say("rocm-dspark up: Ctrl-C: stopping the server this run started (Ctrl-C again kills it at once)")
+    run.display.say("rocm-dspark up: Ctrl-C: stopping the server this run started (Ctrl-C again kills it at once)")
     try:
-        run.stop_service()
+        control.stop_recorded(run.state)
         return "; stopped the server this run started"
     except KeyboardInterrupt:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a third must not leave it half-stopped
         try:
-            service.stop_recorded(run.state, grace_s=0)
+            control.stop_recorded(run.state, grace_s=0)
         finally:
             signal.signal(signal.SIGINT, previous)
         return "; killed the server this run started (Ctrl-C again: no drain)"
@@ -288,7 +121,7 @@ def refuse_early(run: UpRun) -> None:
     from rocm_dspark.up import ready_server
     from rocm_dspark.up.steps import unit_user
 
-    if run.mode() == "systemd":
+    if run.mode == "systemd":
         unit_user(run)
     sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
     ready_server.check_port(run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"])
@@ -303,7 +136,7 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     """Run (or --dry-run) the steps. Returns the exit status: 0 done, 1 a step failed, 130 interrupted."""
     state = UpState.load(up_dir(options.state_dir))
     run = UpRun(options, display, state)
-    from rocm_dspark.up.trust import check_usable, prepare, up_lock
+    from rocm_dspark.service.trust import check_usable, prepare, up_lock
 
     refuse_early(run)
     if options.dry_run:
@@ -325,7 +158,7 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
     while i < n:
         i += 1
         step = steps[i - 1]
-        inputs = digest({"step": step.inputs(run), "before": run.out_hash(steps[i - 2].name) if i > 1 else None})
+        inputs = digest({"step": step.inputs(run), "before": out_hash(run, steps[i - 2].name) if i > 1 else None})
         rec = state.step(step.name)
         if not step.always and rec is not None and state.is_done(step.name, inputs):
             why = step.valid(run, rec.get("output") or {}) if step.valid else None
@@ -366,7 +199,7 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
             # New evidence (the image pulled: its own software) changes the plan: choose again, once per step; the
             # steps whose inputs did not change are skipped as usual.
             run.replanned.add(step.name)
-            run.evidence_changed()
+            run.chosen = None
             i = 0
             display.say(f"rocm-dspark up: {out['replan']}: choosing again")
     return 0
@@ -392,160 +225,8 @@ def _render_plan(run: UpRun, steps) -> int:
     return 0
 
 
-# -- down and status -------------------------------------------------------------------------------------
-
-
-def down(state_dir, display, purge_cache: bool = False) -> int:
-    """Stop what `up` started; purge_cache: then remove its compile cache (not after a failed stop: a server may
-    still write there)."""
-    code = _stop(state_dir, display)
-    if purge_cache and code == 0:
-        from rocm_dspark.launch.compile_cache import purge
-
-        root = _cache_root(state_dir, UpState.load(up_dir(state_dir)).service)
-        removed, left = purge(root)
-        display.say(f"removed the compile cache {root} ({removed / 2**20:.0f} MB)" + (f"; {left}" if left else ""))
-        return 1 if left else 0
-    return code
-
-
-def _cache_root(state_dir, svc) -> Path:
-    """serve.cache_root's rule, from the name, never a path read from the state file (--purge-cache removes it)."""
-    if (svc or {}).get("kind") == "systemd" and svc.get("unit"):
-        from rocm_dspark.launch.compile_cache import UNIT_ROOT
-        from rocm_dspark.launch.launchers import check_name
-
-        return Path(UNIT_ROOT) / check_name(Path(str(svc["unit"])).stem)
-    return up_dir(state_dir) / "compile-cache"
-
-
-def _compile_cache(state_dir, svc) -> dict:
-    """The compile cache's size per key, and the key the service's launcher used (its launch-state)."""
-    from rocm_dspark.launch import launch_state
-    from rocm_dspark.launch.compile_cache import usage
-
-    ls_dir = (Path(svc["log"]).parent if (svc or {}).get("kind") == "systemd" and svc.get("log") else
-              up_dir(state_dir) / "launch-state" / str((svc or {}).get("command")))
-    ls = launch_state.read(ls_dir)
-    return {**usage(_cache_root(state_dir, svc)), "key": ls.get("cache_key"), "used": bool(ls.get("cache_dir"))}
-
-
-def _jit(svc) -> dict | None:
-    """What vLLM's JIT monitor reported in the service's log (runtime/server_phases.jit_report), with the log's
-    path; None without a log. Read bounded: the head (the monitor's activation) and the last 48 MiB."""
-    from rocm_dspark.runtime.server_phases import jit_report
-
-    path = (svc or {}).get("log")
-    if not path:
-        return None
-    head, tail = 8 << 20, 48 << 20
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(0)
-            data = f.read(head + tail) if size <= head + tail else f.read(head)
-            if size > head + tail:
-                f.seek(size - tail)
-                data += b"\n" + f.read(tail)
-    except OSError as exc:
-        return {"log": path, "error": exc.strerror or str(exc)}
-    return {"log": path, **jit_report(data.decode("utf-8", "replace"))}
-
-
-def _stop(state_dir, display) -> int:
-    from rocm_dspark.up import ready_server
-
-    state = UpState.load(up_dir(state_dir))
-    svc = state.service
-    if state.data.get("ready_server"):  # it would only answer 503 "stopped"; `down` stops all `up` started
-        rec = state.data["ready_server"]
-        ready_server.stop_recorded(state)
-        display.say(f"stopped the readiness server ({rec.get('unit') or 'pid ' + str(rec.get('pid'))}, {rec.get('url')})")
-    if not state.exists or not svc:
-        display.say(f"nothing to stop: no service recorded in {state.path}")
-        return 0
-    if not service.alive(svc) and svc.get("kind") != "systemd":
-        display.say(f"the service (pid {svc.get('pid')}) is not running; records kept in {state.path.parent}")
-        return 0
-    res = service.stop_recorded(state)
-    what = svc.get("unit") or f"pid {svc.get('pid')}"
-    if res.get("stopped") and not res.get("leftover_pids"):
-        display.say(f"stopped {what}; records kept in {state.path.parent} (`rocm-dspark up` starts it again)")
-        return 0
-    display.say(f"rocm-dspark down: could not stop {what} cleanly: {res}")
-    return 1
-
-
 def status(state_dir, sizes: bool = True) -> dict:
-    """sizes: walk the compile cache for its size (not for `status --ready`, which a load balancer polls)."""
-    state = UpState.load(up_dir(state_dir))
-    svc = state.service
-    running = service.alive(svc) if svc else False
-    health = vllm_health(svc) if running and svc else None
-    steps = [{"name": s.name, "title": s.title, **{k: v for k, v in (state.step(s.name) or {"status": "not run"}).items()
-                                                  if k in ("status", "at", "message", "fix", "seconds")}}
-             for s in STEPS]
-    ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (up/health.py)
-    from rocm_dspark.up import canary
+    """`rocm-dspark status` (rocm_dspark.service.status), with `up`'s steps named in order."""
+    from rocm_dspark.service.status import status as of
 
-    bands = (state.output("launchers") or {}).get("bands") or {}
-    return {"ready_server": state.data.get("ready_server"), "state_file": str(state.path), "exists": state.exists, "steps": steps,
-            "service": {**(svc or {}), "running": running, "health": health} if svc else None,
-            "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary"),
-            "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
-            "jit": _jit(svc) if sizes and svc else None,
-            "mode_changes": state.data.get("mode_changes", []), "bands": bands,
-            "watch": canary.status_lines(state_dir, state.data, bands) if state.exists else []}
-
-
-def _jit_lines(jit: dict | None) -> list[str]:
-    """vLLM's JIT monitor since ready, in one line: a compile there is a latency spike in traffic."""
-    if not jit:
-        return []
-    if jit.get("error"):
-        return [f"JIT monitor: cannot read the server log {jit['log']}: {jit['error']}"]
-    if jit["mode"] is None:
-        return ["JIT monitor: not active in this server (vLLM turns it on after its own JIT warm-up on a GPU; "
-                "--enforce-eager, kernel_config.enable_jit_warmup=false and vLLM's CPU build leave it off)"]
-    warm = f"{len(jit['warm_up'])} during the warm-up before ready"
-    if not jit["ready"]:
-        return [f"JIT monitor (mode={jit['mode']}): not ready yet; {warm}"]
-    kernels = sorted({f"{e['backend']} {e['kernel']}" for e in jit["serving"]})
-    return [f"JIT monitor (mode={jit['mode']}): {len(jit['serving'])} compile(s) while serving since ready"
-            + (f" ({', '.join(kernels)}: each a latency spike)" if kernels else "") + f"; {warm}"]
-
-
-def status_lines(st: dict) -> list[str]:
-    if not st["exists"]:
-        return [f"no `up` state in {st['state_file']}: run `rocm-dspark up`"]
-    lines = [f"state: {st['state_file']}"]
-    for i, s in enumerate(st["steps"], 1):
-        extra = f"  {s.get('message')}" if s.get("message") else ""
-        fix = f" (fix: {s['fix']})" if s.get("fix") else ""
-        lines.append(f"  [{i:2d}] {s['name']:<10} {s['status']:<12} {s.get('at', '')}{extra}{fix}")
-    svc = st["service"]
-    if svc is None:
-        lines.append("service: none recorded")
-    else:
-        where = svc.get("unit") or f"pid {svc.get('pid')}"
-        state = ("proving" if st["readiness"]["phase"] == "proving" else "running") if svc["running"] else "stopped"
-        health = f", /health {svc['health']}" if svc["running"] else ""
-        lines.append(f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
-                     + (f"; log {svc['log']}" if svc.get("log") else ""))
-    loads = st.get("loads") or []
-    if loads:
-        last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
-        lines.append(f"model loads: {len(last)} in the last run that loaded ("
-                     + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
-    cc = st.get("compile_cache")
-    if cc and (cc["keys"] or cc["key"]):
-        lines.append(f"compile cache: {cc['root']}: {cc['bytes'] / 2**20:.0f} MB in {len(cc['keys'])} key(s); current key "
-                     f"{cc['key'] or '-'}" + ("" if cc["used"] or not cc["key"] else " (not used: the start was cold)"))
-    lines += _jit_lines(st.get("jit"))
-    ready = st["readiness"]
-    lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
-    rs = st.get("ready_server")
-    if rs:
-        lines.append(f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
-                     f"{'' if service.alive(rs) else ', not running'})")
-    return lines + list(st.get("watch") or [])
+    return of(state_dir, [(s.name, s.title) for s in STEPS], sizes)

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rocm_dspark.up import image as image_mod
-from rocm_dspark.up import prereq, prove, ready_server, serve, service
+from rocm_dspark.images import pull
+from rocm_dspark.service import control
+from rocm_dspark.up import choice, prereq, prove, ready_server, serve
 from rocm_dspark.up.actions import Action, Run, Say, Write
-from rocm_dspark.up.steps_common import StepFailed
+from rocm_dspark.up.steps_common import StepFailed, out_hash, write_json
 
 
 class Step(NamedTuple):
@@ -32,6 +33,11 @@ class Step(NamedTuple):
     always: bool = False           # cheap and about the present (detection, summary): run every time
 
 
+def selection_flags(run, exclude: tuple[str, ...] = ()) -> str:
+    """The selection as the words --dry-run prints (choice.selection_argv), quoted."""
+    return shlex.join(choice.selection_argv(run, exclude))
+
+
 # -- 1. detect ----------------------------------------------------------------------------------------
 
 
@@ -42,7 +48,7 @@ def detect_inputs(run) -> dict:
 def detect_run(run) -> dict:
     from rocm_dspark.probe import fingerprint
 
-    out = {"target": run.options.target, "runtime": image_mod.runtime(), "systemd": service.systemd_usable(),
+    out = {"target": run.options.target, "runtime": pull.runtime(), "systemd": control.systemd_usable(),
            "vllm": fingerprint.vllm_facts()[0]}
     return run.target.detect(run, out)
 
@@ -57,37 +63,37 @@ def detect_actions(run) -> list[Action]:
 def choose_inputs(run) -> dict:
     sel = {k: v for k, v in run.options.selection.items() if k != "state_dir"}
     plan = run.plan  # the command itself (not its notes): new evidence that flips the gate redoes the launch
-    soft = run.image_software(plan.image)
+    soft = choice.chosen(run).software
     return {"selection": sel, "detected_gpu": (run.outputs.get("detect") or {}).get("gpu"),
             "mode": run.options.mode, "target": run.options.target, "name": run.options.name,
             "command": [list(plan.argv), dict(plan.env), plan.image], "image_software": soft}
 
 
 def choose_run(run) -> dict:
-    plan, why = run.resolve_plan()
-    soft = run.image_software(plan.image)  # cached by resolve_plan: what the gate fingerprinted
+    c = choice.chosen(run)
+    plan, soft = c.plan, c.software
     out = {"profile": plan.profile, "gpu": plan.gpu, "vllm_version": plan.vllm_version, "image": plan.image,
-           "build": plan.build.name if getattr(plan, "build", None) else None,
-           "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": why,
-           "mode": run.mode(), "name": run.name(plan), "plan": plan.to_json_dict(),
-           "gate_software": soft or {"source": "this Python", "note": run.software_note}}
+           "build": plan.build.name if plan.build else None,
+           "status": plan.status, "adaptive": plan.adaptive_verification, "verdict": c.why,
+           "mode": run.mode, "name": run.name, "plan": plan.to_json_dict(),
+           "gate_software": soft or {"source": "this Python", "note": c.software_note}}
     if soft:
         f = soft["facts"]
-        run.say(f"  the gate read the image's software: vLLM {f['vllm_version']}, torch {f['torch_version']} "
+        run.display.say(f"  the gate read the image's software: vLLM {f['vllm_version']}, torch {f['torch_version']} "
                 f"(HIP {f['hip_version']}), ROCm {f['rocm_version']}")
-    elif run.software_note:
-        run.say(f"  note: {run.software_note}")
-    run.write_json("plan.json", out["plan"])
+    elif c.software_note:
+        run.display.say(f"  note: {c.software_note}")
+    write_json(run, "plan.json", out["plan"])
     run.target.choose(run, plan, out)
     return out
 
 
 def choose_actions(run) -> list[Action]:
-    plan, _ = run.resolve_plan()
-    out: list[Action] = [Say(f"the recipe `rocm-dspark recipe {run.selection_flags()}` prints"),
-           Say(f"mode: {run.mode()} ({run.mode_reason()})")]
+    plan = run.plan
+    out: list[Action] = [Say(f"the recipe `rocm-dspark recipe {selection_flags(run)}` prints"),
+           Say(f"mode: {run.mode} ({run.mode_reason})")]
     if run.target.gates_on_image(run):
-        tool = image_mod.runtime() or "docker"
+        tool = pull.runtime() or "docker"
         out.append(Say(f"the gate fingerprints the image's software once it is pulled: {tool} image inspect --format "
                        f"'{{{{.Id}}}}' {plan.image}, then {tool} run --rm --network none --entrypoint python3 "
                        f"{plan.image} -c <rocm_dspark/probe/software.py>"))
@@ -104,14 +110,14 @@ def choose_actions(run) -> list[Action]:
 
 
 def prereq_inputs(run) -> dict:
-    return {"plan": run.out_hash("choose"), "mode": run.mode()}
+    return {"plan": out_hash(run, "choose"), "mode": run.mode}
 
 
 def mode_checks(run) -> list[prereq.Prereq]:
     """The checks of the mode itself (the daemon answers, systemd is usable): read-only, so --dry-run makes them too."""
-    mode = run.mode()
+    mode = run.mode
     checks = [_daemon_check(mode)] if mode in ("systemd", "container") else []
-    if mode == "systemd" and (why := service.systemd_usable()):
+    if mode == "systemd" and (why := control.systemd_usable()):
         checks.append(prereq.Prereq("systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"))
     return checks
 
@@ -120,7 +126,7 @@ def _daemon_check(mode: str) -> prereq.Prereq:
     """The container runtime's daemon must answer (`docker info`), on DOCKER_HOST as the user set it."""
     from rocm_dspark.up.container import daemon_answers
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     if tool is None:
         return prereq.Prereq("docker", prereq.FAIL, f"--mode {mode} runs vLLM in an image but neither docker nor "
                              "podman is installed", "install docker (apt-get install docker.io), or --mode foreground")
@@ -133,9 +139,9 @@ def _daemon_check(mode: str) -> prereq.Prereq:
 
 
 def prereq_run(run) -> dict:
-    checks = run.target.checks(run, service.alive(run.state.service))
+    checks = run.target.checks(run, control.alive(run.state.service))
     for c in checks:
-        run.say(f"  {c.line()}")
+        run.display.say(f"  {c.line()}")
     failed = [c for c in checks if c.status == prereq.FAIL]
     if failed:
         first = failed[0]
@@ -152,13 +158,13 @@ def prereq_actions(run) -> list[Action]:
 
 
 def image_inputs(run) -> dict:
-    return {"image": run.plan.image, "mode": run.mode(), "runtime": (run.outputs.get("detect") or {}).get("runtime")}
+    return {"image": run.plan.image, "mode": run.mode, "runtime": (run.outputs.get("detect") or {}).get("runtime")}
 
 
 def _image_skip(run) -> str | None:
     if (why := run.target.image_skip(run)):
         return why
-    if run.mode() == "foreground":
+    if run.mode == "foreground":
         return "skipped: --mode foreground runs the host's own vLLM, no container"
     return None
 
@@ -166,22 +172,22 @@ def _image_skip(run) -> str | None:
 def image_run(run) -> dict:
     why = _image_skip(run)
     if why:
-        run.say(f"  {why}")
+        run.display.say(f"  {why}")
         return {"skipped": why}
-    from rocm_dspark.up.pull import PullFailed, pin
+    from rocm_dspark.images.pull import PullFailed, pin
 
-    tool = image_mod.runtime()
+    tool = pull.runtime()
     try:
         got = pin(run.plan, run.options.state_dir, tool=tool, replacement=run.catalog.default_build(
-            run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.say)
+            run.catalog.find_gpu(run.plan.gpu))[0].name, say=run.display.say)
     except PullFailed as exc:
         if exc.missing:  # bad input, not a broken host: one line and exit 2 (runner)
             from rocm_dspark.errors import UsageError
 
             raise UsageError(f"{exc.message}; {exc.fix}") from None
         raise StepFailed(exc.message, exc.fix) from None
-    run.say(f"  pinned {got['pinned']}")
-    if run.software_note and not run.options.dry_run:
+    run.display.say(f"  pinned {got['pinned']}")
+    if choice.chosen(run).software_note and not run.options.dry_run:
         # The plan was chosen before the image was here, on this Python's software: now that the image is pulled,
         # choose again on the image's own (its vLLM decides the build for --image; the gate fingerprints it).
         got = {**got, "replan": "the image is pulled, so the plan now reads the image's own software"}
@@ -192,9 +198,9 @@ def image_actions(run) -> list[Action]:
     why = _image_skip(run)
     if why:
         return [Say(why)]
-    tool = image_mod.runtime() or "docker"
+    tool = pull.runtime() or "docker"
     return [Say(f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"),
-            *(Run(tuple(c)) for c in image_mod.commands(tool, run.plan.image)),
+            *(Run(tuple(c)) for c in pull.commands(tool, run.plan.image)),
             Say("records the RepoDigests entry (must equal the registry's digest); every start runs it, none pulls")]
 
 
@@ -202,8 +208,8 @@ def image_actions(run) -> list[Action]:
 
 
 def launchers_inputs(run) -> dict:
-    return {"commands": {w: digest_plan(p) for w, p in run.command_plans().items()}, "image": run.out_hash("image"),
-            "mode": run.mode(), "name": run.name(run.plan), "user": run.service_user() if run.mode() == "systemd" else None,
+    return {"commands": {w: digest_plan(p) for w, p in serve.command_plans(run).items()}, "image": out_hash(run, "image"),
+            "mode": run.mode, "name": run.name, "user": serve.service_user(run) if run.mode == "systemd" else None,
             "ready_timeout_s": int(run.options.ready_timeout_s)}
 
 
@@ -219,7 +225,7 @@ def unit_user(run) -> str:
     from rocm_dspark.errors import UsageError
     from rocm_dspark.launch.quoting import unit_user as check
 
-    user = run.service_user()
+    user = serve.service_user(run)
     if user == "root":
         raise UsageError("the systemd unit would run vLLM as root (you): pass --service-user USER, a dedicated "
                          "unprivileged user (e.g. vllm; `up` creates it with groups video and render)")
@@ -231,27 +237,27 @@ def launchers_run(run) -> dict:
     said: a new verdict changes which one serves, never the files."""
     from rocm_dspark.launch.launchers import write_launchers
     extra = run.target.launcher_options(run)
-    from rocm_dspark.up.state import digest
+    from rocm_dspark.service.state import digest
 
-    mode = run.mode()
+    mode = run.mode
     sets, files_digest = {}, {}
-    for which, plan in run.command_plans().items():
+    for which, plan in serve.command_plans(run).items():
         out = serve.launch_dir(run, which)
         out.mkdir(parents=True, exist_ok=True)
-        files = write_launchers(plan, out, "systemd" if mode == "systemd" else "shell", name=run.name(run.plan),
+        files = write_launchers(plan, out, "systemd" if mode == "systemd" else "shell", name=run.name,
                                 user=unit_user(run) if mode == "systemd" else None,
                                 container=mode in ("systemd", "container"),
                                 ready_timeout_s=int(run.options.ready_timeout_s), **extra)
         written = [files.launcher] + ([files.unit] if files.unit else [])
         for f in written:
-            run.say(f"  wrote {f}")
+            run.display.say(f"  wrote {f}")
             files_digest[str(f)] = digest(Path(f).read_text())
         sets[which] = {"launcher": str(files.launcher), "unit": str(files.unit) if files.unit else None,
                        "env_file": str(files.env_file) if files.env_file else None,
                        "install": list(files.install_commands) if files.unit else None}
     written, bands = _observability(run, serve.launch_dir(run, next(iter(sets))))
     for f in written:
-        run.say(f"  wrote {f}")
+        run.display.say(f"  wrote {f}")
         files_digest[str(f)] = digest(Path(f).read_text())
     return {"sets": sets, "files": files_digest, "bands": {arm: b._asdict() for arm, b in bands.items()}}
 
@@ -267,14 +273,14 @@ def _observability(run, out: Path) -> tuple[list[Path], dict]:
     listen = ready_server.listen(run)
     ready = base_url(*listen).removeprefix("http://") if listen else None
     bands = bands_for(run.catalog, run.plan, run.options.state_dir)[0] if run.plan.concurrency is not None else {}
-    return observability.write(out, observability.render(run.plan, run.name(run.plan), observability.targets(run.plan),
+    return observability.write(out, observability.render(run.plan, run.name, observability.targets(run.plan),
                                                          ready=ready, bands=bands)), bands
 
 
 def launchers_valid(run, output) -> str | None:
     from rocm_dspark.errors import UsageError
     from rocm_dspark.inputs import read_text
-    from rocm_dspark.up.state import digest
+    from rocm_dspark.service.state import digest
 
     for path, want in (output.get("files") or {}).items():
         try:
@@ -286,10 +292,10 @@ def launchers_valid(run, output) -> str | None:
 
 
 def launchers_actions(run) -> list[Action]:
-    if run.mode() == "systemd":  # the unit's user: refused here as the run refuses it
+    if run.mode == "systemd":  # the unit's user: refused here as the run refuses it
         unit_user(run)
     out: list[Action] = []
-    for which in run.command_plans():
+    for which in serve.command_plans(run):
         f = serve.files_of(run, which)
         out.append(Write(f["launcher"], 0o755, f"{which} launcher"))
         if f.get("unit"):
@@ -303,17 +309,17 @@ def launchers_actions(run) -> list[Action]:
 
 
 def probe_inputs(run) -> dict:
-    adaptive = run.command_plans().get("adaptive")
+    adaptive = serve.command_plans(run).get("adaptive")
     return {"adaptive": digest_plan(adaptive) if adaptive else None, "levels": list(run.options.probe_levels)}
 
 
 def _probe_skip(run) -> str | None:
-    if "adaptive" not in run.command_plans():
+    if "adaptive" not in serve.command_plans(run):
         return "skipped: the plan has no adaptive command to prove"
     if not run.options.probe_levels:
         return "skipped: --probe-levels names no level that runs without a model"
-    if run.serving_command() == "adaptive":
-        return f"skipped: the gate already proves adaptive verification here ({run.resolve_plan()[1]})"
+    if serve.serving_command(run) == "adaptive":
+        return f"skipped: the gate already proves adaptive verification here ({choice.chosen(run).why})"
     return None
 
 
@@ -322,7 +328,7 @@ def probe_run(run) -> dict:
     from rocm_dspark.up import inimage
 
     if (why := _probe_skip(run)):
-        run.say(f"  {why}")
+        run.display.say(f"  {why}")
         return {"skipped": why}
     if run.target.inimage_skip(run) is None:
         # Container modes: the levels run inside the image (up/inimage.py), on the software that will serve.
@@ -331,14 +337,14 @@ def probe_run(run) -> dict:
         except RuntimeError as exc:
             raise StepFailed(str(exc), inimage.WHEEL_FIX) from None
     outcome = run_probe(run.catalog, run.selection, levels=run.options.probe_levels, state_dir=run.options.state_dir,
-                        progress=lambda m: run.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
-    run.evidence_changed()
+                        progress=lambda m: run.display.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+    run.chosen = None
     if run.target.gates_on_image(run) and fingerprint_vllm() is None:
-        run.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode())}")
+        run.display.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode)}")
     levels_out = [{"name": lv.name, "passed": lv.passed, "valid_for_gating": lv.valid_for_gating, "reason": lv.reason,
                    "note": lv.gating_note} for lv in outcome.record.levels]
     for lv in levels_out:
-        run.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
+        run.display.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
     return {"record": str(outcome.path), "levels": levels_out, "gate": outcome.gate_state,
             "gate_reason": outcome.gate_reason}
 
@@ -362,7 +368,7 @@ def probe_actions(run) -> list[Action]:
         return [Say(why)]
     if run.target.inimage_skip(run) is None:
         return inimage.probe_actions(run)
-    return [Say(f"rocm-dspark probe {run.selection_flags()} --levels {','.join(run.options.probe_levels)}, in this "
+    return [Say(f"rocm-dspark probe {selection_flags(run)} --levels {','.join(run.options.probe_levels)}, in this "
                 "process (no model load; the live level runs on the adaptive start, step 8)")]
 
 
@@ -370,43 +376,43 @@ def probe_actions(run) -> list[Action]:
 
 
 def start_inputs(run) -> dict:
-    return {"launchers": run.out_hash("launchers"), "mode": run.mode()}
+    return {"launchers": out_hash(run, "launchers"), "mode": run.mode}
 
 
 def start_run(run) -> dict:
     """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
     that already runs it from unchanged launchers is kept: no load."""
-    from rocm_dspark.up.canary import hold
+    from rocm_dspark.service.canary import hold
 
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
-    wanted = [run.serving_command()] + ([kept] if kept and kept != run.serving_command() else [])
-    if (held := hold(run.state, run.out_hash("probe"))):
-        run.say(f"  {held}")
+    wanted = [serve.serving_command(run)] + ([kept] if kept and kept != serve.serving_command(run) else [])
+    if (held := hold(run.state, out_hash(run, "probe"))):
+        run.display.say(f"  {held}")
         wanted = ["block"]
     ready_server.ensure(run)  # before any load: a load balancer sees 503 while it runs
     for which in wanted:
         if serve.serving(run, which) is None:
-            run.say(f"  the service already serves the {which} command from unchanged launchers: no load")
+            run.display.say(f"  the service already serves the {which} command from unchanged launchers: no load")
             # The step's output stays what its last load produced: the steps after it are not redone.
             return prev or {"base_url": run.state.service["base_url"], "command": which}
-    if service.alive(run.state.service):
-        run.say("  stopping the service started before (what it runs changed)")
-    out = serve.load(run, wanted[0], "the service" if wanted[0] == run.serving_command() else "the service (kept by prove)")
+    if control.alive(run.state.service):
+        run.display.say("  stopping the service started before (what it runs changed)")
+    out = serve.load(run, wanted[0], "the service" if wanted[0] == serve.serving_command(run) else "the service (kept by prove)")
     prove.validating(run, wanted[0], "started")
     return out
 
 
 def start_actions(run) -> list[Action]:
-    return [*ready_server.actions(run), *serve.start_actions(run, run.serving_command())]
+    return [*ready_server.actions(run), *serve.start_actions(run, serve.serving_command(run))]
 
 
 # -- 8. prove: the adaptive start and the A/B on the service -------------------------------------------
 
 
 def prove_inputs(run) -> dict:
-    return {"probe": run.out_hash("probe"), "concurrency": run.options.concurrency,
-            "serving": run.serving_command()}
+    return {"probe": out_hash(run, "probe"), "concurrency": run.options.concurrency,
+            "serving": serve.serving_command(run)}
 
 
 def prove_actions(run) -> list[Action]:
@@ -431,8 +437,8 @@ def prove_actions(run) -> list[Action]:
 
 
 def validate_inputs(run) -> dict:
-    return {"start": run.out_hash("start"), "prove": run.out_hash("prove"), "concurrency": run.options.concurrency,
-            "quick": run.quick()}
+    return {"start": out_hash(run, "start"), "prove": out_hash(run, "prove"), "concurrency": run.options.concurrency,
+            "quick": run.target.quick(run.options)}
 
 
 def validate_run(run) -> dict:
@@ -444,13 +450,13 @@ def validate_run(run) -> dict:
     base_url = run.state.service["base_url"]
     opts = ValidateOptions(report_dir=report_dir, endpoint=base_url,
                            server_json=run.target.validate_server_json(run),
-                           quick=run.quick(), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
-                           gate_software=run.gate_software(),
-                           bench_container=image_mod.bench_container(run),
+                           quick=run.target.quick(run.options), concurrencies=run.options.concurrency, host_root=prereq.host_root(),
+                           gate_software=choice.gate_software(run),
+                           bench_container=serve.bench_container(run),
                            service_user=run.target.validate_service_user(run),
                            request_timeout_s=run.options.request_timeout_s)
-    rep = run_validation(opts, run.selection_opts(), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
-                         say=lambda line: run.say(f"  {line}"), display=run.display)
+    rep = run_validation(opts, choice.selection_opts(run), command=["rocm-dspark", "up"] + redact_argv(sys.argv[1:]),
+                         say=lambda line: run.display.say(f"  {line}"), display=run.display)
     s = rep["summary"]
     checks = {c["name"]: c for c in rep["checks"]}
     acc = checks.get("spec_decode.acceptance") or {}
@@ -472,12 +478,12 @@ def validate_actions(run) -> list[Action]:
     flags = f" --endpoint http://127.0.0.1:{run.plan.port} --report {shlex.quote(str(run.dir / 'reports' / '<UTC time>'))}"
     if (served := run.target.validate_server_json(run)) is not None:
         flags += f" --server-json {shlex.quote(str(served))}"
-    if run.quick():
+    if run.target.quick(run.options):
         flags += " --quick"
     if run.options.concurrency:
         flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
     # validate's own --concurrency is its sweep levels (the plan's workload concurrency is up's largest level)
-    return [Say(f"in this process, as `rocm-dspark validate {run.selection_flags(exclude=('concurrency',))}{flags}`")]
+    return [Say(f"in this process, as `rocm-dspark validate {selection_flags(run, ('concurrency',))}{flags}`")]
 
 
 # -- 10. summary ---------------------------------------------------------------------------------------
@@ -487,14 +493,14 @@ def _ready_if_validated(run) -> None:
     """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
     mid-load (still "starting") is the validated one, and serves."""
     r, svc = run.state.readiness, run.state.service
-    if not r.get("ready") and r.get("phase") in ("starting", "validating") and service.alive(svc):
+    if not r.get("ready") and r.get("phase") in ("starting", "validating") and control.alive(svc):
         v = run.outputs.get("validate") or {}
         run.state.set_readiness(True, "serving", f"{svc.get('command')} verification serves, validated "
                                 f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)")
 
 
 def summary_inputs(run) -> dict:
-    return {k: run.out_hash(k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
+    return {k: out_hash(run, k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
 
 
 def summary_run(run) -> dict:
@@ -505,9 +511,9 @@ def summary_run(run) -> dict:
     from rocm_dspark.up.canary import ensure_timer
 
     data = build_summary(run)
-    run.write_json("summary.json", data)
+    write_json(run, "summary.json", data)
     for line in summary_lines(data) + ensure_timer(run):
-        run.say(line)
+        run.display.say(line)
     return data
 
 
@@ -522,7 +528,7 @@ def summary_actions(run) -> list[Action]:
 
 def loads_forecast(run) -> list[str]:
     """How many model loads this `up` takes, with and without --concurrency (--dry-run)."""
-    start = 0 if serve.serving(run, run.serving_command()) is None else 1
+    start = 0 if serve.serving(run, serve.serving_command(run)) is None else 1
     kept = (run.state.output("prove") or {}).get("serving")
     if kept and serve.serving(run, kept) is None:
         return [f"model loads: 0 (the service already serves the {kept} command the prove step kept)"]
@@ -534,7 +540,7 @@ def loads_forecast(run) -> list[str]:
                f"one adaptive start that is kept), {start + 2} if it is refuted or does not pay (back to block)")
     if run.options.concurrency:
         other = f"without --concurrency: {start} (the gate cannot say it pays, so no adaptive start)"
-    elif "adaptive" in run.command_plans() and run.serving_command() == "block":
+    elif "adaptive" in serve.command_plans(run) and serve.serving_command(run) == "block":
         other = (f"with --concurrency C: {start + 1} if it is proven and pays at C, {start + 2} if refuted or not "
                  f"paying, {start} where the gate already says it does not pay at C")
     else:

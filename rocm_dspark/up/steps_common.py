@@ -1,6 +1,10 @@
-"""What `up`'s step modules share (steps, serve, prove): the failure every step raises, and the local-cpu facts."""
+"""What `up`'s step modules share (steps, serve, prove): the failure every step raises, the up directory's JSON
+files, and the local-cpu facts."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 class StepFailed(Exception):
@@ -9,6 +13,22 @@ class StepFailed(Exception):
     def __init__(self, message: str, fix: str, log_tail: str = ""):
         super().__init__(message)
         self.message, self.fix, self.log_tail = message, fix, log_tail
+
+
+def write_json(run, name: str, data) -> Path:
+    """A JSON file in the up directory, 0600 (it may hold the plan's --env values)."""
+    from rocm_dspark.atomic import write_atomic
+
+    run.dir.mkdir(parents=True, exist_ok=True)
+    return write_atomic(run.dir / name, json.dumps(data, indent=1, default=str) + "\n", mode=0o600)
+
+
+def out_hash(run, step: str) -> str | None:
+    """The hash of what `step` produced in this run (a later step's inputs include it)."""
+    from rocm_dspark.service.state import digest
+
+    out = run.outputs.get(step)
+    return digest(out) if out is not None else None
 
 
 LOCAL_CPU = "local-cpu"

@@ -20,6 +20,7 @@ from rocm_dspark.up.steps_common import (
     LOCAL_NGRAM_ADAPTIVE,
     LOCAL_SERVED_NAME,
     NOT_FOR_GATE,
+    write_json,
 )
 
 LOCAL_REQUESTS_MAX_TOKENS = 64  # local-cpu: the tiny model's A/B is a test of the flow, kept short
@@ -39,9 +40,10 @@ class Node:
 
     def default_mode(self) -> tuple[str, str]:
         """(mode, why) without --mode: systemd where usable, else container where a runtime exists, else foreground."""
-        from rocm_dspark.up import image, service
+        from rocm_dspark.images.pull import runtime
+        from rocm_dspark.service import control
 
-        why, rt = service.systemd_usable(), image.runtime()
+        why, rt = control.systemd_usable(), runtime()
         if rt and why is None:
             return "systemd", f"systemd and {rt} are usable"
         return ("container" if rt else "foreground"), (
@@ -66,7 +68,7 @@ class Node:
 
     def gates_on_image(self, run) -> bool:
         """The gate reads the image's software (container modes), not this Python's."""
-        return run.mode() != "foreground"
+        return run.mode != "foreground"
 
     # -- steps ------------------------------------------------------------------------------------------
     def detect(self, run, out: dict) -> dict:
@@ -98,8 +100,12 @@ class Node:
         from rocm_dspark.up import prereq
         from rocm_dspark.up.steps import mode_checks
         from rocm_dspark.validate import host_checks as h
+        from rocm_dspark.validate.context import Context, ValidateOptions
 
-        plan, ctx = run.plan, run.validate_context()
+        plan, model = run.plan, run.catalog.find_model(run.plan.model_key)
+        ctx = Context(ValidateOptions(report_dir=run.dir, service_user=run.options.service_user, require_gpu=True,
+                                      require_gpu_why="`up` needs an AMD GPU", host_root=prereq.host_root()),
+                      run.catalog, model, plan)
         checks = [prereq.from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its "
                                       "GPUs), or --target local-cpu to try the flow without a GPU")]
         checks += prereq.gpu_host_checks(ctx)
@@ -114,7 +120,7 @@ class Node:
 
         return [Say("checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the "
                     "service user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk "
-                    f"for the checkpoint ({run.model.weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; "
+                    f"for the checkpoint ({run.catalog.find_model(run.plan.model_key).weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; "
                     f"HF_TOKEN; {run.plan.host}:{run.plan.port} free")]
 
     def image_skip(self, run) -> str | None:
@@ -217,7 +223,7 @@ class LocalCpu(Node):
         return False
 
     def vllm_bin(self, run) -> str:
-        if run.in_container():
+        if self.in_container(run.mode):
             return "vllm"  # the image's (its PATH)
         if run.options.vllm_bin:
             return str(Path(run.options.vllm_bin).absolute())
@@ -262,8 +268,8 @@ class LocalCpu(Node):
         out["server_json_adaptive"] = self.spec(run, plan, "adaptive")
         out["counts_for_gate"] = False
         out["note"] = NOT_FOR_GATE
-        run.write_json("server.json", out["server_json"])
-        run.write_json("server-adaptive.json", out["server_json_adaptive"])
+        write_json(run, "server.json", out["server_json"])
+        write_json(run, "server-adaptive.json", out["server_json_adaptive"])
 
     def choose_actions(self, run, plan) -> list[Action]:
         out: list[Action] = []
@@ -280,7 +286,7 @@ class LocalCpu(Node):
         spec = self.spec(run, plan)
         vllm_bin = spec["argv"][0]
         checks = [prereq.Prereq("gpu checks", prereq.SKIP, "local-cpu target: no GPU, group, NUMA or disk checks")]
-        if run.in_container():
+        if self.in_container(run.mode):
             checks += mode_checks(run)
         else:
             checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
@@ -291,18 +297,18 @@ class LocalCpu(Node):
         return checks
 
     def checks_actions(self, run) -> list[Action]:
-        if run.in_container():
+        if self.in_container(run.mode):
             return [Say("checks: `docker info` answers (DOCKER_HOST as set), the model path, the port")]
         return [Say("checks: the vllm executable, the model path, the port")]
 
     def image_skip(self, run) -> str | None:
-        if not run.in_container():
+        if not self.in_container(run.mode):
             return "skipped: the local-cpu target runs the installed vLLM, no container"
         return None
 
     def launcher_options(self, run) -> dict:
         """The CPU image: no GPU flags, the toolkit's wheel mounted read-only (up/container.py)."""
-        if not run.in_container():
+        if not self.in_container(run.mode):
             return {}
         from rocm_dspark.up.container import run_flags
         from rocm_dspark.up.inimage import WHEEL_FIX, build_wheel
@@ -312,7 +318,7 @@ class LocalCpu(Node):
             wheel = build_wheel(run.dir / "wheel")
         except RuntimeError as exc:
             raise StepFailed(str(exc), WHEEL_FIX) from None
-        run.say(f"  built {wheel.name} (pip wheel --no-deps, no registry); the container installs it at start")
+        run.display.say(f"  built {wheel.name} (pip wheel --no-deps, no registry); the container installs it at start")
         return {"docker_run_flags": run_flags(wheel.parent)}
 
     def command_plans(self, run, plan, pinned: str | None) -> dict:
@@ -326,7 +332,7 @@ class LocalCpu(Node):
 
         plans = {"block": local(block_spec), "adaptive": local(adaptive_spec)._replace(
             adaptive_verification=True, block_argv=tuple(block_spec["argv"]))}
-        if not run.in_container():
+        if not self.in_container(run.mode):
             return plans
         from rocm_dspark.up.container import serve_argv
 
@@ -337,22 +343,22 @@ class LocalCpu(Node):
 
     def inimage_skip(self, run) -> str | None:
         """In the CPU image its no-model levels run inside it, on the software that serves."""
-        from rocm_dspark.up import image as image_mod
+        from rocm_dspark.images import pull
 
-        if not run.in_container():
+        if not self.in_container(run.mode):
             return "the local-cpu target runs the installed vLLM"
-        return None if image_mod.runtime() else "no docker or podman to run the image"
+        return None if pull.runtime() else "no docker or podman to run the image"
 
     def inimage_probe_args(self, run, levels: tuple[str, ...]) -> list[str]:
         """In the CPU image with the live level: the command this target serves (server.json names the image's
         vllm). The probe refuses --server-json without the live level (exit 2); `up` runs only the no-model
         levels there."""
-        return ["--server-json", str(run.dir / "server.json")] if run.in_container() and "live" in levels else []
+        return ["--server-json", str(run.dir / "server.json")] if self.in_container(run.mode) and "live" in levels else []
 
     def inimage_run_flags(self, run) -> tuple[str, ...] | None:
         from rocm_dspark.up.container import CPU_RUN_FLAGS
 
-        return CPU_RUN_FLAGS if run.in_container() else None
+        return CPU_RUN_FLAGS if self.in_container(run.mode) else None
 
     def describe_arm(self, run, which: str) -> str:
         return run.outputs["choose"]["server_json" if which == "block" else "server_json_adaptive"]["description"]
@@ -365,7 +371,7 @@ class LocalCpu(Node):
         from rocm_dspark.runtime.server_spec import load_server_spec
 
         spec = load_server_spec(run.dir / "server-adaptive.json", flag="server-adaptive.json")
-        return live.target_from_spec(spec, run.model)
+        return live.target_from_spec(spec, run.catalog.find_model(run.plan.model_key))
 
     def decide(self, run, live, record: dict):
         """Its own rules on the records just written, which never count for the gate."""

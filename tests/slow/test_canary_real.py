@@ -44,8 +44,8 @@ def test_honest_service_passes_and_a_planted_failure_on_adaptive_switches_to_blo
     from rocm_dspark.runtime.progress import Display
     from rocm_dspark.up import serve, steps
     from rocm_dspark.up.runner import UpOptions, UpRun
-    from rocm_dspark.up.state import UpState, up_dir
-    from rocm_dspark.up.trust import prepare
+    from rocm_dspark.service.state import UpState, up_dir
+    from rocm_dspark.service.trust import prepare
 
     state_dir, port, rport = tmp_path / "state", free_port(), free_port()
     wrapper, log = rig.wrapper(tmp_path, vllm_venv)

@@ -35,8 +35,8 @@ def _ready_server(srv, plan, state_dir) -> tuple[subprocess.Popen, int]:
     readiness server on it."""
     from rocm_dspark.runtime.procfs import start_ticks
     from rocm_dspark.up import canary
-    from rocm_dspark.up.state import UpState, up_dir
-    from rocm_dspark.up.trust import prepare
+    from rocm_dspark.service.state import UpState, up_dir
+    from rocm_dspark.service.trust import prepare
 
     prepare(up_dir(state_dir))
     state = UpState.load(up_dir(state_dir))

@@ -1,4 +1,4 @@
-"""The service `up` starts and `down` stops: the generated launcher run as a detached process, or a systemd unit.
+"""The service `up` starts and `down`, `status` and the canary find: the generated launcher run as a detached process, or a systemd unit.
 
 A detached launcher runs in its own session (rocm_dspark.runtime.process.VllmServer starts it that way), so it
 outlives `up` and Ctrl-C in the terminal does not reach it; `up` stops it itself when interrupted. The pid is
@@ -148,10 +148,13 @@ def unit_state(unit: str) -> str:
 
 def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
-    from rocm_dspark.up.actions import Run, execute
-
-    code, out = execute(Run(("systemctl", "disable", "--now", "--", unit), root=True), timeout=600)
-    return {"stopped": code == 0, "output": out[-500:]}
+    argv = ["systemctl", "disable", "--now", "--", unit]
+    try:
+        proc = subprocess.run(argv if os.geteuid() == 0 else ["sudo", *argv], capture_output=True, text=True,
+                              timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"stopped": False, "output": str(exc)}
+    return {"stopped": proc.returncode == 0, "output": (proc.stdout + proc.stderr).strip()[-500:]}
 
 
 def alive(service: dict | None) -> bool:
@@ -165,11 +168,22 @@ def alive(service: dict | None) -> bool:
 def stop_recorded(state, grace_s: float | None = None) -> dict:
     """Stop the service the `up` state records, and record that it was stopped (the record stays). grace_s: how
     long a process may drain before SIGKILL (default: its launcher's stop window)."""
-    from rocm_dspark.up.state import utc_now
+    from rocm_dspark.service.state import utc_now
 
     svc = state.service
     if not svc:
         return {"stopped": False, "why": "no service recorded"}
     res = stop_unit(svc["unit"]) if svc.get("kind") == "systemd" else stop_process(svc, grace_s)
     state.set_service({**svc, "stopped_at": utc_now(), "stop": res})
+    return res
+
+
+def stop_ready_server(state) -> dict | None:
+    """Stop the recorded readiness server (`down`, or `up` without --ready-port now); the record goes."""
+    rec = state.data.get("ready_server")
+    if not rec:
+        return None
+    res = stop_unit(rec["unit"]) if rec.get("kind") == "systemd" else stop_process(rec, grace_s=5)
+    state.data["ready_server"] = None
+    state.save()
     return res

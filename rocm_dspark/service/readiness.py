@@ -1,6 +1,6 @@
 """Whether `up`'s service may take traffic, and the HTTP path that says so to a load balancer.
 
-One answer, read from the `up` state file (rocm_dspark.up.state) and the recorded service: `rocm-dspark status
+One answer, read from the `up` state file (rocm_dspark.service.state) and the recorded service: `rocm-dspark status
 --ready` prints it and exits 0 or 1, and `status --ready --listen HOST:PORT` (the server `up --ready-port` runs)
 answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either way. Not ready while a load runs
 ("starting"), while the adaptive start is proved ("proving"), until the served command is validated
@@ -28,10 +28,10 @@ HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls 
 
 def vllm_health(svc: dict, timeout_s: float = HEALTH_TIMEOUT_S):
     """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
-    from rocm_dspark.up import service
+    from rocm_dspark.service import control
 
     try:
-        return service.attach(svc).client.get("/health", timeout_s=timeout_s).status
+        return control.attach(svc).client.get("/health", timeout_s=timeout_s).status
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return f"no answer ({exc})"
 
@@ -52,15 +52,15 @@ def answer(state, running: bool, health) -> dict:
 
 def readiness(state_dir) -> dict:
     """The answer for a state directory, read fresh (each call: the state file, the process, vLLM's /health)."""
-    from rocm_dspark.up import service
-    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.service import control
+    from rocm_dspark.service.state import UpState, up_dir
 
     try:
         state = UpState.load(up_dir(Path(state_dir)))
     except UsageError as exc:  # a state file that may not be believed is not a ready service
         return {"ready": False, "phase": "none", "why": str(exc)}
     svc = state.service
-    running = service.alive(svc) if svc else False
+    running = control.alive(svc) if svc else False
     return answer(state, running, vllm_health(svc) if running and state.readiness.get("ready") else None)
 
 
@@ -71,8 +71,8 @@ def metrics_text(state_dir) -> bytes:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     from rocm_dspark.runtime.client import base_url
-    from rocm_dspark.up.canary import RESULTS, load_record
-    from rocm_dspark.up.state import UpState, up_dir
+    from rocm_dspark.service.canary import RESULTS, load_record
+    from rocm_dspark.service.state import UpState, up_dir
 
     state = UpState.load(up_dir(Path(state_dir)))
     rec = load_record(state_dir)

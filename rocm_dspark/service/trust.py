@@ -22,7 +22,6 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 
-SUBDIR = "up"
 MAX_STATE_BYTES = 1 << 20     # a real state file is a few KiB
 LOCK_FILE = "up.lock"
 # systemd.unit(5): letters, digits, ":-_.\" and "@" for instances; never a leading "-" (it would be an option).
@@ -150,7 +149,7 @@ def _inside(path, directory: Path) -> bool:
 
 
 def check_shape(data, up_dir: Path, schema: int) -> str | None:
-    """The state's shape as `up` writes it (rocm_dspark.up.state, schema `schema`), or what differs."""
+    """The state's shape as `up` writes it (rocm_dspark.service.state, schema `schema`), or what differs."""
     if not isinstance(data, dict):
         return "not a JSON object"
     if data.get("schema") != schema:

@@ -42,8 +42,8 @@ class UpState:
 
     @classmethod
     def load(cls, directory: Path) -> UpState:
-        """The state as found, only if it may be believed (rocm_dspark.up.trust: the probe store's rules)."""
-        from rocm_dspark.up.trust import load_state
+        """The state as found, only if it may be believed (rocm_dspark.service.trust: the probe store's rules)."""
+        from rocm_dspark.service.trust import load_state
 
         path = Path(directory) / FILE
         data = load_state(Path(directory), FILE, SCHEMA)
