@@ -82,11 +82,16 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
                          "(`rocm-dspark recipe ... --backend ray` prints each node's commands) or use --format k8s")
     files, nxt, install = [], [], []
     head = cluster.commands[0]
-    grouped = cluster.strategy not in ("single_node", "pd_cluster")
+    from rocm_dspark.recipe.strategies import INDEPENDENT
+
+    grouped = cluster.strategy not in INDEPENDENT
+    replicas = cluster.strategy == "replicas"
     for cmd in cluster.commands:
         if node_rank is not None and cmd.node != node_rank:
             continue
-        stem = f"{base}-node{cmd.node}-{cmd.role}" if cluster.nodes > 1 else base
+        # replicas: every server is on node 0, so each is named by its replica index (own state dir and unit).
+        stem = (f"{base}-{cmd.role}{cmd.pool_rank if cmd.role == 'replica' else ''}" if replicas
+                else f"{base}-node{cmd.node}-{cmd.role}" if cluster.nodes > 1 else base)
         if cmd.role == "router":
             path = out / f"{stem}.sh"
             write_files_atomic([(path, _router_script(cmd), 0o755)])
@@ -103,7 +108,8 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
         lf = write_launchers(_node_plan(plan, cmd), out, "systemd" if fmt == "systemd" else "shell", name=stem, user=user,
                              env_file=env_file, container=container, ready_timeout_s=ready_timeout_s,
                              stop_timeout_s=stop_timeout_s, group=group)
-        files.append({"path": str(lf.launcher), "what": f"node {cmd.node}: {cmd.role} launcher ({group['group_role']})"})
+        who = f"replica {cmd.pool_rank} (GPUs {cmd.env.get('HIP_VISIBLE_DEVICES')}, :{cmd.port})" if replicas else cmd.role
+        files.append({"path": str(lf.launcher), "what": f"node {cmd.node}: {who} launcher ({group['group_role']})"})
         if lf.unit:
             files.append({"path": str(lf.unit), "what": f"node {cmd.node}: systemd unit"})
         if lf.env_file and lf.env_file_written:
@@ -120,7 +126,12 @@ def write_group(plan, cluster, output, fmt, *, name=None, user=None, env_file=No
     if grouped and head.block_argv is not None:
         nxt.append("adaptive verification with a fallback: set ROCM_DSPARK_GROUP_DIR to one directory every node "
                    "shares before starting the launchers (the group falls back together)")
-    if install:
+    if replicas:
+        router = cluster.commands[-1]
+        nxt.append(f"on this node: start every replica's {'unit (install commands)' if install else 'launcher'}, then "
+                   f"{base}-router.sh (vllm-router on :{router.port}; it waits for the replicas' /health); each "
+                   "replica starts, falls back and stops on its own")
+    elif install:
         nxt.append("copy each node's three files (launcher, unit, env file) to one directory on that node and run its "
                    "install commands there; start the head (node 0) first, then the others")
     else:
