@@ -7,7 +7,7 @@ the same commands in tests/slow/test_parser_real.py and tests/slow/test_router_r
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
@@ -19,7 +19,7 @@ from tests.conftest import cli_env
 from tests.helpers import run_cli
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cluster(gpu: str, replicas: int | None = 2, concurrency: int | None = 4, **kw):
     opts = {"model": "V4.1-Flash", "gpu": gpu, "concurrency": concurrency, "adaptive": "off", **kw}
     return cluster_for(opts, {"strategy": "replicas", "replicas": replicas})
