@@ -115,12 +115,20 @@ def test_tp8_note_offers_replicas_only_where_each_replica_fits():
     ("mi300x", 2, {"router_port": 8001}, {}, "--router-port 8001 collides with the replicas' ports 8000-8001"),
     ("mi300x", 2, {}, {"extra_env": ("CUDA_VISIBLE_DEVICES=1",)}, "drop --env CUDA_VISIBLE_DEVICES"),
     ("mi300x", 2, {}, {"extra_env": ("ROCR_VISIBLE_DEVICES=1",)}, "drop --env ROCR_VISIBLE_DEVICES"),
+    ("mi300x", 2, {"backend": "ray"}, {}, "--backend ray does not apply to --strategy replicas"),
+    ("mi300x", 2, {"iface": "ens5"}, {}, "--iface does not apply"),
+    ("mi300x", 2, {}, {"head_address": "10.0.0.1"}, "--head-address does not apply"),
 ])
 def test_refused_in_one_line(gpu, replicas, copts, opts, fragment):
     with pytest.raises(UsageError) as exc:
         cluster_for({"model": "V4.1-Flash", "gpu": gpu, "concurrency": 4, "adaptive": "off", **opts},
                     {"strategy": "replicas", "replicas": replicas, **copts})
     assert fragment in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_replicas_without_its_strategy_is_refused():
+    with pytest.raises(UsageError, match="--replicas applies to --strategy replicas, not pd_cluster"):
+        cluster_for({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}, {"strategy": "pd_cluster", "replicas": 2})
 
 
 def test_kubernetes_is_refused_with_the_way_to_do_it():

@@ -30,6 +30,8 @@ def refuse_without_strategy(copts: dict) -> None:
         if key in ("strategy", "node_rank") or value is None or key == "backend" and value == "mp":
             continue
         flag = "--" + key.replace("_", "-")
+        if key == "replicas":
+            raise UsageError("--replicas needs --strategy replicas (N servers on this node behind vllm-router)")
         raise UsageError(f"{flag} applies to a multi-node layout: add --strategy NAME, or drop {flag}")
 
 
@@ -66,6 +68,8 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
     g = opts.get("gpus_per_node") or gpu.gpus_per_node
     nodes = opts.get("nodes") or 1
+    if copts.get("replicas") is not None and strategy != "replicas":
+        raise UsageError(f"--replicas applies to --strategy replicas, not {strategy}; drop it or pass --strategy replicas")
     if strategy == "replicas" and k8s:
         raise UsageError("--strategy replicas has no Kubernetes form (the device plugin already gives each pod its own "
                          "GPUs): use --format k8s with --tp 4 and scale that Deployment (kubectl scale --replicas 2), "

@@ -287,6 +287,13 @@ def _replicas_layout(spec: ClusterSpec, facts: dict, query_heads: int) -> dict:
     if g % r:
         raise UsageError(f"--replicas {r} does not divide the node's {g} GPUs; use one of "
                          f"{', '.join(str(d) for d in range(2, g + 1) if g % d == 0)}")
+    # One node's independent servers: no rendezvous, pools or inter-node network to configure.
+    unused = [f for f, v in (("--head-address", spec.head_address), ("--node-addresses", spec.node_addresses),
+                             ("--iface", spec.iface), ("--backend ray", spec.backend == "ray"), ("--dp-lb", spec.dp_lb),
+                             ("--rpc-port", spec.rpc_port), ("--prefill-nodes", spec.prefill_nodes),
+                             ("--connector", spec.connector)) if v]
+    if unused:
+        raise UsageError(f"{unused[0]} does not apply to --strategy replicas (independent servers on one node); drop it")
     t = g // r
     if spec.rank_tp is not None and spec.rank_tp != t:
         other = g // spec.rank_tp if spec.rank_tp > 0 and g % spec.rank_tp == 0 else 0
