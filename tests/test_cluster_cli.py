@@ -95,6 +95,7 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     (["--dp-lb", "internal"], "--dp-lb applies to a multi-node layout"),
     (["--router-port", "9000"], "--router-port applies to a multi-node layout"),
     (["--backend", "ray"], "--backend applies to a multi-node layout"),
+    (["--replicas", "2"], "--replicas needs --strategy replicas"),
 ])
 def test_a_cluster_flag_without_strategy_is_refused_not_ignored(command, flags, needle, tmp_path):
     """`launch --node-rank 1` without --strategy once wrote the one-node launcher as if the flag were not there."""

@@ -35,7 +35,7 @@ CASES = [
     ("mi355x", dict(concurrency=9), False, "9 requests x (1+K=6) = 54 tokens, padded to 60 rows > 48"),  # one request over
     ("mi355x", dict(concurrency=1), True, "(6 rows <= 48"),
     ("mi355x", dict(concurrency=64), False, "64 requests x (1+K=6) = 384 rows > 48"),
-    ("mi355x", dict(concurrency=4, tp=8), False, "TP 8 (the gfx950 kernels take TP 2/4): --tp 4 would take it"),
+    ("mi355x", dict(concurrency=4, tp=8), False, "TP 8 (the gfx950 kernels take TP 2/4): --strategy replicas --replicas 2"),
     ("mi355x", dict(concurrency=4, dp=2), False, "data parallel 2 (the kernels take tensor parallelism only"),
     ("mi355x", dict(concurrency=4, ep=4), False, "expert parallel (the kernels take tensor parallelism only"),
     ("mi355x", dict(concurrency=4, vllm_version="0.32.0"), False, "v0.32.0 lacks vllm#60397"),
@@ -56,7 +56,7 @@ CASES = [
     ("mi300x", dict(concurrency=4, tp=4), True, "ON (--monokernel): steps of <= 7 requests at K=5"),
     ("mi300x", dict(concurrency=7, tp=4), True, "(42 rows <= 42"),                  # the gfx942 bound exactly
     ("mi300x", dict(concurrency=8, tp=4), False, "8 requests x (1+K=6) = 48 rows > 42"),
-    ("mi300x", dict(concurrency=4), False, "TP 8 (the gfx942 kernels take TP 4): --tp 4 would take it"),
+    ("mi300x", dict(concurrency=4), False, "TP 8 (the gfx942 kernels take TP 4): --strategy replicas --replicas 2"),
     ("mi300x", dict(concurrency=4, tp=2, memory_override=True), False, "TP 2 (the gfx942 kernels take TP 4)"),
     ("mi300x", dict(concurrency=4, tp=4, dp=2), False, "data parallel 2"),
     ("mi300x", dict(concurrency=4, tp=4, max_num_batched_tokens=8192), False,
@@ -100,8 +100,8 @@ def test_off_plans_keep_the_profile_graphs_and_v4_flash_has_no_mono_note():
 
 def test_tp8_note_names_the_layout_that_would_take_it():
     (note,) = _mono_notes(_plan("mi300x", concurrency=4))
-    assert "--tp 4 would take it; for all 8 GPUs, 2 TP-4 servers behind vllm-router would" in note.text
-    assert "rocm-dspark does not generate that pair yet" in note.text
+    assert "--strategy replicas --replicas 2 would take it on all 8 GPUs (2 independent TP-4 servers" in note.text
+    assert "--tp 4 on 4 of them" in note.text
 
 
 def test_gfx942_counts_the_weight_copies_and_lowers_batch_tokens_to_make_room():

@@ -15,7 +15,7 @@ def test_plan_nodes_predicts_tp_dp_and_says_why_not_for_the_rest():
     rows = json.loads(r.stdout)["strategies"]["mi355x"][1:]
     by = {row["strategy"]: row for row in rows}
     assert list(by) == ["multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp", "multi_node_tp_pp",
-                        "pd_cluster"]
+                        "pd_cluster", "replicas"]
     tpdp = by.pop("multi_node_tp_dp")
     # 2 nodes x 8 GPUs / TP4 = 4 replicas; at c=512 every rank runs its max_num_seqs=128 and the single TP4 group
     # is capped at 128 too, so 4 independent replicas would give exactly 4x. DP ranks step in lockstep and pay
@@ -38,5 +38,6 @@ def test_plan_nodes_text_has_one_line_per_strategy():
         else:
             break
     assert [line.split()[0] for line in lines] == ["multi_node_tp", "multi_node_tep", "multi_node_dep",
-                                                   "multi_node_tp_dp", "multi_node_tp_pp", "pd_cluster"]
+                                                   "multi_node_tp_dp", "multi_node_tp_pp", "pd_cluster",
+                                                   "replicas"]
     assert "DP3 x TP8" in lines[3]

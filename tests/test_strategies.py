@@ -38,7 +38,7 @@ def flag(argv, name):
 
 def test_names_are_the_recipes_names():
     assert STRATEGY_NAMES == ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
-                              "multi_node_tp_pp", "pd_cluster")
+                              "multi_node_tp_pp", "pd_cluster", "replicas")
 
 
 @pytest.mark.parametrize("gpu", GPUS)

@@ -103,6 +103,7 @@ TOKENS = BoundedInt(1, MAX_TOKENS, "positive")        # --max-num-batched-tokens
 PORT = BoundedInt(1, 65535)
 NODE_RANK = BoundedInt(0, MAX_NODES - 1)
 PREFILL_NODES = BoundedInt(1, MAX_NODES - 1)
+REPLICAS = BoundedInt(1, MAX_GPUS_PER_NODE)   # --replicas: servers on one node (the library refuses 1)
 SECONDS = BoundedFloat(1, MAX_SECONDS, "seconds")
 INT_SECONDS = BoundedInt(1, MAX_SECONDS, "seconds")
 COUNT = BoundedInt(1, 1_000_000)          # requests, questions, records to show
@@ -151,4 +152,4 @@ def refuse_empty(command: click.Command) -> click.Command:
 
 
 __all__ = ["check_levels", "NonEmpty", "refuse_empty", "BoundedInt", "BoundedFloat", "NODES", "GPUS_PER_NODE", "RANKS", "SEQS", "TOKENS", "PORT", "NODE_RANK",
-           "PREFILL_NODES", "SECONDS", "INT_SECONDS", "COUNT", "ACCEPTANCE"]
+           "PREFILL_NODES", "REPLICAS", "SECONDS", "INT_SECONDS", "COUNT", "ACCEPTANCE"]

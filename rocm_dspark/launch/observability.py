@@ -67,7 +67,7 @@ class Band(Protocol):
 class Target(NamedTuple):
     address: str        # host:port Prometheus scrapes
     node: int
-    role: str           # single | head | worker | prefill | decode
+    role: str           # single | head | worker | prefill | decode | replica
 
 
 def plan_hash(plan) -> str:
@@ -88,13 +88,14 @@ def targets(plan, cluster=None) -> list[Target]:
     """Every vLLM API server of the plan: this node's, or each node that serves HTTP in a group (the router, which
     exports no vLLM series, is left out). A node whose address is not known gets a `.invalid` name (RFC 6761):
     its target stays down until --node-addresses names it."""
-    if cluster is None or cluster.nodes <= 1:
+    replicas = cluster is not None and cluster.strategy == "replicas"  # one node, a server per GPU set
+    if cluster is None or cluster.nodes <= 1 and not replicas:
         return [Target(_address(plan.host, plan.port), 0, "single")]
     out = []
     for cmd in cluster.commands:
         if not cmd.serves_http or cmd.role == "router":
             continue
-        host = cmd.address or f"rocm-dspark-node{cmd.node}.invalid"
+        host = cmd.address or (plan.host if replicas else f"rocm-dspark-node{cmd.node}.invalid")
         out.append(Target(_address(host, cmd.port or plan.port), cmd.node, cmd.role))
     return out
 

@@ -19,7 +19,9 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: b
                    + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
     for cmd in _commands(cluster, node_rank):
         where = f" ({cmd.address})" if cmd.address else ""
-        out += ["", *_comment(f"--- node {cmd.node}{where}: {cmd.role}"
+        role = (f"replica {cmd.pool_rank} on GPUs {cmd.env.get('HIP_VISIBLE_DEVICES', '?')}" if cmd.role == "replica"
+                else cmd.role)
+        out += ["", *_comment(f"--- node {cmd.node}{where}: {role}"
                               + (f", serves HTTP on :{cmd.port}" if cmd.serves_http else ", no HTTP (headless)"))]
         for step in cmd.setup:
             out.append(" ".join(shlex.quote(w) for w in step))

@@ -15,6 +15,8 @@ NOT_MODELLED = {
     "multi_node_dep": "TP1 ranks with expert-parallel all-to-all: not in the cost model (per TP group, no EP)",
     "multi_node_tp_pp": "pipeline stages across nodes: not in the cost model",
     "pd_cluster": "prefill and decode pools: the planner models steady decode of one pool only",
+    "replicas": "independent servers within a node, not across nodes: price one with `plan --tp` at its share of "
+                "the concurrency",
 }
 
 

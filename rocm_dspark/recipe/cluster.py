@@ -30,6 +30,8 @@ def refuse_without_strategy(copts: dict) -> None:
         if key in ("strategy", "node_rank") or value is None or key == "backend" and value == "mp":
             continue
         flag = "--" + key.replace("_", "-")
+        if key == "replicas":
+            raise UsageError("--replicas needs --strategy replicas (N servers on this node behind vllm-router)")
         raise UsageError(f"{flag} applies to a multi-node layout: add --strategy NAME, or drop {flag}")
 
 
@@ -49,12 +51,14 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import build_selection
     from rocm_dspark.recipe.strategies import (
+        INDEPENDENT,
         LEADER_PLACEHOLDER,
         ClusterSpec,
         expand,
         layout_for,
         node_plan_layout,
         node_rank_check,
+        replica_concurrency,
     )
 
     strategy = copts.get("strategy") or "single_node"
@@ -64,6 +68,12 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
     g = opts.get("gpus_per_node") or gpu.gpus_per_node
     nodes = opts.get("nodes") or 1
+    if copts.get("replicas") is not None and strategy != "replicas":
+        raise UsageError(f"--replicas applies to --strategy replicas, not {strategy}; drop it or pass --strategy replicas")
+    if strategy == "replicas" and k8s:
+        raise UsageError("--strategy replicas has no Kubernetes form (the device plugin already gives each pod its own "
+                         "GPUs): use --format k8s with --tp 4 and scale that Deployment (kubectl scale --replicas 2), "
+                         "or --format shell/systemd for this node")
     if strategy not in ("single_node", "pd_cluster"):
         for flag in ("dp", "ep"):
             if opts.get(flag) is not None:
@@ -78,6 +88,7 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
         strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=head,
         iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),
         rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
+        replicas=copts.get("replicas"),
         rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
         node_addresses=addresses, connector=copts.get("connector"),
         router_port=copts.get("router_port"),
@@ -86,18 +97,43 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     layout = layout_for(spec, model.query_heads, moe)
     node_rank_check(copts.get("node_rank"), nodes)
     node_opts = dict(opts, nodes=1, head_address=None)
-    grouped = strategy not in ("single_node", "pd_cluster")
+    extra_notes: list[tuple[str, str]] = []
+    if strategy == "replicas":
+        # Each replica is the single-node plan at TP g/N (memory, capture, mono: its own), sized for the share of
+        # the requests the router gives it; mono is then decided per replica from ceil(C/N) x (1+K) rows.
+        n, c = layout["replicas"], opts.get("concurrency")
+        node_opts.update(tp=layout["tp"], concurrency=replica_concurrency(c, n))
+        if c is not None:
+            extra_notes.append(("concurrency", f"--concurrency {c} over {n} replicas: each replica's plan (batch "
+                                               f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
+                                               "requests; round robin keeps each near that, a replica briefly holding "
+                                               "more runs those steps on vLLM's path"))
+    grouped = strategy not in INDEPENDENT
     if grouped:
         # The per-rank memory check runs for the group's own layout below, not for this one-node TP group.
         node_opts.update(node_plan_layout(layout), memory_override=True)
-    catalog, _, plan = plan_for(node_opts, catalog)
+    try:
+        catalog, _, plan = plan_for(node_opts, catalog)
+    except UsageError as exc:
+        if strategy != "replicas":
+            raise
+        raise UsageError(f"--replicas {layout['replicas']}: each TP-{layout['tp']} replica: {exc}") from None
+    if strategy == "replicas":
+        pinned = sorted(set(plan.secret_env) & {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
+        if pinned:  # --env values reach vLLM through the environment, where they would pin every replica alike
+            raise UsageError(f"--strategy replicas pins each replica to its GPUs itself; drop --env {pinned[0]}")
     argv, fallback = plan.argv, (plan.block_argv if plan.adaptive_verification else None)
-    extra_notes: list[tuple[str, str]] = []
     if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":
         # vLLM 0.33 refuses adaptive verification with PP; `--adaptive on` is refused by expand() instead.
         argv, fallback = plan.block_argv, None
         extra_notes.append(("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification"))
     cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
+    if strategy == "replicas" and '"cpu_offload":true' in (plan.flag("engram_config") or "").replace(" ", ""):
+        # The host is shared: every replica keeps its own offloaded Engram tables in host memory.
+        gib = (model.memory or {}).get("engram_tables_gib")
+        extra_notes.append(("host memory", f"each of the {layout['replicas']} replicas offloads its own Engram tables "
+                                           f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
+                                           "the node needs that much host RAM per replica"))
     if grouped:  # after expand(): its usage errors (a missing --head-address) come first
         plan = _group_memory(model, gpu, plan, layout, bool(opts.get("memory_override")))
     if grouped:

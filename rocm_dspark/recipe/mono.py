@@ -54,15 +54,27 @@ def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, 
     if arch is None:
         return off(f"{gpu.arch} has no mono kernels (they take {', '.join(mono['archs'])})")
     tps, top = "/".join(map(str, arch["tp"])), arch["tp"][-1]
-    pair = (f"; for all {gpu.gpus_per_node} GPUs, {gpu.gpus_per_node // top} TP-{top} servers behind vllm-router "
-            f"would (vLLM's data parallelism is refused by the kernels; rocm-dspark does not generate that pair yet)")
+    g = gpu.gpus_per_node
+    n_rep = g // top if g % top == 0 and g // top >= 2 else 0
+    # Every GPU of the node with the kernels: N independent TP-`top` servers behind vllm-router (the strategy
+    # `replicas`; vLLM's data parallelism is refused by the kernels). The router gives each ceil(C/N) requests.
+    per = None if concurrency is None or not n_rep else -(-concurrency // n_rep)
+    fits_rep = per is None or step_rows(per, k, capture_size) <= arch["max_rows"]
+    run = f"--strategy replicas --replicas {n_rep}" if n_rep else ""
+    pair = (f"; for all {g} GPUs, {run} would ({n_rep} independent TP-{top} servers behind vllm-router"
+            f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the kernels)"
+            if n_rep and fits_rep else "")
     if dp > 1 or ep > 1 or nodes > 1:
         what = ", ".join(w for w, on in ((f"data parallel {dp}", dp > 1), ("expert parallel", ep > 1),
                                           (f"{nodes} nodes", nodes > 1)) if on)
         return off(f"{what} (the kernels take tensor parallelism only, --tp {tps})", pair)
     if tp not in arch["tp"]:
-        return off(f"TP {tp} (the {gpu.arch} kernels take TP {tps}): --tp {top} would take it",
-                   pair if tp > top else "")
+        if tp > top and pair:
+            return off(f"TP {tp} (the {gpu.arch} kernels take TP {tps}): {run} would take it",
+                       f" on all {g} GPUs ({n_rep} independent TP-{top} servers behind vllm-router"
+                       f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the "
+                       f"kernels), --tp {top} on {top} of them")
+        return off(f"TP {tp} (the {gpu.arch} kernels take TP {tps}): --tp {top} would take it", pair if tp > top else "")
     if gpu.compute_units < mono["min_compute_units"]:
         return off(f"{gpu.compute_units} compute units (the kernels need {mono['min_compute_units']})")
     unset = [e for e in mono["unset_env"] if e in env_keys]

@@ -75,7 +75,8 @@ SELECTION_OPTIONS = (
 
 CLUSTER_OPTIONS = (
     Opt("strategy", ("--strategy",), "single_node | multi_node_tp | multi_node_tep | multi_node_dep | "
-        "multi_node_tp_dp | multi_node_tp_pp | pd_cluster (vllm-project/recipes' names; see recipes/strategies.yaml).",
+        "multi_node_tp_dp | multi_node_tp_pp | pd_cluster (vllm-project/recipes' names) | replicas (N servers on one "
+        "node behind vllm-router); see recipes/strategies.yaml.",
         metavar="NAME"),
     Opt("node_rank", ("--node-rank",), "Print only this node's commands (0 = head).", "NODE_RANK"),
     Opt("iface", ("--iface",), "Inter-node network interface: sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME."),
@@ -91,7 +92,9 @@ CLUSTER_OPTIONS = (
         metavar="A,B,..."),
     Opt("connector", ("--connector",), "pd_cluster KV connector: nixl (RIXL/UCX, default) or moriio (ROCm-native).",
         choices=("nixl", "moriio")),
-    Opt("router_port", ("--router-port",), "pd_cluster: vllm-router's port (default 8000).", "PORT"),
+    Opt("router_port", ("--router-port",), "pd_cluster, replicas: vllm-router's port (default 8000).", "PORT"),
+    Opt("replicas", ("--replicas",), "replicas: independent servers on the node, TP = GPUs / N each (default 2).",
+        "REPLICAS"),
 )
 
 SELECTION_KEYS = tuple(o.key for o in SELECTION_OPTIONS)

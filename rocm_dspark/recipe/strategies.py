@@ -13,6 +13,9 @@ The names and flags are vllm-project/recipes' and vLLM's own (sources in recipes
   multi_node_tp_dp TP inside a node, one DP replica per node (start rank = node rank)
   multi_node_tp_pp TP inside a node, --pipeline-parallel-size <nodes>, mp rendezvous
   pd_cluster       prefill and decode pools with --kv-transfer-config, and the vllm-router command
+  replicas         rocm-dspark's own: N independent servers of TP (GPUs / N) on ONE node, each pinned to its
+                   GPUs (HIP_VISIBLE_DEVICES = CUDA_VISIBLE_DEVICES) on its own port, vllm-router in front; for
+                   what vLLM's data parallelism cannot give (the mono decode kernels refuse it)
 
 The Ray variant: the DP strategies get --data-parallel-backend ray, the TP/PP strategies
 --distributed-executor-backend ray (vLLM refuses --nnodes > 1 with anything but mp); node 0 starts the Ray
@@ -34,7 +37,9 @@ from rocm_dspark.errors import UsageError, did_you_mean
 from rocm_dspark.recipe.plan import Command, flag_pairs
 
 STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
-                  "multi_node_tp_pp", "pd_cluster")
+                  "multi_node_tp_pp", "pd_cluster", "replicas")
+# Strategies whose servers are independent instances (no rendezvous between them), each a one-node plan.
+INDEPENDENT = ("single_node", "pd_cluster", "replicas")
 BACKENDS = ("mp", "ray")
 # The head address of a Kubernetes group: a sentinel host name each pod swaps for ${LWS_LEADER_ADDRESS} at start
 # (rocm_dspark/launch/k8s.py); here so the recipe side can plan with it without importing launch/.
@@ -70,13 +75,15 @@ class ClusterSpec(NamedTuple):
     node_addresses: tuple[str, ...] = ()  # every node's address, in node order (pd_cluster needs them)
     connector: str | None = None        # nixl | moriio
     router_port: int | None = None      # vllm-router's port (default: recipes/strategies.yaml ports)
+    # replicas
+    replicas: int | None = None         # independent servers on the node (default: recipes/strategies.yaml)
 
 
 class NodeCommand(NamedTuple):
     """One process to run on one node. `setup` runs first and returns (e.g. `ray start --head`)."""
 
     node: int                           # node index in the cluster, 0-based
-    role: str                           # head | worker | prefill | decode | router
+    role: str                           # head | worker | prefill | decode | replica | router
     pool_rank: int                      # node index within its group or pool
     argv: tuple[str, ...]
     env: dict[str, str]
@@ -244,6 +251,8 @@ def layout_for(spec: ClusterSpec, query_heads: int, moe: bool = True) -> dict:
         return {"tp": None, "dp": None, "dp_local": None, "pp": 1, "ep": None, "nodes": 1, "gpus_per_node": g}
     if kind == "pd":
         return {"tp": None, "dp": None, "dp_local": None, "pp": 1, "ep": None, "nodes": n, "gpus_per_node": g}
+    if kind == "replicas":
+        return _replicas_layout(spec, facts, query_heads)
     if n < 2:
         raise UsageError(f"--strategy {spec.strategy} spans nodes: pass --nodes 2 or more (or --strategy single_node)")
     ep = bool(facts.get("expert_parallel"))
@@ -266,6 +275,38 @@ def layout_for(spec: ClusterSpec, query_heads: int, moe: bool = True) -> dict:
         t = _tp_choice(spec.rank_tp, g, g, query_heads, spec.strategy)
         return {"tp": t, "dp": 1, "dp_local": 1, "pp": n, "ep": False, "nodes": n, "gpus_per_node": g}
     raise UsageError(f"recipes/strategies.yaml: unknown layout {kind!r} for {spec.strategy}")
+
+
+def _replicas_layout(spec: ClusterSpec, facts: dict, query_heads: int) -> dict:
+    n, g = spec.nodes, spec.gpus_per_node
+    r = spec.replicas if spec.replicas is not None else int(facts["default_replicas"])
+    if n != 1:
+        raise UsageError(f"--strategy replicas splits ONE node's GPUs into servers; drop --nodes {n} (run it on each node)")
+    if r < 2:
+        raise UsageError(f"--replicas {r}: give 2 or more (one server is --strategy single_node)")
+    if g % r:
+        raise UsageError(f"--replicas {r} does not divide the node's {g} GPUs; use one of "
+                         f"{', '.join(str(d) for d in range(2, g + 1) if g % d == 0)}")
+    # One node's independent servers: no rendezvous, pools or inter-node network to configure.
+    unused = [f for f, v in (("--head-address", spec.head_address), ("--node-addresses", spec.node_addresses),
+                             ("--iface", spec.iface), ("--backend ray", spec.backend == "ray"), ("--dp-lb", spec.dp_lb),
+                             ("--rpc-port", spec.rpc_port), ("--prefill-nodes", spec.prefill_nodes),
+                             ("--connector", spec.connector)) if v]
+    if unused:
+        raise UsageError(f"{unused[0]} does not apply to --strategy replicas (independent servers on one node); drop it")
+    t = g // r
+    if spec.rank_tp is not None and spec.rank_tp != t:
+        other = g // spec.rank_tp if spec.rank_tp > 0 and g % spec.rank_tp == 0 else 0
+        raise UsageError(f"--tp {spec.rank_tp} with --replicas {r} on {g} GPUs: each replica is TP {t}; drop --tp"
+                         + (f" or pass --replicas {other}" if other >= 2 else ""))
+    if query_heads % t:
+        raise UsageError(f"--replicas {r}: TP {t} per replica does not divide the model's {query_heads} query heads")
+    return {"tp": t, "dp": 1, "dp_local": 1, "pp": 1, "ep": False, "nodes": 1, "gpus_per_node": g, "replicas": r}
+
+
+def replica_concurrency(concurrency: int | None, replicas: int) -> int | None:
+    """The router splits C concurrent requests over N replicas: each carries ceil(C/N) at most (round robin)."""
+    return None if concurrency is None else -(-concurrency // replicas)
 
 
 def node_plan_layout(layout: dict) -> dict:
@@ -316,6 +357,8 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         return Cluster(strategy, 1, "mp", layout, (cmd,))
     if strategy == "pd_cluster":
         return _expand_pd(spec, argv, env, block_argv, port, layout)
+    if strategy == "replicas":
+        return _expand_replicas(spec, argv, env, block_argv, port, layout)
 
     if not spec.head_address:
         raise UsageError(f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)")
@@ -505,5 +548,54 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
                                             "connector": connector}, tuple(commands), tuple(notes), pd["status"].strip())
 
 
+def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
+    """One server per GPU set of the node, same plan, own GPUs and port; vllm-router in front."""
+    facts = strategy_facts()
+    rf = facts["replicas"]
+    n, t = layout["replicas"], layout["tp"]
+    router_port = spec.router_port or facts["ports"]["replicas_router"]
+    base = facts["ports"]["replica_http"] if port == router_port else port
+    ports = [base + r for r in range(n)]
+    if router_port in ports:
+        raise UsageError(f"--router-port {router_port} collides with the replicas' ports {ports[0]}-{ports[-1]}; "
+                         "pass another --router-port or --port")
+    if ports[-1] > 65535:
+        raise UsageError(f"--port {base}: the replicas need {n} ports from it, past 65535; pass a lower --port")
+    given = sorted({k for k in env if k in rf["visibility_env"] or k == "ROCR_VISIBLE_DEVICES"})
+    if given:  # the strategy owns GPU visibility; a second list would pin every replica to the same GPUs
+        raise UsageError(f"--strategy replicas sets {'/'.join(rf['visibility_env'])} per replica; drop --env {given[0]}")
+    commands: list[NodeCommand] = []
+    for r in range(n):
+        gpus = ",".join(str(i) for i in range(r * t, (r + 1) * t))
+        renv = {**env, **{k: gpus for k in rf["visibility_env"]}}
+        extra: dict[str, str | None] = {"--port": str(ports[r])}
+
+        def one(a, extra=extra):
+            if a is None:
+                return None
+            _, items = _split(a)
+            return _rewrite(a, [(f, v) for f, v in items if f in OWNED_FLAGS], extra)
+
+        commands.append(NodeCommand(0, "replica", r, one(argv), renv, True, ports[r], one(block_argv)))
+    wait = env.get(rf["router_startup_env"]) or str(rf["router_startup_default_s"])
+    router = ("vllm-router", "--policy", rf["router_policy"], "--worker-urls",
+              *(_url("127.0.0.1", p) for p in ports), "--worker-startup-timeout-secs", wait,
+              "--host", "0.0.0.0", "--port", str(router_port))
+    commands.append(NodeCommand(0, "router", 0, router, {}, True, router_port, None, (), None))
+    k = _spec_of(argv).get("num_speculative_tokens")
+    notes = [
+        ("replicas", f"{n} independent TP-{t} servers on one node (GPUs " + "; ".join(
+            f"{c.env[rf['visibility_env'][0]]} on :{c.port}" for c in commands[:-1]) + f"), vllm-router :{router_port} "
+            f"round-robins over them; each has its own graph capture, --max-num-seqs, KV cache and start-up, and "
+            f"the same K={k}; not yet run on MI300-class hardware by rocm-dspark"),
+        ("gpu pinning", f"{' = '.join(rf['visibility_env'])} per replica (vLLM on ROCm maps devices through "
+                        "CUDA_VISIBLE_DEVICES and refuses a differing HIP_VISIBLE_DEVICES; HIP reads HIP_ first); "
+                        "leave ROCR_VISIBLE_DEVICES unset"),
+        ("router start-up", f"vllm-router waits up to {wait} s for a first healthy replica "
+                            f"(--worker-startup-timeout-secs; its default 600 s is shorter than a cold load)"),
+    ]
+    return Cluster("replicas", 1, "mp", layout, tuple(commands), tuple(notes))
+
+
 __all__ = ["ClusterSpec", "NodeCommand", "Cluster", "STRATEGY_NAMES", "expand", "layout_for", "node_plan_layout",
-           "kv_transfer_config", "check_address", "node_rank_check", "strategy_facts"]
+           "kv_transfer_config", "check_address", "node_rank_check", "strategy_facts", "replica_concurrency", "INDEPENDENT"]

@@ -144,6 +144,14 @@ def test_mono_plans_parse_and_vllm_033_reads_monokernel_and_a_graph_mode_the_ker
     assert all(p.flag("monokernel", "absent") is None for p in plans)  # a bare flag in every mono plan
     assert all(p.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" for p in plans)
     argvs = [list(a) for p in plans for a in (p.block_argv, p.adaptive_argv) if a is not None]
+    # --strategy replicas: every server of a whole MI300X node (2 x TP 4) and MI355X node (2 x TP 4 at 8 each).
+    from rocm_dspark.usecase.launch_plan import cluster_for
+
+    replicas = [c for g, conc in (("mi300x", 4), ("mi355x", 16)) for c in cluster_for(
+        {"model": "V4.1-Flash", "gpu": g, "concurrency": conc, "adaptive": "off"}, {"strategy": "replicas"})[1].commands
+        if c.role == "replica"]
+    assert len(replicas) == 4 and all(c.env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" for c in replicas)
+    argvs += [list(c.argv) for c in replicas]
     out = _parse(vllm_venv, argvs, OVERLAY_033)
     assert out["vllm"].split("+")[0] == "0.33.0"
     for argv, res in zip(argvs, out["results"]):
@@ -152,12 +160,38 @@ def test_mono_plans_parse_and_vllm_033_reads_monokernel_and_a_graph_mode_the_ker
         assert facts["monokernel"] is True and facts["kernel_config_monokernel"] is True, facts
         assert facts["kv_cache_dtype"] == CAT.mono["kv_cache_dtype"] == "fp8_ds_mla", facts
         assert (facts["decode_mode"], facts["mixed_mode"]) == ("FULL", "NONE"), facts
+    _replicas_pass_vllms_visibility_check(replicas)
     base = list(resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", concurrency=4, build="v0.32.0")).block_argv)
     assert "--monokernel" not in base  # the 0.32.0 plan leaves it out ...
     old = _parse(vllm_venv, [base, base + ["--monokernel"]], None)
     assert old["vllm"].split("+")[0] == "0.32.0"
     assert old["results"][0]["ok"] and not old["results"][1]["ok"], old  # ... because its parser refuses it
     assert not CAT.contains(CAT.builds["v0.32.0"], CAT.mono["change"])
+
+
+def _replicas_pass_vllms_visibility_check(replicas):
+    """The wheel's own _sync_hip_cuda_env_vars (vllm/platforms/rocm.py, run at import; the module itself needs
+    amdsmi, so the function alone is taken out of its source): every replica's env passes and leaves
+    CUDA_VISIBLE_DEVICES, the variable vLLM maps devices through, at its GPUs; two lists that disagree raise (the
+    check can fail)."""
+    import ast
+
+    src = (OVERLAY_033 / "vllm" / "platforms" / "rocm.py").read_text()
+    fn = next(n for n in ast.parse(src).body if isinstance(n, ast.FunctionDef) and n.name == "_sync_hip_cuda_env_vars")
+    env: dict = {}
+    ns = {"os": type("os", (), {"environ": env})}
+    exec(compile(ast.Module([fn], []), "rocm.py", "exec"), ns)  # noqa: S102 - vLLM's own function, read from the wheel
+    for c in replicas:
+        env.clear()
+        env.update({k: v for k, v in c.env.items() if k.endswith("_VISIBLE_DEVICES")})
+        ns["_sync_hip_cuda_env_vars"]()
+        assert env["CUDA_VISIBLE_DEVICES"] == env["HIP_VISIBLE_DEVICES"] == c.env["HIP_VISIBLE_DEVICES"]
+    env.clear()
+    env.update(HIP_VISIBLE_DEVICES="0,1,2,3", CUDA_VISIBLE_DEVICES="4,5,6,7")
+    with pytest.raises(ValueError, match="Inconsistent GPU visibility"):
+        ns["_sync_hip_cuda_env_vars"]()
+
+
 # Each verdict the parser facts give, next to the real parser's: a good value, a bad one, an unknown flag, a value
 # on a flag that takes none, a unique prefix, a choice.
 TOKENS = ["--max-model-len=64k", "--max-model-len=abc", "--no-such-vllm-flag", "--enforce-eager", "--enforce-eager=1",

@@ -1,4 +1,4 @@
-"""The vllm-router commands of pd_cluster (both connectors) through vllm-router's own argument parser
+"""The vllm-router commands of pd_cluster (both connectors), hybrid-LB DP nodes and replicas through vllm-router's own argument parser
 (vllm_router.launch_router.parse_router_args). vllm-router is not a dependency: point
 ROCM_DSPARK_VLLM_ROUTER_PY at an interpreter that has it (`python -m venv v && v/bin/pip install vllm-router`;
 checked with vllm-router 0.1.17). Nothing is started."""
@@ -26,7 +26,8 @@ for argv in json.load(sys.stdin):
     out.append({k: getattr(a, k, None) for k in ("vllm_pd_disaggregation", "prefill_urls", "decode_urls", "policy",
                                                   "worker_urls",
                                                   "prefill_policy", "decode_policy", "kv_connector",
-                                                  "vllm_discovery_address", "host", "port")})
+                                                  "vllm_discovery_address", "host", "port",
+                                                  "worker_startup_timeout_secs")})
 print(json.dumps(out))
 '''
 
@@ -46,9 +47,19 @@ def test_router_commands_parse_with_vllm_router():
     # External load balancing in front of hybrid-LB DP nodes (multi_node_tp_dp with --node-addresses).
     spec = ClusterSpec("multi_node_tp_dp", 2, head_address="10.0.0.1", node_addresses=("10.0.0.1", "10.0.0.2"))
     argvs.append(list(expand(spec, plan.argv, plan.env, query_heads=model.query_heads).commands[-1].argv))
+    # Two independent TP-4 servers on one MI300X node (--strategy replicas).
+    from rocm_dspark.usecase.launch_plan import cluster_for
+
+    rep = cluster_for({"model": "V4.1-Flash", "gpu": "mi300x", "concurrency": 4, "adaptive": "off"},
+                      {"strategy": "replicas"})[1]
+    argvs.append(list(rep.commands[-1].argv))
     r = subprocess.run([py, "-c", CHILD], input=json.dumps(argvs), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    nixl, mori, dp = json.loads(r.stdout)
+    nixl, mori, dp, replicas = json.loads(r.stdout)
+    assert replicas["worker_urls"] == [f"http://127.0.0.1:{c.port}" for c in rep.commands[:-1]] == [
+        "http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+    assert replicas["policy"] == "round_robin" and replicas["port"] == 8000 and not replicas["vllm_pd_disaggregation"]
+    assert replicas["worker_startup_timeout_secs"] == 3600 and replicas["host"] == "0.0.0.0"
     assert dp["worker_urls"] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"] and dp["policy"] == "round_robin"
     assert dp["port"] == 8100 and not dp["vllm_pd_disaggregation"]
     assert nixl["vllm_pd_disaggregation"] and nixl["policy"] == "round_robin" and nixl["kv_connector"] == "nixl"
