@@ -136,6 +136,15 @@ def test_kubernetes_is_refused_with_the_way_to_do_it():
         cluster_for({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}, {"strategy": "replicas"}, k8s=True)
 
 
+@pytest.mark.parametrize("strategy, also", [(("replicas",), ""),
+                                             (("pd_cluster", "--nodes", "2", "--node-addresses", "10.0.0.1,10.0.0.2"),
+                                              " or k8s")])
+def test_format_docker_names_only_the_formats_the_strategy_has(strategy, also):
+    r = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi355x", "--strategy", *strategy, "--format", "docker",
+                 "--adaptive", "off"], env=cli_env())
+    assert r.returncode == 2 and r.stderr.strip().endswith(f"with --strategy use shell or json{also}"), r.stderr
+
+
 def test_recipe_prints_a_section_per_server_and_the_router():
     r = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--strategy", "replicas", "--concurrency", "4",
                  "--adaptive", "off"], env=cli_env())

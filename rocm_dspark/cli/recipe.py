@@ -56,7 +56,8 @@ def _cluster(fmt, opts, copts, explain=False):
 
         click.echo(render_yaml(manifests_for(plan, cluster, opts, copts)), nl=False)
     elif fmt == "docker":
-        raise UsageError("--format docker prints one node's container; with --strategy use shell, json or k8s")
+        also = "" if cluster.strategy == "replicas" else " or k8s"  # replicas has no Kubernetes form
+        raise UsageError(f"--format docker prints one node's container; with --strategy use shell or json{also}")
     else:
         from rocm_dspark.launch.render_cluster import render_cluster_shell
 
