@@ -1039,7 +1039,9 @@ def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig
     (server,) = rig.records()[0]["pids"][:1]
     os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
     try:
-        time.sleep(6)                # the poll in flight may still land; after it, none may
+        # A poll whose answer was already sent lands at once; one still waiting fails at curl's 5 s and feeds
+        # nothing, so 2 s settle it. The 7 s window covers a whole tick (5 s curl + 1 s) of a launcher that fed anyway.
+        time.sleep(2)
         before = fed()
         time.sleep(7)
         assert fed() == before, "the watchdog was fed while vLLM did not answer"
