@@ -7,8 +7,6 @@ would prove nothing.
 
 from __future__ import annotations
 
-import pytest
-
 from rocm_dspark.attention import run_kernel_check
 
 # The passing check on CPU (interpreted, five layouts, the negative control caught, its weakest miss far outside our
