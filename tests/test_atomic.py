@@ -10,6 +10,7 @@ import pytest
 from rocm_dspark.atomic import write_atomic, write_files_atomic
 from rocm_dspark.errors import UsageError
 from tests.conftest import CLI, cli_env
+from tests.helpers import run_cli
 
 
 def test_a_new_file_and_a_regular_file_are_written_with_the_mode(tmp_path):
@@ -73,15 +74,18 @@ def test_a_missing_folder_and_a_bad_mode(tmp_path):
 def test_plan_plot_refuses_what_it_must_not_replace(tmp_path, name, why):
     targets = _targets(tmp_path)
     assert name == "." or name in targets
-    proc = subprocess.run([*CLI, "plan", "--gpu", "mi300x", "--concurrency", "1", "--plot", str(tmp_path / name)],
-                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    args = ["plan", "--gpu", "mi300x", "--concurrency", "1", "--plot", str(tmp_path / name)]
+    if name == "fifo":  # a child, so that a write that blocks on the FIFO fails at the timeout, not hangs the suite
+        proc = subprocess.run([*CLI, *args], capture_output=True, text=True, env=cli_env(), timeout=300)
+    else:
+        proc = run_cli(args, env=cli_env())
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and why in lines[0] and "Traceback" not in proc.stderr, proc.stderr
     assert (tmp_path / "real").read_text() == "keep" and not (tmp_path / "fifo").is_file()
 
 
 def test_a_path_component_over_255_bytes_is_one_line(tmp_path):
-    proc = subprocess.run([*CLI, "launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output",
-                           str(tmp_path / ("x" * 300))], capture_output=True, text=True, env=cli_env(), timeout=120)
+    proc = run_cli(["launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--output", str(tmp_path / ("x" * 300))],
+                   env=cli_env())
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "name too long" in lines[0].lower(), proc.stderr

@@ -7,24 +7,11 @@ would prove nothing.
 
 from __future__ import annotations
 
-import json
-
-import pytest
-
 from rocm_dspark.attention import run_kernel_check
 
-
-
-def test_cpu_check_passes_and_says_it_was_interpreted():
-    result = run_kernel_check("cpu", interpret_ok=True)
-    assert json.loads(json.dumps(result)) == result  # JSON-serialisable as is
-    assert result["passed"] is True, result["reason"]
-    assert result["interpreted"] is True and result["graph_replay"] is False
-    assert result["layouts_checked"] == 5
-    assert result["negative_control_caught"] is True and result["negative_control_agrees_on_uniform"] is True
-    # The control's weakest miss is far outside the tolerance our path meets.
-    assert result["negative_control_err"] > 10 * result["max_abs_err"]
-    assert "not valid for gating" in result["reason"]
+# The passing check on CPU (interpreted, five layouts, the negative control caught, its weakest miss far outside our
+# tolerance) is asserted on the kernel level's evidence in tests/test_probe_levels.py: that level runs this same
+# run_kernel_check("cpu", interpret_ok=True) in its child process, and one run of it costs ~10 CPU-seconds.
 
 
 def test_refuses_to_run_interpreted_when_not_allowed():

@@ -210,21 +210,20 @@ def test_the_store_lists_ab_records_newest_first(tmp_path, fp):
     (["--ab-server-json", "x.json"], "--ab-server-json is only for --ab"),
 ])
 def test_ab_bad_usage_is_one_line_exit_2(tmp_path, args, words):
-    from tests.conftest import CLI, cli_env
+    from tests.helpers import cli_env, run_cli
 
-    proc = subprocess.run([*CLI, "validate", "--model", "V4.1-Flash", "--gpu", "mi300x", "--report",
-                           str(tmp_path / "r"), *args], capture_output=True, text=True, env=cli_env())
+    proc = run_cli(["validate", "--model", "V4.1-Flash", "--gpu", "mi300x", "--report", str(tmp_path / "r"), *args],
+                   env=cli_env())
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0]
 
 
 def test_ab_with_one_server_file_is_refused(tmp_path):
-    from tests.conftest import CLI, cli_env
+    from tests.helpers import cli_env, run_cli
 
     spec = tmp_path / "s.json"
     spec.write_text(json.dumps({"argv": ["true"], "port": 9, "served_name": "x"}))
-    proc = subprocess.run([*CLI, "validate", "--model", "V4.1-Flash", "--gpu", "mi300x", "--report", str(tmp_path / "r"),
-                           "--ab", "--concurrency", "4", "--server-json", str(spec)],
-                          capture_output=True, text=True, env=cli_env())
+    proc = run_cli(["validate", "--model", "V4.1-Flash", "--gpu", "mi300x", "--report", str(tmp_path / "r"),
+                    "--ab", "--concurrency", "4", "--server-json", str(spec)], env=cli_env())
     assert proc.returncode == 2 and "needs both" in proc.stderr and not (tmp_path / "r").exists()

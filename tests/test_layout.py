@@ -281,7 +281,7 @@ def _comments_and_docstrings(path: Path):
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.COMMENT:
             yield tok.start[0], tok.string
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(parsed(path)):  # the tree the import checks parsed
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             doc = ast.get_docstring(node, clean=False)
             if doc:

