@@ -37,8 +37,10 @@ def check_target(path: Path, what: str = "output") -> None:
         if stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{what} {str(path)!r} is a directory; name a file inside it")
         if not stat.S_ISREG(st.st_mode):
-            raise UsageError(f"{what} {str(path)!r} exists and is not a regular file (a device, FIFO or socket); "
-                             "refusing to replace it")
+            raise UsageError(
+                f"{what} {str(path)!r} exists and is not a regular file (a device, FIFO or socket); "
+                "refusing to replace it"
+            )
     parent = path.parent
     if not parent.is_dir():
         raise UsageError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist; create it first")
@@ -50,8 +52,9 @@ def _bytes(data: bytes | str, path: Path) -> bytes:
     try:
         return data.encode("utf-8", errors="strict")
     except UnicodeEncodeError:
-        raise UsageError(f"the text for {str(path)!r} holds bytes that are not UTF-8 (from a non-UTF-8 argument "
-                         "or path); use UTF-8") from None
+        raise UsageError(
+            f"the text for {str(path)!r} holds bytes that are not UTF-8 (from a non-UTF-8 argument or path); use UTF-8"
+        ) from None
 
 
 def write_files_atomic(files: Sequence[tuple[Path, bytes | str, int]], what: str = "output") -> None:

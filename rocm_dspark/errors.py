@@ -6,7 +6,7 @@ class UsageError(Exception):
 
 
 def did_you_mean(word: str, names) -> str:
-    """" (did you mean X?)" for the known name(s) closest to a mistyped one (difflib ratio >= 0.8, ties all
+    """ " (did you mean X?)" for the known name(s) closest to a mistyped one (difflib ratio >= 0.8, ties all
     named, case-insensitive), else ""."""
     import difflib  # only on the error path
 

@@ -45,8 +45,15 @@ class NotRead(Exception):
 SYMLINK, NOT_REGULAR, TOO_LARGE, GREW, REFUSED = "a symlink", "not a regular file", "too large", "grew", "refused"
 
 
-def read_regular(path: str | os.PathLike, limit: int, *, follow: bool = True, dir_fd: int | None = None,
-                 tail: bool = False, check=None) -> tuple[bytes, os.stat_result]:
+def read_regular(
+    path: str | os.PathLike,
+    limit: int,
+    *,
+    follow: bool = True,
+    dir_fd: int | None = None,
+    tail: bool = False,
+    check=None,
+) -> tuple[bytes, os.stat_result]:
     """The one bounded read of a file: (bytes, its fstat). Opened without blocking (O_NONBLOCK: a FIFO cannot
     hang the reader) and, with follow=False, never through a symlink (O_NOFOLLOW); then it must be a regular file.
     `check(st)` may name a reason to refuse the opened file (its owner, its mode): NotRead REFUSED. `tail`: its
@@ -97,7 +104,9 @@ def read_text(path: str | os.PathLike, what: str, *, max_bytes: int = MAX_BYTES)
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         hint = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-        raise UsageError(f"{what} {p}: not UTF-8 text{hint}: byte {exc.start} cannot be decoded; save it as UTF-8") from None
+        raise UsageError(
+            f"{what} {p}: not UTF-8 text{hint}: byte {exc.start} cannot be decoded; save it as UTF-8"
+        ) from None
 
 
 class JSONInputError(UsageError, ValueError):
@@ -134,13 +143,15 @@ def parse_json(text: str | bytes, what: str):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise JSONInputError(what, f"not UTF-8 text: byte {exc.start} cannot be decoded",
-                                 f"not UTF-8: byte {exc.start}") from None
+            raise JSONInputError(
+                what, f"not UTF-8 text: byte {exc.start} cannot be decoded", f"not UTF-8: byte {exc.start}"
+            ) from None
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise JSONInputError(what, f"line {exc.lineno}: malformed JSON: {exc.msg}",
-                             f"line {exc.lineno}: {exc.msg}") from None
+        raise JSONInputError(
+            what, f"line {exc.lineno}: malformed JSON: {exc.msg}", f"line {exc.lineno}: {exc.msg}"
+        ) from None
     except RecursionError:
         raise JSONInputError(what, "JSON nested too deeply", "nested too deeply") from None
     except ValueError as exc:  # duplicate key, NaN, an integer past the digit limit

@@ -11,9 +11,9 @@ from rocm_dspark.errors import UsageError
 
 
 class StateRoot(NamedTuple):
-    variable: str          # the environment variable
-    subdir: str            # appended to its value
-    absolute_only: bool    # a relative value is ignored
+    variable: str  # the environment variable
+    subdir: str  # appended to its value
+    absolute_only: bool  # a relative value is ignored
 
 
 ENV_VAR = "ROCM_DSPARK_STATE_DIR"

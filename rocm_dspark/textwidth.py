@@ -9,9 +9,9 @@ import re
 import shlex
 import sys
 
-PIPE_WIDTH = 100   # a pipe, a log, a file: no terminal to ask
-MIN_WIDTH = 40     # below this a hanging indent leaves no room for words
-MAX_TABLE = 160    # tables are read wide, but not wider than this
+PIPE_WIDTH = 100  # a pipe, a log, a file: no terminal to ask
+MIN_WIDTH = 40  # below this a hanging indent leaves no room for words
+MAX_TABLE = 160  # tables are read wide, but not wider than this
 
 
 def columns() -> int:
@@ -29,7 +29,9 @@ def columns() -> int:
 def aligned(rows, indent: str = "") -> list[str]:
     """Rows of cells as lines, each column padded to its widest cell (the last left as is), two spaces apart."""
     rows = [[str(c) for c in row] for row in rows]
-    widths = [max((len(r[i]) for r in rows if i < len(r) - 1), default=0) for i in range(max(map(len, rows), default=0))]
+    widths = [
+        max((len(r[i]) for r in rows if i < len(r) - 1), default=0) for i in range(max(map(len, rows), default=0))
+    ]
     return [indent + "  ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + r[-1:]).rstrip() for r in rows]
 
 
@@ -103,8 +105,11 @@ def command_lines(words: list[str], indent: str = "  ", width: int | None = None
     for word in words:
         fits_alone = len(indent) + len(word) + 2 <= width
         # A word that cannot be split (a long path) starts its own line rather than overrun this one.
-        if cur.strip() and len(cur) + 1 + len(word) + 2 > width and (
-                fits_alone or len(_pieces(word, width - len(cur) - 2, width - 2)) == 1):
+        if (
+            cur.strip()
+            and len(cur) + 1 + len(word) + 2 > width
+            and (fits_alone or len(_pieces(word, width - len(cur) - 2, width - 2)) == 1)
+        ):
             lines.append(cur + " \\")
             cur = indent
         cur = cur + " " if cur.strip() else cur
@@ -124,8 +129,10 @@ def command(words: list[str], indent: str = "", width: int | None = None, contin
     width = width or columns()
     if len(indent) + len(line := " ".join(words)) + (2 if continued else 0) <= width:
         return [indent + line]
-    return [indent + ln if i == 0 or ln.startswith(" ") else ln
-            for i, ln in enumerate(command_lines(list(words), "  ", width - len(indent)))]
+    return [
+        indent + ln if i == 0 or ln.startswith(" ") else ln
+        for i, ln in enumerate(command_lines(list(words), "  ", width - len(indent)))
+    ]
 
 
 def comment(line: str, width: int | None = None) -> list[str]:
@@ -139,7 +146,7 @@ def prose(line: str, width: int | None = None) -> list[str]:
     width = width or columns()
     if len(line) <= width:
         return [line]
-    lead = line[:len(line) - len(line.lstrip(" "))]
+    lead = line[: len(line) - len(line.lstrip(" "))]
     return wrap(line, lead, lead + "  ", width)
 
 

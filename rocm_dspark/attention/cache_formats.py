@@ -104,7 +104,9 @@ def dequantize_kv_cache(cache: torch.Tensor, kv_format: str, *, fnuz: bool = Fal
     return torch.cat([nope, rope], dim=1)
 
 
-def gather_dequantized(cache: torch.Tensor, slots: torch.Tensor, kv_format: str, *, fnuz: bool = False, kv_scale=None) -> torch.Tensor:
+def gather_dequantized(
+    cache: torch.Tensor, slots: torch.Tensor, kv_format: str, *, fnuz: bool = False, kv_scale=None
+) -> torch.Tensor:
     """Exact float32 rows for the given slots (any shape S -> S + [512]); slot = blk*bs + offset.
 
     Only the gathered records are decoded, so a large cache is never expanded whole.

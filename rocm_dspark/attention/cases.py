@@ -45,18 +45,41 @@ class SwaCase:
         return dict(window=self.window, block_size=self.block_size, causal=self.causal, replay_start=self.replay_start)
 
     def attention_args(self) -> dict:
-        return dict(kv_format=self.kv_format, scale=self.scale, fnuz=self.fnuz, kv_scale=self.kv_scale, sink=self.sink, **self.topk)
+        return dict(
+            kv_format=self.kv_format,
+            scale=self.scale,
+            fnuz=self.fnuz,
+            kv_scale=self.kv_scale,
+            sink=self.sink,
+            **self.topk,
+        )
 
     def reference_args(self) -> dict:
-        return dict(window=self.window, block_size=self.block_size, causal=self.causal,
-                    replay_start=self.replay_start, **self.attention_args())
+        return dict(
+            window=self.window,
+            block_size=self.block_size,
+            causal=self.causal,
+            replay_start=self.replay_start,
+            **self.attention_args(),
+        )
 
     def to(self, device) -> SwaCase:
         return _case_to(self, device)
 
 
-def make_layout(query_lens, context_lens, *, num_reqs_padded, num_tokens_padded, block_size,
-                num_blocks=None, table_width=None, invalid_tokens=(), seed=0, device="cpu") -> dict:
+def make_layout(
+    query_lens,
+    context_lens,
+    *,
+    num_reqs_padded,
+    num_tokens_padded,
+    block_size,
+    num_blocks=None,
+    table_width=None,
+    invalid_tokens=(),
+    seed=0,
+    device="cpu",
+) -> dict:
     """Device metadata tensors for one layout: qsl, seq_lens, block_table, slot_mapping."""
     if len(query_lens) != len(context_lens) or len(query_lens) > num_reqs_padded:
         raise UsageError("query_lens and context_lens need one entry per real request, at most num_reqs_padded")
@@ -87,14 +110,37 @@ def make_layout(query_lens, context_lens, *, num_reqs_padded, num_tokens_padded,
     for t in invalid_tokens:
         slots[t] = -1
     seq_lens = torch.tensor(seq + [0] * (num_reqs_padded - len(seq)), dtype=torch.int32)
-    return dict(query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device), seq_lens=seq_lens.to(device),
-                block_table=table.to(device), slot_mapping=slots.to(device))
+    return dict(
+        query_start_loc=torch.tensor(qsl, dtype=torch.int32, device=device),
+        seq_lens=seq_lens.to(device),
+        block_table=table.to(device),
+        slot_mapping=slots.to(device),
+    )
 
 
-def make_case(query_lens, context_lens, *, heads=16, window=128, block_size=32, kv_format="bf16",
-              fnuz=False, num_reqs_padded=None, num_tokens_padded=None, sink=False, replay_start=None,
-              causal=True, topk=0, topk_format="fp8_ds_mla", topk_fnuz=False, topk_rows=None,
-              invalid_tokens=(), extra_blocks=3, seed=0, device="cpu") -> SwaCase:
+def make_case(
+    query_lens,
+    context_lens,
+    *,
+    heads=16,
+    window=128,
+    block_size=32,
+    kv_format="bf16",
+    fnuz=False,
+    num_reqs_padded=None,
+    num_tokens_padded=None,
+    sink=False,
+    replay_start=None,
+    causal=True,
+    topk=0,
+    topk_format="fp8_ds_mla",
+    topk_fnuz=False,
+    topk_rows=None,
+    invalid_tokens=(),
+    extra_blocks=3,
+    seed=0,
+    device="cpu",
+) -> SwaCase:
     """A random padded verify batch as vLLM hands it over: zero-length padding requests, a padded tail with
     slot_mapping -1, shuffled pages. Rows of q and of every cache are N(0,1) (bf16 / quantized as the format
     says). SwaCase.metadata_args() / attention_args() / reference_args() give the keyword arguments of
@@ -102,31 +148,58 @@ def make_case(query_lens, context_lens, *, heads=16, window=128, block_size=32, 
     num_reqs_padded = num_reqs_padded or len(query_lens)
     num_tokens_padded = num_tokens_padded or max(1, sum(query_lens))
     pages_needed = sum(math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens))
-    layout = make_layout(query_lens, context_lens, num_reqs_padded=num_reqs_padded,
-                         num_tokens_padded=num_tokens_padded, block_size=block_size,
-                         num_blocks=pages_needed + extra_blocks, invalid_tokens=invalid_tokens, seed=seed)
+    layout = make_layout(
+        query_lens,
+        context_lens,
+        num_reqs_padded=num_reqs_padded,
+        num_tokens_padded=num_tokens_padded,
+        block_size=block_size,
+        num_blocks=pages_needed + extra_blocks,
+        invalid_tokens=invalid_tokens,
+        seed=seed,
+    )
     gen = torch.Generator().manual_seed(seed + 1)
     num_blocks = pages_needed + extra_blocks
     rows = torch.randn(num_blocks * block_size, HEAD_DIM, generator=gen)
     kv_cache, kv_scale = pack_kv_cache(rows, kv_format, block_size, fnuz=fnuz)
     q = torch.randn(num_tokens_padded, heads, HEAD_DIM, generator=gen).to(torch.bfloat16)
-    case = SwaCase(q=q, kv_cache=kv_cache, kv_scale=kv_scale, kv_format=kv_format, fnuz=fnuz,
-                   window=window, block_size=block_size, scale=HEAD_DIM ** -0.5, causal=causal, **layout)
+    case = SwaCase(
+        q=q,
+        kv_cache=kv_cache,
+        kv_scale=kv_scale,
+        kv_format=kv_format,
+        fnuz=fnuz,
+        window=window,
+        block_size=block_size,
+        scale=HEAD_DIM**-0.5,
+        causal=causal,
+        **layout,
+    )
     if sink:
         logits = torch.randn(heads, generator=gen)
         logits[0] = float("-inf")  # vLLM initialises sinks to -inf: that must act as no sink
         case.sink = logits.float()
     if replay_start is not None:
-        case.replay_start = torch.tensor(list(replay_start) + [0] * (num_reqs_padded - len(replay_start)), dtype=torch.int32)
+        case.replay_start = torch.tensor(
+            list(replay_start) + [0] * (num_reqs_padded - len(replay_start)), dtype=torch.int32
+        )
     if topk:
         x_rows = topk_rows or 4 * block_size
         x_bs = block_size
-        x_cache, x_scale = pack_kv_cache(torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, x_bs, fnuz=topk_fnuz)
+        x_cache, x_scale = pack_kv_cache(
+            torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, x_bs, fnuz=topk_fnuz
+        )
         idx = torch.randint(0, x_rows, (num_tokens_padded, topk), generator=gen, dtype=torch.int32)
         idx[torch.rand(idx.shape, generator=gen) < 0.2] = -1  # holes, as the indexer pads with -1
         lens = torch.randint(0, topk + 1, (num_tokens_padded,), generator=gen, dtype=torch.int32)
-        case.topk = dict(topk_cache=x_cache, topk_indices=idx, topk_lens=lens, topk_format=topk_format,
-                         topk_fnuz=topk_fnuz, topk_kv_scale=x_scale)
+        case.topk = dict(
+            topk_cache=x_cache,
+            topk_indices=idx,
+            topk_lens=lens,
+            topk_format=topk_format,
+            topk_fnuz=topk_fnuz,
+            topk_kv_scale=x_scale,
+        )
     return case.to(device) if device != "cpu" else case
 
 
@@ -151,4 +224,3 @@ def _case_to(self: SwaCase, device) -> SwaCase:
 def _strided_to(cache: torch.Tensor, device) -> torch.Tensor:
     flat = torch.as_strided(cache, (cache.shape[0] * cache.stride(0),), (1,)).to(device)
     return flat.as_strided(cache.shape, cache.stride())
-

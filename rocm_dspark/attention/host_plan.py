@@ -57,7 +57,15 @@ def host_planned_metadata(
                 start[t], end[t] = max(p - window + 1, 0), p + 1
             else:
                 start[t], end[t] = max(lens[r] - (q1 - q0) - window, 0), lens[r]
-    for buf, values in zip((buffers.req, buffers.pos, buffers.start, buffers.end, buffers.live), (req, pos, start, end, live)):
+    for buf, values in zip(
+        (buffers.req, buffers.pos, buffers.start, buffers.end, buffers.live), (req, pos, start, end, live)
+    ):
         buf[:num_tokens].copy_(torch.tensor(values, dtype=torch.int32))
-    return SwaMetadata(buffers=buffers, block_table=block_table, block_size=int(block_size),
-                       window=int(window), causal=bool(causal), num_tokens=int(num_tokens))
+    return SwaMetadata(
+        buffers=buffers,
+        block_table=block_table,
+        block_size=int(block_size),
+        window=int(window),
+        causal=bool(causal),
+        num_tokens=int(num_tokens),
+    )

@@ -26,8 +26,19 @@ _LOG2E = 1.4426950408889634
 
 @triton.jit
 def _load_key_tile(
-    cache_ptr, stride_blk, stride_off, num_blocks, block_size, scale_ptr, blk, off, valid,
-    FMT: tl.constexpr, FNUZ: tl.constexpr, DOT_F32: tl.constexpr, BLOCK_K: tl.constexpr,
+    cache_ptr,
+    stride_blk,
+    stride_off,
+    num_blocks,
+    block_size,
+    scale_ptr,
+    blk,
+    off,
+    valid,
+    FMT: tl.constexpr,
+    FNUZ: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     """Dequantized key rows for one tile: (NoPE [BLOCK_K, 512] with lanes >= 448 zero, RoPE [BLOCK_K, 64])."""
     dn = tl.arange(0, 512)
@@ -76,7 +87,16 @@ def _load_key_tile(
 
 @triton.jit
 def _online_softmax_step(
-    q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2,
+    q_nope,
+    q_rope,
+    k_nope,
+    k_rope,
+    valid,
+    m_i,
+    l_i,
+    acc_nope,
+    acc_rope,
+    qk_scale_log2,
     DOT_F32: tl.constexpr,
 ):
     """Fold one key tile into the running (max, sum, accumulators), all fp32, log2 domain."""
@@ -97,16 +117,48 @@ def _online_softmax_step(
 
 @triton.jit
 def _sparse_swa_kernel(
-    q_ptr, stride_qt, stride_qh, out_ptr, stride_ot, stride_oh,
-    kv_ptr, kv_stride_blk, kv_stride_off, kv_num_blocks, kv_scale_ptr,
-    req_ptr, start_ptr, end_ptr, live_ptr,
-    bt_ptr, bt_stride, bt_width, block_size,
-    x_ptr, x_stride_blk, x_stride_off, x_num_blocks, x_block_size, x_scale_ptr,
-    xidx_ptr, xidx_stride, xlens_ptr, topk_width,
-    sink_ptr, num_heads, qk_scale_log2,
-    KV_FMT: tl.constexpr, KV_FNUZ: tl.constexpr, X_FMT: tl.constexpr, X_FNUZ: tl.constexpr,
-    HAS_TOPK: tl.constexpr, HAS_TOPK_LENS: tl.constexpr, HAS_SINK: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr,
+    q_ptr,
+    stride_qt,
+    stride_qh,
+    out_ptr,
+    stride_ot,
+    stride_oh,
+    kv_ptr,
+    kv_stride_blk,
+    kv_stride_off,
+    kv_num_blocks,
+    kv_scale_ptr,
+    req_ptr,
+    start_ptr,
+    end_ptr,
+    live_ptr,
+    bt_ptr,
+    bt_stride,
+    bt_width,
+    block_size,
+    x_ptr,
+    x_stride_blk,
+    x_stride_off,
+    x_num_blocks,
+    x_block_size,
+    x_scale_ptr,
+    xidx_ptr,
+    xidx_stride,
+    xlens_ptr,
+    topk_width,
+    sink_ptr,
+    num_heads,
+    qk_scale_log2,
+    KV_FMT: tl.constexpr,
+    KV_FNUZ: tl.constexpr,
+    X_FMT: tl.constexpr,
+    X_FNUZ: tl.constexpr,
+    HAS_TOPK: tl.constexpr,
+    HAS_TOPK_LENS: tl.constexpr,
+    HAS_SINK: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -121,7 +173,9 @@ def _sparse_swa_kernel(
     end = tl.load(end_ptr + t)  # == start for dead tokens: the window loop runs zero times
 
     q_rows = q_ptr + t * stride_qt + heads[:, None].to(tl.int64) * stride_qh
-    q_mask = heads < tl.where(live, num_heads, 0)  # dead tokens read nothing (a scalar bool & block trips the interpreter)
+    q_mask = heads < tl.where(
+        live, num_heads, 0
+    )  # dead tokens read nothing (a scalar bool & block trips the interpreter)
     q_nope = tl.load(q_rows + dn[None, :], mask=q_mask[:, None] & (dn < 448)[None, :], other=0.0)
     q_rope = tl.load(q_rows + 448 + dr[None, :], mask=q_mask[:, None], other=0.0)
     if DOT_F32:
@@ -141,11 +195,32 @@ def _sparse_swa_kernel(
         page = tl.where(valid, page, 0)
         blk = tl.load(bt_ptr + req * bt_stride + page, mask=valid, other=-1)
         k_nope, k_rope, valid = _load_key_tile(
-            kv_ptr, kv_stride_blk, kv_stride_off, kv_num_blocks, block_size, kv_scale_ptr,
-            blk, p % block_size, valid, KV_FMT, KV_FNUZ, DOT_F32, BLOCK_K,
+            kv_ptr,
+            kv_stride_blk,
+            kv_stride_off,
+            kv_num_blocks,
+            block_size,
+            kv_scale_ptr,
+            blk,
+            p % block_size,
+            valid,
+            KV_FMT,
+            KV_FNUZ,
+            DOT_F32,
+            BLOCK_K,
         )
         m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-            q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32,
+            q_nope,
+            q_rope,
+            k_nope,
+            k_rope,
+            valid,
+            m_i,
+            l_i,
+            acc_nope,
+            acc_rope,
+            qk_scale_log2,
+            DOT_F32,
         )
 
     # Segment 2: top-k compressed rows (global slots, -1 = hole), same softmax.
@@ -162,11 +237,32 @@ def _sparse_swa_kernel(
             valid = valid & (slot >= 0)
             slot = tl.where(valid, slot, 0)
             k_nope, k_rope, valid = _load_key_tile(
-                x_ptr, x_stride_blk, x_stride_off, x_num_blocks, x_block_size, x_scale_ptr,
-                slot // x_block_size, slot % x_block_size, valid, X_FMT, X_FNUZ, DOT_F32, BLOCK_K,
+                x_ptr,
+                x_stride_blk,
+                x_stride_off,
+                x_num_blocks,
+                x_block_size,
+                x_scale_ptr,
+                slot // x_block_size,
+                slot % x_block_size,
+                valid,
+                X_FMT,
+                X_FNUZ,
+                DOT_F32,
+                BLOCK_K,
             )
             m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-                q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32,
+                q_nope,
+                q_rope,
+                k_nope,
+                k_rope,
+                valid,
+                m_i,
+                l_i,
+                acc_nope,
+                acc_rope,
+                qk_scale_log2,
+                DOT_F32,
             )
 
     # Epilogue: the sink is a key with zero value, so it only adds to the denominator.
@@ -179,7 +275,9 @@ def _sparse_swa_kernel(
         corr = 1.0 / tl.maximum(l_i, 1e-30)  # l == 0 only with acc == 0: a zero row
     out_rows = out_ptr + t * stride_ot + heads[:, None].to(tl.int64) * stride_oh
     out_ty = out_ptr.dtype.element_ty
-    tl.store(out_rows + dn[None, :], (acc_nope * corr[:, None]).to(out_ty), mask=head_mask[:, None] & (dn < 448)[None, :])
+    tl.store(
+        out_rows + dn[None, :], (acc_nope * corr[:, None]).to(out_ty), mask=head_mask[:, None] & (dn < 448)[None, :]
+    )
     tl.store(out_rows + 448 + dr[None, :], (acc_rope * corr[:, None]).to(out_ty), mask=head_mask[:, None])
 
 
@@ -189,17 +287,30 @@ def _check_cache(name: str, cache, fmt: str, fnuz: bool, kv_scale, device) -> No
         raise UsageError(f"{name} must be a tensor on {device}")
     if fmt == "fp8_ds_mla":
         if cache.dtype != torch.uint8 or cache.dim() != 3 or cache.shape[2] != DS_MLA_RECORD:
-            raise UsageError(f"{name} in fp8_ds_mla must be uint8 [num_blocks, block_size, {DS_MLA_RECORD}], got {cache.dtype} {tuple(cache.shape)}")
+            raise UsageError(
+                f"{name} in fp8_ds_mla must be uint8 [num_blocks, block_size, {DS_MLA_RECORD}], got {cache.dtype} {tuple(cache.shape)}"
+            )
         if cache.stride(0) < cache.shape[1] * DS_MLA_RECORD or cache.stride(0) % 2:
-            raise UsageError(f"{name} page stride {cache.stride(0)} is too small or odd for block_size {cache.shape[1]}: build it with pack_kv_cache")
+            raise UsageError(
+                f"{name} page stride {cache.stride(0)} is too small or odd for block_size {cache.shape[1]}: build it with pack_kv_cache"
+            )
         return
     want = {"bf16": (torch.bfloat16,), "fp8": (torch.float8_e4m3fn, torch.float8_e4m3fnuz)}[fmt]
     if cache.dtype not in want or cache.dim() != 3 or cache.shape[2] != HEAD_DIM or cache.stride(2) != 1:
-        raise UsageError(f"{name} in {fmt} must be {want[0]} [num_blocks, block_size, {HEAD_DIM}] with unit last stride, got {cache.dtype} {tuple(cache.shape)}")
+        raise UsageError(
+            f"{name} in {fmt} must be {want[0]} [num_blocks, block_size, {HEAD_DIM}] with unit last stride, got {cache.dtype} {tuple(cache.shape)}"
+        )
     if fmt == "fp8":
         if (cache.dtype == torch.float8_e4m3fnuz) != bool(fnuz):
-            raise UsageError(f"{name} dtype {cache.dtype} disagrees with fnuz={fnuz}: pass fnuz=True exactly for float8_e4m3fnuz")
-        if not isinstance(kv_scale, torch.Tensor) or kv_scale.numel() != 1 or kv_scale.dtype != torch.float32 or kv_scale.device != device:
+            raise UsageError(
+                f"{name} dtype {cache.dtype} disagrees with fnuz={fnuz}: pass fnuz=True exactly for float8_e4m3fnuz"
+            )
+        if (
+            not isinstance(kv_scale, torch.Tensor)
+            or kv_scale.numel() != 1
+            or kv_scale.dtype != torch.float32
+            or kv_scale.device != device
+        ):
             raise UsageError(f"{name} in fp8 needs its per-tensor scale as a one-element float32 tensor on {device}")
 
 
@@ -244,18 +355,24 @@ def sparse_swa_attention(
         raise UsageError("metadata must come from compute_swa_metadata or host_planned_metadata")
     device = metadata.buffers.req.device
     if not isinstance(q, torch.Tensor) or q.dim() != 3 or q.shape[2] != HEAD_DIM or q.dtype != torch.bfloat16:
-        raise UsageError(f"q must be bfloat16 [tokens, heads, {HEAD_DIM}], got {getattr(q, 'dtype', type(q))} {tuple(getattr(q, 'shape', ()))}")
+        raise UsageError(
+            f"q must be bfloat16 [tokens, heads, {HEAD_DIM}], got {getattr(q, 'dtype', type(q))} {tuple(getattr(q, 'shape', ()))}"
+        )
     if q.device != device or q.stride(2) != 1:
         raise UsageError(f"q must be on {device} (the metadata's device) with a unit last stride")
     num_tokens, num_heads = q.shape[0], q.shape[1]
     if num_tokens != metadata.num_tokens:
-        raise UsageError(f"q has {num_tokens} rows but the metadata was built for {metadata.num_tokens} padded tokens: build both for the same padded batch")
+        raise UsageError(
+            f"q has {num_tokens} rows but the metadata was built for {metadata.num_tokens} padded tokens: build both for the same padded batch"
+        )
     _check_cache("kv_cache", kv_cache, kv_format, fnuz, kv_scale, device)
     if kv_cache.shape[1] != metadata.block_size:
         raise UsageError(f"kv_cache block size {kv_cache.shape[1]} != metadata block_size {metadata.block_size}")
     if block_h < 1 or block_h & (block_h - 1) or block_k < 16 or block_k & (block_k - 1):
         raise UsageError(f"block_h ({block_h}) must be a power of two and block_k ({block_k}) a power of two >= 16")
-    if sink is not None and (sink.dtype != torch.float32 or sink.dim() != 1 or sink.numel() < num_heads or sink.device != device):
+    if sink is not None and (
+        sink.dtype != torch.float32 or sink.dim() != 1 or sink.numel() < num_heads or sink.device != device
+    ):
         raise UsageError(f"sink must be float32 [>= {num_heads}] on {device} (one logit per head)")
 
     has_topk = topk_indices is not None
@@ -264,8 +381,15 @@ def sparse_swa_attention(
         if topk_cache is None:
             raise UsageError("topk_indices given without topk_cache: pass the compressed cache the indices point into")
         _check_cache("topk_cache", topk_cache, topk_format, topk_fnuz, topk_kv_scale, device)
-        if topk_indices.dtype != torch.int32 or topk_indices.dim() != 2 or topk_indices.shape[0] < num_tokens or topk_indices.stride(1) != 1:
-            raise UsageError(f"topk_indices must be int32 [>= {num_tokens}, TOPK] with unit last stride (global slots, -1 = none)")
+        if (
+            topk_indices.dtype != torch.int32
+            or topk_indices.dim() != 2
+            or topk_indices.shape[0] < num_tokens
+            or topk_indices.stride(1) != 1
+        ):
+            raise UsageError(
+                f"topk_indices must be int32 [>= {num_tokens}, TOPK] with unit last stride (global slots, -1 = none)"
+            )
         if topk_lens is not None and (topk_lens.dtype != torch.int32 or topk_lens.numel() < num_tokens):
             raise UsageError(f"topk_lens must be int32 [>= {num_tokens}]")
     elif topk_cache is not None or topk_lens is not None:
@@ -281,22 +405,51 @@ def sparse_swa_attention(
     x_cache = topk_cache if has_topk else kv_cache
     grid = (num_tokens, triton.cdiv(num_heads, block_h))
     _triton.launch(
-        _sparse_swa_kernel, grid, device,
-        q, q.stride(0), q.stride(1), out, out.stride(0), out.stride(1),
-        kv_cache, kv_cache.stride(0), kv_cache.stride(1), kv_cache.shape[0],
+        _sparse_swa_kernel,
+        grid,
+        device,
+        q,
+        q.stride(0),
+        q.stride(1),
+        out,
+        out.stride(0),
+        out.stride(1),
+        kv_cache,
+        kv_cache.stride(0),
+        kv_cache.stride(1),
+        kv_cache.shape[0],
         kv_scale if kv_scale is not None else dummy,
-        metadata.buffers.req, metadata.buffers.start, metadata.buffers.end, metadata.buffers.live,
-        bt, bt.stride(0), bt.shape[1], metadata.block_size,
-        x_cache, x_cache.stride(0), x_cache.stride(1), x_cache.shape[0], x_cache.shape[1],
+        metadata.buffers.req,
+        metadata.buffers.start,
+        metadata.buffers.end,
+        metadata.buffers.live,
+        bt,
+        bt.stride(0),
+        bt.shape[1],
+        metadata.block_size,
+        x_cache,
+        x_cache.stride(0),
+        x_cache.stride(1),
+        x_cache.shape[0],
+        x_cache.shape[1],
         topk_kv_scale if topk_kv_scale is not None else dummy,
-        topk_indices if has_topk else dummy, topk_indices.stride(0) if has_topk else 0,
-        topk_lens if topk_lens is not None else dummy, topk_indices.shape[1] if has_topk else 0,
-        sink if sink is not None else dummy, num_heads, float(scale) * _LOG2E,
-        KV_FMT=_FORMAT_CODE[kv_format], KV_FNUZ=bool(fnuz),
-        X_FMT=_FORMAT_CODE[topk_format] if has_topk else 0, X_FNUZ=bool(topk_fnuz),
-        HAS_TOPK=has_topk, HAS_TOPK_LENS=topk_lens is not None, HAS_SINK=sink is not None,
-        BLOCK_H=block_h, BLOCK_K=block_k, DOT_F32=_triton.interpreted(device),
+        topk_indices if has_topk else dummy,
+        topk_indices.stride(0) if has_topk else 0,
+        topk_lens if topk_lens is not None else dummy,
+        topk_indices.shape[1] if has_topk else 0,
+        sink if sink is not None else dummy,
+        num_heads,
+        float(scale) * _LOG2E,
+        KV_FMT=_FORMAT_CODE[kv_format],
+        KV_FNUZ=bool(fnuz),
+        X_FMT=_FORMAT_CODE[topk_format] if has_topk else 0,
+        X_FNUZ=bool(topk_fnuz),
+        HAS_TOPK=has_topk,
+        HAS_TOPK_LENS=topk_lens is not None,
+        HAS_SINK=sink is not None,
+        BLOCK_H=block_h,
+        BLOCK_K=block_k,
+        DOT_F32=_triton.interpreted(device),
         num_warps=num_warps,
     )
     return out
-

@@ -70,11 +70,22 @@ class SwaMetadata:
 
 @triton.jit
 def _swa_metadata_kernel(
-    qsl_ptr, seq_lens_ptr, slot_ptr, replay_ptr,
-    req_ptr, pos_ptr, start_ptr, end_ptr, live_ptr,
-    num_tokens, num_reqs, window,
-    HAS_REPLAY: tl.constexpr, CAUSAL: tl.constexpr,
-    SEARCH_STEPS: tl.constexpr, BLOCK_T: tl.constexpr,
+    qsl_ptr,
+    seq_lens_ptr,
+    slot_ptr,
+    replay_ptr,
+    req_ptr,
+    pos_ptr,
+    start_ptr,
+    end_ptr,
+    live_ptr,
+    num_tokens,
+    num_reqs,
+    window,
+    HAS_REPLAY: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     in_grid = t < num_tokens
@@ -170,11 +181,15 @@ def compute_swa_metadata(
             "query_start_loc needs one more entry than there are (padded) requests"
         )
     if block_table.shape[0] < num_reqs:
-        raise UsageError(f"block_table has {block_table.shape[0]} rows for {num_reqs} requests: give one row per request")
+        raise UsageError(
+            f"block_table has {block_table.shape[0]} rows for {num_reqs} requests: give one row per request"
+        )
     if replay_start is not None:
         _check_int_tensor("replay_start", replay_start, 1, device)
         if replay_start.numel() < num_reqs:
-            raise UsageError(f"replay_start has {replay_start.numel()} entries for {num_reqs} requests: give one per request")
+            raise UsageError(
+                f"replay_start has {replay_start.numel()} entries for {num_reqs} requests: give one per request"
+            )
     if num_tokens is None:
         num_tokens = slot_mapping.numel()
     num_tokens = int(num_tokens)
@@ -184,21 +199,39 @@ def compute_swa_metadata(
             "(the buffers' max_tokens and slot_mapping length): allocate buffers for the largest padded batch"
         )
     if buffers.req.device != device:
-        raise UsageError(f"metadata buffers are on {buffers.req.device} but inputs on {device}: allocate them on {device}")
+        raise UsageError(
+            f"metadata buffers are on {buffers.req.device} but inputs on {device}: allocate them on {device}"
+        )
     if int(window) < 1 or int(block_size) < 1:
         raise UsageError(f"window ({window}) and block_size ({block_size}) must be positive")
 
     grid = (triton.cdiv(num_tokens, _BLOCK_T),)
     _triton.launch(
-        _swa_metadata_kernel, grid, device,
-        query_start_loc, seq_lens, slot_mapping,
+        _swa_metadata_kernel,
+        grid,
+        device,
+        query_start_loc,
+        seq_lens,
+        slot_mapping,
         replay_start if replay_start is not None else seq_lens,  # dummy pointer, never read
-        buffers.req, buffers.pos, buffers.start, buffers.end, buffers.live,
-        num_tokens, num_reqs, int(window),
-        HAS_REPLAY=replay_start is not None, CAUSAL=bool(causal),
-        SEARCH_STEPS=math.ceil(math.log2(num_reqs + 1)) + 1, BLOCK_T=_BLOCK_T,
+        buffers.req,
+        buffers.pos,
+        buffers.start,
+        buffers.end,
+        buffers.live,
+        num_tokens,
+        num_reqs,
+        int(window),
+        HAS_REPLAY=replay_start is not None,
+        CAUSAL=bool(causal),
+        SEARCH_STEPS=math.ceil(math.log2(num_reqs + 1)) + 1,
+        BLOCK_T=_BLOCK_T,
     )
     return SwaMetadata(
-        buffers=buffers, block_table=block_table, block_size=int(block_size),
-        window=int(window), causal=bool(causal), num_tokens=num_tokens,
+        buffers=buffers,
+        block_table=block_table,
+        block_size=int(block_size),
+        window=int(window),
+        causal=bool(causal),
+        num_tokens=num_tokens,
     )

@@ -24,10 +24,28 @@ def _key_positions(pos: int, seq_len: int, query_len: int, window: int, causal: 
 
 
 def reference_sparse_swa(
-    q, kv_cache, query_start_loc, seq_lens, block_table, slot_mapping, *,
-    window, block_size, kv_format, scale, causal=True, fnuz=False, kv_scale=None, sink=None,
-    replay_start=None, topk_cache=None, topk_indices=None, topk_lens=None, topk_format=None,
-    topk_fnuz=False, topk_kv_scale=None,
+    q,
+    kv_cache,
+    query_start_loc,
+    seq_lens,
+    block_table,
+    slot_mapping,
+    *,
+    window,
+    block_size,
+    kv_format,
+    scale,
+    causal=True,
+    fnuz=False,
+    kv_scale=None,
+    sink=None,
+    replay_start=None,
+    topk_cache=None,
+    topk_indices=None,
+    topk_lens=None,
+    topk_format=None,
+    topk_fnuz=False,
+    topk_kv_scale=None,
 ) -> torch.Tensor:
     """float32 [T, H, 512]: row t is attention for token t, zero for padding / invalid tokens.
 
@@ -58,13 +76,27 @@ def reference_sparse_swa(
                 blk = table[r][p // block_size]
                 if blk >= 0:
                     slots.append(blk * block_size + p % block_size)
-            keys = [gather_dequantized(kv_cache, torch.tensor(slots, dtype=torch.int64, device=kv_cache.device),
-                                       kv_format, fnuz=fnuz, kv_scale=kv_scale).cpu()]
+            keys = [
+                gather_dequantized(
+                    kv_cache,
+                    torch.tensor(slots, dtype=torch.int64, device=kv_cache.device),
+                    kv_format,
+                    fnuz=fnuz,
+                    kv_scale=kv_scale,
+                ).cpu()
+            ]
             if top_idx is not None:
                 n = len(top_idx[t]) if top_len is None else max(0, min(top_len[t], len(top_idx[t])))
                 extra = [s for s in top_idx[t][:n] if s >= 0]
-                keys.append(gather_dequantized(topk_cache, torch.tensor(extra, dtype=torch.int64, device=topk_cache.device),
-                                               topk_format or kv_format, fnuz=topk_fnuz, kv_scale=topk_kv_scale).cpu())
+                keys.append(
+                    gather_dequantized(
+                        topk_cache,
+                        torch.tensor(extra, dtype=torch.int64, device=topk_cache.device),
+                        topk_format or kv_format,
+                        fnuz=topk_fnuz,
+                        kv_scale=topk_kv_scale,
+                    ).cpu()
+                )
             k = torch.nan_to_num(torch.cat(keys).double(), nan=0.0)  # never-written pages read as zero
             if k.shape[0] == 0:
                 continue
@@ -77,10 +109,28 @@ def reference_sparse_swa(
 
 
 def torch_sparse_swa(
-    q, kv_cache, query_start_loc, seq_lens, block_table, slot_mapping, *,
-    window, block_size, kv_format, scale, causal=True, fnuz=False, kv_scale=None, sink=None,
-    replay_start=None, topk_cache=None, topk_indices=None, topk_lens=None, topk_format=None,
-    topk_fnuz=False, topk_kv_scale=None,
+    q,
+    kv_cache,
+    query_start_loc,
+    seq_lens,
+    block_table,
+    slot_mapping,
+    *,
+    window,
+    block_size,
+    kv_format,
+    scale,
+    causal=True,
+    fnuz=False,
+    kv_scale=None,
+    sink=None,
+    replay_start=None,
+    topk_cache=None,
+    topk_indices=None,
+    topk_lens=None,
+    topk_format=None,
+    topk_fnuz=False,
+    topk_kv_scale=None,
 ) -> torch.Tensor:
     """Vectorised PyTorch version of the same definition (float32 [T, H, 512]), gather + masked softmax:
     the speed baseline of benchmarks/sparse_swa.py, itself checked against the loop reference."""
@@ -114,8 +164,9 @@ def torch_sparse_swa(
         x_valid = live[:, None] & (idx >= 0)
         if topk_lens is not None:
             x_valid &= j < topk_lens[:num_tokens].long()[:, None]
-        x_keys = gather_dequantized(topk_cache, torch.where(x_valid, idx, 0), topk_format or kv_format,
-                                    fnuz=topk_fnuz, kv_scale=topk_kv_scale)
+        x_keys = gather_dequantized(
+            topk_cache, torch.where(x_valid, idx, 0), topk_format or kv_format, fnuz=topk_fnuz, kv_scale=topk_kv_scale
+        )
         keys, valid = torch.cat([keys, x_keys], dim=1), torch.cat([valid, x_valid], dim=1)
     keys = torch.nan_to_num(keys, nan=0.0)
     logits = torch.einsum("thd,tnd->thn", q.float(), keys) * scale

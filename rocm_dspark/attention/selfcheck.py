@@ -52,10 +52,18 @@ def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
     """
     started = time.monotonic()
     result = {
-        "passed": False, "reason": "", "device": str(device), "interpreted": None, "layouts_checked": 0,
-        "max_abs_err": None, "tolerance": None, "negative_control_caught": False,
-        "negative_control_agrees_on_uniform": None, "negative_control_err": None,
-        "graph_replay": False, "seconds": None,
+        "passed": False,
+        "reason": "",
+        "device": str(device),
+        "interpreted": None,
+        "layouts_checked": 0,
+        "max_abs_err": None,
+        "tolerance": None,
+        "negative_control_caught": False,
+        "negative_control_agrees_on_uniform": None,
+        "negative_control_err": None,
+        "graph_replay": False,
+        "seconds": None,
     }
     try:
         _run(device, interpret_ok, result)
@@ -95,8 +103,20 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
     tol = _tolerance(interpreted)
     result["tolerance"] = tol
 
-    base = make_case(LAYOUTS[0], CONTEXTS, heads=16, window=128, block_size=32, kv_format="fp8_ds_mla",
-                     fnuz=fnuz, sink=True, topk=64, topk_format="fp8_ds_mla", extra_blocks=8, seed=11)
+    base = make_case(
+        LAYOUTS[0],
+        CONTEXTS,
+        heads=16,
+        window=128,
+        block_size=32,
+        kv_format="fp8_ds_mla",
+        fnuz=fnuz,
+        sink=True,
+        topk=64,
+        topk_format="fp8_ds_mla",
+        extra_blocks=8,
+        seed=11,
+    )
     num_tokens, num_reqs = base.num_tokens, len(CONTEXTS)
     base = base.to(device)
     # Persistent inputs and outputs: a replay only changes their contents.
@@ -107,8 +127,9 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
     attn_args = base.attention_args()
 
     def step():
-        md = compute_swa_metadata(qsl, seq_lens, table, slots, buffers, window=base.window,
-                                  block_size=base.block_size, num_tokens=num_tokens)
+        md = compute_swa_metadata(
+            qsl, seq_lens, table, slots, buffers, window=base.window, block_size=base.block_size, num_tokens=num_tokens
+        )
         sparse_swa_attention(base.q, base.kv_cache, md, out=out, **attn_args)
 
     step()  # compiles every kernel variant before any capture
@@ -121,10 +142,23 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
 
     max_err, control_errs, caught = 0.0, [], []
     for i, qlens in enumerate(LAYOUTS):
-        layout = make_layout(qlens, CONTEXTS, num_reqs_padded=num_reqs, num_tokens_padded=num_tokens,
-                             block_size=base.block_size, num_blocks=base.kv_cache.shape[0],
-                             table_width=table.shape[1], seed=100 + i, device=device)
-        for dst, key in ((qsl, "query_start_loc"), (seq_lens, "seq_lens"), (table, "block_table"), (slots, "slot_mapping")):
+        layout = make_layout(
+            qlens,
+            CONTEXTS,
+            num_reqs_padded=num_reqs,
+            num_tokens_padded=num_tokens,
+            block_size=base.block_size,
+            num_blocks=base.kv_cache.shape[0],
+            table_width=table.shape[1],
+            seed=100 + i,
+            device=device,
+        )
+        for dst, key in (
+            (qsl, "query_start_loc"),
+            (seq_lens, "seq_lens"),
+            (table, "block_table"),
+            (slots, "slot_mapping"),
+        ):
             dst.copy_(layout[key])
         out.fill_(GARBAGE)
         if graph is not None:
@@ -132,8 +166,17 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             torch.cuda.synchronize(device)
         else:
             step()
-        ref = reference_sparse_swa(base.q, base.kv_cache, qsl, seq_lens, table, slots,
-                                   window=base.window, block_size=base.block_size, **attn_args)
+        ref = reference_sparse_swa(
+            base.q,
+            base.kv_cache,
+            qsl,
+            seq_lens,
+            table,
+            slots,
+            window=base.window,
+            block_size=base.block_size,
+            **attn_args,
+        )
         err, excess = _excess(out, ref, tol)
         max_err = max(max_err, err)
         if excess > 0:
@@ -146,8 +189,15 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         host_qsl = uniform_query_start_loc(num_reqs, QUERY_LEN)
         host_lens = torch.tensor([c + QUERY_LEN for c in CONTEXTS], dtype=torch.int32)
         control_buffers = SwaMetadataBuffers.allocate(num_tokens, device)
-        md = host_planned_metadata(host_qsl, host_lens, table, control_buffers, window=base.window,
-                                   block_size=base.block_size, num_tokens=num_tokens)
+        md = host_planned_metadata(
+            host_qsl,
+            host_lens,
+            table,
+            control_buffers,
+            window=base.window,
+            block_size=base.block_size,
+            num_tokens=num_tokens,
+        )
         control = sparse_swa_attention(base.q, base.kv_cache, md, **attn_args)
         c_err, c_excess = _excess(control, ref, tol)
         if qlens == [QUERY_LEN] * num_reqs:
@@ -161,11 +211,21 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
     result["negative_control_err"] = min(control_errs) if control_errs else None  # its weakest catch
     result["negative_control_caught"] = bool(caught) and all(caught)
     if not result["negative_control_caught"]:
-        result["reason"] = "the host-planned negative control matched the reference on a trimmed layout: the check cannot tell right from wrong"
+        result["reason"] = (
+            "the host-planned negative control matched the reference on a trimmed layout: the check cannot tell right from wrong"
+        )
         return
     if not result["negative_control_agrees_on_uniform"]:
-        result["reason"] = "the host-planned negative control is wrong even on the uniform layout: the control is broken"
+        result["reason"] = (
+            "the host-planned negative control is wrong even on the uniform layout: the control is broken"
+        )
         return
     result["passed"] = True
-    where = "Triton interpreter on CPU (not valid for gating)" if interpreted else f"{result.get('device_name', device)}, graph replay"
-    result["reason"] = f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
+    where = (
+        "Triton interpreter on CPU (not valid for gating)"
+        if interpreted
+        else f"{result.get('device_name', device)}, graph replay"
+    )
+    result["reason"] = (
+        f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
+    )

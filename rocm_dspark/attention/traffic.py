@@ -25,8 +25,18 @@ class TrafficBytes(NamedTuple):
     issued: int
 
 
-def traffic_bytes(query_lens, context_lens, *, heads: int, window: int, kv_format: str, topk: int = 0,
-                  causal: bool = True, block_h: int = 16, block_size: int = 256) -> TrafficBytes:
+def traffic_bytes(
+    query_lens,
+    context_lens,
+    *,
+    heads: int,
+    window: int,
+    kv_format: str,
+    topk: int = 0,
+    causal: bool = True,
+    block_h: int = 16,
+    block_size: int = 256,
+) -> TrafficBytes:
     """Bytes for one call over requests with these query lengths and cached-context lengths.
 
     `topk` is the number of top-k rows per token (0 on SWA-only layers); output is bf16.

@@ -30,9 +30,11 @@ COMMANDS = {
 }
 
 
-BARE = (f"usage: rocm-dspark COMMAND [OPTIONS]; commands: {', '.join(COMMANDS)}\n"
-        "start with: rocm-dspark recipe --model V4.1-Flash\n"
-        "rocm-dspark COMMAND --help: a command's options; rocm-dspark --help: every command in a line")
+BARE = (
+    f"usage: rocm-dspark COMMAND [OPTIONS]; commands: {', '.join(COMMANDS)}\n"
+    "start with: rocm-dspark recipe --model V4.1-Flash\n"
+    "rocm-dspark COMMAND --help: a command's options; rocm-dspark --help: every command in a line"
+)
 
 
 def _not_utf8(arg) -> bool:
@@ -90,7 +92,9 @@ class LazyGroup(click.Group):
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
             if _not_utf8(arg):
-                _error(f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only")
+                _error(
+                    f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only"
+                )
         if sys.stdout is None:
             sys.stdout = _ClosedStdout()
         try:
@@ -157,7 +161,11 @@ def cli():
 
 # Optional dependency -> the extra that installs it, for a one-line hint instead of a traceback.
 EXTRAS = {
-    "numpy": "planner", "matplotlib": "plot", "torch": "kernels", "triton": "kernels", "httpx": "validate",
+    "numpy": "planner",
+    "matplotlib": "plot",
+    "torch": "kernels",
+    "triton": "kernels",
+    "httpx": "validate",
     "prometheus_client": "validate",
 }
 
@@ -188,8 +196,10 @@ def main(argv=None):
         top = (exc.name or "").split(".")[0]
         if top not in EXTRAS:
             raise
-        click.echo(f"rocm-dspark: error: this command needs {top}; install it with "
-                   f"pip install 'rocm-dspark[{EXTRAS[top]}]'", err=True)
+        click.echo(
+            f"rocm-dspark: error: this command needs {top}; install it with pip install 'rocm-dspark[{EXTRAS[top]}]'",
+            err=True,
+        )
         sys.exit(EXIT_ENVIRONMENT)  # the command is right; this install lacks a part (docs/cli.md)
     finally:
         if _gc_was_enabled:  # as it was (an in-process caller, a test runner)

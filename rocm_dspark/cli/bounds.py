@@ -10,12 +10,12 @@ import math
 
 import click
 
-MAX_NODES = 1024              # x up to 64 GPUs a node: 65,536 ranks
+MAX_NODES = 1024  # x up to 64 GPUs a node: 65,536 ranks
 MAX_GPUS_PER_NODE = 64
 MAX_RANKS = MAX_NODES * MAX_GPUS_PER_NODE
-MAX_SEQS = 1 << 20            # max_num_seqs, --concurrency, capture sizes
-MAX_TOKENS = (1 << 31) - 1    # vLLM indexes token budgets with int32
-MAX_SECONDS = 7 * 24 * 3600   # every timeout and deadline: a week
+MAX_SEQS = 1 << 20  # max_num_seqs, --concurrency, capture sizes
+MAX_TOKENS = (1 << 31) - 1  # vLLM indexes token budgets with int32
+MAX_SECONDS = 7 * 24 * 3600  # every timeout and deadline: a week
 
 
 def _show(value) -> str:
@@ -97,17 +97,17 @@ class BoundedFloat(_Bounded):
 
 NODES = BoundedInt(1, MAX_NODES)
 GPUS_PER_NODE = BoundedInt(1, MAX_GPUS_PER_NODE, "positive")
-RANKS = BoundedInt(1, MAX_RANKS, "positive")          # --tp, --dp, --ep
-SEQS = BoundedInt(1, MAX_SEQS, "positive")            # --max-num-seqs, --concurrency, --capture-cap
-TOKENS = BoundedInt(1, MAX_TOKENS, "positive")        # --max-num-batched-tokens, --max-tokens
+RANKS = BoundedInt(1, MAX_RANKS, "positive")  # --tp, --dp, --ep
+SEQS = BoundedInt(1, MAX_SEQS, "positive")  # --max-num-seqs, --concurrency, --capture-cap
+TOKENS = BoundedInt(1, MAX_TOKENS, "positive")  # --max-num-batched-tokens, --max-tokens
 PORT = BoundedInt(1, 65535)
 NODE_RANK = BoundedInt(0, MAX_NODES - 1)
 PREFILL_NODES = BoundedInt(1, MAX_NODES - 1)
-REPLICAS = BoundedInt(1, MAX_GPUS_PER_NODE)   # --replicas: servers on one node (the library refuses 1)
+REPLICAS = BoundedInt(1, MAX_GPUS_PER_NODE)  # --replicas: servers on one node (the library refuses 1)
 SECONDS = BoundedFloat(1, MAX_SECONDS, "seconds")
 INT_SECONDS = BoundedInt(1, MAX_SECONDS, "seconds")
-COUNT = BoundedInt(1, 1_000_000)          # requests, questions, records to show
-ACCEPTANCE = BoundedFloat(0, 64)          # an acceptance length: 1..1+K, K <= 16 (the library checks 1+K)
+COUNT = BoundedInt(1, 1_000_000)  # requests, questions, records to show
+ACCEPTANCE = BoundedFloat(0, 64)  # an acceptance length: 1..1+K, K <= 16 (the library checks 1+K)
 
 
 def check_levels(levels, flag: str = "--concurrency"):
@@ -130,7 +130,9 @@ class NonEmpty(click.ParamType):
         if isinstance(value, str) and not value.strip():
             from rocm_dspark.errors import UsageError
 
-            raise UsageError(f"{_name(param)} is empty (an unset shell variable?); give a value or leave the option out")
+            raise UsageError(
+                f"{_name(param)} is empty (an unset shell variable?); give a value or leave the option out"
+            )
         return self.inner.convert(value, param, ctx)
 
     def get_metavar(self, param, ctx):
@@ -143,13 +145,34 @@ class NonEmpty(click.ParamType):
 def refuse_empty(command: click.Command) -> click.Command:
     """Every text and path option of `command` refuses an empty value (the group applies it to each command)."""
     for param in command.params:
-        if (isinstance(param, click.Option) and not param.is_flag
-                and isinstance(param.type, (click.types.StringParamType, click.Path))):
+        if (
+            isinstance(param, click.Option)
+            and not param.is_flag
+            and isinstance(param.type, (click.types.StringParamType, click.Path))
+        ):
             param.type = NonEmpty(param.type)
     for sub in getattr(command, "commands", {}).values():
         refuse_empty(sub)
     return command
 
 
-__all__ = ["check_levels", "NonEmpty", "refuse_empty", "BoundedInt", "BoundedFloat", "NODES", "GPUS_PER_NODE", "RANKS", "SEQS", "TOKENS", "PORT", "NODE_RANK",
-           "PREFILL_NODES", "REPLICAS", "SECONDS", "INT_SECONDS", "COUNT", "ACCEPTANCE"]
+__all__ = [
+    "check_levels",
+    "NonEmpty",
+    "refuse_empty",
+    "BoundedInt",
+    "BoundedFloat",
+    "NODES",
+    "GPUS_PER_NODE",
+    "RANKS",
+    "SEQS",
+    "TOKENS",
+    "PORT",
+    "NODE_RANK",
+    "PREFILL_NODES",
+    "REPLICAS",
+    "SECONDS",
+    "INT_SECONDS",
+    "COUNT",
+    "ACCEPTANCE",
+]

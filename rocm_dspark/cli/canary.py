@@ -14,12 +14,25 @@ from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 
 @click.command(short_help="Re-score the service's tokens once; an adaptive service that fails switches to block.")
 @click.option("--state-dir", default=None, help="The state directory `up` used (the record goes there).")
-@click.option("--timeout", type=bounds.SECONDS, default=float(CANARY_TIMEOUT_S), show_default=True,
-              help="Seconds the whole check may take (every request's timeout is what is left).")
-@click.option("--endpoint", default=None, metavar="URL",
-              help="Check this server instead of the one `up` runs (checked and recorded only, never restarted).")
-@click.option("--capture-size", type=bounds.SEQS, default=None,
-              help="With --endpoint: the server's largest captured graph size (default: vLLM's ceiling, 1024).")
+@click.option(
+    "--timeout",
+    type=bounds.SECONDS,
+    default=float(CANARY_TIMEOUT_S),
+    show_default=True,
+    help="Seconds the whole check may take (every request's timeout is what is left).",
+)
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="URL",
+    help="Check this server instead of the one `up` runs (checked and recorded only, never restarted).",
+)
+@click.option(
+    "--capture-size",
+    type=bounds.SEQS,
+    default=None,
+    help="With --endpoint: the server's largest captured graph size (default: vLLM's ceiling, 1024).",
+)
 @click.option("--max-num-batched-tokens", type=bounds.TOKENS, default=None, help="With --endpoint: the server's.")
 @click.option("--json", "as_json", is_flag=True, help="The run's record as JSON on stdout.")
 @usage_errors
@@ -47,11 +60,18 @@ def canary(state_dir, timeout, endpoint, capture_size, max_num_batched_tokens, a
 
         where = parse_endpoint(endpoint)
     elif capture_size or max_num_batched_tokens:
-        raise UsageError("--capture-size and --max-num-batched-tokens describe an --endpoint; `up`'s service "
-                         "records its own")
+        raise UsageError(
+            "--capture-size and --max-num-batched-tokens describe an --endpoint; `up`'s service records its own"
+        )
     sizes = {"capture_size": capture_size, "max_num_batched_tokens": max_num_batched_tokens}
-    code, entry = run_canary(resolve(state_dir), timeout_s=timeout, endpoint=where, sizes=sizes,
-                             say=lambda line: click.echo(line, err=True), display=Display(sys.stderr))
+    code, entry = run_canary(
+        resolve(state_dir),
+        timeout_s=timeout,
+        endpoint=where,
+        sizes=sizes,
+        say=lambda line: click.echo(line, err=True),
+        display=Display(sys.stderr),
+    )
     if as_json:
         click.echo(json.dumps(entry, indent=1))
     sys.exit(code)

@@ -13,12 +13,25 @@ from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
 @click.command(short_help="Ask the registry what each candidate image tag holds now.")
 @click.option("--gpu", default=None, help="GPU (recipes/gpus.yaml key); detected with amd-smi/rocminfo when omitted.")
 @click.option("--build", default=None, help="Ask about this build only (recipes/vllm.yaml).")
-@click.option("--state-dir", default=None, help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).")
-@click.option("--skopeo/--http", "use_skopeo", default=None,
-              help="Ask with skopeo, or with the Docker Registry HTTP API (default: skopeo when installed).")
+@click.option(
+    "--state-dir",
+    default=None,
+    help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).",
+)
+@click.option(
+    "--skopeo/--http",
+    "use_skopeo",
+    default=None,
+    help="Ask with skopeo, or with the Docker Registry HTTP API (default: skopeo when installed).",
+)
 @click.option("--image", default=None, metavar="REF", help="Ask about this image only (what `--image REF` runs).")
-@click.option("--registry", default=None, metavar="HOST[:PORT]", envvar="ROCM_DSPARK_REGISTRY",
-              help="A mirror: ask it for the same repository and tag ($ROCM_DSPARK_REGISTRY).")
+@click.option(
+    "--registry",
+    default=None,
+    metavar="HOST[:PORT]",
+    envvar="ROCM_DSPARK_REGISTRY",
+    help="A mirror: ask it for the same repository and tag ($ROCM_DSPARK_REGISTRY).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @usage_errors
 def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):

@@ -18,25 +18,47 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
 @click.command(short_help="Write launcher files (bash, systemd, k8s) for a plan.")
 @selection_options
 @cluster_options
-@click.option("--format", "fmt", type=click.Choice(["shell", "systemd", "k8s"]), default="shell", show_default=True,
-              help="shell: a bash launcher; systemd: the launcher plus a .service unit and a 0600 env file; "
-                   "k8s: Kubernetes manifests (<name>.k8s.yaml). With --strategy: one launcher (or unit) per node.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["shell", "systemd", "k8s"]),
+    default="shell",
+    show_default=True,
+    help="shell: a bash launcher; systemd: the launcher plus a .service unit and a 0600 env file; "
+    "k8s: Kubernetes manifests (<name>.k8s.yaml). With --strategy: one launcher (or unit) per node.",
+)
 @click.option("--output", default=".", show_default=True, help="Existing directory to write the files into.")
 @click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
 @click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
-@click.option("--env-file", default=None,
-              help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
-                   "<output>/<name>.env). An existing one is kept, must be mode 0600, and gets the --env values set "
-                   "in it. systemd: the install commands copy it to /etc/rocm-dspark/<name>.env, the unit's "
-                   "EnvironmentFile=, unless the node has one there already.")
+@click.option(
+    "--env-file",
+    default=None,
+    help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
+    "<output>/<name>.env). An existing one is kept, must be mode 0600, and gets the --env values set "
+    "in it. systemd: the install commands copy it to /etc/rocm-dspark/<name>.env, the unit's "
+    "EnvironmentFile=, unless the node has one there already.",
+)
 @click.option("--container", is_flag=True, help="Run vLLM in the plan's image (pinned by digest) with docker.")
-@click.option("--pull", is_flag=True,
-              help="With --container: pull the image now and write its digest into the launcher (starts never pull).")
-@click.option("--ready-timeout", type=bounds.INT_SECONDS, default=3600, show_default=True,
-              help="Seconds each start may take to answer /health and /v1/models.")
-@click.option("--stop-timeout", type=bounds.INT_SECONDS, default=300, show_default=True,
-              help="Seconds vLLM may drain after SIGTERM before the launcher kills it (the unit's TimeoutStopSec "
-                   "is written for it).")
+@click.option(
+    "--pull",
+    is_flag=True,
+    help="With --container: pull the image now and write its digest into the launcher (starts never pull).",
+)
+@click.option(
+    "--ready-timeout",
+    type=bounds.INT_SECONDS,
+    default=3600,
+    show_default=True,
+    help="Seconds each start may take to answer /health and /v1/models.",
+)
+@click.option(
+    "--stop-timeout",
+    type=bounds.INT_SECONDS,
+    default=300,
+    show_default=True,
+    help="Seconds vLLM may drain after SIGTERM before the launcher kills it (the unit's TimeoutStopSec "
+    "is written for it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
 @usage_errors
 def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, stop_timeout, as_json, **opts):
@@ -62,8 +84,20 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
 
         copts["strategy"] = copts.get("strategy") or "single_node"
         plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
-        written = write_group(plan, cluster, output, fmt, name=name, user=user, env_file=env_file, container=container,
-                              ready_timeout_s=ready_timeout, stop_timeout_s=stop_timeout, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
+        written = write_group(
+            plan,
+            cluster,
+            output,
+            fmt,
+            name=name,
+            user=user,
+            env_file=env_file,
+            container=container,
+            ready_timeout_s=ready_timeout,
+            stop_timeout_s=stop_timeout,
+            node_rank=copts.get("node_rank"),
+            bands=_bands(plan, opts),
+        )
         if as_json:
             click.echo(json.dumps(written, indent=2))
             return
@@ -88,27 +122,48 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
         plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
         click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)
     files = write_launchers(
-        plan, output, fmt, name=name, user=user, env_file=env_file,
-        container=container, ready_timeout_s=ready_timeout, stop_timeout_s=stop_timeout,
+        plan,
+        output,
+        fmt,
+        name=name,
+        user=user,
+        env_file=env_file,
+        container=container,
+        ready_timeout_s=ready_timeout,
+        stop_timeout_s=stop_timeout,
     )
     from rocm_dspark.launch import observability
 
-    obs = observability.write(files.launcher.parent, observability.render(
-        plan, files.name, observability.targets(plan), bands=_bands(plan, opts)))
+    obs = observability.write(
+        files.launcher.parent,
+        observability.render(plan, files.name, observability.targets(plan), bands=_bands(plan, opts)),
+    )
     if as_json:
-        click.echo(json.dumps({
-            "format": files.fmt, "name": files.name, "launcher": str(files.launcher),
-            "unit": str(files.unit) if files.unit else None,
-            "env_file": str(files.env_file) if files.env_file else None,
-            "env_file_written": files.env_file_written, "install_commands": list(files.install_commands),
-            "observability": [str(p) for p in obs],
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "format": files.fmt,
+                    "name": files.name,
+                    "launcher": str(files.launcher),
+                    "unit": str(files.unit) if files.unit else None,
+                    "env_file": str(files.env_file) if files.env_file else None,
+                    "env_file_written": files.env_file_written,
+                    "install_commands": list(files.install_commands),
+                    "observability": [str(p) for p in obs],
+                },
+                indent=2,
+            )
+        )
         return
     _say(f"wrote {files.launcher}")
-    _say(f"wrote {', '.join(p.name for p in obs)} (Prometheus scrape config, rules, Grafana dashboard; docs/operations.md)")
+    _say(
+        f"wrote {', '.join(p.name for p in obs)} (Prometheus scrape config, rules, Grafana dashboard; docs/operations.md)"
+    )
     if files.unit is None and files.env_file_written:
-        _say(f"wrote {files.env_file} (mode 0600: the --env values, in docker --env-file syntax; the launcher hands "
-             f"it to vLLM)")
+        _say(
+            f"wrote {files.env_file} (mode 0600: the --env values, in docker --env-file syntax; the launcher hands "
+            f"it to vLLM)"
+        )
     if files.unit is None:
         from rocm_dspark.launch.launch_facts import state_root
 
@@ -118,18 +173,36 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
         _say(f"State, logs and the exact command go to {root}/launch/{files.name} when run with this environment.")
         return
     _say(f"wrote {files.unit}")
-    for text in (f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy "
-                 f"it to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
-                 "there)",
-                 f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
-                 "run them again after regenerating it."):
+    for text in (
+        f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy "
+        f"it to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
+        "there)",
+        f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
+        "run them again after regenerating it.",
+    ):
         click.echo("\n".join(textwidth.wrap(text)))
     if plan.secret_env:  # the install commands never overwrite the node's env file (a token put there stays)
-        click.echo("\n".join(textwidth.wrap(f"A node installed before keeps its {installed_env_file(files.name)}, so "
-                                            f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
-                                            "there, replace that whole file with:")))
-        replace = ["sudo", "install", "-m", "0600", "-o", "root", "-g", "root", str(files.env_file),
-                   installed_env_file(files.name)]
+        click.echo(
+            "\n".join(
+                textwidth.wrap(
+                    f"A node installed before keeps its {installed_env_file(files.name)}, so "
+                    f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
+                    "there, replace that whole file with:"
+                )
+            )
+        )
+        replace = [
+            "sudo",
+            "install",
+            "-m",
+            "0600",
+            "-o",
+            "root",
+            "-g",
+            "root",
+            str(files.env_file),
+            installed_env_file(files.name),
+        ]
         click.echo("\n".join(textwidth.command([shlex.quote(w) for w in replace], "  ")))
     click.echo("Install and start:")
     for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs

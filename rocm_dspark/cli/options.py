@@ -90,8 +90,9 @@ def check_model_path(opts: dict, runs_here: bool) -> None:
     if not path or not path.strip() or path.startswith("-") or os.path.exists(os.path.expanduser(path)):
         return  # empty and '-x' are the resolver's to refuse, in one line
     if runs_here:
-        raise UsageError(f"--model-path {path!r} does not exist on this machine; pass the directory that holds the "
-                         f"checkpoint")
+        raise UsageError(
+            f"--model-path {path!r} does not exist on this machine; pass the directory that holds the checkpoint"
+        )
     warn(f"--model-path {path!r} does not exist here; vLLM fails to start unless it exists on the machine that runs it")
 
 

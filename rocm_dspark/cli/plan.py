@@ -14,46 +14,116 @@ from rocm_dspark.errors import UsageError
 
 @click.command(short_help="Predict tokens/s per speculation setting; recommend one.")
 @click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
-@click.option("--gpu", default=None,
-              help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.")
-@click.option("--concurrency", default="1,16,64,128,512", show_default=True,
-              help="Concurrent requests to plan for, comma-separated.")
-@click.option("--acceptance-length", type=bounds.ACCEPTANCE, default=None,
-              help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
-                   "default: the model's golden from recipes/.")
-@click.option("--acceptance-rates", default=None,
-              help="Conditional acceptance per drafted position, comma-separated: P(draft j accepted | 1..j-1 accepted).")
-@click.option("--acceptance-shape", type=click.Choice(["geometric", "synthetic"]), default="geometric",
-              show_default=True,
-              help="How --acceptance-length spreads over positions: one constant conditional rate, or vLLM's "
-                   "synthetic schedule [1,..,1,frac,0,..] (what its synthetic benchmark mode runs).")
-@click.option("--cost-table", default=None,
-              help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
-                   "instead of the roofline.")
-@click.option("--cost-model", type=click.Choice(["calibrated", "roofline"]), default="calibrated", show_default=True,
-              help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
-                   "or the uncalibrated roofline.")
-@click.option("--nodes", type=bounds.NODES, default=None,
-              help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.")
-@click.option("--capture-size", type=click.IntRange(1, 1 << 20), default=None,
-              help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
-                   "priced as eager/piecewise steps and marked.")
-@click.option("--max-num-seqs", type=click.IntRange(1, 1 << 16), default=None,
-              help="The server's max_num_seqs (default: the recipe's): plan concurrencies above it without queueing; "
-                   "the recipe's capture size follows it up to the cap, so bigger verify batches are priced eager.")
-@click.option("--calibrate", "calibrate_file", multiple=True,
-              help="Fit the step model to your own runs (a plain table, a `validate --ab` record or a `validate` "
-                   "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
-                   "as this host's calibration (docs/calibration.md).")
-@click.option("--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir).")
+@click.option(
+    "--gpu",
+    default=None,
+    help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.",
+)
+@click.option(
+    "--concurrency",
+    default="1,16,64,128,512",
+    show_default=True,
+    help="Concurrent requests to plan for, comma-separated.",
+)
+@click.option(
+    "--acceptance-length",
+    type=bounds.ACCEPTANCE,
+    default=None,
+    help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
+    "default: the model's golden from recipes/.",
+)
+@click.option(
+    "--acceptance-rates",
+    default=None,
+    help="Conditional acceptance per drafted position, comma-separated: P(draft j accepted | 1..j-1 accepted).",
+)
+@click.option(
+    "--acceptance-shape",
+    type=click.Choice(["geometric", "synthetic"]),
+    default="geometric",
+    show_default=True,
+    help="How --acceptance-length spreads over positions: one constant conditional rate, or vLLM's "
+    "synthetic schedule [1,..,1,frac,0,..] (what its synthetic benchmark mode runs).",
+)
+@click.option(
+    "--cost-table",
+    default=None,
+    help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
+    "instead of the roofline.",
+)
+@click.option(
+    "--cost-model",
+    type=click.Choice(["calibrated", "roofline"]),
+    default="calibrated",
+    show_default=True,
+    help="Without --cost-table: the step model fit to public measurements (recipes/step_cost.yaml), "
+    "or the uncalibrated roofline.",
+)
+@click.option(
+    "--nodes",
+    type=bounds.NODES,
+    default=None,
+    help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.",
+)
+@click.option(
+    "--capture-size",
+    type=click.IntRange(1, 1 << 20),
+    default=None,
+    help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
+    "priced as eager/piecewise steps and marked.",
+)
+@click.option(
+    "--max-num-seqs",
+    type=click.IntRange(1, 1 << 16),
+    default=None,
+    help="The server's max_num_seqs (default: the recipe's): plan concurrencies above it without queueing; "
+    "the recipe's capture size follows it up to the cap, so bigger verify batches are priced eager.",
+)
+@click.option(
+    "--calibrate",
+    "calibrate_file",
+    multiple=True,
+    help="Fit the step model to your own runs (a plain table, a `validate --ab` record or a `validate` "
+    "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
+    "as this host's calibration (docs/calibration.md).",
+)
+@click.option(
+    "--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--plot", default=None, help="Also write a PNG of tokens/s against concurrency (needs matplotlib); "
-              "the path it wrote goes to stderr.")
+@click.option(
+    "--plot",
+    default=None,
+    help="Also write a PNG of tokens/s against concurrency (needs matplotlib); the path it wrote goes to stderr.",
+)
 @click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Seed of the simulator's acceptance draws.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, 2**32 - 1),
+    default=0,
+    show_default=True,
+    help="Seed of the simulator's acceptance draws.",
+)
 @usage_errors
-def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptance_shape, cost_table, cost_model,
-         nodes, capture_size, max_num_seqs, calibrate_file, state_dir, as_json, plot, seed_example, seed):
+def plan(
+    model,
+    gpu,
+    concurrency,
+    acceptance_length,
+    acceptance_rates,
+    acceptance_shape,
+    cost_table,
+    cost_model,
+    nodes,
+    capture_size,
+    max_num_seqs,
+    calibrate_file,
+    state_dir,
+    as_json,
+    plot,
+    seed_example,
+    seed,
+):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
 
     \b
@@ -95,16 +165,37 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         key = catalog.find_gpu(g).key
         profile = spec.profiles.get(key)  # this host's `plan --calibrate` fit for it, ahead of the public one
         own, note = host_calibration(spec.key, key, profile.tp, state_dir) if profile else (None, None)
-        plans.append(plan_profile(catalog, spec, g, concurrencies=concurrencies, acceptance_length=acceptance_length,
-                                  acceptance_rates=acceptance_rates, acceptance_shape=acceptance_shape,
-                                  cost_table=cost_table, cost_model=cost_model, seed=seed, capture_size=capture_size,
-                                  calibration=own, calibration_note=note, max_num_seqs=max_num_seqs))
+        plans.append(
+            plan_profile(
+                catalog,
+                spec,
+                g,
+                concurrencies=concurrencies,
+                acceptance_length=acceptance_length,
+                acceptance_rates=acceptance_rates,
+                acceptance_shape=acceptance_shape,
+                cost_table=cost_table,
+                cost_model=cost_model,
+                seed=seed,
+                capture_size=capture_size,
+                calibration=own,
+                calibration_note=note,
+                max_num_seqs=max_num_seqs,
+            )
+        )
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines
 
-        kw = dict(concurrencies=concurrencies, acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
-                  acceptance_shape=acceptance_shape, cost_table=cost_table, cost_model=cost_model, seed=seed)
+        kw = dict(
+            concurrencies=concurrencies,
+            acceptance_length=acceptance_length,
+            acceptance_rates=acceptance_rates,
+            acceptance_shape=acceptance_shape,
+            cost_table=cost_table,
+            cost_model=cost_model,
+            seed=seed,
+        )
         scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **kw) for g, p in zip(gpus, plans)}
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
@@ -120,8 +211,13 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
 
     applies = [applied(g, p) for g, p in zip(gpus, plans)]
     if as_json:
-        out = {"model": spec.key, "plans": [dict(to_dict(p), apply={"recipe": argv, "refused": why, "instead": other})
-                                           for p, (argv, why, other) in zip(plans, applies)]}
+        out = {
+            "model": spec.key,
+            "plans": [
+                dict(to_dict(p), apply={"recipe": argv, "refused": why, "instead": other})
+                for p, (argv, why, other) in zip(plans, applies)
+            ],
+        }
         if scaling is not None:
             out["strategies"] = {g: [row for row, _ in rows] for g, rows in scaling.items()}
         click.echo(json.dumps(out, indent=2))
@@ -139,10 +235,14 @@ def plan(model, gpu, concurrency, acceptance_length, acceptance_rates, acceptanc
         gated = argv[-2:] == ["--adaptive", "on"]
         if why is None:  # the command alone, broken with `\` so that it pastes and runs
             new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
-            new += textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
+            new += (
+                textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
+            )
         else:
-            new = textwidth.prose(f"  apply: `recipe` refuses it on every build ({why})"
-                                + (f"; the best fixed K it runs: {shlex.join(other)}" if other else ""))
+            new = textwidth.prose(
+                f"  apply: `recipe` refuses it on every build ({why})"
+                + (f"; the best fixed K it runs: {shlex.join(other)}" if other else "")
+            )
         return [w for ln in lines[:at] for w in fitted(ln)] + new + [w for ln in lines[at:] for w in fitted(ln)]
 
     text = "\n\n".join("\n".join(with_apply(table_lines(p), a)) for p, a in zip(plans, applies))

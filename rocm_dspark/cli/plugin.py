@@ -19,15 +19,37 @@ def plugin():
 
 @plugin.command(short_help="Installed vLLM, plugin registration, what adaptive needs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--host-only", is_flag=True,
-              help="Evaluate only this host's platform (default: also vLLM's ROCm classes, forced to ROCm here).")
-@click.option("-k", "--num-speculative-tokens", type=click.IntRange(1, 16), default=5, show_default=True,
-              help="K of the adaptive-verification config the checks use.")
-@click.option("--gpu", default=None, help="recipes/gpus.yaml key whose arch stands in when forcing ROCm (default: the first listed).")
-@click.option("--model", type=click.Path(exists=True, file_okay=False), default=None,
-              help="A DeepSeek-V4.1 checkpoint dir whose config.json the checks use (default: a config-only stand-in).")
-@click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Inspect the vLLM installed for this interpreter instead of the current one.")
+@click.option(
+    "--host-only",
+    is_flag=True,
+    help="Evaluate only this host's platform (default: also vLLM's ROCm classes, forced to ROCm here).",
+)
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    type=click.IntRange(1, 16),
+    default=5,
+    show_default=True,
+    help="K of the adaptive-verification config the checks use.",
+)
+@click.option(
+    "--gpu",
+    default=None,
+    help="recipes/gpus.yaml key whose arch stands in when forcing ROCm (default: the first listed).",
+)
+@click.option(
+    "--model",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="A DeepSeek-V4.1 checkpoint dir whose config.json the checks use (default: a config-only stand-in).",
+)
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Inspect the vLLM installed for this interpreter instead of the current one.",
+)
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
     """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks.
 
@@ -38,6 +60,11 @@ def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
     """
     from rocm_dspark.vllm_plugin.status import format_table, plugin_status
 
-    report = plugin_status(force_platform=None if host_only else "rocm", num_speculative_tokens=num_speculative_tokens,
-                           gpu=gpu, model=model, python=python)
+    report = plugin_status(
+        force_platform=None if host_only else "rocm",
+        num_speculative_tokens=num_speculative_tokens,
+        gpu=gpu,
+        model=model,
+        python=python,
+    )
     click.echo(json.dumps(report, indent=2, default=str) if as_json else format_table(report))

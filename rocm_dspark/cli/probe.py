@@ -24,14 +24,28 @@ def _model_optional(fn):
 @click.command(short_help="Prove (or refute) adaptive verification on this host.")
 @_model_optional
 @selection_options
-@click.option("--levels", default="static,kernel,live", show_default=True,
-              help="Comma-separated levels to run: static, kernel, live.")
-@click.option("--deadline", type=bounds.SECONDS, default=3600.0, show_default=True,
-              help="Seconds the live level waits for the server to become ready.")
-@click.option("--server-json", "server_json", default=None, metavar="FILE",
-              help="JSON file describing the server the live level runs instead of the plan's (same format as "
-                   "validate --server-json; hosts where the plan cannot run, e.g. CPU tests); such a record "
-                   "never turns the flag on.")
+@click.option(
+    "--levels",
+    default="static,kernel,live",
+    show_default=True,
+    help="Comma-separated levels to run: static, kernel, live.",
+)
+@click.option(
+    "--deadline",
+    type=bounds.SECONDS,
+    default=3600.0,
+    show_default=True,
+    help="Seconds the live level waits for the server to become ready.",
+)
+@click.option(
+    "--server-json",
+    "server_json",
+    default=None,
+    metavar="FILE",
+    help="JSON file describing the server the live level runs instead of the plan's (same format as "
+    "validate --server-json; hosts where the plan cannot run, e.g. CPU tests); such a record "
+    "never turns the flag on.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.option("--show", is_flag=True, help="Print the latest probe records in the state directory and exit.")
 @click.option("--limit", type=bounds.COUNT, default=5, show_default=True, help="With --show: how many records.")
@@ -73,23 +87,38 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     if server_json:
         if "live" not in wanted:
             raise UsageError("--server-json only applies to the live level: add live to --levels")
-        target = target_from_spec(load_server_spec(server_json, flag="--server-json"), catalog.find_model(selection.model))
+        target = target_from_spec(
+            load_server_spec(server_json, flag="--server-json"), catalog.find_model(selection.model)
+        )
 
     def progress(message: str) -> None:
         click.echo(f"[probe] {message}", err=True)
 
-    outcome = run_probe(catalog, selection, levels=wanted, state_dir=state_dir, deadline_s=deadline,
-                        live_target=target, progress=progress)
+    outcome = run_probe(
+        catalog,
+        selection,
+        levels=wanted,
+        state_dir=state_dir,
+        deadline_s=deadline,
+        live_target=target,
+        progress=progress,
+    )
     from rocm_dspark.recipe.resolve import resolve_plan
     from rocm_dspark.usecase.verdict import judge
 
     plan = resolve_plan(catalog, selection)  # the verdict on every record now here, this one included
     verdict = judge(catalog, plan, state_dir=state_dir, concurrency=plan.concurrency).verdict
     if as_json:
-        click.echo(json.dumps({**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}},
-                              indent=1))
+        click.echo(
+            json.dumps({**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}}, indent=1)
+        )
     else:
-        click.echo("\n".join([*shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state,
-                                                   outcome.gate_reason),
-                               f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})"]))
+        click.echo(
+            "\n".join(
+                [
+                    *shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state, outcome.gate_reason),
+                    f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})",
+                ]
+            )
+        )
     sys.exit(0 if outcome.passed else 1)

@@ -13,9 +13,15 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
 @click.command(short_help="Print the vLLM launch for a model on an AMD GPU.")
 @selection_options
 @cluster_options
-@click.option("--format", "fmt", type=click.Choice(["shell", "json", "docker", "k8s"]), default="shell", show_default=True,
-              help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags; "
-                   "k8s: Kubernetes manifests (with --strategy).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["shell", "json", "docker", "k8s"]),
+    default="shell",
+    show_default=True,
+    help="shell: copy-pasteable command; json: argv/env/image/notes; docker: docker run with AMD device flags; "
+    "k8s: Kubernetes manifests (with --strategy).",
+)
 @click.option("--explain", is_flag=True, help="Print every note in full: reasons, evidence links, removal conditions.")
 @usage_errors
 def recipe(fmt, explain, **opts):
@@ -81,36 +87,102 @@ def list_catalog(as_json):
     if as_json:
         import json
 
-        click.echo(json.dumps({
-            "models": {m.key: {"hf_id": m.hf_id, "aliases": list(m.aliases), "fallback": m.fallback,
-                               "profiles": {g: {"status": p.status, "date": p.status_date, "tp": p.tp,
-                                                "evidence": list(p.evidence), "image": p.image}
-                                            for g, p in m.profiles.items()}}
-                       for m in cat.models.values()},
-            "gpus": {g.key: {"name": g.name, "arch": g.arch, "hbm_gb": g.hbm_gb, "fp8": g.fp8_format,
-                             "native_fp4": g.native_fp4} for g in cat.gpus.values()},
-            "builds": {b.name: {"image": b.image, "digest": b.digest, "commit": b.vllm_commit,
-                                "reported_version": b.reported_version, "rocm": b.rocm, "channel": b.channel,
-                                "status": b.status, "date": b.date, "changes": list(b.changes),
-                                "evidence_on": {g: list(u) for g, u in b.gpus.items()}}
-                       for b in cat.builds.values()},
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "models": {
+                        m.key: {
+                            "hf_id": m.hf_id,
+                            "aliases": list(m.aliases),
+                            "fallback": m.fallback,
+                            "profiles": {
+                                g: {
+                                    "status": p.status,
+                                    "date": p.status_date,
+                                    "tp": p.tp,
+                                    "evidence": list(p.evidence),
+                                    "image": p.image,
+                                }
+                                for g, p in m.profiles.items()
+                            },
+                        }
+                        for m in cat.models.values()
+                    },
+                    "gpus": {
+                        g.key: {
+                            "name": g.name,
+                            "arch": g.arch,
+                            "hbm_gb": g.hbm_gb,
+                            "fp8": g.fp8_format,
+                            "native_fp4": g.native_fp4,
+                        }
+                        for g in cat.gpus.values()
+                    },
+                    "builds": {
+                        b.name: {
+                            "image": b.image,
+                            "digest": b.digest,
+                            "commit": b.vllm_commit,
+                            "reported_version": b.reported_version,
+                            "rocm": b.rocm,
+                            "channel": b.channel,
+                            "status": b.status,
+                            "date": b.date,
+                            "changes": list(b.changes),
+                            "evidence_on": {g: list(u) for g, u in b.gpus.items()},
+                        }
+                        for b in cat.builds.values()
+                    },
+                },
+                indent=2,
+            )
+        )
         return
     from rocm_dspark.textwidth import aligned
 
     click.echo("GPUs:")
-    for line in aligned([(g.key, g.name, g.arch, f"{g.hbm_gb:g} GB", f"{g.hbm_bandwidth_tbps:g} TB/s",
-                          f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}")
-                         for g in cat.gpus.values()], "  "):
+    for line in aligned(
+        [
+            (
+                g.key,
+                g.name,
+                g.arch,
+                f"{g.hbm_gb:g} GB",
+                f"{g.hbm_bandwidth_tbps:g} TB/s",
+                f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}",
+            )
+            for g in cat.gpus.values()
+        ],
+        "  ",
+    ):
         click.echo(line)
     click.echo("vLLM builds (recipes/vllm.yaml):")
-    for line in aligned([(b.name, b.status, b.date or "-", f"reports {b.reported_version or '?'}",
-                          f"ROCm {b.rocm or '?'} ({b.channel})", f"evidence on {', '.join(b.gpus)}" if b.gpus else "")
-                         for b in cat.builds.values()], "  "):
+    for line in aligned(
+        [
+            (
+                b.name,
+                b.status,
+                b.date or "-",
+                f"reports {b.reported_version or '?'}",
+                f"ROCm {b.rocm or '?'} ({b.channel})",
+                f"evidence on {', '.join(b.gpus)}" if b.gpus else "",
+            )
+            for b in cat.builds.values()
+        ],
+        "  ",
+    ):
         click.echo(line)
     click.echo("Models and profiles:")
-    rows = iter(aligned([(g, p.status, p.status_date, f"TP{p.tp}", f"build {p.vllm_build}", p.evidence[0])
-                         for m in cat.models.values() for g, p in m.profiles.items()], "    "))  # one column set
+    rows = iter(
+        aligned(
+            [
+                (g, p.status, p.status_date, f"TP{p.tp}", f"build {p.vllm_build}", p.evidence[0])
+                for m in cat.models.values()
+                for g, p in m.profiles.items()
+            ],
+            "    ",
+        )
+    )  # one column set
     for m in cat.models.values():
         extra = f"  (fallback: {m.fallback})" if m.fallback else ""
         click.echo(f"  {m.key}  [{m.hf_id}]  aliases: {', '.join(m.aliases[:2])}{extra}")

@@ -14,32 +14,85 @@ from rocm_dspark.errors import UsageError, warn
 
 @click.command(short_help="Bring this node to a validated endpoint; rerun to resume.")
 @selection_options
-@click.option("--concurrency", default=None, metavar="C[,C...]",
-              help="Validation sweep (and A/B) levels; the largest also sizes the plan's workload rules (as recipe "
-                   "--concurrency). Default: validate's levels and the profile's workload.")
-@click.option("--mode", type=click.Choice(["systemd", "foreground", "container"]), default=None,
-              help="systemd: a unit running the pinned image; container: the pinned image, no unit; foreground: the "
-                   "host's vLLM, no container. Default: systemd where usable, else container, else foreground.")
+@click.option(
+    "--concurrency",
+    default=None,
+    metavar="C[,C...]",
+    help="Validation sweep (and A/B) levels; the largest also sizes the plan's workload rules (as recipe "
+    "--concurrency). Default: validate's levels and the profile's workload.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["systemd", "foreground", "container"]),
+    default=None,
+    help="systemd: a unit running the pinned image; container: the pinned image, no unit; foreground: the "
+    "host's vLLM, no container. Default: systemd where usable, else container, else foreground.",
+)
 @click.option("--dry-run", is_flag=True, help="Print every step and the exact commands; run and write nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before installing the systemd unit.")
 @click.option("--quick", is_flag=True, help="Validate with the small workload (validate --quick).")
 @click.option("--name", default=None, help="Launcher, unit and container name (default: rocm-dspark-<profile>).")
-@click.option("--service-user", default=None, help="systemd: the user the unit runs as (default: you); also the user the device check tests.")
-@click.option("--ready-timeout", type=bounds.SECONDS, default=3600.0, show_default=True,
-              help="Seconds each vLLM start may take to become ready.")
-@click.option("--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each validation request may take.")
-@click.option("--probe-levels", default="static,kernel", show_default=True,
-              help="Probe levels before validation (live runs on the started server when it is the plan's adaptive command).")
-@click.option("--target", type=click.Choice(["node", "local-cpu"]), default="node", show_default=True,
-              help="local-cpu is a TEST target: the installed vLLM on --model-path (with --mode container: the CPU "
-                   "image --image names), no GPU checks; nothing it produces counts for the gate.")
-@click.option("--vllm-bin", default=None, help="local-cpu: the vllm executable (default: beside this Python, else PATH).")
-@click.option("--ready-port", type=bounds.PORT, default=None, metavar="PORT",
-              help="Also answer GET /ready on this port (on --host) for a load balancer: 200 once the served command "
-                   "is final and validated, 503 while a load runs, adaptive verification is proved, or it is down.")
+@click.option(
+    "--service-user",
+    default=None,
+    help="systemd: the user the unit runs as (default: you); also the user the device check tests.",
+)
+@click.option(
+    "--ready-timeout",
+    type=bounds.SECONDS,
+    default=3600.0,
+    show_default=True,
+    help="Seconds each vLLM start may take to become ready.",
+)
+@click.option(
+    "--request-timeout",
+    type=bounds.SECONDS,
+    default=120.0,
+    show_default=True,
+    help="Seconds each validation request may take.",
+)
+@click.option(
+    "--probe-levels",
+    default="static,kernel",
+    show_default=True,
+    help="Probe levels before validation (live runs on the started server when it is the plan's adaptive command).",
+)
+@click.option(
+    "--target",
+    type=click.Choice(["node", "local-cpu"]),
+    default="node",
+    show_default=True,
+    help="local-cpu is a TEST target: the installed vLLM on --model-path (with --mode container: the CPU "
+    "image --image names), no GPU checks; nothing it produces counts for the gate.",
+)
+@click.option(
+    "--vllm-bin", default=None, help="local-cpu: the vllm executable (default: beside this Python, else PATH)."
+)
+@click.option(
+    "--ready-port",
+    type=bounds.PORT,
+    default=None,
+    metavar="PORT",
+    help="Also answer GET /ready on this port (on --host) for a load balancer: 200 once the served command "
+    "is final and validated, 503 while a load runs, adaptive verification is proved, or it is down.",
+)
 @usage_errors
-def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout, request_timeout, probe_levels,
-       target, vllm_bin, ready_port, **opts):
+def up(
+    concurrency,
+    mode,
+    dry_run,
+    yes,
+    quick,
+    name,
+    service_user,
+    ready_timeout,
+    request_timeout,
+    probe_levels,
+    target,
+    vllm_bin,
+    ready_port,
+    **opts,
+):
     """Detect, choose, check, pull, write, start, probe, A/B, validate, summarise; rerun to continue.
 
     Exit status: 0 done, 1 a step failed (the line says the fix), 2 bad usage, 130 interrupted.
@@ -64,19 +117,37 @@ def up(concurrency, mode, dry_run, yes, quick, name, service_user, ready_timeout
     nodes = opts.get("nodes") or 1
     if nodes > 1:  # up has no --strategy: it brings up this node, node 0 of a data-parallel group
         if not opts.get("dp"):
-            raise UsageError(f"--nodes {nodes}: up brings up one node, node 0 of a data-parallel group: add --dp (a "
-                             f"multiple of {nodes}); for a strategy's layout, `rocm-dspark launch --nodes {nodes} "
-                             f"--strategy NAME` writes every node's files (docs/multinode.md)")
-        warn(f"up brings up node 0 of the {nodes}-node group only; each other node runs the same command with what the "
-             f"plan's multi-node note adds (docs/multinode.md)")
+            raise UsageError(
+                f"--nodes {nodes}: up brings up one node, node 0 of a data-parallel group: add --dp (a "
+                f"multiple of {nodes}); for a strategy's layout, `rocm-dspark launch --nodes {nodes} "
+                f"--strategy NAME` writes every node's files (docs/multinode.md)"
+            )
+        warn(
+            f"up brings up node 0 of the {nodes}-node group only; each other node runs the same command with what the "
+            f"plan's multi-node note adds (docs/multinode.md)"
+        )
     levels = tuple(lv for lv in parse_levels(probe_levels) if lv != "live")
     if (opts.get("adaptive") or "auto") == "on":
-        raise UsageError("--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
-                         "prove adaptive verification with `rocm-dspark probe` first")
-    options = UpOptions(selection=opts, target=target, mode=mode, concurrency=concurrency_levels(concurrency),
-                        dry_run=dry_run, yes=yes, quick=quick, name=name, service_user=service_user, vllm_bin=vllm_bin,
-                        ready_timeout_s=ready_timeout, request_timeout_s=request_timeout, probe_levels=levels,
-                        ready_port=ready_port)
+        raise UsageError(
+            "--adaptive on: `up` follows the gate (auto) or forces block verification (off); "
+            "prove adaptive verification with `rocm-dspark probe` first"
+        )
+    options = UpOptions(
+        selection=opts,
+        target=target,
+        mode=mode,
+        concurrency=concurrency_levels(concurrency),
+        dry_run=dry_run,
+        yes=yes,
+        quick=quick,
+        name=name,
+        service_user=service_user,
+        vllm_bin=vllm_bin,
+        ready_timeout_s=ready_timeout,
+        request_timeout_s=request_timeout,
+        probe_levels=levels,
+        ready_port=ready_port,
+    )
     display = Display(sys.stdout if dry_run else sys.stderr)
     sys.exit(run_up(options, display))
 
@@ -103,12 +174,20 @@ def down(state_dir, purge_cache):
 @click.command()
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--ready", "ready_check", is_flag=True,
-              help="Only the readiness line; exit 0 when the service may take traffic, 1 while it is proved or down "
-                   "(a load balancer's or an exec readiness check).")
-@click.option("--listen", default=None, metavar="[HOST:]PORT",
-              help="With --ready: answer GET /ready over HTTP until stopped (200 ready, 503 not ready; the same "
-                   "answer as the exit status). `up --ready-port` runs this.")
+@click.option(
+    "--ready",
+    "ready_check",
+    is_flag=True,
+    help="Only the readiness line; exit 0 when the service may take traffic, 1 while it is proved or down "
+    "(a load balancer's or an exec readiness check).",
+)
+@click.option(
+    "--listen",
+    default=None,
+    metavar="[HOST:]PORT",
+    help="With --ready: answer GET /ready over HTTP until stopped (200 ready, 503 not ready; the same "
+    "answer as the exit status). `up --ready-port` runs this.",
+)
 @usage_errors
 def status(state_dir, as_json, ready_check, listen):
     """Show `up`'s steps and whether its service runs.

@@ -27,19 +27,28 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     if kwargs["endpoint"]:
         raise UsageError("--ab starts both servers itself (the same host, one after the other): drop --endpoint")
     block = load_server_spec(kwargs["server_json"], flag="--server-json") if kwargs["server_json"] else None
-    adaptive = (load_server_spec(kwargs["ab_server_json"], flag="--ab-server-json")
-                if kwargs["ab_server_json"] else None)
+    adaptive = load_server_spec(kwargs["ab_server_json"], flag="--ab-server-json") if kwargs["ab_server_json"] else None
     catalog = load_catalog()
     # The plan for the declared workload (concurrency drives workload rules): what `recipe --concurrency C` resolves.
     selection = build_selection({**selection_opts, "concurrency": levels[0]}, catalog)
     from rocm_dspark.validate.sweep import input_len
 
-    record = run_ab(catalog=catalog, selection=selection, concurrency=levels[0], report_dir=kwargs["report_dir"],
-                    state_dir=selection_opts.get("state_dir"), requests=kwargs["requests_per_level"],
-                    input_len=input_len(kwargs["quick"]), max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
-                    request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"],
-                    block_spec=block, adaptive_spec=adaptive, python=kwargs["python"],
-                    say=lambda line: click.echo(line, err=True))
+    record = run_ab(
+        catalog=catalog,
+        selection=selection,
+        concurrency=levels[0],
+        report_dir=kwargs["report_dir"],
+        state_dir=selection_opts.get("state_dir"),
+        requests=kwargs["requests_per_level"],
+        input_len=input_len(kwargs["quick"]),
+        max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
+        request_timeout_s=kwargs["request_timeout"],
+        ready_timeout_s=kwargs["ready_timeout"],
+        block_spec=block,
+        adaptive_spec=adaptive,
+        python=kwargs["python"],
+        say=lambda line: click.echo(line, err=True),
+    )
     if as_json:
         click.echo(json.dumps(record, indent=2))
     else:
@@ -52,34 +61,84 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 
 @click.command("validate", short_help="Check a node up to the first blocking failure; report.")
 @selection_options
-@click.option("--report", "report_dir", required=True, type=click.Path(path_type=Path),
-              help="Directory for report.json, report.md and the PNG plots.")
+@click.option(
+    "--report",
+    "report_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory for report.json, report.md and the PNG plots.",
+)
 @click.option("--force", is_flag=True, help="Overwrite report files already in --report.")
 @click.option("--endpoint", default=None, metavar="URL", help="Check a running server, e.g. http://127.0.0.1:8000.")
 @click.option("--launch", is_flag=True, help="Start the server from the generated launcher, check it, stop it.")
-@click.option("--server-json", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="JSON file describing the server actually run when it is not the recipe's plan (argv, port, "
-                   "served_name, recipe_model, ...; same format as probe --server-json).")
-@click.option("--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs.")
-@click.option("--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128).")
-@click.option("--requests-per-level", type=bounds.COUNT, default=None, help="Requests per level (default 4 x concurrency, at most 512).")
-@click.option("--max-tokens", type=bounds.TOKENS, default=None, help="Output tokens per request (default 256; 32 with --quick).")
-@click.option("--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each request may take.")
-@click.option("--ready-timeout", type=bounds.SECONDS, default=3600.0, show_default=True, help="Seconds --launch waits for readiness.")
+@click.option(
+    "--server-json",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="JSON file describing the server actually run when it is not the recipe's plan (argv, port, "
+    "served_name, recipe_model, ...; same format as probe --server-json).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs."
+)
+@click.option(
+    "--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128)."
+)
+@click.option(
+    "--requests-per-level",
+    type=bounds.COUNT,
+    default=None,
+    help="Requests per level (default 4 x concurrency, at most 512).",
+)
+@click.option(
+    "--max-tokens", type=bounds.TOKENS, default=None, help="Output tokens per request (default 256; 32 with --quick)."
+)
+@click.option(
+    "--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each request may take."
+)
+@click.option(
+    "--ready-timeout",
+    type=bounds.SECONDS,
+    default=3600.0,
+    show_default=True,
+    help="Seconds --launch waits for readiness.",
+)
 @click.option("--gsm8k", is_flag=True, help="Also run GSM8K through lm-eval (must be installed).")
 @click.option("--gsm8k-limit", type=bounds.COUNT, default=None, help="Only the first N GSM8K questions.")
-@click.option("--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's.")
+@click.option(
+    "--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's."
+)
 @click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
-@click.option("--server-log", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None, metavar="FILE",
-              help="The running server's log (with --endpoint): read for capture truncation and JIT compiles.")
-@click.option("--python", "python", type=click.Path(exists=True, dir_okay=False), default=None, help="The Python environment vLLM runs in (for software checks).")
-@click.option("--ab", is_flag=True,
-              help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
-                   "adaptive, each started here; writes an evidence record the gate reads (recipe --concurrency C).")
-@click.option("--ab-server-json", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="--ab where the plan cannot run: the adaptive arm's server file (--server-json is the block "
-                   "arm's). Such a record is kept but never counts for the gate.")
+@click.option(
+    "--server-log",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="The running server's log (with --endpoint): read for capture truncation and JIT compiles.",
+)
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The Python environment vLLM runs in (for software checks).",
+)
+@click.option(
+    "--ab",
+    is_flag=True,
+    help="A/B instead of the checks: one workload at --concurrency C against block verification, then "
+    "adaptive, each started here; writes an evidence record the gate reads (recipe --concurrency C).",
+)
+@click.option(
+    "--ab-server-json",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="--ab where the plan cannot run: the adaptive arm's server file (--server-json is the block "
+    "arm's). Such a record is kept but never counts for the gate.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout instead of the summary.")
 @usage_errors
 def validate(**kwargs):
@@ -110,13 +169,23 @@ def validate(**kwargs):
     if kwargs.pop("ab_server_json"):
         raise UsageError("--ab-server-json is only for --ab")
     opts = ValidateOptions(
-        report_dir=kwargs["report_dir"], force=kwargs["force"], endpoint=kwargs["endpoint"], launch=kwargs["launch"],
-        server_json=kwargs["server_json"], quick=kwargs["quick"],
-        concurrencies=concurrency_levels(kwargs["concurrency"]), requests_per_level=kwargs["requests_per_level"],
+        report_dir=kwargs["report_dir"],
+        force=kwargs["force"],
+        endpoint=kwargs["endpoint"],
+        launch=kwargs["launch"],
+        server_json=kwargs["server_json"],
+        quick=kwargs["quick"],
+        concurrencies=concurrency_levels(kwargs["concurrency"]),
+        requests_per_level=kwargs["requests_per_level"],
         max_tokens=kwargs["max_tokens"],
-        request_timeout_s=kwargs["request_timeout"], ready_timeout_s=kwargs["ready_timeout"], gsm8k=kwargs["gsm8k"],
-        gsm8k_limit=kwargs["gsm8k_limit"], acceptance_min=kwargs["acceptance_min"],
-        service_user=kwargs["service_user"], require_gpu=kwargs["require_gpu"], python=kwargs["python"],
+        request_timeout_s=kwargs["request_timeout"],
+        ready_timeout_s=kwargs["ready_timeout"],
+        gsm8k=kwargs["gsm8k"],
+        gsm8k_limit=kwargs["gsm8k_limit"],
+        acceptance_min=kwargs["acceptance_min"],
+        service_user=kwargs["service_user"],
+        require_gpu=kwargs["require_gpu"],
+        python=kwargs["python"],
         server_log=kwargs["server_log"],
     )
     from rocm_dspark.runtime.progress import Display
@@ -124,8 +193,9 @@ def validate(**kwargs):
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
     existed = Path(opts.report_dir).exists()
     try:
-        rep = run_validation(opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say,
-                             display=display)
+        rep = run_validation(
+            opts, selection, command=["rocm-dspark", *redact_argv(sys.argv[1:])], say=display.say, display=display
+        )
     except KeyboardInterrupt:  # Ctrl-C: the CLI exits 130; a report directory this run made and left empty goes
         if not existed:
             _remove_if_empty(Path(opts.report_dir))
@@ -150,6 +220,9 @@ def _remove_if_empty(directory: Path) -> None:
     import shutil
 
     with contextlib.suppress(OSError):
-        if directory.is_dir() and not directory.is_symlink() and all(p.is_dir() and not p.is_symlink()
-                                                                     for p in directory.rglob("*")):
+        if (
+            directory.is_dir()
+            and not directory.is_symlink()
+            and all(p.is_dir() and not p.is_symlink() for p in directory.rglob("*"))
+        ):
             shutil.rmtree(directory)

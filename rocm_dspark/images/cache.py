@@ -33,8 +33,14 @@ def read(state_dir) -> dict:
 
 
 def _valid(entry) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("exists"), bool) and isinstance(entry.get("checked_at"), str)
-            and (entry.get("digest") is None or (isinstance(entry["digest"], str) and entry["digest"].startswith("sha256:"))))
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("exists"), bool)
+        and isinstance(entry.get("checked_at"), str)
+        and (
+            entry.get("digest") is None or (isinstance(entry["digest"], str) and entry["digest"].startswith("sha256:"))
+        )
+    )
 
 
 def for_selection(state_dir) -> tuple:

@@ -13,15 +13,17 @@ from rocm_dspark.errors import UsageError
 _MIRROR = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"
 _PATH = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"   # what --registry defaults to (the CLI reads it)
+REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"  # what --registry defaults to (the CLI reads it)
 
 
 def check_mirror(value: str) -> str:
     """--registry HOST[:PORT] (no scheme, no path); UsageError (one line) otherwise."""
     port = (value or "").rpartition("]")[2].partition(":")[2]
     if not re.fullmatch(_MIRROR, value or "") or (port and not 0 < int(port) < 65536):
-        raise UsageError(f"--registry {value!r}: give a registry as HOST or HOST:PORT, PORT 1-65535 (e.g. harbor.example.com or "
-                         f"127.0.0.1:5000), without a scheme or a path (${REGISTRY_VAR} takes the same form)")
+        raise UsageError(
+            f"--registry {value!r}: give a registry as HOST or HOST:PORT, PORT 1-65535 (e.g. harbor.example.com or "
+            f"127.0.0.1:5000), without a scheme or a path (${REGISTRY_VAR} takes the same form)"
+        )
     return value
 
 
@@ -40,11 +42,16 @@ def ref_parts(image: str) -> tuple[str, str, str | None, str | None]:
 def check_ref(value: str) -> str:
     """--image REF: [HOST[:PORT]/]REPO[:TAG][@sha256:HEX], docker's grammar; UsageError (one line) otherwise."""
     _, path, tag, digest = ref_parts(value or "")
-    ok = (re.fullmatch(_PATH, path) and (tag is None or re.fullmatch(_TAG, tag))
-          and (digest is None or re.fullmatch(r"sha256:[0-9a-f]{64}", digest)))
+    ok = (
+        re.fullmatch(_PATH, path)
+        and (tag is None or re.fullmatch(_TAG, tag))
+        and (digest is None or re.fullmatch(r"sha256:[0-9a-f]{64}", digest))
+    )
     if not ok:
-        raise UsageError(f"--image {value!r} is not an image reference: use [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:DIGEST], "
-                         f"e.g. 127.0.0.1:5000/rocm-dspark/vllm-cpu-test:0.32.0")
+        raise UsageError(
+            f"--image {value!r} is not an image reference: use [HOST[:PORT]/]REPOSITORY[:TAG][@sha256:DIGEST], "
+            f"e.g. 127.0.0.1:5000/rocm-dspark/vllm-cpu-test:0.32.0"
+        )
     return value
 
 
@@ -114,12 +121,16 @@ def image_for(build, entry: dict | None, replacement: str | None) -> tuple:
     """(image to run, note text); UsageError (one line) when the registry said the tag is gone."""
     if build.digest:  # a digest from public evidence: what the plan runs whatever the tag does now
         if entry is not None and not entry["exists"]:
-            return build.image, (f"{build.image} (published digest); its tag {build.image_tag} is gone from the "
-                                 f"registry ({_answer(entry)}): only a node cache may still hold it")
+            return build.image, (
+                f"{build.image} (published digest); its tag {build.image_tag} is gone from the "
+                f"registry ({_answer(entry)}): only a node cache may still hold it"
+            )
         return build.image, f"{build.image} (published digest)"
     if entry is None:
-        return build.image_tag, (f"{build.image_tag}: unresolved (no registry answer on this host yet: "
-                                 f"`rocm-dspark images` asks); `up` and `launch --pull` pull it once and run the digest")
+        return build.image_tag, (
+            f"{build.image_tag}: unresolved (no registry answer on this host yet: "
+            f"`rocm-dspark images` asks); `up` and `launch --pull` pull it once and run the digest"
+        )
     if not entry["exists"]:
         fix = f"use --build {replacement}" if replacement else "pick another --build (`rocm-dspark images` lists them)"
         raise UsageError(f"image {build.image_tag} is not in the registry ({_answer(entry)}); {fix}")
@@ -127,7 +138,9 @@ def image_for(build, entry: dict | None, replacement: str | None) -> tuple:
         return build.image_tag, f"{build.image_tag}: the registry holds it but gave no digest ({_answer(entry)})"
     pinned = f"{repository(build.image_tag)}@{entry['digest']}"
     stack = entry.get("stack") or {}
-    says = f"; the image reports ROCm {stack['rocm']} ({stack.get('source', 'its config')})" if stack.get("rocm") else ""
+    says = (
+        f"; the image reports ROCm {stack['rocm']} ({stack.get('source', 'its config')})" if stack.get("rocm") else ""
+    )
     return pinned, f"{build.image_tag} resolved on this host to {pinned} ({_answer(entry)}){says}"
 
 
@@ -152,9 +165,11 @@ def retention_note(catalog, build, today: str | None, replacement: str | None) -
     if age <= days:
         return None
     use = f"; use its replacement, release {replacement} (--build {replacement})" if replacement else ""
-    return (f"{build.name} ({build.date}) is probably gone from the registry: vLLM keeps the last "
-            f"{rule['retention_builds']} {build.channel} builds (about {days} days; {rule['source']}) and it is {age} days "
-            f"older than {what} ({as_of}){use}")
+    return (
+        f"{build.name} ({build.date}) is probably gone from the registry: vLLM keeps the last "
+        f"{rule['retention_builds']} {build.channel} builds (about {days} days; {rule['source']}) and it is {age} days "
+        f"older than {what} ({as_of}){use}"
+    )
 
 
 EVIDENCE_MODEL = "DeepSeek-V4.1-Flash"  # the model whose public runs recipes/vllm.yaml's `gpus:` lists
@@ -164,12 +179,22 @@ def evidence_note(catalog, gpu, build, profile, model: str = EVIDENCE_MODEL) -> 
     """What the profile's public evidence is evidence for, against the build the plan runs."""
     own = build.gpus.get(gpu.key)
     if model != EVIDENCE_MODEL:  # a V4.1 run is no evidence for another model
-        return (f"no public {model} run on {gpu.key} with {build.name} is recorded (recipes/vllm.yaml lists V4.1 "
-                f"runs); `rocm-dspark validate` or `up` produce this host's evidence")
+        return (
+            f"no public {model} run on {gpu.key} with {build.name} is recorded (recipes/vllm.yaml lists V4.1 "
+            f"runs); `rocm-dspark validate` or `up` produce this host's evidence"
+        )
     if own:
         return f"public V4.1 evidence on {gpu.key} with this build: {', '.join(own)}"
     others = [b for b in catalog.evidence_builds(gpu) if b.name != build.name]
-    were = (f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: "
-            + ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)) if others else ""
-    return (f"no public V4.1 run on {gpu.key} with {build.name}{were}; `rocm-dspark validate` or `up` produce this "
-            f"host's evidence")
+    were = (
+        (
+            f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: "
+            + ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)
+        )
+        if others
+        else ""
+    )
+    return (
+        f"no public V4.1 run on {gpu.key} with {build.name}{were}; `rocm-dspark validate` or `up` produce this "
+        f"host's evidence"
+    )

@@ -63,8 +63,10 @@ def pull_and_pin(tool: str, image: str, *, say=lambda line: None, timeout_s: flo
     say(f"  $ {' '.join(pull)}")
     proc = subprocess.run(pull, text=True, capture_output=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise RuntimeError(f"`{' '.join(pull)}` failed (exit {proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']}")
+        raise RuntimeError(
+            f"`{' '.join(pull)}` failed (exit {proc.returncode}): "
+            f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']}"
+        )
     got = pin_local(tool, image)
     return {**got, "commands": [" ".join(pull), *got["commands"]]}
 
@@ -83,19 +85,31 @@ def pin_local(tool: str, image: str) -> dict:
         ident, said = image_id(tool, image)
         if ident is None:
             raise RuntimeError(f"`{tool} image inspect --format '{{{{.Id}}}}' {image}` failed: {said}")
-        return {"image": image, "digest": None, "pinned": ident, "runtime": tool, "commands": [" ".join(inspect)],
-                "note": f"{image} has no digest of {pick.repository(image)} ("
-                        + (f"its digests name {', '.join(d.split('@')[0] for d in digests)}" if digests else "built here?")
-                        + f"): pinned its image ID {ident}, which {tool} runs from this host and never pulls"}
-    return {"image": image, "digest": digest, "pinned": f"{pick.repository(image)}@{digest}", "runtime": tool,
-            "commands": [" ".join(inspect)]}
+        return {
+            "image": image,
+            "digest": None,
+            "pinned": ident,
+            "runtime": tool,
+            "commands": [" ".join(inspect)],
+            "note": f"{image} has no digest of {pick.repository(image)} ("
+            + (f"its digests name {', '.join(d.split('@')[0] for d in digests)}" if digests else "built here?")
+            + f"): pinned its image ID {ident}, which {tool} runs from this host and never pulls",
+        }
+    return {
+        "image": image,
+        "digest": digest,
+        "pinned": f"{pick.repository(image)}@{digest}",
+        "runtime": tool,
+        "commands": [" ".join(inspect)],
+    }
 
 
 def image_id(tool: str, image: str) -> tuple[str | None, str]:
     """(the local image's ID from `inspect --format '{{.Id}}'`, or None; what the tool said when it is None)."""
     try:
-        proc = subprocess.run([tool, "image", "inspect", "--format", "{{.Id}}", image], text=True,
-                              capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [tool, "image", "inspect", "--format", "{{.Id}}", image], text=True, capture_output=True, timeout=120
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, str(exc)
     out = proc.stdout.strip()
@@ -114,8 +128,9 @@ class PullFailed(Exception):
         self.missing = missing  # the registry lacks the tag
 
 
-def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: str | None = None,
-        say=lambda line: None) -> dict:
+def pin(
+    plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: str | None = None, say=lambda line: None
+) -> dict:
     """{"image", "digest", "pinned", "runtime", "commands", "resolved"}; PullFailed with the fix."""
     image = plan.image
     tag = plan.build.image_tag if plan.build is not None else image
@@ -125,9 +140,11 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
     except registry.RegistryUnreachable as exc:
         held, _ = image_id(tool, image)
         if held is None:
-            raise PullFailed(f"cannot resolve {tag}: {exc}; this host holds no copy of it",
-                             f"make the registry reachable (or `{tool} load` the image on an air-gapped node) and "
-                             f"run again", environment=True) from None
+            raise PullFailed(
+                f"cannot resolve {tag}: {exc}; this host holds no copy of it",
+                f"make the registry reachable (or `{tool} load` the image on an air-gapped node) and run again",
+                environment=True,
+            ) from None
         say(f"  registry unreachable ({exc}); using the copy this host holds")
     if resolved is not None:
         cache.record(state_dir, {tag: resolved})
@@ -136,8 +153,9 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
             resolved = None  # pin the copy this host holds, as offline
         elif not resolved["exists"]:
             fix = f"rerun with --build {replacement}" if replacement else "pick another --build (`rocm-dspark images`)"
-            raise PullFailed(f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix,
-                             missing=True)
+            raise PullFailed(
+                f"{tag} is not in the registry ({resolved['answer']} from {resolved['registry']})", fix, missing=True
+            )
         else:
             say(f"  {tag} is {pick.repository(tag)}@{resolved['digest']} in the registry ({resolved['answer']})")
     held_digest = None
@@ -155,14 +173,19 @@ def pin(plan, state_dir, *, tool: str, resolver=registry.resolve, replacement: s
         else:
             got = pull_and_pin(tool, image, say=say)
     except (RuntimeError, ValueError, OSError) as exc:
-        fix = (f"`{tool} image inspect {image}` shows what this host holds" if local
-               else f"`{tool} pull {image}` by hand shows the error")
+        fix = (
+            f"`{tool} image inspect {image}` shows what this host holds"
+            if local
+            else f"`{tool} pull {image}` by hand shows the error"
+        )
         raise PullFailed(f"image: {exc}", fix, environment=True) from None
     if got.get("note"):
         say(f"  note: {got['note']}")
     if resolved is not None and resolved.get("digest") and "@" not in image and got["digest"] != resolved["digest"]:
-        say(f"  note: the tag moved between the registry's answer ({resolved['digest']}) and the pull "
-            f"({got['digest']}); running what was pulled")
+        say(
+            f"  note: the tag moved between the registry's answer ({resolved['digest']}) and the pull "
+            f"({got['digest']}); running what was pulled"
+        )
     got["resolved"] = resolved
     return got
 
@@ -171,8 +194,10 @@ def pin_for_launch(plan, state_dir, say=print):
     """`launch --pull`: the plan with its image replaced by the digest pulled now (UsageError on failure)."""
     tool = runtime()
     if tool is None:
-        raise UsageError("--pull needs docker (or podman) on this host; without it, write the launcher here and "
-                         "pull on the node (the launcher pins the digest the node holds at its first start)")
+        raise UsageError(
+            "--pull needs docker (or podman) on this host; without it, write the launcher here and "
+            "pull on the node (the launcher pins the digest the node holds at its first start)"
+        )
     try:
         got = pin(plan, state_dir, tool=tool, say=say)
     except PullFailed as exc:

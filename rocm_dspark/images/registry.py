@@ -24,12 +24,14 @@ from rocm_dspark.images.pick import ref_parts
 from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
-ACCEPT = ", ".join((
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-))
+ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 # Where an image's config may say its ROCm stack: vLLM's Dockerfiles set no label for it, so these are read when
 # present (ROCm's own base images set ROCM_VERSION), and otherwise `up` reads torch.version.hip inside the image.
@@ -83,10 +85,18 @@ def version_from(labels: dict | None) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _entry(image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None,
-           labels: dict | None = None) -> dict:
-    out = {"exists": exists, "digest": digest, "stack": stack, "answer": answer, "registry": split(image)[0],
-           "via": via, "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+def _entry(
+    image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None, labels: dict | None = None
+) -> dict:
+    out = {
+        "exists": exists,
+        "digest": digest,
+        "stack": stack,
+        "answer": answer,
+        "registry": split(image)[0],
+        "via": via,
+        "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     version, source = version_from(labels)
     if version:
         out.update(vllm_version=version, vllm_source=source)
@@ -100,8 +110,10 @@ def _challenge(header: str) -> dict:
     """`Bearer realm="...",service="...",scope="..."` -> {"realm": ..., "service": ..., "scope": ...}."""
     scheme, _, params = header.strip().partition(" ")
     if scheme.lower() != "bearer":
-        raise RegistryUnreachable(f"the registry asks for {scheme or 'unknown'} authentication; only anonymous "
-                                  f"Bearer tokens are supported here (install skopeo to use your credentials)")
+        raise RegistryUnreachable(
+            f"the registry asks for {scheme or 'unknown'} authentication; only anonymous "
+            f"Bearer tokens are supported here (install skopeo to use your credentials)"
+        )
     return dict(re.findall(r'(\w+)="([^"]*)"', params))
 
 
@@ -123,8 +135,11 @@ class _Http:
     def _token(self, ch: dict) -> str:
         if not ch.get("realm"):
             raise RegistryUnreachable(f"{self.host} sent a Bearer challenge without a realm")
-        params = {k: v for k, v in (("service", ch.get("service")),
-                                    ("scope", ch.get("scope") or f"repository:{self.path}:pull")) if v}
+        params = {
+            k: v
+            for k, v in (("service", ch.get("service")), ("scope", ch.get("scope") or f"repository:{self.path}:pull"))
+            if v
+        }
         resp = self.client.get(ch["realm"], params=params)
         if resp.status_code != 200:
             raise RegistryUnreachable(f"token service {ch['realm']} answered HTTP {resp.status_code}")
@@ -157,7 +172,9 @@ def resolve_http(image: str, client=None, timeout_s: float = 15.0) -> dict:
             why = _errors(resp) or "not found"
             return _entry(image, False, None, f"HTTP 404 {why}", "http")
         if resp.status_code != 200:
-            raise RegistryUnreachable(f"{host} answered HTTP {resp.status_code} for {path}:{ref} {_errors(resp)}".strip())
+            raise RegistryUnreachable(
+                f"{host} answered HTTP {resp.status_code} for {path}:{ref} {_errors(resp)}".strip()
+            )
         body = resp.content
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         said = resp.headers.get("docker-content-digest")
@@ -176,8 +193,12 @@ def _stack_http(http: _Http, resp) -> tuple[dict | None, dict | None]:
     """(the stack, the labels) from the config blob (for an index: its linux/amd64 image); None where it says nothing."""
     manifest = resp.json()
     if manifest.get("mediaType") in INDEXES or "manifests" in manifest:
-        amd64 = [m for m in manifest.get("manifests", [])
-                 if (m.get("platform") or {}).get("architecture") == "amd64" and (m.get("platform") or {}).get("os") == "linux"]
+        amd64 = [
+            m
+            for m in manifest.get("manifests", [])
+            if (m.get("platform") or {}).get("architecture") == "amd64"
+            and (m.get("platform") or {}).get("os") == "linux"
+        ]
         if not amd64:
             return None, None
         manifest = http.get(f"{http.base}/manifests/{amd64[0]['digest']}").json()
@@ -197,8 +218,9 @@ def _stack_http(http: _Http, resp) -> tuple[dict | None, dict | None]:
 def _skopeo(args: list[str], image: str, timeout_s: float) -> subprocess.CompletedProcess:
     tls = ["--tls-verify=false"] if loopback(split(image)[0]) else []
     try:
-        return subprocess.run(["skopeo", "inspect", *tls, *args, f"docker://{image}"], capture_output=True,
-                              timeout=timeout_s)
+        return subprocess.run(
+            ["skopeo", "inspect", *tls, *args, f"docker://{image}"], capture_output=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RegistryUnreachable(f"skopeo inspect {image}: {exc}") from None
 

@@ -37,8 +37,14 @@ def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None)
     out = []
     for b, role in rows:
         tag = pick.on_mirror(b.image_tag, mirror)
-        row = {"build": b.name, "role": role, "tag": tag, "channel": b.channel, "rocm_recorded": b.rocm,
-               "published_digest": b.digest}
+        row = {
+            "build": b.name,
+            "role": role,
+            "tag": tag,
+            "channel": b.channel,
+            "rocm_recorded": b.rocm,
+            "published_digest": b.digest,
+        }
         try:
             row["answer"] = resolver(tag)
         except (registry.RegistryUnreachable, ValueError) as exc:
@@ -49,6 +55,7 @@ def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None)
 
 class _Asked(NamedTuple):
     """--image REF as a table row: the fields of a catalog build (recipe.plan.Build) that ask() and pick read."""
+
     image: str
     name: str = "--image"
     image_tag: str = ""
@@ -57,16 +64,29 @@ class _Asked(NamedTuple):
     channel: str = "image"
 
 
-def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registry.resolve, *,
-        mirror: str | None = None, image: str | None = None) -> dict:
+def run(
+    catalog,
+    state_dir,
+    gpu=None,
+    build: str | None = None,
+    resolver=registry.resolve,
+    *,
+    mirror: str | None = None,
+    image: str | None = None,
+) -> dict:
     """Ask, record, and decide what the plan runs (`runs.missing`: the one-line error when its tag is gone).
     mirror: --registry (every tag asked there); image: --image REF, asked alone (what the plan then runs)."""
     asked = [(_Asked(image, image_tag=image), "asked (--image)")] if image else candidates(catalog, gpu, build)
     rows = ask(asked, resolver, mirror)
     answers = {r["tag"]: r["answer"] for r in rows if "answer" in r}
     path = cache.record(state_dir, answers) if answers else cache.cache_path(state_dir)
-    result = {"gpu": gpu.key if gpu else None, "cache": path, "images": rows, "mirror": mirror,
-              "earlier": bool(answers or cache.read(state_dir))}  # any answer recorded, now or before
+    result = {
+        "gpu": gpu.key if gpu else None,
+        "cache": path,
+        "images": rows,
+        "mirror": mirror,
+        "earlier": bool(answers or cache.read(state_dir)),
+    }  # any answer recorded, now or before
     if gpu is None and not build and not image:
         return result
     images = cache.for_selection(state_dir)
@@ -77,8 +97,9 @@ def run(catalog, state_dir, gpu=None, build: str | None = None, resolver=registr
     else:
         chosen = pick.first_held(catalog.default_builds(gpu)[0], images)[0]
     if not image:
-        chosen = chosen._replace(image=pick.on_mirror(chosen.image, mirror),
-                                 image_tag=pick.on_mirror(chosen.image_tag, mirror))
+        chosen = chosen._replace(
+            image=pick.on_mirror(chosen.image, mirror), image_tag=pick.on_mirror(chosen.image_tag, mirror)
+        )
     replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu and not image else None
     entry = pick.lookup(images, chosen.image_tag)
     unreachable = next((r["error"] for r in rows if r["build"] == chosen.name and "error" in r), None)
@@ -122,7 +143,9 @@ def lines(result: dict) -> list[str]:
         if runs["unreachable"]:
             out.append("  (no answer now: the plan keeps the last recorded answer, if any)")
     if any("answer" in r for r in result["images"]):
-        out.append(f"answers recorded in {result['cache']} (plans read them: `recipe`, `launch` and `up` run the digest)")
+        out.append(
+            f"answers recorded in {result['cache']} (plans read them: `recipe`, `launch` and `up` run the digest)"
+        )
     elif result.get("earlier"):
         out.append(f"nothing recorded: no registry answered (earlier answers in {result['cache']} stay)")
     else:

@@ -17,9 +17,9 @@ from pathlib import Path
 FORMAT = "c1"  # this toolkit's layout of a key directory: a new layout gets a new key
 ENV_DIRS = (("VLLM_CACHE_ROOT", "vllm"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
 CONTAINER_DIR = "/var/cache/rocm-dspark-compile"  # where a container sees its key directory
-UNIT_ROOT = "/var/cache/rocm-dspark"              # systemd CacheDirectory=rocm-dspark/<name>, owned by User=
-ROOT_ENV = "ROCM_DSPARK_COMPILE_CACHE_DIR"        # the launcher's cache root, overriding its default
-CAP_ENV, CAP_MB = "ROCM_DSPARK_COMPILE_CACHE_CAP_MB", 65536         # older keys are evicted above this
+UNIT_ROOT = "/var/cache/rocm-dspark"  # systemd CacheDirectory=rocm-dspark/<name>, owned by User=
+ROOT_ENV = "ROCM_DSPARK_COMPILE_CACHE_DIR"  # the launcher's cache root, overriding its default
+CAP_ENV, CAP_MB = "ROCM_DSPARK_COMPILE_CACHE_CAP_MB", 65536  # older keys are evicted above this
 MIN_FREE_ENV, MIN_FREE_MB = "ROCM_DSPARK_COMPILE_CACHE_MIN_FREE_MB", 4096  # a start refuses below this
 # What vLLM logs about its compile cache (0.32.0 and 0.33.0 alike; docs/compile-cache.md gives the lines).
 WARM_LINES = ("Directly load the compiled graph(s) for compile range", "Directly load AOT compilation from path")
@@ -131,8 +131,11 @@ def purge(root: str | os.PathLike) -> tuple[int, str | None]:
     size = tree_bytes(root)
     errors: list[str] = []
     shutil.rmtree(root, onerror=lambda _f, path, exc: errors.append(f"{path}: {getattr(exc[1], 'strerror', exc[1])}"))
-    return size, (f"{len(errors)} entries stayed, e.g. {errors[0]} (files a container wrote as root: "
-                  f"sudo rm -rf {root})" if errors else None)
+    return size, (
+        f"{len(errors)} entries stayed, e.g. {errors[0]} (files a container wrote as root: sudo rm -rf {root})"
+        if errors
+        else None
+    )
 
 
 def classify(log: str) -> str:
@@ -144,6 +147,25 @@ def classify(log: str) -> str:
     return "reload" if warm and cold else "warm" if warm else "cold" if cold else "none"
 
 
-__all__ = ["FORMAT", "ENV_DIRS", "CONTAINER_DIR", "UNIT_ROOT", "ROOT_ENV", "CAP_ENV", "CAP_MB", "MIN_FREE_ENV",
-           "MIN_FREE_MB", "suffix", "image_key", "host_key", "host_versions", "key", "env", "docker_args", "usable",
-           "usage", "purge", "classify"]
+__all__ = [
+    "FORMAT",
+    "ENV_DIRS",
+    "CONTAINER_DIR",
+    "UNIT_ROOT",
+    "ROOT_ENV",
+    "CAP_ENV",
+    "CAP_MB",
+    "MIN_FREE_ENV",
+    "MIN_FREE_MB",
+    "suffix",
+    "image_key",
+    "host_key",
+    "host_versions",
+    "key",
+    "env",
+    "docker_args",
+    "usable",
+    "usage",
+    "purge",
+    "classify",
+]

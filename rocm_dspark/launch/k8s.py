@@ -39,7 +39,7 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
 # A sentinel host name for the leader's address; replaced by ${LWS_LEADER_ADDRESS} in the pod's shell.
 _LEADER = LEADER_PLACEHOLDER  # rocm_dspark.recipe.strategies: the head address a pod learns at start
-DEFAULT_STARTUP_BUDGET_S = 3600   # a 511 GB checkpoint can take most of an hour to load
+DEFAULT_STARTUP_BUDGET_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 PROBE_PERIOD_S = 10
 # Outside /root: a non-root user cannot traverse the image's /root (mode 0700).
 MODEL_CACHE_MOUNT = "/var/lib/rocm-dspark/hf-cache"
@@ -88,39 +88,51 @@ def _mono_sh(argv: tuple[str, ...]) -> str:
     from rocm_dspark.launch.launch_facts import MONO_REFUSAL, MONOKERNEL
 
     words = " ".join(shlex.quote(a) for a in argv)
-    return "\n".join([
-        "L=$(mktemp) || exit 1",
-        'tail -n +1 -f "$L" & T=$!',
-        f'{words} >>"$L" 2>&1 & P=$!',
-        "S=0; trap 'S=1; kill -TERM \"$P\" 2>/dev/null' TERM INT",
-        'wait "$P"; R=$?',
-        'while kill -0 "$P" 2>/dev/null; do wait "$P"; R=$?; done',
-        'sleep 1; kill "$T" 2>/dev/null',
-        "E=$(printf '\\033')",
-        f'W=$(sed "s/$E\\[[0-9;]*m//g" "$L" | grep -E -o {shlex.quote(MONO_REFUSAL)} | tail -n 1); rm -f "$L"',
-        'if [ "$S" = 0 ] && [ "$R" != 0 ] && [ -n "$W" ]; then',
-        f'  echo "rocm-dspark: starting the same plan without {MONOKERNEL}: vLLM refused it (${{W#ValueError: }})" >&2',
-        "  " + _sh(tuple(a for a in argv if a != MONOKERNEL)),
-        "fi",
-        'exit "$R"'])
+    return "\n".join(
+        [
+            "L=$(mktemp) || exit 1",
+            'tail -n +1 -f "$L" & T=$!',
+            f'{words} >>"$L" 2>&1 & P=$!',
+            "S=0; trap 'S=1; kill -TERM \"$P\" 2>/dev/null' TERM INT",
+            'wait "$P"; R=$?',
+            'while kill -0 "$P" 2>/dev/null; do wait "$P"; R=$?; done',
+            'sleep 1; kill "$T" 2>/dev/null',
+            "E=$(printf '\\033')",
+            f'W=$(sed "s/$E\\[[0-9;]*m//g" "$L" | grep -E -o {shlex.quote(MONO_REFUSAL)} | tail -n 1); rm -f "$L"',
+            'if [ "$S" = 0 ] && [ "$R" != 0 ] && [ -n "$W" ]; then',
+            f'  echo "rocm-dspark: starting the same plan without {MONOKERNEL}: vLLM refused it (${{W#ValueError: }})" >&2',
+            "  " + _sh(tuple(a for a in argv if a != MONOKERNEL)),
+            "fi",
+            'exit "$R"',
+        ]
+    )
 
 
 def _check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise UsageError(f"--name {name!r}: Kubernetes names (and Service names, DNS-1035) start with a lower-case "
-                         "letter, then lower-case letters, digits and '-', at most 42 characters (LWS appends the "
-                         "group and worker index)")
+        raise UsageError(
+            f"--name {name!r}: Kubernetes names (and Service names, DNS-1035) start with a lower-case "
+            "letter, then lower-case letters, digits and '-', at most 42 characters (LWS appends the "
+            "group and worker index)"
+        )
     return name
 
 
-def _env_list(env: dict[str, str], extra: list[dict] | None = None, secrets: tuple[str, str, tuple[str, ...]] = ("", "", ())) -> list[dict]:
+def _env_list(
+    env: dict[str, str], extra: list[dict] | None = None, secrets: tuple[str, str, tuple[str, ...]] = ("", "", ())
+) -> list[dict]:
     """The plan's env as values; every --env name (secrets[2]) from the Secret secrets[1], never a value here."""
     _, secret_name, names = secrets
     out: list[dict] = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items() if k not in names]
     for k in names:
         out.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}})
     if "HF_TOKEN" not in names:
-        out.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}}})
+        out.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "HF_TOKEN", "optional": True}},
+            }
+        )
     out.append({"name": "HF_HOME", "value": MODEL_CACHE_MOUNT})
     out.append({"name": "HOME", "value": HOME_MOUNT})
     out.append({"name": "ROCM_DSPARK_STATE_DIR", "value": STATE_MOUNT})
@@ -132,12 +144,24 @@ def _probes(port: int, startup_budget_s: int) -> dict:
     # Start-up: /health every 10 s for the whole load budget; then ready only when the model is listed.
     failures = max(1, -(-startup_budget_s // PROBE_PERIOD_S))
     return {
-        "startupProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": PROBE_PERIOD_S,
-                         "failureThreshold": failures, "timeoutSeconds": 5},
-        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": port}, "periodSeconds": PROBE_PERIOD_S,
-                           "failureThreshold": 3, "timeoutSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 30,
-                          "failureThreshold": 3, "timeoutSeconds": 10},
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": port},
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": failures,
+            "timeoutSeconds": 5,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/v1/models", "port": port},
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": 3,
+            "timeoutSeconds": 5,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": port},
+            "periodSeconds": 30,
+            "failureThreshold": 3,
+            "timeoutSeconds": 10,
+        },
     }
 
 
@@ -166,23 +190,38 @@ _MOUNTS = [
 def host_budget(gpus: int, shm_gib: int) -> dict:
     """CPU and memory requests = limits for one vLLM pod using `gpus` GPUs (HOST_BUDGET)."""
     b = HOST_BUDGET
-    budget = {"cpu": str(b["cpu_base"] + b["cpu_per_gpu"] * gpus),
-              "memory": f"{shm_gib + b['mem_base_gib'] + b['mem_per_gpu_gib'] * gpus}Gi"}
+    budget = {
+        "cpu": str(b["cpu_base"] + b["cpu_per_gpu"] * gpus),
+        "memory": f"{shm_gib + b['mem_base_gib'] + b['mem_per_gpu_gib'] * gpus}Gi",
+    }
     return {"limits": {GPU_RESOURCE: str(gpus), **budget}, "requests": {GPU_RESOURCE: str(gpus), **budget}}
 
 
-def _container(name: str, image: str, script: str, env: list[dict], gpus: int, port: int | None,
-               probes: dict | None, shm_gib: int = 64) -> dict:
+def _container(
+    name: str,
+    image: str,
+    script: str,
+    env: list[dict],
+    gpus: int,
+    port: int | None,
+    probes: dict | None,
+    shm_gib: int = 64,
+) -> dict:
     c = {
-        "name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", _k8s_literal(script)],
         "env": env,
         "resources": host_budget(gpus, shm_gib),
         "volumeMounts": [dict(m) for m in _MOUNTS],
         # ROCm needs the device files the plugin hands over (open through the pod's supplemental groups) and
         # unlimited locked memory for RDMA/KV tiers; nothing else is added and no privilege can be gained.
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"], "drop": ["ALL"]},
-                            "allowPrivilegeEscalation": False, "seccompProfile": {"type": "Unconfined"}},
+        "securityContext": {
+            "capabilities": {"add": ["IPC_LOCK", "SYS_PTRACE"], "drop": ["ALL"]},
+            "allowPrivilegeEscalation": False,
+            "seccompProfile": {"type": "Unconfined"},
+        },
     }
     if port is not None:
         c["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
@@ -190,27 +229,51 @@ def _container(name: str, image: str, script: str, env: list[dict], gpus: int, p
     return c
 
 
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
-                "supplementalGroups": list(GPU_GROUP_IDS)}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    "supplementalGroups": list(GPU_GROUP_IDS),
+}
 
 
 def _pod_spec(containers: list[dict], volumes: list[dict], budget_s: int) -> dict:
-    return {"containers": containers, "volumes": volumes, "terminationGracePeriodSeconds": 330,
-            "enableServiceLinks": False, "restartPolicy": "Always", "securityContext": dict(POD_SECURITY),
-            "automountServiceAccountToken": False}
+    return {
+        "containers": containers,
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": 330,
+        "enableServiceLinks": False,
+        "restartPolicy": "Always",
+        "securityContext": dict(POD_SECURITY),
+        "automountServiceAccountToken": False,
+    }
 
 
 def _claims(model_cache_claim: str, state_claim: str, shared: bool, labels: dict) -> list[dict]:
     """The PVCs the pods mount. Pods on several nodes mounting one claim need ReadWriteMany."""
     mode = "ReadWriteMany" if shared else "ReadWriteOnce"
-    why = ("ReadWriteMany: pods on different nodes mount this claim at once; the storage class must support it"
-           if shared else "ReadWriteOnce: one pod on one node mounts it")
-    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": claim, "labels": dict(labels), "annotations": {"rocm-dspark/access-mode": why,
-                                                                                "rocm-dspark/holds": holds}},
-             "spec": {"accessModes": [mode], "resources": {"requests": {"storage": f"{gib}Gi"}}}}
-            for claim, gib, holds in ((model_cache_claim, MODEL_CACHE_GIB, "the Hugging Face cache (HF_HOME)"),
-                                      (state_claim, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"))]
+    why = (
+        "ReadWriteMany: pods on different nodes mount this claim at once; the storage class must support it"
+        if shared
+        else "ReadWriteOnce: one pod on one node mounts it"
+    )
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {
+                "name": claim,
+                "labels": dict(labels),
+                "annotations": {"rocm-dspark/access-mode": why, "rocm-dspark/holds": holds},
+            },
+            "spec": {"accessModes": [mode], "resources": {"requests": {"storage": f"{gib}Gi"}}},
+        }
+        for claim, gib, holds in (
+            (model_cache_claim, MODEL_CACHE_GIB, "the Hugging Face cache (HF_HOME)"),
+            (state_claim, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"),
+        )
+    ]
 
 
 def _canary(name: str, plan, port: int) -> dict:
@@ -221,44 +284,92 @@ def _canary(name: str, plan, port: int) -> dict:
     is nothing to switch."""
     from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN, CANARY_TIMEOUT_S
 
-    argv = ["python3", "-m", "rocm_dspark", "canary", "--endpoint", f"http://{name}:{port}",
-            "--timeout", str(CANARY_TIMEOUT_S), "--state-dir", "/tmp/rocm-dspark"]
+    argv = [
+        "python3",
+        "-m",
+        "rocm_dspark",
+        "canary",
+        "--endpoint",
+        f"http://{name}:{port}",
+        "--timeout",
+        str(CANARY_TIMEOUT_S),
+        "--state-dir",
+        "/tmp/rocm-dspark",
+    ]
     if plan.capture_size:
         argv += ["--capture-size", str(plan.capture_size)]
     if plan.max_num_batched_tokens:
         argv += ["--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
     labels = _labels(name, "canary")
-    c = {"name": "canary", "image": plan.image, "imagePullPolicy": "IfNotPresent",
-         "command": [_k8s_literal(w) for w in argv],
-         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
-    pod = {"containers": [c], "restartPolicy": "Never", "enableServiceLinks": False,
-           "automountServiceAccountToken": False, "securityContext": dict(POD_SECURITY)}
-    job = {"backoffLimit": 0, "activeDeadlineSeconds": CANARY_TIMEOUT_S + 60, "ttlSecondsAfterFinished": 3600,
-           "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}
-    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": f"{name}-canary", "labels": labels},
-            "spec": {"schedule": f"*/{CANARY_EVERY_MIN} * * * *", "concurrencyPolicy": "Forbid",
-                     "startingDeadlineSeconds": 60 * CANARY_EVERY_MIN, "successfulJobsHistoryLimit": 3,
-                     "failedJobsHistoryLimit": 5, "jobTemplate": {"spec": job}}}
+    c = {
+        "name": "canary",
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [_k8s_literal(w) for w in argv],
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    pod = {
+        "containers": [c],
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": dict(POD_SECURITY),
+    }
+    job = {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": CANARY_TIMEOUT_S + 60,
+        "ttlSecondsAfterFinished": 3600,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": f"{name}-canary", "labels": labels},
+        "spec": {
+            "schedule": f"*/{CANARY_EVERY_MIN} * * * *",
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 60 * CANARY_EVERY_MIN,
+            "successfulJobsHistoryLimit": 3,
+            "failedJobsHistoryLimit": 5,
+            "jobTemplate": {"spec": job},
+        },
+    }
 
 
 def _labels(name: str, component: str) -> dict:
-    return {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component,
-            "app.kubernetes.io/managed-by": "rocm-dspark"}
+    return {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/managed-by": "rocm-dspark",
+    }
 
 
 def _service(name: str, selector: dict, port: int) -> dict:
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "labels": dict(selector)},
-            "spec": {"selector": selector, "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": dict(selector)},
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}],
+        },
+    }
 
 
 def _deployment(name: str, labels: dict, replicas: int, pod: dict, annotations: dict) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "labels": dict(labels), "annotations": annotations},
-            # Recreate: a rolling update would need a second set of GPUs while the old pod still holds them.
-            "spec": {"replicas": replicas, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": dict(labels)},
-                     "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": dict(labels), "annotations": annotations},
+        # Recreate: a rolling update would need a second set of GPUs while the old pod still holds them.
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": dict(labels)},
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+        },
+    }
 
 
 def _leader_word(word: str) -> str:
@@ -275,15 +386,21 @@ def _pod_sh(argv: tuple[str, ...], rank_values: dict[str, str] | None = None) ->
     exprs = {flag_for(dest): expr for dest, expr in (rank_values or {}).items()}
     words = [_leader_word(w) for w in argv.head]
     for flag, value in argv.flags:
-        words += [flag, exprs[flag]] if flag in exprs and value is not None else [_leader_word(w) for w in emit(flag, value)]
+        words += (
+            [flag, exprs[flag]] if flag in exprs and value is not None else [_leader_word(w) for w in emit(flag, value)]
+        )
     return "exec " + " ".join(words)
 
 
 def _worker_script(argv: tuple[str, ...], dp_local: int) -> str:
     """Node 1's command for every worker pod, its rank's flags computed from the LWS env."""
-    return _pod_sh(Command.from_words(argv) if tuple(argv[:2]) == ("vllm", "serve") else argv,
-                   {"node_rank": '"${LWS_WORKER_INDEX}"',
-                    "data_parallel_start_rank": f'"$((LWS_WORKER_INDEX * {int(dp_local)}))"'})
+    return _pod_sh(
+        Command.from_words(argv) if tuple(argv[:2]) == ("vllm", "serve") else argv,
+        {
+            "node_rank": '"${LWS_WORKER_INDEX}"',
+            "data_parallel_start_rank": f'"$((LWS_WORKER_INDEX * {int(dp_local)}))"',
+        },
+    )
 
 
 def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) -> str:
@@ -291,9 +408,17 @@ def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) ->
     return pre + _pod_sh(argv)
 
 
-def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: str = MODEL_CACHE_CLAIM,
-                     state_claim: str = STATE_CLAIM, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
-                     shm_gib: int = 64, query_heads: int) -> list[dict]:
+def render_manifests(
+    plan,
+    spec: ClusterSpec,
+    *,
+    name: str,
+    model_cache_claim: str = MODEL_CACHE_CLAIM,
+    state_claim: str = STATE_CLAIM,
+    startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
+    shm_gib: int = 64,
+    query_heads: int,
+) -> list[dict]:
     """The manifests for `plan` (one node's LaunchPlan) under `spec`, as a list of dicts in apply order."""
     name = _check_name(name)
     if startup_budget_s <= 0:
@@ -301,23 +426,34 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
     argv = plan.block_argv or plan.argv
     secret_names = tuple(plan.secret_env)
     secrets = ("", f"{name}-env", secret_names)
-    notes = {"rocm-dspark/profile": plan.profile, "rocm-dspark/status": f"{plan.status} ({plan.status_date})",
-             "rocm-dspark/verification": "block (the adaptive fallback lives in the bash launcher, not in these pods)",
-             "rocm-dspark/hardware": "not yet run on MI300-class hardware"}
+    notes = {
+        "rocm-dspark/profile": plan.profile,
+        "rocm-dspark/status": f"{plan.status} ({plan.status_date})",
+        "rocm-dspark/verification": "block (the adaptive fallback lives in the bash launcher, not in these pods)",
+        "rocm-dspark/hardware": "not yet run on MI300-class hardware",
+    }
     image = plan.image
     if "@sha256:" not in image:
-        notes["rocm-dspark/image"] = "not pinned by digest: unresolved here; run `rocm-dspark images` and regenerate (the plan then names the digest)"
-    notes["rocm-dspark/gpu-groups"] = (f"pods run as uid {RUN_AS} with supplementalGroups {list(GPU_GROUP_IDS)} (video, "
-                                       "render): set them to `getent group video render` on the nodes")
+        notes["rocm-dspark/image"] = (
+            "not pinned by digest: unresolved here; run `rocm-dspark images` and regenerate (the plan then names the digest)"
+        )
+    notes["rocm-dspark/gpu-groups"] = (
+        f"pods run as uid {RUN_AS} with supplementalGroups {list(GPU_GROUP_IDS)} (video, "
+        "render): set them to `getent group video render` on the nodes"
+    )
     if secret_names:
-        notes["rocm-dspark/secret"] = (f"Secret {name}-env holds {', '.join(secret_names)} (given by --env; not in "
-                                       f"this file): kubectl create secret generic {name}-env --from-env-file=FILE")
+        notes["rocm-dspark/secret"] = (
+            f"Secret {name}-env holds {', '.join(secret_names)} (given by --env; not in "
+            f"this file): kubectl create secret generic {name}-env --from-env-file=FILE"
+        )
     key = compile_cache.image_key(image, plan.arch)
     cache_path = f"{compile_cache.UNIT_ROOT}/{name}/{key}" if key else None
     notes["rocm-dspark/compile-cache"] = (
         f"hostPath {cache_path}, one per image digest and GPU: on each node run sudo install -d -o {RUN_AS} -g "
-        f"{RUN_AS} {cache_path} (pods wait until it exists); old keys beside it are yours to remove" if cache_path
-        else "an emptyDir: the image has no digest, so there is no key and every start compiles cold")
+        f"{RUN_AS} {cache_path} (pods wait until it exists); old keys beside it are yours to remove"
+        if cache_path
+        else "an emptyDir: the image has no digest, so there is no key and every start compiles cold"
+    )
     g = spec.gpus_per_node
     vols = _volumes(shm_gib, model_cache_claim, state_claim, cache_path)
     port = int(plan.port)
@@ -326,15 +462,28 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
         from rocm_dspark.launch.launch_facts import MONOKERNEL
 
         labels = _labels(name, "server")
-        c = _container("vllm", image, _mono_sh(argv) if MONOKERNEL in argv else _sh(argv), _env_list(plan.env, secrets=secrets), _gpus_used(argv), port,
-                       _probes(port, startup_budget_s), shm_gib)
-        return [*_claims(model_cache_claim, state_claim, False, labels),
-                _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes), _service(name, labels, port),
-                _canary(name, plan, port)]
+        c = _container(
+            "vllm",
+            image,
+            _mono_sh(argv) if MONOKERNEL in argv else _sh(argv),
+            _env_list(plan.env, secrets=secrets),
+            _gpus_used(argv),
+            port,
+            _probes(port, startup_budget_s),
+            shm_gib,
+        )
+        return [
+            *_claims(model_cache_claim, state_claim, False, labels),
+            _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes),
+            _service(name, labels, port),
+            _canary(name, plan, port),
+        ]
 
     if spec.strategy == "pd_cluster":
-        return [*_claims(model_cache_claim, state_claim, True, _labels(name, "storage")),
-                *_pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads, secrets, shm_gib)]
+        return [
+            *_claims(model_cache_claim, state_claim, True, _labels(name, "storage")),
+            *_pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads, secrets, shm_gib),
+        ]
 
     k8s_spec = spec._replace(head_address=_LEADER)
     cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
@@ -344,15 +493,35 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
 
     if MONOKERNEL in head.argv:
         notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
-    leader_c = _container("vllm-leader", image, _leader_script(head.argv, head.setup), _env_list(head.env, secrets=secrets),
-                          g, port, _probes(port, startup_budget_s), shm_gib)
+    leader_c = _container(
+        "vllm-leader",
+        image,
+        _leader_script(head.argv, head.setup),
+        _env_list(head.env, secrets=secrets),
+        g,
+        port,
+        _probes(port, startup_budget_s),
+        shm_gib,
+    )
     worker_script = _worker_script(worker.argv, cluster.layout["dp_local"] or 1)
-    worker_c = _container("vllm-worker", image, worker_script, _env_list(worker.env, secrets=secrets), g,
-                          port if worker.serves_http else None,
-                          _probes(port, startup_budget_s) if worker.serves_http else None, shm_gib)
+    worker_c = _container(
+        "vllm-worker",
+        image,
+        worker_script,
+        _env_list(worker.env, secrets=secrets),
+        g,
+        port if worker.serves_http else None,
+        _probes(port, startup_budget_s) if worker.serves_http else None,
+        shm_gib,
+    )
     lws = {
-        "apiVersion": LWS_API, "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "labels": dict(labels), "annotations": {**notes, "rocm-dspark/strategy": spec.strategy}},
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": name,
+            "labels": dict(labels),
+            "annotations": {**notes, "rocm-dspark/strategy": spec.strategy},
+        },
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",
@@ -360,10 +529,14 @@ def render_manifests(plan, spec: ClusterSpec, *, name: str, model_cache_claim: s
                 "size": spec.nodes,
                 # One failed pod restarts the whole group: every node comes back with the same argv together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}},
-                                   "spec": _pod_spec([leader_c], vols, startup_budget_s)},
-                "workerTemplate": {"metadata": {"labels": {**labels, "role": "worker"}},
-                                   "spec": _pod_spec([worker_c], [dict(v) for v in vols], startup_budget_s)},
+                "leaderTemplate": {
+                    "metadata": {"labels": {**labels, "role": "leader"}},
+                    "spec": _pod_spec([leader_c], vols, startup_budget_s),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": {**labels, "role": "worker"}},
+                    "spec": _pod_spec([worker_c], [dict(v) for v in vols], startup_budget_s),
+                },
             },
         },
     }
@@ -380,11 +553,14 @@ def _gpus_used(argv: tuple[str, ...]) -> int:
 
 def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads, secrets, shm_gib) -> list[dict]:
     if (spec.connector or "nixl") != "nixl":
-        raise UsageError("--format k8s emits prefill/decode with --connector nixl only: MoRIIO instances register "
-                         "with the proxy's IP at start; use --format shell or systemd for MoRIIO")
+        raise UsageError(
+            "--format k8s emits prefill/decode with --connector nixl only: MoRIIO instances register "
+            "with the proxy's IP at start; use --format shell or systemd for MoRIIO"
+        )
     placeholder = tuple(f"pd-node-{i}.invalid" for i in range(spec.nodes))
-    cluster = expand(spec._replace(node_addresses=placeholder), argv, plan.env, query_heads=query_heads,
-                     port=int(plan.port))
+    cluster = expand(
+        spec._replace(node_addresses=placeholder), argv, plan.env, query_heads=query_heads, port=int(plan.port)
+    )
     out: list[dict] = []
     router = next(c for c in cluster.commands if c.role == "router")
     for role in ("prefill", "decode"):
@@ -394,10 +570,25 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
         labels = _labels(name, role)
         env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
         pod_ip = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        c = _container("vllm", image, _sh(cmd.argv), _env_list(env, pod_ip, secrets), _gpus_used(cmd.argv),
-                       cmd.port, _probes(cmd.port, budget), shm_gib)
-        out.append(_deployment(f"{name}-{role}", labels, replicas, _pod_spec([c], vols, budget),
-                               {**notes, "rocm-dspark/strategy": "pd_cluster"}))
+        c = _container(
+            "vllm",
+            image,
+            _sh(cmd.argv),
+            _env_list(env, pod_ip, secrets),
+            _gpus_used(cmd.argv),
+            cmd.port,
+            _probes(cmd.port, budget),
+            shm_gib,
+        )
+        out.append(
+            _deployment(
+                f"{name}-{role}",
+                labels,
+                replicas,
+                _pod_spec([c], vols, budget),
+                {**notes, "rocm-dspark/strategy": "pd_cluster"},
+            )
+        )
         out.append(_service(f"{name}-{role}", labels, cmd.port))
     # The router reaches each pool through its Service (NIXL hands the prefill pod's side channel to decode).
     r_argv: list[str] = []
@@ -411,19 +602,42 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
             continue
         r_argv.append(a)
     ports = {c.role: c.port for c in cluster.commands}
-    r_argv[2:2] = ["--prefill", f"http://{name}-prefill:{ports['prefill']}", "--decode", f"http://{name}-decode:{ports['decode']}"]
+    r_argv[2:2] = [
+        "--prefill",
+        f"http://{name}-prefill:{ports['prefill']}",
+        "--decode",
+        f"http://{name}-decode:{ports['decode']}",
+    ]
     labels = _labels(name, "router")
-    rc = {"name": "vllm-router", "image": ROUTER_IMAGE, "imagePullPolicy": "IfNotPresent",
-          "command": ["/bin/sh", "-c", _k8s_literal(_sh(tuple(r_argv)))],
-          "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
-          "resources": {k: dict(v) for k, v in ROUTER_RESOURCES.items()},
-          "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-          "readinessProbe": {"tcpSocket": {"port": router.port}, "periodSeconds": 10}}
-    router_pod = {"containers": [rc], "enableServiceLinks": False, "automountServiceAccountToken": False,
-                  "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS}}
-    out.append(_deployment(f"{name}-router", labels, 1, router_pod,
-                           {**notes, "rocm-dspark/image": f"{ROUTER_IMAGE}: a vllm-project/router release tag; "
-                                                          "pin its digest (docker buildx imagetools inspect) before production"}))
+    rc = {
+        "name": "vllm-router",
+        "image": ROUTER_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", _k8s_literal(_sh(tuple(r_argv)))],
+        "ports": [{"name": "http", "containerPort": router.port, "protocol": "TCP"}],
+        "resources": {k: dict(v) for k, v in ROUTER_RESOURCES.items()},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "readinessProbe": {"tcpSocket": {"port": router.port}, "periodSeconds": 10},
+    }
+    router_pod = {
+        "containers": [rc],
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS},
+    }
+    out.append(
+        _deployment(
+            f"{name}-router",
+            labels,
+            1,
+            router_pod,
+            {
+                **notes,
+                "rocm-dspark/image": f"{ROUTER_IMAGE}: a vllm-project/router release tag; "
+                "pin its digest (docker buildx imagetools inspect) before production",
+            },
+        )
+    )
     assert router.port is not None
     out.append(_service(name, labels, router.port))
     return out
@@ -435,12 +649,24 @@ def k8s_name(plan, name: str | None = None) -> str:
     return (name or default_name(plan))[:42].rstrip("-")
 
 
-def manifests_for(plan, cluster: Cluster, opts: dict | None = None, copts: dict | None = None, *,
-                  name: str | None = None, startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S) -> list[dict]:
+def manifests_for(
+    plan,
+    cluster: Cluster,
+    opts: dict | None = None,
+    copts: dict | None = None,
+    *,
+    name: str | None = None,
+    startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
+) -> list[dict]:
     """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
     assert cluster.spec is not None  # expand() keeps what was asked
-    return render_manifests(plan, cluster.spec, name=k8s_name(plan, name), startup_budget_s=startup_budget_s,
-                            query_heads=cluster.query_heads)
+    return render_manifests(
+        plan,
+        cluster.spec,
+        name=k8s_name(plan, name),
+        startup_budget_s=startup_budget_s,
+        query_heads=cluster.query_heads,
+    )
 
 
 def apply_needs(plan, name: str | None = None) -> str:
@@ -448,8 +674,11 @@ def apply_needs(plan, name: str | None = None) -> str:
     name = k8s_name(plan, name)
     needs = [f"the PVCs {MODEL_CACHE_CLAIM} and {STATE_CLAIM}", "the LWS controller for multi-node"]
     if plan.secret_env:
-        needs.insert(0, f"the Secret {name}-env with {', '.join(plan.secret_env)} (kubectl create secret generic "
-                        f"{name}-env --from-env-file=FILE)")
+        needs.insert(
+            0,
+            f"the Secret {name}-env with {', '.join(plan.secret_env)} (kubectl create secret generic "
+            f"{name}-env --from-env-file=FILE)",
+        )
     if "HF_TOKEN" not in plan.secret_env:
         needs.append("optionally a Secret hf-token with HF_TOKEN")
     return "needs " + ", ".join(needs)

@@ -37,8 +37,16 @@ from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F40
 # need not have `render` (https://github.com/ROCm/ROCm-docker/issues/90), and vLLM runs as the container's
 # root, which opens /dev/kfd whatever its groups.
 DOCKER_RUN_FLAGS = (
-    "--rm", "--init", "--network=host", "--ipc=host", "--device=/dev/kfd", "--device=/dev/dri",
-    "--group-add=video", "--cap-add=SYS_PTRACE", "--security-opt=seccomp=unconfined", "--ulimit=memlock=-1",
+    "--rm",
+    "--init",
+    "--network=host",
+    "--ipc=host",
+    "--device=/dev/kfd",
+    "--device=/dev/dri",
+    "--group-add=video",
+    "--cap-add=SYS_PTRACE",
+    "--security-opt=seccomp=unconfined",
+    "--ulimit=memlock=-1",
 )
 # The Hugging Face cache, one rule for the disk check, the download and every container mount: huggingface_hub
 # reads HF_HOME (default ~/.cache/huggingface) and puts checkpoints in HF_HUB_CACHE (default $HF_HOME/hub)
@@ -54,7 +62,9 @@ HF_HUB_CACHE_SH = "${HF_HUB_CACHE:-" + HF_HOME_SH + "/hub}"
 
 def hf_home(environ: Mapping[str, str] = os.environ) -> str:
     """The host's HF_HOME (HF_HOME_SH's rule)."""
-    return environ.get("HF_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".cache", "huggingface")
+    return environ.get("HF_HOME") or os.path.join(
+        environ.get("HOME") or os.path.expanduser("~"), ".cache", "huggingface"
+    )
 
 
 def hf_hub_cache(environ: Mapping[str, str] = os.environ) -> str:
@@ -77,9 +87,18 @@ def default_name(profile: str) -> str:
     return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
 
 
-def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_home: str = HF_HOME_SH,
-                    hf_hub: str = HF_HUB_CACHE_SH, passed_env=PASSED_ENV, model_path: str | None = None,
-                    env_file: str | None = None) -> list[str]:
+def docker_run_argv(
+    name: str,
+    image: str,
+    argv,
+    env: Mapping[str, str],
+    *,
+    hf_home: str = HF_HOME_SH,
+    hf_hub: str = HF_HUB_CACHE_SH,
+    passed_env=PASSED_ENV,
+    model_path: str | None = None,
+    env_file: str | None = None,
+) -> list[str]:
     """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image; a local
     --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged; secrets and --env
     values only through `env_file` (docker --env-file), never as -e NAME=VALUE."""
@@ -99,13 +118,13 @@ def docker_run_argv(name: str, image: str, argv, env: Mapping[str, str], *, hf_h
 # One home for every deadline: the launcher's per-start wait and drain, the unit's TimeoutStartSec/TimeoutStopSec,
 # `up`'s and `validate --launch`'s waits for readiness, and `down`'s wait before SIGKILL.
 READY_TIMEOUT_S = 3600  # a 511 GB checkpoint can take most of an hour to load
-STOP_TIMEOUT_S = 300    # the launcher's drain after SIGTERM; systemd's default 90 s would cut requests off
-MARGIN_S = 120          # room for the launcher's own work around vLLM's starts (docker rm, state, polls)
-STOP_MARGIN_S = 30      # and after its drain: its SIGKILL of vLLM's group and its last state write
+STOP_TIMEOUT_S = 300  # the launcher's drain after SIGTERM; systemd's default 90 s would cut requests off
+MARGIN_S = 120  # room for the launcher's own work around vLLM's starts (docker rm, state, polls)
+STOP_MARGIN_S = 30  # and after its drain: its SIGKILL of vLLM's group and its last state write
 # The canary (rocm_dspark.service.canary): every few minutes, one bounded check; the systemd timer's and the CronJob's.
 CANARY_EVERY_MIN = 5
 CANARY_TIMEOUT_S = 300  # 4 greedy prompts x 64 tokens and 8 re-scoring prefills: seconds on a GPU, a wide margin
-JOIN_TIMEOUT_S = 600    # multi-node: a worker's wait to reach its head, the head's for its workers (loads come after)
+JOIN_TIMEOUT_S = 600  # multi-node: a worker's wait to reach its head, the head's for its workers (loads come after)
 
 
 MONOKERNEL = "--monokernel"  # the flag the launcher drops when vLLM refuses it or the GPU is partitioned
@@ -149,7 +168,9 @@ DRI = "/dev/dri"
 GPU_GROUPS = ("video", "render")
 
 # A group keeps --monokernel (launch_group and k8s say so in one note).
-GROUP_MONO = ("--monokernel in a group: its launchers do not drop it when vLLM refuses it, since every node must run "
-              "one argv and the kernels take one node's tensor parallelism only (no DP, EP or nodes: "
-              "rocm_dspark/recipe/mono.py, so `recipe` never adds it here); a refused start stops the group: remove "
-              "the flag")
+GROUP_MONO = (
+    "--monokernel in a group: its launchers do not drop it when vLLM refuses it, since every node must run "
+    "one argv and the kernels take one node's tensor parallelism only (no DP, EP or nodes: "
+    "rocm_dspark/recipe/mono.py, so `recipe` never adds it here); a refused start stops the group: remove "
+    "the flag"
+)

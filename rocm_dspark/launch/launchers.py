@@ -117,7 +117,9 @@ def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     lines: list[str] = []
     if isinstance(argv, Command):
         lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
-        return "\n".join(lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in argv.flags])
+        return "\n".join(
+            lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in argv.flags]
+        )
     after_flag = False
     lead = 0  # the program and its positional words (vllm serve MODEL) share the first line
     while lead < len(argv) and not argv[lead].startswith("-"):
@@ -147,18 +149,38 @@ def _state_root_chain() -> str:
 
 
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
-_SECTION_FACTS = frozenset({"DOCKER_RUN_FLAGS", "HF_HOME_MOUNT", "HF_HUB_MOUNT", "PASSED_ENV_FLAGS", "ADAPTIVE_REFUSALS",
-                            "MONO_REFUSAL", "PARTITION_ARGV", "SPLIT_PARTITION_RE",
-                            "GPU_GROUPS", "GPU_GROUPS_COMMA", "CACHE_CONTAINER_DIR", "TIMEOUT_START_S", "TIMEOUT_STOP_S",
-                            "WARM_BODY", "PRIMARY_WARM", "PRIMARY_WARM_SAYS", "FALLBACK_WARM", "FALLBACK_WARM_SAYS"})
+_SECTION_FACTS = frozenset(
+    {
+        "DOCKER_RUN_FLAGS",
+        "HF_HOME_MOUNT",
+        "HF_HUB_MOUNT",
+        "PASSED_ENV_FLAGS",
+        "ADAPTIVE_REFUSALS",
+        "MONO_REFUSAL",
+        "PARTITION_ARGV",
+        "SPLIT_PARTITION_RE",
+        "GPU_GROUPS",
+        "GPU_GROUPS_COMMA",
+        "CACHE_CONTAINER_DIR",
+        "TIMEOUT_START_S",
+        "TIMEOUT_STOP_S",
+        "WARM_BODY",
+        "PRIMARY_WARM",
+        "PRIMARY_WARM_SAYS",
+        "FALLBACK_WARM",
+        "FALLBACK_WARM_SAYS",
+    }
+)
 
 
 def _shared_facts() -> dict[str, str]:
     """The launcher's copies of launch_facts, as bash."""
     words = lambda values: " ".join(quoting.bash_word(v) for v in values)  # noqa: E731
     # The cache paths are ours, not user input: double quotes let bash expand $HF_HOME/$HOME at run time.
-    mounts = (f"{launch_facts.HF_HOME_SH}:{launch_facts.HF_CACHE_CONTAINER}",
-              f"{launch_facts.HF_HUB_CACHE_SH}:{launch_facts.HF_HUB_CONTAINER}")
+    mounts = (
+        f"{launch_facts.HF_HOME_SH}:{launch_facts.HF_CACHE_CONTAINER}",
+        f"{launch_facts.HF_HUB_CACHE_SH}:{launch_facts.HF_HUB_CONTAINER}",
+    )
     assert not any(c in m for m in mounts for c in '"`')
     return {
         "DOCKER_RUN_FLAGS": words(launch_facts.DOCKER_RUN_FLAGS),
@@ -176,7 +198,8 @@ def _shared_facts() -> dict[str, str]:
         "KFD": quoting.bash_word(launch_facts.KFD),
         "GPU_GROUPS": words(launch_facts.GPU_GROUPS),
         "GPU_GROUPS_COMMA": quoting.bash_word(",".join(launch_facts.GPU_GROUPS)),
-        "CACHE_CAP_MB": str(compile_cache.CAP_MB), "CACHE_MIN_FREE_MB": str(compile_cache.MIN_FREE_MB),
+        "CACHE_CAP_MB": str(compile_cache.CAP_MB),
+        "CACHE_MIN_FREE_MB": str(compile_cache.MIN_FREE_MB),
         "CACHE_VARS": words(f"{n}={d}" for n, d in compile_cache.ENV_DIRS),
         "CACHE_CONTAINER_DIR": quoting.bash_word(compile_cache.CONTAINER_DIR),
     }
@@ -225,8 +248,11 @@ def render_launcher(
         from rocm_dspark.images.mounts import check_model_path
 
         check_model_path(model_path)
-    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s),
-                        ("--join-timeout", join_timeout_s)):
+    for what, value in (
+        ("--ready-timeout", ready_timeout_s),
+        ("--stop-timeout", stop_timeout_s),
+        ("--join-timeout", join_timeout_s),
+    ):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
     if not isinstance(group_nodes, int) or group_nodes <= 0:
@@ -273,8 +299,10 @@ def render_launcher(
         **_shared_facts(),
     }
     if plan.secret_env:
-        values.update(ENV_FILE=quoting.bash_word(env_file, "--env-file") if env_file else "''",
-                      SECRET_NAMES=" ".join(quoting.env_name(k) for k in plan.secret_env))
+        values.update(
+            ENV_FILE=quoting.bash_word(env_file, "--env-file") if env_file else "''",
+            SECRET_NAMES=" ".join(quoting.env_name(k) for k in plan.secret_env),
+        )
     if fallback:
         values["FALLBACK_ARGV"] = _argv_lines(fallback, "block argv")
     values.update(_warm_values(plan, fallback))
@@ -298,15 +326,21 @@ def render_launcher(
     group = ""
     if group_role != "single":
         values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
-        group = _fill(_sections(_template("launcher-group.sh.tmpl"), on), {
-            "GROUP_ROLE": group_role, "GROUP_NAME": check_name(group_name or name),
-            "BASE_URL_TEXT": quoting.bash_comment(url),
-            "JOIN_HOST": quoting.bash_word(join_host, "head address") if join_host else "''",
-            "JOIN_PORT": str(int(join_port)) if join_port else "''",
-            "GROUP_NODES": str(int(group_nodes)),
-            "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
-            "JOIN_TIMEOUT_S": str(join_timeout_s), "HTTP_PORT_HEX": f"{int(plan.port):04X}"},  # /proc/net/tcp's hex
-            optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}))  # a head's only
+        group = _fill(
+            _sections(_template("launcher-group.sh.tmpl"), on),
+            {
+                "GROUP_ROLE": group_role,
+                "GROUP_NAME": check_name(group_name or name),
+                "BASE_URL_TEXT": quoting.bash_comment(url),
+                "JOIN_HOST": quoting.bash_word(join_host, "head address") if join_host else "''",
+                "JOIN_PORT": str(int(join_port)) if join_port else "''",
+                "GROUP_NODES": str(int(group_nodes)),
+                "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
+                "JOIN_TIMEOUT_S": str(join_timeout_s),
+                "HTTP_PORT_HEX": f"{int(plan.port):04X}",
+            },  # /proc/net/tcp's hex
+            optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}),
+        )  # a head's only
     values["GROUP_CODE"] = group.rstrip("\n")
     if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
         values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
@@ -382,8 +416,15 @@ def render_unit(
     return _fill(_sections(_template("service.tmpl"), on), values)
 
 
-def render_env_file(plan: LaunchPlan, *, name: str | None = None, ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-                    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S, syntax: str = "systemd", single: bool = True) -> str:
+def render_env_file(
+    plan: LaunchPlan,
+    *,
+    name: str | None = None,
+    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
+    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    syntax: str = "systemd",
+    single: bool = True,
+) -> str:
     """The env file skeleton: comments only, so no secret is ever generated or overwritten. `syntax`: "systemd"
     (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell launcher's
     file: docker --env-file reads it for a container, the launcher the same raw lines on a host). `single`: not a
@@ -434,7 +475,18 @@ def install_argvs(files: LaunchFiles, user: str, root: str = "", here: bool = Fa
     env_src, env_dst = quote(src(files.env_file)), quote(at(installed_env_file(files.name)))
     cmds = [
         ("sh", "-c", who),
-        ("install", "-D", "-m", "0755", "-o", "root", "-g", "root", src(files.launcher), at(installed_launcher(files.name))),
+        (
+            "install",
+            "-D",
+            "-m",
+            "0755",
+            "-o",
+            "root",
+            "-g",
+            "root",
+            src(files.launcher),
+            at(installed_launcher(files.name)),
+        ),
         ("sh", "-c", f"test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}"),
         ("install", "-D", "-m", "0644", src(files.unit), at(f"{UNIT_DIR}/{unit_name}")),
     ]
@@ -454,7 +506,9 @@ def install_commands(files: LaunchFiles, user: str, root: str = "", here: bool =
 
 def _check_output_dir(output_dir: Path) -> Path:
     if not output_dir.exists():
-        raise UsageError(f"output directory {str(output_dir)!r} does not exist; create it first (mkdir -p) or pass another --output")
+        raise UsageError(
+            f"output directory {str(output_dir)!r} does not exist; create it first (mkdir -p) or pass another --output"
+        )
     if not output_dir.is_dir():
         raise UsageError(f"--output {str(output_dir)!r} is not a directory")
     if not os.access(output_dir, os.W_OK | os.X_OK):
@@ -465,18 +519,24 @@ def _check_output_dir(output_dir: Path) -> Path:
 def _check_env_file(path: Path) -> bool:
     """True when the env file must be written; an existing one is kept, but only with safe permissions."""
     if path.is_symlink():  # its mode, a chmod fix and the write would all act on the link's target
-        raise UsageError(f"--env-file {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); pass the real "
-                         f"file's path or a new one")
+        raise UsageError(
+            f"--env-file {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); pass the real "
+            f"file's path or a new one"
+        )
     if not path.exists():
         if not path.parent.is_dir():
-            raise UsageError(f"--env-file {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first")
+            raise UsageError(
+                f"--env-file {str(path)!r}: directory {str(path.parent)!r} does not exist; create it first"
+            )
         return True
     if not path.is_file():
         raise UsageError(f"--env-file {str(path)!r} exists and is not a regular file")
     st = path.stat()
     if st.st_uid != os.geteuid():  # its install commands would copy another user's secrets into /etc
-        raise UsageError(f"--env-file {str(path)!r} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
-                         f"pass an env file of your own, or chown it to yourself first")
+        raise UsageError(
+            f"--env-file {str(path)!r} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}); "
+            f"pass an env file of your own, or chown it to yourself first"
+        )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         raise UsageError(
@@ -485,15 +545,17 @@ def _check_env_file(path: Path) -> bool:
     return False
 
 
-def _env_file_text(plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int,
-                   syntax: str, single: bool) -> str | None:
+def _env_file_text(
+    plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int, syntax: str, single: bool
+) -> str | None:
     """The env file to write, in `syntax`: the skeleton (new file) or the existing one, with every --env value set
     in it; None when an existing file needs no change."""
     if not _check_env_file(path):  # exists, owner and mode checked
         existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
         return secret_env.merge_env_file(existing, plan.secret_env, syntax) if plan.secret_env else None
-    skeleton = render_env_file(plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                               syntax=syntax, single=single)
+    skeleton = render_env_file(
+        plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s, syntax=syntax, single=single
+    )
     return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
@@ -502,7 +564,9 @@ def _write_all(files: list[tuple[Path, str, int]]) -> None:
     try:
         write_files_atomic(files)
     except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output") from exc
+        raise UsageError(
+            f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output"
+        ) from exc
 
 
 def write_launchers(
@@ -535,21 +599,36 @@ def write_launchers(
     launcher = out / f"{name}.sh"
     env_path = Path(env_file).absolute() if env_file is not None else out / f"{name}.env"
     # Under systemd the launcher runs on the node, where the env file is the installed one.
-    text = render_launcher(plan, name=name, container=container, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s,
-                           env_file=str(env_path) if fmt == "shell" else installed_env_file(name), systemd=fmt == "systemd",
-                           docker_run_flags=docker_run_flags,
-                           **(group or {}))
+    text = render_launcher(
+        plan,
+        name=name,
+        container=container,
+        ready_timeout_s=ready_timeout_s,
+        stop_timeout_s=stop_timeout_s,
+        env_file=str(env_path) if fmt == "shell" else installed_env_file(name),
+        systemd=fmt == "systemd",
+        docker_run_flags=docker_run_flags,
+        **(group or {}),
+    )
     single = (group or {}).get("group_role", "single") == "single"
     to_write = [(launcher, text, 0o755)]
     if fmt == "shell":
         # Read by docker (--env-file) in a container, by the launcher's raw-line loop on a host: docker's syntax.
-        env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker", single) \
-            if plan.secret_env else None
+        env_text = (
+            _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker", single)
+            if plan.secret_env
+            else None
+        )
         if env_text is not None:
             to_write.append((env_path, env_text, 0o600))
         _write_all(to_write)
-        return LaunchFiles(fmt=fmt, name=name, launcher=launcher, env_file=env_path if env_text is not None else None,
-                           env_file_written=env_text is not None)
+        return LaunchFiles(
+            fmt=fmt,
+            name=name,
+            launcher=launcher,
+            env_file=env_path if env_text is not None else None,
+            env_file_written=env_text is not None,
+        )
 
     user = user or DEFAULT_USER
     unit = out / f"{name}.service"

@@ -29,10 +29,10 @@ from typing import NamedTuple, Protocol
 
 VLLM_JOB = "rocm-dspark-vllm"
 READY_JOB = "rocm-dspark-ready"
-WINDOW = "5m"              # rate window of the recording rules: 20 scrapes at 15 s
+WINDOW = "5m"  # rate window of the recording rules: 20 scrapes at 15 s
 SCRAPE_INTERVAL = "15s"
-KV_NEAR_FULL = 0.9         # vLLM preempts (recomputes) running requests once the pool is full; 90% for 10 min warns first
-ACCEPTANCE_FOR = "15m"     # a shift that lasts, not one odd batch of prompts
+KV_NEAR_FULL = 0.9  # vLLM preempts (recomputes) running requests once the pool is full; 90% for 10 min warns first
+ACCEPTANCE_FOR = "15m"  # a shift that lasts, not one odd batch of prompts
 DOWN_FOR = "2m"
 CANARY_WINDOW = "1h"
 BY = "endpoint, plan_hash"
@@ -65,15 +65,22 @@ class Band(Protocol):
 
 
 class Target(NamedTuple):
-    address: str        # host:port Prometheus scrapes
+    address: str  # host:port Prometheus scrapes
     node: int
-    role: str           # single | head | worker | prefill | decode | replica
+    role: str  # single | head | worker | prefill | decode | replica
 
 
 def plan_hash(plan) -> str:
     """16 hex digits over what decides the running command: the same inputs `up` digests for its launchers."""
-    value = [list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ()),
-             sorted(plan.secret_env.items())]
+    value = [
+        list(plan.argv),
+        dict(plan.env),
+        plan.image,
+        plan.host,
+        plan.port,
+        list(plan.block_argv or ()),
+        sorted(plan.secret_env.items()),
+    ]
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -103,7 +110,9 @@ def targets(plan, cluster=None) -> list[Target]:
 def _labelled(expr: str) -> str:
     """expr (by endpoint, plan_hash) with the readiness server's image_digest and verification, or "unknown"."""
     info = "max by (endpoint, image_digest, verification) (rocm_dspark_service_info)"
-    unknown = f'label_replace(label_replace({expr}, "verification", "unknown", "", ""), "image_digest", "unknown", "", "")'
+    unknown = (
+        f'label_replace(label_replace({expr}, "verification", "unknown", "", ""), "image_digest", "unknown", "", "")'
+    )
     return f"({expr}) * on (endpoint) group_left (image_digest, verification) {info} or on (endpoint) {unknown}"
 
 
@@ -114,13 +123,23 @@ def _rate(series: str, by: str = BY) -> str:
 def recording_rules(spec_decode: bool) -> list[dict]:
     rules = []
     if spec_decode:
-        accepted, drafts = _rate("vllm:spec_decode_num_accepted_tokens_total"), _rate("vllm:spec_decode_num_drafts_total")
+        accepted, drafts = (
+            _rate("vllm:spec_decode_num_accepted_tokens_total"),
+            _rate("vllm:spec_decode_num_drafts_total"),
+        )
         rules += [
-            {"record": ACCEPTANCE_RATE, "expr": _labelled(f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}")},
+            {
+                "record": ACCEPTANCE_RATE,
+                "expr": _labelled(f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}"),
+            },
             {"record": ACCEPTED_LENGTH, "expr": _labelled(f"1 + {accepted} / {drafts}")},
-            {"record": PER_POSITION, "expr": _labelled(
-                f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
-                f"/ on ({BY}) group_left {drafts}")},
+            {
+                "record": PER_POSITION,
+                "expr": _labelled(
+                    f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
+                    f"/ on ({BY}) group_left {drafts}"
+                ),
+            },
         ]
 
     def gauge(agg: str, name: str) -> str:
@@ -132,8 +151,12 @@ def recording_rules(spec_decode: bool) -> list[dict]:
         {"record": RUNNING, "expr": _labelled(gauge("sum", "vllm:num_requests_running"))},
         {"record": WAITING, "expr": _labelled(gauge("sum", "vllm:num_requests_waiting"))},
         {"record": KV_USAGE, "expr": _labelled(gauge("max", "vllm:kv_cache_usage_perc"))},
-        {"record": ERRORS, "expr": _labelled(
-            f'sum by ({BY}) (rate(vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]))')},
+        {
+            "record": ERRORS,
+            "expr": _labelled(
+                f'sum by ({BY}) (rate(vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]))'
+            ),
+        },
     ]
     return rules
 
@@ -145,85 +168,149 @@ def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
         band = bands.get(served if mode == "unknown" else mode)
         if band is None or not plan.speculative_config or band.low <= 1.0:
             continue  # no band, or one too wide to ever fire (AL is never below 1)
-        why = ("adaptive verification may no longer pay" if band.arm == "adaptive" else
-               "the A/B's verdict for block verification (adaptive did not pay) may no longer hold")
-        unknown = (f" (verification unknown: no readiness server says the mode; held against the {band.arm} arm, "
-                   "the plan's start mode)" if mode == "unknown" else "")
-        rules.append({
-            "alert": "RocmDsparkAcceptanceBelowBand",
-            "expr": f'{ACCEPTED_LENGTH}{{verification="{mode}"}} < {band.low:g}',
-            "for": ACCEPTANCE_FOR,
-            "labels": {"severity": "warning", "arm": band.arm, "mode_seen": mode, "ab_record": band.record_id},
-            "annotations": {
-                "summary": "DSpark acceptance below the A/B's band on {{ $labels.endpoint }}",
-                "description": (f"Mean accepted length {{{{ $value | printf \"%.3f\" }}}} is below {band.low:g}, the "
-                                f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
-                                f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
-                                f"has moved from what was measured and {why}; re-run the A/B on this host (`rocm-dspark"
-                                f" validate --ab --concurrency {band.concurrency}` with this plan's selection) and "
-                                "regenerate these files."),
-            },
-        })
+        why = (
+            "adaptive verification may no longer pay"
+            if band.arm == "adaptive"
+            else "the A/B's verdict for block verification (adaptive did not pay) may no longer hold"
+        )
+        unknown = (
+            f" (verification unknown: no readiness server says the mode; held against the {band.arm} arm, "
+            "the plan's start mode)"
+            if mode == "unknown"
+            else ""
+        )
+        rules.append(
+            {
+                "alert": "RocmDsparkAcceptanceBelowBand",
+                "expr": f'{ACCEPTED_LENGTH}{{verification="{mode}"}} < {band.low:g}',
+                "for": ACCEPTANCE_FOR,
+                "labels": {"severity": "warning", "arm": band.arm, "mode_seen": mode, "ab_record": band.record_id},
+                "annotations": {
+                    "summary": "DSpark acceptance below the A/B's band on {{ $labels.endpoint }}",
+                    "description": (
+                        f'Mean accepted length {{{{ $value | printf "%.3f" }}}} is below {band.low:g}, the '
+                        f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
+                        f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
+                        f"has moved from what was measured and {why}; re-run the A/B on this host (`rocm-dspark"
+                        f" validate --ab --concurrency {band.concurrency}` with this plan's selection) and "
+                        "regenerate these files."
+                    ),
+                },
+            }
+        )
     kv = plan.memory.kv_tokens if plan.memory is not None and plan.memory.kv_tokens else None
     cap = f" of the plan's estimated {kv:,} tokens per rank" if kv else ""
     rules += [
-        {"alert": "RocmDsparkServerDown", "expr": f'up{{job="{VLLM_JOB}"}} == 0', "for": DOWN_FOR,
-         "labels": {"severity": "critical"},
-         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} does not answer /metrics",
-                         "description": "Down for 2 minutes. A start of this model takes up to the launcher's ready "
-                                        "timeout (it loads the whole checkpoint): if none is running, it stopped; "
-                                        "see the service's log (journalctl -u or the launcher's state dir)."}},
-        {"alert": "RocmDsparkServerRestarted",
-         "expr": (f'sum by ({BY}) (changes(up{{job="{VLLM_JOB}"}}[15m])) > 0 or sum by ({BY}) '
-                  f'(resets(vllm:generation_tokens_total{{job="{VLLM_JOB}"}}[15m])) > 0'),
-         "labels": {"severity": "warning"},
-         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} restarted in the last 15 minutes",
-                         "description": "Each restart is a model load; a restart by the canary switches the node to "
-                                        "block verification (rocm_dspark_mode_changes_total counts those)."}},
-        {"alert": "RocmDsparkRequestErrors", "expr": f"{ERRORS} > 0", "labels": {"severity": "warning"},
-         "annotations": {"summary": "vLLM at {{ $labels.endpoint }} fails requests",
-                         "description": "Requests finished with vLLM's internal error (finished_reason=\"error\", "
-                                        "answered 500) in the last 5 minutes; the A/B counted none failed, so this "
-                                        "is outside what was measured. See the server's log."}},
-        {"alert": "RocmDsparkKvCacheNearFull", "expr": f"{KV_USAGE} > {KV_NEAR_FULL:g}", "for": "10m",
-         "labels": {"severity": "warning"},
-         "annotations": {"summary": "KV cache above 90% on {{ $labels.endpoint }}",
-                         "description": f"KV cache usage {{{{ $value | humanizePercentage }}}}{cap} for 10 "
-                                        "minutes: a full pool preempts running requests (recomputed later). Serve "
-                                        f"fewer concurrent requests than max_num_seqs {plan.max_num_seqs} or add "
-                                        "KV room."}},
+        {
+            "alert": "RocmDsparkServerDown",
+            "expr": f'up{{job="{VLLM_JOB}"}} == 0',
+            "for": DOWN_FOR,
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "vLLM at {{ $labels.endpoint }} does not answer /metrics",
+                "description": "Down for 2 minutes. A start of this model takes up to the launcher's ready "
+                "timeout (it loads the whole checkpoint): if none is running, it stopped; "
+                "see the service's log (journalctl -u or the launcher's state dir).",
+            },
+        },
+        {
+            "alert": "RocmDsparkServerRestarted",
+            "expr": (
+                f'sum by ({BY}) (changes(up{{job="{VLLM_JOB}"}}[15m])) > 0 or sum by ({BY}) '
+                f'(resets(vllm:generation_tokens_total{{job="{VLLM_JOB}"}}[15m])) > 0'
+            ),
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "vLLM at {{ $labels.endpoint }} restarted in the last 15 minutes",
+                "description": "Each restart is a model load; a restart by the canary switches the node to "
+                "block verification (rocm_dspark_mode_changes_total counts those).",
+            },
+        },
+        {
+            "alert": "RocmDsparkRequestErrors",
+            "expr": f"{ERRORS} > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "vLLM at {{ $labels.endpoint }} fails requests",
+                "description": 'Requests finished with vLLM\'s internal error (finished_reason="error", '
+                "answered 500) in the last 5 minutes; the A/B counted none failed, so this "
+                "is outside what was measured. See the server's log.",
+            },
+        },
+        {
+            "alert": "RocmDsparkKvCacheNearFull",
+            "expr": f"{KV_USAGE} > {KV_NEAR_FULL:g}",
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "KV cache above 90% on {{ $labels.endpoint }}",
+                "description": f"KV cache usage {{{{ $value | humanizePercentage }}}}{cap} for 10 "
+                "minutes: a full pool preempts running requests (recomputed later). Serve "
+                f"fewer concurrent requests than max_num_seqs {plan.max_num_seqs} or add "
+                "KV room.",
+            },
+        },
     ]
     if ready:
         violation = 'rocm_dspark_canary_runs_total{result="violation"}'
         rules += [
-            {"alert": "RocmDsparkCanaryViolation",
-             # increase() needs two samples; a series born with the violation already counted is the second clause.
-             "expr": f"increase({violation}[{CANARY_WINDOW}]) > 0 or ({violation} > 0 unless {violation} "
-                     f"offset {CANARY_WINDOW})",
-             "labels": {"severity": "critical"},
-             "annotations": {"summary": "The canary re-scored tokens that the reference does not give",
-                             "description": "A canary run found emitted tokens the independent reference rejects: the "
-                                            "service may give wrong tokens. An adaptive service switches itself to "
-                                            "block verification (one restart); `rocm-dspark status` names the run."}},
-            {"alert": "RocmDsparkReadinessServerDown", "expr": f'up{{job="{READY_JOB}"}} == 0', "for": "5m",
-             "labels": {"severity": "warning"},
-             "annotations": {"summary": "The readiness server does not answer /metrics",
-                             "description": "No canary results or verification mode are seen while it is down; "
-                                            "graphs say verification=\"unknown\"."}},
+            {
+                "alert": "RocmDsparkCanaryViolation",
+                # increase() needs two samples; a series born with the violation already counted is the second clause.
+                "expr": f"increase({violation}[{CANARY_WINDOW}]) > 0 or ({violation} > 0 unless {violation} "
+                f"offset {CANARY_WINDOW})",
+                "labels": {"severity": "critical"},
+                "annotations": {
+                    "summary": "The canary re-scored tokens that the reference does not give",
+                    "description": "A canary run found emitted tokens the independent reference rejects: the "
+                    "service may give wrong tokens. An adaptive service switches itself to "
+                    "block verification (one restart); `rocm-dspark status` names the run.",
+                },
+            },
+            {
+                "alert": "RocmDsparkReadinessServerDown",
+                "expr": f'up{{job="{READY_JOB}"}} == 0',
+                "for": "5m",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "The readiness server does not answer /metrics",
+                    "description": "No canary results or verification mode are seen while it is down; "
+                    'graphs say verification="unknown".',
+                },
+            },
         ]
     return rules
 
 
 def prometheus_config(plan, name: str, target_list: list[Target], ready: str | None, rules_file: str) -> dict:
     h = plan_hash(plan)
-    static = [{"targets": [t.address], "labels": {"endpoint": f"http://{t.address}", "plan_hash": h, "service": name,
-                                                  "node": str(t.node), "role": t.role}} for t in target_list]
+    static = [
+        {
+            "targets": [t.address],
+            "labels": {
+                "endpoint": f"http://{t.address}",
+                "plan_hash": h,
+                "service": name,
+                "node": str(t.node),
+                "role": t.role,
+            },
+        }
+        for t in target_list
+    ]
     jobs = [{"job_name": VLLM_JOB, "metrics_path": "/metrics", "static_configs": static}]
     if ready:
-        jobs.append({"job_name": READY_JOB, "metrics_path": "/metrics",
-                     "static_configs": [{"targets": [ready], "labels": {"service": name, "plan_hash": h}}]})
-    return {"global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
-            "rule_files": [rules_file], "scrape_configs": jobs}
+        jobs.append(
+            {
+                "job_name": READY_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [ready], "labels": {"service": name, "plan_hash": h}}],
+            }
+        )
+    return {
+        "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
+        "rule_files": [rules_file],
+        "scrape_configs": jobs,
+    }
 
 
 def k8s_targets(plan, name: str) -> list[Target]:
@@ -239,10 +326,15 @@ def dashboard(plan, name: str, bands: dict) -> dict:
     legend = "{{endpoint}} {{verification}} {{image_digest}} plan {{plan_hash}}"
     panels: list[tuple[str, list[tuple[str, str]], str]] = []
     if plan.speculative_config:
-        band_lines = [(f"vector({b.low:g})", f"A/B {b.arm} band low (c={b.concurrency}, {b.record_id})")
-                      for b in bands.values()]
+        band_lines = [
+            (f"vector({b.low:g})", f"A/B {b.arm} band low (c={b.concurrency}, {b.record_id})") for b in bands.values()
+        ]
         panels += [
-            ("Mean accepted length (tokens per step) against the A/B's band", [(ACCEPTED_LENGTH, legend)] + band_lines, "none"),
+            (
+                "Mean accepted length (tokens per step) against the A/B's band",
+                [(ACCEPTED_LENGTH, legend)] + band_lines,
+                "none",
+            ),
             ("Acceptance rate (accepted / draft tokens)", [(ACCEPTANCE_RATE, legend)], "percentunit"),
             ("Acceptance per draft position", [(PER_POSITION, "pos {{position}} " + legend)], "percentunit"),
         ]
@@ -255,18 +347,30 @@ def dashboard(plan, name: str, bands: dict) -> dict:
     ]
     out = []
     for i, (title, queries, unit) in enumerate(panels):
-        out.append({"id": i + 1, "type": "timeseries", "title": title, "datasource": {"type": "prometheus",
-                                                                                      "uid": "${datasource}"},
-                    "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
-                    "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
-                    "targets": [{"refId": chr(65 + j), "expr": expr, "legendFormat": leg}
-                                for j, (expr, leg) in enumerate(queries)]})
-    return {"title": f"rocm-dspark {name}", "uid": hashlib.sha256(name.encode()).hexdigest()[:12],
-            "tags": ["rocm-dspark", "vllm"], "schemaVersion": 39, "time": {"from": "now-6h", "to": "now"},
-            "description": f"{plan.profile}, plan {plan_hash(plan)}: generated by rocm-dspark; not yet run on "
-                           "MI300-class hardware",
-            "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
-            "panels": out}
+        out.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "targets": [
+                    {"refId": chr(65 + j), "expr": expr, "legendFormat": leg} for j, (expr, leg) in enumerate(queries)
+                ],
+            }
+        )
+    return {
+        "title": f"rocm-dspark {name}",
+        "uid": hashlib.sha256(name.encode()).hexdigest()[:12],
+        "tags": ["rocm-dspark", "vllm"],
+        "schemaVersion": 39,
+        "time": {"from": "now-6h", "to": "now"},
+        "description": f"{plan.profile}, plan {plan_hash(plan)}: generated by rocm-dspark; not yet run on "
+        "MI300-class hardware",
+        "templating": {"list": [{"name": "datasource", "type": "datasource", "query": "prometheus"}]},
+        "panels": out,
+    }
 
 
 def _yaml(doc: dict, header: str) -> str:
@@ -276,22 +380,36 @@ def _yaml(doc: dict, header: str) -> str:
 
 
 def _header(plan, bands: dict, notes: list[str]) -> str:
-    lines = [f"Generated by rocm-dspark for {plan.profile} (plan {plan_hash(plan)}); regenerate rather than edit.",
-             "Not yet run on MI300-class hardware."]
+    lines = [
+        f"Generated by rocm-dspark for {plan.profile} (plan {plan_hash(plan)}); regenerate rather than edit.",
+        "Not yet run on MI300-class hardware.",
+    ]
     if not plan.speculative_config:
         lines.append("No speculative decoding in this plan: no acceptance rules.")
     elif not bands:
-        lines.append("No acceptance alert: no trusted A/B record for this plan at its --concurrency "
-                     "(run `rocm-dspark validate --ab --concurrency C`, then regenerate).")
+        lines.append(
+            "No acceptance alert: no trusted A/B record for this plan at its --concurrency "
+            "(run `rocm-dspark validate --ab --concurrency C`, then regenerate)."
+        )
     for b in bands.values():
-        lines.append(f"A/B band ({b.arm}, c={b.concurrency}, record {b.record_id}): mean accepted length "
-                     f"[{b.low:g}, {b.high:g}]" + (" - too wide to alert on: run a longer A/B" if b.low <= 1.0 else ""))
+        lines.append(
+            f"A/B band ({b.arm}, c={b.concurrency}, record {b.record_id}): mean accepted length "
+            f"[{b.low:g}, {b.high:g}]" + (" - too wide to alert on: run a longer A/B" if b.low <= 1.0 else "")
+        )
     lines += notes
     return "".join(f"# {' '.join(line.splitlines())}\n" for line in lines)
 
 
-def render(plan, name: str, target_list: list[Target], *, ready: str | None = None, bands: dict | None = None,
-           k8s: bool = False, notes: list[str] | None = None) -> dict[str, str]:
+def render(
+    plan,
+    name: str,
+    target_list: list[Target],
+    *,
+    ready: str | None = None,
+    bands: dict | None = None,
+    k8s: bool = False,
+    notes: list[str] | None = None,
+) -> dict[str, str]:
     """{file name: text}: <name>.prometheus.yml, <name>.rules.yml, <name>.grafana.json (k8s: one manifest file
     with the first two as a ConfigMap and the dashboard as another)."""
     bands = dict(bands or {})
@@ -299,29 +417,50 @@ def render(plan, name: str, target_list: list[Target], *, ready: str | None = No
     notes = list(notes or [])
     unknown = [t.address for t in target_list if ".invalid:" in t.address]
     if unknown:
-        notes.append(f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
-                     "and regenerate.")
+        notes.append(
+            f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
+            "and regenerate."
+        )
     header = _header(plan, bands, notes)
-    rules_text = _yaml({"groups": [
-        {"name": f"{name}-recording", "rules": recording_rules(bool(plan.speculative_config))},
-        {"name": f"{name}-alerts", "rules": alert_rules(plan, bands, ready=ready is not None and not k8s)},
-    ]}, header)
+    rules_text = _yaml(
+        {
+            "groups": [
+                {"name": f"{name}-recording", "rules": recording_rules(bool(plan.speculative_config))},
+                {"name": f"{name}-alerts", "rules": alert_rules(plan, bands, ready=ready is not None and not k8s)},
+            ]
+        },
+        header,
+    )
     dash = json.dumps(dashboard(plan, name, bands), indent=1, ensure_ascii=True) + "\n"
     if not k8s:
         config = _yaml(prometheus_config(plan, name, target_list, ready, rules_file), header)
         return {f"{name}.prometheus.yml": config, rules_file: rules_text, f"{name}.grafana.json": dash}
-    config = _yaml(prometheus_config(plan, name, target_list or k8s_targets(plan, name), None,
-                                     f"/etc/prometheus/rocm-dspark/{rules_file}"), header)
+    config = _yaml(
+        prometheus_config(
+            plan, name, target_list or k8s_targets(plan, name), None, f"/etc/prometheus/rocm-dspark/{rules_file}"
+        ),
+        header,
+    )
     from rocm_dspark.launch.k8s import render_yaml
 
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "observability",
-              "app.kubernetes.io/managed-by": "rocm-dspark"}
+    labels = {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": "observability",
+        "app.kubernetes.io/managed-by": "rocm-dspark",
+    }
     maps = [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-prometheus", "labels": labels},
-         "data": {"prometheus.yml": config, rules_file: rules_text}},
-        {"apiVersion": "v1", "kind": "ConfigMap",
-         "metadata": {"name": f"{name}-grafana-dashboard", "labels": {**labels, "grafana_dashboard": "1"}},
-         "data": {f"{name}.grafana.json": dash}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-prometheus", "labels": labels},
+            "data": {"prometheus.yml": config, rules_file: rules_text},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{name}-grafana-dashboard", "labels": {**labels, "grafana_dashboard": "1"}},
+            "data": {f"{name}.grafana.json": dash},
+        },
     ]
     return {f"{name}.observability.k8s.yaml": render_yaml(maps)}
 
@@ -335,8 +474,9 @@ def write(out_dir: Path, files: dict[str, str]) -> list[Path]:
     try:
         write_files_atomic(paths)
     except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename or 'the observability files'}: {exc.strerror}; choose a writable "
-                         "--output") from exc
+        raise UsageError(
+            f"cannot write {exc.filename or 'the observability files'}: {exc.strerror}; choose a writable --output"
+        ) from exc
     return [p for p, _, _ in paths]
 
 

@@ -67,7 +67,9 @@ def bash_comment(text: str) -> str:
 def env_name(name: str) -> str:
     """An environment variable name bash can export and systemd can pass; refused otherwise."""
     if not _ENV_NAME.fullmatch(name):
-        raise UsageError(f"env name {name!r} is not a valid variable name: use letters, digits and '_', not starting with a digit")
+        raise UsageError(
+            f"env name {name!r} is not a valid variable name: use letters, digits and '_', not starting with a digit"
+        )
     return name
 
 
@@ -88,11 +90,15 @@ def systemd_path(path: str, what: str) -> str:
     if not path.startswith("/"):
         raise UsageError(f"{what} {path!r} must be an absolute path for a systemd unit")
     if any(_is_control(ch) for ch in path) or path != path.strip():
-        raise UsageError(f"{what} {path!r} has control characters or edge spaces, which a systemd unit cannot carry; choose another path")
+        raise UsageError(
+            f"{what} {path!r} has control characters or edge spaces, which a systemd unit cannot carry; choose another path"
+        )
     if "\\" in path:
         # A trailing backslash continues the line (systemd.syntax(7)): the next setting, User=, would be eaten
         # and the service would run as root. systemd has no escape for it in a path, so it is refused anywhere.
-        raise UsageError(f"{what} {path!r} contains a backslash, which a systemd unit line cannot carry safely; choose another path")
+        raise UsageError(
+            f"{what} {path!r} contains a backslash, which a systemd unit line cannot carry safely; choose another path"
+        )
     return systemd_specifiers(path)
 
 

@@ -15,11 +15,15 @@ from rocm_dspark.recipe.vllm_args import emit
 def _argv_lines(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[str]:
     """First `head` words on one line, then one flag (with its value) per line, each within the width: the words
     are the command's own, shell-quoted, broken only between words (textwidth.command), never re-read from text."""
-    return ["\n".join(textwidth.command(words, indent, continued=True))
-            for indent, words in _flag_words(argv, head, command)]
+    return [
+        "\n".join(textwidth.command(words, indent, continued=True))
+        for indent, words in _flag_words(argv, head, command)
+    ]
 
 
-def _flag_words(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[tuple[str, list[str]]]:
+def _flag_words(
+    argv: list[str] | tuple[str, ...], head: int, command: Command | None = None
+) -> list[tuple[str, list[str]]]:
     """(indent, shell-quoted words) per line: the first `head` words, then one flag (with its value) per line.
     vLLM's flags come from the typed command (recipe/plan.py Command): `argv` itself, or `command` where argv ends
     with its words (docker's `... --entrypoint vllm IMAGE serve MODEL ...`); the words before those (docker's own)
@@ -27,9 +31,9 @@ def _flag_words(argv: list[str] | tuple[str, ...], head: int, command: Command |
     if isinstance(argv, Command) and len(argv.head) == head:
         return [("", [shlex.quote(a) for a in argv.head]), *_typed_words(argv)]
     rest = len(command) - 1 if command is not None else 0
-    if not (isinstance(command, Command) and rest and tuple(argv[len(argv) - rest:]) == tuple(command[1:])):
+    if not (isinstance(command, Command) and rest and tuple(argv[len(argv) - rest :]) == tuple(command[1:])):
         command, rest = None, 0
-    words = argv[:len(argv) - rest]
+    words = argv[: len(argv) - rest]
     lines = [("", [shlex.quote(a) for a in words[:head]])]
     i = head
     while i < len(words):
@@ -64,10 +68,10 @@ def brief(line: str, width: int = NOTE_WIDTH - 2) -> str:
     line = " ".join(line.split())
     if len(line) <= width:
         return line
-    cut = line[:width - 3]
-    cut = cut[:cut.rfind(" ")] if " " in cut[width // 2:] else cut
+    cut = line[: width - 3]
+    cut = cut[: cut.rfind(" ")] if " " in cut[width // 2 :] else cut
     if cut.count("`") % 2:  # never half a command: cut before the one it would split
-        cut = cut[:cut.rfind("`")]
+        cut = cut[: cut.rfind("`")]
     return cut.rstrip(" ,;:(") + "..."
 
 
@@ -131,9 +135,16 @@ def docker_argv(plan: LaunchPlan, hf_home: str | None = None, hf_hub: str | None
     hf_home = launch_facts.HF_HOME_SH if hf_home is None else hf_home
     hf_hub = launch_facts.HF_HUB_CACHE_SH if hf_hub is None else hf_hub
     name = launch_facts.default_name(plan.profile)
-    return launch_facts.docker_run_argv(name, plan.image, plan.argv, plan.env, hf_home=hf_home, hf_hub=hf_hub,
-                                        model_path=plan.model_path,
-                                        env_file=f"./{name}.env" if plan.secret_env else None)
+    return launch_facts.docker_run_argv(
+        name,
+        plan.image,
+        plan.argv,
+        plan.env,
+        hf_home=hf_home,
+        hf_hub=hf_hub,
+        model_path=plan.model_path,
+        env_file=f"./{name}.env" if plan.secret_env else None,
+    )
 
 
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
@@ -142,16 +153,22 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(_argv_lines(argv, 2, plan.argv if isinstance(plan.argv, Command) else None))
-    for placeholder, sh, inside in (("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
-                                    ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER)):
+    for placeholder, sh, inside in (
+        ("HF_HOME_PLACEHOLDER", launch_facts.HF_HOME_SH, launch_facts.HF_CACHE_CONTAINER),
+        ("HF_HUB_PLACEHOLDER", launch_facts.HF_HUB_CACHE_SH, launch_facts.HF_HUB_CONTAINER),
+    ):
         text = text.replace(shlex.quote(f"{placeholder}:{inside}"), f'"{sh}:{inside}"')
-    text = text.replace(f':{launch_facts.HF_CACHE_CONTAINER}" \\\n  -v "', f':{launch_facts.HF_CACHE_CONTAINER}" -v "')  # one cache
+    text = text.replace(
+        f':{launch_facts.HF_CACHE_CONTAINER}" \\\n  -v "', f':{launch_facts.HF_CACHE_CONTAINER}" -v "'
+    )  # one cache
     out = [text, *header_lines(plan)]
     if "@sha256:" not in plan.image:  # resolved on this host (rocm-dspark images) or published: run by digest
         out.append("# unresolved here: `rocm-dspark images` records the digest, then this prints it")
     if plan.secret_env:
-        out.append(f"# --env-file ./{launch_facts.default_name(plan.profile)}.env: mode 0600, one NAME=value line each "
-                   f"for {' '.join(plan.secret_env)} (given by --env; not printed)")
+        out.append(
+            f"# --env-file ./{launch_facts.default_name(plan.profile)}.env: mode 0600, one NAME=value line each "
+            f"for {' '.join(plan.secret_env)} (given by --env; not printed)"
+        )
     out += note_lines(plan.notes, explain)
     if not explain:
         out.append(EXPLAIN_HINT)

@@ -15,18 +15,30 @@ def _commands(cluster, node_rank):
 
 def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: bool = False) -> str:
     """The layout line, every node's commands, then the plan's header and notes (short unless `explain`)."""
-    out = _comment(f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
-                   + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None))
+    out = _comment(
+        f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
+        + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None)
+    )
     for cmd in _commands(cluster, node_rank):
         where = f" ({cmd.address})" if cmd.address else ""
-        role = (f"replica {cmd.pool_rank} on GPUs {cmd.env.get('HIP_VISIBLE_DEVICES', '?')}" if cmd.role == "replica"
-                else cmd.role)
-        out += ["", *_comment(f"--- node {cmd.node}{where}: {role}"
-                              + (f", serves HTTP on :{cmd.port}" if cmd.serves_http else ", no HTTP (headless)"))]
+        role = (
+            f"replica {cmd.pool_rank} on GPUs {cmd.env.get('HIP_VISIBLE_DEVICES', '?')}"
+            if cmd.role == "replica"
+            else cmd.role
+        )
+        out += [
+            "",
+            *_comment(
+                f"--- node {cmd.node}{where}: {role}"
+                + (f", serves HTTP on :{cmd.port}" if cmd.serves_http else ", no HTTP (headless)")
+            ),
+        ]
         for step in cmd.setup:
             out.append(" ".join(shlex.quote(w) for w in step))
         lines = [f"{k}={shlex.quote(v)}" for k, v in cmd.env.items()]
-        lines += _argv_lines(cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 2 if cmd.argv[:2] == ("ray", "start") else 1)
+        lines += _argv_lines(
+            cmd.argv, 3 if cmd.argv[:2] == ("vllm", "serve") else 2 if cmd.argv[:2] == ("ray", "start") else 1
+        )
         out.append(" \\\n".join(lines))
     out += ["", *header_lines(plan)]
     if cluster.status:

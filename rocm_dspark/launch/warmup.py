@@ -22,10 +22,10 @@ MIN_TOKENS = 8  # a few decode steps even without speculative decoding
 
 
 class Warmup(NamedTuple):
-    batches: tuple[int, ...]   # requests sent together, one batch after the other
-    step: int                  # tokens one request adds to a decode step: 1 + K
-    capture: int | None        # the largest captured size: 0 eager (no graphs), None vLLM's default
-    max_num_seqs: int | None   # None: the plan leaves it to vLLM's default, which this module does not guess
+    batches: tuple[int, ...]  # requests sent together, one batch after the other
+    step: int  # tokens one request adds to a decode step: 1 + K
+    capture: int | None  # the largest captured size: 0 eager (no graphs), None vLLM's default
+    max_num_seqs: int | None  # None: the plan leaves it to vLLM's default, which this module does not guess
 
     @property
     def step_sizes(self) -> tuple[int, ...]:
@@ -39,11 +39,18 @@ class Warmup(NamedTuple):
     def says(self) -> str:
         """What the launcher's log line says was exercised (one line)."""
         sizes = ", ".join(map(str, self.step_sizes))
-        graphs = ("no graphs (--enforce-eager)" if self.capture == 0 else
-                  f"the plan's capture size {self.capture}" if self.capture else "vLLM's default capture sizes")
+        graphs = (
+            "no graphs (--enforce-eager)"
+            if self.capture == 0
+            else f"the plan's capture size {self.capture}"
+            if self.capture
+            else "vLLM's default capture sizes"
+        )
         seqs = f"max_num_seqs {self.max_num_seqs}" if self.max_num_seqs else "max_num_seqs not set by the plan"
-        return (f"{sum(self.batches)} requests in batches of {', '.join(map(str, self.batches))}: capture sizes "
-                f"exercised {sizes} (a decode step of batch x (1+K={self.step}) tokens); {seqs}, {graphs}")
+        return (
+            f"{sum(self.batches)} requests in batches of {', '.join(map(str, self.batches))}: capture sizes "
+            f"exercised {sizes} (a decode step of batch x (1+K={self.step}) tokens); {seqs}, {graphs}"
+        )
 
 
 def batches(max_num_seqs: int | None) -> tuple[int, ...]:
@@ -75,5 +82,8 @@ def plan_warmup(argv, capture_size: int = 0) -> Warmup:
 
 def body(served_name: str, max_tokens: int) -> str:
     """The /v1/completions request body, as JSON (the launcher sends it as is)."""
-    return json.dumps({"model": served_name, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(
+        {"model": served_name, "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )

@@ -23,8 +23,10 @@ from rocm_dspark.errors import UsageError
 def synthetic_rates(length: float, gamma: int) -> list[float]:
     """Conditional rates for a synthetic acceptance length L in [1, gamma + 1]."""
     if not 1.0 <= length <= gamma + 1:
-        raise UsageError(f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
-                         f"pass e.g. --acceptance-length 3.51")
+        raise UsageError(
+            f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
+            f"pass e.g. --acceptance-length 3.51"
+        )
     extra = length - 1.0
     whole = math.floor(extra)
     unconditional = ([1.0] * whole + [extra - whole] + [0.0] * gamma)[:gamma]
@@ -39,12 +41,14 @@ def geometric_rates(length: float, gamma: int) -> list[float]:
     """One conditional rate alpha for every position (the seeds' model: each draft accepted with the
     same probability given the earlier ones) such that 1 + alpha + ... + alpha^gamma = L."""
     if not 1.0 <= length <= gamma + 1:
-        raise UsageError(f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
-                         f"pass e.g. --acceptance-length 3.51")
+        raise UsageError(
+            f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
+            f"pass e.g. --acceptance-length 3.51"
+        )
     lo, hi = 0.0, 1.0
     for _ in range(100):  # bisection: the sum grows with alpha
         mid = (lo + hi) / 2
-        if sum(mid ** i for i in range(1, gamma + 1)) < length - 1.0:
+        if sum(mid**i for i in range(1, gamma + 1)) < length - 1.0:
             lo = mid
         else:
             hi = mid
@@ -57,13 +61,16 @@ def parse_rates(text: str, gamma: int) -> list[float]:
     try:
         rates = [float(p) for p in parts]
     except ValueError:
-        raise UsageError(f"--acceptance-rates {text!r} is not a comma-separated list of numbers; "
-                         f"pass e.g. --acceptance-rates 0.9,0.8,0.7,0.6,0.5") from None
+        raise UsageError(
+            f"--acceptance-rates {text!r} is not a comma-separated list of numbers; "
+            f"pass e.g. --acceptance-rates 0.9,0.8,0.7,0.6,0.5"
+        ) from None
     if not rates or len(rates) > gamma:
         raise UsageError(f"--acceptance-rates needs 1 to {gamma} values (one per drafted position), got {len(rates)}")
     if any(not 0.0 <= r <= 1.0 for r in rates):
-        raise UsageError(f"--acceptance-rates {text!r}: every rate must lie in [0, 1] "
-                         f"(conditional acceptance of each position)")
+        raise UsageError(
+            f"--acceptance-rates {text!r}: every rate must lie in [0, 1] (conditional acceptance of each position)"
+        )
     return rates + [0.0] * (gamma - len(rates))
 
 

@@ -41,9 +41,9 @@ class Physics:
 
     dense_bytes: float
     expert_bytes: float
-    expert_share: float          # k/E
+    expert_share: float  # k/E
     bandwidth_bytes_per_s: float  # TP x HBM x efficiency
-    layers: int = 0              # the eager term's launches are per layer (capture_term)
+    layers: int = 0  # the eager term's launches are per layer (capture_term)
 
     def weights_ms(self, requests, tokens, rho: float):
         import numpy as np
@@ -63,16 +63,20 @@ class StepParams:
     draft_ms: float
     adaptive_ms: float
     rho: float
-    spread: float = 0.0   # acceptance heterogeneity: two equal request classes, alpha_hi - alpha_lo
-    eager_launch_ms: float = 0.0     # per layer, steps above the largest captured size (capture_term)
+    spread: float = 0.0  # acceptance heterogeneity: two equal request classes, alpha_hi - alpha_lo
+    eager_launch_ms: float = 0.0  # per layer, steps above the largest captured size (capture_term)
     eager_per_token_ms: float = 0.0  # per token, same steps
 
     def step_ms(self, physics: Physics, requests, tokens, *, drafted: bool, adaptive: bool = False):
         import numpy as np
 
         tokens = np.asarray(tokens, dtype=np.float64)
-        ms = (self.fixed_ms + physics.weights_ms(requests, tokens, self.rho)
-              + self.per_request_ms * np.asarray(requests, dtype=np.float64) + self.per_token_ms * tokens)
+        ms = (
+            self.fixed_ms
+            + physics.weights_ms(requests, tokens, self.rho)
+            + self.per_request_ms * np.asarray(requests, dtype=np.float64)
+            + self.per_token_ms * tokens
+        )
         return ms + (self.draft_ms if drafted else 0.0) + (self.adaptive_ms if adaptive else 0.0)
 
 
@@ -81,29 +85,29 @@ class Calibration:
     """The fitted parameters, where they come from, and how wrong they were on points left out."""
 
     params: StepParams
-    acceptance_length: float           # of the measured workload (a nuisance parameter of the fit)
-    held_out_error_pct: float          # max |predicted / measured - 1| over the held-out points, tok/s
-    held_out_payoff_error_pp: float    # max |predicted - measured| adaptive-vs-fixed gain, points
-    cross_build_spread_pct: float      # max |build B / build A - 1| for the same cell, tok/s
-    cross_build_spread_pp: float       # same, adaptive-vs-fixed gain
+    acceptance_length: float  # of the measured workload (a nuisance parameter of the fit)
+    held_out_error_pct: float  # max |predicted / measured - 1| over the held-out points, tok/s
+    held_out_payoff_error_pp: float  # max |predicted - measured| adaptive-vs-fixed gain, points
+    cross_build_spread_pct: float  # max |build B / build A - 1| for the same cell, tok/s
+    cross_build_spread_pp: float  # same, adaptive-vs-fixed gain
     source_url: str
-    source_label: str                  # "DeepSeek-V4-Flash, 8x mi350x TP8, vllm#52362"
+    source_label: str  # "DeepSeek-V4-Flash, 8x mi350x TP8, vllm#52362"
     model: str
     gpu: str
     tp: int
     bandwidth_efficiency: float
-    rows: list = field(default_factory=list, compare=False)   # per point: measured and predicted
-    capture_size: int | None = None    # the largest captured size the fitted reading takes for the A/B
-    capture_known: bool = True         # False: the run's capture size is not published (both readings fit)
-    fit_held_out_error_pct: float | None = None   # the chosen reading's own held-out error (before covering)
+    rows: list = field(default_factory=list, compare=False)  # per point: measured and predicted
+    capture_size: int | None = None  # the largest captured size the fitted reading takes for the A/B
+    capture_known: bool = True  # False: the run's capture size is not published (both readings fit)
+    fit_held_out_error_pct: float | None = None  # the chosen reading's own held-out error (before covering)
     fit_held_out_payoff_error_pp: float | None = None
-    reading_spread_pct: float = 0.0    # max |reading A / reading B - 1| of the predictions, tok/s
-    reading_spread_pp: float = 0.0     # same, adaptive-vs-fixed gain
-    readings: tuple = field(default=(), compare=False)   # per capture reading: its own errors
-    host: bool = False                 # this host's fit (plan --calibrate), not the public A/B
-    not_identified: tuple = ()         # terms no run of the fit identifies: they carry the public values
-    notes: tuple = field(default=(), compare=False)   # host fit: what a leave-one-out fold could not identify
-    mono: dict | None = None           # host fit: the measured mono verify-step speedup (planner/mono_term.py)
+    reading_spread_pct: float = 0.0  # max |reading A / reading B - 1| of the predictions, tok/s
+    reading_spread_pp: float = 0.0  # same, adaptive-vs-fixed gain
+    readings: tuple = field(default=(), compare=False)  # per capture reading: its own errors
+    host: bool = False  # this host's fit (plan --calibrate), not the public A/B
+    not_identified: tuple = ()  # terms no run of the fit identifies: they carry the public values
+    notes: tuple = field(default=(), compare=False)  # host fit: what a leave-one-out fold could not identify
+    mono: dict | None = None  # host fit: the measured mono verify-step speedup (planner/mono_term.py)
 
     def stated_error_pct(self, calibrated_setting: bool) -> float:
         """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread
@@ -146,16 +150,22 @@ def physics_for(model, gpu, profile_tp: int, bandwidth_efficiency: float) -> Phy
 
     params, arch = model.params, model.architecture
     try:
-        cost = moe_model_cost(weight_bytes=float(params["weight_bytes_per_step_gb"]) * 1e9,
-                              total_params=float(params["backbone_b"]) * 1e9,
-                              active_params=float(params["active_output_token_b"]) * 1e9,
-                              experts_per_token=arch.get("experts_per_token"),
-                              routed_experts=arch.get("routed_experts"))
+        cost = moe_model_cost(
+            weight_bytes=float(params["weight_bytes_per_step_gb"]) * 1e9,
+            total_params=float(params["backbone_b"]) * 1e9,
+            active_params=float(params["active_output_token_b"]) * 1e9,
+            experts_per_token=arch.get("experts_per_token"),
+            routed_experts=arch.get("routed_experts"),
+        )
     except KeyError as exc:
         raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
-    return Physics(dense_bytes=cost.dense_bytes, expert_bytes=cost.expert_bytes, expert_share=cost.expert_share,
-                   bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
-                   layers=int(arch.get("layers") or 0))
+    return Physics(
+        dense_bytes=cost.dense_bytes,
+        expert_bytes=cost.expert_bytes,
+        expert_share=cost.expert_share,
+        bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
+        layers=int(arch.get("layers") or 0),
+    )
 
 
 def _cells(source: dict, concurrencies):
@@ -194,8 +204,16 @@ def nonneg_lstsq(a, b):
     return x, resid
 
 
-def design_row(physics: Physics, requests: int, tokens: int, per_request_tokens: float, drafted: bool,
-               tok_s: float, rho: float, largest: int | None):
+def design_row(
+    physics: Physics,
+    requests: int,
+    tokens: int,
+    per_request_tokens: float,
+    drafted: bool,
+    tok_s: float,
+    rho: float,
+    largest: int | None,
+):
     """One measured step as a row of the linear fit, in relative units: a x = 1 when the model matches the
     measured step time (requests x tokens per request per step / tok/s) exactly. With a capture size
     (`largest`), two more columns: the eager term of a step above it (capture_term). Both fits use it."""
@@ -213,9 +231,11 @@ def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: floa
     """design_row for each measured no-spec and fixed-K cell of the public A/B."""
     import numpy as np
 
-    pairs = [design_row(physics, c, tokens, per_req, drafted, tok_s, rho, largest)
-             for c, nospec, fixed, _ in cells
-             for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, False), (fixed, c * (1 + k), acceptance_length, True))]
+    pairs = [
+        design_row(physics, c, tokens, per_req, drafted, tok_s, rho, largest)
+        for c, nospec, fixed, _ in cells
+        for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, False), (fixed, c * (1 + k), acceptance_length, True))
+    ]
     a = np.array([p[0] for p in pairs])
     if not a[:, 4:].any():  # no step crosses the capture size: the eager term is not identified here
         a = a[:, :4]
@@ -250,10 +270,15 @@ def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_spee
 
     c, k = run["concurrency"], run["k"]
     tokens = round(c * run["acceptance_length"]) if run["adaptive"] else c * (1 + k)
-    cost = CalibratedCost(params=params, physics=physics,
-                          capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c)
-    ms = 1e3 * (float(cost.verify_seconds(tokens)) / mono_speedup + cost.request_seconds(c) + cost.draft_seconds(c, k)
-                + (cost.adaptive_seconds if run["adaptive"] else 0.0))
+    cost = CalibratedCost(
+        params=params, physics=physics, capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c
+    )
+    ms = 1e3 * (
+        float(cost.verify_seconds(tokens)) / mono_speedup
+        + cost.request_seconds(c)
+        + cost.draft_seconds(c, k)
+        + (cost.adaptive_seconds if run["adaptive"] else 0.0)
+    )
     return 1e3 * c * run["acceptance_length"] / ms
 
 
@@ -275,11 +300,15 @@ def class_rates(acceptance_length: float, k: int, spread: float):
         return [a, a]
 
     def length(a):
-        return sum(a ** j for j in range(k + 1))
+        return sum(a**j for j in range(k + 1))
 
     lo, hi = 0.0, max(0.0, 1.0 - spread)
-    if (length(hi) + length(hi + spread)) / 2 < acceptance_length or (length(0.0) + length(spread)) / 2 > acceptance_length:
-        raise UsageError(f"acceptance length {acceptance_length:g} cannot be split into classes {spread:g} apart over {k} drafts")
+    if (length(hi) + length(hi + spread)) / 2 < acceptance_length or (
+        length(0.0) + length(spread)
+    ) / 2 > acceptance_length:
+        raise UsageError(
+            f"acceptance length {acceptance_length:g} cannot be split into classes {spread:g} apart over {k} drafts"
+        )
     for _ in range(80):
         mid = (lo + hi) / 2
         if (length(mid) + length(mid + spread)) / 2 < acceptance_length:
@@ -348,13 +377,25 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
         # The kept reading has no step past its capture size, so it cannot price one: the eager term is
         # taken from the reading in which steps cross it (the same A/B's only estimate; capture_lines says so).
         src_fit = identified[0]
-        chosen = replace(chosen, params=replace(chosen.params, eager_launch_ms=src_fit.params.eager_launch_ms,
-                                                eager_per_token_ms=src_fit.params.eager_per_token_ms))
-    return replace(chosen, capture_known=known, fit_held_out_error_pct=own_pct, fit_held_out_payoff_error_pp=own_pp,
-                   held_out_error_pct=round(own_pct + (0.0 if known else spread_pct), 1),
-                   held_out_payoff_error_pp=round(own_pp + (0.0 if known else spread_pp), 1),
-                   reading_spread_pct=round(spread_pct, 1), reading_spread_pp=round(spread_pp, 1),
-                   readings=tuple(r for f in fits for r in f.readings))
+        chosen = replace(
+            chosen,
+            params=replace(
+                chosen.params,
+                eager_launch_ms=src_fit.params.eager_launch_ms,
+                eager_per_token_ms=src_fit.params.eager_per_token_ms,
+            ),
+        )
+    return replace(
+        chosen,
+        capture_known=known,
+        fit_held_out_error_pct=own_pct,
+        fit_held_out_payoff_error_pp=own_pp,
+        held_out_error_pct=round(own_pct + (0.0 if known else spread_pct), 1),
+        held_out_payoff_error_pp=round(own_pp + (0.0 if known else spread_pp), 1),
+        reading_spread_pct=round(spread_pct, 1),
+        reading_spread_pp=round(spread_pp, 1),
+        readings=tuple(r for f in fits for r in f.readings),
+    )
 
 
 def leave_one_out(data: dict, catalog, largest: int, only=None) -> tuple[float, float, list]:
@@ -365,14 +406,18 @@ def leave_one_out(data: dict, catalog, largest: int, only=None) -> tuple[float, 
     every = sorted(int(c) for c in src["output_tok_s"])
 
     def fit_without(c):
-        one = {**data, "split": {**data["split"], "fit_concurrency": [x for x in every if x != c],
-                                 "held_out_concurrency": [c]}}
+        one = {
+            **data,
+            "split": {**data["split"], "fit_concurrency": [x for x in every if x != c], "held_out_concurrency": [c]},
+        }
         return fit_reading(one, catalog, largest)
 
     def error_at(calib, c):
         row = next(r for r in calib.rows if r["part"] == "held-out")
-        return (round(max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"])), 1),
-                round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1))
+        return (
+            round(max(abs(p / m - 1) * 100 for p, m in zip(row["predicted"], row["measured"])), 1),
+            round(abs(row["adaptive_gain_pct"][1] - row["adaptive_gain_pct"][0]), 1),
+        )
 
     cells = [(c, *err) for c, err in left_out_by_concurrency(every, fit_without, error_at, only)]
     return max(x[1] for x in cells), max(x[2] for x in cells), cells
@@ -407,8 +452,9 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
                 best = (resid, (float(rho), float(al), x))
     _, (rho, al, x) = best
     eager = [float(v) for v in x[4:]] or [0.0, 0.0]
-    params = StepParams(*map(float, x[:4]), adaptive_ms=0.0, rho=rho, eager_launch_ms=eager[0],
-                        eager_per_token_ms=eager[1])
+    params = StepParams(
+        *map(float, x[:4]), adaptive_ms=0.0, rho=rho, eager_launch_ms=eager[0], eager_per_token_ms=eager[1]
+    )
 
     # Adaptive verification: how much requests differ (spread) and its own per-step work (adaptive_ms),
     # both from the adaptive cells of the fit set (relative error). The overhead is a constant per step
@@ -425,8 +471,13 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             continue
         tokens, step = [], []
         for c, *_ in train:
-            res = simulate(CalibratedCost(params=params, physics=physics, capture_sizes=grid),
-                           class_matrix(alphas, c, k), c, Policy("adaptive", k), steps=1)
+            res = simulate(
+                CalibratedCost(params=params, physics=physics, capture_sizes=grid),
+                class_matrix(alphas, c, k),
+                c,
+                Policy("adaptive", k),
+                steps=1,
+            )
             step.append(res.step_ms)
             tokens.append(res.expected_tokens_per_s * res.step_ms / 1e3)
         tokens, step = np.array(tokens), np.array(step)
@@ -438,19 +489,26 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     rows = []
     worst_pct = worst_pp = fit_pct = 0.0
     for part, cells in (("fit", train), ("held-out", test)):
-        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(cells, _predict_cells(params, physics, cells, k,
-                                                                                             al, grid)):
+        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(
+            cells, _predict_cells(params, physics, cells, k, al, grid)
+        ):
             gain_m, gain_p = 100 * (m_ad / m_fixed - 1), 100 * (p_ad / p_fixed - 1)
-            row = {"part": part, "concurrency": c, "measured": [m_none, m_fixed, m_ad],
-                   "predicted": [round(p_none, 2), round(p_fixed, 2), round(p_ad, 2)],
-                   "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)]}
+            row = {
+                "part": part,
+                "concurrency": c,
+                "measured": [m_none, m_fixed, m_ad],
+                "predicted": [round(p_none, 2), round(p_fixed, 2), round(p_ad, 2)],
+                "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)],
+            }
             rows.append(row)
             if part == "fit":
-                fit_pct = max(fit_pct, *(abs(p / m - 1) * 100 for p, m in
-                                        zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad))))
+                fit_pct = max(
+                    fit_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
+                )
             if part == "held-out":
-                worst_pct = max(worst_pct, *(abs(p / m - 1) * 100 for p, m in
-                                            zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad))))
+                worst_pct = max(
+                    worst_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
+                )
                 worst_pp = max(worst_pp, abs(gain_p - gain_m))
     spread_pct = spread_pp = 0.0
     for name, other in data["sources"].items():
@@ -459,45 +517,88 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
         for c, o_none, o_fixed, o_ad in _cells(other, sorted(int(c) for c in other["output_tok_s"])):
             base_cell = next((cell for cell in _cells(src, [c])), None)
             _, b_none, b_fixed, b_ad = base_cell
-            spread_pct = max(spread_pct, *(abs(o / b - 1) * 100 for o, b in
-                                          zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad))))
+            spread_pct = max(
+                spread_pct, *(abs(o / b - 1) * 100 for o, b in zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad)))
+            )
             spread_pp = max(spread_pp, abs(100 * (o_ad / o_fixed - b_ad / b_fixed)))
-    return public_calibration(data, params, acceptance_length=round(al, 2), held_out_error_pct=round(worst_pct, 1),
-                              held_out_payoff_error_pp=round(worst_pp, 1), cross_build_spread_pct=round(spread_pct, 1),
-                              cross_build_spread_pp=round(spread_pp, 1), rows=rows, capture_size=int(largest),
-                              readings=({"capture_size": int(largest), "fit_error_pct": round(fit_pct, 1),
-                                         "held_out_error_pct": round(worst_pct, 1),
-                                         "held_out_payoff_error_pp": round(worst_pp, 1),
-                                         "eager_launch_ms": round(params.eager_launch_ms, 6),
-                                         "eager_per_token_ms": round(params.eager_per_token_ms, 6),
-                                         "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest)},))
+    return public_calibration(
+        data,
+        params,
+        acceptance_length=round(al, 2),
+        held_out_error_pct=round(worst_pct, 1),
+        held_out_payoff_error_pp=round(worst_pp, 1),
+        cross_build_spread_pct=round(spread_pct, 1),
+        cross_build_spread_pp=round(spread_pp, 1),
+        rows=rows,
+        capture_size=int(largest),
+        readings=(
+            {
+                "capture_size": int(largest),
+                "fit_error_pct": round(fit_pct, 1),
+                "held_out_error_pct": round(worst_pct, 1),
+                "held_out_payoff_error_pp": round(worst_pp, 1),
+                "eager_launch_ms": round(params.eager_launch_ms, 6),
+                "eager_per_token_ms": round(params.eager_per_token_ms, 6),
+                "overrun_cells": sum(1 for c, *_ in train + test if c * (1 + k) > largest),
+            },
+        ),
+    )
 
 
 # The `fit:` block of recipes/step_cost.yaml: fit() -> fit_block() (scripts/refit_step_cost.py --write) ->
 # stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`.
 FIT_PARAMS = (*LINEAR, "adaptive_ms", "rho", "spread", "eager_launch_ms", "eager_per_token_ms")
-FIT_FIELDS = ("acceptance_length", "held_out_error_pct", "held_out_payoff_error_pp", "cross_build_spread_pct",
-              "cross_build_spread_pp", "capture_size", "capture_known", "fit_held_out_error_pct",
-              "fit_held_out_payoff_error_pp", "reading_spread_pct", "reading_spread_pp")
+FIT_FIELDS = (
+    "acceptance_length",
+    "held_out_error_pct",
+    "held_out_payoff_error_pp",
+    "cross_build_spread_pct",
+    "cross_build_spread_pp",
+    "capture_size",
+    "capture_known",
+    "fit_held_out_error_pct",
+    "fit_held_out_payoff_error_pp",
+    "reading_spread_pct",
+    "reading_spread_pp",
+)
 _FIT_REQUIRED = (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")
-_FIT_DEFAULTS = {"spread": 0.0, "eager_launch_ms": 0.0, "eager_per_token_ms": 0.0, "capture_size": None,
-                 "capture_known": True, "fit_held_out_error_pct": None, "fit_held_out_payoff_error_pp": None,
-                 "reading_spread_pct": 0.0, "reading_spread_pp": 0.0}
+_FIT_DEFAULTS = {
+    "spread": 0.0,
+    "eager_launch_ms": 0.0,
+    "eager_per_token_ms": 0.0,
+    "capture_size": None,
+    "capture_known": True,
+    "fit_held_out_error_pct": None,
+    "fit_held_out_payoff_error_pp": None,
+    "reading_spread_pct": 0.0,
+    "reading_spread_pp": 0.0,
+}
 _FIT_ORDER = (*FIT_PARAMS[:7], *FIT_FIELDS[:5], *FIT_PARAMS[7:], *FIT_FIELDS[5:])  # the file's order
-_FIT_FLOATS = ("acceptance_length", "held_out_error_pct", "held_out_payoff_error_pp", "cross_build_spread_pct",
-               "cross_build_spread_pp", "reading_spread_pct", "reading_spread_pp")
+_FIT_FLOATS = (
+    "acceptance_length",
+    "held_out_error_pct",
+    "held_out_payoff_error_pp",
+    "cross_build_spread_pct",
+    "cross_build_spread_pp",
+    "reading_spread_pct",
+    "reading_spread_pp",
+)
 
 
 def source_label(src: dict) -> str:
-    """"DeepSeek-V4-Flash, 8x mi350x TP8, vllm#52362": a public source's label, fitted or stored."""
-    return f"{src['model']}, {src['tp']}x {src['gpu']} TP{src['tp']}, {src['url'].rsplit('/', 3)[-3]}#" \
-           f"{src['url'].rsplit('/', 1)[-1]}"
+    """ "DeepSeek-V4-Flash, 8x mi350x TP8, vllm#52362": a public source's label, fitted or stored."""
+    return (
+        f"{src['model']}, {src['tp']}x {src['gpu']} TP{src['tp']}, {src['url'].rsplit('/', 3)[-3]}#"
+        f"{src['url'].rsplit('/', 1)[-1]}"
+    )
 
 
 def fit_block(calib: Calibration) -> dict:
     """The `fit:` block's values for this calibration (what stored() reads back)."""
-    values = {**{key: getattr(calib.params, key) for key in FIT_PARAMS},
-              **{key: getattr(calib, key) for key in FIT_FIELDS}}
+    values = {
+        **{key: getattr(calib.params, key) for key in FIT_PARAMS},
+        **{key: getattr(calib, key) for key in FIT_FIELDS},
+    }
     return {key: values[key] for key in _FIT_ORDER}
 
 
@@ -518,9 +619,16 @@ def public_calibration(data: dict, params: StepParams, **fields) -> Calibration:
     """The public calibration's one constructor, for the fit (fit_reading) and the stored fit (stored): where it
     comes from is step_cost.yaml's calibration source, in both."""
     src = data["sources"][data["split"]["source"]]
-    return Calibration(params=params, **fields, source_url=src["url"], source_label=source_label(src),
-                       model=src["model"], gpu=src["gpu"], tp=int(src["tp"]),
-                       bandwidth_efficiency=float(data["bandwidth_efficiency"]))
+    return Calibration(
+        params=params,
+        **fields,
+        source_url=src["url"],
+        source_label=source_label(src),
+        model=src["model"],
+        gpu=src["gpu"],
+        tp=int(src["tp"]),
+        bandwidth_efficiency=float(data["bandwidth_efficiency"]),
+    )
 
 
 # --- the cost object the simulator and the scheduler use --------------------------------------------
@@ -551,12 +659,19 @@ class CalibratedCost:
         padded = pad_to_capture(tokens, self.capture_sizes).astype(np.float64)
         requests = self.requests or padded
         p = self.params
-        ms = p.fixed_ms + self.physics.weights_ms(np.minimum(requests, np.maximum(padded, 1)), padded, p.rho) \
+        ms = (
+            p.fixed_ms
+            + self.physics.weights_ms(np.minimum(requests, np.maximum(padded, 1)), padded, p.rho)
             + p.per_token_ms * padded
+        )
         if p.eager_launch_ms or p.eager_per_token_ms:  # steps past the largest captured size (capture_term)
-            ms = ms + eager_ms(padded, self.capture_sizes[-1] if self.capture_sizes else None,
-                               layers=self.physics.layers, launch_ms_per_layer=p.eager_launch_ms,
-                               per_token_ms=p.eager_per_token_ms)
+            ms = ms + eager_ms(
+                padded,
+                self.capture_sizes[-1] if self.capture_sizes else None,
+                layers=self.physics.layers,
+                launch_ms_per_layer=p.eager_launch_ms,
+                per_token_ms=p.eager_per_token_ms,
+            )
         return np.where(padded > 0, ms, 0.0) / 1e3
 
     def request_seconds(self, num_requests: int) -> float:
@@ -570,8 +685,9 @@ class CalibratedCost:
         return self.params.adaptive_ms / 1e3
 
 
-def transfer(calibration: Calibration, catalog, model, gpu, profile, *,
-             capture_size: int | None = None) -> tuple[CalibratedCost, bool, list[str]]:
+def transfer(
+    calibration: Calibration, catalog, model, gpu, profile, *, capture_size: int | None = None
+) -> tuple[CalibratedCost, bool, list[str]]:
     """The calibrated cost for any (model, GPU, TP): (cost, is the calibration setting itself, notes).
 
     Scaling rules outside the calibration setting (stated, not validated by any public measurement):
@@ -591,23 +707,34 @@ def transfer(calibration: Calibration, catalog, model, gpu, profile, *,
     ref_gpu = catalog.find_gpu(calibration.gpu)
     tp = profile.tp
     physics = physics_for(model, gpu, tp, calibration.bandwidth_efficiency)
-    same = (model.key == ref_model.key and gpu.key == ref_gpu.key and tp == calibration.tp)
+    same = model.key == ref_model.key and gpu.key == ref_gpu.key and tp == calibration.tp
     p = calibration.params
     notes = []
     if not same:
         layers = float(model.architecture.get("layers") or 1) / float(ref_model.architecture.get("layers") or 1)
-        compute = ((float(model.params["active_output_token_b"]) / (tp * gpu.peak_fp8_tflops))
-                   / (float(ref_model.params["active_output_token_b"]) / (calibration.tp * ref_gpu.peak_fp8_tflops)))
+        compute = (float(model.params["active_output_token_b"]) / (tp * gpu.peak_fp8_tflops)) / (
+            float(ref_model.params["active_output_token_b"]) / (calibration.tp * ref_gpu.peak_fp8_tflops)
+        )
         kv = layers * ref_gpu.hbm_bandwidth_tbps / gpu.hbm_bandwidth_tbps
-        p = replace(p, fixed_ms=p.fixed_ms * layers, per_token_ms=p.per_token_ms * compute,
-                    per_request_ms=p.per_request_ms * kv, eager_per_token_ms=p.eager_per_token_ms * compute)
-        notes.append(f"calibration transferred from {calibration.source_label} to {model.key} on {tp}x {gpu.key}: "
-                     f"fixed x{layers:.2f} (layers), per-token x{compute:.2f} (active params / TP x FP8 peak), "
-                     f"per-request x{kv:.2f} (layers, HBM); these rules are not validated by any public measurement")
+        p = replace(
+            p,
+            fixed_ms=p.fixed_ms * layers,
+            per_token_ms=p.per_token_ms * compute,
+            per_request_ms=p.per_request_ms * kv,
+            eager_per_token_ms=p.eager_per_token_ms * compute,
+        )
+        notes.append(
+            f"calibration transferred from {calibration.source_label} to {model.key} on {tp}x {gpu.key}: "
+            f"fixed x{layers:.2f} (layers), per-token x{compute:.2f} (active params / TP x FP8 peak), "
+            f"per-request x{kv:.2f} (layers, HBM); these rules are not validated by any public measurement"
+        )
     k_max = model.block_size
     largest = capture_size or _capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
     grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
-    cost = CalibratedCost(params=p, physics=physics, capture_sizes=grid,
-                          label=f"calibrated ({'calibration setting' if same else 'transferred from'} "
-                                f"{calibration.source_label})")
+    cost = CalibratedCost(
+        params=p,
+        physics=physics,
+        capture_sizes=grid,
+        label=f"calibrated ({'calibration setting' if same else 'transferred from'} {calibration.source_label})",
+    )
     return cost, same, notes

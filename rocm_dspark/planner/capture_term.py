@@ -69,9 +69,11 @@ def overrun_note(result, largest: int | None) -> str | None:
         by_c.setdefault(c, []).append(k)
     worst = max(t for _, _, t in cells)
     shown = "; ".join(f"c{c} K{ks[0]}" + (f"-{ks[-1]}" if len(ks) > 1 else "") for c, ks in sorted(by_c.items()))
-    return (f"capture overrun: verify batches above the largest captured size {largest} run without a full graph "
-            f"(eager/piecewise term priced): {shown}; a capture size of {needed_capture_size(worst)} would hold "
-            f"them all (up to {worst} tokens)")
+    return (
+        f"capture overrun: verify batches above the largest captured size {largest} run without a full graph "
+        f"(eager/piecewise term priced): {shown}; a capture size of {needed_capture_size(worst)} would hold "
+        f"them all (up to {worst} tokens)"
+    )
 
 
 def capture_notes(result, cost, rerun) -> list[str]:
@@ -80,11 +82,19 @@ def capture_notes(result, cost, rerun) -> list[str]:
     with another capture size; it is called only when adaptive "pays" where block verification overruns."""
     largest = largest_captured(cost)
     cells = overrun_cells(result, largest)
-    result.capture_overruns = [{"concurrency": c, "k": k, "verify_tokens": t, "needed_capture_size": needed_capture_size(t)}
-                               for c, k, t in cells]
+    result.capture_overruns = [
+        {"concurrency": c, "k": k, "verify_tokens": t, "needed_capture_size": needed_capture_size(t)}
+        for c, k, t in cells
+    ]
     if not cells:
-        return [f"capture: every planned verify batch fits the largest captured size {largest}, so no verdict "
-                f"below leans on a batch leaving the graphs"] if largest else []
+        return (
+            [
+                f"capture: every planned verify batch fits the largest captured size {largest}, so no verdict "
+                f"below leans on a batch leaving the graphs"
+            ]
+            if largest
+            else []
+        )
     notes = [overrun_note(result, largest)]
     block = {c: t for c, k, t in cells if k == result.gamma}
     paying = [r for r in result.rows if r.concurrency in block and result.payoff(r) == "pays"]
@@ -93,13 +103,20 @@ def capture_notes(result, cost, rerun) -> list[str]:
         other = rerun(size, [r.concurrency for r in paying])
         gone = [(r, o) for r, o in zip(paying, other.rows) if other.payoff(o) != "pays"]
         if gone:
-            shown = ", ".join(f"c{r.concurrency} ({result.adaptive_gain_pct(r):+.1f}% -> "
-                              f"{other.adaptive_gain_pct(o):+.1f}%, {other.payoff(o)})" for r, o in gone)
-            notes.append(f"capture assumption: adaptive verification pays at {shown} only because fixed K="
-                         f"{result.gamma} overruns the capture size {largest}; a capture size of {size} removes "
-                         f"the advantage there")
+            shown = ", ".join(
+                f"c{r.concurrency} ({result.adaptive_gain_pct(r):+.1f}% -> "
+                f"{other.adaptive_gain_pct(o):+.1f}%, {other.payoff(o)})"
+                for r, o in gone
+            )
+            notes.append(
+                f"capture assumption: adaptive verification pays at {shown} only because fixed K="
+                f"{result.gamma} overruns the capture size {largest}; a capture size of {size} removes "
+                f"the advantage there"
+            )
         else:
-            notes.append(f"capture assumption: adaptive verification still pays at "
-                         f"{', '.join(f'c{r.concurrency}' for r in paying)} with a capture size of {size} that "
-                         f"holds fixed K={result.gamma}")
+            notes.append(
+                f"capture assumption: adaptive verification still pays at "
+                f"{', '.join(f'c{r.concurrency}' for r in paying)} with a capture size of {size} that "
+                f"holds fixed K={result.gamma}"
+            )
     return notes

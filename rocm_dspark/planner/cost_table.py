@@ -96,14 +96,19 @@ class MeasuredCost:
     includes_draft: bool = False
 
     @classmethod
-    def from_samples(cls, verify, draft=(), capture_sizes=(), label="measured cost table", source="cost table",
-                     includes_draft=False):
+    def from_samples(
+        cls, verify, draft=(), capture_sizes=(), label="measured cost table", source="cost table", includes_draft=False
+    ):
         sizes = tuple(sorted({int(s) for s in capture_sizes}))
         if any(s <= 0 for s in sizes):
             raise UsageError(f"{source}: capture_sizes must be positive integers")
-        return cls(verify_ms=_median_by_size(verify, "verify", source),
-                   draft_ms=_median_by_size(draft, "draft", source) if draft else (),
-                   capture_sizes=sizes, label=label, includes_draft=bool(includes_draft))
+        return cls(
+            verify_ms=_median_by_size(verify, "verify", source),
+            draft_ms=_median_by_size(draft, "draft", source) if draft else (),
+            capture_sizes=sizes,
+            label=label,
+            includes_draft=bool(includes_draft),
+        )
 
     @property
     def dense(self) -> bool:
@@ -135,12 +140,16 @@ class MeasuredCost:
         samples = ", ".join(str(s) for s, _ in self.verify_ms)
         if self.dense:
             return [f"cost table: samples at every captured size ({len(self.verify_ms)}): vLLM's step rule"]
-        out = [f"cost table: sparse ({len(self.verify_ms)} samples at {samples} tokens): steps are padded to the "
-               f"capture grid, then interpolated linearly between samples (flat below {self.verify_ms[0][0]}, "
-               f"extrapolated past {self.verify_ms[-1][0]})"]
+        out = [
+            f"cost table: sparse ({len(self.verify_ms)} samples at {samples} tokens): steps are padded to the "
+            f"capture grid, then interpolated linearly between samples (flat below {self.verify_ms[0][0]}, "
+            f"extrapolated past {self.verify_ms[-1][0]})"
+        ]
         if self.includes_draft:
-            out.append("cost table: its step times include the drafter of the launch it was measured on, so a plan "
-                       "without speculation is charged for a drafter, and other K for the measured one")
+            out.append(
+                "cost table: its step times include the drafter of the launch it was measured on, so a plan "
+                "without speculation is charged for a drafter, and other K for the measured one"
+            )
         return out
 
     @property
@@ -181,7 +190,9 @@ def _number(value, source: str, where: str, limit: float = MAX_SIZE) -> float:
     try:
         out = float(value)
     except OverflowError:  # a JSON integer past float range
-        raise UsageError(f"{source}: {where}: a {len(str(value))}-digit number is out of range (at most {limit:.0f})") from None
+        raise UsageError(
+            f"{source}: {where}: a {len(str(value))}-digit number is out of range (at most {limit:.0f})"
+        ) from None
     except (TypeError, ValueError):
         raise UsageError(f"{source}: {where}: {value!r} is not a number") from None
     if out != out or out in (float("inf"), float("-inf")):
@@ -198,8 +209,9 @@ def _pairs(value, source: str, key: str):
     for i, item in enumerate(value):
         if not isinstance(item, (list, tuple)) or len(item) != 2:
             raise UsageError(f"{source}: {key}[{i}] must be a [size, ms] pair, got {item!r}")
-        out.append((_number(item[0], source, f"{key}[{i}][0]"),
-                    _number(item[1], source, f"{key}[{i}][1]", MAX_STEP_MS)))
+        out.append(
+            (_number(item[0], source, f"{key}[{i}][0]"), _number(item[1], source, f"{key}[{i}][1]", MAX_STEP_MS))
+        )
     return out
 
 
@@ -215,9 +227,17 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
     if p.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         data = parse_json(text, source)
         if not isinstance(data, dict) or "verify" not in data:
-            raise UsageError(f"{source}: expected an object with a \"verify\" list of [tokens, ms] pairs")
-        unknown = set(data) - {"verify", "draft", "capture_sizes", "note", "source", "samples", "includes_draft",
-                               "schema"}
+            raise UsageError(f'{source}: expected an object with a "verify" list of [tokens, ms] pairs')
+        unknown = set(data) - {
+            "verify",
+            "draft",
+            "capture_sizes",
+            "note",
+            "source",
+            "samples",
+            "includes_draft",
+            "schema",
+        }
         if unknown:
             raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected verify, draft, capture_sizes")
         verify = _pairs(data["verify"], source, "verify")
@@ -243,12 +263,19 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
         for n, row in enumerate(rows[1:], start=2):
             if len(row) <= max(it, im):
                 raise UsageError(f"{source}: row {n} has {len(row)} columns, expected {len(header)}")
-            verify.append((_number(row[it], source, f"row {n} tokens"),
-                           _number(row[im], source, f"row {n} ms", MAX_STEP_MS)))
+            verify.append(
+                (_number(row[it], source, f"row {n} tokens"), _number(row[im], source, f"row {n} ms", MAX_STEP_MS))
+            )
         draft, sizes = [], capture_sizes
         data = {}
     includes_draft = data.get("includes_draft", False)
     if not isinstance(includes_draft, bool):
         raise UsageError(f"{source}: includes_draft must be true or false")
-    return MeasuredCost.from_samples(verify, draft, [int(s) for s in sizes], label=f"measured ({p.name})",
-                                     source=source, includes_draft=includes_draft)
+    return MeasuredCost.from_samples(
+        verify,
+        draft,
+        [int(s) for s in sizes],
+        label=f"measured ({p.name})",
+        source=source,
+        includes_draft=includes_draft,
+    )

@@ -19,16 +19,19 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import Command
 
 COLUMNS = ("arm", "k", "adaptive", "concurrency", "capture_size", "output_tok_s", "acceptance_length")
-OPTIONAL = ("mono",)   # a newer column: a table without it is runs without --monokernel
+OPTIONAL = ("mono",)  # a newer column: a table without it is runs without --monokernel
 # A fit whose worst left-out run is further off than this is shown but not kept for plan and the gate
 # (docs/calibration.md: the reason for 25%).
 LOO_BOUND_PCT = 25.0
 # The terms a host fit may leave unidentified, and what a run needs to identify each.
-TERMS = {"adaptive_ms": "an adaptive run", "eager_launch_ms": "a run whose verify batch exceeds its capture size",
-         "eager_per_token_ms": "a run whose verify batch exceeds its capture size",
-         "spread": "a per-request acceptance split (no host table has one)",
-         "rho": "runs whose routed-expert reads are not saturated (small batches)",
-         "mono": "runs with --monokernel (mono true) whose decode steps fit its rows, at two or more concurrencies"}
+TERMS = {
+    "adaptive_ms": "an adaptive run",
+    "eager_launch_ms": "a run whose verify batch exceeds its capture size",
+    "eager_per_token_ms": "a run whose verify batch exceeds its capture size",
+    "spread": "a per-request acceptance split (no host table has one)",
+    "rho": "runs whose routed-expert reads are not saturated (small batches)",
+    "mono": "runs with --monokernel (mono true) whose decode steps fit its rows, at two or more concurrencies",
+}
 # The mono verify-step speedup s is searched on this grid (planner/mono_term.py: mono step = step - verify +
 # verify / s); below 1 is allowed, so a host where the kernels are slower says so.
 MONO_GRID = (0.5, 4.0, 0.005)
@@ -55,8 +58,12 @@ def _argv_setting(path, name: str, argv) -> tuple[int, bool, str, bool]:
     if spec is None and command.value("speculative_config") is not None:
         raise _bad(path, f"{name}: --speculative-config is not a JSON object")
     spec = spec or {}
-    return (spec.get("num_speculative_tokens", 0), bool(spec.get("enable_adaptive_verification")), cap,
-            command.bool_flag("monokernel") is True)
+    return (
+        spec.get("num_speculative_tokens", 0),
+        bool(spec.get("enable_adaptive_verification")),
+        cap,
+        command.bool_flag("monokernel") is True,
+    )
 
 
 def _rows_from_ab(path, data: dict) -> list[dict]:
@@ -65,9 +72,18 @@ def _rows_from_ab(path, data: dict) -> list[dict]:
     for name in ("block", "adaptive"):
         arm = data["arms"][name]
         k, adaptive, cap, mono = _argv_setting(path, f"arm {name}", arm.get("argv"))
-        rows.append({"arm": name, "k": k, "adaptive": adaptive, "mono": mono, "concurrency": data["concurrency"],
-                     "capture_size": cap, "output_tok_s": arm["output_throughput_tok_s"],
-                     "acceptance_length": arm["acceptance_length"] if k else 1.0})
+        rows.append(
+            {
+                "arm": name,
+                "k": k,
+                "adaptive": adaptive,
+                "mono": mono,
+                "concurrency": data["concurrency"],
+                "capture_size": cap,
+                "output_tok_s": arm["output_throughput_tok_s"],
+                "acceptance_length": arm["acceptance_length"] if k else 1.0,
+            }
+        )
     return rows
 
 
@@ -76,10 +92,20 @@ def _rows_from_report(path, data: dict) -> list[dict]:
     plan = data.get("plan") or {}
     k, adaptive, cap, mono = _argv_setting(path, "the report's plan", plan.get("argv"))
     arm = f"{'adaptive' if adaptive else 'fixed' if k else 'none'}-k{k}{'-mono' if mono else ''}"
-    return [{"arm": arm, "k": k, "adaptive": adaptive, "mono": mono, "concurrency": lv.get("concurrency"), "capture_size": cap,
-             "output_tok_s": lv.get("output_throughput_tok_s"),
-             "acceptance_length": (lv.get("acceptance_length") if k else 1.0)}
-            for lv in ((data.get("measurements") or {}).get("sweep") or []) if not lv.get("failed")]
+    return [
+        {
+            "arm": arm,
+            "k": k,
+            "adaptive": adaptive,
+            "mono": mono,
+            "concurrency": lv.get("concurrency"),
+            "capture_size": cap,
+            "output_tok_s": lv.get("output_throughput_tok_s"),
+            "acceptance_length": (lv.get("acceptance_length") if k else 1.0),
+        }
+        for lv in ((data.get("measurements") or {}).get("sweep") or [])
+        if not lv.get("failed")
+    ]
 
 
 def read_table(path) -> list[dict]:
@@ -104,7 +130,7 @@ def read_table(path) -> list[dict]:
         else:
             listed = data.get("rows") if isinstance(data, dict) else data
             if not isinstance(listed, list) or not all(isinstance(r, dict) for r in listed):
-                raise _bad(path, "JSON must be a list of rows (objects) or {\"rows\": [...]}, or a validate --ab record")
+                raise _bad(path, 'JSON must be a list of rows (objects) or {"rows": [...]}, or a validate --ab record')
             rows = listed
     else:
         reader = csv.DictReader(io.StringIO(text))
@@ -121,8 +147,11 @@ def _check_all(path, rows: list[dict]) -> bool:
         unknown = sorted(set(r) - set(COLUMNS) - set(OPTIONAL))
         missing = [c for c in COLUMNS if c not in r]
         if unknown:
-            raise _bad(path, f"row {i}: unknown column(s) {', '.join(unknown)}; the columns are {','.join(COLUMNS)} "
-                             f"(and optionally {','.join(OPTIONAL)})")
+            raise _bad(
+                path,
+                f"row {i}: unknown column(s) {', '.join(unknown)}; the columns are {','.join(COLUMNS)} "
+                f"(and optionally {','.join(OPTIONAL)})",
+            )
         if missing:
             raise _bad(path, f"row {i}: missing column(s) {', '.join(missing)}")
     return True
@@ -155,19 +184,24 @@ def _flag(path, i: int, name: str, value) -> bool:
 def _check_row(path, i: int, r: dict) -> dict:
     adaptive = _flag(path, i, "adaptive", r["adaptive"])
     mono = _flag(path, i, "mono", r["mono"]) if r.get("mono") not in (None, "") else False
-    row: dict[str, Any] = {"arm": str(r["arm"]).strip(), "adaptive": adaptive, "mono": mono,
-           "k": int(_number(path, i, "k", r["k"], integer=True)),
-           "concurrency": int(_number(path, i, "concurrency", r["concurrency"], integer=True)),
-           "capture_size": int(_number(path, i, "capture_size", r["capture_size"], integer=True)),
-           "output_tok_s": _number(path, i, "output_tok_s", r["output_tok_s"]),
-           "acceptance_length": _number(path, i, "acceptance_length", r["acceptance_length"])}
+    row: dict[str, Any] = {
+        "arm": str(r["arm"]).strip(),
+        "adaptive": adaptive,
+        "mono": mono,
+        "k": int(_number(path, i, "k", r["k"], integer=True)),
+        "concurrency": int(_number(path, i, "concurrency", r["concurrency"], integer=True)),
+        "capture_size": int(_number(path, i, "capture_size", r["capture_size"], integer=True)),
+        "output_tok_s": _number(path, i, "output_tok_s", r["output_tok_s"]),
+        "acceptance_length": _number(path, i, "acceptance_length", r["acceptance_length"]),
+    }
     if not row["arm"]:
         raise _bad(path, f"row {i}: arm is empty")
     if row["concurrency"] < 1 or row["output_tok_s"] <= 0 or row["capture_size"] < 1:
         raise _bad(path, f"row {i}: concurrency, capture_size and output_tok_s must be positive")
     if not 1.0 <= row["acceptance_length"] <= row["k"] + 1:
-        raise _bad(path, f"row {i}: acceptance_length {row['acceptance_length']:g} must lie in [1, k+1] = "
-                         f"[1, {row['k'] + 1}]")
+        raise _bad(
+            path, f"row {i}: acceptance_length {row['acceptance_length']:g} must lie in [1, k+1] = [1, {row['k'] + 1}]"
+        )
     if row["adaptive"] and row["k"] == 0:
         raise _bad(path, f"row {i}: an adaptive run drafts k >= 1 tokens")
     return row
@@ -177,21 +211,33 @@ def check_points(path, rows: list[dict]) -> None:
     seen: dict[tuple, int] = {}
     for i, r in enumerate(rows, 1):
         # the same arm name, or the same setting under another name, at one concurrency: one run twice
-        for key in (("arm", r["arm"], r["concurrency"]),
-                    ("setting", r["k"], r["adaptive"], r.get("mono", False), r["capture_size"], r["concurrency"])):
+        for key in (
+            ("arm", r["arm"], r["concurrency"]),
+            ("setting", r["k"], r["adaptive"], r.get("mono", False), r["capture_size"], r["concurrency"]),
+        ):
             if key in seen:
-                raise _bad(path, f"row {i}: arm {r['arm']!r} (K={r['k']}, adaptive {str(r['adaptive']).lower()}, "
-                                 f"mono {str(r.get('mono', False)).lower()}, capture {r['capture_size']}) at concurrency {r['concurrency']} repeats row "
-                                 f"{seen[key]}; give each run once")
+                raise _bad(
+                    path,
+                    f"row {i}: arm {r['arm']!r} (K={r['k']}, adaptive {str(r['adaptive']).lower()}, "
+                    f"mono {str(r.get('mono', False)).lower()}, capture {r['capture_size']}) at concurrency {r['concurrency']} repeats row "
+                    f"{seen[key]}; give each run once",
+                )
             seen[key] = i
     linear = [r for r in rows if not r["adaptive"] and not r.get("mono")]
     unknowns = 4 + (2 if any(r["concurrency"] * (1 + r["k"]) > r["capture_size"] for r in linear) else 0)
     need = unknowns + 2
-    if len(linear) < need or len({r["concurrency"] for r in linear}) < 3 or not any(r["k"] for r in linear) \
-            or not any(r["k"] == 0 for r in linear):
-        raise _bad(path, f"{len(linear)} non-adaptive run(s) without mono are too few to fit: it needs at least {need} "
-                         f"(no speculation and fixed K, at three or more concurrencies: each is left out in turn "
-                         f"for the leave-one-out error; {unknowns} unknowns plus two)")
+    if (
+        len(linear) < need
+        or len({r["concurrency"] for r in linear}) < 3
+        or not any(r["k"] for r in linear)
+        or not any(r["k"] == 0 for r in linear)
+    ):
+        raise _bad(
+            path,
+            f"{len(linear)} non-adaptive run(s) without mono are too few to fit: it needs at least {need} "
+            f"(no speculation and fixed K, at three or more concurrencies: each is left out in turn "
+            f"for the leave-one-out error; {unknowns} unknowns plus two)",
+        )
 
 
 # --- the fit --------------------------------------------------------------------------------------------
@@ -201,8 +247,9 @@ def _design_row(physics, r, rho):
     from rocm_dspark.planner.calibration import design_row
 
     c, k = r["concurrency"], r["k"]
-    return design_row(physics, c, c * (1 + k), r["acceptance_length"], bool(k), r["output_tok_s"], rho,
-                      r["capture_size"])
+    return design_row(
+        physics, c, c * (1 + k), r["acceptance_length"], bool(k), r["output_tok_s"], rho, r["capture_size"]
+    )
 
 
 def rho_span_pct(physics, rows) -> float:
@@ -213,9 +260,16 @@ def rho_span_pct(physics, rows) -> float:
     linear = [r for r in rows if not r["adaptive"] and not r.get("mono")]
     pairs = [_design_row(physics, r, 0.0) for r in linear]
     a = np.array([p[0] for p in pairs])
-    col = np.array([(float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.0))
-                     - float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.75)))
-                    * p[0][0] for r, p in zip(linear, pairs)])  # p[0][0] = 1 / measured ms
+    col = np.array(
+        [
+            (
+                float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.0))
+                - float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.75))
+            )
+            * p[0][0]
+            for r, p in zip(linear, pairs)
+        ]
+    )  # p[0][0] = 1 / measured ms
     if not col.any():
         return 0.0
     x, *_ = np.linalg.lstsq(a, col, rcond=None)
@@ -247,8 +301,16 @@ def _params(x, rho, adaptive_ms=0.0):
     from rocm_dspark.planner.calibration import StepParams
 
     fixed, per_request, per_token, draft = map(float, x[:4])
-    return StepParams(fixed, per_request, per_token, draft, adaptive_ms=adaptive_ms, rho=rho, eager_launch_ms=float(x[4]),
-                      eager_per_token_ms=float(x[5]))
+    return StepParams(
+        fixed,
+        per_request,
+        per_token,
+        draft,
+        adaptive_ms=adaptive_ms,
+        rho=rho,
+        eager_launch_ms=float(x[4]),
+        eager_per_token_ms=float(x[5]),
+    )
 
 
 def predict_tok_s(params, physics, r, mono_speedup: float | None = None) -> float:
@@ -276,8 +338,9 @@ def fit_mono(params, physics, rows) -> float | None:
     whole = np.array([_step_ms(r, predict_tok_s(params, physics, {**r, "mono": False})) for r in mono])
     verify = whole - np.array([_step_ms(r, predict_tok_s(params, physics, r, 1e9)) for r in mono])
     grid = np.arange(*MONO_GRID)
-    err = ((measured[None, :] / (whole[None, :] - verify[None, :] + verify[None, :] / grid[:, None]) - 1) ** 2
-           ).sum(axis=1)
+    err = ((measured[None, :] / (whole[None, :] - verify[None, :] + verify[None, :] / grid[:, None]) - 1) ** 2).sum(
+        axis=1
+    )
     return round(float(grid[int(np.argmin(err))]), 3)
 
 
@@ -313,8 +376,11 @@ def leave_one_out(physics, rows, rho_grid, public_mono: float = 1.0) -> list[flo
 
     def error_at(fitted, c):
         params, mono = fitted
-        return {i: abs(predict_tok_s(params, physics, r, mono or public_mono) / r["output_tok_s"] - 1) * 100
-                for i, r in enumerate(rows) if r["concurrency"] == c}
+        return {
+            i: abs(predict_tok_s(params, physics, r, mono or public_mono) / r["output_tok_s"] - 1) * 100
+            for i, r in enumerate(rows)
+            if r["concurrency"] == c
+        }
 
     errs: dict = {}
     for _, by_row in left_out_by_concurrency(every, fit_without, error_at):
@@ -328,10 +394,12 @@ def fold_notes(physics, rows) -> list[str]:
     for c in sorted({r["concurrency"] for r in rows}):
         pct = rho_span_pct(physics, [r for r in rows if r["concurrency"] != c])
         if pct < RHO_SPAN_PCT:
-            out.append(f"left out c{c}: rho not identified by the other runs (its column is {pct:.1f}% outside the "
-                       f"span of the fixed, per-request, per-token and draft columns, under {RHO_SPAN_PCT:g}%: their "
-                       f"routed-expert reads are nearly saturated, so rho trades against the draft term); that fold "
-                       f"uses the public rho {_public_rho():g}")
+            out.append(
+                f"left out c{c}: rho not identified by the other runs (its column is {pct:.1f}% outside the "
+                f"span of the fixed, per-request, per-token and draft columns, under {RHO_SPAN_PCT:g}%: their "
+                f"routed-expert reads are nearly saturated, so rho trades against the draft term); that fold "
+                f"uses the public rho {_public_rho():g}"
+            )
     return out
 
 
@@ -354,19 +422,43 @@ def unidentified(rows, physics=None, *, has_mono: bool = False) -> tuple[str, ..
     return tuple(out + ["spread"])
 
 
-def calibration(params, *, acceptance_length: float, loo_error_pct: float, payoff_error_pp: float, points: list,
-                model: str, gpu: str, tp: int, not_identified, source_url: str, source_label: str,
-                mono: dict | None = None):
+def calibration(
+    params,
+    *,
+    acceptance_length: float,
+    loo_error_pct: float,
+    payoff_error_pp: float,
+    points: list,
+    model: str,
+    gpu: str,
+    tp: int,
+    not_identified,
+    source_url: str,
+    source_label: str,
+    mono: dict | None = None,
+):
     """This host's fit as a Calibration: the one constructor, for the fit (calibrate) and for its signed record
     read back (probe.calibration_record.host_calibration), so a kept fit is read back as it was fitted."""
     from rocm_dspark.planner.calibration import Calibration, load_data
 
-    return Calibration(params=params, acceptance_length=float(acceptance_length), held_out_error_pct=float(loo_error_pct),
-                       held_out_payoff_error_pp=float(payoff_error_pp), cross_build_spread_pct=0.0,
-                       cross_build_spread_pp=0.0, source_url=source_url, source_label=source_label, model=model,
-                       gpu=gpu, tp=int(tp), bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]),
-                       capture_size=max((int(r["capture_size"]) for r in points), default=None), host=True,
-                       not_identified=tuple(not_identified), mono=dict(mono) if mono else None)
+    return Calibration(
+        params=params,
+        acceptance_length=float(acceptance_length),
+        held_out_error_pct=float(loo_error_pct),
+        held_out_payoff_error_pp=float(payoff_error_pp),
+        cross_build_spread_pct=0.0,
+        cross_build_spread_pp=0.0,
+        source_url=source_url,
+        source_label=source_label,
+        model=model,
+        gpu=gpu,
+        tp=int(tp),
+        bandwidth_efficiency=float(load_data()["bandwidth_efficiency"]),
+        capture_size=max((int(r["capture_size"]) for r in points), default=None),
+        host=True,
+        not_identified=tuple(not_identified),
+        mono=dict(mono) if mono else None,
+    )
 
 
 def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
@@ -383,7 +475,9 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
     if profile is None:
-        raise UsageError(f"{model.key} has no profile for {gpu.key}; pass one --gpu of {', '.join(sorted(model.profiles))}")
+        raise UsageError(
+            f"{model.key} has no profile for {gpu.key}; pass one --gpu of {', '.join(sorted(model.profiles))}"
+        )
     tp = tp or profile.tp
     rows, mono_notes = _mono_runs(catalog, model, gpu, rows)
     has_mono = bool(catalog.mono) and model.key in catalog.mono["models"]
@@ -401,19 +495,30 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
     # the step model's error is that of the runs without mono; the mono runs' left-out error is the mono term's
     err = round(max(e for e, r in zip(loo, rows) if not r.get("mono")), 1)
     mono, mono_lines = _mono_term(physics, params, rows, loo, missing, has_mono, catalog)
-    calib = calibration(params, acceptance_length=round(sum(spec) / len(spec), 2), loo_error_pct=err,
-                        payoff_error_pp=round(2 * err, 1), points=rows, model=model.key, gpu=gpu.key, tp=tp,
-                        not_identified=missing, source_url=str(path),
-                        source_label=f"this host ({model.key}, {tp}x {gpu.key}, plan --calibrate, {len(rows)} runs)",
-                        mono=mono)
+    calib = calibration(
+        params,
+        acceptance_length=round(sum(spec) / len(spec), 2),
+        loo_error_pct=err,
+        payoff_error_pp=round(2 * err, 1),
+        points=rows,
+        model=model.key,
+        gpu=gpu.key,
+        tp=tp,
+        not_identified=missing,
+        source_url=str(path),
+        source_label=f"this host ({model.key}, {tp}x {gpu.key}, plan --calibrate, {len(rows)} runs)",
+        mono=mono,
+    )
     return replace(calib, notes=tuple(fold_notes(physics, rows) + mono_notes + mono_lines)), loo, rows
 
 
 def public_mono(catalog) -> str:
     g = catalog.mono["public_gain"]
     lo, hi = g["per_layer"]
-    return (f"the public {lo:g}-{hi:g}x per layer ({g['source']}, second-hand) stays: public and uncalibrated, "
-            f"its error the range itself")
+    return (
+        f"the public {lo:g}-{hi:g}x per layer ({g['source']}, second-hand) stays: public and uncalibrated, "
+        f"its error the range itself"
+    )
 
 
 def _public_mono(catalog) -> float:
@@ -434,10 +539,11 @@ def _mono_runs(catalog, model, gpu, rows) -> tuple[list[dict], list[str]]:
         if r.get("mono"):
             rows_ = step_rows(r["concurrency"], r["k"], r["capture_size"])
             if arch is None or rows_ > arch["max_rows"]:
-                why = (f"{rows_} rows > {arch['max_rows']}" if arch else
-                       f"{model.key} on {gpu.arch} has no mono kernels")
-                notes.append(f"mono run {r['arm']} at c{r['concurrency']}: its decode steps do not take the kernels "
-                             f"({why}): fitted as a run without --monokernel")
+                why = f"{rows_} rows > {arch['max_rows']}" if arch else f"{model.key} on {gpu.arch} has no mono kernels"
+                notes.append(
+                    f"mono run {r['arm']} at c{r['concurrency']}: its decode steps do not take the kernels "
+                    f"({why}): fitted as a run without --monokernel"
+                )
                 r = {**r, "mono": False}
         out.append(r)
     return out, notes
@@ -453,12 +559,17 @@ def _mono_term(physics, params, rows, loo, missing, has_mono: bool, catalog) -> 
     public = public_mono(catalog)
     s = fit_mono(params, physics, rows)
     worst = round(max(e for _, e in mono), 1)
-    fitted = (f"mono term: verify step x1/{s:g} with --monokernel, fitted to {len(mono)} mono run(s) against the "
-              f"step model of the runs without it")
+    fitted = (
+        f"mono term: verify step x1/{s:g} with --monokernel, fitted to {len(mono)} mono run(s) against the "
+        f"step model of the runs without it"
+    )
     if "mono" in missing:
-        return None, [f"{fitted}, at one concurrency: not identified for the leave-one-out (needs {TERMS['mono']}); "
-                      f"{public}"]
+        return None, [
+            f"{fitted}, at one concurrency: not identified for the leave-one-out (needs {TERMS['mono']}); {public}"
+        ]
     if worst > LOO_BOUND_PCT:
         return None, [f"{fitted}; left-out error {worst:g}%, above the {LOO_BOUND_PCT:g}% bound: not kept; {public}"]
-    return ({"speedup": s, "loo_error_pct": worst, "runs": len(mono)},
-            [f"{fitted}; left-out error {worst:g}% (tok/s): plan uses it for rows where mono runs"])
+    return (
+        {"speedup": s, "loo_error_pct": worst, "runs": len(mono)},
+        [f"{fitted}; left-out error {worst:g}% (tok/s): plan uses it for rows where mono runs"],
+    )

@@ -18,8 +18,9 @@ planner/host_fit.py), s is that fit's one value and the range is its left-out er
 from __future__ import annotations
 
 
-def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int,
-              host_mono: dict | None = None) -> list[dict]:
+def mono_rows(
+    catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int, host_mono: dict | None = None
+) -> list[dict]:
     """One entry per plan row: whether mono runs and, where it does, the predicted fixed-K tok/s range
     (`host_mono`: this host's fitted term, host_fit._mono_term, ahead of the public one)."""
     from rocm_dspark.recipe.mono import decide
@@ -28,10 +29,21 @@ def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, 
     build = catalog.builds.get(profile.vllm_build)
     out = []
     for r in result.rows:
-        d = decide(m, model=model.key, gpu=gpu, build=profile.vllm_build or "?",
-                   has_change=catalog.contains(build, m["change"]) if build and m else None, tp=profile.tp,
-                   dp=dp, ep=profile.ep, nodes=1, k=result.fixed_k, concurrency=r.batch,
-                   capture_size=capture_size, k_schedule=False)
+        d = decide(
+            m,
+            model=model.key,
+            gpu=gpu,
+            build=profile.vllm_build or "?",
+            has_change=catalog.contains(build, m["change"]) if build and m else None,
+            tp=profile.tp,
+            dp=dp,
+            ep=profile.ep,
+            nodes=1,
+            k=result.fixed_k,
+            concurrency=r.batch,
+            capture_size=capture_size,
+            k_schedule=False,
+        )
         if d is None:
             return []
         row = {"concurrency": r.concurrency, "on": d.on, "why": d.short}
@@ -43,13 +55,22 @@ def mono_rows(catalog, model, gpu, profile, result, cost, *, capture_size: int, 
             if host_mono:
                 r_ = step / (step - verify + verify / float(host_mono["speedup"]))
                 e = float(host_mono["loo_error_pct"]) / 100
-                row.update(rows=d.rows, speedup=[round(r_, 3)] * 2, source="host", error_pct=host_mono["loo_error_pct"],
-                           tok_s=[round(tps * r_ * (1 - e), 1), round(tps * r_ * (1 + e), 1)])
+                row.update(
+                    rows=d.rows,
+                    speedup=[round(r_, 3)] * 2,
+                    source="host",
+                    error_pct=host_mono["loo_error_pct"],
+                    tok_s=[round(tps * r_ * (1 - e), 1), round(tps * r_ * (1 + e), 1)],
+                )
             else:
                 lo, hi = m["public_gain"]["per_layer"]
                 ratios = [step / (step - verify + verify / s) for s in (lo, hi)]
-                row.update(rows=d.rows, speedup=[round(x, 3) for x in ratios], source="public",
-                           tok_s=[round(tps * x, 1) for x in ratios])
+                row.update(
+                    rows=d.rows,
+                    speedup=[round(x, 3) for x in ratios],
+                    source="public",
+                    tok_s=[round(tps * x, 1) for x in ratios],
+                )
         out.append(row)
     return out
 
@@ -63,16 +84,20 @@ def mono_note(catalog, rows: list[dict], host_mono: dict | None = None) -> str |
     if not on:
         return f"mono decode (--monokernel): off at every planned concurrency ({rows[0]['why'][5:]})"
     if host_mono:
-        return (f"mono decode (--monokernel): this host's term (plan --calibrate, {host_mono['runs']} mono runs): "
-                f"verify step x1/{host_mono['speedup']:g}, draft and per-request work unchanged; the range is its "
-                f"left-out error +-{host_mono['loo_error_pct']:g}%, on top of the cost model's")
+        return (
+            f"mono decode (--monokernel): this host's term (plan --calibrate, {host_mono['runs']} mono runs): "
+            f"verify step x1/{host_mono['speedup']:g}, draft and per-request work unchanged; the range is its "
+            f"left-out error +-{host_mono['loo_error_pct']:g}%, on top of the cost model's"
+        )
     ilo, ihi = g["interactivity"]
     clo, chi = (int(c) for c in g["concurrency"])
-    return (f"mono decode (--monokernel): a public, uncalibrated term, not yet run on MI300-class hardware: the "
-            f"per-layer {lo:g}-{hi:g}x of {g['source']} (second-hand) applied to the fixed-K verify step, draft and "
-            f"per-request work unchanged; the range is its error, on top of the cost model's, and its top is an "
-            f"upper bound (the verify step is not all layers). The same source reports {ilo:g}-{ihi:g}x P90 "
-            f"interactivity at concurrency {clo}-{chi}")
+    return (
+        f"mono decode (--monokernel): a public, uncalibrated term, not yet run on MI300-class hardware: the "
+        f"per-layer {lo:g}-{hi:g}x of {g['source']} (second-hand) applied to the fixed-K verify step, draft and "
+        f"per-request work unchanged; the range is its error, on top of the cost model's, and its top is an "
+        f"upper bound (the verify step is not all layers). The same source reports {ilo:g}-{ihi:g}x P90 "
+        f"interactivity at concurrency {clo}-{chi}"
+    )
 
 
 __all__ = ["mono_rows", "mono_note"]

@@ -11,8 +11,9 @@ def parse_concurrency(text) -> list[int]:
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise UsageError(f"--concurrency {text!r} is not a comma-separated list of integers; "
-                         f"pass e.g. --concurrency 1,16,64,128") from None
+        raise UsageError(
+            f"--concurrency {text!r} is not a comma-separated list of integers; pass e.g. --concurrency 1,16,64,128"
+        ) from None
     if not values or any(v <= 0 for v in values):
         raise UsageError(f"--concurrency {text!r}: every value must be a positive integer, e.g. 1,16,64")
     return sorted(set(values))
@@ -40,10 +41,15 @@ def acceptance_for(model, *, length: float | None, rates_text: str | None, shape
     if shape not in SHAPES:
         raise UsageError(f"--acceptance-shape {shape!r}: expected one of {', '.join(SHAPES)}")
     rates = (geometric_rates if shape == "geometric" else synthetic_rates)(float(length), gamma)
-    how = ("a constant conditional rate per position" if shape == "geometric"
-           else "vLLM's synthetic minimum-variance schedule")
-    return rates, (f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
-                   f"[{', '.join(f'{r:.3f}' for r in rates)}]")
+    how = (
+        "a constant conditional rate per position"
+        if shape == "geometric"
+        else "vLLM's synthetic minimum-variance schedule"
+    )
+    return rates, (
+        f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
+        f"[{', '.join(f'{r:.3f}' for r in rates)}]"
+    )
 
 
 def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
@@ -56,9 +62,11 @@ def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
     if has is not True:
         native = [b.name for b in catalog.builds.values() if catalog.contains(b, catalog.adaptive_change)]
         needs = f"a build with {catalog.adaptive_change} ({', '.join(native) or 'none known'})"
-        return False, (f"the profile's vLLM build {build.name} refuses it on ROCm for V4.1 "
-                       f"(recipes/vllm.yaml: {catalog.adaptive_notes['refused_evidence']}); it needs {needs} "
-                       f"and a passing `rocm-dspark probe`")
+        return False, (
+            f"the profile's vLLM build {build.name} refuses it on ROCm for V4.1 "
+            f"(recipes/vllm.yaml: {catalog.adaptive_notes['refused_evidence']}); it needs {needs} "
+            f"and a passing `rocm-dspark probe`"
+        )
     return True, None
 
 
@@ -76,8 +84,10 @@ def roofline_notes(cost, model, profile) -> list[str]:
         f"the seed's factors)",
     ]
     if cost.capture_sizes:
-        notes.append(f"verify tokens padded to vLLM's capture grid up to {cost.capture_sizes[-1]} "
-                     f"(max_num_seqs {profile.max_num_seqs} x (1+{model.block_size}), pow2, cap {profile.capture_cap})")
+        notes.append(
+            f"verify tokens padded to vLLM's capture grid up to {cost.capture_sizes[-1]} "
+            f"(max_num_seqs {profile.max_num_seqs} x (1+{model.block_size}), pow2, cap {profile.capture_cap})"
+        )
     return notes
 
 
@@ -85,8 +95,11 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
     p = calib.params
     if calib.host:
         return host_fit_notes(calib, error_pct, payoff_pp)
-    where = ("this is the calibration setting" if same else
-             "outside the calibration setting: the stated error adds the spread between two builds of the same A/B")
+    where = (
+        "this is the calibration setting"
+        if same
+        else "outside the calibration setting: the stated error adds the spread between two builds of the same A/B"
+    )
     return [
         f"cost: calibrated step model, fit to public measurements: {calib.source_label} ({calib.source_url}); "
         f"step = {p.fixed_ms:.2f} ms fixed + weight/expert reads (recipe bytes / HBM) + {p.per_request_ms:.4f} ms "
@@ -107,9 +120,11 @@ def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float
 def host_fit_notes(calib, error_pct: float, payoff_pp: float) -> list[str]:
     """The notes of a plan on this host's own fit (plan --calibrate): what it was fit to and what it left out."""
     p = calib.params
-    adaptive = ("adaptive not identified by these runs (the public value "
-                f"{p.adaptive_ms:.2f} ms)" if "adaptive_ms" in calib.not_identified
-                else f"{p.adaptive_ms:.2f} ms adaptive-verification work")
+    adaptive = (
+        f"adaptive not identified by these runs (the public value {p.adaptive_ms:.2f} ms)"
+        if "adaptive_ms" in calib.not_identified
+        else f"{p.adaptive_ms:.2f} ms adaptive-verification work"
+    )
     public = [t.removesuffix("_ms").replace("_", " ") for t in calib.not_identified if t not in ("spread", "mono")]
     return [
         f"cost: calibrated step model, fit to this host's own runs: {calib.source_label} ({calib.source_url}); "
@@ -118,8 +133,9 @@ def host_fit_notes(calib, error_pct: float, payoff_pp: float) -> list[str]:
         f"rho {p.rho:g}",
         f"error: each run left out of the fit was predicted within {calib.held_out_error_pct:g}% (tok/s); stated: "
         f"tok/s +-{error_pct:g}%, adaptive gain +-{payoff_pp:g} points (a ratio of two predictions)"
-        + (f"; not identified by these runs, so the public calibration's values: {', '.join(public)}" if public
-           else ""),
+        + (
+            f"; not identified by these runs, so the public calibration's values: {', '.join(public)}" if public else ""
+        ),
     ]
 
 
@@ -141,9 +157,25 @@ def recipe_capture(max_num_seqs: int, k: int, cap: int) -> int:
         return 1 << (cap.bit_length() - 1)
 
 
-def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_length=None, acceptance_rates=None,
-                 acceptance_shape="geometric", cost_table=None, cost_model="calibrated", steps=None, seed=0, dp=None,
-                 capture_size=None, calibration=None, calibration_note=None, max_num_seqs=None):
+def plan_profile(
+    catalog,
+    model,
+    gpu_key: str,
+    *,
+    concurrencies,
+    acceptance_length=None,
+    acceptance_rates=None,
+    acceptance_shape="geometric",
+    cost_table=None,
+    cost_model="calibrated",
+    steps=None,
+    seed=0,
+    dp=None,
+    capture_size=None,
+    calibration=None,
+    calibration_note=None,
+    max_num_seqs=None,
+):
     """Plan one (model, GPU) profile. Cost: `cost_table` (a path: measured) or `cost_model`
     ("calibrated": `calibration`, this host's `plan --calibrate` fit that the caller found for the profile
     (`calibration_note` says so), else recipes/step_cost.yaml's fit, transferred to this profile; "roofline").
@@ -174,20 +206,26 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
                 extra_notes.append(
                     f"max_num_seqs {max_num_seqs}: the recipe's capture size stays at {capture_size} (cap "
                     f"{profile.capture_cap}), below a full verify batch of {max_num_seqs} x (1+{model.block_size}) = "
-                    f"{max_num_seqs * (1 + model.block_size)} tokens; pass --capture-size to price another")
+                    f"{max_num_seqs * (1 + model.block_size)} tokens; pass --capture-size to price another"
+                )
         profile = profile._replace(max_num_seqs=max_num_seqs)
-    rates, acceptance_label = acceptance_for(model, length=acceptance_length, rates_text=acceptance_rates,
-                                            shape=acceptance_shape)
+    rates, acceptance_label = acceptance_for(
+        model, length=acceptance_length, rates_text=acceptance_rates, shape=acceptance_shape
+    )
     gamma = model.block_size
     error_pct = payoff_pp = None
     calib = None
     error_source = "uncalibrated"
     if cost_table is not None:
-        grid = vllm_capture_grid(capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
-                                 profile.max_num_batched_tokens)
+        grid = vllm_capture_grid(
+            capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
+            profile.max_num_batched_tokens,
+        )
         cost = load_cost_table(cost_table, capture_sizes=grid)
-        notes = [f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
-                 f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"]
+        notes = [
+            f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
+            f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"
+        ]
         notes += cost.notes()
         if not cost.draft_ms and not cost.includes_draft:
             notes.append("the cost table has no draft curve: drafting taken as free, which flatters speculation")
@@ -203,34 +241,58 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
         calib, host_note = calibration or stored(), calibration_note
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
         error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
-        notes = ([host_note] if host_note else []) + calibrated_notes(calib, cost, same, error_pct, payoff_pp) \
+        notes = (
+            ([host_note] if host_note else [])
+            + calibrated_notes(calib, cost, same, error_pct, payoff_pp)
             + transfer_notes
+        )
         error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
         if acceptance_rates is None and calib.params.spread > 0:
-            length = acceptance_length if acceptance_length is not None else float(
-                model.speculative["golden_acceptance_length"])
+            length = (
+                acceptance_length
+                if acceptance_length is not None
+                else float(model.speculative["golden_acceptance_length"])
+            )
             try:
                 alphas = class_rates(length, gamma, calib.params.spread)
                 rates = class_matrix(alphas, len(alphas), gamma).tolist()
-                acceptance_label += (f"; split into two equal request classes with conditional rates "
-                                     f"{alphas[0]:.3f} and {alphas[1]:.3f} (the heterogeneity fitted to the A/B)")
+                acceptance_label += (
+                    f"; split into two equal request classes with conditional rates "
+                    f"{alphas[0]:.3f} and {alphas[1]:.3f} (the heterogeneity fitted to the A/B)"
+                )
             except UsageError:
                 pass
     allowed, blocker = adaptive_status(catalog, profile)
     dp = dp or profile.dp
-    title = (f"{model.key} on {gpu.key} ({profile.tp * dp}x {gpu.name}, TP{profile.tp}"
-             f"{f' DP{dp}' if dp > 1 else ''}), profile {profile.status}")
+    title = (
+        f"{model.key} on {gpu.key} ({profile.tp * dp}x {gpu.name}, TP{profile.tp}"
+        f"{f' DP{dp}' if dp > 1 else ''}), profile {profile.status}"
+    )
     # Optional fact: the draft lengths a build accepts (InferenceX reports that one V4.1 image needs
     # multiples of n_predict=5); without it every K in 1..block_size is planned.
     k_values = model.speculative.get("allowed_num_speculative_tokens")
-    if k_values is not None and (not isinstance(k_values, list)
-                                 or not all(isinstance(k, int) and 1 <= k <= gamma for k in k_values)):
-        raise UsageError(f"recipes/models: {model.key}.speculative.allowed_num_speculative_tokens must be a list "
-                         f"of integers in [1, {gamma}]")
-    result = plan_grid(cost, rates, concurrencies, gamma=gamma, k_values=k_values,
-                       max_num_seqs=profile.max_num_seqs, dp=dp,
-                       adaptive_allowed=allowed, adaptive_blocker=blocker, title=title,
-                       acceptance_label=acceptance_label, steps=steps, seed=seed)
+    if k_values is not None and (
+        not isinstance(k_values, list) or not all(isinstance(k, int) and 1 <= k <= gamma for k in k_values)
+    ):
+        raise UsageError(
+            f"recipes/models: {model.key}.speculative.allowed_num_speculative_tokens must be a list "
+            f"of integers in [1, {gamma}]"
+        )
+    result = plan_grid(
+        cost,
+        rates,
+        concurrencies,
+        gamma=gamma,
+        k_values=k_values,
+        max_num_seqs=profile.max_num_seqs,
+        dp=dp,
+        adaptive_allowed=allowed,
+        adaptive_blocker=blocker,
+        title=title,
+        acceptance_label=acceptance_label,
+        steps=steps,
+        seed=seed,
+    )
     result.error_pct, result.payoff_error_pp, result.error_source = error_pct, payoff_pp, error_source
     hold_to_error(result)
     result.build = f"vLLM {profile.vllm_build or profile.vllm_version}"
@@ -238,26 +300,47 @@ def plan_profile(catalog, model, gpu_key: str, *, concurrencies, acceptance_leng
         sizes = [r.batch * (1 + k) for r in result.rows for k in (0, *result.rows[0].fixed)]
         far = cost.far_sizes(sizes)
         if far:
-            result.notes.append(f"cost table: padded step sizes {', '.join(map(str, far))} tokens are more than 2x "
-                                f"from every sample; predictions there lean on interpolation or extrapolation. "
-                                f"Measure at concurrencies closer to them")
+            result.notes.append(
+                f"cost table: padded step sizes {', '.join(map(str, far))} tokens are more than 2x "
+                f"from every sample; predictions there lean on interpolation or extrapolation. "
+                f"Measure at concurrencies closer to them"
+            )
     result.notes = notes + extra_notes + [f"acceptance: {acceptance_label}"] + list(COMMON_NOTES) + result.notes
     from rocm_dspark.planner.mono_term import mono_note, mono_rows
 
     host_mono = calib.mono if calib is not None and calib.host else None
-    result.mono = mono_rows(catalog, model, gpu, profile, result, cost, dp=dp, capture_size=capture_size
-                            or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap),
-                            host_mono=host_mono)
+    result.mono = mono_rows(
+        catalog,
+        model,
+        gpu,
+        profile,
+        result,
+        cost,
+        dp=dp,
+        capture_size=capture_size or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap),
+        host_mono=host_mono,
+    )
     result.notes += [n for n in (mono_note(catalog, result.mono, host_mono),) if n]
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes
 
         def rerun(size, concurrencies_):
-            return plan_profile(catalog, model, gpu_key, concurrencies=concurrencies_,
-                                acceptance_length=acceptance_length, acceptance_rates=acceptance_rates,
-                                acceptance_shape=acceptance_shape, steps=steps, seed=seed, dp=dp,
-                                capture_size=size, calibration=calibration, calibration_note=calibration_note,
-                                max_num_seqs=max_num_seqs)
+            return plan_profile(
+                catalog,
+                model,
+                gpu_key,
+                concurrencies=concurrencies_,
+                acceptance_length=acceptance_length,
+                acceptance_rates=acceptance_rates,
+                acceptance_shape=acceptance_shape,
+                steps=steps,
+                seed=seed,
+                dp=dp,
+                capture_size=size,
+                calibration=calibration,
+                calibration_note=calibration_note,
+                max_num_seqs=max_num_seqs,
+            )
 
         result.notes += capture_notes(result, cost, rerun)
     return result

@@ -22,20 +22,27 @@ from dataclasses import dataclass, field
 from rocm_dspark.planner.simulator import Policy, SimResult, simulate
 
 TOLERANCE = 0.02
-CANDIDATE_LABELS = {"none": "no speculation", "fixed": "fixed K", "per_batch_size": "per-batch-size K",
-                    "adaptive": "adaptive verification", "block": "block verification"}
-DECIDE = ("measure it: `rocm-dspark validate --ab --concurrency C` (adaptive against block verification on this "
-          "host) or `rocm-dspark plan --calibrate FILE` (this model fit to your own runs)")
+CANDIDATE_LABELS = {
+    "none": "no speculation",
+    "fixed": "fixed K",
+    "per_batch_size": "per-batch-size K",
+    "adaptive": "adaptive verification",
+    "block": "block verification",
+}
+DECIDE = (
+    "measure it: `rocm-dspark validate --ab --concurrency C` (adaptive against block verification on this "
+    "host) or `rocm-dspark plan --calibrate FILE` (this model fit to your own runs)"
+)
 
 
 @dataclass(frozen=True)
 class Row:
     concurrency: int
-    batch: int                      # running requests (concurrency capped by max_num_seqs x dp)
+    batch: int  # running requests (concurrency capped by max_num_seqs x dp)
     no_spec: SimResult
-    fixed: dict                     # K -> SimResult
+    fixed: dict  # K -> SimResult
     adaptive: SimResult
-    best_k: int                     # 0 means no speculation
+    best_k: int  # 0 means no speculation
 
     def at_k(self, k: int) -> SimResult:
         return self.no_spec if k == 0 else self.fixed[k]
@@ -51,13 +58,13 @@ class PlanResult:
     dp: int
     rows: list
     fixed_k: int
-    schedule: list | None            # [(start, end, K), ...] or None when dp > 1
-    scores: dict                     # candidate -> geometric-mean relative throughput
+    schedule: list | None  # [(start, end, K), ...] or None when dp > 1
+    scores: dict  # candidate -> geometric-mean relative throughput
     recommended: str
-    speculative_config: dict         # keys to merge into --speculative-config
+    speculative_config: dict  # keys to merge into --speculative-config
     recommendation: str
     notes: list = field(default_factory=list)
-    error_pct: float | None = None        # stated tok/s error of every prediction (None: not stated)
+    error_pct: float | None = None  # stated tok/s error of every prediction (None: not stated)
     payoff_error_pp: float | None = None  # stated error of adaptive's gain over block verification, points
     error_source: str = "uncalibrated"
     adaptive_available: bool = True
@@ -67,8 +74,11 @@ class PlanResult:
     def adaptive_gain_pct(self, row: Row) -> float:
         """Predicted gain of adaptive verification over block verification (all gamma drafts) at a row."""
         block = row.fixed.get(self.gamma)
-        block_tps = block.expected_tokens_per_s if block is not None else max(
-            x.expected_tokens_per_s for x in row.fixed.values())
+        block_tps = (
+            block.expected_tokens_per_s
+            if block is not None
+            else max(x.expected_tokens_per_s for x in row.fixed.values())
+        )
         return 100.0 * (row.adaptive.expected_tokens_per_s / block_tps - 1.0)
 
     def payoff(self, row: Row) -> str:
@@ -114,10 +124,23 @@ def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_seqs: int | None = None,
-              dp: int = 1, adaptive_allowed: bool = True, adaptive_blocker: str | None = None,
-              title: str = "", acceptance_label: str = "", steps: int | None = None, seed: int = 0,
-              tolerance: float = TOLERANCE) -> PlanResult:
+def plan_grid(
+    cost,
+    rates,
+    concurrencies,
+    *,
+    gamma: int,
+    k_values=None,
+    max_num_seqs: int | None = None,
+    dp: int = 1,
+    adaptive_allowed: bool = True,
+    adaptive_blocker: str | None = None,
+    title: str = "",
+    acceptance_label: str = "",
+    steps: int | None = None,
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+) -> PlanResult:
     import numpy as np
 
     k_values = sorted(set(k_values or range(1, gamma + 1)))
@@ -137,35 +160,61 @@ def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_
         rows.append(Row(concurrency, batch, no_spec, fixed, adaptive, best_k))
     clamped = [r.concurrency for r in rows if r.batch < r.concurrency]
     if clamped:
-        notes.append(f"concurrency {', '.join(map(str, clamped))} exceeds max_num_seqs x dp = {capacity}: "
-                     f"the extra requests queue, the running batch stays {capacity}")
+        notes.append(
+            f"concurrency {', '.join(map(str, clamped))} exceeds max_num_seqs x dp = {capacity}: "
+            f"the extra requests queue, the running batch stays {capacity}"
+        )
 
     def relative(k_or_result_fn):
-        return _geomean(k_or_result_fn(r) / max(r.no_spec.expected_tokens_per_s, r.adaptive.expected_tokens_per_s,
-                                                  *(x.expected_tokens_per_s for x in r.fixed.values())) for r in rows)
+        return _geomean(
+            k_or_result_fn(r)
+            / max(
+                r.no_spec.expected_tokens_per_s,
+                r.adaptive.expected_tokens_per_s,
+                *(x.expected_tokens_per_s for x in r.fixed.values()),
+            )
+            for r in rows
+        )
 
     fixed_k = max(k_values, key=lambda k: relative(lambda r: r.fixed[k].expected_tokens_per_s))
     schedule = None
     if dp == 1:
         schedule = per_batch_size_schedule([(r.batch, r.best_k) for r in rows], max_num_seqs or rows[-1].batch)
-    result = PlanResult(title=title, cost_label=getattr(cost, "label", "cost model"),
-                        acceptance_label=acceptance_label, rates=np.asarray(rates, dtype=float).tolist(), gamma=gamma, dp=dp,
-                        rows=rows, fixed_k=fixed_k, schedule=schedule, scores={}, recommended="",
-                        speculative_config={}, recommendation="", notes=notes)
+    result = PlanResult(
+        title=title,
+        cost_label=getattr(cost, "label", "cost model"),
+        acceptance_label=acceptance_label,
+        rates=np.asarray(rates, dtype=float).tolist(),
+        gamma=gamma,
+        dp=dp,
+        rows=rows,
+        fixed_k=fixed_k,
+        schedule=schedule,
+        scores={},
+        recommended="",
+        speculative_config={},
+        recommendation="",
+        notes=notes,
+    )
     candidates = ["none", "fixed"] + (["per_batch_size"] if schedule else []) + ["adaptive"]
-    result.scores = {c: relative(lambda r, c=c: result.candidate_result(c, r).expected_tokens_per_s)
-                     for c in candidates}
+    result.scores = {
+        c: relative(lambda r, c=c: result.candidate_result(c, r).expected_tokens_per_s) for c in candidates
+    }
     if not schedule:
-        notes.append("per-batch-size K not offered: vLLM disables num_speculative_tokens_per_batch_size "
-                     "when data_parallel_size > 1 (ranks would pick different K and deadlock)")
+        notes.append(
+            "per-batch-size K not offered: vLLM disables num_speculative_tokens_per_batch_size "
+            "when data_parallel_size > 1 (ranks would pick different K and deadlock)"
+        )
     allowed = [c for c in candidates if c != "adaptive" or adaptive_allowed]
     best_score = max(result.scores[c] for c in allowed)
     chosen = next(c for c in allowed if result.scores[c] >= best_score * (1 - tolerance))
     if not adaptive_allowed:
         gain = result.scores["adaptive"] / best_score - 1
-        verdict = (f"is predicted {gain:+.1%} better but " if gain > tolerance else "")
-        notes.append(f"adaptive verification {verdict}is not available here"
-                     + (f": {adaptive_blocker}" if adaptive_blocker else ""))
+        verdict = f"is predicted {gain:+.1%} better but " if gain > tolerance else ""
+        notes.append(
+            f"adaptive verification {verdict}is not available here"
+            + (f": {adaptive_blocker}" if adaptive_blocker else "")
+        )
     result.adaptive_available = adaptive_allowed
     result.recommended = chosen
     result.speculative_config, result.recommendation = _describe(result, chosen)
@@ -174,8 +223,14 @@ def plan_grid(cost, rates, concurrencies, *, gamma: int, k_values=None, max_num_
 
 def gain_over_block_pct(result: PlanResult, candidate: str) -> float:
     """Geometric mean over the grid of a candidate's predicted tok/s over block verification's, in percent."""
-    return 100.0 * (_geomean(result.candidate_result(candidate, r).expected_tokens_per_s
-                             / result.candidate_result("block", r).expected_tokens_per_s for r in result.rows) - 1.0)
+    return 100.0 * (
+        _geomean(
+            result.candidate_result(candidate, r).expected_tokens_per_s
+            / result.candidate_result("block", r).expected_tokens_per_s
+            for r in result.rows
+        )
+        - 1.0
+    )
 
 
 def hold_to_error(result: PlanResult) -> None:
@@ -191,24 +246,33 @@ def hold_to_error(result: PlanResult) -> None:
     def supported(c: str) -> bool:
         if c == "fixed" and result.fixed_k == result.gamma:
             return False  # that is block verification itself
-        if c == "adaptive" and (not result.adaptive_available or
-                                not any(result.payoff(r) == "pays" for r in result.rows)):
+        if c == "adaptive" and (
+            not result.adaptive_available or not any(result.payoff(r) == "pays" for r in result.rows)
+        ):
             return False
         return gain_over_block_pct(result, c) > margin(c)
 
     offered = [c for c in result.scores if c != "block" and (c != "adaptive" or result.adaptive_available)]
     result.scores["block"] = _geomean(
-        result.candidate_result("block", r).expected_tokens_per_s / max(
-            r.no_spec.expected_tokens_per_s, r.adaptive.expected_tokens_per_s,
-            *(x.expected_tokens_per_s for x in r.fixed.values())) for r in result.rows)
+        result.candidate_result("block", r).expected_tokens_per_s
+        / max(
+            r.no_spec.expected_tokens_per_s,
+            r.adaptive.expected_tokens_per_s,
+            *(x.expected_tokens_per_s for x in r.fixed.values()),
+        )
+        for r in result.rows
+    )
     chosen = result.recommended
     if chosen == "fixed" and result.fixed_k == result.gamma:
         chosen = "block"
     backed = [c for c in offered if supported(c)]
     if chosen != "block" and chosen not in backed:
-        gains = "; ".join(f"{CANDIDATE_LABELS[c]} {gain_over_block_pct(result, c):+.1f}% (error +-{margin(c):g}"
-                          f"{' points' if c == 'adaptive' and result.payoff_error_pp is not None else '%'})"
-                          for c in offered if not (c == "fixed" and result.fixed_k == result.gamma))
+        gains = "; ".join(
+            f"{CANDIDATE_LABELS[c]} {gain_over_block_pct(result, c):+.1f}% (error +-{margin(c):g}"
+            f"{' points' if c == 'adaptive' and result.payoff_error_pp is not None else '%'})"
+            for c in offered
+            if not (c == "fixed" and result.fixed_k == result.gamma)
+        )
         if backed:
             chosen = max(backed, key=lambda c: result.scores[c])
         else:
@@ -217,32 +281,39 @@ def hold_to_error(result: PlanResult) -> None:
             result.recommendation = (
                 f"block verification: num_speculative_tokens={result.gamma}: no setting beats it beyond the stated "
                 f"error (predicted over block, geometric mean: {gains}); the table keeps the point predictions. "
-                f"To decide, {DECIDE}")
+                f"To decide, {DECIDE}"
+            )
             return
     result.recommended = chosen
     result.speculative_config, result.recommendation = _describe(result, chosen)
     if chosen != "block":
-        result.recommendation += (f"; {gain_over_block_pct(result, chosen):+.1f}% over block verification, beyond "
-                                  f"the stated error +-{margin(chosen):g}")
+        result.recommendation += (
+            f"; {gain_over_block_pct(result, chosen):+.1f}% over block verification, beyond "
+            f"the stated error +-{margin(chosen):g}"
+        )
 
 
 def _describe(result: PlanResult, chosen: str) -> tuple[dict, str]:
     score = result.scores[chosen]
     tail = f"(geometric mean {score:.1%} of the best per concurrency)"
     if chosen == "block":
-        return ({"num_speculative_tokens": result.gamma},
-                f"block verification: num_speculative_tokens={result.gamma} {tail}")
+        return (
+            {"num_speculative_tokens": result.gamma},
+            f"block verification: num_speculative_tokens={result.gamma} {tail}",
+        )
     if chosen == "none":
         return {}, f"no speculation: drafting does not pay on this grid {tail}"
     if chosen == "fixed":
-        return ({"num_speculative_tokens": result.fixed_k},
-                f"fixed K: num_speculative_tokens={result.fixed_k} {tail}")
+        return ({"num_speculative_tokens": result.fixed_k}, f"fixed K: num_speculative_tokens={result.fixed_k} {tail}")
     if chosen == "per_batch_size":
         schedule = [list(r) for r in result.schedule]
         k_max = max(max(k for _, _, k in result.schedule), 1)
-        return ({"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule},
-                f"per-batch-size K: num_speculative_tokens={k_max}, "
-                f"num_speculative_tokens_per_batch_size={schedule} {tail}")
-    return ({"num_speculative_tokens": result.gamma, "enable_adaptive_verification": True},
-            f"adaptive verification: num_speculative_tokens={result.gamma}, "
-            f"enable_adaptive_verification=true {tail}")
+        return (
+            {"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule},
+            f"per-batch-size K: num_speculative_tokens={k_max}, "
+            f"num_speculative_tokens_per_batch_size={schedule} {tail}",
+        )
+    return (
+        {"num_speculative_tokens": result.gamma, "enable_adaptive_verification": True},
+        f"adaptive verification: num_speculative_tokens={result.gamma}, enable_adaptive_verification=true {tail}",
+    )

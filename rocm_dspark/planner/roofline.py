@@ -43,10 +43,10 @@ class Hardware:
 class ModelCost:
     """What one forward of a model must read and compute."""
 
-    dense_bytes: float          # read on every step, whatever the batch
+    dense_bytes: float  # read on every step, whatever the batch
     flops_per_token: float
-    expert_bytes: float = 0.0   # routed experts: read only when some token is routed to them
-    expert_share: float = 0.0   # k/E, the share of routed experts one token touches
+    expert_bytes: float = 0.0  # routed experts: read only when some token is routed to them
+    expert_share: float = 0.0  # k/E, the share of routed experts one token touches
 
     def bytes_read(self, tokens):
         import numpy as np
@@ -56,8 +56,9 @@ class ModelCost:
         return self.dense_bytes + self.expert_bytes * touched
 
     def scaled(self, factor: float) -> ModelCost:
-        return ModelCost(self.dense_bytes * factor, self.flops_per_token * factor,
-                         self.expert_bytes * factor, self.expert_share)
+        return ModelCost(
+            self.dense_bytes * factor, self.flops_per_token * factor, self.expert_bytes * factor, self.expert_share
+        )
 
 
 def forward_seconds(model: ModelCost, hw: Hardware, tokens):
@@ -65,8 +66,7 @@ def forward_seconds(model: ModelCost, hw: Hardware, tokens):
     import numpy as np
 
     tokens = np.asarray(tokens, dtype=np.float64)
-    t = np.maximum(model.bytes_read(tokens) / hw.bandwidth_bytes_per_s,
-                   tokens * model.flops_per_token / hw.flops_per_s)
+    t = np.maximum(model.bytes_read(tokens) / hw.bandwidth_bytes_per_s, tokens * model.flops_per_token / hw.flops_per_s)
     return np.where(tokens > 0, t, 0.0)
 
 
@@ -90,10 +90,10 @@ class RooflineCost:
 
     hardware: Hardware
     target: ModelCost
-    draft: ModelCost | None = None        # None: every draft forward takes draft_forward_seconds
+    draft: ModelCost | None = None  # None: every draft forward takes draft_forward_seconds
     draft_forward_seconds: float = 0.0
-    block_draft: bool = True              # one forward drafts the whole block (DFlash/DSpark)
-    capture_sizes: tuple[int, ...] = ()   # verify tokens are padded up to these
+    block_draft: bool = True  # one forward drafts the whole block (DFlash/DSpark)
+    capture_sizes: tuple[int, ...] = ()  # verify tokens are padded up to these
     label: str = "roofline"
 
     def verify_seconds(self, tokens):
@@ -110,8 +110,14 @@ class RooflineCost:
         return forwards * float(forward_seconds(self.draft, self.hardware, tokens))
 
 
-def moe_model_cost(*, weight_bytes: float, total_params: float, active_params: float,
-                   experts_per_token: int | None, routed_experts: int | None) -> ModelCost:
+def moe_model_cost(
+    *,
+    weight_bytes: float,
+    total_params: float,
+    active_params: float,
+    experts_per_token: int | None,
+    routed_experts: int | None,
+) -> ModelCost:
     """Split the bytes of an MoE model into always-read dense bytes and routed-expert bytes so that
     one token reads exactly its active parameters and a saturated batch reads all `weight_bytes`."""
     bytes_per_param = weight_bytes / total_params
@@ -125,14 +131,21 @@ def moe_model_cost(*, weight_bytes: float, total_params: float, active_params: f
     if dense_bytes < 0 or expert_bytes < 0:
         raise UsageError(
             f"model facts are inconsistent: active {active_params / 1e9:g}B of {total_params / 1e9:g}B params "
-            f"with {experts_per_token}/{routed_experts} experts leaves negative dense bytes; check recipes/models")
-    return ModelCost(dense_bytes=dense_bytes, flops_per_token=flops, expert_bytes=expert_bytes,
-                     expert_share=share)
+            f"with {experts_per_token}/{routed_experts} experts leaves negative dense bytes; check recipes/models"
+        )
+    return ModelCost(dense_bytes=dense_bytes, flops_per_token=flops, expert_bytes=expert_bytes, expert_share=share)
 
 
-def from_catalog(model, gpu, profile, *, k_max: int | None = None,
-                 bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-                 compute_efficiency: float = COMPUTE_EFFICIENCY, capture_size: int | None = None) -> RooflineCost:
+def from_catalog(
+    model,
+    gpu,
+    profile,
+    *,
+    k_max: int | None = None,
+    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
+    compute_efficiency: float = COMPUTE_EFFICIENCY,
+    capture_size: int | None = None,
+) -> RooflineCost:
     """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile);
     `capture_size`: the largest captured size (default: the recipe's for the profile's max_num_seqs)."""
     from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
@@ -141,7 +154,8 @@ def from_catalog(model, gpu, profile, *, k_max: int | None = None,
     if profile.dp != 1 or profile.ep != 1:
         raise UsageError(
             f"the roofline models one TP group; profile {profile.id} has dp={profile.dp} ep={profile.ep}; "
-            f"pass a measured per-rank --cost-table instead")
+            f"pass a measured per-rank --cost-table instead"
+        )
     params, arch = model.params, model.architecture
     try:
         weight_bytes = float(params["weight_bytes_per_step_gb"]) * 1e9
@@ -150,9 +164,13 @@ def from_catalog(model, gpu, profile, *, k_max: int | None = None,
         draft_params = float(params.get("draft_b") or 0.0) * 1e9
     except KeyError as exc:
         raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
-    target = moe_model_cost(weight_bytes=weight_bytes, total_params=total, active_params=active,
-                            experts_per_token=arch.get("experts_per_token"),
-                            routed_experts=arch.get("routed_experts"))
+    target = moe_model_cost(
+        weight_bytes=weight_bytes,
+        total_params=total,
+        active_params=active,
+        experts_per_token=arch.get("experts_per_token"),
+        routed_experts=arch.get("routed_experts"),
+    )
     tp = profile.tp
     # FP8 GEMM peak as the compute roof: MXFP4 experts are dequantised on gfx942 (no FP4 MFMA) and
     # whether vLLM's gfx950 path runs FP4 MFMA is not recorded; FP8 is the conservative common roof.
@@ -164,8 +182,10 @@ def from_catalog(model, gpu, profile, *, k_max: int | None = None,
     largest = capture_size or recipe_capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
     grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     return RooflineCost(
-        hardware=hardware, target=target,
+        hardware=hardware,
+        target=target,
         draft=target.scaled(draft_params / total) if draft_params else None,
-        block_draft=True, capture_sizes=grid,
+        block_draft=True,
+        capture_sizes=grid,
         label=f"roofline {model.key} on {tp}x {gpu.name} (TP{tp})",
     )

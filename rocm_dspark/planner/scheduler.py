@@ -130,11 +130,11 @@ def admitted_slots(surv, budget: int, drafts=None):
     if budget < 0:
         raise ValueError("budget must not be negative")
     if drafts is None:  # every slot valid: no mask to build or apply
-        values = surv.T.ravel()                            # (j, r) order
+        values = surv.T.ravel()  # (j, r) order
         admitted = _admit(values, budget)
         return admitted.reshape(gamma, num_requests).T
     d = _drafts(drafts, num_requests, gamma)
-    valid_t = np.arange(gamma)[:, None] < d[None, :]      # position-major [gamma, R]
+    valid_t = np.arange(gamma)[:, None] < d[None, :]  # position-major [gamma, R]
     slots = np.zeros_like(valid_t)
     slots[valid_t] = _admit(surv.T[valid_t], budget)
     return slots.T
@@ -154,7 +154,7 @@ def _admit(values, budget: int):
     extra = int(np.count_nonzero(admitted)) - budget
     if extra:  # more than one slot ties at the threshold: keep the earliest, drop the last `extra`
         ties = np.flatnonzero(values == threshold)
-        admitted[ties[len(ties) - extra:]] = False
+        admitted[ties[len(ties) - extra :]] = False
     return admitted
 
 
@@ -205,7 +205,7 @@ def budget_curve(hist_surv, step_cost, *, drafts=None, num_sampling=None, max_bu
     np.cumsum(scores, out=expected[1:])
     expected[1:] += sampling
     fixed = _fixed_seconds(step_cost, num_requests, gamma)
-    seconds = verify_table(step_cost, num_requests + scores.size)[num_requests: num_requests + scores.size + 1]
+    seconds = verify_table(step_cost, num_requests + scores.size)[num_requests : num_requests + scores.size + 1]
     return expected / (fixed + seconds)
 
 
@@ -232,9 +232,9 @@ def choose_budget_early_stop(hist_surv, step_cost, **kw) -> Budget:
 
 @dataclass(frozen=True)
 class StepPlan:
-    budget: int          # draft slots verified this step (K in the paper's production scheme)
-    lengths: object      # numpy int array: verified drafts per request, a prefix of each draft
-    tokens: int          # target tokens this step: one anchor row per request + budget
+    budget: int  # draft slots verified this step (K in the paper's production scheme)
+    lengths: object  # numpy int array: verified drafts per request, a prefix of each draft
+    tokens: int  # target tokens this step: one anchor row per request + budget
 
 
 def plan_step(history_conf, current_conf, step_cost, *, drafts=None, max_budget=None) -> StepPlan:

@@ -31,17 +31,16 @@ class Policy:
 
     @property
     def label(self) -> str:
-        return {"none": "no speculation", "fixed": f"fixed K={self.k}",
-                "adaptive": f"adaptive K<={self.k}"}[self.kind]
+        return {"none": "no speculation", "fixed": f"fixed K={self.k}", "adaptive": f"adaptive K<={self.k}"}[self.kind]
 
 
 @dataclass(frozen=True)
 class SimResult:
     policy: Policy
-    batch: int                         # requests running per step, all ranks together
-    tokens_per_s: float                # simulated
-    expected_tokens_per_s: float       # exact expectation under the same step plans
-    mean_acceptance_length: float      # tokens emitted per request per step (accepted drafts + 1)
+    batch: int  # requests running per step, all ranks together
+    tokens_per_s: float  # simulated
+    expected_tokens_per_s: float  # exact expectation under the same step plans
+    mean_acceptance_length: float  # tokens emitted per request per step (accepted drafts + 1)
     verified_drafts_per_request: float
     step_ms: float
     steps: int
@@ -116,8 +115,9 @@ def _plans(cost, conf, policy: Policy, steps: int, dp: int):
 WARMUP_STEPS = 2  # the first step has no confidence history, the second one a fresh one
 
 
-def simulate(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None,
-             seed: int = 0) -> SimResult:
+def simulate(
+    cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None, seed: int = 0
+) -> SimResult:
     """Run `steps` steady decode steps of `batch` requests under `policy` and the step cost `cost`
     (after WARMUP_STEPS steps that fill the scheduler's history and are not counted).
 
@@ -129,20 +129,29 @@ def simulate(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int
 
     arr = np.asarray(rates, dtype=np.float64)
     if arr.ndim == 2 and arr.shape[0] not in (1, batch) and batch % arr.shape[0]:
-        runs = [_simulate_one(cost, np.roll(arr, -o, axis=0), batch, policy, dp=dp, steps=steps, seed=seed + o)
-                for o in range(arr.shape[0])]
+        runs = [
+            _simulate_one(cost, np.roll(arr, -o, axis=0), batch, policy, dp=dp, steps=steps, seed=seed + o)
+            for o in range(arr.shape[0])
+        ]
         time = sum(r.steps * r.step_ms for r in runs)
         emitted = sum(r.tokens_per_s * r.steps * r.step_ms for r in runs)
         expected = sum(r.expected_tokens_per_s * r.steps * r.step_ms for r in runs)
-        return SimResult(policy=policy, batch=batch, tokens_per_s=emitted / time, expected_tokens_per_s=expected / time,
-                         mean_acceptance_length=sum(r.mean_acceptance_length * r.steps for r in runs) / sum(r.steps for r in runs),
-                         verified_drafts_per_request=float(np.mean([r.verified_drafts_per_request for r in runs])),
-                         step_ms=time / sum(r.steps for r in runs), steps=sum(r.steps for r in runs))
+        return SimResult(
+            policy=policy,
+            batch=batch,
+            tokens_per_s=emitted / time,
+            expected_tokens_per_s=expected / time,
+            mean_acceptance_length=sum(r.mean_acceptance_length * r.steps for r in runs) / sum(r.steps for r in runs),
+            verified_drafts_per_request=float(np.mean([r.verified_drafts_per_request for r in runs])),
+            step_ms=time / sum(r.steps for r in runs),
+            steps=sum(r.steps for r in runs),
+        )
     return _simulate_one(cost, rates, batch, policy, dp=dp, steps=steps, seed=seed)
 
 
-def _simulate_one(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None,
-                  seed: int = 0) -> SimResult:
+def _simulate_one(
+    cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None, seed: int = 0
+) -> SimResult:
     import numpy as np
 
     if batch <= 0:
@@ -171,7 +180,8 @@ def _simulate_one(cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps
         emitted += int(accepted) + (stop - start) * batch
     total_time = float(seconds.sum())
     return SimResult(
-        policy=policy, batch=batch,
+        policy=policy,
+        batch=batch,
         tokens_per_s=emitted / total_time,
         expected_tokens_per_s=expected / total_time,
         mean_acceptance_length=emitted / (steps * batch),

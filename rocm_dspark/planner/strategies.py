@@ -16,7 +16,7 @@ NOT_MODELLED = {
     "multi_node_tp_pp": "pipeline stages across nodes: not in the cost model",
     "pd_cluster": "prefill and decode pools: the planner models steady decode of one pool only",
     "replicas": "independent servers within a node, not across nodes: price one with `plan --tp` at its share of "
-                "the concurrency",
+    "the concurrency",
 }
 
 
@@ -31,8 +31,13 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles[gpu.key]
     g, tp = gpu.gpus_per_node, profile.tp
-    out: list[tuple[dict, str]] = [({}, f"Strategies at {nodes} node(s) x {g} {gpu.key} (DP ranks step together, each paying the largest rank's tokens; base: "
-                                        f"{base.title}):")]
+    out: list[tuple[dict, str]] = [
+        (
+            {},
+            f"Strategies at {nodes} node(s) x {g} {gpu.key} (DP ranks step together, each paying the largest rank's tokens; base: "
+            f"{base.title}):",
+        )
+    ]
 
     def best(res):
         row = res.rows[-1]
@@ -45,17 +50,31 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
             dp = nodes * (g // tp)
             res = plan_profile(catalog, model, gpu.key, dp=dp, **plan_kw)
             c, tps, label = best(res)
-            row = {"strategy": name, "dp": dp, "tp": tp, "concurrency": c, "tokens_per_s": tps, "recommended": label,
-                   "single_node_tokens_per_s": base_tps, "speedup": tps / base_tps if base_tps else None}
+            row = {
+                "strategy": name,
+                "dp": dp,
+                "tp": tp,
+                "concurrency": c,
+                "tokens_per_s": tps,
+                "recommended": label,
+                "single_node_tokens_per_s": base_tps,
+                "speedup": tps / base_tps if base_tps else None,
+            }
             # recipe --strategy multi_node_tp_dp runs TP = the node's GPUs unless --tp is given
             # (rocm_dspark/recipe/strategies.py layout_for); this line prices the profile's TP, so say the flag.
             flag = [] if tp == g else ["--tp", str(tp)]
             row["recipe"] = ["rocm-dspark", "recipe", "--strategy", name, "--nodes", str(nodes), *flag]
-            same = ("" if not flag else f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, "
-                    f"the layout priced here")
-            out.append((row, f"  {name:<17} DP{dp} x TP{tp}: {tps:,.0f} tok/s at c={c} ({label}); "
-                             f"{row['speedup']:.2f}x the profile's one TP{tp} group ({base_tps:,.0f} tok/s); "
-                             f"recipe --strategy {name} --nodes {nodes}{' --tp ' + str(tp) if flag else ''}{same}"))
+            same = (
+                "" if not flag else f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, the layout priced here"
+            )
+            out.append(
+                (
+                    row,
+                    f"  {name:<17} DP{dp} x TP{tp}: {tps:,.0f} tok/s at c={c} ({label}); "
+                    f"{row['speedup']:.2f}x the profile's one TP{tp} group ({base_tps:,.0f} tok/s); "
+                    f"recipe --strategy {name} --nodes {nodes}{' --tp ' + str(tp) if flag else ''}{same}",
+                )
+            )
         else:
             why = NOT_MODELLED.get(name, "not modelled").format(all=nodes * g, tp=tp)
             out.append(({"strategy": name, "tokens_per_s": None, "why": why}, f"  {name:<17} not predicted: {why}"))

@@ -30,7 +30,7 @@ class AcceptanceBand(NamedTuple):
     concurrency: int
     low: float
     high: float
-    arm: str          # block | adaptive: the verification mode the band was measured with
+    arm: str  # block | adaptive: the verification mode the band was measured with
     record_id: str
 
 
@@ -52,12 +52,14 @@ def acceptance_band(record: ABRecord, arm: str) -> AcceptanceBand | None:
     if al is None or served <= 0 or k is None:
         return None
     half = Z * (k / 2.0) / math.sqrt(served)
-    return AcceptanceBand(record.concurrency, round(max(1.0, al - half), 4), round(min(k + 1.0, al + half), 4), arm,
-                          record.id)
+    return AcceptanceBand(
+        record.concurrency, round(max(1.0, al - half), 4), round(min(k + 1.0, al + half), 4), arm, record.id
+    )
 
 
-def trusted_record(catalog, plan, concurrency: int | None, state_dir=None, *,
-                   current=None) -> tuple[ABRecord | None, list[str]]:
+def trusted_record(
+    catalog, plan, concurrency: int | None, state_dir=None, *, current=None
+) -> tuple[ABRecord | None, list[str]]:
     """The A/B record the gate trusts for `plan` at `concurrency`, or None and the notes saying why not."""
     if concurrency is None:
         return None, ["no workload declared (--concurrency C): no A/B record applies"]

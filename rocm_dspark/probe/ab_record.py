@@ -34,17 +34,54 @@ SCHEMA = "rocm-dspark/ab-record/2"
 CLIENT = "vllm bench serve"
 SUBDIR = "ab"
 ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
-_TOP = {"schema": str, "id": str, "created_at": str, "finished_at": str, "toolkit_version": str, "host": dict,
-        "selection": dict, "fingerprint": dict, "concurrency": int, "workload": dict, "arms": dict,
-        "override": (dict, type(None)), "verdict": dict, "sha256": str}
-_ARM = {"argv": list, "description": str, "client": str, "bench_command": str, "bench_result": (dict, type(None)),
-        "output_throughput_tok_s": (int, float), "acceptance_length": (int, float, type(None)), "ttft_ms": dict,
-        "tpot_ms": dict, "itl_ms": dict, "requests": int, "failed": int, "errors": list}
-_WORKLOAD = {"client": str, "dataset": str, "requests": int, "input_len": int, "max_tokens": int, "seed": int,
-             "ignore_eos": bool}
+_TOP = {
+    "schema": str,
+    "id": str,
+    "created_at": str,
+    "finished_at": str,
+    "toolkit_version": str,
+    "host": dict,
+    "selection": dict,
+    "fingerprint": dict,
+    "concurrency": int,
+    "workload": dict,
+    "arms": dict,
+    "override": (dict, type(None)),
+    "verdict": dict,
+    "sha256": str,
+}
+_ARM = {
+    "argv": list,
+    "description": str,
+    "client": str,
+    "bench_command": str,
+    "bench_result": (dict, type(None)),
+    "output_throughput_tok_s": (int, float),
+    "acceptance_length": (int, float, type(None)),
+    "ttft_ms": dict,
+    "tpot_ms": dict,
+    "itl_ms": dict,
+    "requests": int,
+    "failed": int,
+    "errors": list,
+}
+_WORKLOAD = {
+    "client": str,
+    "dataset": str,
+    "requests": int,
+    "input_len": int,
+    "max_tokens": int,
+    "seed": int,
+    "ignore_eos": bool,
+}
 # bench's flag for each workload field (vllm/benchmarks/datasets/datasets.py, rocm_dspark.validate.bench)
-_FLAGS = {"--dataset-name": "dataset", "--num-prompts": "requests", "--random-input-len": "input_len",
-          "--random-output-len": "max_tokens", "--seed": "seed"}
+_FLAGS = {
+    "--dataset-name": "dataset",
+    "--num-prompts": "requests",
+    "--random-input-len": "input_len",
+    "--random-output-len": "max_tokens",
+    "--seed": "seed",
+}
 ARMS = ("block", "adaptive")
 
 
@@ -72,14 +109,20 @@ def verdict_of(arms: dict, concurrency: int) -> dict:
     """adaptive pays when its output tok/s beat block's with every request of both arms served."""
     block, adaptive = arms["block"], arms["adaptive"]
     if block["failed"] or adaptive["failed"] or not block["output_throughput_tok_s"]:
-        return {"gain_pct": None, "pays": False,
-                "text": f"no verdict at c={concurrency}: requests failed (block {block['failed']}, adaptive "
-                        f"{adaptive['failed']})"}
+        return {
+            "gain_pct": None,
+            "pays": False,
+            "text": f"no verdict at c={concurrency}: requests failed (block {block['failed']}, adaptive "
+            f"{adaptive['failed']})",
+        }
     gain = round(100.0 * (adaptive["output_throughput_tok_s"] / block["output_throughput_tok_s"] - 1.0), 2)
     pays = gain > 0
-    return {"gain_pct": gain, "pays": pays,
-            "text": f"adaptive {'pays' if pays else 'loses'} at c={concurrency}: {gain:+.1f}% output tok/s "
-                    f"({adaptive['output_throughput_tok_s']:g} vs {block['output_throughput_tok_s']:g})"}
+    return {
+        "gain_pct": gain,
+        "pays": pays,
+        "text": f"adaptive {'pays' if pays else 'loses'} at c={concurrency}: {gain:+.1f}% output tok/s "
+        f"({adaptive['output_throughput_tok_s']:g} vs {block['output_throughput_tok_s']:g})",
+    }
 
 
 def _flag(words: list[str], name: str) -> str | None:
@@ -99,7 +142,7 @@ def _check_arm(where: str, arm: dict, workload: dict, concurrency: int) -> None:
         words = shlex.split(arm["bench_command"])
     except ValueError:
         raise RecordError(f"{where}.bench_command is not a shell command") from None
-    if "bench" not in words or words[words.index("bench") + 1:words.index("bench") + 2] != ["serve"]:
+    if "bench" not in words or words[words.index("bench") + 1 : words.index("bench") + 2] != ["serve"]:
         raise RecordError(f"{where}.bench_command is not `vllm bench serve`")
     want = {flag: str(workload[key]) for flag, key in _FLAGS.items()} | {"--max-concurrency": str(concurrency)}
     for flag, value in want.items():
@@ -114,14 +157,19 @@ def _check_arm(where: str, arm: dict, workload: dict, concurrency: int) -> None:
             tok_s = 0.0 if res["output_throughput"] is None else round(float(res["output_throughput"]), 2)
             ran = (res["num_prompts"], res["max_concurrency"])
         except (KeyError, TypeError, ValueError):
-            raise RecordError(f"{where}.bench_result lacks bench's completed, output_throughput, num_prompts or "
-                              f"max_concurrency") from None
+            raise RecordError(
+                f"{where}.bench_result lacks bench's completed, output_throughput, num_prompts or max_concurrency"
+            ) from None
         if ran != (arm["requests"], concurrency) or not isinstance(completed, int) or not 0 <= completed <= ran[0]:
-            raise RecordError(f"{where}.bench_result ran {ran[0]} prompts at concurrency {ran[1]} ({completed} "
-                              f"completed), the record {arm['requests']} at {concurrency}")
+            raise RecordError(
+                f"{where}.bench_result ran {ran[0]} prompts at concurrency {ran[1]} ({completed} "
+                f"completed), the record {arm['requests']} at {concurrency}"
+            )
     if arm["failed"] != arm["requests"] - completed or arm["output_throughput_tok_s"] != tok_s:
-        raise RecordError(f"{where}: failed {arm['failed']} and {arm['output_throughput_tok_s']} tok/s are not its "
-                          f"bench result's ({arm['requests'] - completed}, {tok_s})")
+        raise RecordError(
+            f"{where}: failed {arm['failed']} and {arm['output_throughput_tok_s']} tok/s are not its "
+            f"bench result's ({arm['requests'] - completed}, {tok_s})"
+        )
 
 
 def parse_data(data) -> ABRecord:
@@ -143,11 +191,34 @@ def parse(text: str | bytes) -> ABRecord:
     return parse_data(parse_text(text))
 
 
-def build(*, record_id: str, created_at: str, finished_at: str, toolkit_version: str, host: dict, selection: dict,
-          fingerprint: dict, concurrency: int, workload: dict, arms: dict, override: dict | None) -> dict:
-    data = {"schema": SCHEMA, "id": record_id, "created_at": created_at, "finished_at": finished_at,
-            "toolkit_version": toolkit_version, "host": host, "selection": selection, "fingerprint": fingerprint,
-            "concurrency": int(concurrency), "workload": workload, "arms": arms, "override": override}
+def build(
+    *,
+    record_id: str,
+    created_at: str,
+    finished_at: str,
+    toolkit_version: str,
+    host: dict,
+    selection: dict,
+    fingerprint: dict,
+    concurrency: int,
+    workload: dict,
+    arms: dict,
+    override: dict | None,
+) -> dict:
+    data = {
+        "schema": SCHEMA,
+        "id": record_id,
+        "created_at": created_at,
+        "finished_at": finished_at,
+        "toolkit_version": toolkit_version,
+        "host": host,
+        "selection": selection,
+        "fingerprint": fingerprint,
+        "concurrency": int(concurrency),
+        "workload": workload,
+        "arms": arms,
+        "override": override,
+    }
     try:
         data = json.loads(json.dumps(data, allow_nan=False, default=str))
     except ValueError as exc:

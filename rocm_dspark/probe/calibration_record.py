@@ -13,9 +13,23 @@ import json
 
 SCHEMA = "rocm-dspark/host-calibration/1"
 SUBDIR = "calibration"
-_TOP = {"schema": str, "id": str, "created_at": str, "finished_at": str, "model": str, "gpu": str, "tp": int,
-        "source_file": str, "points": list, "params": dict, "acceptance_length": (int, float),
-        "loo_error_pct": (int, float), "payoff_error_pp": (int, float), "payoff": dict, "sha256": str}
+_TOP = {
+    "schema": str,
+    "id": str,
+    "created_at": str,
+    "finished_at": str,
+    "model": str,
+    "gpu": str,
+    "tp": int,
+    "source_file": str,
+    "points": list,
+    "params": dict,
+    "acceptance_length": (int, float),
+    "loo_error_pct": (int, float),
+    "payoff_error_pp": (int, float),
+    "payoff": dict,
+    "sha256": str,
+}
 
 
 def directory(state_dir=None):
@@ -31,12 +45,23 @@ def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
     from rocm_dspark.probe.record import content_hash
 
     now = store.utc_now()
-    data = {"schema": SCHEMA, "id": store.new_record_id(now), "created_at": store.iso(now),
-            "finished_at": store.iso(now), "model": calib.model, "gpu": calib.gpu, "tp": int(calib.tp),
-            "source_file": source_file, "points": rows, "params": asdict(calib.params),
-            "acceptance_length": calib.acceptance_length, "loo_error_pct": calib.held_out_error_pct,
-            "payoff_error_pp": calib.held_out_payoff_error_pp, "payoff": payoff,
-            "not_identified": list(calib.not_identified)}
+    data = {
+        "schema": SCHEMA,
+        "id": store.new_record_id(now),
+        "created_at": store.iso(now),
+        "finished_at": store.iso(now),
+        "model": calib.model,
+        "gpu": calib.gpu,
+        "tp": int(calib.tp),
+        "source_file": source_file,
+        "points": rows,
+        "params": asdict(calib.params),
+        "acceptance_length": calib.acceptance_length,
+        "loo_error_pct": calib.held_out_error_pct,
+        "payoff_error_pp": calib.held_out_payoff_error_pp,
+        "payoff": payoff,
+        "not_identified": list(calib.not_identified),
+    }
     if calib.mono:  # the mono term this host measured (host_fit._mono_term); absent: the public one stays
         data["mono"] = dict(calib.mono)
     data = json.loads(json.dumps(data, allow_nan=False))
@@ -89,8 +114,10 @@ def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
     for _, rec in loaded.trusted:
         if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
             if rec["loo_error_pct"] > LOO_BOUND_PCT:  # kept by a toolkit without the bound
-                return None, (f"host calibration {rec['id']} has a leave-one-out error of {rec['loo_error_pct']:g}%, "
-                              f"above the {LOO_BOUND_PCT:g}% bound (docs/calibration.md): the public one is used")
+                return None, (
+                    f"host calibration {rec['id']} has a leave-one-out error of {rec['loo_error_pct']:g}%, "
+                    f"above the {LOO_BOUND_PCT:g}% bound (docs/calibration.md): the public one is used"
+                )
             return rec, None
     return None, None
 
@@ -103,19 +130,30 @@ def host_calibration(model_key: str, gpu_key: str, tp: int, state_dir=None):
     from rocm_dspark.planner.calibration import StepParams
     from rocm_dspark.planner.host_fit import calibration
 
-    calib = calibration(StepParams(**{k: float(v) for k, v in rec["params"].items()}),
-                        acceptance_length=rec["acceptance_length"], loo_error_pct=rec["loo_error_pct"],
-                        payoff_error_pp=rec["payoff_error_pp"], points=rec["points"], model=rec["model"],
-                        gpu=rec["gpu"], tp=rec["tp"], not_identified=rec.get("not_identified", ()), mono=rec.get("mono"),
-                        source_url=f"{directory(state_dir)}/{rec['id']}.json",
-                        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)")
-    return calib, (f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
-                   f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
-                   f"public one")
+    calib = calibration(
+        StepParams(**{k: float(v) for k, v in rec["params"].items()}),
+        acceptance_length=rec["acceptance_length"],
+        loo_error_pct=rec["loo_error_pct"],
+        payoff_error_pp=rec["payoff_error_pp"],
+        points=rec["points"],
+        model=rec["model"],
+        gpu=rec["gpu"],
+        tp=rec["tp"],
+        not_identified=rec.get("not_identified", ()),
+        mono=rec.get("mono"),
+        source_url=f"{directory(state_dir)}/{rec['id']}.json",
+        source_label=f"this host's calibration {rec['id']} ({len(rec['points'])} runs)",
+    )
+    return calib, (
+        f"cost: this host's own calibration (plan --calibrate, record {rec['id']}, "
+        f"{len(rec['points'])} runs, leave-one-out error {rec['loo_error_pct']:g}%) is used ahead of the "
+        f"public one"
+    )
 
 
-def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json: bool = False
-                  ) -> tuple[list[str], bool]:
+def run_calibrate(
+    catalog, model, gpu_key: str, path, state_dir=None, *, as_json: bool = False
+) -> tuple[list[str], bool]:
     """Fit, show, and keep the fit as this host's calibration only within the leave-one-out bound:
     (lines, kept)."""
     from rocm_dspark.planner.host_fit import calibrate
@@ -125,11 +163,22 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
     calib, loo, rows = calibrate(path, catalog, model, gpu_key)
     profile = model.profiles[catalog.find_gpu(gpu_key).key]
     length = model.speculative.get("golden_acceptance_length") or calib.acceptance_length
-    plan = plan_profile(catalog, model, gpu_key, concurrencies=grid_for(profile.max_num_seqs),
-                        acceptance_length=float(length), steps=1, calibration=calib)
-    payoff = {"tp": profile.tp, "error_pp": plan.payoff_error_pp, "acceptance_length": float(length),
-              "capture_size": _largest(catalog, model, gpu_key),
-              "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows}}
+    plan = plan_profile(
+        catalog,
+        model,
+        gpu_key,
+        concurrencies=grid_for(profile.max_num_seqs),
+        acceptance_length=float(length),
+        steps=1,
+        calibration=calib,
+    )
+    payoff = {
+        "tp": profile.tp,
+        "error_pp": plan.payoff_error_pp,
+        "acceptance_length": float(length),
+        "capture_size": _largest(catalog, model, gpu_key),
+        "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows},
+    }
     source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
     from rocm_dspark.planner.host_fit import LOO_BOUND_PCT, TERMS
 
@@ -140,26 +189,43 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
     written = write(state_dir, record) if kept else None
     p = calib.params
     if as_json:
-        return [json.dumps({"record": str(written) if written else None, "kept": kept,
-                            "loo_bound_pct": LOO_BOUND_PCT, "leave_one_out_pct": [round(e, 2) for e in loo],
-                            "not_identified": list(calib.not_identified), "fold_notes": list(calib.notes),
-                            "mono": calib.mono,
-                            "params": record["params"],
-                            "payoff": payoff}, indent=2)], kept
+        return [
+            json.dumps(
+                {
+                    "record": str(written) if written else None,
+                    "kept": kept,
+                    "loo_bound_pct": LOO_BOUND_PCT,
+                    "leave_one_out_pct": [round(e, 2) for e in loo],
+                    "not_identified": list(calib.not_identified),
+                    "fold_notes": list(calib.notes),
+                    "mono": calib.mono,
+                    "params": record["params"],
+                    "payoff": payoff,
+                },
+                indent=2,
+            )
+        ], kept
 
     def term(name: str, text: str) -> str:
         return f"{name} not identified" if f"{name}_ms" in calib.not_identified else text
 
-    eager = ("eager not identified" if "eager_launch_ms" in calib.not_identified else
-             f"eager {p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token above the capture size")
-    lines = [f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {source}: {len(rows)} runs",
-             f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token {p.per_token_ms:.5f} ms "
-             f"+ draft {p.draft_ms:.3f} ms + {term('adaptive', f'adaptive {p.adaptive_ms:.2f} ms')} + {eager}; "
-             f"rho {p.rho:g}"]
+    eager = (
+        "eager not identified"
+        if "eager_launch_ms" in calib.not_identified
+        else f"eager {p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token above the capture size"
+    )
+    lines = [
+        f"calibration of {model.key} on {calib.tp}x {calib.gpu} from {source}: {len(rows)} runs",
+        f"fit: fixed {p.fixed_ms:.3f} ms + per request {p.per_request_ms:.4f} ms + per token {p.per_token_ms:.5f} ms "
+        f"+ draft {p.draft_ms:.3f} ms + {term('adaptive', f'adaptive {p.adaptive_ms:.2f} ms')} + {eager}; "
+        f"rho {p.rho:g}",
+    ]
     for name in calib.not_identified:
         if name == "spread":
-            lines.append(f"spread: not identified (needs {TERMS[name]}); one request class is used, not the public "
-                         "value: the adaptive overhead above is fitted to each run's measured acceptance length")
+            lines.append(
+                f"spread: not identified (needs {TERMS[name]}); one request class is used, not the public "
+                "value: the adaptive overhead above is fitted to each run's measured acceptance length"
+            )
             continue
         if name == "eager_per_token_ms":
             continue
@@ -167,32 +233,46 @@ def run_calibrate(catalog, model, gpu_key: str, path, state_dir=None, *, as_json
             if not any(r.get("mono") for r in rows):  # else host_fit._mono_term's line (calib.notes) says why
                 from rocm_dspark.planner.host_fit import public_mono
 
-                lines.append(f"mono term: not identified (needs {TERMS[name]}, beside runs without it); "
-                             f"{public_mono(catalog)}")
+                lines.append(
+                    f"mono term: not identified (needs {TERMS[name]}, beside runs without it); {public_mono(catalog)}"
+                )
             continue
-        shown = ("eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " "))
-        value = (f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token" if name.startswith("eager")
-                 else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else ""))
+        shown = "eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " ")
+        value = (
+            f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token"
+            if name.startswith("eager")
+            else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else "")
+        )
         lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
     lines += list(calib.notes)
     with_mono = any(r.get("mono") for r in rows)  # the column only where a run used it: older output unchanged
-    lines.append(f"{'arm':>12} {'K':>2} {'AV':>3} {'mono' if with_mono else ''}{' ' if with_mono else ''}{'conc':>5} "
-                 f"{'capture':>7} | {'measured':>9} | {'left-out error':>15}")
+    lines.append(
+        f"{'arm':>12} {'K':>2} {'AV':>3} {'mono' if with_mono else ''}{' ' if with_mono else ''}{'conc':>5} "
+        f"{'capture':>7} | {'measured':>9} | {'left-out error':>15}"
+    )
     for r, e in zip(rows, loo):
         mono = f"{'yes' if r.get('mono') else 'no':>4} " if with_mono else ""
-        lines.append(f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {mono}{r['concurrency']:>5} "
-                     f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%")
-    lines.append(f"leave-one-out error{' (runs without mono)' if with_mono else ''}: max {max(step_loo):.1f}%, mean "
-                 f"{sum(step_loo) / len(step_loo):.1f}% (tok/s); stated for "
-                 f"plan: +-{calib.held_out_error_pct:g}% tok/s, +-{calib.held_out_payoff_error_pp:g} points of "
-                 f"adaptive gain (twice the tok/s error: a ratio of two predictions)")
+        lines.append(
+            f"{r['arm'][:12]:>12} {r['k']:>2} {'yes' if r['adaptive'] else 'no':>3} {mono}{r['concurrency']:>5} "
+            f"{r['capture_size']:>7} | {r['output_tok_s']:>9.1f} | {e:>15.1f}%"
+        )
+    lines.append(
+        f"leave-one-out error{' (runs without mono)' if with_mono else ''}: max {max(step_loo):.1f}%, mean "
+        f"{sum(step_loo) / len(step_loo):.1f}% (tok/s); stated for "
+        f"plan: +-{calib.held_out_error_pct:g}% tok/s, +-{calib.held_out_payoff_error_pp:g} points of "
+        f"adaptive gain (twice the tok/s error: a ratio of two predictions)"
+    )
     if kept:
-        lines.append(f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
-                     f"the public one")
+        lines.append(
+            f"kept as this host's calibration: {written}; `plan` and the gate's payoff half use it ahead of "
+            f"the public one"
+        )
     else:
-        lines.append(f"not kept: the leave-one-out error {max(step_loo):.1f}% is above the {LOO_BOUND_PCT:g}% bound "
-                     f"(docs/calibration.md); `plan` and the gate keep the public calibration. Measure more runs "
-                     f"(other concurrencies, repeats) and calibrate again")
+        lines.append(
+            f"not kept: the leave-one-out error {max(step_loo):.1f}% is above the {LOO_BOUND_PCT:g}% bound "
+            f"(docs/calibration.md); `plan` and the gate keep the public calibration. Measure more runs "
+            f"(other concurrencies, repeats) and calibrate again"
+        )
     return lines, kept
 
 

@@ -11,17 +11,17 @@ from typing import NamedTuple
 
 
 class GateEvidence(NamedTuple):
-    forced_platform: bool | None = None          # static: vLLM's ROCm platform was forced (no AMD GPU)
-    interpreted: bool | None = None              # kernel: ran in the Triton interpreter, not on a GPU
-    graph_replay: bool | None = None             # kernel: a captured graph was replayed
+    forced_platform: bool | None = None  # static: vLLM's ROCm platform was forced (no AMD GPU)
+    interpreted: bool | None = None  # kernel: ran in the Triton interpreter, not on a GPU
+    graph_replay: bool | None = None  # kernel: a captured graph was replayed
     negative_control_caught: bool | None = None  # kernel: the host-planned control was told apart
-    attached: bool | None = None                 # live: a server the probe did not start
-    command_verified: bool | None = None         # live, attached: /proc showed the plan's command serving
-    adaptive_verification: bool | None = None    # live: the command had enable_adaptive_verification on
-    ready: bool | None = None                    # live: /health and /v1/models answered
-    token_correct: bool | None = None            # live: re-scoring proved the emitted tokens (probe.rescore)
-    reference_independent: bool | None = None    # live: the re-scoring reference is out of the drafter's reach
-    reference_unreliable: bool | None = None     # live: the reference's self-check failed (vllm#53488)
+    attached: bool | None = None  # live: a server the probe did not start
+    command_verified: bool | None = None  # live, attached: /proc showed the plan's command serving
+    adaptive_verification: bool | None = None  # live: the command had enable_adaptive_verification on
+    ready: bool | None = None  # live: /health and /v1/models answered
+    token_correct: bool | None = None  # live: re-scoring proved the emitted tokens (probe.rescore)
+    reference_independent: bool | None = None  # live: the re-scoring reference is out of the drafter's reach
+    reference_unreliable: bool | None = None  # live: the reference's self-check failed (vllm#53488)
 
     @classmethod
     def of(cls, evidence: dict) -> "GateEvidence":

@@ -241,5 +241,7 @@ def mismatches(recorded: dict, current: dict) -> list[str]:
 def summary(fp: dict) -> str:
     """One line for --show and the verdict: GPU x count, vLLM, model, layout, K, MNS."""
     gpu = f"{fp.get('gpu_name') or 'no AMD GPU'} ({fp.get('gpu_arch') or '-'}) x{fp.get('gpu_count')}"
-    return (f"{gpu}, vLLM {_show(fp.get('vllm_version'))}, {fp.get('model_id')}, TP{fp.get('tp')} DP{fp.get('dp')} "
-            f"EP{fp.get('ep')}, K={fp.get('num_speculative_tokens')}, max_num_seqs {fp.get('max_num_seqs')}")
+    return (
+        f"{gpu}, vLLM {_show(fp.get('vllm_version'))}, {fp.get('model_id')}, TP{fp.get('tp')} DP{fp.get('dp')} "
+        f"EP{fp.get('ep')}, K={fp.get('num_speculative_tokens')}, max_num_seqs {fp.get('max_num_seqs')}"
+    )

@@ -75,8 +75,10 @@ def level_proves(level: LevelResult) -> str | None:
         if ev.token_correct is not True:
             return "its live level did not prove the emitted tokens by re-scoring (probe.rescore)"
         if ev.reference_independent is not True:  # records from before the field: re-probe
-            return ("its live level's re-scoring reference is not shown to be out of the drafter's reach "
-                    "(vllm#53488): re-probe")
+            return (
+                "its live level's re-scoring reference is not shown to be out of the drafter's reach "
+                "(vllm#53488): re-probe"
+            )
     return None
 
 
@@ -102,8 +104,10 @@ def evidence_state(record: Record) -> tuple[State, str]:
             gaps.append(missing)
     if gaps:
         return NOT_PROVEN, "; ".join(gaps)
-    return PROVEN, ("static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored "
-                      "against an independent reference, 0 violations) passed")
+    return PROVEN, (
+        "static, GPU kernel (graph replay, negative control caught) and live (tokens re-scored "
+        "against an independent reference, 0 violations) passed"
+    )
 
 
 def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bool = True) -> store.Loaded:
@@ -113,8 +117,9 @@ def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bo
 
     directory = listing.records_dir(state_dir)
     names = listing.record_names(directory) if names is None else names
-    return store.load_signed(directory, names, parse_record_data, kind="probe record", label="record",
-                             need_key=need_key)
+    return store.load_signed(
+        directory, names, parse_record_data, kind="probe record", label="record", need_key=need_key
+    )
 
 
 def _joined(notes: list[str]) -> str:

@@ -38,7 +38,10 @@ def gating_validity(result: dict) -> tuple[bool, str]:
         return False, "not valid for gating: torch is not a ROCm build, so this is not an AMD GPU run"
     if not result.get("graph_replay") and result.get("passed"):
         return False, "not valid for gating: no HIP graph replay happened"
-    return True, f"valid for gating: {result.get('device_name') or 'GPU'} ({result.get('arch') or '?'}), HIP graph replay"
+    return (
+        True,
+        f"valid for gating: {result.get('device_name') or 'GPU'} ({result.get('arch') or '?'}), HIP graph replay",
+    )
 
 
 def run_kernel(*, python: str | None = None, timeout_s: float = 1800.0, progress=lambda msg: None) -> LevelResult:
@@ -51,25 +54,56 @@ def run_kernel(*, python: str | None = None, timeout_s: float = 1800.0, progress
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr or ""
         evidence["stderr_tail"] = (err.decode(errors="replace") if isinstance(err, bytes) else err)[-2000:]
-        return _result(started, t0, False, False, f"the kernel check did not finish within {timeout_s:g} s",
-                       "not valid for gating: no result", evidence)
+        return _result(
+            started,
+            t0,
+            False,
+            False,
+            f"the kernel check did not finish within {timeout_s:g} s",
+            "not valid for gating: no result",
+            evidence,
+        )
     except OSError as exc:
-        return _result(started, t0, False, False, f"cannot run {argv[0]}: {exc.strerror}",
-                       "not valid for gating: no result", evidence)
+        return _result(
+            started,
+            t0,
+            False,
+            False,
+            f"cannot run {argv[0]}: {exc.strerror}",
+            "not valid for gating: no result",
+            evidence,
+        )
     evidence["exit_code"] = proc.returncode
     evidence["stderr_tail"] = proc.stderr[-2000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
-        how = (f"was killed by {_signal_name(proc.returncode)}" if proc.returncode < 0
-               else f"exited with status {proc.returncode} without a result")
+        how = (
+            f"was killed by {_signal_name(proc.returncode)}"
+            if proc.returncode < 0
+            else f"exited with status {proc.returncode} without a result"
+        )
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return _result(started, t0, False, False, f"the kernel check process {how} ({last})",
-                       "not valid for gating: no result", evidence)
+        return _result(
+            started,
+            t0,
+            False,
+            False,
+            f"the kernel check process {how} ({last})",
+            "not valid for gating: no result",
+            evidence,
+        )
     try:
         result = parse_json(lines[-1], "the kernel check's result")  # evidence: no NaN, no duplicate key
     except ValueError:
-        return _result(started, t0, False, False, "the kernel check printed a result that is not JSON",
-                       "not valid for gating: no result", evidence)
+        return _result(
+            started,
+            t0,
+            False,
+            False,
+            "the kernel check printed a result that is not JSON",
+            "not valid for gating: no result",
+            evidence,
+        )
     evidence.update(result)
     valid, note = gating_validity(result)
     passed = bool(result.get("passed"))

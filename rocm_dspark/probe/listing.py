@@ -18,8 +18,9 @@ def records_dir(explicit: str | os.PathLike | None = None) -> Path:
 
 
 def _os_error(directory, exc: OSError) -> UsageError:
-    return UsageError(f"cannot read the probe record directory {directory}: {exc.strerror or exc}; "
-                      f"pass --state-dir or set {ENV_VAR}")
+    return UsageError(
+        f"cannot read the probe record directory {directory}: {exc.strerror or exc}; pass --state-dir or set {ENV_VAR}"
+    )
 
 
 def record_names(directory: Path) -> list[str]:

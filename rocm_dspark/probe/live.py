@@ -46,12 +46,12 @@ class LiveTarget(NamedTuple):
     host: str
     port: int
     served_name: str | None
-    adaptive: bool | None        # enable_adaptive_verification in its --speculative-config (None: none found)
-    source: str                  # "plan" | "command-file" (a --server-json file) | "attached"
+    adaptive: bool | None  # enable_adaptive_verification in its --speculative-config (None: none found)
+    source: str  # "plan" | "command-file" (a --server-json file) | "attached"
     deterministic_check: dict | None
     prompts: tuple[str, ...]
-    detail: str = ""             # the --server-json file's path
-    capture_size: int | None = None            # largest captured graph size (0: none; None: not known)
+    detail: str = ""  # the --server-json file's path
+    capture_size: int | None = None  # largest captured graph size (0: none; None: not known)
     max_num_batched_tokens: int | None = None  # None: not known
 
 
@@ -80,10 +80,19 @@ def spec_config_in(argv) -> dict | None:
 
 
 def target_from_plan(plan, model) -> LiveTarget:
-    return LiveTarget(tuple(plan.argv), dict(plan.env), plan.host, plan.port, plan.served_name,
-                      plan.adaptive_verification, "plan", model.validation.get("deterministic_check"), DEFAULT_PROMPTS,
-                      capture_size=capture_of(plan.argv, plan.capture_size),
-                      max_num_batched_tokens=plan.max_num_batched_tokens or None)
+    return LiveTarget(
+        tuple(plan.argv),
+        dict(plan.env),
+        plan.host,
+        plan.port,
+        plan.served_name,
+        plan.adaptive_verification,
+        "plan",
+        model.validation.get("deterministic_check"),
+        DEFAULT_PROMPTS,
+        capture_size=capture_of(plan.argv, plan.capture_size),
+        max_num_batched_tokens=plan.max_num_batched_tokens or None,
+    )
 
 
 def target_from_spec(spec, model) -> LiveTarget:
@@ -92,9 +101,20 @@ def target_from_spec(spec, model) -> LiveTarget:
     if check is None and spec.recipe_model:  # the recipe's answer only judges the recipe's own model
         check = model.validation.get("deterministic_check")
     prompts = spec.prompts if spec.prompts is not None else DEFAULT_PROMPTS
-    return LiveTarget(tuple(spec.argv), dict(spec.env), spec.host, spec.port, spec.served_name,
-                      _adaptive_in(spec.argv), "command-file", check, prompts, str(spec.path) if spec.path else "",
-                      capture_of(spec.argv), int_flag(spec.argv, "max_num_batched_tokens"))
+    return LiveTarget(
+        tuple(spec.argv),
+        dict(spec.env),
+        spec.host,
+        spec.port,
+        spec.served_name,
+        _adaptive_in(spec.argv),
+        "command-file",
+        check,
+        prompts,
+        str(spec.path) if spec.path else "",
+        capture_of(spec.argv),
+        int_flag(spec.argv, "max_num_batched_tokens"),
+    )
 
 
 # --- judging (pure: testable on recorded vLLM outputs) ---------------------------------------------
@@ -120,11 +140,15 @@ def assess(ev: dict) -> list[str]:
     problems = []
     det = ev.get("deterministic_check")
     if det is not None and not det.get("passed"):
-        problems.append(f"deterministic check: asked {det['prompt']!r}, expected {det['expect']!r} in the answer, "
-                        f"got {det.get('answer')!r}")
+        problems.append(
+            f"deterministic check: asked {det['prompt']!r}, expected {det['expect']!r} in the answer, "
+            f"got {det.get('answer')!r}"
+        )
     for g in ev.get("greedy", []):
         if g["first"] != g["second"]:
-            problems.append(f"greedy prompt {g['prompt']!r} gave two different answers: {g['first']!r} vs {g['second']!r}")
+            problems.append(
+                f"greedy prompt {g['prompt']!r} gave two different answers: {g['first']!r} vs {g['second']!r}"
+            )
         elif not g["first"].strip():
             problems.append(f"greedy prompt {g['prompt']!r} gave an empty answer")
     rs = ev.get("rescore")
@@ -156,8 +180,10 @@ def _wait(srv, deadline_s: float, progress):
     def heartbeat(elapsed: float) -> None:
         if elapsed >= due[0]:
             due[0] = elapsed + WAIT_STEP_S
-            progress(f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s, "
-                     f"{phase_of(srv.log_text()).text()} (last: {check.last_error or 'no answer yet'})")
+            progress(
+                f"live: waiting for {srv.base_url}/health: {elapsed:.0f} s of {deadline_s:g} s, "
+                f"{phase_of(srv.log_text()).text()} (last: {check.last_error or 'no answer yet'})"
+            )
 
     ready = wait_ready(check, deadline_s, on_miss=heartbeat)
     return dataclasses.replace(ready, elapsed_s=round(ready.elapsed_s, 3))
@@ -179,15 +205,23 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
     if check is not None:
         progress(f"live: deterministic check {check['prompt']!r}")
         extra = {"chat_template_kwargs": check["chat_template_kwargs"]} if check.get("chat_template_kwargs") else {}
-        reply = client.chat(check["prompt"], max_tokens=int(check.get("max_tokens", 16)), model=model, temperature=0.0, **extra)
-        answer = (reply["choices"][0]["message"].get("content") or "")
-        ev["deterministic_check"] = {"prompt": check["prompt"], "expect": check["expect"], "answer": answer,
-                                     "passed": check["expect"] in answer}
+        reply = client.chat(
+            check["prompt"], max_tokens=int(check.get("max_tokens", 16)), model=model, temperature=0.0, **extra
+        )
+        answer = reply["choices"][0]["message"].get("content") or ""
+        ev["deterministic_check"] = {
+            "prompt": check["prompt"],
+            "expect": check["expect"],
+            "answer": answer,
+            "passed": check["expect"] in answer,
+        }
     ev["greedy"] = []
     for prompt in target.prompts:
         progress(f"live: greedy prompt {prompt!r} twice")
-        texts = [client.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
-                 for _ in range(2)]
+        texts = [
+            client.complete(prompt, max_tokens=GREEDY_MAX_TOKENS, model=model, temperature=0.0)["choices"][0]["text"]
+            for _ in range(2)
+        ]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
     spec = spec_config_in(target.argv) or {}
     k = spec.get("num_speculative_tokens") if isinstance(spec.get("num_speculative_tokens"), int) else None
@@ -198,9 +232,15 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         return {key: delta[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
     capture = target.capture_size if target.capture_size is not None else capture_of(target.argv)
-    ev["rescore"] = rescore.rescore(client, model, k=k, counters_delta=drafts_counted, progress=progress,
-                                    capture_size=capture, max_num_batched_tokens=target.max_num_batched_tokens
-                                    or int_flag(target.argv, "max_num_batched_tokens"))
+    ev["rescore"] = rescore.rescore(
+        client,
+        model,
+        k=k,
+        counters_delta=drafts_counted,
+        progress=progress,
+        capture_size=capture,
+        max_num_batched_tokens=target.max_num_batched_tokens or int_flag(target.argv, "max_num_batched_tokens"),
+    )
     progress(f"live: token re-scoring: {ev['rescore']['why']}")
     ev["token_correct"] = bool(ev["rescore"]["proven"])
     ev["reference_independent"] = bool(ev["rescore"]["reference_independent"])
@@ -209,15 +249,23 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
     ev["alive_after"] = srv.returncode() is None
 
 
-def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | None = None, progress=lambda msg: None,
-             server=None) -> LevelResult:
+def run_live(
+    target: LiveTarget, *, deadline_s: float, log_path: str | Path | None = None, progress=lambda msg: None, server=None
+) -> LevelResult:
     """Run the level. `server`: a VllmServer that is already started (attached: not started or stopped here;
     valid for gating only when /proc shows it is the target's own command, rocm_dspark.probe.serving)."""
     started, t0 = utc_now(), time.monotonic()
     attached = server is not None
-    ev: dict = {"source": target.source, "command_file": target.detail or None, "argv": list(target.argv),
-                "env": dict(target.env), "adaptive_verification": target.adaptive, "attached": attached,
-                "ready": False, "log_path": str(log_path) if log_path else None}
+    ev: dict = {
+        "source": target.source,
+        "command_file": target.detail or None,
+        "argv": list(target.argv),
+        "env": dict(target.env),
+        "adaptive_verification": target.adaptive,
+        "attached": attached,
+        "ready": False,
+        "log_path": str(log_path) if log_path else None,
+    }
     holder: list = [server]
     try:
         passed, reason = _start_and_check(target, ev, holder, deadline_s, log_path, progress)
@@ -225,21 +273,29 @@ def run_live(target: LiveTarget, *, deadline_s: float, log_path: str | Path | No
         srv = holder[0]
         if srv is not None and not attached and srv.proc is not None:
             stop = srv.stop()  # also on Ctrl-C: never leave a half-started vLLM behind
-            ev["stop"] = {"exit_code": stop.exit_code, "killed": stop.killed, "elapsed_s": round(stop.elapsed_s, 3),
-                          "leftover_pids": list(stop.leftover)}
+            ev["stop"] = {
+                "exit_code": stop.exit_code,
+                "killed": stop.killed,
+                "elapsed_s": round(stop.elapsed_s, 3),
+                "leftover_pids": list(stop.leftover),
+            }
         if srv is not None:
             ev["log_tail"] = srv.log_tail(40)
     return _result(started, t0, passed, target, attached, reason, ev)
 
 
-def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress) -> tuple[bool, str]:
+def _start_and_check(
+    target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress
+) -> tuple[bool, str]:
     srv = holder[0]
     if srv is None:
         if listening(target.host, target.port):
-            return False, (f"something already listens on {target.host}:{target.port}: stop it or probe on "
-                           f"another port (--port)")
-        srv = holder[0] = VllmServer(list(target.argv), dict(target.env), host=target.host, port=target.port,
-                                     log_path=log_path)
+            return False, (
+                f"something already listens on {target.host}:{target.port}: stop it or probe on another port (--port)"
+            )
+        srv = holder[0] = VllmServer(
+            list(target.argv), dict(target.env), host=target.host, port=target.port, log_path=log_path
+        )
         progress(f"live: starting {' '.join(target.argv[:3])} ... (log: {srv.log_path})")
         ev["log_path"] = str(srv.log_path)
         try:
@@ -247,12 +303,20 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
         except UsageError as exc:  # e.g. the program is not on PATH
             return False, str(exc)
     ready = _wait(srv, deadline_s, progress)
-    ev["readiness"] = {"status": ready.status, "elapsed_s": ready.elapsed_s, "exit_code": ready.exit_code,
-                       "refusal": ready.refusal, "last_error": ready.last_error}
+    ev["readiness"] = {
+        "status": ready.status,
+        "elapsed_s": ready.elapsed_s,
+        "exit_code": ready.exit_code,
+        "refusal": ready.refusal,
+        "last_error": ready.last_error,
+    }
     if not ready.ready:
         if ready.refusal:
             ev["refusal"] = ready.refusal
-            return False, f"vLLM refused to start: {ready.refusal} (exit status {ready.exit_code} after {ready.elapsed_s:.1f} s)"
+            return (
+                False,
+                f"vLLM refused to start: {ready.refusal} (exit status {ready.exit_code} after {ready.elapsed_s:.1f} s)",
+            )
         return False, ready.reason()
     ev["ready"] = True
     progress(f"live: {ready.reason()}")
@@ -272,17 +336,21 @@ def _start_and_check(target: LiveTarget, ev: dict, holder: list, deadline_s: flo
             exc = f"unexpected response from the server ({type(exc).__name__}: {exc})"
         code = srv.returncode()
         refusal = srv.refusal() if code is not None else None
-        died = f"; the server exited with status {code}" + (f": {refusal}" if refusal else "") if code is not None else ""
+        died = (
+            f"; the server exited with status {code}" + (f": {refusal}" if refusal else "") if code is not None else ""
+        )
         return False, f"{exc}{died}"
     problems = assess(ev)
     # A reference the drafter may have reached refutes nothing: the level then does not count (gate: incomplete).
     ev["reference_only"] = bool(ev.get("reference_unreliable")) and len(problems) == 1
     if problems:
         return False, "; ".join(problems)
-    return True, (f"ready after {ready.elapsed_s:.1f} s; "
-                  + ("deterministic check passed; " if ev.get("deterministic_check") else "")
-                  + f"{len(ev['greedy'])} greedy prompt(s) stable; token re-scoring: {ev['rescore']['why']}; "
-                  + f"{ev['metrics']['summary']}")
+    return True, (
+        f"ready after {ready.elapsed_s:.1f} s; "
+        + ("deterministic check passed; " if ev.get("deterministic_check") else "")
+        + f"{len(ev['greedy'])} greedy prompt(s) stable; token re-scoring: {ev['rescore']['why']}; "
+        + f"{ev['metrics']['summary']}"
+    )
 
 
 def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:
@@ -295,11 +363,21 @@ def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reaso
         valid, note = False, f"not valid for gating: {rs['why']}; to change: {rs['fix']}"
     elif attached and not ev.get("command_verified"):
         shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
-        valid, note = False, ("not valid for gating: attached to a server not shown to run the plan's command"
-                              + (f" ({shown})" if shown else ""))
+        valid, note = (
+            False,
+            (
+                "not valid for gating: attached to a server not shown to run the plan's command"
+                + (f" ({shown})" if shown else "")
+            ),
+        )
     elif attached:
-        valid, note = True, ("valid for gating: the server on the plan's port is the plan's own command with "
-                             "enable_adaptive_verification on (checked in /proc before and after the requests)")
+        valid, note = (
+            True,
+            (
+                "valid for gating: the server on the plan's port is the plan's own command with "
+                "enable_adaptive_verification on (checked in /proc before and after the requests)"
+            ),
+        )
     else:
         valid, note = True, "valid for gating: the plan's own command with enable_adaptive_verification on"
     return LevelResult("live", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), ev)

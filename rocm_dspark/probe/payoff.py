@@ -28,9 +28,9 @@ _SHOWN = 3
 
 
 class Payoff(NamedTuple):
-    state: str          # pays | loses | unknown
-    evidence: str       # "A/B record <id>" | "prediction" | "none"
-    text: str           # one line for the notes
+    state: str  # pays | loses | unknown
+    evidence: str  # "A/B record <id>" | "prediction" | "none"
+    text: str  # one line for the notes
     record: str | None = None
 
 
@@ -40,8 +40,9 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
         return float(points[concurrency]), ""
     if concurrency < xs[0] or concurrency > xs[-1]:
         if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
-            return float(points[xs[-1]]), (f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: "
-                                           f"the running batch stays {xs[-1]})")
+            return float(points[xs[-1]]), (
+                f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: the running batch stays {xs[-1]})"
+            )
         return float(points[xs[0]]), f" (below the planned c={xs[0]}: value there)"
     hi = next(x for x in xs if x > concurrency)
     lo = max(x for x in xs if x < concurrency)
@@ -62,10 +63,18 @@ def predicted(model_key: str, gpu: str, concurrency: int, tp: int | None = None)
     except Exception as exc:  # a broken data file must not break `recipe`: say so and stay off
         return Payoff(UNKNOWN, "none", f"{path.name} unreadable ({type(exc).__name__})")
     layout = "" if tp in (None, prof["tp"]) else f"; predicted for the profile's TP{prof['tp']}, not TP{tp}"
-    capture = (f"; capture size {prof['capture_size']} holds fixed K's verify batch, so no fixed-K arm leaves the "
-               f"graphs" if prof.get("capture_size") else "")
-    return _predicted(prof, concurrency, "prediction", f"calibrated planner, {data.get('calibration')}, acceptance "
-                      f"length {entry['acceptance_length']:g}{layout}{capture}")
+    capture = (
+        f"; capture size {prof['capture_size']} holds fixed K's verify batch, so no fixed-K arm leaves the graphs"
+        if prof.get("capture_size")
+        else ""
+    )
+    return _predicted(
+        prof,
+        concurrency,
+        "prediction",
+        f"calibrated planner, {data.get('calibration')}, acceptance "
+        f"length {entry['acceptance_length']:g}{layout}{capture}",
+    )
 
 
 def _predicted(fit: dict, concurrency: int, evidence: str, source: str) -> Payoff:
@@ -74,8 +83,11 @@ def _predicted(fit: dict, concurrency: int, evidence: str, source: str) -> Payof
     err = float(fit["error_pp"])
     state = PAYS if gain - err > 0 else (LOSES if gain + err < 0 else UNKNOWN)
     word = {PAYS: "pays", LOSES: "loses", UNKNOWN: "cannot be told apart from zero"}[state]
-    return Payoff(state, evidence, f"predicted {gain:+.1f} +- {err:g} points over block verification at "
-                                   f"c={concurrency}{where}: {word} ({source})")
+    return Payoff(
+        state,
+        evidence,
+        f"predicted {gain:+.1f} +- {err:g} points over block verification at c={concurrency}{where}: {word} ({source})",
+    )
 
 
 def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, state_dir=None):
@@ -87,13 +99,18 @@ def gate_prediction(model_key: str, gpu_key: str, tp: int, concurrency: int, sta
     if rec is None:
         return None
     pay = rec["payoff"]
-    return _predicted(pay, concurrency, f"this host's calibration {rec['id']}",
-                      f"this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
-                      f"capture size {pay['capture_size']} holds fixed K's verify batch")
+    return _predicted(
+        pay,
+        concurrency,
+        f"this host's calibration {rec['id']}",
+        f"this host's calibration {rec['id']} from plan --calibrate, used ahead of the public one; "
+        f"capture size {pay['capture_size']} holds fixed K's verify batch",
+    )
 
 
-def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=None,
-                    soft: dict | None = None) -> tuple[Payoff | None, list[str]]:
+def from_ab_records(
+    catalog, plan, concurrency: int, state_dir=None, *, current=None, soft: dict | None = None
+) -> tuple[Payoff | None, list[str]]:
     """The newest A/B record that counts for this host, plan and concurrency, or None and why not."""
     from rocm_dspark.probe import ab_record, store
 
@@ -110,8 +127,9 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
     notes = list(loaded.notes)
     for path, rec in loaded.trusted:  # newest first, by the signed finished_at
         if rec.override is not None:
-            notes.append(f"A/B record {rec.id} ran other commands than the plan's ({rec.override.get('kind')}): "
-                         f"does not count")
+            notes.append(
+                f"A/B record {rec.id} ran other commands than the plan's ({rec.override.get('kind')}): does not count"
+            )
             continue
         differ = fingerprint.mismatches(rec.fingerprint, current)
         if differ:
@@ -123,17 +141,26 @@ def from_ab_records(catalog, plan, concurrency: int, state_dir=None, *, current=
         if rec.verdict["gain_pct"] is None:
             notes.append(f"A/B record {rec.id}: {rec.verdict['text']}")
             continue
-        return Payoff(PAYS if rec.verdict["pays"] else LOSES, f"A/B record {rec.id}",
-                      f"A/B record {rec.id} ({rec.created_at}): {rec.verdict['text']}", str(path)), notes
+        return Payoff(
+            PAYS if rec.verdict["pays"] else LOSES,
+            f"A/B record {rec.id}",
+            f"A/B record {rec.id} ({rec.created_at}): {rec.verdict['text']}",
+            str(path),
+        ), notes
     return None, notes
 
 
-def payoff_verdict(catalog, plan, concurrency: int | None, state_dir=None, *, current=None,
-                   soft: dict | None = None) -> Payoff:
+def payoff_verdict(
+    catalog, plan, concurrency: int | None, state_dir=None, *, current=None, soft: dict | None = None
+) -> Payoff:
     """Pays, loses or unknown for `concurrency` on this LaunchPlan, and which evidence decided."""
     if concurrency is None:
-        return Payoff(UNKNOWN, "none", "no workload declared: pass --concurrency C (the concurrent requests you "
-                                       "serve) so the gate can check that adaptive verification pays there")
+        return Payoff(
+            UNKNOWN,
+            "none",
+            "no workload declared: pass --concurrency C (the concurrent requests you "
+            "serve) so the gate can check that adaptive verification pays there",
+        )
     decided, notes = from_ab_records(catalog, plan, concurrency, state_dir, current=current, soft=soft)
     if decided is not None:
         return decided

@@ -39,8 +39,8 @@ class LevelResult(NamedTuple):
     name: str
     passed: bool
     valid_for_gating: bool
-    reason: str          # one line: why it passed or failed
-    gating_note: str     # one line: why it does or does not count for the gate
+    reason: str  # one line: why it passed or failed
+    gating_note: str  # one line: why it does or does not count for the gate
     started_at: str
     seconds: float
     evidence: dict
@@ -80,8 +80,19 @@ def content_hash(data: dict) -> str:
     return hashlib.sha256(_canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
 
 
-def build_record(*, record_id: str, created_at: str, finished_at: str, toolkit_version: str, host: dict,
-                 selection: dict, fingerprint: dict, levels_requested, levels, live_override: dict | None) -> dict:
+def build_record(
+    *,
+    record_id: str,
+    created_at: str,
+    finished_at: str,
+    toolkit_version: str,
+    host: dict,
+    selection: dict,
+    fingerprint: dict,
+    levels_requested,
+    levels,
+    live_override: dict | None,
+) -> dict:
     """A JSON-ready record with its digest. Raises UsageError if it would not parse back (a bug)."""
     data = {
         "schema": SCHEMA,
@@ -112,21 +123,48 @@ def build_record(*, record_id: str, created_at: str, finished_at: str, toolkit_v
 # --- reading ---------------------------------------------------------------------------------------
 
 _TOP = {
-    "schema": str, "id": str, "created_at": str, "finished_at": str, "toolkit_version": str, "host": dict,
-    "selection": dict, "fingerprint": dict, "levels_requested": list, "levels": list,
-    "live_override": (dict, type(None)), "sha256": str,
+    "schema": str,
+    "id": str,
+    "created_at": str,
+    "finished_at": str,
+    "toolkit_version": str,
+    "host": dict,
+    "selection": dict,
+    "fingerprint": dict,
+    "levels_requested": list,
+    "levels": list,
+    "live_override": (dict, type(None)),
+    "sha256": str,
 }
 _LEVEL = {
-    "name": str, "passed": bool, "valid_for_gating": bool, "reason": str, "gating_note": str,
-    "started_at": str, "seconds": (int, float), "evidence": dict,
+    "name": str,
+    "passed": bool,
+    "valid_for_gating": bool,
+    "reason": str,
+    "gating_note": str,
+    "started_at": str,
+    "seconds": (int, float),
+    "evidence": dict,
 }
 _OPT_STR = (str, type(None))
 _FINGERPRINT: dict[str, type | tuple[type, ...]] = {key: _OPT_STR for key, _ in FIELDS}
-_FINGERPRINT.update({
-    "toolkit_version": str, "gpu_count": int, "model_id": str, "gpu": str, "plan_vllm": str, "image": str,
-    "tp": int, "dp": int, "ep": int, "nodes": int, "num_speculative_tokens": int, "max_num_seqs": int,
-    "launch": dict,
-})
+_FINGERPRINT.update(
+    {
+        "toolkit_version": str,
+        "gpu_count": int,
+        "model_id": str,
+        "gpu": str,
+        "plan_vllm": str,
+        "image": str,
+        "tp": int,
+        "dp": int,
+        "ep": int,
+        "nodes": int,
+        "num_speculative_tokens": int,
+        "max_num_seqs": int,
+        "launch": dict,
+    }
+)
 
 
 def _type_ok(value, kind) -> bool:
@@ -179,9 +217,13 @@ def parse_record_data(data) -> Record:
     data = check_preamble(data, SCHEMA, _TOP)
     check_keys(data["fingerprint"], _FINGERPRINT, "fingerprint")
     launch = data["fingerprint"]["launch"]
-    if (set(launch) != {"argv", "env"} or not isinstance(launch["argv"], list) or not isinstance(launch["env"], dict)
-            or not all(isinstance(t, str) for t in launch["argv"])
-            or not all(isinstance(v, str) for v in launch["env"].values())):
+    if (
+        set(launch) != {"argv", "env"}
+        or not isinstance(launch["argv"], list)
+        or not isinstance(launch["env"], dict)
+        or not all(isinstance(t, str) for t in launch["argv"])
+        or not all(isinstance(v, str) for v in launch["env"].values())
+    ):
         raise RecordError("fingerprint.launch must be {argv: [str], env: {str: str}}")
     requested = data["levels_requested"]
     if not requested or any(r not in LEVELS for r in requested) or len(set(requested)) != len(requested):

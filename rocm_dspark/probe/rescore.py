@@ -25,21 +25,26 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-NEAR_TIE_NATS = 0.02      # |top logprob - emitted token's logprob| allowed for a rank > 1 token
-MIN_TOKENS = 256          # emitted tokens re-scored, over all prompts
+NEAR_TIE_NATS = 0.02  # |top logprob - emitted token's logprob| allowed for a rank > 1 token
+MIN_TOKENS = 256  # emitted tokens re-scored, over all prompts
 MIN_PROMPTS = 4
 MIN_CONCURRENCY = 4
 GEN_TOKENS = 64
-SELF_CHECK_PROMPTS = 4    # requests scored through both routes
-PAD_TOKENS = 16           # an eager-padded prompt is this many tokens over max(capture size, its own length)
+SELF_CHECK_PROMPTS = 4  # requests scored through both routes
+PAD_TOKENS = 16  # an eager-padded prompt is this many tokens over max(capture size, its own length)
 # vLLM's default largest capture size is min(max_num_seqs x (1+K) x 2, 512), 1024 on capability family 100
 # (vllm/config/vllm.py `_set_cudagraph_sizes`): a server whose size is not known is assumed at this ceiling.
 DEFAULT_CAPTURE_CEILING = 1024
 ISSUE = "vllm#53488"
 RESCORE_PROMPTS = (
-    "def fibonacci(n):", "The three primary colours are", "Once upon a time, in a small village,",
-    "import numpy as np\n\ndef softmax(x):", "Question: what is 17 times 19? Answer:",
-    "The capital of France is", "SELECT name, age FROM users WHERE", "1, 2, 3, 5, 8, 13,",
+    "def fibonacci(n):",
+    "The three primary colours are",
+    "Once upon a time, in a small village,",
+    "import numpy as np\n\ndef softmax(x):",
+    "Question: what is 17 times 19? Answer:",
+    "The capital of France is",
+    "SELECT name, age FROM users WHERE",
+    "1, 2, 3, 5, 8, 13,",
 )
 
 
@@ -59,8 +64,9 @@ def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[
     return ("near" if math.isfinite(gap) and gap <= tolerance else "violation"), top_id, gap, mine["rank"]
 
 
-def judge_tokens(output_ids: list[int], prompt_len: int, prompt_logprobs: list, *, tolerance: float = NEAR_TIE_NATS
-                 ) -> dict:
+def judge_tokens(
+    output_ids: list[int], prompt_len: int, prompt_logprobs: list, *, tolerance: float = NEAR_TIE_NATS
+) -> dict:
     """Judge one request: `prompt_logprobs` is vLLM's list for prompt + output (entry i: {token id (str or
     int): {logprob, rank, ...}} or None at position 0). Returns tokens, near_ties, violations (first few
     detailed)."""
@@ -73,13 +79,15 @@ def judge_tokens(output_ids: list[int], prompt_len: int, prompt_logprobs: list, 
         elif state == "violation":
             count += 1
             if len(violations) < 5:
-                violations.append({"index": j, "emitted": int(token), "rank": rank, "reference": top_id,
-                                   "gap_nats": round(gap, 6)})
+                violations.append(
+                    {"index": j, "emitted": int(token), "rank": rank, "reference": top_id, "gap_nats": round(gap, 6)}
+                )
     return {"tokens": len(output_ids), "near_ties": near, "violations": count, "first_violations": violations}
 
 
-def compare_routes(output_ids: list[int], prompt_len: int, first: list, second: list, *,
-                   tolerance: float = NEAR_TIE_NATS) -> dict:
+def compare_routes(
+    output_ids: list[int], prompt_len: int, first: list, second: list, *, tolerance: float = NEAR_TIE_NATS
+) -> dict:
     """Positions two references judge differently: one accepts the emitted token and the other does not, or
     both reject it in favour of different tokens (a near-tie in either route is agreement)."""
     positions, differ = 0, []
@@ -89,35 +97,64 @@ def compare_routes(output_ids: list[int], prompt_len: int, first: list, second: 
         positions += 1
         accept_a, accept_b = a[0] != "violation", b[0] != "violation"
         if accept_a != accept_b or (not accept_a and a[1] != b[1]):
-            differ.append({"index": j, "emitted": int(token), "first": {"top": a[1], "gap_nats": round(a[2], 6)},
-                           "second": {"top": b[1], "gap_nats": round(b[2], 6)}})
+            differ.append(
+                {
+                    "index": j,
+                    "emitted": int(token),
+                    "first": {"top": a[1], "gap_nats": round(a[2], 6)},
+                    "second": {"top": b[1], "gap_nats": round(b[2], 6)},
+                }
+            )
     return {"positions": positions, "disagreements": len(differ), "first_disagreements": differ[:5]}
 
 
-def eager_reference(capture_size: int | None, max_num_batched_tokens: int | None, max_model_len: int | None,
-                    longest: int) -> dict:
+def eager_reference(
+    capture_size: int | None, max_num_batched_tokens: int | None, max_model_len: int | None, longest: int
+) -> dict:
     """The same-server reference: padded past the largest capture size in one chunk, or why it cannot be.
     `capture_size` None: not known (assumed at vLLM's default ceiling); 0: the server captures no graphs."""
     ceiling = DEFAULT_CAPTURE_CEILING if capture_size is None else capture_size
     pad_to = max(ceiling, longest) + PAD_TOKENS
-    ref = {"route": "eager-padded", "independent": True, "capture_size": capture_size, "padded_to": pad_to,
-           "max_num_batched_tokens": max_num_batched_tokens, "max_model_len": max_model_len}
-    size = (f"an unknown capture size (assumed vLLM's default ceiling, {ceiling})" if capture_size is None
-            else f"the capture size {capture_size}")
+    ref = {
+        "route": "eager-padded",
+        "independent": True,
+        "capture_size": capture_size,
+        "padded_to": pad_to,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "max_model_len": max_model_len,
+    }
+    size = (
+        f"an unknown capture size (assumed vLLM's default ceiling, {ceiling})"
+        if capture_size is None
+        else f"the capture size {capture_size}"
+    )
     if max_model_len and pad_to > max_model_len:
-        fix = (f"serve with --max-model-len >= {pad_to}, or re-score against a server without "
-               "--speculative-config (validation/run_av_acceptance.py)")
+        fix = (
+            f"serve with --max-model-len >= {pad_to}, or re-score against a server without "
+            "--speculative-config (validation/run_av_acceptance.py)"
+        )
     elif max_num_batched_tokens and pad_to > max_num_batched_tokens:
-        fix = (f"serve with --max-num-batched-tokens >= {pad_to} (one chunk), or re-score against a server "
-               "without --speculative-config (validation/run_av_acceptance.py)")
+        fix = (
+            f"serve with --max-num-batched-tokens >= {pad_to} (one chunk), or re-score against a server "
+            "without --speculative-config (validation/run_av_acceptance.py)"
+        )
     else:
-        ref["why"] = (f"the speculating server itself, each prompt padded to {pad_to} tokens (past {size}, "
-                      f"so its prefill runs without graphs, {ISSUE}) and sent one at a time")
+        ref["why"] = (
+            f"the speculating server itself, each prompt padded to {pad_to} tokens (past {size}, "
+            f"so its prefill runs without graphs, {ISSUE}) and sent one at a time"
+        )
         return ref
     limit = "max_model_len" if max_model_len and pad_to > max_model_len else "max_num_batched_tokens"
-    ref.update(route="same-server", independent=False, padded_to=None, fix=fix,
-               why=(f"a prefill past {size} needs {pad_to} tokens, over the server's {limit}, so the same-server "
-                    f"reference would run through graphs the drafter can corrupt ({ISSUE})"))
+    ref.update(
+        route="same-server",
+        independent=False,
+        padded_to=None,
+        fix=fix,
+        why=(
+            f"a prefill past {size} needs {pad_to} tokens, over the server's {limit}, so the same-server "
+            f"reference would run through graphs the drafter can corrupt ({ISSUE})"
+        ),
+    )
     return ref
 
 
@@ -129,9 +166,16 @@ def drafts_per_request(response: dict) -> dict | None:
     return {k: spec.get(k) for k in ("num_spec_steps", "num_draft_tokens", "num_accepted_draft_tokens")}
 
 
-def summarize(per_request: list[dict], *, concurrency: int, k: int | None, counters: dict | None = None,
-              tolerance: float = NEAR_TIE_NATS, reference: dict | None = None, self_check: dict | None = None
-              ) -> dict:
+def summarize(
+    per_request: list[dict],
+    *,
+    concurrency: int,
+    k: int | None,
+    counters: dict | None = None,
+    tolerance: float = NEAR_TIE_NATS,
+    reference: dict | None = None,
+    self_check: dict | None = None,
+) -> dict:
     """The re-scoring evidence the live level records: `status` (proven | violations | too-little |
     reference-unreliable), `proven` (bool), `why` (one line) and, where the reference is at fault, `fix`.
     `reference` None: a record of the old design (no route named), never independent."""
@@ -144,28 +188,51 @@ def summarize(per_request: list[dict], *, concurrency: int, k: int | None, count
         trimmed = any((d["num_draft_tokens"] or 0) < k * (d["num_spec_steps"] or 0) for d in drafts)
     elif k and counters and counters.get("num_drafts"):
         trimmed = counters["num_draft_tokens"] < k * counters["num_drafts"]
-    reference = reference or {"route": None, "independent": False, "why": "no reference route recorded",
-                              "fix": "re-score with a reference route (this toolkit's probe.rescore)"}
+    reference = reference or {
+        "route": None,
+        "independent": False,
+        "why": "no reference route recorded",
+        "fix": "re-score with a reference route (this toolkit's probe.rescore)",
+    }
     agree = self_check is None or self_check["disagreements"] == 0
     needs_check = reference.get("route") == "eager-padded"
     independent = bool(reference.get("independent")) and agree and (self_check is not None or not needs_check)
-    out = {"tokens_checked": tokens, "violations": violations, "near_ties": near, "prompts": len(per_request),
-           "concurrency": concurrency, "tolerance_nats": tolerance, "min_tokens": MIN_TOKENS,
-           "min_prompts": MIN_PROMPTS, "min_concurrency": MIN_CONCURRENCY, "num_speculative_tokens": k,
-           "reference": reference, "self_check": self_check, "reference_independent": independent,
-           "drafts_per_request": [r.get("drafts") for r in per_request], "drafts_from_counters": counters,
-           "trimmed": trimmed, "requests": [{key: r[key] for key in ("prompt", "tokens", "near_ties", "violations",
-                                                                       "first_violations")} for r in per_request]}
+    out = {
+        "tokens_checked": tokens,
+        "violations": violations,
+        "near_ties": near,
+        "prompts": len(per_request),
+        "concurrency": concurrency,
+        "tolerance_nats": tolerance,
+        "min_tokens": MIN_TOKENS,
+        "min_prompts": MIN_PROMPTS,
+        "min_concurrency": MIN_CONCURRENCY,
+        "num_speculative_tokens": k,
+        "reference": reference,
+        "self_check": self_check,
+        "reference_independent": independent,
+        "drafts_per_request": [r.get("drafts") for r in per_request],
+        "drafts_from_counters": counters,
+        "trimmed": trimmed,
+        "requests": [
+            {key: r[key] for key in ("prompt", "tokens", "near_ties", "violations", "first_violations")}
+            for r in per_request
+        ],
+    }
     if not independent:
         if not agree:
             d = self_check["first_disagreements"][0]
-            why = (f"reference unreliable ({ISSUE}): the padded and the unpadded prefill of the same context "
-                   f"judge {self_check['disagreements']} of {self_check['positions']} positions differently "
-                   f"(prompt {self_check['prompt']!r}, token {d['index']}: top {d['first']['top']} padded, "
-                   f"{d['second']['top']} unpadded)")
-            fix = (f"re-score against a server without --speculative-config (validation/run_av_acceptance.py), or use a "
-                   f"vLLM build with PR #53520; {violations} violation(s) against the padded reference are not "
-                   "counted")
+            why = (
+                f"reference unreliable ({ISSUE}): the padded and the unpadded prefill of the same context "
+                f"judge {self_check['disagreements']} of {self_check['positions']} positions differently "
+                f"(prompt {self_check['prompt']!r}, token {d['index']}: top {d['first']['top']} padded, "
+                f"{d['second']['top']} unpadded)"
+            )
+            fix = (
+                f"re-score against a server without --speculative-config (validation/run_av_acceptance.py), or use a "
+                f"vLLM build with PR #53520; {violations} violation(s) against the padded reference are not "
+                "counted"
+            )
         else:
             why = f"reference unreliable ({ISSUE}): it is not independent of the drafter: {reference.get('why')}"
             fix = reference.get("fix") or "re-score against a server without --speculative-config"
@@ -173,20 +240,31 @@ def summarize(per_request: list[dict], *, concurrency: int, k: int | None, count
     elif violations:
         first = next(r for r in per_request if r["violations"])
         v = first["first_violations"][0]
-        why = (f"{violations} of {tokens} emitted tokens are not the reference argmax (prompt {first['prompt']!r}, "
-               f"token {v['index']}: emitted {v['emitted']} at rank {v['rank']}, {v['gap_nats']} nats below "
-               f"token {v['reference']}; reference: {reference['route']})")
+        why = (
+            f"{violations} of {tokens} emitted tokens are not the reference argmax (prompt {first['prompt']!r}, "
+            f"token {v['index']}: emitted {v['emitted']} at rank {v['rank']}, {v['gap_nats']} nats below "
+            f"token {v['reference']}; reference: {reference['route']})"
+        )
         out.update(status="violations", proven=False, why=why)
     elif tokens < MIN_TOKENS or len(per_request) < MIN_PROMPTS or concurrency < MIN_CONCURRENCY:
-        out.update(status="too-little", proven=False,
-                   why=f"too little re-scored: {tokens} tokens from {len(per_request)} prompts at "
-                       f"concurrency {concurrency} (needs >= {MIN_TOKENS}, {MIN_PROMPTS}, {MIN_CONCURRENCY})")
+        out.update(
+            status="too-little",
+            proven=False,
+            why=f"too little re-scored: {tokens} tokens from {len(per_request)} prompts at "
+            f"concurrency {concurrency} (needs >= {MIN_TOKENS}, {MIN_PROMPTS}, {MIN_CONCURRENCY})",
+        )
     else:
-        out.update(status="proven", proven=True,
-                   why=f"{tokens} emitted tokens from {len(per_request)} prompts at concurrency {concurrency}: 0 "
-                       f"violations, {near} near-tie(s) within {tolerance} nats (reference: {reference['route']})"
-                       + ("" if trimmed is not False else "; no request had fewer than K drafts verified in a step "
-                          "(AV never trimmed)"))
+        out.update(
+            status="proven",
+            proven=True,
+            why=f"{tokens} emitted tokens from {len(per_request)} prompts at concurrency {concurrency}: 0 "
+            f"violations, {near} near-tie(s) within {tolerance} nats (reference: {reference['route']})"
+            + (
+                ""
+                if trimmed is not False
+                else "; no request had fewer than K drafts verified in a step (AV never trimmed)"
+            ),
+        )
     return out
 
 
@@ -197,7 +275,7 @@ def prompt_logprobs(client, model: str, ids: list[int], pad_to: int | None = Non
     if pad_to and pad_to > len(full):
         full += [ids[i % len(ids)] for i in range(pad_to - len(ids))]
     reply = client.complete(full, max_tokens=1, model=model, temperature=0.0, prompt_logprobs=1, timeout_s=600)
-    return reply["choices"][0]["prompt_logprobs"][:len(ids)]
+    return reply["choices"][0]["prompt_logprobs"][: len(ids)]
 
 
 def served_max_model_len(client, model: str) -> int | None:
@@ -210,13 +288,25 @@ def served_max_model_len(client, model: str) -> int | None:
     return found[0] if found and isinstance(found[0], int) and found[0] > 0 else None
 
 
-def generate(client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GEN_TOKENS, temperature: float = 0.0
-             ) -> list[dict]:
+def generate(
+    client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GEN_TOKENS, temperature: float = 0.0
+) -> list[dict]:
     """All prompts at once: [{prompt, prompt_ids, output_ids, drafts}]."""
     with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        replies = list(pool.map(lambda p: client.complete(p, max_tokens=max_tokens, model=model, ignore_eos=True,
-                                                          temperature=temperature, return_token_ids=True,
-                                                          timeout_s=600), prompts))
+        replies = list(
+            pool.map(
+                lambda p: client.complete(
+                    p,
+                    max_tokens=max_tokens,
+                    model=model,
+                    ignore_eos=True,
+                    temperature=temperature,
+                    return_token_ids=True,
+                    timeout_s=600,
+                ),
+                prompts,
+            )
+        )
     out = []
     for prompt, reply in zip(prompts, replies):
         choice = reply["choices"][0]
@@ -224,13 +314,29 @@ def generate(client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = G
         output_ids = choice.get("token_ids")
         if not prompt_ids or output_ids is None:
             raise ValueError("the server returned no token ids (return_token_ids): cannot re-score")
-        out.append({"prompt": prompt, "prompt_ids": list(prompt_ids), "output_ids": list(output_ids),
-                    "drafts": drafts_per_request(reply)})
+        out.append(
+            {
+                "prompt": prompt,
+                "prompt_ids": list(prompt_ids),
+                "output_ids": list(output_ids),
+                "drafts": drafts_per_request(reply),
+            }
+        )
     return out
 
 
-def judge(generated: list[dict], reference_client, reference_model: str, reference: dict, *, concurrency: int,
-          k: int | None, counters: dict | None = None, check_client=None, check_model: str | None = None) -> dict:
+def judge(
+    generated: list[dict],
+    reference_client,
+    reference_model: str,
+    reference: dict,
+    *,
+    concurrency: int,
+    k: int | None,
+    counters: dict | None = None,
+    check_client=None,
+    check_model: str | None = None,
+) -> dict:
     """Re-score `generated` on the reference (one request at a time) and summarize. `check_client`: the
     speculating server, for the self-check of an eager-padded reference."""
     pad_to = reference.get("padded_to") if reference.get("route") == "eager-padded" else None
@@ -244,20 +350,38 @@ def judge(generated: list[dict], reference_client, reference_model: str, referen
             short = prompt_logprobs(check_client, check_model or reference_model, ids)
             got = compare_routes(g["output_ids"], len(g["prompt_ids"]), ref_lp, short)
             if check is None:
-                check = {"routes": ["eager-padded", "unpadded"], "prompts": 0, "positions": 0, "disagreements": 0,
-                         "prompt": None, "first_disagreements": []}
+                check = {
+                    "routes": ["eager-padded", "unpadded"],
+                    "prompts": 0,
+                    "positions": 0,
+                    "disagreements": 0,
+                    "prompt": None,
+                    "first_disagreements": [],
+                }
             check["prompts"] += 1
             check["positions"] += got["positions"]
             check["disagreements"] += got["disagreements"]
             if got["disagreements"] and check["prompt"] is None:
                 check.update(prompt=g["prompt"], first_disagreements=got["first_disagreements"])
-    return summarize(per_request, concurrency=concurrency, k=k, counters=counters, reference=reference,
-                     self_check=check)
+    return summarize(
+        per_request, concurrency=concurrency, k=k, counters=counters, reference=reference, self_check=check
+    )
 
 
-def rescore(client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GEN_TOKENS, k: int | None = None,
-            temperature: float = 0.0, counters_delta=None, progress=lambda msg: None, capture_size: int | None = None,
-            max_num_batched_tokens: int | None = None, max_model_len: int | None = None) -> dict:
+def rescore(
+    client,
+    model: str,
+    *,
+    prompts=RESCORE_PROMPTS,
+    max_tokens: int = GEN_TOKENS,
+    k: int | None = None,
+    temperature: float = 0.0,
+    counters_delta=None,
+    progress=lambda msg: None,
+    capture_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_model_len: int | None = None,
+) -> dict:
     """Generate all prompts at once on the speculating server, re-score each one there through the
     eager-padded route with the self-check, and summarize (see the module docstring).
     `temperature` > 0 is the negative control: sampled tokens judged as if greedy must show violations.
@@ -271,5 +395,14 @@ def rescore(client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GE
         max_model_len = served_max_model_len(client, model)
     reference = eager_reference(capture_size, max_num_batched_tokens, max_model_len, longest)
     progress(f"live: re-scoring reference: {reference['why']}")
-    return judge(generated, client, model, reference, concurrency=len(prompts), k=k, counters=counters,
-                 check_client=client, check_model=model)
+    return judge(
+        generated,
+        client,
+        model,
+        reference,
+        concurrency=len(prompts),
+        k=k,
+        counters=counters,
+        check_client=client,
+        check_model=model,
+    )

@@ -21,8 +21,8 @@ class ProbeOutcome(NamedTuple):
     path: Path
     record: Record
     data: dict
-    passed: bool          # every requested level passed
-    gate_state: str       # a recipe.plan.State: what the gate makes of this record, its fingerprint aside
+    passed: bool  # every requested level passed
+    gate_state: str  # a recipe.plan.State: what the gate makes of this record, its fingerprint aside
     gate_reason: str
 
     def summary(self) -> dict:
@@ -31,8 +31,10 @@ class ProbeOutcome(NamedTuple):
             "record_id": self.record.id,
             "record_path": str(self.path),
             "passed": self.passed,
-            "levels": [{k: getattr(lv, k) for k in ("name", "passed", "valid_for_gating", "reason", "gating_note",
-                                                    "seconds")} for lv in self.record.levels],
+            "levels": [
+                {k: getattr(lv, k) for k in ("name", "passed", "valid_for_gating", "reason", "gating_note", "seconds")}
+                for lv in self.record.levels
+            ],
             "gate": {"state": self.gate_state, "reason": self.gate_reason},
         }
 
@@ -49,8 +51,10 @@ def _selection_dict(selection) -> dict:
     from rocm_dspark.recipe.secret_env import digest
 
     # --env values are kept by digest only (rocm_dspark/recipe/secret_env.py): a record never holds a secret.
-    return {k: ([[n, digest(v_)] for n, v_ in v] if k == "extra_env" else list(v) if isinstance(v, tuple) else v)
-            for k, v in selection._asdict().items()}
+    return {
+        k: ([[n, digest(v_)] for n, v_ in v] if k == "extra_env" else list(v) if isinstance(v, tuple) else v)
+        for k, v in selection._asdict().items()
+    }
 
 
 def _guarded(name: str, fn, progress) -> LevelResult:
@@ -62,15 +66,33 @@ def _guarded(name: str, fn, progress) -> LevelResult:
         raise
     except Exception as exc:  # noqa: BLE001 - recorded as this level's reason
         progress(f"{name}: internal error: {type(exc).__name__}: {exc}")
-        return LevelResult(name, False, False, f"internal error in the probe: {type(exc).__name__}: {exc}",
-                           "not valid for gating: the probe itself failed", store.iso(started),
-                           round(time.monotonic() - t0, 3), {})
+        return LevelResult(
+            name,
+            False,
+            False,
+            f"internal error in the probe: {type(exc).__name__}: {exc}",
+            "not valid for gating: the probe itself failed",
+            store.iso(started),
+            round(time.monotonic() - t0, 3),
+            {},
+        )
 
 
-def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: float = DEFAULT_DEADLINE_S,
-              live_target=None, attach_server=None, progress=lambda msg: None,
-              kernel_timeout_s: float = KERNEL_TIMEOUT_S, kernel_python: str | None = None,
-              earlier: Record | None = None, soft: dict | None = None) -> ProbeOutcome:
+def run_probe(
+    catalog,
+    selection,
+    *,
+    levels=LEVELS,
+    state_dir=None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    live_target=None,
+    attach_server=None,
+    progress=lambda msg: None,
+    kernel_timeout_s: float = KERNEL_TIMEOUT_S,
+    kernel_python: str | None = None,
+    earlier: Record | None = None,
+    soft: dict | None = None,
+) -> ProbeOutcome:
     """Run `levels` (subset of static, kernel, live) and write the record to the state directory.
 
     live_target: a live.LiveTarget replacing the plan's command (from a --server-json file: live.target_from_spec),
@@ -106,22 +128,34 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     if earlier is not None:
         differ = fingerprint.mismatches(earlier.fingerprint, fp)
         if differ:
-            raise UsageError(f"the earlier probe record {earlier.id} is for {', '.join(differ)}: its levels cannot be "
-                             f"carried into this one; run every level (--levels static,kernel,live)")
+            raise UsageError(
+                f"the earlier probe record {earlier.id} is for {', '.join(differ)}: its levels cannot be "
+                f"carried into this one; run every level (--levels static,kernel,live)"
+            )
         results = [lv for lv in earlier.levels if lv.name not in levels]
         levels = tuple(n for n in LEVELS if n in levels or any(lv.name == n for lv in results))
     for name in levels:
         if any(r.name == name for r in results):
             continue
         if name == "static":
-            result = _guarded(name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress)
+            result = _guarded(
+                name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress
+            )
         elif name == "kernel":
-            result = _guarded(name, lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s,
-                                                              progress=progress), progress)
+            result = _guarded(
+                name,
+                lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s, progress=progress),
+                progress,
+            )
         else:
             log_path = directory / f"{record_id}.live.log"
-            result = _guarded(name, lambda log_path=log_path: live.run_live(live_target, deadline_s=deadline_s, log_path=log_path,
-                                                          progress=progress, server=attach_server), progress)
+            result = _guarded(
+                name,
+                lambda log_path=log_path: live.run_live(
+                    live_target, deadline_s=deadline_s, log_path=log_path, progress=progress, server=attach_server
+                ),
+                progress,
+            )
         progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
         results.append(result)
     results.sort(key=lambda r: LEVELS.index(r.name))
@@ -130,9 +164,15 @@ def run_probe(catalog, selection, *, levels=LEVELS, state_dir=None, deadline_s: 
     if "live" in levels and live_target.source != "plan":
         override = {"kind": live_target.source, "path": live_target.detail, "argv": list(live_target.argv)}
     data = build_record(
-        record_id=record_id, created_at=store.iso(created), finished_at=store.iso(store.utc_now()),
-        toolkit_version=fp["toolkit_version"], host={"hostname": socket.gethostname(), "platform": platform.platform()},
-        selection=_selection_dict(selection), fingerprint=fp, levels_requested=levels, levels=results,
+        record_id=record_id,
+        created_at=store.iso(created),
+        finished_at=store.iso(store.utc_now()),
+        toolkit_version=fp["toolkit_version"],
+        host={"hostname": socket.gethostname(), "platform": platform.platform()},
+        selection=_selection_dict(selection),
+        fingerprint=fp,
+        levels_requested=levels,
+        levels=results,
         live_override=override,
     )
     path = store.write_record(directory, data)

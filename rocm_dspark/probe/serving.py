@@ -37,14 +37,16 @@ def argv_difference(actual: list[str], want: list[str]) -> str | None:
     prefix = actual[:at]
     if prefix and not (os.path.basename(prefix[0]).startswith("python") and all(a.startswith("-") for a in prefix[1:])):
         return f"{actual[at]} is run through {_short(prefix)}, not directly or by a Python interpreter"
-    got, expected = actual[at + 1:], list(want[1:])
+    got, expected = actual[at + 1 :], list(want[1:])
     for i, (g, w) in enumerate(zip(got, expected)):
         if g != w:
             return f"argument {i + 1} is {_short([g])}, the plan's is {_short([w])}"
     if len(got) != len(expected):
-        extra = got[len(expected):] or expected[len(got):]
-        return (f"it has {len(got)} arguments, the plan {len(expected)} "
-                f"({'extra' if len(got) > len(expected) else 'missing'}: {_short(extra)})")
+        extra = got[len(expected) :] or expected[len(got) :]
+        return (
+            f"it has {len(got)} arguments, the plan {len(expected)} "
+            f"({'extra' if len(got) > len(expected) else 'missing'}: {_short(extra)})"
+        )
     return None
 
 
@@ -89,7 +91,12 @@ def identify(argv, env: dict, port: int, whose: str = "the plan's") -> dict:
 def still_serving(before: dict, argv, env: dict, port: int, whose: str = "the plan's") -> dict:
     """identify() again after the requests: verified only if it is the same process as before."""
     after = identify(argv, env, port, whose)
-    if before.get("verified") and after["verified"] and \
-            (after["pid"], after["start_ticks"]) != (before["pid"], before["start_ticks"]):
-        after.update(verified=False, why=f"another process serves port {port} now (pid {before['pid']} -> {after['pid']})")
+    if (
+        before.get("verified")
+        and after["verified"]
+        and (after["pid"], after["start_ticks"]) != (before["pid"], before["start_ticks"])
+    ):
+        after.update(
+            verified=False, why=f"another process serves port {port} now (pid {before['pid']} -> {after['pid']})"
+        )
     return after

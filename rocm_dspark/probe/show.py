@@ -12,7 +12,7 @@ from rocm_dspark.probe.record import Record
 
 class Entry(NamedTuple):
     path: str
-    record: Record | None   # None: the file is not a valid record
+    record: Record | None  # None: the file is not a valid record
     error: str | None
     gate_state: str | None  # a recipe.plan.State (fingerprint aside)
     gate_reason: str | None
@@ -42,9 +42,16 @@ def record_json(record: Record) -> dict:
 
 
 def entries_json(entries: list[Entry]) -> list[dict]:
-    return [{"path": e.path, "valid": e.record is not None, "error": e.error,
-             "gate": None if e.record is None else {"state": e.gate_state, "reason": e.gate_reason},
-             "record": None if e.record is None else record_json(e.record)} for e in entries]
+    return [
+        {
+            "path": e.path,
+            "valid": e.record is not None,
+            "error": e.error,
+            "gate": None if e.record is None else {"state": e.gate_state, "reason": e.gate_reason},
+            "record": None if e.record is None else record_json(e.record),
+        }
+        for e in entries
+    ]
 
 
 def level_lines(record: Record) -> list[str]:
@@ -66,8 +73,10 @@ def reference_line(rs: dict) -> str:
     if ref.get("padded_to"):
         text += f", padded to {ref['padded_to']} tokens (capture size {ref.get('capture_size')})"
     if check:
-        text += (f"; self-check: {check.get('positions')} positions of {check.get('prompts')} prompt(s) padded and "
-                 f"unpadded, {check.get('disagreements')} disagree")
+        text += (
+            f"; self-check: {check.get('positions')} positions of {check.get('prompts')} prompt(s) padded and "
+            f"unpadded, {check.get('disagreements')} disagree"
+        )
     return text
 
 

@@ -38,8 +38,9 @@ def _read(path: Path) -> str | None:
 def _assigned(text: str, name: str) -> str | None:
     """The string literal assigned to `name` in a generated version.py (`x: T = '...'`, `a = x = '...'`);
     None for `= None` or no assignment."""
-    m = re.search(rf"^(?:\w+\s*=\s*)*{name}\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(None|'([^']*)'|\"([^\"]*)\")",
-                  text, re.M)
+    m = re.search(
+        rf"^(?:\w+\s*=\s*)*{name}\s*(?::[^=\n]*)?=\s*(?:\w+\s*=\s*)*(None|'([^']*)'|\"([^\"]*)\")", text, re.M
+    )
     if not m or m.group(1) == "None":
         return None
     return m.group(2) if m.group(2) is not None else m.group(3)
@@ -86,8 +87,13 @@ def facts() -> dict:
     """This Python's software facts, keyed by KEYS."""
     vllm_version, vllm_commit = vllm_facts()
     torch_version, hip_version = torch_facts()
-    return {"vllm_version": vllm_version, "vllm_commit": vllm_commit, "torch_version": torch_version,
-            "hip_version": hip_version, "rocm_version": rocm_version()}
+    return {
+        "vllm_version": vllm_version,
+        "vllm_commit": vllm_commit,
+        "torch_version": torch_version,
+        "hip_version": hip_version,
+        "rocm_version": rocm_version(),
+    }
 
 
 def script() -> str:
@@ -100,8 +106,11 @@ def parse(text: str) -> dict:
     from rocm_dspark.inputs import parse_json  # here, not at the top: script() runs this file without the package
 
     data = parse_json((text.strip().splitlines() or [""])[-1], "the software facts")
-    if not isinstance(data, dict) or set(data) != set(KEYS) or \
-            not all(v is None or isinstance(v, str) for v in data.values()):
+    if (
+        not isinstance(data, dict)
+        or set(data) != set(KEYS)
+        or not all(v is None or isinstance(v, str) for v in data.values())
+    ):
         raise ValueError(f"not the facts script's output: {text[:200]!r}")
     return data
 

@@ -19,23 +19,31 @@ from rocm_dspark.probe.record import LevelResult
 from rocm_dspark.probe.store import iso, utc_now
 
 
-def vllm_mismatch(version: str | None, commit: str | None, plan_version: str, label: str, build: dict | None) -> str | None:
+def vllm_mismatch(
+    version: str | None, commit: str | None, plan_version: str, label: str, build: dict | None
+) -> str | None:
     """Why the installed vLLM is not the one the plan pins, or None when it is."""
     if version is None:
-        return f"vLLM is not installed in {sys.executable}: run the probe where vLLM serves (e.g. inside the plan's image)"
+        return (
+            f"vLLM is not installed in {sys.executable}: run the probe where vLLM serves (e.g. inside the plan's image)"
+        )
     public = version.split("+")[0]
     want = (build or {}).get("commit")
     if want:
         if not commit:
-            return (f"vLLM {version} carries no commit id, so it cannot be shown to be the plan's build {label} "
-                    f"(commit {want[:12]})")
+            return (
+                f"vLLM {version} carries no commit id, so it cannot be shown to be the plan's build {label} "
+                f"(commit {want[:12]})"
+            )
         n = min(len(commit), len(want))
         if n < 7 or commit[:n].lower() != want[:n].lower():
             return f"vLLM {version} (commit {commit[:12]}) is not the plan's build {label} (commit {want[:12]})"
         return None
     if public != plan_version:
-        return (f"vLLM {version} is installed but the plan is for vLLM {plan_version}: probe where the plan's vLLM "
-                f"is installed, or pass --vllm-version {public}")
+        return (
+            f"vLLM {version} is installed but the plan is for vLLM {plan_version}: probe where the plan's vLLM "
+            f"is installed, or pass --vllm-version {public}"
+        )
     return None
 
 
@@ -62,8 +70,9 @@ def _gpu_problem(host_fp: dict, plan, needed: int) -> str | None:
     return None
 
 
-def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: None,
-               checks_timeout_s: float = 600.0) -> LevelResult:
+def run_static(
+    catalog, selection, plan, host_fp: dict, *, progress=lambda msg: None, checks_timeout_s: float = 600.0
+) -> LevelResult:
     from rocm_dspark.vllm_plugin.status import plugin_status
 
     started, t0 = utc_now(), time.monotonic()
@@ -77,8 +86,13 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
     elif host_fp.get("hip_version") is None:
         problems.append(f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)")
     label = plan.build.name if plan.build else plan.vllm_version
-    vllm_problem = vllm_mismatch(host_fp.get("vllm_version"), host_fp.get("vllm_commit"), plan.vllm_version, label,
-                                 {"commit": plan.build.vllm_commit} if plan.build else None)
+    vllm_problem = vllm_mismatch(
+        host_fp.get("vllm_version"),
+        host_fp.get("vllm_commit"),
+        plan.vllm_version,
+        label,
+        {"commit": plan.build.vllm_commit} if plan.build else None,
+    )
     if vllm_problem:
         problems.append(vllm_problem)
 
@@ -87,8 +101,10 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
     if host_fp.get("vllm_version") is None:
         report = {"error": "vLLM is not installed here (nothing to check)"}
     else:
-        progress("static: running vLLM's adaptive-verification checks in a child process"
-                 + (" (ROCm platform forced: no AMD GPU here)" if force else ""))
+        progress(
+            "static: running vLLM's adaptive-verification checks in a child process"
+            + (" (ROCm platform forced: no AMD GPU here)" if force else "")
+        )
         report = plugin_status(force_platform=force, num_speculative_tokens=k, gpu=plan.gpu, timeout=checks_timeout_s)
     which, checks = effective_checks(report)
     forced = report.get("forced") is True or (force is not None and host_fp.get("vllm_version") is not None)
@@ -97,16 +113,24 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
     elif report.get("error"):
         problems.append(f"vLLM's adaptive-verification checks could not run: {report['error']}")
     elif not checks:
-        problems.append("vLLM's adaptive-verification checks were not evaluated: "
-                        + (report.get("note") or "no check results"))
+        problems.append(
+            "vLLM's adaptive-verification checks were not evaluated: " + (report.get("note") or "no check results")
+        )
     else:
         failing = [c for c in checks if c.get("passed") is not True and not c["name"].startswith("vLLM verdict")]
         refusal = next((c.get("refusal") for c in checks if c.get("refusal")), None)
         if refusal or any(c.get("passed") is not True for c in checks):
-            who = "with the rocm-dspark plugin" if which == "with_plugin" else "as shipped (the rocm-dspark plugin is not applied)"
+            who = (
+                "with the rocm-dspark plugin"
+                if which == "with_plugin"
+                else "as shipped (the rocm-dspark plugin is not applied)"
+            )
             short = "; ".join(f"{c['name']} -> {c['detail'].split(';')[0].split(' (')[0]}" for c in failing)
-            problems.append(f"vLLM {report.get('vllm_version')} {who} refuses adaptive verification"
-                            + (f" ({short})" if short else "") + (f"; vLLM says: {refusal}" if refusal else ""))
+            problems.append(
+                f"vLLM {report.get('vllm_version')} {who} refuses adaptive verification"
+                + (f" ({short})" if short else "")
+                + (f"; vLLM says: {refusal}" if refusal else "")
+            )
 
     evidence = {
         "python": sys.executable,
@@ -115,15 +139,37 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
         "forced_platform": forced,
         "checks_used": which,
         "checks": checks,
-        "plugin_report": {key: report.get(key) for key in (
-            "vllm_version", "vllm_distributions", "entry_point", "host_platform", "platform", "forced",
-            "capability", "decision_here", "decision_on_rocm", "patched", "shipped", "with_plugin", "notes",
-            "note", "error", "summary")},
+        "plugin_report": {
+            key: report.get(key)
+            for key in (
+                "vllm_version",
+                "vllm_distributions",
+                "entry_point",
+                "host_platform",
+                "platform",
+                "forced",
+                "capability",
+                "decision_here",
+                "decision_on_rocm",
+                "patched",
+                "shipped",
+                "with_plugin",
+                "notes",
+                "note",
+                "error",
+                "summary",
+            )
+        },
     }
     # Without vLLM or a ROCm torch here, the probe ran beside vLLM, not where it serves: that proves nothing
     # either way (a container host's own Python), so it must not count as a refusal.
-    elsewhere = (f"vLLM is not installed in {sys.executable}" if host_fp.get("vllm_version") is None else
-                 f"torch in {sys.executable} is not a ROCm build" if host_fp.get("hip_version") is None else None)
+    elsewhere = (
+        f"vLLM is not installed in {sys.executable}"
+        if host_fp.get("vllm_version") is None
+        else f"torch in {sys.executable} is not a ROCm build"
+        if host_fp.get("hip_version") is None
+        else None
+    )
     if gpu_problem:
         note = "not valid for gating: " + gpu_problem
     elif forced:
@@ -133,10 +179,23 @@ def run_static(catalog, selection, plan, host_fp: dict, *, progress=lambda msg: 
     else:
         note = "valid for gating: checks ran on this host's ROCm platform"
     passed = not problems
-    reason = "; ".join(problems) if problems else (
-        f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
-        f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
-        f"vLLM's adaptive-verification checks pass " + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped"))
-    return LevelResult("static", passed, (not forced) and gpu_problem is None and elsewhere is None, reason, note, iso(started),
-                       round(time.monotonic() - t0, 3), evidence)
-
+    reason = (
+        "; ".join(problems)
+        if problems
+        else (
+            f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
+            f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
+            f"vLLM's adaptive-verification checks pass "
+            + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped")
+        )
+    )
+    return LevelResult(
+        "static",
+        passed,
+        (not forced) and gpu_problem is None and elsewhere is None,
+        reason,
+        note,
+        iso(started),
+        round(time.monotonic() - t0, 3),
+        evidence,
+    )

@@ -24,8 +24,8 @@ from rocm_dspark.probe.listing import SUBDIR, _os_error, record_names, records_d
 from rocm_dspark.statedir import ENV_VAR, STATE_ROOTS, state_dir, state_root  # noqa: F401 (store.state_dir is public)
 
 KEY_FILE = "host.key"
-MAX_RECORD_BYTES = 1 << 20     # a real record is a few KiB; its live log is a separate file
-MAX_TOTAL_BYTES = 64 << 20     # all candidates together
+MAX_RECORD_BYTES = 1 << 20  # a real record is a few KiB; its live log is a separate file
+MAX_TOTAL_BYTES = 64 << 20  # all candidates together
 CLOCK_SKEW_S = 300
 
 
@@ -99,7 +99,7 @@ def untrusted_reason(state: Path, subdir: str = SUBDIR) -> str | None:
 
 class Candidate(NamedTuple):
     name: str
-    data: bytes | None   # None: not read, see error
+    data: bytes | None  # None: not read, see error
     mtime: float
     error: str | None
 
@@ -133,11 +133,15 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
             try:
                 data, st = read_regular(name, MAX_RECORD_BYTES, follow=False, dir_fd=dir_fd, check=check)
             except OverBudget:
-                return out, (f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
-                             "move old ones away so every record can be read")
+                return out, (
+                    f"the records in {directory} hold more than {MAX_TOTAL_BYTES >> 20} MiB; "
+                    "move old ones away so every record can be read"
+                )
             except NotRead as exc:
-                why = {GREW: f"grew past {MAX_RECORD_BYTES} bytes while read",
-                       TOO_LARGE: f"larger than {MAX_RECORD_BYTES} bytes"}.get(exc.kind, str(exc))
+                why = {
+                    GREW: f"grew past {MAX_RECORD_BYTES} bytes while read",
+                    TOO_LARGE: f"larger than {MAX_RECORD_BYTES} bytes",
+                }.get(exc.kind, str(exc))
                 out.append(Candidate(name, None, exc.st.st_mtime if exc.kind != NOT_REGULAR and exc.st else 0.0, why))
                 continue
             except OSError as exc:
@@ -154,14 +158,14 @@ class Checked(NamedTuple):
     """One candidate file after the trust rules: `record` when it parses, `problem` when it may not count."""
 
     path: Path
-    record: object | None   # what `parse` returned
-    problem: str | None     # None: trusted
-    note: str | None        # a note for an ignored file
+    record: object | None  # what `parse` returned
+    problem: str | None  # None: trusted
+    note: str | None  # a note for an ignored file
 
 
 class Loaded(NamedTuple):
-    checked: list           # [Checked], parsed records newest first (by signed content), then the rest
-    untrusted: str | None   # set when nothing in the directory may be trusted at all
+    checked: list  # [Checked], parsed records newest first (by signed content), then the rest
+    untrusted: str | None  # set when nothing in the directory may be trusted at all
 
     @property
     def trusted(self) -> list:
@@ -228,6 +232,7 @@ def _key_path(state: Path) -> Path:
 
 def read_key(state: Path) -> bytes | None:
     """This host's key, or None when there is none (no record was ever written here) or it is unsafe."""
+
     def check(st) -> str | None:
         unsafe = st.st_uid != os.geteuid() or st.st_mode & 0o077 or st.st_size != 64
         return "not a 0600 key file of this user" if unsafe else None
@@ -240,8 +245,10 @@ def read_key(state: Path) -> bytes | None:
 
 def key_problem(state: Path) -> str:
     path = _key_path(state)
-    return (f"no usable host key {path} (it must be a 0600 file of this user, made by `rocm-dspark probe`), "
-            "so no record here can be verified")
+    return (
+        f"no usable host key {path} (it must be a 0600 file of this user, made by `rocm-dspark probe`), "
+        "so no record here can be verified"
+    )
 
 
 def ensure_key(state: Path) -> bytes:
@@ -272,8 +279,10 @@ def ensure_key(state: Path) -> bytes:
         os.unlink(tmp)
     key = read_key(state)
     if key is None:
-        raise UsageError(f"{path} exists but is not a usable host key (a 0600 regular file of this user holding "
-                         "64 hex digits); remove it (records signed with it will no longer count)")
+        raise UsageError(
+            f"{path} exists but is not a usable host key (a 0600 regular file of this user holding "
+            "64 hex digits); remove it (records signed with it will no longer count)"
+        )
     return key
 
 
@@ -341,8 +350,10 @@ def prepare_dir(directory: Path) -> None:
         directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         directory.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"cannot create the record directory {directory}: {exc.strerror or exc}; "
-                         f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
+        raise UsageError(
+            f"cannot create the record directory {directory}: {exc.strerror or exc}; "
+            f"pass --state-dir or set {ENV_VAR} to a writable directory"
+        ) from None
     problem = untrusted_reason(directory.parent, directory.name)
     if problem:
         raise UsageError(f"refusing to write records where they would not be trusted: {problem}")
@@ -364,5 +375,7 @@ def write_record(directory: Path, data: dict) -> Path:
         signed = dict(data, hmac=signature(data, ensure_key(directory.parent)))
         return write_json_atomic(directory / f"{data['id']}.json", signed)
     except OSError as exc:
-        raise UsageError(f"cannot write the record to {directory}: {exc.strerror or exc}; "
-                         f"pass --state-dir or set {ENV_VAR} to a writable directory") from None
+        raise UsageError(
+            f"cannot write the record to {directory}: {exc.strerror or exc}; "
+            f"pass --state-dir or set {ENV_VAR} to a writable directory"
+        ) from None

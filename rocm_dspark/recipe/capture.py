@@ -39,8 +39,11 @@ def capture_size(max_num_seqs: int, k: int, cap: int) -> int:
     if size > cap:
         fits = 1 << (cap.bit_length() - 1) if cap > 0 else 0  # the largest capture size the cap allows
         largest_mns = fits // (1 + k) if fits >= MIN_CAPTURE else 0
-        what = (f"use --max-num-seqs {largest_mns} or less, a smaller --num-speculative-tokens, or raise the cap"
-                if largest_mns else f"raise the cap to at least {max(MIN_CAPTURE, 1 << (k.bit_length()))}")
+        what = (
+            f"use --max-num-seqs {largest_mns} or less, a smaller --num-speculative-tokens, or raise the cap"
+            if largest_mns
+            else f"raise the cap to at least {max(MIN_CAPTURE, 1 << (k.bit_length()))}"
+        )
         raise UsageError(
             f"capture size {size} (max_num_seqs {max_num_seqs} x (1+K={1 + k}) = {tokens}, rounded up to a "
             f"power of two, at least {MIN_CAPTURE}) exceeds the cap {cap}; {what} with --capture-cap"

@@ -61,8 +61,12 @@ def version_in_range(version: str, spec: str) -> bool:
             raise ValueError(f"bad version clause {clause!r}")
         op, bound = m.group(1), release_tuple(m.group(2))
         ok = {
-            ">=": v >= bound, "<=": v <= bound, "==": v == bound,
-            "!=": v != bound, ">": v > bound, "<": v < bound,
+            ">=": v >= bound,
+            "<=": v <= bound,
+            "==": v == bound,
+            "!=": v != bound,
+            ">": v > bound,
+            "<": v < bound,
         }[op]
         if not ok:
             return False
@@ -97,10 +101,10 @@ class Profile(NamedTuple):
     status: str
     status_date: str
     evidence: tuple[str, ...]
-    image: str                    # the default build's image (filled at load: builds own images)
-    image_tag: str                # the default build's repo:tag
-    vllm_build: str | None        # the build the profile pins (`build:`), else the GPU's default build
-    vllm_version: str | None      # that build's reported version
+    image: str  # the default build's image (filled at load: builds own images)
+    image_tag: str  # the default build's repo:tag
+    vllm_build: str | None  # the build the profile pins (`build:`), else the GPU's default build
+    vllm_version: str | None  # that build's reported version
     tp: int
     dp: int
     ep: int
@@ -137,8 +141,8 @@ class ModelSpec(NamedTuple):
     validation: dict
     profiles: dict  # gpu key -> Profile
     requires: tuple[str, ...] = ()  # upstream changes (recipes/vllm.yaml `changes`) a build must contain
-    workload: dict = {}             # --concurrency rules: max_num_seqs_per_request, evidence, rules
-    memory: dict = {}               # per-rank budget parameters (see the model file); {} = weights check only
+    workload: dict = {}  # --concurrency rules: max_num_seqs_per_request, evidence, rules
+    memory: dict = {}  # per-rank budget parameters (see the model file); {} = weights check only
 
     @property
     def block_size(self) -> int:
@@ -160,8 +164,8 @@ class Workaround(NamedTuple):
     reason: str
     evidence: str
     remove_when: str
-    short: str = ""                   # what it does and why in a few words: the default output's note
-    when: dict = {}                   # conditions on the plan's own values, e.g. {"max_num_batched_tokens_below": 6144}
+    short: str = ""  # what it does and why in a few words: the default output's note
+    when: dict = {}  # conditions on the plan's own values, e.g. {"max_num_batched_tokens_below": 6144}
 
     def applies(self, model: str, gpu: str, vllm_version: str | None) -> bool:
         if self.models and model not in self.models:
@@ -198,15 +202,15 @@ class Catalog(NamedTuple):
     models: dict
     workarounds: tuple[Workaround, ...]
     capabilities: tuple[Capability, ...]
-    builds: dict = {}             # name -> plan.Build
-    changes: dict = {}            # "vllm#NNNNN" -> {title, url}
-    flag_rules: dict = {}         # "--flag" -> FlagRule
-    adaptive_change: str = ""     # the change that makes a build accept adaptive verification for V4.1 on ROCm
-    adaptive_notes: dict = {}     # refused_note, refused_evidence, native_evidence
-    dynamic_k_change: str = ""    # the change that gives vLLM a per-batch-size K (--k-per-batch-size)
-    channels: dict = {}           # channel -> {retention_builds, retention_days, source}
-    arch_defaults: dict = {}      # gfx arch -> {builds: (release names, in order), reason, source}
-    mono: dict = {}               # vllm.yaml mono_decode: the --monokernel conditions (rocm_dspark/recipe/mono.py)
+    builds: dict = {}  # name -> plan.Build
+    changes: dict = {}  # "vllm#NNNNN" -> {title, url}
+    flag_rules: dict = {}  # "--flag" -> FlagRule
+    adaptive_change: str = ""  # the change that makes a build accept adaptive verification for V4.1 on ROCm
+    adaptive_notes: dict = {}  # refused_note, refused_evidence, native_evidence
+    dynamic_k_change: str = ""  # the change that gives vLLM a per-batch-size K (--k-per-batch-size)
+    channels: dict = {}  # channel -> {retention_builds, retention_days, source}
+    arch_defaults: dict = {}  # gfx arch -> {builds: (release names, in order), reason, source}
+    mono: dict = {}  # vllm.yaml mono_decode: the --monokernel conditions (rocm_dspark/recipe/mono.py)
 
     def find_model(self, name: str) -> ModelSpec:
         wanted = name.strip().lower()
@@ -222,7 +226,9 @@ class Catalog(NamedTuple):
         key = name.strip().lower()
         if key in self.gpus:
             return self.gpus[key]
-        raise UsageError(f"unknown GPU {name!r}{did_you_mean(name, self.gpus)}; known GPUs: {', '.join(sorted(self.gpus))}")
+        raise UsageError(
+            f"unknown GPU {name!r}{did_you_mean(name, self.gpus)}; known GPUs: {', '.join(sorted(self.gpus))}"
+        )
 
     def vllm_version_of(self, build_or_version: str) -> str:
         """A build name (e.g. nightly-3df4ae15) -> the version it reports (or its name when none is
@@ -241,15 +247,19 @@ class Catalog(NamedTuple):
             if b.channel == "release" and key.lstrip("v") == b.reported_version:
                 return b
         known = ", ".join(self.builds)
-        raise UsageError(f"unknown vLLM build {name!r}{did_you_mean(name, self.builds)}; known builds: {known} "
-                         f"(releases also by number, e.g. 0.33.0)")
+        raise UsageError(
+            f"unknown vLLM build {name!r}{did_you_mean(name, self.builds)}; known builds: {known} "
+            f"(releases also by number, e.g. 0.33.0)"
+        )
 
     def default_builds(self, gpu: GpuSpec) -> tuple:
         """The releases this GPU's arch runs by default, in order (the first the registry holds wins), and why."""
         d = self.arch_defaults.get(gpu.arch)
         if not d:
-            raise UsageError(f"recipes/vllm.yaml names no default build for {gpu.arch} ({gpu.key}); pass --build "
-                             f"(known: {', '.join(self.builds)})")
+            raise UsageError(
+                f"recipes/vllm.yaml names no default build for {gpu.arch} ({gpu.key}); pass --build "
+                f"(known: {', '.join(self.builds)})"
+            )
         return tuple(self.builds[n] for n in d["builds"]), f"the {gpu.arch} default: {d['reason']} ({d['source']})"
 
     def default_build(self, gpu: GpuSpec):
@@ -293,8 +303,15 @@ class _Reader:
             known = ", ".join(sorted(str(k) for k in (self.seen | set(also))))
             self.fail(f"unknown key (known: {known})", str(unknown[0]))
 
-    def number(self, key: str, *, optional: bool = False, minimum: float = 0.0, strict: bool = True,
-               maximum: float | None = None):
+    def number(
+        self,
+        key: str,
+        *,
+        optional: bool = False,
+        minimum: float = 0.0,
+        strict: bool = True,
+        maximum: float | None = None,
+    ):
         """A finite number > minimum (>= when not strict), <= maximum; None when optional and absent."""
         value = self.req(key, (int, float), optional=optional)
         if value is None:
@@ -362,9 +379,13 @@ class _Reader:
         value = self.req(key, list, optional=True, default=[])
         out = []
         for i, item in enumerate(value):
-            if (not isinstance(item, list) or not 1 <= len(item) <= 2
-                    or not all(isinstance(x, str) for x in item) or not item[0].startswith("--")):
-                self.fail(f"item {i} must be [--flag] or [--flag, \"value\"] (strings), got {item!r}", key)
+            if (
+                not isinstance(item, list)
+                or not 1 <= len(item) <= 2
+                or not all(isinstance(x, str) for x in item)
+                or not item[0].startswith("--")
+            ):
+                self.fail(f'item {i} must be [--flag] or [--flag, "value"] (strings), got {item!r}', key)
             if any(not x.isprintable() for x in item):  # a newline would end the launcher's command line
                 self.fail(f"item {i} ({item[0]}) has a control character (newline, tab, ...): {item!r}", key)
             if item[0] == "--max-model-len" and (len(item) != 2 or not item[1].isascii() or not item[1].isdigit()):
@@ -395,7 +416,8 @@ def _strict_loader():
                 if key is not None and key != "<<":
                     if key in seen:
                         raise yaml.constructor.ConstructorError(
-                            None, None, f"duplicate key {key!r}", key_node.start_mark)
+                            None, None, f"duplicate key {key!r}", key_node.start_mark
+                        )
                     seen.add(key)
             return super().construct_mapping(node, deep=deep)
 
@@ -454,6 +476,7 @@ def _plain(node, loader, memo: dict, building: set):
 
 _LOADER = None
 
+
 def load_yaml(path: Path):
     """One recipe file through the strict loader (bounded read, duplicate keys, bad UTF-8: CatalogError naming the file)."""
     from rocm_dspark.inputs import read_text
@@ -494,13 +517,21 @@ def _gpu(path: Path, key: str, r: _Reader) -> GpuSpec:
     if not re.fullmatch(r"gfx\d+[a-z]?", arch):
         r.fail(f"expected a gfx architecture such as gfx942, got {arch!r}", "arch")
     spec = GpuSpec(
-        key=key, name=r.req("name", str), arch=arch, family=r.req("family", str),
-        compute_units=r.positive_int("compute_units"), hbm_gb=r.number("hbm_gb"),
+        key=key,
+        name=r.req("name", str),
+        arch=arch,
+        family=r.req("family", str),
+        compute_units=r.positive_int("compute_units"),
+        hbm_gb=r.number("hbm_gb"),
         hbm_bandwidth_tbps=r.number("hbm_bandwidth_tbps"),
-        peak_bf16_tflops=r.number("peak_bf16_tflops"), peak_fp8_tflops=r.number("peak_fp8_tflops"),
+        peak_bf16_tflops=r.number("peak_bf16_tflops"),
+        peak_fp8_tflops=r.number("peak_fp8_tflops"),
         peak_fp4_tflops=r.number("peak_fp4_tflops", optional=True),
-        fp8_format=fp8, native_fp4=r.req("native_fp4", bool), gpus_per_node=r.positive_int("gpus_per_node"),
-        tdp_w=r.number("tdp_w"), marketing_names=r.str_list("marketing_names"),
+        fp8_format=fp8,
+        native_fp4=r.req("native_fp4", bool),
+        gpus_per_node=r.positive_int("gpus_per_node"),
+        tdp_w=r.number("tdp_w"),
+        marketing_names=r.str_list("marketing_names"),
         sources=r.str_list("sources"),
     )
     r.close()
@@ -523,21 +554,35 @@ def _profile(model: str, gpu: str, r: _Reader, gpus: dict) -> Profile:
         r.fail("expected a mapping from TP size to true/false", "engram_cpu_offload")
     for old in ("image", "image_tag", "vllm_build", "vllm_version"):
         if old in r.data:
-            r.fail("the image and vLLM come from the build now: use `build: <name in vllm.yaml builds>` "
-                   "(or leave it out for the GPU's default build)", old)
+            r.fail(
+                "the image and vLLM come from the build now: use `build: <name in vllm.yaml builds>` "
+                "(or leave it out for the GPU's default build)",
+                old,
+            )
     build = r.req("build", str, optional=True)
     profile = Profile(
-        model=model, gpu=gpu, status=status, status_date=date, evidence=evidence, image="",
-        image_tag="", vllm_build=build, vllm_version=None,
-        tp=r.positive_int("tp"), dp=r.positive_int("dp"), ep=r.positive_int("ep"),
+        model=model,
+        gpu=gpu,
+        status=status,
+        status_date=date,
+        evidence=evidence,
+        image="",
+        image_tag="",
+        vllm_build=build,
+        vllm_version=None,
+        tp=r.positive_int("tp"),
+        dp=r.positive_int("dp"),
+        ep=r.positive_int("ep"),
         max_num_seqs=r.positive_int("max_num_seqs"),
         max_num_batched_tokens=r.positive_int("max_num_batched_tokens"),
-        capture_cap=r.positive_int("capture_cap"), cudagraph_mode=mode,
+        capture_cap=r.positive_int("capture_cap"),
+        cudagraph_mode=mode,
         breakable_cudagraph=r.req("breakable_cudagraph", bool, optional=True),
         moe_backend=r.req("moe_backend", str, optional=True),
         gpu_memory_utilization=r.number("gpu_memory_utilization", optional=True, maximum=1.0),
         engram_cpu_offload={str(k): v for k, v in engram.items()} if engram else None,
-        args=r.arg_list("args"), env=r.env("env"),
+        args=r.arg_list("args"),
+        env=r.env("env"),
     )
     r.close()
     return profile
@@ -553,8 +598,16 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
     spec.number("golden_acceptance_length", optional=True, minimum=1.0, strict=False)
     spec.close("allowed_num_speculative_tokens")  # checked where it is used (planner/profile.py)
     arch = r.sub("architecture")
-    for k in ("layers", "hidden_size", "query_heads", "context_length", "swa_window", "kv_latent_dim",
-              "routed_experts", "experts_per_token"):
+    for k in (
+        "layers",
+        "hidden_size",
+        "query_heads",
+        "context_length",
+        "swa_window",
+        "kv_latent_dim",
+        "routed_experts",
+        "experts_per_token",
+    ):
         arch.positive_int(k)
     arch.close()
     serve = r.sub("serve")
@@ -589,13 +642,24 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
     if default_gpu not in profiles:
         r.fail(f"{default_gpu!r} has no profile", "default_gpu")
     model = ModelSpec(
-        key=key, hf_id=r.req("hf_id", str), revision=r.req("revision", str, optional=True),
-        aliases=r.str_list("aliases"), fallback=r.req("fallback", str, optional=True),
-        default_gpu=default_gpu, architecture=dict(arch.data), weights_gb=r.number("weights_gb"),
-        params=dict(params.data), speculative={**spec.data, "block_size": block}, serve=dict(serve.data),
-        base_args=r.arg_list("base_args"), base_env=r.env("base_env"),
-        validation=dict(r.data["validation"]), profiles=profiles,
-        requires=r.str_list("requires", optional=True), workload=_workload(path, r, gpus), memory=_memory(r),
+        key=key,
+        hf_id=r.req("hf_id", str),
+        revision=r.req("revision", str, optional=True),
+        aliases=r.str_list("aliases"),
+        fallback=r.req("fallback", str, optional=True),
+        default_gpu=default_gpu,
+        architecture=dict(arch.data),
+        weights_gb=r.number("weights_gb"),
+        params=dict(params.data),
+        speculative={**spec.data, "block_size": block},
+        serve=dict(serve.data),
+        base_args=r.arg_list("base_args"),
+        base_env=r.env("base_env"),
+        validation=dict(r.data["validation"]),
+        profiles=profiles,
+        requires=r.str_list("requires", optional=True),
+        workload=_workload(path, r, gpus),
+        memory=_memory(r),
     )
     if not model.hf_id.strip():
         r.fail("must not be empty", "hf_id")
@@ -603,8 +667,14 @@ def _model(path: Path, data, gpus: dict) -> ModelSpec:
     return model
 
 
-MEMORY_KEYS = ("fixed_gib", "sharded_weights_gib", "engram_tables_gib", "indexer_mib_per_batched_token",
-               "kv_gib_per_million_tokens", "error_gib")
+MEMORY_KEYS = (
+    "fixed_gib",
+    "sharded_weights_gib",
+    "engram_tables_gib",
+    "indexer_mib_per_batched_token",
+    "kv_gib_per_million_tokens",
+    "error_gib",
+)
 
 
 def _memory(r: _Reader) -> dict:
@@ -635,8 +705,11 @@ def _workload(path: Path, r: _Reader, gpus: dict) -> dict:
     if r.data.get("workload") is None:
         return {}
     w = r.sub("workload")
-    out = {"max_num_seqs_per_request": w.req("max_num_seqs_per_request", int, optional=True),
-           "evidence": w.req("evidence", str), "rules": []}
+    out = {
+        "max_num_seqs_per_request": w.req("max_num_seqs_per_request", int, optional=True),
+        "evidence": w.req("evidence", str),
+        "rules": [],
+    }
     for i, rule in enumerate(w.req("rules", list, optional=True, default=[])):
         rr = _Reader(path, rule, f"workload.rules[{i}]")
         for g in rr.str_list("gpus", optional=True):
@@ -647,12 +720,23 @@ def _workload(path: Path, r: _Reader, gpus: dict) -> dict:
         for k, v in sets.items():
             if k not in WORKLOAD_SETS:
                 rr.fail(f"can set only {', '.join(WORKLOAD_SETS)}, got {k!r}", "sets")
-            if k == "engram_cpu_offload" and not isinstance(v, bool) or k != "engram_cpu_offload" and (
-                    not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            if (
+                k == "engram_cpu_offload"
+                and not isinstance(v, bool)
+                or k != "engram_cpu_offload"
+                and (not isinstance(v, int) or isinstance(v, bool) or v <= 0)
+            ):
                 rr.fail(f"bad value {v!r} for {k}", "sets")
-        out["rules"].append({"gpus": rr.str_list("gpus", optional=True), "tp": tuple(tps),
-                             "min_concurrency": rr.positive_int("min_concurrency"), "sets": dict(sets),
-                             "why": rr.req("why", str), "evidence": rr.req("evidence", str)})
+        out["rules"].append(
+            {
+                "gpus": rr.str_list("gpus", optional=True),
+                "tp": tuple(tps),
+                "min_concurrency": rr.positive_int("min_concurrency"),
+                "sets": dict(sets),
+                "why": rr.req("why", str),
+                "evidence": rr.req("evidence", str),
+            }
+        )
     return out
 
 
@@ -673,9 +757,15 @@ def _workaround(path: Path, i: int, data, gpus: dict) -> Workaround:
         if not r.req(k, str).strip():
             r.fail("must not be empty", k)
     w = Workaround(
-        id=r.req("id", str), models=applies.str_list("models", optional=True), gpus=wgpus, vllm=vllm_range,
-        sets=dict(r.req("sets", dict, optional=True, default={})), args=r.arg_list("args"), env=r.env("env"),
-        reason=" ".join(r.data["reason"].split()), evidence=r.data["evidence"],
+        id=r.req("id", str),
+        models=applies.str_list("models", optional=True),
+        gpus=wgpus,
+        vllm=vllm_range,
+        sets=dict(r.req("sets", dict, optional=True, default={})),
+        args=r.arg_list("args"),
+        env=r.env("env"),
+        reason=" ".join(r.data["reason"].split()),
+        evidence=r.data["evidence"],
         remove_when=" ".join(r.data["remove_when"].split()),
         short=" ".join(r.req("short", str, optional=True, default="").split()),
         when=_when(r),
@@ -754,13 +844,17 @@ def _load_catalog_cached(root: Path) -> Catalog:
             version_in_range("0.0.0", cr.req("versions", str))
         except (ValueError, UsageError):
             cr.fail("bad version range", "versions")
-        caps.append(Capability(
-            versions=c["versions"], supports_v41=cr.req("supports_v41", bool),
-            refuses_adaptive_on_rocm_v41=cr.req("refuses_adaptive_on_rocm_v41", bool),
-            native_adaptive_on_rocm_v41=cr.req("native_adaptive_on_rocm_v41", bool),
-            note=" ".join(cr.req("note", str).split()), evidence=cr.req("evidence", str),
-            backport=_backport(cr) if cr.req("backport", dict, optional=True) else None,
-        ))
+        caps.append(
+            Capability(
+                versions=c["versions"],
+                supports_v41=cr.req("supports_v41", bool),
+                refuses_adaptive_on_rocm_v41=cr.req("refuses_adaptive_on_rocm_v41", bool),
+                native_adaptive_on_rocm_v41=cr.req("native_adaptive_on_rocm_v41", bool),
+                note=" ".join(cr.req("note", str).split()),
+                evidence=cr.req("evidence", str),
+                backport=_backport(cr) if cr.req("backport", dict, optional=True) else None,
+            )
+        )
     changes = {}
     for cid, c in vr.req("changes", dict).items():
         cr = _Reader(vpath, c, f"changes.{cid}")
@@ -771,7 +865,9 @@ def _load_catalog_cached(root: Path) -> Catalog:
     adaptive_change = av.req("change", str)
     if adaptive_change not in changes:
         av.fail(f"unknown change {adaptive_change!r}", "change")
-    adaptive_notes = {k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")}
+    adaptive_notes = {
+        k: " ".join(av.req(k, str).split()) for k in ("refused_note", "refused_evidence", "native_evidence")
+    }
     kr = vr.sub("per_batch_size_k")
     dynamic_k_change = kr.req("change", str)
     if dynamic_k_change not in changes:
@@ -780,13 +876,18 @@ def _load_catalog_cached(root: Path) -> Catalog:
     channels = {}  # the channel list is the recipe's: a build names one of these
     for ch, c in vr.req("channels", dict).items():
         cr = _Reader(vpath, c, f"channels.{ch}")
-        channels[ch] = {"retention_builds": cr.req("retention_builds", int, optional=True),
-                        "retention_days": cr.req("retention_days", int, optional=True), "source": cr.req("source", str)}
+        channels[ch] = {
+            "retention_builds": cr.req("retention_builds", int, optional=True),
+            "retention_days": cr.req("retention_days", int, optional=True),
+            "source": cr.req("source", str),
+        }
         cr.close()
     if "release" not in channels:  # the defaults below are releases
         vr.fail("name the release channel", "channels")
-    builds = {name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus, tuple(channels))
-              for name in vr.sub("builds").data}
+    builds = {
+        name: _build(vpath, name, vr.sub("builds").sub(name), changes, gpus, tuple(channels))
+        for name in vr.sub("builds").data
+    }
     arch_defaults = {}
     for arch, d in vr.req("defaults", dict, optional=True, default={}).items():
         dr = _Reader(vpath, d, f"defaults.{arch}")
@@ -798,14 +899,22 @@ def _load_catalog_cached(root: Path) -> Catalog:
                 dr.fail(f"{n!r} is a {builds[n].channel} build: defaults are releases (nightlies are pruned)", "builds")
         if not names:
             dr.fail("name at least one build", "builds")
-        arch_defaults[arch] = {"builds": names, "reason": " ".join(dr.req("reason", str).split()),
-                               "source": dr.req("source", str)}
+        arch_defaults[arch] = {
+            "builds": names,
+            "reason": " ".join(dr.req("reason", str).split()),
+            "source": dr.req("source", str),
+        }
         dr.close()
     flag_rules = {}
     for flag, f in vr.req("flags", dict).items():
         fr = _Reader(vpath, f, f"flags.{flag}")
-        rule = FlagRule(flag, fr.str_list("needs", optional=True), fr.str_list("unnecessary_with", optional=True),
-                        " ".join(fr.req("reason", str).split()), fr.req("evidence", str))
+        rule = FlagRule(
+            flag,
+            fr.str_list("needs", optional=True),
+            fr.str_list("unnecessary_with", optional=True),
+            " ".join(fr.req("reason", str).split()),
+            fr.req("evidence", str),
+        )
         for cid in rule.needs + rule.unnecessary_with:
             if cid not in changes:
                 fr.fail(f"unknown change {cid!r}")
@@ -819,16 +928,27 @@ def _load_catalog_cached(root: Path) -> Catalog:
             if p.vllm_build and p.vllm_build not in builds:
                 raise CatalogError(f"{root / 'models'}: {p.id}.build: {p.vllm_build!r} is not in vllm.yaml builds")
     catalog = Catalog(
-        root=root, gpus=gpus, models=models, workarounds=workarounds, capabilities=tuple(caps),
-        builds=builds, changes=changes, dynamic_k_change=dynamic_k_change,
-        flag_rules=flag_rules, adaptive_change=adaptive_change, adaptive_notes=adaptive_notes,
-        channels=channels, arch_defaults=arch_defaults, mono=mono,
+        root=root,
+        gpus=gpus,
+        models=models,
+        workarounds=workarounds,
+        capabilities=tuple(caps),
+        builds=builds,
+        changes=changes,
+        dynamic_k_change=dynamic_k_change,
+        flag_rules=flag_rules,
+        adaptive_change=adaptive_change,
+        adaptive_notes=adaptive_notes,
+        channels=channels,
+        arch_defaults=arch_defaults,
+        mono=mono,
     )
     for model in models.values():  # each profile names the build it runs by default, for readers of the catalog
         for g, p in list(model.profiles.items()):
             b = builds[p.vllm_build] if p.vllm_build else catalog.default_build(gpus[g])[0]
-            model.profiles[g] = p._replace(image=b.image, image_tag=b.image_tag, vllm_build=b.name,
-                                           vllm_version=b.reported_version)
+            model.profiles[g] = p._replace(
+                image=b.image, image_tag=b.image_tag, vllm_build=b.name, vllm_version=b.reported_version
+            )
     return catalog
 
 
@@ -852,7 +972,7 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
         r.fail(f"expected YYYY-MM-DD or YYYY-MM, got {date!r}", "date")
     facts = {}
     cr = r.sub("changes") if r.data.get("changes") else None
-    for cid, fact in (cr.data.items() if cr else ()):
+    for cid, fact in cr.data.items() if cr else ():
         assert cr is not None
         if cid not in changes:
             cr.fail(f"unknown change {cid!r}")
@@ -874,30 +994,56 @@ def _build(path: Path, name: str, r: _Reader, changes: dict, gpus: dict, channel
     reported = r.req("reported_version", str, optional=True)
     release = r.req("release", str, optional=True)
     if channel == "release" and release is None:
-        r.fail("a release build needs `release` (e.g. \"0.33.0\")")
+        r.fail('a release build needs `release` (e.g. "0.33.0")')
     build = Build(
-        name=name, image=f"{image.rsplit(':', 1)[0]}@{digest}" if digest else image, image_tag=image, digest=digest,
-        vllm_commit=r.req("commit", str, optional=True), reported_version=reported or release or None,
-        rocm=r.req("rocm", str, optional=True), channel=channel,
-        changes=tuple(c for c, f in facts.items() if f["in"] is True), status=status, date=date or "",
-        evidence=r.str_list("evidence"), facts=facts, gpus=evidence_on,
+        name=name,
+        image=f"{image.rsplit(':', 1)[0]}@{digest}" if digest else image,
+        image_tag=image,
+        digest=digest,
+        vllm_commit=r.req("commit", str, optional=True),
+        reported_version=reported or release or None,
+        rocm=r.req("rocm", str, optional=True),
+        channel=channel,
+        changes=tuple(c for c, f in facts.items() if f["in"] is True),
+        status=status,
+        date=date or "",
+        evidence=r.str_list("evidence"),
+        facts=facts,
+        gpus=evidence_on,
         status_note=" ".join((r.req("status_note", str, optional=True) or "").split()),
     )
     r.close("changes")  # read above only when not empty
     return build
 
 
-MONO_SOURCED = ("archs", "rows", "tensor_parallel_only", "moe_backend", "gfx942_copy_fraction", "min_compute_units",
-                "cudagraph_mode", "kv_cache_dtype", "unset_env", "indexer")
+MONO_SOURCED = (
+    "archs",
+    "rows",
+    "tensor_parallel_only",
+    "moe_backend",
+    "gfx942_copy_fraction",
+    "min_compute_units",
+    "cudagraph_mode",
+    "kv_cache_dtype",
+    "unset_env",
+    "indexer",
+)
 
 
 def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set) -> dict:
     """vllm.yaml `mono_decode`: the --monokernel conditions, each with its wheel source."""
     mr = vr.sub("mono_decode")
-    out = {"change": mr.req("change", str), "flag": mr.req("flag", str), "models": mr.str_list("models"),
-           "min_compute_units": mr.positive_int("min_compute_units"), "kv_cache_dtype": mr.req("kv_cache_dtype", str),
-           "cudagraph_mode": mr.req("cudagraph_mode", str), "unset_env": mr.str_list("unset_env"),
-           "evidence": mr.req("evidence", str), "archs": {}}
+    out = {
+        "change": mr.req("change", str),
+        "flag": mr.req("flag", str),
+        "models": mr.str_list("models"),
+        "min_compute_units": mr.positive_int("min_compute_units"),
+        "kv_cache_dtype": mr.req("kv_cache_dtype", str),
+        "cudagraph_mode": mr.req("cudagraph_mode", str),
+        "unset_env": mr.str_list("unset_env"),
+        "evidence": mr.req("evidence", str),
+        "archs": {},
+    }
     if out["change"] not in changes:
         mr.fail(f"unknown change {out['change']!r}", "change")
     if out["flag"] not in flag_rules:
@@ -914,8 +1060,11 @@ def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set
         tps = ar.req("tp", list)
         if not tps or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tps):
             ar.fail("expected a list of positive integers", "tp")
-        out["archs"][arch] = {"tp": tuple(tps), "max_rows": ar.positive_int("max_rows"),
-                              "moe_backend": ar.req("moe_backend", str, optional=True)}
+        out["archs"][arch] = {
+            "tp": tuple(tps),
+            "max_rows": ar.positive_int("max_rows"),
+            "moe_backend": ar.req("moe_backend", str, optional=True),
+        }
         ar.close()
     cf = mr.sub("gfx942_copy_fraction")
     out["gfx942_copy_fraction"] = {k: cf.number(k, maximum=1.0) for k in ("experts", "dense")}
@@ -924,8 +1073,11 @@ def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set
     out["public_gain"] = {"source": gr.req("source", str)}
     for k in ("per_layer", "interactivity", "concurrency"):
         pair = gr.req(k, list)
-        if len(pair) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in pair) \
-                or pair[0] > pair[1]:
+        if (
+            len(pair) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in pair)
+            or pair[0] > pair[1]
+        ):
             gr.fail("expected [low, high], positive numbers", k)
         out["public_gain"][k] = (float(pair[0]), float(pair[1]))
     gr.close()
@@ -939,9 +1091,12 @@ def _mono(vr: _Reader, changes: dict, flag_rules: dict, models: dict, archs: set
 def _backport(cr: _Reader) -> dict:
     """A capability's `backport` entry: which vLLM modules and classes the plugin patches on that release."""
     br = cr.sub("backport")
-    out = {"rocm_modules": br.str_list("rocm_modules"), "indexer_module": br.req("indexer_module", str),
-           "indexer_backends": br.str_list("indexer_backends"),
-           "k1_predicate": br.req("k1_predicate", str, optional=True)}
+    out = {
+        "rocm_modules": br.str_list("rocm_modules"),
+        "indexer_module": br.req("indexer_module", str),
+        "indexer_backends": br.str_list("indexer_backends"),
+        "k1_predicate": br.req("k1_predicate", str, optional=True),
+    }
     if not out["rocm_modules"] or not out["indexer_backends"]:
         br.fail("rocm_modules and indexer_backends must name at least one each")
     br.close()

@@ -69,11 +69,15 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     g = opts.get("gpus_per_node") or gpu.gpus_per_node
     nodes = opts.get("nodes") or 1
     if copts.get("replicas") is not None and strategy != "replicas":
-        raise UsageError(f"--replicas applies to --strategy replicas, not {strategy}; drop it or pass --strategy replicas")
+        raise UsageError(
+            f"--replicas applies to --strategy replicas, not {strategy}; drop it or pass --strategy replicas"
+        )
     if strategy == "replicas" and k8s:
-        raise UsageError("--strategy replicas has no Kubernetes form (the device plugin already gives each pod its own "
-                         "GPUs): use --format k8s with --tp 4 and scale that Deployment (kubectl scale --replicas 2), "
-                         "or --format shell/systemd for this node")
+        raise UsageError(
+            "--strategy replicas has no Kubernetes form (the device plugin already gives each pod its own "
+            "GPUs): use --format k8s with --tp 4 and scale that Deployment (kubectl scale --replicas 2), "
+            "or --format shell/systemd for this node"
+        )
     if strategy not in ("single_node", "pd_cluster"):
         for flag in ("dp", "ep"):
             if opts.get(flag) is not None:
@@ -85,12 +89,19 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
         if strategy == "pd_cluster":  # the manifests name the pods' own addresses; the check needs some
             addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
-        strategy=strategy, nodes=nodes, gpus_per_node=g, head_address=head,
-        iface=copts.get("iface"), backend=copts.get("backend") or "mp", dp_lb=copts.get("dp_lb"),
+        strategy=strategy,
+        nodes=nodes,
+        gpus_per_node=g,
+        head_address=head,
+        iface=copts.get("iface"),
+        backend=copts.get("backend") or "mp",
+        dp_lb=copts.get("dp_lb"),
         rank_tp=opts.get("tp") if strategy not in ("single_node", "pd_cluster") else None,
         replicas=copts.get("replicas"),
-        rpc_port=copts.get("rpc_port"), prefill_nodes=copts.get("prefill_nodes"),
-        node_addresses=addresses, connector=copts.get("connector"),
+        rpc_port=copts.get("rpc_port"),
+        prefill_nodes=copts.get("prefill_nodes"),
+        node_addresses=addresses,
+        connector=copts.get("connector"),
         router_port=copts.get("router_port"),
     )
     moe = bool(model.architecture.get("routed_experts"))
@@ -104,10 +115,15 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
         n, c = layout["replicas"], opts.get("concurrency")
         node_opts.update(tp=layout["tp"], concurrency=replica_concurrency(c, n))
         if c is not None:
-            extra_notes.append(("concurrency", f"--concurrency {c} over {n} replicas: each replica's plan (batch "
-                                               f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
-                                               "requests; round robin keeps each near that, a replica briefly holding "
-                                               "more runs those steps on vLLM's path"))
+            extra_notes.append(
+                (
+                    "concurrency",
+                    f"--concurrency {c} over {n} replicas: each replica's plan (batch "
+                    f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
+                    "requests; round robin keeps each near that, a replica briefly holding "
+                    "more runs those steps on vLLM's path",
+                )
+            )
     grouped = strategy not in INDEPENDENT
     if grouped:
         # The per-rank memory check runs for the group's own layout below, not for this one-node TP group.
@@ -126,20 +142,32 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":
         # vLLM 0.33 refuses adaptive verification with PP; `--adaptive on` is refused by expand() instead.
         argv, fallback = plan.block_argv, None
-        extra_notes.append(("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification"))
+        extra_notes.append(
+            ("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification")
+        )
     cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
     if strategy == "replicas" and '"cpu_offload":true' in (plan.flag("engram_config") or "").replace(" ", ""):
         # The host is shared: every replica keeps its own offloaded Engram tables in host memory.
         gib = (model.memory or {}).get("engram_tables_gib")
-        extra_notes.append(("host memory", f"each of the {layout['replicas']} replicas offloads its own Engram tables "
-                                           f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
-                                           "the node needs that much host RAM per replica"))
+        extra_notes.append(
+            (
+                "host memory",
+                f"each of the {layout['replicas']} replicas offloads its own Engram tables "
+                f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
+                "the node needs that much host RAM per replica",
+            )
+        )
     if grouped:  # after expand(): its usage errors (a missing --head-address) come first
         plan = _group_memory(model, gpu, plan, layout, bool(opts.get("memory_override")))
     if grouped:
-        extra_notes.append(("node plan", f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
-                                         "rules per node); the group's parallel flags come from the strategy, and the "
-                                         "memory note is per rank of the group's layout"))
+        extra_notes.append(
+            (
+                "node plan",
+                f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
+                "rules per node); the group's parallel flags come from the strategy, and the "
+                "memory note is per rank of the group's layout",
+            )
+        )
     return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes))
 
 
@@ -151,14 +179,28 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
     from rocm_dspark.recipe.plan import Note
 
-    util = float(plan.flag("gpu_memory_utilization") or 0.9)  # the plan's typed flags (recipe/plan.py), as resolve set them
+    util = float(
+        plan.flag("gpu_memory_utilization") or 0.9
+    )  # the plan's typed flags (recipe/plan.py), as resolve set them
     builds = (model.memory.get("layout") or {}).get("engram_dp_shard_builds") or ()
-    ranks = RankLayout(tp=layout["tp"], dp=layout["dp"], pp=layout.get("pp") or 1, nodes=layout["nodes"],
-                       gpus_per_node=layout["gpus_per_node"], ep=bool(layout.get("ep")))
-    memory, text = plan_memory(model, gpu, ranks, util=util, max_num_batched_tokens=plan.max_num_batched_tokens,
-                               engram_resident=plan.memory.engram_gib > 0,
-                               engram_dp_shard=plan.build is not None and plan.build.name in builds
-                               and plan.argv.flags.has("engram_config"), override=override)
+    ranks = RankLayout(
+        tp=layout["tp"],
+        dp=layout["dp"],
+        pp=layout.get("pp") or 1,
+        nodes=layout["nodes"],
+        gpus_per_node=layout["gpus_per_node"],
+        ep=bool(layout.get("ep")),
+    )
+    memory, text = plan_memory(
+        model,
+        gpu,
+        ranks,
+        util=util,
+        max_num_batched_tokens=plan.max_num_batched_tokens,
+        engram_resident=plan.memory.engram_gib > 0,
+        engram_dp_shard=plan.build is not None and plan.build.name in builds and plan.argv.flags.has("engram_config"),
+        override=override,
+    )
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
 

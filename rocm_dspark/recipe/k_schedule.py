@@ -28,8 +28,14 @@ def parse_schedule(text) -> tuple:
     for part in parts:
         span, colon, k = part.partition(":")
         lo, dash, hi = span.partition("-")
-        if not (colon and dash and lo.strip().isdigit() and hi.strip().isdigit() and k.strip().isdigit()
-                and all(len(x.strip()) <= 8 for x in (lo, hi, k))):
+        if not (
+            colon
+            and dash
+            and lo.strip().isdigit()
+            and hi.strip().isdigit()
+            and k.strip().isdigit()
+            and all(len(x.strip()) <= 8 for x in (lo, hi, k))
+        ):
             raise UsageError(f"{FLAG}: {part!r} is not LO-HI:K (e.g. 17-64:4)")
         lo_n, hi_n, k_n = int(lo), int(hi), int(k)
         if not 1 <= lo_n <= hi_n <= MAX_BATCH:

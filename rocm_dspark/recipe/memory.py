@@ -26,7 +26,7 @@ class RankLayout(NamedTuple):
     pp: int = 1
     nodes: int = 1
     gpus_per_node: int = 8
-    ep: bool = False            # expert parallel: whole experts per rank (same bytes per rank as flattened TP)
+    ep: bool = False  # expert parallel: whole experts per rank (same bytes per rank as flattened TP)
 
     def words(self) -> str:
         parts = [f"TP{self.tp}"] + [f"DP{self.dp}"] * (self.dp > 1) + [f"PP{self.pp}"] * (self.pp > 1)
@@ -43,7 +43,7 @@ def expert_share(model) -> float | None:
     k, e = model.architecture.get("experts_per_token"), model.architecture.get("routed_experts")
     if not k or not e:
         return 0.0  # a dense model: nothing is split over DP
-    experts = (total - active) / (1 - k / e)   # total = rest + experts; active = rest + experts * k / e
+    experts = (total - active) / (1 - k / e)  # total = rest + experts; active = rest + experts * k / e
     rest = max(total - experts, 0.0)
     eb, db = lay["expert_bytes_per_param"], lay["dense_bytes_per_param"]
     return experts * eb / (experts * eb + rest * db)
@@ -64,7 +64,7 @@ class Budget(NamedTuple):
     usable: float
     fixed: float
     weights: float
-    experts: float | None       # None: the single-node form (no split shown)
+    experts: float | None  # None: the single-node form (no split shown)
     engram: float
     engram_group: int
     indexer: float
@@ -73,8 +73,17 @@ class Budget(NamedTuple):
     text: str
 
 
-def rank_budget(model, gpu, layout: RankLayout, *, util: float, max_num_batched_tokens: int,
-                engram_resident: bool, engram_dp_shard: bool, extra: tuple[str, float] | None = None) -> Budget:
+def rank_budget(
+    model,
+    gpu,
+    layout: RankLayout,
+    *,
+    util: float,
+    max_num_batched_tokens: int,
+    engram_resident: bool,
+    engram_dp_shard: bool,
+    extra: tuple[str, float] | None = None,
+) -> Budget:
     """The per-rank budget of `layout`, with its one-line text (the memory note and the refusal); `extra` is
     (what, GiB) more per rank (the gfx942 mono weight copies)."""
     m = model.memory
@@ -105,70 +114,135 @@ def rank_budget(model, gpu, layout: RankLayout, *, util: float, max_num_batched_
             wtext = f"sharded weights {weights:.1f} (/ TP{' x PP' * (layout.pp > 1)}; no layout data: replicated per DP rank)"
         else:
             pp = f" x PP{layout.pp}" if layout.pp > 1 else ""
-            wtext = (f"sharded weights {weights:.1f} (routed experts {experts:.1f} over {layout.tp * layout.dp} ranks"
-                     f"{pp}, the rest {weights - experts:.1f} over TP{layout.tp}{pp}"
-                     f"{', on every DP rank' if layout.dp > 1 else ''})")
+            wtext = (
+                f"sharded weights {weights:.1f} (routed experts {experts:.1f} over {layout.tp * layout.dp} ranks"
+                f"{pp}, the rest {weights - experts:.1f} over TP{layout.tp}{pp}"
+                f"{', on every DP rank' if layout.dp > 1 else ''})"
+            )
     if not engram_resident:
         etext = "Engram tables 0.0 (offloaded)"
     elif single or layout.dp == 1:
         etext = f"Engram tables {engram:.1f}"
     else:
-        etext = (f"Engram tables {engram:.1f} (over TP{layout.tp} x node-local DP groups of {group})" if group > 1
-                 else f"Engram tables {engram:.1f} (over TP{layout.tp}, whole on every DP rank"
-                      f"{'' if engram_dp_shard else ': this build is not shown to shard them over DP'})")
-    text = (f"{head}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - fixed {fixed:.1f} - {wtext} - {etext} "
-            f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) "
-            + (f"- {extra[0]} {extra[1]:.1f} " if extra else "") + f"= KV {kv:.1f} GiB "
-            f"(model error +-{err:g} GiB)")
+        etext = (
+            f"Engram tables {engram:.1f} (over TP{layout.tp} x node-local DP groups of {group})"
+            if group > 1
+            else f"Engram tables {engram:.1f} (over TP{layout.tp}, whole on every DP rank"
+            f"{'' if engram_dp_shard else ': this build is not shown to shard them over DP'})"
+        )
+    text = (
+        f"{head}: {usable:.1f} GiB usable ({gpu.hbm_gb:g} x {util:g}) - fixed {fixed:.1f} - {wtext} - {etext} "
+        f"- indexer buffers {indexer:.1f} (max_num_batched_tokens {mnbt}) "
+        + (f"- {extra[0]} {extra[1]:.1f} " if extra else "")
+        + f"= KV {kv:.1f} GiB "
+        f"(model error +-{err:g} GiB)"
+    )
     return Budget(usable, fixed, weights, experts, engram, group, indexer, kv, err, text)
 
 
 def refusal(budget: Budget, model, *, single: bool, max_num_batched_tokens: int) -> UsageError:
     m = model.memory
-    hint = (f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"
-            if max_num_batched_tokens > 4096 else "")
+    hint = (
+        f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"
+        if max_num_batched_tokens > 4096
+        else ""
+    )
     more = "use a larger --tp"
     if not single:
-        builds = ((m.get("layout") or {}).get("engram_dp_shard_builds") or ())
-        shard = (f", a build that shards Engram tables over DP (--build {' or '.join(builds)})"
-                 if builds and budget.engram and budget.engram_group == 1 else "")
+        builds = (m.get("layout") or {}).get("engram_dp_shard_builds") or ()
+        shard = (
+            f", a build that shards Engram tables over DP (--build {' or '.join(builds)})"
+            if builds and budget.engram and budget.engram_group == 1
+            else ""
+        )
         more = f"use a larger --tp per rank{shard} or another --strategy"
     return UsageError(f"no room for KV cache: {budget.text}; {more}{hint}, or --memory-override to emit it anyway")
 
 
-def plan_memory(model, gpu, layout: RankLayout, *, util: float, max_num_batched_tokens: int, engram_resident: bool,
-                engram_dp_shard: bool, override: bool, extra: tuple[str, float] | None = None):
+def plan_memory(
+    model,
+    gpu,
+    layout: RankLayout,
+    *,
+    util: float,
+    max_num_batched_tokens: int,
+    engram_resident: bool,
+    engram_dp_shard: bool,
+    override: bool,
+    extra: tuple[str, float] | None = None,
+):
     """(plan.Memory, the memory note's text) for `layout`; UsageError with the numbers when it leaves no KV room
     and `override` (--memory-override) is not given."""
     from rocm_dspark.recipe.plan import Memory
 
     m = model.memory
-    b = rank_budget(model, gpu, layout, util=util, max_num_batched_tokens=max_num_batched_tokens,
-                    engram_resident=engram_resident, engram_dp_shard=engram_dp_shard, extra=extra)
-    max_len = int(next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
-                  or model.architecture["context_length"])
+    b = rank_budget(
+        model,
+        gpu,
+        layout,
+        util=util,
+        max_num_batched_tokens=max_num_batched_tokens,
+        engram_resident=engram_resident,
+        engram_dp_shard=engram_dp_shard,
+        extra=extra,
+    )
+    max_len = int(
+        next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
+        or model.architecture["context_length"]
+    )
     tokens = int(b.kv / m["kv_gib_per_million_tokens"] * 1024 * 1024) if b.kv > 0 else None
-    mem = Memory(hbm_gib=gpu.hbm_gb, usable_gib=round(b.usable, 2), weights_gib=round(b.weights, 2),
-                 engram_gib=round(b.engram, 2), indexer_gib=round(b.indexer, 2), margin_gib=round(b.fixed, 2),
-                 kv_gib=round(b.kv, 2), kv_tokens=tokens, kv_multiples=round(tokens / max_len, 2) if tokens else None,
-                 error_gib=b.error, sources=tuple(m["sources"]), override=False)
+    mem = Memory(
+        hbm_gib=gpu.hbm_gb,
+        usable_gib=round(b.usable, 2),
+        weights_gib=round(b.weights, 2),
+        engram_gib=round(b.engram, 2),
+        indexer_gib=round(b.indexer, 2),
+        margin_gib=round(b.fixed, 2),
+        kv_gib=round(b.kv, 2),
+        kv_tokens=tokens,
+        kv_multiples=round(tokens / max_len, 2) if tokens else None,
+        error_gib=b.error,
+        sources=tuple(m["sources"]),
+        override=False,
+    )
     if b.kv + b.error <= 0:
         if not override:
-            raise refusal(b, model, single=layout.dp == 1 and layout.pp == 1,
-                          max_num_batched_tokens=max_num_batched_tokens)
-        return mem._replace(override=True), f"OVERRIDDEN (--memory-override): {b.text}; vLLM will likely refuse to start"
-    room = (f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len {max_len}" if tokens
-            else "none by the estimate, within the model's error")
+            raise refusal(
+                b, model, single=layout.dp == 1 and layout.pp == 1, max_num_batched_tokens=max_num_batched_tokens
+            )
+        return mem._replace(
+            override=True
+        ), f"OVERRIDDEN (--memory-override): {b.text}; vLLM will likely refuse to start"
+    room = (
+        f"about {tokens:,} tokens = {mem.kv_multiples:g} x max_model_len {max_len}"
+        if tokens
+        else "none by the estimate, within the model's error"
+    )
     return mem, f"{b.text}: {room} (calibrated on InferenceX's published KV headroom: {m['sources'][0]})"
 
 
 def short_text(mem, layout: RankLayout) -> str:
     """The memory note in a few words (the default output; the full budget stays in the note's text)."""
-    where = f"TP{layout.tp}" + (f" x DP{layout.dp}" if layout.dp > 1 else "") + (
-        f" x PP{layout.pp}" if layout.pp > 1 else "") + (" EP" if layout.ep else "")
-    return (("OVERRIDDEN (--memory-override): " if mem.override else "")
-            + f"KV {mem.kv_gib:.1f} GiB per rank (+-{mem.error_gib:g}) at {where}"
-            + (f": about {mem.kv_tokens:,} tokens = {mem.kv_multiples:g} x max_model_len" if mem.kv_tokens else ""))
+    where = (
+        f"TP{layout.tp}"
+        + (f" x DP{layout.dp}" if layout.dp > 1 else "")
+        + (f" x PP{layout.pp}" if layout.pp > 1 else "")
+        + (" EP" if layout.ep else "")
+    )
+    return (
+        ("OVERRIDDEN (--memory-override): " if mem.override else "")
+        + f"KV {mem.kv_gib:.1f} GiB per rank (+-{mem.error_gib:g}) at {where}"
+        + (f": about {mem.kv_tokens:,} tokens = {mem.kv_multiples:g} x max_model_len" if mem.kv_tokens else "")
+    )
 
 
-__all__ = ["short_text", "RankLayout", "Budget", "rank_budget", "plan_memory", "expert_share", "engram_dp_group", "refusal"]
+__all__ = [
+    "short_text",
+    "RankLayout",
+    "Budget",
+    "rank_budget",
+    "plan_memory",
+    "expert_share",
+    "engram_dp_group",
+    "refusal",
+]

@@ -15,10 +15,10 @@ from rocm_dspark.recipe.capture import vllm_capture_grid
 
 class Mono(NamedTuple):
     on: bool
-    why: str                      # one line: what runs, or why it is off and which layout would take it
-    short: str = ""               # the same in a few words (the default output)
-    rows: int | None = None       # the padded rows of a decode step of `concurrency` requests
-    max_rows: int | None = None   # the arch's kernels' rows at most
+    why: str  # one line: what runs, or why it is off and which layout would take it
+    short: str = ""  # the same in a few words (the default output)
+    rows: int | None = None  # the padded rows of a decode step of `concurrency` requests
+    max_rows: int | None = None  # the arch's kernels' rows at most
     max_requests: int | None = None  # the most requests a step may carry and still take the kernels, at this K
 
 
@@ -37,9 +37,23 @@ def max_requests(max_rows: int, k: int, capture_size: int) -> int:
     return n
 
 
-def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, tp: int, dp: int, ep: int,
-           nodes: int, k: int, concurrency: int | None, capture_size: int, k_schedule: bool,
-           env_keys: tuple[str, ...] = ()) -> Mono | None:
+def decide(
+    mono: dict,
+    *,
+    model: str,
+    gpu,
+    build: str,
+    has_change: bool | None,
+    tp: int,
+    dp: int,
+    ep: int,
+    nodes: int,
+    k: int,
+    concurrency: int | None,
+    capture_size: int,
+    k_schedule: bool,
+    env_keys: tuple[str, ...] = (),
+) -> Mono | None:
     """The decision for one plan; None where the model has no mono layer (nothing to say)."""
     if not mono or model not in mono["models"]:
         return None
@@ -48,8 +62,10 @@ def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, 
         return Mono(False, f"mono decode off: {short}{more}", f"off: {short}", **kw)
 
     if has_change is not True:
-        return off(f"{build} {'lacks' if has_change is False else 'is not shown to contain'} {mono['change']} "
-                   f"({mono['flag']} is in vLLM 0.33.0 on)")
+        return off(
+            f"{build} {'lacks' if has_change is False else 'is not shown to contain'} {mono['change']} "
+            f"({mono['flag']} is in vLLM 0.33.0 on)"
+        )
     arch = mono["archs"].get(gpu.arch)
     if arch is None:
         return off(f"{gpu.arch} has no mono kernels (they take {', '.join(mono['archs'])})")
@@ -61,20 +77,30 @@ def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, 
     per = None if concurrency is None or not n_rep else -(-concurrency // n_rep)
     fits_rep = per is None or step_rows(per, k, capture_size) <= arch["max_rows"]
     run = f"--strategy replicas --replicas {n_rep}" if n_rep else ""
-    pair = (f"; for all {g} GPUs, {run} would ({n_rep} independent TP-{top} servers behind vllm-router"
-            f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the kernels)"
-            if n_rep and fits_rep else "")
+    pair = (
+        f"; for all {g} GPUs, {run} would ({n_rep} independent TP-{top} servers behind vllm-router"
+        f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the kernels)"
+        if n_rep and fits_rep
+        else ""
+    )
     if dp > 1 or ep > 1 or nodes > 1:
-        what = ", ".join(w for w, on in ((f"data parallel {dp}", dp > 1), ("expert parallel", ep > 1),
-                                          (f"{nodes} nodes", nodes > 1)) if on)
+        what = ", ".join(
+            w
+            for w, on in ((f"data parallel {dp}", dp > 1), ("expert parallel", ep > 1), (f"{nodes} nodes", nodes > 1))
+            if on
+        )
         return off(f"{what} (the kernels take tensor parallelism only, --tp {tps})", pair)
     if tp not in arch["tp"]:
         if tp > top and pair:
-            return off(f"TP {tp} (the {gpu.arch} kernels take TP {tps}): {run} would take it",
-                       f" on all {g} GPUs ({n_rep} independent TP-{top} servers behind vllm-router"
-                       f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the "
-                       f"kernels), --tp {top} on {top} of them")
-        return off(f"TP {tp} (the {gpu.arch} kernels take TP {tps}): --tp {top} would take it", pair if tp > top else "")
+            return off(
+                f"TP {tp} (the {gpu.arch} kernels take TP {tps}): {run} would take it",
+                f" on all {g} GPUs ({n_rep} independent TP-{top} servers behind vllm-router"
+                f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the "
+                f"kernels), --tp {top} on {top} of them",
+            )
+        return off(
+            f"TP {tp} (the {gpu.arch} kernels take TP {tps}): --tp {top} would take it", pair if tp > top else ""
+        )
     if gpu.compute_units < mono["min_compute_units"]:
         return off(f"{gpu.compute_units} compute units (the kernels need {mono['min_compute_units']})")
     unset = [e for e in mono["unset_env"] if e in env_keys]
@@ -85,17 +111,30 @@ def decide(mono: dict, *, model: str, gpu, build: str, has_change: bool | None, 
     n = max_requests(arch["max_rows"], k, capture_size)
     fits = f"up to {n} requests at K={k} fit {arch['max_rows']} rows"
     if concurrency is None:
-        return off(f"no --concurrency ({fits}: pass --concurrency {n} or less)", max_rows=arch["max_rows"],
-                   max_requests=n)
+        return off(
+            f"no --concurrency ({fits}: pass --concurrency {n} or less)", max_rows=arch["max_rows"], max_requests=n
+        )
     rows = step_rows(concurrency, k, capture_size)
     if rows > arch["max_rows"]:
         tokens = concurrency * (k + 1)
         pad = f"{tokens} rows" if rows == tokens else f"{tokens} tokens, padded to {rows} rows"
-        return off(f"{concurrency} requests x (1+K={k + 1}) = {pad} > {arch['max_rows']} ({fits})",
-                   rows=rows, max_rows=arch["max_rows"], max_requests=n)
-    return Mono(True, (f"ON ({mono['flag']}): decode steps of up to {concurrency} requests ({rows} rows <= "
-                       f"{arch['max_rows']}; {fits}) run each layer as two FlyDSL launches"),
-                f"ON ({mono['flag']}): steps of <= {n} requests at K={k}", rows, arch["max_rows"], n)
+        return off(
+            f"{concurrency} requests x (1+K={k + 1}) = {pad} > {arch['max_rows']} ({fits})",
+            rows=rows,
+            max_rows=arch["max_rows"],
+            max_requests=n,
+        )
+    return Mono(
+        True,
+        (
+            f"ON ({mono['flag']}): decode steps of up to {concurrency} requests ({rows} rows <= "
+            f"{arch['max_rows']}; {fits}) run each layer as two FlyDSL launches"
+        ),
+        f"ON ({mono['flag']}): steps of <= {n} requests at K={k}",
+        rows,
+        arch["max_rows"],
+        n,
+    )
 
 
 __all__ = ["Mono", "decide", "step_rows", "max_requests"]

@@ -24,13 +24,21 @@ from rocm_dspark.recipe.vllm_args import emit
 # dest -> the vLLM flag that sets it: the one mapping between the plan's settings and argv (vLLM's EngineArgs
 # derives its CLI from its config fields the same way). Any other dest is spelled by vLLM's own rule, flag_for.
 FLAG_OF = {
-    "served_model_name": "--served-model-name", "host": "--host", "port": "--port",
-    "tensor_parallel_size": "--tensor-parallel-size", "data_parallel_size": "--data-parallel-size",
-    "data_parallel_size_local": "--data-parallel-size-local", "data_parallel_address": "--data-parallel-address",
-    "enable_expert_parallel": "--enable-expert-parallel", "moe_backend": "--moe-backend",
-    "gpu_memory_utilization": "--gpu-memory-utilization", "compilation_config": "--compilation-config",
-    "engram_config": "--engram-config", "speculative_config": "--speculative-config",
-    "max_num_seqs": "--max-num-seqs", "max_num_batched_tokens": "--max-num-batched-tokens",
+    "served_model_name": "--served-model-name",
+    "host": "--host",
+    "port": "--port",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
+    "data_parallel_size_local": "--data-parallel-size-local",
+    "data_parallel_address": "--data-parallel-address",
+    "enable_expert_parallel": "--enable-expert-parallel",
+    "moe_backend": "--moe-backend",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "compilation_config": "--compilation-config",
+    "engram_config": "--engram-config",
+    "speculative_config": "--speculative-config",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
     "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
 }
 
@@ -140,7 +148,7 @@ class Command(tuple[str, ...]):
     def gpus_per_node_used(self) -> int:
         """GPUs this `vllm serve` uses on its node: TP x local DP (else DP) x PP."""
         dp = self.value("data_parallel_size_local") or self.value("data_parallel_size") or 1
-        return (self.int_value("tensor_parallel_size") * int(dp) * self.int_value("pipeline_parallel_size"))
+        return self.int_value("tensor_parallel_size") * int(dp) * self.int_value("pipeline_parallel_size")
 
     def without(self, dest: str) -> "Command":
         flag = flag_for(dest)  # and its dotted keys (--speculative-config.method=...), which vLLM merges into it
@@ -148,8 +156,14 @@ class Command(tuple[str, ...]):
 
 
 # vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
-_SHORT = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size", "-pp": "--pipeline-parallel-size",
-          "-sc": "--speculative-config", "-cc": "--compilation-config", "-O": "--optimization-level"}
+_SHORT = {
+    "-tp": "--tensor-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-sc": "--speculative-config",
+    "-cc": "--compilation-config",
+    "-O": "--optimization-level",
+}
 _UNDERSCORES = r"(?<=--)[^.]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
@@ -189,7 +203,7 @@ class Selection(NamedTuple):
     max_num_batched_tokens: int | None = None
     num_speculative_tokens: int | None = None
     capture_cap: int | None = None
-    vllm_version: str | None = None   # a build name, or a release number that names a build (0.33.0)
+    vllm_version: str | None = None  # a build name, or a release number that names a build (0.33.0)
     benchmark_synthetic: float | None = None
     model_path: str | None = None
     served_name: str | None = None
@@ -197,15 +211,15 @@ class Selection(NamedTuple):
     port: int | None = None
     extra_args: tuple[str, ...] = ()  # "--flag" or "--flag=value"
     extra_env: tuple[tuple[str, str], ...] = ()
-    build: str | None = None          # a build name from recipes/vllm.yaml (wins over vllm_version)
-    concurrency: int | None = None    # expected concurrent requests: drives workload rules
-    memory_override: bool = False     # start even when the memory model finds no KV room (noted)
-    images: tuple = ()                # (repo:tag, registry answer) read from this host's cache (rocm_dspark.images.cache)
-    today: str | None = None          # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
+    build: str | None = None  # a build name from recipes/vllm.yaml (wins over vllm_version)
+    concurrency: int | None = None  # expected concurrent requests: drives workload rules
+    memory_override: bool = False  # start even when the memory model finds no KV room (noted)
+    images: tuple = ()  # (repo:tag, registry answer) read from this host's cache (rocm_dspark.images.cache)
+    today: str | None = None  # YYYY-MM-DD, for the nightly retention note; None: the catalog's newest build date
     k_schedule: tuple[tuple[int, int, int], ...] | None = None  # per-batch-size K (rocm_dspark.recipe.k_schedule)
-    no_speculation: bool = False      # serve the target model alone (what `plan` recommends where drafting loses)
-    image: str | None = None          # --image REF: run REF instead of the build's image
-    registry: str | None = None       # --registry HOST[:PORT]: every image maps to the same repo:tag on this mirror
+    no_speculation: bool = False  # serve the target model alone (what `plan` recommends where drafting loses)
+    image: str | None = None  # --image REF: run REF instead of the build's image
+    registry: str | None = None  # --registry HOST[:PORT]: every image maps to the same repo:tag on this mirror
     image_software: dict | None = None  # the image's own software (rocm_dspark.probe.software, read in the image)
 
 
@@ -213,9 +227,9 @@ class State(StrEnum):
     """The one vocabulary of the gate's answer (composed in rocm_dspark/usecase/verdict.py); the reason is words
     for the note, never parsed."""
 
-    PROVEN = "proven"                  # adaptive verification is proven here and pays (or --adaptive on)
-    REFUTED = "refuted"                # the newest matching evidence is that it fails here
-    NOT_PROVEN = "not proven"          # no record, or none that matches and is complete
+    PROVEN = "proven"  # adaptive verification is proven here and pays (or --adaptive on)
+    REFUTED = "refuted"  # the newest matching evidence is that it fails here
+    NOT_PROVEN = "not proven"  # no record, or none that matches and is complete
     NOT_PAYING = "proven, not paying"  # proven here, but the payoff half keeps block verification
 
 
@@ -228,7 +242,7 @@ class Verdict(NamedTuple):
     adaptive_proven: bool
     reason: str
     record: str | None = None
-    state: State | None = None     # None is read from adaptive_proven
+    state: State | None = None  # None is read from adaptive_proven
 
     @property
     def outcome(self) -> State:
@@ -251,76 +265,76 @@ class Verdict(NamedTuple):
 class Build(NamedTuple):
     """One vLLM build (an image), as recipes/vllm.yaml records it."""
 
-    name: str                         # e.g. "nightly-3df4ae15", "v0.33.0"
-    image: str                        # what the plan runs: repo@sha256:... when published, else repo:tag
-    image_tag: str                    # repo:tag
-    digest: str | None                # sha256:... from public evidence; None = resolved at launch
+    name: str  # e.g. "nightly-3df4ae15", "v0.33.0"
+    image: str  # what the plan runs: repo@sha256:... when published, else repo:tag
+    image_tag: str  # repo:tag
+    digest: str | None  # sha256:... from public evidence; None = resolved at launch
     vllm_commit: str | None
-    reported_version: str | None      # what `vllm --version` says (a label, not a feature test); None: not recorded
+    reported_version: str | None  # what `vllm --version` says (a label, not a feature test); None: not recorded
     rocm: str | None
-    channel: str                      # a channel of recipes/vllm.yaml `channels` (release, nightly, ...)
-    changes: tuple[str, ...]          # upstream changes contained, e.g. ("vllm#56227", ...)
-    status: str                       # current | superseded
+    channel: str  # a channel of recipes/vllm.yaml `channels` (release, nightly, ...)
+    changes: tuple[str, ...]  # upstream changes contained, e.g. ("vllm#56227", ...)
+    status: str  # current | superseded
     date: str
     evidence: tuple[str, ...]
-    adaptive_on_rocm_v41: str = "refused"   # refused | native | unknown: AV for V4.1 on ROCm (filled by resolve)
+    adaptive_on_rocm_v41: str = "refused"  # refused | native | unknown: AV for V4.1 on ROCm (filled by resolve)
     adaptive_evidence: str = ""
-    facts: dict = {}                  # change -> {"in": True/False/None, "how": ancestry|wheel|parser|note, "source"}
-    gpus: dict = {}                   # GPU key -> public evidence of V4.1 runs on this build
+    facts: dict = {}  # change -> {"in": True/False/None, "how": ancestry|wheel|parser|note, "source"}
+    gpus: dict = {}  # GPU key -> public evidence of V4.1 runs on this build
     status_note: str = ""
-    resolution: dict = {}             # this host's registry answer for image_tag (rocm_dspark.images.cache), {} if none
+    resolution: dict = {}  # this host's registry answer for image_tag (rocm_dspark.images.cache), {} if none
 
 
 class Memory(NamedTuple):
     """Per-rank HBM budget (GiB) for the plan's layout, from recipe data; see resolve.memory_layer."""
 
     hbm_gib: float
-    usable_gib: float                 # hbm x gpu_memory_utilization
-    weights_gib: float                # weights split across TP, per rank (Engram tables apart)
-    engram_gib: float                 # Engram tables resident per rank (0 when offloaded)
-    indexer_gib: float                # [max_num_batched_tokens, max_model_len] fp8 logits buffer and companions
-    margin_gib: float                 # the fixed per-rank part: replicated weights, activations, graphs, runtime
-    kv_gib: float                     # what is left for KV cache
-    kv_tokens: int | None             # KV capacity in tokens (None when kv_gib <= 0)
-    kv_multiples: float | None        # kv_tokens / max_model_len
-    error_gib: float                  # the model's stated error against published KV headroom
+    usable_gib: float  # hbm x gpu_memory_utilization
+    weights_gib: float  # weights split across TP, per rank (Engram tables apart)
+    engram_gib: float  # Engram tables resident per rank (0 when offloaded)
+    indexer_gib: float  # [max_num_batched_tokens, max_model_len] fp8 logits buffer and companions
+    margin_gib: float  # the fixed per-rank part: replicated weights, activations, graphs, runtime
+    kv_gib: float  # what is left for KV cache
+    kv_tokens: int | None  # KV capacity in tokens (None when kv_gib <= 0)
+    kv_multiples: float | None  # kv_tokens / max_model_len
+    error_gib: float  # the model's stated error against published KV headroom
     sources: tuple[str, ...]
-    override: bool = False            # refused layout started anyway (--memory-override)
+    override: bool = False  # refused layout started anyway (--memory-override)
 
 
 class LaunchPlan(NamedTuple):
-    model_id: str                 # Hugging Face id passed to `vllm serve`
-    model_key: str                # catalog key, e.g. "DeepSeek-V4.1-Flash"
-    served_name: str              # --served-model-name
-    gpu: str                      # catalog GPU key, e.g. "mi355x"
-    arch: str                     # gfx942 / gfx950
-    profile: str                  # profile id, e.g. "DeepSeek-V4.1-Flash/mi355x"
-    status: str                   # verified / experimental / unverified
+    model_id: str  # Hugging Face id passed to `vllm serve`
+    model_key: str  # catalog key, e.g. "DeepSeek-V4.1-Flash"
+    served_name: str  # --served-model-name
+    gpu: str  # catalog GPU key, e.g. "mi355x"
+    arch: str  # gfx942 / gfx950
+    profile: str  # profile id, e.g. "DeepSeek-V4.1-Flash/mi355x"
+    status: str  # verified / experimental / unverified
     status_date: str
     evidence: tuple[str, ...]
-    vllm_version: str             # the build's reported version (a label, not a feature test)
-    image: str                    # container image: pinned by digest where one is published
+    vllm_version: str  # the build's reported version (a label, not a feature test)
+    image: str  # container image: pinned by digest where one is published
     host: str
     port: int
-    argv: tuple[str, ...]         # the command that runs: block_argv or adaptive_argv (verdict applied last); a
-                                  # Command from resolve: read settings from argv.flags (or plan.flag), never the words
+    argv: tuple[str, ...]  # the command that runs: block_argv or adaptive_argv (verdict applied last); a
+    # Command from resolve: read settings from argv.flags (or plan.flag), never the words
     env: dict[str, str]
-    speculative_config: dict      # the exact object serialised into argv's --speculative-config
+    speculative_config: dict  # the exact object serialised into argv's --speculative-config
     adaptive_verification: bool
-    block_argv: Command | None = None              # full block verification: always set by resolve()
+    block_argv: Command | None = None  # full block verification: always set by resolve()
     notes: tuple[Note, ...] = ()
-    adaptive_argv: Command | None = None           # adaptive verification on; None where not allowed
+    adaptive_argv: Command | None = None  # adaptive verification on; None where not allowed
     build: Build | None = None
     tp: int = 1
     dp: int = 1
-    ep: int = 1                   # 1 (off) or tp x dp
+    ep: int = 1  # 1 (off) or tp x dp
     pp: int = 1
     nodes: int = 1
-    dp_local: int = 1             # data-parallel ranks on each node
+    dp_local: int = 1  # data-parallel ranks on each node
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
-    capture_size: int = 0         # --max-cudagraph-capture-size
-    k: int = 0                    # num_speculative_tokens (0: no speculative decoding)
+    capture_size: int = 0  # --max-cudagraph-capture-size
+    k: int = 0  # num_speculative_tokens (0: no speculative decoding)
     concurrency: int | None = None
     memory: Memory | None = None
     model_path: str | None = None  # --model-path: a local checkpoint (container modes mount it read-only)

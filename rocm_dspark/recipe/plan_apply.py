@@ -16,8 +16,11 @@ def _option_words(speculative_config: dict) -> tuple[list[str], dict, str | None
     schedule = speculative_config.get("num_speculative_tokens_per_batch_size")
     if schedule:
         text = format_schedule(schedule)
-        return (["--num-speculative-tokens", str(k), FLAG, text], {"num_speculative_tokens": str(k), "k_schedule": text},
-                "per-batch-size K")
+        return (
+            ["--num-speculative-tokens", str(k), FLAG, text],
+            {"num_speculative_tokens": str(k), "k_schedule": text},
+            "per-batch-size K",
+        )
     return ["--num-speculative-tokens", str(k)], {"num_speculative_tokens": str(k)}, None
 
 
@@ -32,8 +35,9 @@ def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tup
     words, values, change = _option_words(speculative_config)
     base = ["rocm-dspark", "recipe", "--model", model.key, "--gpu", gpu_key]
     change = {"adaptive": catalog.adaptive_change, "per-batch-size K": catalog.dynamic_k_change}.get(change, change)
-    tries = [[]] + [["--build", name] for name, b in catalog.builds.items()
-                    if change and catalog.contains(b, change) is True]
+    tries = [[]] + [
+        ["--build", name] for name, b in catalog.builds.items() if change and catalog.contains(b, change) is True
+    ]
     why = None
     for extra in tries:
         opts = {"model": model.key, "gpu": gpu_key, **values, **({"build": extra[1]} if extra else {})}

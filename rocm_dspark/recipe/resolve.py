@@ -115,8 +115,13 @@ def model_layer(s: _State) -> None:
     s.model = model = catalog.find_model(sel.model)
     s.gpu = gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
     if sel.gpu is None or sel.gpu_source == "default":
-        s.notes.append(Note("gpu", f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change",
-                            f"{gpu.key}, the model's default (none given or detected); pass --gpu to change"))
+        s.notes.append(
+            Note(
+                "gpu",
+                f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change",
+                f"{gpu.key}, the model's default (none given or detected); pass --gpu to change",
+            )
+        )
     elif sel.gpu_source == "detected":
         s.notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
     _check_given(sel)
@@ -132,13 +137,21 @@ def profile_layer(s: _State) -> None:
     model, gpu, sel = s.model, s.gpu, s.sel
     profile = model.profiles.get(gpu.key)
     if profile is None:
-        raise UsageError(f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}")
+        raise UsageError(
+            f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}"
+        )
     s.profile = profile
     s.fields = {
-        "tp": profile.tp, "dp": profile.dp, "ep": profile.ep, "max_num_seqs": profile.max_num_seqs,
-        "max_num_batched_tokens": profile.max_num_batched_tokens, "capture_cap": profile.capture_cap,
-        "cudagraph_mode": profile.cudagraph_mode, "breakable_cudagraph": profile.breakable_cudagraph,
-        "moe_backend": profile.moe_backend, "gpu_memory_utilization": profile.gpu_memory_utilization,
+        "tp": profile.tp,
+        "dp": profile.dp,
+        "ep": profile.ep,
+        "max_num_seqs": profile.max_num_seqs,
+        "max_num_batched_tokens": profile.max_num_batched_tokens,
+        "capture_cap": profile.capture_cap,
+        "cudagraph_mode": profile.cudagraph_mode,
+        "breakable_cudagraph": profile.breakable_cudagraph,
+        "moe_backend": profile.moe_backend,
+        "gpu_memory_utilization": profile.gpu_memory_utilization,
         "engram_cpu_offload": profile.engram_cpu_offload,
         "adaptive_verification": bool(model.speculative["adaptive_verification"]),
     }
@@ -151,19 +164,29 @@ def profile_layer(s: _State) -> None:
             s.fields[name] = value
             s.explicit.add(name)
     if sel.concurrency is not None and sel.concurrency <= 0:
-        raise UsageError(f"--concurrency must be a positive integer (expected concurrent requests), got {sel.concurrency}")
+        raise UsageError(
+            f"--concurrency must be a positive integer (expected concurrent requests), got {sel.concurrency}"
+        )
     s.env.update(profile.env)
     s.extra_args = list(profile.args)
     # Every status, "verified" included: a public verification is not a run of this plan on this host.
     unrun = not any(gpu.key in b.gpus for b in s.catalog.builds.values())
     no_run = f"; no build in recipes/vllm.yaml has a public run on {gpu.key}" if unrun else ""
-    s.notes.append(Note("status", (
-        f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
-        f"{', '.join(profile.evidence)}){no_run}; not yet run on MI300-class hardware by rocm-dspark: run "
-        f"`rocm-dspark validate` before taking traffic"), (
-        f"{profile.status} ({profile.status_date}), "
-        + (f"no public {gpu.key} run of any build" if unrun else "not yet run by rocm-dspark")
-        + ": run `rocm-dspark validate` before taking traffic")))
+    s.notes.append(
+        Note(
+            "status",
+            (
+                f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
+                f"{', '.join(profile.evidence)}){no_run}; not yet run on MI300-class hardware by rocm-dspark: run "
+                f"`rocm-dspark validate` before taking traffic"
+            ),
+            (
+                f"{profile.status} ({profile.status_date}), "
+                + (f"no public {gpu.key} run of any build" if unrun else "not yet run by rocm-dspark")
+                + ": run `rocm-dspark validate` before taking traffic"
+            ),
+        )
+    )
 
 
 def _pick_build(s: _State):
@@ -173,8 +196,10 @@ def _pick_build(s: _State):
     if sel.build and sel.vllm_version:
         b, v = catalog.find_build(sel.build), catalog.find_build(sel.vllm_version)
         if b.name != v.name:
-            raise UsageError(f"--build {sel.build} and --vllm-version {sel.vllm_version} name different builds "
-                             f"({b.name}, {v.name}); pass one of them")
+            raise UsageError(
+                f"--build {sel.build} and --vllm-version {sel.vllm_version} name different builds "
+                f"({b.name}, {v.name}); pass one of them"
+            )
         return b, "given by --build"
     defaults, why = catalog.default_builds(s.gpu)
     if sel.build:
@@ -212,22 +237,43 @@ def _image_own_build(s: _State, b, why: str):
     elif named and named[0].reported_version:  # the tag of a build recipes/vllm.yaml records
         version, source = named[0].reported_version, f"recipes/vllm.yaml (the tag of build {named[0].name})"
     else:
-        s.notes.append(Note("image source", (
-            f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "
-            f"host yet (`rocm-dspark images --image` reads a version label, `up` the in-image probe), so the plan "
-            f"assumes {b.name}'s ({b.reported_version or 'not recorded'})"), f"--image {sel.image}: vLLM assumed {b.name}"))
+        s.notes.append(
+            Note(
+                "image source",
+                (
+                    f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "
+                    f"host yet (`rocm-dspark images --image` reads a version label, `up` the in-image probe), so the plan "
+                    f"assumes {b.name}'s ({b.reported_version or 'not recorded'})"
+                ),
+                f"--image {sel.image}: vLLM assumed {b.name}",
+            )
+        )
         return b, why
     release = version.split("+", 1)[0]
     try:
         own = s.catalog.find_build(release)
     except UsageError:
-        s.notes.append(Note("image source", (
-            f"--image {sel.image}: runs instead of build {b.name}'s image; {source} says vLLM {version}, which no "
-            f"build in recipes/vllm.yaml is, so the plan assumes {b.name}'s facts"), f"--image {sel.image}: vLLM {version}"))
+        s.notes.append(
+            Note(
+                "image source",
+                (
+                    f"--image {sel.image}: runs instead of build {b.name}'s image; {source} says vLLM {version}, which no "
+                    f"build in recipes/vllm.yaml is, so the plan assumes {b.name}'s facts"
+                ),
+                f"--image {sel.image}: vLLM {version}",
+            )
+        )
         return b, why
-    s.notes.append(Note("image source", (
-        f"--image {sel.image}: runs instead of the build's image; planned as build {own.name} because {source} says "
-        f"the image's vLLM is {version}"), f"--image {sel.image}: vLLM {version} ({source.split(' (')[0]})"))
+    s.notes.append(
+        Note(
+            "image source",
+            (
+                f"--image {sel.image}: runs instead of the build's image; planned as build {own.name} because {source} says "
+                f"the image's vLLM is {version}"
+            ),
+            f"--image {sel.image}: vLLM {version} ({source.split(' (')[0]})",
+        )
+    )
     return own, f"the image's own vLLM {version}, read by {source}"
 
 
@@ -239,9 +285,16 @@ def _on_registry(s: _State, b):
         return b
     tag = pick.on_mirror(sel.image or b.image_tag, sel.registry)
     if sel.registry:
-        s.notes.append(Note("registry", (
-            f"--registry {sel.registry}: every image maps to the same repository and tag there "
-            f"({sel.image or b.image_tag} -> {tag})"), f"mirror {sel.registry}"))
+        s.notes.append(
+            Note(
+                "registry",
+                (
+                    f"--registry {sel.registry}: every image maps to the same repository and tag there "
+                    f"({sel.image or b.image_tag} -> {tag})"
+                ),
+                f"mirror {sel.registry}",
+            )
+        )
     if sel.image:
         return b._replace(image=tag, image_tag=tag, digest=None)
     return b._replace(image=pick.on_mirror(b.image, sel.registry), image_tag=tag)
@@ -260,7 +313,8 @@ def build_layer(s: _State) -> None:
             raise UsageError(
                 f"vLLM build {b.name} {what} {model.key} ({change}: {catalog.changes[change]['title']}); "
                 f"pick another with --build ({', '.join(catalog.builds)})"
-                + (f" or use the fallback model --model {model.fallback}" if model.fallback else ""))
+                + (f" or use the fallback model --model {model.fallback}" if model.fallback else "")
+            )
     av = catalog.contains(b, catalog.adaptive_change)
     notes = catalog.adaptive_notes
     replacement = pick.first_held(catalog.default_builds(s.gpu)[0], s.sel.images)[0].name
@@ -270,13 +324,26 @@ def build_layer(s: _State) -> None:
     s.build = b._replace(
         adaptive_on_rocm_v41={True: "native", False: "refused", None: "unknown"}[av],
         adaptive_evidence=notes["native_evidence"] if av else notes["refused_evidence"],
-        image=image, resolution=dict(entry or {}))
+        image=image,
+        resolution=dict(entry or {}),
+    )
     version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
-    s.notes.append(Note("build", (
-        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}"),
-        f"{b.name} (ROCm {b.rocm or 'not established'}): {_short_why(why)}"))
-    s.notes.append(Note("image", image_note, "" if entry or b.digest else (
-        "unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest")))
+    s.notes.append(
+        Note(
+            "build",
+            (f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}"),
+            f"{b.name} (ROCm {b.rocm or 'not established'}): {_short_why(why)}",
+        )
+    )
+    s.notes.append(
+        Note(
+            "image",
+            image_note,
+            ""
+            if entry or b.digest
+            else ("unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest"),
+        )
+    )
     gone = pick.retention_note(catalog, b, s.sel.today, replacement)
     if gone:
         s.notes.append(Note("build gone", gone))
@@ -303,8 +370,9 @@ def workload_layer(s: _State) -> None:
     if c is None:
         return
     if not w:
-        s.notes.append(Note("workload", f"{s.model.key} has no concurrency rules in its recipe: --concurrency {c} "
-                                        f"changes nothing"))
+        s.notes.append(
+            Note("workload", f"{s.model.key} has no concurrency rules in its recipe: --concurrency {c} changes nothing")
+        )
         return
     per = w.get("max_num_seqs_per_request")
     if per and "max_num_seqs" not in s.explicit:
@@ -314,10 +382,16 @@ def workload_layer(s: _State) -> None:
             mns = cap
         if mns != f["max_num_seqs"]:
             f["max_num_seqs"] = mns
-            s.notes.append(Note("workload", (
-                f"--max-num-seqs {mns}: max(profile {s.profile.max_num_seqs}, {per} x concurrency {c})"
-                + (f", capped at {cap} so capture stays within {f['capture_cap']}" if mns == cap else "")
-                + f" ({w['evidence']})")))
+            s.notes.append(
+                Note(
+                    "workload",
+                    (
+                        f"--max-num-seqs {mns}: max(profile {s.profile.max_num_seqs}, {per} x concurrency {c})"
+                        + (f", capped at {cap} so capture stays within {f['capture_cap']}" if mns == cap else "")
+                        + f" ({w['evidence']})"
+                    ),
+                )
+            )
     for rule in w["rules"]:
         if rule["gpus"] and s.gpu.key not in rule["gpus"]:
             continue
@@ -334,8 +408,14 @@ def workload_layer(s: _State) -> None:
             else:
                 f[key] = value
                 shown = f"--{key.replace('_', '-')} {value}"
-            s.notes.append(Note("workload", (
-                f"{shown} at TP{f['tp']} concurrency {c} (>= {rule['min_concurrency']}): {rule['why']} ({rule['evidence']})")))
+            s.notes.append(
+                Note(
+                    "workload",
+                    (
+                        f"{shown} at TP{f['tp']} concurrency {c} (>= {rule['min_concurrency']}): {rule['why']} ({rule['evidence']})"
+                    ),
+                )
+            )
 
 
 def layout_layer(s: _State) -> None:
@@ -354,20 +434,25 @@ def layout_layer(s: _State) -> None:
     if tp > gpus_per_node:
         raise UsageError(
             f"--tp {tp} exceeds the {gpus_per_node} GPUs of one node; tensor parallelism stays inside a node, "
-            f"use --tp {gpus_per_node} and scale out with --dp")
+            f"use --tp {gpus_per_node} and scale out with --dp"
+        )
     if dp % nodes and "dp" not in s.explicit:  # --nodes alone: the layout across nodes is a strategy's to make
-        raise UsageError(f"--nodes {nodes} needs a layout across the nodes: pass --strategy NAME (e.g. multi_node_dep; "
-                         f"`rocm-dspark recipe --help` lists them), or --dp with a multiple of {nodes}")
+        raise UsageError(
+            f"--nodes {nodes} needs a layout across the nodes: pass --strategy NAME (e.g. multi_node_dep; "
+            f"`rocm-dspark recipe --help` lists them), or --dp with a multiple of {nodes}"
+        )
     if dp % nodes:
         raise UsageError(f"--dp {dp} must be a multiple of --nodes {nodes} (each node runs the same number of ranks)")
     if tp * dp // nodes > gpus_per_node:
         raise UsageError(
             f"--tp {tp} x --dp {dp} needs {tp * dp // nodes} GPUs per node but a node has {gpus_per_node}; "
-            f"lower --dp or add --nodes")
+            f"lower --dp or add --nodes"
+        )
     if ep not in (1, tp * dp):
         raise UsageError(
             f"--ep {ep} is not possible: vLLM's expert parallel size is tp x dp = {tp * dp} when enabled; "
-            f"pass --ep {tp * dp} or --ep 1")
+            f"pass --ep {tp * dp} or --ep 1"
+        )
     if nodes > 1 and not sel.head_address:
         raise UsageError("--nodes > 1 needs --head-address (the IP of node 0 that the other nodes reach)")
 
@@ -411,16 +496,26 @@ def memory_layer(s: _State) -> None:
     m = model.memory
     if not m:  # no budget data for this model: the weights must at least fit the TP group
         if model.weights_gb >= gpu.hbm_gb * tp:
-            raise UsageError(f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
-                             f"HBM ({gpu.hbm_gb * tp:g} GB); use a larger --tp")
+            raise UsageError(
+                f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
+                f"HBM ({gpu.hbm_gb * tp:g} GB); use a larger --tp"
+            )
         return
     from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
 
-    layout = RankLayout(tp=tp, dp=f["dp"], nodes=s.sel.nodes, ep=f["ep"] > 1,
-                        gpus_per_node=s.sel.gpus_per_node or gpu.gpus_per_node)
-    s.memory, text = plan_memory(model, gpu, layout, util=util, max_num_batched_tokens=f["max_num_batched_tokens"],
-                                 engram_resident=_engram_resident(s), engram_dp_shard=_engram_dp_shard(s),
-                                 override=s.sel.memory_override)
+    layout = RankLayout(
+        tp=tp, dp=f["dp"], nodes=s.sel.nodes, ep=f["ep"] > 1, gpus_per_node=s.sel.gpus_per_node or gpu.gpus_per_node
+    )
+    s.memory, text = plan_memory(
+        model,
+        gpu,
+        layout,
+        util=util,
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        engram_resident=_engram_resident(s),
+        engram_dp_shard=_engram_dp_shard(s),
+        override=s.sel.memory_override,
+    )
     s.notes.append(Note("memory", text, short_text(s.memory, layout)))
 
 
@@ -428,8 +523,15 @@ def speculative_layer(s: _State) -> None:
     sel, model = s.sel, s.model
     block = model.block_size
     if sel.no_speculation:
-        given = [f for f, v in (("--num-speculative-tokens", sel.num_speculative_tokens), ("--k-per-batch-size",
-                 sel.k_schedule), ("--benchmark-synthetic", sel.benchmark_synthetic)) if v is not None]
+        given = [
+            f
+            for f, v in (
+                ("--num-speculative-tokens", sel.num_speculative_tokens),
+                ("--k-per-batch-size", sel.k_schedule),
+                ("--benchmark-synthetic", sel.benchmark_synthetic),
+            )
+            if v is not None
+        ]
         if given:
             raise UsageError(f"--no-speculation serves without a draft: drop {', '.join(given)}")
         s.k, s.spec, s.adaptive_allowed = 0, {}, False
@@ -437,23 +539,37 @@ def speculative_layer(s: _State) -> None:
         return
     k = sel.num_speculative_tokens if sel.num_speculative_tokens is not None else block
     if not 1 <= k <= block:
-        raise UsageError(f"--num-speculative-tokens {k} is outside 1..{block} (the trained DSpark block of {model.key})")
+        raise UsageError(
+            f"--num-speculative-tokens {k} is outside 1..{block} (the trained DSpark block of {model.key})"
+        )
     s.k = k
-    s.spec = {"method": model.speculative["method"], "num_speculative_tokens": k,
-              **model.speculative["config"], "enable_adaptive_verification": False}
+    s.spec = {
+        "method": model.speculative["method"],
+        "num_speculative_tokens": k,
+        **model.speculative["config"],
+        "enable_adaptive_verification": False,
+    }
     if sel.k_schedule:
         _k_schedule(s, k)
     if sel.benchmark_synthetic is not None:
         al = sel.benchmark_synthetic
         if not 1.0 <= al <= k + 1:
-            raise UsageError(f"--benchmark-synthetic {al} must lie in [1, K+1] = [1, {k + 1}] (acceptance length counts the bonus token)")
+            raise UsageError(
+                f"--benchmark-synthetic {al} must lie in [1, K+1] = [1, {k + 1}] (acceptance length counts the bonus token)"
+            )
         s.spec["rejection_sample_method"] = "synthetic"
         s.spec["synthetic_acceptance_length"] = al
         s.adaptive_allowed = False  # a throughput knob: never gated on, never adaptive
-        s.notes.append(Note("synthetic", (
-            f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
-            f"fakes acceptance; NOT for serving and never for evals"),
-            f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals"))
+        s.notes.append(
+            Note(
+                "synthetic",
+                (
+                    f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
+                    f"fakes acceptance; NOT for serving and never for evals"
+                ),
+                f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals",
+            )
+        )
 
 
 def _k_schedule(s: _State, k: int) -> None:
@@ -463,29 +579,48 @@ def _k_schedule(s: _State, k: int) -> None:
     sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
     assert sched is not None  # called for --k-per-batch-size only
     if s.catalog.contains(s.build, change) is not True:
-        having = sorted({b.reported_version for b in s.catalog.builds.values() if b.channel == "release"
-                         and b.reported_version and s.catalog.contains(b, change) is True})
-        raise UsageError(f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
-                         f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
-                         f"(--vllm-version {' or '.join(having) or 'of a build that has it'}) or use one K")
+        having = sorted(
+            {
+                b.reported_version
+                for b in s.catalog.builds.values()
+                if b.channel == "release" and b.reported_version and s.catalog.contains(b, change) is True
+            }
+        )
+        raise UsageError(
+            f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
+            f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
+            f"(--vllm-version {' or '.join(having) or 'of a build that has it'}) or use one K"
+        )
     top = max(e[2] for e in sched)
     if top > k:
-        raise UsageError(f"--k-per-batch-size asks for K={top}, more than --num-speculative-tokens {k} (vLLM would "
-                         f"clamp it); use K <= {k} or pass -k {top}")
+        raise UsageError(
+            f"--k-per-batch-size asks for K={top}, more than --num-speculative-tokens {k} (vLLM would "
+            f"clamp it); use K <= {k} or pass -k {top}"
+        )
     if s.fields["dp"] > 1:
-        raise UsageError("--k-per-batch-size with data parallel: vLLM drops the schedule when data_parallel_size > 1 "
-                         "(ranks could pick different K and deadlock; vllm/config/vllm.py); use one K")
+        raise UsageError(
+            "--k-per-batch-size with data parallel: vLLM drops the schedule when data_parallel_size > 1 "
+            "(ranks could pick different K and deadlock; vllm/config/vllm.py); use one K"
+        )
     mode = s.fields.get("cudagraph_mode")
     if mode and "FULL" in str(mode):
-        raise UsageError(f"--k-per-batch-size on {s.gpu.key}: vLLM turns cudagraph_mode {mode} into PIECEWISE for a "
-                         "per-batch-size K (vllm/config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode), which this "
-                         "GPU's workaround avoids (see the plan's notes); use one K")
+        raise UsageError(
+            f"--k-per-batch-size on {s.gpu.key}: vLLM turns cudagraph_mode {mode} into PIECEWISE for a "
+            "per-batch-size K (vllm/config/vllm.py _maybe_override_dynamic_sd_cudagraph_mode), which this "
+            "GPU's workaround avoids (see the plan's notes); use one K"
+        )
     s.spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in sched]
     s.adaptive_allowed = False
-    s.notes.append(Note("per-batch-size K", (
-        f"num_speculative_tokens_per_batch_size {format_schedule(sched)} (--k-per-batch-size), block verification: "
-        f"each batch size runs its fixed K; adaptive verification is not combined with it; not yet run with DSpark "
-        f"on MI300-class hardware")))
+    s.notes.append(
+        Note(
+            "per-batch-size K",
+            (
+                f"num_speculative_tokens_per_batch_size {format_schedule(sched)} (--k-per-batch-size), block verification: "
+                f"each batch size runs its fixed K; adaptive verification is not combined with it; not yet run with DSpark "
+                f"on MI300-class hardware"
+            ),
+        )
+    )
 
 
 def capture_layer(s: _State) -> None:
@@ -499,21 +634,34 @@ def capture_layer(s: _State) -> None:
     if mnbt < cap_size:
         raise UsageError(
             f"max_num_batched_tokens {mnbt} is below the capture size {cap_size}; use --max-num-batched-tokens "
-            f"{cap_size} or more, or a smaller --max-num-seqs")
+            f"{cap_size} or more, or a smaller --max-num-seqs"
+        )
     if overrun:
-        s.notes.append(Note("capture overrun", (
-            f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
-            f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
-            f"{cap_size}` prices them"),
-            f"capture size {cap_size} < max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}: bigger verify batches run "
-            f"without a full graph"))
+        s.notes.append(
+            Note(
+                "capture overrun",
+                (
+                    f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
+                    f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
+                    f"{cap_size}` prices them"
+                ),
+                f"capture size {cap_size} < max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}: bigger verify batches run "
+                f"without a full graph",
+            )
+        )
     else:
-        s.notes.append(Note("capture", (
-            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
-            f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
-            f"above it would run eager)"),
-            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
-            f"rounded up to a power of two"))
+        s.notes.append(
+            Note(
+                "capture",
+                (
+                    f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
+                    f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
+                    f"above it would run eager)"
+                ),
+                f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
+                f"rounded up to a power of two",
+            )
+        )
     _when_workarounds(s)
 
 
@@ -523,8 +671,12 @@ def _when_workarounds(s: _State) -> None:
     for w in s.catalog.workarounds:
         below = w.when.get("max_num_batched_tokens_below")
         topic = f"workaround {w.id}"
-        if (below is not None and mnbt < below and w.applies(s.model.key, s.gpu.key, None)
-                and not any(n.topic == topic for n in s.notes)):
+        if (
+            below is not None
+            and mnbt < below
+            and w.applies(s.model.key, s.gpu.key, None)
+            and not any(n.topic == topic for n in s.notes)
+        ):
             s.notes.append(Note(topic, f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
 
 
@@ -534,10 +686,22 @@ def mono_layer(s: _State) -> None:
     from rocm_dspark.recipe.mono import decide
 
     m, f = s.catalog.mono, s.fields
-    d = decide(m, model=s.model.key, gpu=s.gpu, build=s.build.name,
-               has_change=s.catalog.contains(s.build, m["change"]) if m else None, tp=f["tp"], dp=f["dp"],
-               ep=f["ep"], nodes=s.sel.nodes, k=s.k, concurrency=s.sel.concurrency, capture_size=s.cap_size,
-               k_schedule=bool(s.sel.k_schedule), env_keys=tuple(k for k, _ in s.sel.extra_env))
+    d = decide(
+        m,
+        model=s.model.key,
+        gpu=s.gpu,
+        build=s.build.name,
+        has_change=s.catalog.contains(s.build, m["change"]) if m else None,
+        tp=f["tp"],
+        dp=f["dp"],
+        ep=f["ep"],
+        nodes=s.sel.nodes,
+        k=s.k,
+        concurrency=s.sel.concurrency,
+        capture_size=s.cap_size,
+        k_schedule=bool(s.sel.k_schedule),
+        env_keys=tuple(k for k, _ in s.sel.extra_env),
+    )
     if d is None:
         return
     on, why, short, src = d.on, d.why, d.short, m["sources"]
@@ -550,13 +714,19 @@ def mono_layer(s: _State) -> None:
     was = (f["cudagraph_mode"], f["breakable_cudagraph"])
     f["cudagraph_mode"], f["breakable_cudagraph"] = m["cudagraph_mode"], False
     graphs = "" if was == (m["cudagraph_mode"], False) else f", {m['cudagraph_mode']}, breakable graphs off"
-    s.notes.append(Note("mono decode", (
-        f"{why}; {m['cudagraph_mode']} with breakable graphs off (a PIECEWISE step falls back); --kv-cache-dtype "
-        f"{m['kv_cache_dtype']} for the whole layer (else only the FFN launch runs); bigger and mixed steps run "
-        f"vLLM's path{'' if s.gpu.arch == 'gfx942' else '; ' + src['indexer']}; not yet run on MI300-class "
-        f"hardware by rocm-dspark ({src['cudagraph_mode']}; "
-        f"{src['kv_cache_dtype']}; {src['tensor_parallel_only']}; {src['moe_backend']})"),
-        f"{short}{graphs}, {m['kv_cache_dtype']} KV"))
+    s.notes.append(
+        Note(
+            "mono decode",
+            (
+                f"{why}; {m['cudagraph_mode']} with breakable graphs off (a PIECEWISE step falls back); --kv-cache-dtype "
+                f"{m['kv_cache_dtype']} for the whole layer (else only the FFN launch runs); bigger and mixed steps run "
+                f"vLLM's path{'' if s.gpu.arch == 'gfx942' else '; ' + src['indexer']}; not yet run on MI300-class "
+                f"hardware by rocm-dspark ({src['cudagraph_mode']}; "
+                f"{src['kv_cache_dtype']}; {src['tensor_parallel_only']}; {src['moe_backend']})"
+            ),
+            f"{short}{graphs}, {m['kv_cache_dtype']} KV",
+        )
+    )
 
 
 def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
@@ -570,30 +740,61 @@ def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
     per_rank = model.memory["sharded_weights_gib"] / f["tp"]
     extra = ("mono gfx942 weight copies", per_rank * (share * frac["experts"] + (1 - share) * frac["dense"]))
     layout = RankLayout(tp=f["tp"], gpus_per_node=s.sel.gpus_per_node or s.gpu.gpus_per_node)
-    util, er, ed = _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9, _engram_resident(s), _engram_dp_shard(s)
+    util, er, ed = (
+        _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9,
+        _engram_resident(s),
+        _engram_dp_shard(s),
+    )
     mnbt, sizes = f["max_num_batched_tokens"], [f["max_num_batched_tokens"]]
     if "max_num_batched_tokens" not in s.explicit:
         sizes += [1 << b for b in range(mnbt.bit_length() - 1, 0, -1) if s.cap_size <= 1 << b < mnbt]
     for size in sizes:
-        b = rank_budget(model, s.gpu, layout, util=util, max_num_batched_tokens=size, engram_resident=er,
-                        engram_dp_shard=ed, extra=extra)
+        b = rank_budget(
+            model,
+            s.gpu,
+            layout,
+            util=util,
+            max_num_batched_tokens=size,
+            engram_resident=er,
+            engram_dp_shard=ed,
+            extra=extra,
+        )
         if b.kv > b.error:
             break
     else:  # b is the smallest size tried
         head = f"gfx942 weight copies ({extra[1]:.1f} GiB per rank) leave KV {b.kv:.1f} GiB (+-{b.error:g})"
         return False, f"mono decode off: its {head} at --max-num-batched-tokens {size}: {b.text}", f"off: {head}"
-    mem, text = plan_memory(model, s.gpu, layout, util=util, max_num_batched_tokens=size, engram_resident=er,
-                            engram_dp_shard=ed, override=s.sel.memory_override, extra=extra)
+    mem, text = plan_memory(
+        model,
+        s.gpu,
+        layout,
+        util=util,
+        max_num_batched_tokens=size,
+        engram_resident=er,
+        engram_dp_shard=ed,
+        override=s.sel.memory_override,
+        extra=extra,
+    )
     s.memory = mem
     i = next(i for i, n in enumerate(s.notes) if n.topic == "memory")
-    s.notes[i] = Note("memory", text, short_text(mem, layout).split(":")[0] + f" after {extra[1]:.1f} GiB of "
-                      f"mono weight copies: {mem.kv_multiples:g} x max_model_len")
+    s.notes[i] = Note(
+        "memory",
+        text,
+        short_text(mem, layout).split(":")[0] + f" after {extra[1]:.1f} GiB of "
+        f"mono weight copies: {mem.kv_multiples:g} x max_model_len",
+    )
     if size != mnbt:
         f["max_num_batched_tokens"] = size
-        s.notes.append(Note("mono batch tokens", (
-            f"--max-num-batched-tokens {size} (from {mnbt}): the gfx942 mono weight copies ({extra[1]:.1f} GiB per "
-            f"rank) leave KV room above the model's error only with smaller prefill chunks, so long prompts take "
-            f"more steps to prefill; pass --max-num-batched-tokens to choose")))
+        s.notes.append(
+            Note(
+                "mono batch tokens",
+                (
+                    f"--max-num-batched-tokens {size} (from {mnbt}): the gfx942 mono weight copies ({extra[1]:.1f} GiB per "
+                    f"rank) leave KV room above the model's error only with smaller prefill chunks, so long prompts take "
+                    f"more steps to prefill; pass --max-num-batched-tokens to choose"
+                ),
+            )
+        )
         _when_workarounds(s)
     return True, why, short
 
@@ -605,7 +806,11 @@ def _parse_user_arg(token: str) -> tuple[str, str | None]:
 
 def _check_given(sel: Selection) -> None:
     """An empty value (an unset shell variable) must not fall back to the default checkpoint or name."""
-    for flag, value in (("--model-path", sel.model_path), ("--served-model-name", sel.served_name), ("--host", sel.host)):
+    for flag, value in (
+        ("--model-path", sel.model_path),
+        ("--served-model-name", sel.served_name),
+        ("--host", sel.host),
+    ):
         if value is None:
             continue
         if not value.strip():
@@ -617,8 +822,10 @@ def _check_given(sel: Selection) -> None:
 
         check_address(sel.host, "--host")
     if sel.model_path is not None and sel.model_path.startswith("-"):  # the positional model of `vllm serve`
-        raise UsageError(f"--model-path {sel.model_path!r} starts with '-', which vLLM would read as a flag; "
-                         f"write ./{sel.model_path}")
+        raise UsageError(
+            f"--model-path {sel.model_path!r} starts with '-', which vLLM would read as a flag; "
+            f"write ./{sel.model_path}"
+        )
 
 
 def command_layer(s: _State) -> _Args:
@@ -636,11 +843,17 @@ def command_layer(s: _State) -> _Args:
         if sel.nodes > 1:
             args.put("data_parallel_size_local", str(f["dp"] // sel.nodes))
             args.put("data_parallel_address", sel.head_address)
-            s.notes.append(Note("multi-node", (
-                f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
-                f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"),
-                f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
-                f"r*{f['dp'] // sel.nodes}"))
+            s.notes.append(
+                Note(
+                    "multi-node",
+                    (
+                        f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
+                        f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"
+                    ),
+                    f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
+                    f"r*{f['dp'] // sel.nodes}",
+                )
+            )
     if f["ep"] > 1:
         args.put("enable_expert_parallel")
     if f["moe_backend"]:
@@ -660,7 +873,8 @@ def command_layer(s: _State) -> _Args:
         if offload is None:
             raise UsageError(
                 f"profile {s.profile.id} sets Engram offload only for TP {', '.join(sorted(engram))}; "
-                f"pick one of those with --tp")
+                f"pick one of those with --tp"
+            )
         args.put("engram_config", _compact_json({"cpu_offload": offload}))
     for item in s.extra_args:
         args.set(*item)
@@ -686,11 +900,16 @@ def flag_verdict(catalog, build, flag: str) -> tuple[bool, str]:
     for change in rule.needs:
         if catalog.contains(build, change) is not True:
             what = "lacks" if catalog.contains(build, change) is False else "is not shown to contain"
-            return False, f"{flag} left out: build {build.name} {what} {_change_words(catalog, build, change)}; {rule.reason}"
+            return (
+                False,
+                f"{flag} left out: build {build.name} {what} {_change_words(catalog, build, change)}; {rule.reason}",
+            )
     for change in rule.unnecessary_with:
         if catalog.contains(build, change) is True:
-            return False, (f"{flag} left out: not needed on build {build.name}, which contains "
-                           f"{_change_words(catalog, build, change)}; {rule.reason}")
+            return False, (
+                f"{flag} left out: not needed on build {build.name}, which contains "
+                f"{_change_words(catalog, build, change)}; {rule.reason}"
+            )
     return True, ""
 
 
@@ -706,8 +925,10 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
             if wid:  # the workaround's flag is gone: its note (found by reference, not by wording) says why, once
                 i = s.workaround_notes[wid]
                 n = s.notes[i]
-                s.notes[i] = n._replace(text=f"not applied: {why}. " + n.text,
-                                        short=f"not applied: {s.build.name} has the fix ({flag} left out)")
+                s.notes[i] = n._replace(
+                    text=f"not applied: {why}. " + n.text,
+                    short=f"not applied: {s.build.name} has the fix ({flag} left out)",
+                )
             else:
                 s.notes.append(Note("build flags", why, why.split(" (")[0]))
             if flag == "--engram-config":
@@ -730,7 +951,8 @@ def check_user_args(catalog, build, tokens) -> None:
             if catalog.contains(build, change) is not True:
                 raise UsageError(
                     f"--vllm-arg {flag}: vLLM build {build.name} cannot parse it (needs "
-                    f"{_change_words(catalog, build, change)}); drop it or pick another --build")
+                    f"{_change_words(catalog, build, change)}); drop it or pick another --build"
+                )
 
 
 def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None:
@@ -739,7 +961,8 @@ def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None
     if flag != "--compilation-config" or value is None:
         raise UsageError(
             f"--vllm-arg {flag}: give the compilation config as one JSON object, --compilation-config='{{...}}'; "
-            f"rocm-dspark merges it with the plan's (a dotted key or a bare flag would replace the plan's whole config)")
+            f"rocm-dspark merges it with the plan's (a dotted key or a bare flag would replace the plan's whole config)"
+        )
     import json
 
     user = json.loads(value)  # normalise() has checked that it is a JSON object
@@ -749,7 +972,8 @@ def _merge_compilation_config(args: _Args, flag: str, value: str | None) -> None
     if clash:
         raise UsageError(
             f"--vllm-arg --compilation-config sets {', '.join(clash)}, which the plan decides for this GPU "
-            f"(see the plan's workaround notes); leave that key out")
+            f"(see the plan's workaround notes); leave that key out"
+        )
     args.set("--compilation-config", _compact_json({**planned, **user}))
 
 
@@ -760,13 +984,17 @@ def override_layer(s: _State, args: _Args) -> None:
         flag, value = _parse_user_arg(token)
         if flag.replace("_", "-") in SECRET_FLAGS:  # argv is world-readable (ps, /proc) and vLLM logs its args
             name = SECRET_FLAGS[flag.replace("_", "-")]
-            raise UsageError(f"--vllm-arg {flag}: a secret on the command line is readable by every user of the host "
-                             f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
-                             f"vLLM only through the 0600 env file")
+            raise UsageError(
+                f"--vllm-arg {flag}: a secret on the command line is readable by every user of the host "
+                f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
+                f"vLLM only through the 0600 env file"
+            )
         undone = undoes(UserArg(flag, value), planned)
         if undone:
-            raise UsageError(f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
-                             f"on this GPU and build (see the plan's notes); drop it")
+            raise UsageError(
+                f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
+                f"on this GPU and build (see the plan's notes); drop it"
+            )
         if flag.startswith("--compilation-config"):
             _merge_compilation_config(args, flag, value)
         else:
@@ -779,7 +1007,9 @@ def override_layer(s: _State, args: _Args) -> None:
         # to the 0600 env file (rocm_dspark/recipe/secret_env.py); a planned key it repeats or overrides moves there too.
         s.env.pop(key, None)
         s.secret_env[key] = check_value(key, value)
-        s.notes.append(Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)"))
+        s.notes.append(
+            Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)")
+        )
     target = s.sel.model_path or s.model.hf_id
 
     def with_spec(adaptive: bool) -> Command:
@@ -793,8 +1023,18 @@ def override_layer(s: _State, args: _Args) -> None:
     s.adaptive_argv = with_spec(True) if s.adaptive_allowed else None
 
 
-LAYERS = (model_layer, profile_layer, build_layer, workaround_layer, workload_layer, layout_layer, memory_layer,
-          speculative_layer, capture_layer, mono_layer)
+LAYERS = (
+    model_layer,
+    profile_layer,
+    build_layer,
+    workaround_layer,
+    workload_layer,
+    layout_layer,
+    memory_layer,
+    speculative_layer,
+    capture_layer,
+    mono_layer,
+)
 
 
 def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
@@ -805,14 +1045,40 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
     override_layer(s, command_layer(s))
     f, b = s.fields, s.build
     plan = LaunchPlan(
-        model_id=s.block_argv[2], model_key=s.model.key, served_name=s.served_name, gpu=s.gpu.key,
-        arch=s.gpu.arch, profile=s.profile.id, status=s.profile.status, status_date=s.profile.status_date,
-        evidence=s.profile.evidence, vllm_version=b.reported_version or b.name, image=b.image, host=s.host, port=s.port,
-        argv=s.block_argv, env=s.env, speculative_config=dict(s.spec, enable_adaptive_verification=False) if s.spec else {},
-        adaptive_verification=False, block_argv=s.block_argv, notes=tuple(s.notes), adaptive_argv=s.adaptive_argv,
-        build=b, tp=f["tp"], dp=f["dp"], ep=f["ep"], pp=1, nodes=sel.nodes, dp_local=f["dp"] // sel.nodes,
-        max_num_seqs=f["max_num_seqs"], max_num_batched_tokens=f["max_num_batched_tokens"],
-        capture_size=s.cap_size, k=s.k, concurrency=sel.concurrency, memory=s.memory, model_path=sel.model_path,
+        model_id=s.block_argv[2],
+        model_key=s.model.key,
+        served_name=s.served_name,
+        gpu=s.gpu.key,
+        arch=s.gpu.arch,
+        profile=s.profile.id,
+        status=s.profile.status,
+        status_date=s.profile.status_date,
+        evidence=s.profile.evidence,
+        vllm_version=b.reported_version or b.name,
+        image=b.image,
+        host=s.host,
+        port=s.port,
+        argv=s.block_argv,
+        env=s.env,
+        speculative_config=dict(s.spec, enable_adaptive_verification=False) if s.spec else {},
+        adaptive_verification=False,
+        block_argv=s.block_argv,
+        notes=tuple(s.notes),
+        adaptive_argv=s.adaptive_argv,
+        build=b,
+        tp=f["tp"],
+        dp=f["dp"],
+        ep=f["ep"],
+        pp=1,
+        nodes=sel.nodes,
+        dp_local=f["dp"] // sel.nodes,
+        max_num_seqs=f["max_num_seqs"],
+        max_num_batched_tokens=f["max_num_batched_tokens"],
+        capture_size=s.cap_size,
+        k=s.k,
+        concurrency=sel.concurrency,
+        memory=s.memory,
+        model_path=sel.model_path,
         secret_env=s.secret_env,
     )
     if f["adaptive_verification"] and s.adaptive_allowed:
@@ -824,8 +1090,12 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
 def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
     argv = plan.adaptive_argv if adaptive else plan.block_argv
     assert argv is not None  # resolve sets block_argv always, adaptive_argv wherever adaptive may be switched on
-    return plan._replace(argv=argv, adaptive_verification=adaptive, notes=(*plan.notes, note),
-                         speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive))
+    return plan._replace(
+        argv=argv,
+        adaptive_verification=adaptive,
+        notes=(*plan.notes, note),
+        speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive),
+    )
 
 
 def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
@@ -834,24 +1104,47 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     if plan.adaptive_verification or plan.adaptive_argv is None:
         return plan  # already on by the recipe's default, or not allowed (synthetic benchmark)
     if verdict.adaptive_proven:
-        return _switch(plan, True, Note("adaptive verification", (
-            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
-            f"ON: proven on this host (record {verdict.record})"))
+        return _switch(
+            plan,
+            True,
+            Note(
+                "adaptive verification",
+                (f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
+                f"ON: proven on this host (record {verdict.record})",
+            ),
+        )
     if verdict.outcome == NOT_PAYING:  # the gate's payoff half kept it off (probe/payoff.py)
-        return _switch(plan, False, Note("adaptive verification", (
-            f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}")))
+        return _switch(
+            plan,
+            False,
+            Note(
+                "adaptive verification",
+                (f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}"),
+            ),
+        )
     b = plan.build
     assert b is not None  # resolve sets it
     label = b.name if not b.reported_version or b.reported_version in b.name else f"{b.name} = {b.reported_version}"
-    why = {"refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
-           "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",
-           }.get(b.adaptive_on_rocm_v41, f"whether vLLM {label} accepts it for V4.1 on ROCm is not established")
-    short = {"refused": f"{b.name} refuses it for V4.1 on ROCm",  # within render.NOTE_WIDTH for every build name
-             "native": f"{b.name} has it; prove it: `rocm-dspark probe`",
-             }.get(b.adaptive_on_rocm_v41, f"{b.name} may lack it; see `rocm-dspark probe`")
-    return _switch(plan, False, Note("adaptive verification", (
-        f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-        f"on this host to prove it"), f"OFF ({plan.k}-token blocks): {short}"))
+    why = {
+        "refused": f"vLLM {label} refuses it for V4.1 on ROCm ({b.adaptive_evidence})",
+        "native": f"vLLM {label} supports it natively ({b.adaptive_evidence}), but it has not been proven on this host",
+    }.get(b.adaptive_on_rocm_v41, f"whether vLLM {label} accepts it for V4.1 on ROCm is not established")
+    short = {
+        "refused": f"{b.name} refuses it for V4.1 on ROCm",  # within render.NOTE_WIDTH for every build name
+        "native": f"{b.name} has it; prove it: `rocm-dspark probe`",
+    }.get(b.adaptive_on_rocm_v41, f"{b.name} may lack it; see `rocm-dspark probe`")
+    return _switch(
+        plan,
+        False,
+        Note(
+            "adaptive verification",
+            (
+                f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
+                f"on this host to prove it"
+            ),
+            f"OFF ({plan.k}-token blocks): {short}",
+        ),
+    )
 
 
 def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:
@@ -859,5 +1152,14 @@ def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) ->
     return apply_verdict(resolve_plan(catalog, sel), verdict)
 
 
-__all__ = ["Selection", "Verdict", "resolve", "resolve_plan", "apply_verdict", "GUARDED_FLAGS", "LAYERS",
-           "flag_verdict", "check_user_args"]
+__all__ = [
+    "Selection",
+    "Verdict",
+    "resolve",
+    "resolve_plan",
+    "apply_verdict",
+    "GUARDED_FLAGS",
+    "LAYERS",
+    "flag_verdict",
+    "check_user_args",
+]

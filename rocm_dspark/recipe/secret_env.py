@@ -34,16 +34,21 @@ def check_value(name: str, value: str) -> str:
     (refused here, at generation, in one line: never written half-right)."""
     bad = sorted({repr(c) for c in value if c in "\0\n\r"})
     if bad:
-        raise UsageError(f"--env {name}: the value contains {', '.join(bad)}, which an env file line cannot carry "
-                         f"(docker --env-file reads one raw line per variable); remove it")
+        raise UsageError(
+            f"--env {name}: the value contains {', '.join(bad)}, which an env file line cannot carry "
+            f"(docker --env-file reads one raw line per variable); remove it"
+        )
     try:
         size = len(f"{name}={value}".encode())
     except UnicodeEncodeError:  # bytes the command line held that are not UTF-8 (Python's surrogateescape)
-        raise UsageError(f"--env {name}: the value is not valid UTF-8, which docker --env-file refuses; give it "
-                         f"as UTF-8 text") from None
+        raise UsageError(
+            f"--env {name}: the value is not valid UTF-8, which docker --env-file refuses; give it as UTF-8 text"
+        ) from None
     if size > DOCKER_LINE_MAX:
-        raise UsageError(f"--env {name}: {size} bytes, longer than the {DOCKER_LINE_MAX}-byte line docker "
-                         f"--env-file reads; pass a path to a file holding it instead")
+        raise UsageError(
+            f"--env {name}: {size} bytes, longer than the {DOCKER_LINE_MAX}-byte line docker "
+            f"--env-file reads; pass a path to a file holding it instead"
+        )
     return value
 
 
@@ -69,7 +74,7 @@ def redact_argv(argv) -> list[str]:
     out, after_env = [], False
     for word in map(str, argv):
         if after_env or word.startswith("--env="):
-            head, _, rest = (("", "", word) if after_env else word.partition("="))
+            head, _, rest = ("", "", word) if after_env else word.partition("=")
             name, sep, _ = rest.partition("=")
             word = (f"{head}=" if head else "") + (f"{name}=<not recorded>" if sep else name)
         after_env = word == "--env"
@@ -93,4 +98,13 @@ def merge_env_file(existing: str, values: dict[str, str], syntax: str = "systemd
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["is_credential", "check_value", "env_file_line", "merge_env_file", "digest", "redact_argv", "SECRET_FLAGS", "SYNTAXES"]
+__all__ = [
+    "is_credential",
+    "check_value",
+    "env_file_line",
+    "merge_env_file",
+    "digest",
+    "redact_argv",
+    "SECRET_FLAGS",
+    "SYNTAXES",
+]

@@ -23,20 +23,26 @@ def env_pair(value: str) -> tuple[str, str]:
     # ASCII letters, digits and '_', not starting with a digit: a C identifier, which Kubernetes' env var
     # names (printable ASCII), POSIX shells and systemd's EnvironmentFile= all take.
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-        raise UsageError(f"--env {value!r} must be KEY=VALUE (or KEY, taken from this environment) with a variable "
-                         f"name of ASCII letters, digits and '_' (not starting with a digit)")
+        raise UsageError(
+            f"--env {value!r} must be KEY=VALUE (or KEY, taken from this environment) with a variable "
+            f"name of ASCII letters, digits and '_' (not starting with a digit)"
+        )
     if not sep:
         if key not in os.environ:
             raise UsageError(f"--env {key}: {key} is not set in this environment; export it first or give {key}=VALUE")
         if not os.environ[key]:  # most likely a token that did not get exported: an empty one fails later, far away
-            raise UsageError(f"--env {key}: {key} is set but empty in this environment; export its value, or give "
-                             f"{key}= to pass it empty on purpose")
+            raise UsageError(
+                f"--env {key}: {key} is set but empty in this environment; export its value, or give "
+                f"{key}= to pass it empty on purpose"
+            )
         return key, os.environ[key]
     from rocm_dspark.recipe.secret_env import is_credential
 
     if is_credential(key):  # the value is in shell history and `ps` now, though in none of our files
-        warn(f"--env {key}=...: a secret on the command line is visible in shell history "
-             f"and to other users (ps); export {key} and pass --env {key}, or write it into the 0600 env file")
+        warn(
+            f"--env {key}=...: a secret on the command line is visible in shell history "
+            f"and to other users (ps); export {key} and pass --env {key}, or write it into the 0600 env file"
+        )
     return key, val
 
 
@@ -47,7 +53,8 @@ def parse_k(value) -> int | None:
     if "," in text:
         raise UsageError(
             f"--num-speculative-tokens {text!r}: one K for every rank; data-parallel ranks must all use the "
-            f"same K (vLLM agrees K across DP ranks), so a per-rank K is refused")
+            f"same K (vLLM agrees K across DP ranks), so a per-rank K is refused"
+        )
     try:
         return int(text)
     except ValueError:
@@ -78,19 +85,36 @@ def build_selection(opts: dict, catalog) -> Selection:
     else:
         gpu = catalog.find_gpu(gpu).key  # one line naming the known GPUs for anything else
     return Selection(
-        model=opts["model"], gpu=gpu, gpu_source=source,
-        gpus_per_node=opts.get("gpus_per_node"), nodes=opts.get("nodes") or 1,
-        head_address=_head_address(opts.get("head_address")), tp=opts.get("tp"), dp=opts.get("dp"), ep=opts.get("ep"),
-        max_num_seqs=opts.get("max_num_seqs"), max_num_batched_tokens=opts.get("max_num_batched_tokens"),
-        num_speculative_tokens=parse_k(opts.get("num_speculative_tokens")), capture_cap=opts.get("capture_cap"),
-        vllm_version=opts.get("vllm_version"), build=opts.get("build"), concurrency=opts.get("concurrency"),
-        memory_override=bool(opts.get("memory_override")), benchmark_synthetic=opts.get("benchmark_synthetic"),
-        model_path=opts.get("model_path"), served_name=opts.get("served_name"), host=opts.get("host"),
-        port=opts.get("port"), extra_args=tuple(opts.get("extra_args") or ()),
+        model=opts["model"],
+        gpu=gpu,
+        gpu_source=source,
+        gpus_per_node=opts.get("gpus_per_node"),
+        nodes=opts.get("nodes") or 1,
+        head_address=_head_address(opts.get("head_address")),
+        tp=opts.get("tp"),
+        dp=opts.get("dp"),
+        ep=opts.get("ep"),
+        max_num_seqs=opts.get("max_num_seqs"),
+        max_num_batched_tokens=opts.get("max_num_batched_tokens"),
+        num_speculative_tokens=parse_k(opts.get("num_speculative_tokens")),
+        capture_cap=opts.get("capture_cap"),
+        vllm_version=opts.get("vllm_version"),
+        build=opts.get("build"),
+        concurrency=opts.get("concurrency"),
+        memory_override=bool(opts.get("memory_override")),
+        benchmark_synthetic=opts.get("benchmark_synthetic"),
+        model_path=opts.get("model_path"),
+        served_name=opts.get("served_name"),
+        host=opts.get("host"),
+        port=opts.get("port"),
+        extra_args=tuple(opts.get("extra_args") or ()),
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
-        images=_registry_answers(opts), today=_today(),
-        k_schedule=_schedule(opts.get("k_schedule")), no_speculation=bool(opts.get("no_speculation")),
-        image=_image_ref(opts.get("image")), registry=_mirror(opts.get("registry")),
+        images=_registry_answers(opts),
+        today=_today(),
+        k_schedule=_schedule(opts.get("k_schedule")),
+        no_speculation=bool(opts.get("no_speculation")),
+        image=_image_ref(opts.get("image")),
+        registry=_mirror(opts.get("registry")),
         image_software=opts.get("image_software"),
     )
 

@@ -36,8 +36,16 @@ from typing import NamedTuple
 from rocm_dspark.errors import UsageError, did_you_mean
 from rocm_dspark.recipe.plan import Command, flag_pairs
 
-STRATEGY_NAMES = ("single_node", "multi_node_tp", "multi_node_tep", "multi_node_dep", "multi_node_tp_dp",
-                  "multi_node_tp_pp", "pd_cluster", "replicas")
+STRATEGY_NAMES = (
+    "single_node",
+    "multi_node_tp",
+    "multi_node_tep",
+    "multi_node_dep",
+    "multi_node_tp_dp",
+    "multi_node_tp_pp",
+    "pd_cluster",
+    "replicas",
+)
 # Strategies whose servers are independent instances (no rendezvous between them), each a one-node plan.
 INDEPENDENT = ("single_node", "pd_cluster", "replicas")
 BACKENDS = ("mp", "ray")
@@ -48,13 +56,29 @@ DP_LB_MODES = ("hybrid", "internal")
 CONNECTORS = ("nixl", "moriio")
 
 # Flags this module decides; they are removed from the one-node argv before the strategy's are added.
-OWNED_FLAGS = frozenset({
-    "--tensor-parallel-size", "-tp", "--data-parallel-size", "-dp", "--data-parallel-size-local",
-    "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
-    "--data-parallel-hybrid-lb", "--data-parallel-backend", "--distributed-executor-backend",
-    "--enable-expert-parallel", "--pipeline-parallel-size", "-pp", "--nnodes", "--node-rank",
-    "--master-addr", "--headless", "--kv-transfer-config",
-})
+OWNED_FLAGS = frozenset(
+    {
+        "--tensor-parallel-size",
+        "-tp",
+        "--data-parallel-size",
+        "-dp",
+        "--data-parallel-size-local",
+        "--data-parallel-address",
+        "--data-parallel-rpc-port",
+        "--data-parallel-start-rank",
+        "--data-parallel-hybrid-lb",
+        "--data-parallel-backend",
+        "--distributed-executor-backend",
+        "--enable-expert-parallel",
+        "--pipeline-parallel-size",
+        "-pp",
+        "--nnodes",
+        "--node-rank",
+        "--master-addr",
+        "--headless",
+        "--kv-transfer-config",
+    }
+)
 
 
 class ClusterSpec(NamedTuple):
@@ -65,31 +89,31 @@ class ClusterSpec(NamedTuple):
     gpus_per_node: int = 8
     head_address: str | None = None
     iface: str | None = None
-    backend: str = "mp"                 # mp | ray
-    dp_lb: str | None = None            # hybrid | internal (DP strategies; default: the recipe's)
-    rank_tp: int | None = None          # TP per rank where the strategy lets it vary (dep, tp_dp, tp_pp)
-    rpc_port: int | None = None         # --data-parallel-rpc-port
+    backend: str = "mp"  # mp | ray
+    dp_lb: str | None = None  # hybrid | internal (DP strategies; default: the recipe's)
+    rank_tp: int | None = None  # TP per rank where the strategy lets it vary (dep, tp_dp, tp_pp)
+    rpc_port: int | None = None  # --data-parallel-rpc-port
     ray_port: int | None = None
     # pd_cluster
-    prefill_nodes: int | None = None    # default: half the nodes
+    prefill_nodes: int | None = None  # default: half the nodes
     node_addresses: tuple[str, ...] = ()  # every node's address, in node order (pd_cluster needs them)
-    connector: str | None = None        # nixl | moriio
-    router_port: int | None = None      # vllm-router's port (default: recipes/strategies.yaml ports)
+    connector: str | None = None  # nixl | moriio
+    router_port: int | None = None  # vllm-router's port (default: recipes/strategies.yaml ports)
     # replicas
-    replicas: int | None = None         # independent servers on the node (default: recipes/strategies.yaml)
+    replicas: int | None = None  # independent servers on the node (default: recipes/strategies.yaml)
 
 
 class NodeCommand(NamedTuple):
     """One process to run on one node. `setup` runs first and returns (e.g. `ray start --head`)."""
 
-    node: int                           # node index in the cluster, 0-based
-    role: str                           # head | worker | prefill | decode | replica | router
-    pool_rank: int                      # node index within its group or pool
+    node: int  # node index in the cluster, 0-based
+    role: str  # head | worker | prefill | decode | replica | router
+    pool_rank: int  # node index within its group or pool
     argv: tuple[str, ...]
     env: dict[str, str]
     serves_http: bool
     port: int | None
-    block_argv: tuple[str, ...] | None = None   # the same node with block verification (start-up fallback)
+    block_argv: tuple[str, ...] | None = None  # the same node with block verification (start-up fallback)
     setup: tuple[tuple[str, ...], ...] = ()
     address: str | None = None
 
@@ -98,11 +122,11 @@ class Cluster(NamedTuple):
     strategy: str
     nodes: int
     backend: str
-    layout: dict                        # tp, dp, dp_local, pp, ep, nodes, gpus_per_node
-    commands: tuple[NodeCommand, ...]   # node order; a router (pd_cluster) comes last
+    layout: dict  # tp, dp, dp_local, pp, ep, nodes, gpus_per_node
+    commands: tuple[NodeCommand, ...]  # node order; a router (pd_cluster) comes last
     notes: tuple[tuple[str, str], ...] = ()
-    status: str | None = None           # pd_cluster: the honest status line
-    spec: ClusterSpec | None = None     # what was asked (renderers that re-expand, e.g. Kubernetes, read it)
+    status: str | None = None  # pd_cluster: the honest status line
+    spec: ClusterSpec | None = None  # what was asked (renderers that re-expand, e.g. Kubernetes, read it)
     query_heads: int = 0
 
     def for_node(self, node: int) -> tuple[NodeCommand, ...]:
@@ -110,11 +134,21 @@ class Cluster(NamedTuple):
 
     def to_json_dict(self) -> dict:
         return {
-            "strategy": self.strategy, "nodes": self.nodes, "backend": self.backend, "layout": dict(self.layout),
+            "strategy": self.strategy,
+            "nodes": self.nodes,
+            "backend": self.backend,
+            "layout": dict(self.layout),
             "status": self.status,
-            "commands": [{**c._asdict(), "argv": list(c.argv), "env": dict(c.env),
-                          "block_argv": list(c.block_argv) if c.block_argv else None,
-                          "setup": [list(s) for s in c.setup]} for c in self.commands],
+            "commands": [
+                {
+                    **c._asdict(),
+                    "argv": list(c.argv),
+                    "env": dict(c.env),
+                    "block_argv": list(c.block_argv) if c.block_argv else None,
+                    "setup": [list(s) for s in c.setup],
+                }
+                for c in self.commands
+            ],
             "notes": [{"topic": t, "text": x} for t, x in self.notes],
         }
 
@@ -134,11 +168,14 @@ def strategy_facts() -> dict:
         raise UsageError(f"cannot read {path}: {exc}") from None
     names = tuple((data or {}).get("strategies", {}))
     if names != STRATEGY_NAMES:
-        raise UsageError(f"{path}: strategies must be {', '.join(STRATEGY_NAMES)} in that order, found {', '.join(names)}")
+        raise UsageError(
+            f"{path}: strategies must be {', '.join(STRATEGY_NAMES)} in that order, found {', '.join(names)}"
+        )
     return data
 
 
 # --- argv helpers -----------------------------------------------------------------------------------
+
 
 def _split(argv) -> tuple[tuple[str, ...], list[tuple[str, str | None]]]:
     """("vllm", "serve", MODEL) and the (flag, value) pairs after it: the plan's typed command, never its words."""
@@ -157,7 +194,9 @@ def _spec_of(argv: tuple[str, ...]) -> dict:
     return Command.from_words(argv).spec_config() or {}
 
 
-def _rewrite(argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extra: dict[str, str | None]) -> tuple[str, ...]:
+def _rewrite(
+    argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extra: dict[str, str | None]
+) -> tuple[str, ...]:
     """Drop the flags this module owns, put `parallel` where --tensor-parallel-size was, then set `extra`."""
     head, items = _split(argv)
     at = next((i for i, (f, _) in enumerate(items) if f in OWNED_FLAGS), len(items))
@@ -174,9 +213,11 @@ def _rewrite(argv: tuple[str, ...], parallel: list[tuple[str, str | None]], extr
 
 # --- input checks -------------------------------------------------------------------------------------
 
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 _IFACE = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")  # Linux interface names: IFNAMSIZ 16 with the NUL
-_SCOPE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")    # an IPv6 zone: an interface name or index, no ':' (URLs)
+_SCOPE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # an IPv6 zone: an interface name or index, no ':' (URLs)
 
 
 def check_address(value: str, what: str = "--head-address") -> str:
@@ -189,8 +230,10 @@ def check_address(value: str, what: str = "--head-address") -> str:
         # ipaddress takes any scope id but '/'; a real one names an interface (IFNAMSIZ 16) or its index.
         scope = getattr(ip, "scope_id", None)
         if scope is not None and not _SCOPE.match(scope):
-            raise UsageError(f"{what} {value!r}: the IPv6 scope id {scope!r} is not an interface name or index "
-                             "(letters, digits, '_.-', at most 15); pass e.g. fe80::1%eth0")
+            raise UsageError(
+                f"{what} {value!r}: the IPv6 scope id {scope!r} is not an interface name or index "
+                "(letters, digits, '_.-', at most 15); pass e.g. fe80::1%eth0"
+            )
         return str(ip)
     if _HOSTNAME.match(value or "") and not value.rsplit(".", 1)[-1].isdigit():  # 999.1.1.1 is no name (RFC 1123)
         return value
@@ -205,8 +248,10 @@ def _check_port(value: int, what: str) -> int:
 
 def _check_common(spec: ClusterSpec) -> None:
     if spec.strategy not in STRATEGY_NAMES:
-        raise UsageError(f"--strategy {spec.strategy!r}{did_you_mean(spec.strategy, STRATEGY_NAMES)}: use one of "
-                         f"{', '.join(STRATEGY_NAMES)}")
+        raise UsageError(
+            f"--strategy {spec.strategy!r}{did_you_mean(spec.strategy, STRATEGY_NAMES)}: use one of "
+            f"{', '.join(STRATEGY_NAMES)}"
+        )
     if spec.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, got {spec.nodes}")
     if spec.gpus_per_node < 1:
@@ -216,8 +261,14 @@ def _check_common(spec: ClusterSpec) -> None:
     if spec.dp_lb is not None and spec.dp_lb not in DP_LB_MODES:
         raise UsageError(f"--dp-lb {spec.dp_lb!r}: use hybrid or internal")
     if spec.iface is not None and not _IFACE.match(spec.iface):
-        raise UsageError(f"--iface {spec.iface!r} is not a network interface name (letters, digits, '_.:-', at most 15)")
-    for what, port in (("--rpc-port", spec.rpc_port), ("--ray-port", spec.ray_port), ("--router-port", spec.router_port)):
+        raise UsageError(
+            f"--iface {spec.iface!r} is not a network interface name (letters, digits, '_.:-', at most 15)"
+        )
+    for what, port in (
+        ("--rpc-port", spec.rpc_port),
+        ("--ray-port", spec.ray_port),
+        ("--router-port", spec.router_port),
+    ):
         if port is not None:
             _check_port(port, what)
 
@@ -228,6 +279,7 @@ def node_rank_check(rank: int | None, nodes: int) -> None:
 
 
 # --- layouts -----------------------------------------------------------------------------------------
+
 
 def _tp_choice(rank_tp: int | None, default: int, g: int, heads: int, strategy: str) -> int:
     t = default if rank_tp is None else rank_tp
@@ -258,10 +310,14 @@ def layout_for(spec: ClusterSpec, query_heads: int, moe: bool = True) -> dict:
     ep = bool(facts.get("expert_parallel"))
     if kind == "tp_all":
         if spec.rank_tp not in (None, n * g):
-            raise UsageError(f"{spec.strategy}: TP is every GPU of every node ({n * g}); drop --tp or pick multi_node_tp_pp / multi_node_tp_dp")
+            raise UsageError(
+                f"{spec.strategy}: TP is every GPU of every node ({n * g}); drop --tp or pick multi_node_tp_pp / multi_node_tp_dp"
+            )
         tp = n * g
         if query_heads % tp:
-            raise UsageError(f"{spec.strategy}: TP {tp} ({n} nodes x {g} GPUs) does not divide the model's {query_heads} query heads; use fewer --nodes or multi_node_tp_pp")
+            raise UsageError(
+                f"{spec.strategy}: TP {tp} ({n} nodes x {g} GPUs) does not divide the model's {query_heads} query heads; use fewer --nodes or multi_node_tp_pp"
+            )
         return {"tp": tp, "dp": 1, "dp_local": 1, "pp": 1, "ep": ep, "nodes": n, "gpus_per_node": g}
     if kind == "dep":
         t = _tp_choice(spec.rank_tp, int(facts.get("default_rank_tp", 1)), g, query_heads, spec.strategy)
@@ -281,24 +337,42 @@ def _replicas_layout(spec: ClusterSpec, facts: dict, query_heads: int) -> dict:
     n, g = spec.nodes, spec.gpus_per_node
     r = spec.replicas if spec.replicas is not None else int(facts["default_replicas"])
     if n != 1:
-        raise UsageError(f"--strategy replicas splits ONE node's GPUs into servers; drop --nodes {n} (run it on each node)")
+        raise UsageError(
+            f"--strategy replicas splits ONE node's GPUs into servers; drop --nodes {n} (run it on each node)"
+        )
     if r < 2:
         raise UsageError(f"--replicas {r}: give 2 or more (one server is --strategy single_node)")
     if g % r:
-        raise UsageError(f"--replicas {r} does not divide the node's {g} GPUs; use one of "
-                         f"{', '.join(str(d) for d in range(2, g + 1) if g % d == 0)}")
+        raise UsageError(
+            f"--replicas {r} does not divide the node's {g} GPUs; use one of "
+            f"{', '.join(str(d) for d in range(2, g + 1) if g % d == 0)}"
+        )
     # One node's independent servers: no rendezvous, pools or inter-node network to configure.
-    unused = [f for f, v in (("--head-address", spec.head_address), ("--node-addresses", spec.node_addresses),
-                             ("--iface", spec.iface), ("--backend ray", spec.backend == "ray"), ("--dp-lb", spec.dp_lb),
-                             ("--rpc-port", spec.rpc_port), ("--prefill-nodes", spec.prefill_nodes),
-                             ("--connector", spec.connector)) if v]
+    unused = [
+        f
+        for f, v in (
+            ("--head-address", spec.head_address),
+            ("--node-addresses", spec.node_addresses),
+            ("--iface", spec.iface),
+            ("--backend ray", spec.backend == "ray"),
+            ("--dp-lb", spec.dp_lb),
+            ("--rpc-port", spec.rpc_port),
+            ("--prefill-nodes", spec.prefill_nodes),
+            ("--connector", spec.connector),
+        )
+        if v
+    ]
     if unused:
-        raise UsageError(f"{unused[0]} does not apply to --strategy replicas (independent servers on one node); drop it")
+        raise UsageError(
+            f"{unused[0]} does not apply to --strategy replicas (independent servers on one node); drop it"
+        )
     t = g // r
     if spec.rank_tp is not None and spec.rank_tp != t:
         other = g // spec.rank_tp if spec.rank_tp > 0 and g % spec.rank_tp == 0 else 0
-        raise UsageError(f"--tp {spec.rank_tp} with --replicas {r} on {g} GPUs: each replica is TP {t}; drop --tp"
-                         + (f" or pass --replicas {other}" if other >= 2 else ""))
+        raise UsageError(
+            f"--tp {spec.rank_tp} with --replicas {r} on {g} GPUs: each replica is TP {t}; drop --tp"
+            + (f" or pass --replicas {other}" if other >= 2 else "")
+        )
     if query_heads % t:
         raise UsageError(f"--replicas {r}: TP {t} per replica does not divide the model's {query_heads} query heads")
     return {"tp": t, "dp": 1, "dp_local": 1, "pp": 1, "ep": False, "nodes": 1, "gpus_per_node": g, "replicas": r}
@@ -320,6 +394,7 @@ def node_plan_layout(layout: dict) -> dict:
 
 # --- expansion ---------------------------------------------------------------------------------------
 
+
 def _socket_env(spec: ClusterSpec) -> dict[str, str]:
     if not spec.iface:
         return {}
@@ -332,20 +407,33 @@ def _check_spec_rules(argv: tuple[str, ...], layout: dict, strategy: str) -> Non
     if (layout.get("dp") or 1) > 1 and spec.get("num_speculative_tokens_per_batch_size"):
         # vLLM disables the per-batch-size K schedule for DP > 1 (ranks could pick different K and deadlock):
         # VllmConfig._maybe_disable_dynamic_sd_for_data_parallel, vllm/config/vllm.py (0.32, 0.33).
-        raise UsageError(f"{strategy}: a per-batch-size K schedule cannot run with data parallel > 1 "
-                         "(vLLM drops it: ranks must agree on K); pass one --num-speculative-tokens")
+        raise UsageError(
+            f"{strategy}: a per-batch-size K schedule cannot run with data parallel > 1 "
+            "(vLLM drops it: ranks must agree on K); pass one --num-speculative-tokens"
+        )
     if (layout.get("pp") or 1) > 1 and spec.get("enable_adaptive_verification"):
         # vLLM 0.33.0 VllmConfig._validate_adaptive_verification: "Adaptive verification is not currently
         # compatible with pipeline parallelism" (cost curves exist only on the last PP rank).
-        raise UsageError(f"{strategy}: adaptive verification cannot run with pipeline parallel (vLLM refuses it); "
-                         "pass --adaptive off or pick another strategy")
+        raise UsageError(
+            f"{strategy}: adaptive verification cannot run with pipeline parallel (vLLM refuses it); "
+            "pass --adaptive off or pick another strategy"
+        )
 
 
-def expand(spec: ClusterSpec, argv: tuple[str, ...], env: dict[str, str], *, query_heads: int,
-           block_argv: tuple[str, ...] | None = None, port: int = 8000, moe: bool = True) -> Cluster:
+def expand(
+    spec: ClusterSpec,
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    *,
+    query_heads: int,
+    block_argv: tuple[str, ...] | None = None,
+    port: int = 8000,
+    moe: bool = True,
+) -> Cluster:
     """Every node's command for `spec`, from one node's plan (`argv`, `env`; `block_argv` = its fallback)."""
-    return _expand(spec, argv, env, query_heads=query_heads, block_argv=block_argv, port=port,
-                   moe=moe)._replace(spec=spec, query_heads=query_heads)
+    return _expand(spec, argv, env, query_heads=query_heads, block_argv=block_argv, port=port, moe=moe)._replace(
+        spec=spec, query_heads=query_heads
+    )
 
 
 def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
@@ -361,12 +449,16 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         return _expand_replicas(spec, argv, env, block_argv, port, layout)
 
     if not spec.head_address:
-        raise UsageError(f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)")
+        raise UsageError(
+            f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)"
+        )
     head = check_address(spec.head_address)
     addrs = tuple(check_address(a, "--node-addresses") for a in spec.node_addresses)
     if addrs and (len(addrs) != spec.nodes or addrs[0] != head):
-        raise UsageError(f"--node-addresses needs {spec.nodes} addresses, one per node, node 0's being the --head-address "
-                         f"{head}; got {', '.join(addrs)}")
+        raise UsageError(
+            f"--node-addresses needs {spec.nodes} addresses, one per node, node 0's being the --head-address "
+            f"{head}; got {', '.join(addrs)}"
+        )
     facts = strategy_facts()
     kind = facts["strategies"][strategy]["layout"]
     n, ray = spec.nodes, spec.backend == "ray"
@@ -376,8 +468,13 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     notes: list[tuple[str, str]] = []
     node_env = {**env, **_socket_env(spec)}
     if not spec.iface:
-        notes.append(("network", "no --iface: GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME are not set, so Gloo and RCCL pick an "
-                                 "interface themselves; on hosts with several, pass --iface <inter-node NIC>"))
+        notes.append(
+            (
+                "network",
+                "no --iface: GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME are not set, so Gloo and RCCL pick an "
+                "interface themselves; on hosts with several, pass --iface <inter-node NIC>",
+            )
+        )
     commands: list[NodeCommand] = []
     dp_kind = kind in ("dep", "tp_dp")
     for r in range(n):
@@ -392,8 +489,11 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         if ray:
             if r > 0:
                 worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
-                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (),
-                                            addrs[r] if addrs else None))
+                commands.append(
+                    NodeCommand(
+                        r, "worker", r, worker, dict(node_env), False, None, None, (), addrs[r] if addrs else None
+                    )
+                )
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
             if dp_kind:
@@ -422,9 +522,21 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         env_r = {**node_env, "VLLM_HOST_IP": addrs[r]} if addrs else dict(node_env)
         argv_r = _rewrite(argv, p, {})
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
-        setup = ((("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ())
-        commands.append(NodeCommand(r, "head" if r == 0 else "worker", r, argv_r, env_r, serves,
-                                    port if serves else None, block_r, setup, addrs[r] if addrs else head if r == 0 else None))
+        setup = (("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ()
+        commands.append(
+            NodeCommand(
+                r,
+                "head" if r == 0 else "worker",
+                r,
+                argv_r,
+                env_r,
+                serves,
+                port if serves else None,
+                block_r,
+                setup,
+                addrs[r] if addrs else head if r == 0 else None,
+            )
+        )
     if ray and kind in ("tp_all", "tp_pp"):
         notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
     if ray and dp_kind:
@@ -435,18 +547,46 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
             rport = spec.router_port or facts["ports"]["dp_router"]
             if rport == port:
                 raise UsageError(f"--router-port {rport} is the nodes' --port; pass another --router-port")
-            router = ("vllm-router", "--policy", "round_robin", "--worker-urls", *(_url(a, port) for a in addrs),
-                      "--host", "0.0.0.0", "--port", str(rport))
+            router = (
+                "vllm-router",
+                "--policy",
+                "round_robin",
+                "--worker-urls",
+                *(_url(a, port) for a in addrs),
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(rport),
+            )
             commands.append(NodeCommand(0, "router", 0, router, {}, True, rport, None, (), addrs[0]))
-            notes.append(("load balancing", f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} "
-                                            "round-robins over them"))
+            notes.append(
+                (
+                    "load balancing",
+                    f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} "
+                    "round-robins over them",
+                )
+            )
         else:
-            notes.append(("load balancing", "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
-                                            "--policy round_robin) in front of all nodes' --port"))
+            notes.append(
+                (
+                    "load balancing",
+                    "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
+                    "--policy round_robin) in front of all nodes' --port",
+                )
+            )
     if dp_kind:
-        notes.append(("batch limits", "--max-num-seqs and --max-num-batched-tokens apply per DP rank "
-                                      "(vLLM data_parallel_deployment.md)"))
-    notes.append(("speculative", f"every rank runs the same --speculative-config (K={_spec_of(argv).get('num_speculative_tokens')})"))
+        notes.append(
+            (
+                "batch limits",
+                "--max-num-seqs and --max-num-batched-tokens apply per DP rank (vLLM data_parallel_deployment.md)",
+            )
+        )
+    notes.append(
+        (
+            "speculative",
+            f"every rank runs the same --speculative-config (K={_spec_of(argv).get('num_speculative_tokens')})",
+        )
+    )
     return Cluster(strategy, n, spec.backend, layout, tuple(commands), tuple(notes))
 
 
@@ -461,13 +601,19 @@ def _url(host: str, port: int) -> str:
 def kv_transfer_config(connector: str, role: str, *, http_port: int, proxy_ip: str | None = None) -> dict:
     """The --kv-transfer-config object for one pool (role: prefill | decode)."""
     facts = strategy_facts()["pd"]["connectors"][connector]
-    cfg: dict = {"kv_connector": facts["kv_connector"], "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
+    cfg: dict = {
+        "kv_connector": facts["kv_connector"],
+        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+    }
     cfg.update(facts.get("config") or {})
     if connector == "moriio":
         # Key names and the string-valued ports are the MoRIIO guide's (moriio_connector_usage.md).
         cfg["kv_connector_extra_config"] = {
-            "proxy_ip": proxy_ip, "proxy_ping_port": str(facts["proxy_ping_port"]), "http_port": str(http_port),
-            "handshake_port": str(facts["handshake_port"]), "notify_port": str(facts["notify_port"]),
+            "proxy_ip": proxy_ip,
+            "proxy_ping_port": str(facts["proxy_ping_port"]),
+            "http_port": str(http_port),
+            "handshake_port": str(facts["handshake_port"]),
+            "notify_port": str(facts["notify_port"]),
         }
     return cfg
 
@@ -490,23 +636,31 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
         raise UsageError("--strategy pd_cluster needs --nodes 2 or more (at least one prefill and one decode node)")
     n_prefill = spec.prefill_nodes if spec.prefill_nodes is not None else n // 2
     if not 1 <= n_prefill < n:
-        raise UsageError(f"--prefill-nodes {n_prefill} must leave at least one of the {n} nodes for decode (use 1..{n - 1})")
+        raise UsageError(
+            f"--prefill-nodes {n_prefill} must leave at least one of the {n} nodes for decode (use 1..{n - 1})"
+        )
     addrs = tuple(spec.node_addresses)
     if len(addrs) != n:
-        raise UsageError(f"--strategy pd_cluster needs --node-addresses with {n} addresses (one per node, prefill nodes first), got {len(addrs)}")
+        raise UsageError(
+            f"--strategy pd_cluster needs --node-addresses with {n} addresses (one per node, prefill nodes first), got {len(addrs)}"
+        )
     addrs = tuple(check_address(a, "--node-addresses") for a in addrs)
     router_host = addrs[0]
     c = pd["connectors"][connector]
     ports = {"prefill": facts["ports"]["prefill_http"], "decode": facts["ports"]["decode_http"]}
     router_port = spec.router_port or facts["ports"]["pd_router"]
     if router_port in ports.values():
-        raise UsageError(f"--router-port {router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}")
+        raise UsageError(
+            f"--router-port {router_port} collides with the pools' HTTP ports {ports['prefill']}/{ports['decode']}"
+        )
     commands: list[NodeCommand] = []
     for node in range(n):
         role = "prefill" if node < n_prefill else "decode"
         pool_rank = node if role == "prefill" else node - n_prefill
         http = ports[role]
-        kv = json.dumps(kv_transfer_config(connector, role, http_port=http, proxy_ip=router_host), separators=(",", ":"))
+        kv = json.dumps(
+            kv_transfer_config(connector, role, http_port=http, proxy_ip=router_host), separators=(",", ":")
+        )
         extra: dict[str, str | None] = {"--port": str(http), "--kv-transfer-config": kv}
 
         def one(a, extra=extra, role=role):
@@ -522,8 +676,9 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
         if connector == "nixl":
             node_env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = addrs[node]
             node_env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(c["side_channel_port"][role])
-        commands.append(NodeCommand(node, role, pool_rank, one(argv), node_env, True, http, one(block_argv),
-                                    (), addrs[node]))
+        commands.append(
+            NodeCommand(node, role, pool_rank, one(argv), node_env, True, http, one(block_argv), (), addrs[node])
+        )
     router = ["vllm-router", "--vllm-pd-disaggregation", *c["router"]]
     if connector == "nixl":
         for cmd in commands:
@@ -535,17 +690,34 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
     commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, router_port, None, (), router_host))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
-        ("prefill/decode", f"{n_prefill} prefill node(s) on :{ports['prefill']}, {n - n_prefill} decode node(s) on "
-                           f":{ports['decode']}, vllm-router on node 0 :{router_port}; each node is one instance "
-                           f"with the one-node layout"),
-        ("speculative", f"DSpark runs in both pools with the same K={k}; the decode pool uses cudagraph_mode "
-                        f"{pd['decode_cudagraph_mode']}"),
-        ("connector", "NixlConnector runs over RIXL/UCX on ROCm: UCX_* env configures it, NCCL_* env does not"
-         if connector == "nixl" else "MoRIIOConnector: start vllm-router (the proxy) first; instances register on "
-                                     f"{router_host}:{c['proxy_ping_port']}"),
+        (
+            "prefill/decode",
+            f"{n_prefill} prefill node(s) on :{ports['prefill']}, {n - n_prefill} decode node(s) on "
+            f":{ports['decode']}, vllm-router on node 0 :{router_port}; each node is one instance "
+            f"with the one-node layout",
+        ),
+        (
+            "speculative",
+            f"DSpark runs in both pools with the same K={k}; the decode pool uses cudagraph_mode "
+            f"{pd['decode_cudagraph_mode']}",
+        ),
+        (
+            "connector",
+            "NixlConnector runs over RIXL/UCX on ROCm: UCX_* env configures it, NCCL_* env does not"
+            if connector == "nixl"
+            else "MoRIIOConnector: start vllm-router (the proxy) first; instances register on "
+            f"{router_host}:{c['proxy_ping_port']}",
+        ),
     ]
-    return Cluster("pd_cluster", n, "mp", {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill,
-                                            "connector": connector}, tuple(commands), tuple(notes), pd["status"].strip())
+    return Cluster(
+        "pd_cluster",
+        n,
+        "mp",
+        {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill, "connector": connector},
+        tuple(commands),
+        tuple(notes),
+        pd["status"].strip(),
+    )
 
 
 def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
@@ -557,13 +729,17 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
     base = facts["ports"]["replica_http"] if port == router_port else port
     ports = [base + r for r in range(n)]
     if router_port in ports:
-        raise UsageError(f"--router-port {router_port} collides with the replicas' ports {ports[0]}-{ports[-1]}; "
-                         "pass another --router-port or --port")
+        raise UsageError(
+            f"--router-port {router_port} collides with the replicas' ports {ports[0]}-{ports[-1]}; "
+            "pass another --router-port or --port"
+        )
     if ports[-1] > 65535:
         raise UsageError(f"--port {base}: the replicas need {n} ports from it, past 65535; pass a lower --port")
     given = sorted({k for k in env if k in rf["visibility_env"] or k == "ROCR_VISIBLE_DEVICES"})
     if given:  # the strategy owns GPU visibility; a second list would pin every replica to the same GPUs
-        raise UsageError(f"--strategy replicas sets {'/'.join(rf['visibility_env'])} per replica; drop --env {given[0]}")
+        raise UsageError(
+            f"--strategy replicas sets {'/'.join(rf['visibility_env'])} per replica; drop --env {given[0]}"
+        )
     commands: list[NodeCommand] = []
     for r in range(n):
         gpus = ",".join(str(i) for i in range(r * t, (r + 1) * t))
@@ -578,24 +754,57 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
 
         commands.append(NodeCommand(0, "replica", r, one(argv), renv, True, ports[r], one(block_argv)))
     wait = env.get(rf["router_startup_env"]) or str(rf["router_startup_default_s"])
-    router = ("vllm-router", "--policy", rf["router_policy"], "--worker-urls",
-              *(_url("127.0.0.1", p) for p in ports), "--worker-startup-timeout-secs", wait,
-              "--host", "0.0.0.0", "--port", str(router_port))
+    router = (
+        "vllm-router",
+        "--policy",
+        rf["router_policy"],
+        "--worker-urls",
+        *(_url("127.0.0.1", p) for p in ports),
+        "--worker-startup-timeout-secs",
+        wait,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(router_port),
+    )
     commands.append(NodeCommand(0, "router", 0, router, {}, True, router_port, None, (), None))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
-        ("replicas", f"{n} independent TP-{t} servers on one node (GPUs " + "; ".join(
-            f"{c.env[rf['visibility_env'][0]]} on :{c.port}" for c in commands[:-1]) + f"), vllm-router :{router_port} "
+        (
+            "replicas",
+            f"{n} independent TP-{t} servers on one node (GPUs "
+            + "; ".join(f"{c.env[rf['visibility_env'][0]]} on :{c.port}" for c in commands[:-1])
+            + f"), vllm-router :{router_port} "
             f"round-robins over them; each has its own graph capture, --max-num-seqs, KV cache and start-up, and "
-            f"the same K={k}; not yet run on MI300-class hardware by rocm-dspark"),
-        ("gpu pinning", f"{' = '.join(rf['visibility_env'])} per replica (vLLM on ROCm maps devices through "
-                        "CUDA_VISIBLE_DEVICES and refuses a differing HIP_VISIBLE_DEVICES; HIP reads HIP_ first); "
-                        "leave ROCR_VISIBLE_DEVICES unset"),
-        ("router start-up", f"vllm-router waits up to {wait} s for a first healthy replica "
-                            f"(--worker-startup-timeout-secs; its default 600 s is shorter than a cold load)"),
+            f"the same K={k}; not yet run on MI300-class hardware by rocm-dspark",
+        ),
+        (
+            "gpu pinning",
+            f"{' = '.join(rf['visibility_env'])} per replica (vLLM on ROCm maps devices through "
+            "CUDA_VISIBLE_DEVICES and refuses a differing HIP_VISIBLE_DEVICES; HIP reads HIP_ first); "
+            "leave ROCR_VISIBLE_DEVICES unset",
+        ),
+        (
+            "router start-up",
+            f"vllm-router waits up to {wait} s for a first healthy replica "
+            f"(--worker-startup-timeout-secs; its default 600 s is shorter than a cold load)",
+        ),
     ]
     return Cluster("replicas", 1, "mp", layout, tuple(commands), tuple(notes))
 
 
-__all__ = ["ClusterSpec", "NodeCommand", "Cluster", "STRATEGY_NAMES", "expand", "layout_for", "node_plan_layout",
-           "kv_transfer_config", "check_address", "node_rank_check", "strategy_facts", "replica_concurrency", "INDEPENDENT"]
+__all__ = [
+    "ClusterSpec",
+    "NodeCommand",
+    "Cluster",
+    "STRATEGY_NAMES",
+    "expand",
+    "layout_for",
+    "node_plan_layout",
+    "kv_transfer_config",
+    "check_address",
+    "node_rank_check",
+    "strategy_facts",
+    "replica_concurrency",
+    "INDEPENDENT",
+]

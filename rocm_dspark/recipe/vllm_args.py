@@ -46,8 +46,10 @@ PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
     "max_num_batched_tokens": (("--max-num-batched-tokens",), "--max-num-batched-tokens"),
     "tensor_parallel_size": (("--tensor-parallel-size", "-tp"), "--tp"),
     "data_parallel_size": (("--data-parallel-size", "-dp"), "--dp"),
-    "enable_expert_parallel": (("--enable-expert-parallel", "--no-enable-expert-parallel", "--disable-expert-parallel",
-                                "-ep"), "--ep"),
+    "enable_expert_parallel": (
+        ("--enable-expert-parallel", "--no-enable-expert-parallel", "--disable-expert-parallel", "-ep"),
+        "--ep",
+    ),
     # The group's layout (rocm_dspark/recipe/strategies.py decides it for every node; one node's copy must match the rest).
     "pipeline_parallel_size": (("--pipeline-parallel-size", "-pp"), "--strategy multi_node_tp_pp"),
     "data_parallel_size_local": (("--data-parallel-size-local", "-dpl"), _GROUP),
@@ -76,8 +78,10 @@ PLAN_OWNED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 # dest -> (option strings, the keys of its JSON value that the plan owns)
 PARTLY_OWNED: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
-    "compilation_config": (("--compilation-config", "-cc"),
-                           frozenset({"max_cudagraph_capture_size", "cudagraph_capture_sizes"})),
+    "compilation_config": (
+        ("--compilation-config", "-cc"),
+        frozenset({"max_cudagraph_capture_size", "cudagraph_capture_sizes"}),
+    ),
 }
 
 # The old name->hint view, kept for callers that list the guarded flags.
@@ -91,8 +95,8 @@ _FLAG = r"--?[A-Za-z][A-Za-z0-9_.+-]*"  # compiled on first use (re's cache), of
 
 
 class UserArg(NamedTuple):
-    flag: str              # canonical: `_` -> `-` before the first '.', aliases of watched dests spelled long
-    value: str | None      # None for a bare flag
+    flag: str  # canonical: `_` -> `-` before the first '.', aliases of watched dests spelled long
+    value: str | None  # None for a bare flag
 
 
 def _canonical_name(name: str) -> str:
@@ -158,12 +162,16 @@ def normalise(token: str) -> UserArg:
     owned = _owner(head, GUARDED_FLAGS)
     if owned is not None:
         spelled = f"{head} (read by vLLM as {owned})" if head != owned else head
-        raise UsageError(f"--vllm-arg {spelled} conflicts with what the plan decides; use {GUARDED_FLAGS[owned]} instead")
+        raise UsageError(
+            f"--vllm-arg {spelled} conflicts with what the plan decides; use {GUARDED_FLAGS[owned]} instead"
+        )
 
     if not head.startswith("--") and len(head) > 2 and head[:2] in GUARDED_FLAGS:
         # argparse reads a joined short option `-n2` as `-n 2` (its _get_option_tuples), so `-n2` sets nnodes.
-        raise UsageError(f"--vllm-arg {head} (read by vLLM as {head[:2]} {head[2:]}) conflicts with what the plan "
-                         f"decides; use {GUARDED_FLAGS[head[:2]]} instead")
+        raise UsageError(
+            f"--vllm-arg {head} (read by vLLM as {head[:2]} {head[2:]}) conflicts with what the plan "
+            f"decides; use {GUARDED_FLAGS[head[:2]]} instead"
+        )
 
     partly = _owner(head, _PARTLY)
     if partly is not None:
@@ -176,7 +184,9 @@ def normalise(token: str) -> UserArg:
             touched = set()
         hit = sorted(touched & owned_keys)
         if hit:
-            raise UsageError(f"--vllm-arg {long_name} sets {', '.join(hit)}, which the plan decides; use {_CAPTURE} instead")
+            raise UsageError(
+                f"--vllm-arg {long_name} sets {', '.join(hit)}, which the plan decides; use {_CAPTURE} instead"
+            )
         return UserArg(long_name + (dot + keys if dot else ""), value if sep else None)
 
     return UserArg(name, value if sep else None)
@@ -216,9 +226,15 @@ __all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "no
 
 # --- the build's own parser (recipes/vllm_parsers.yaml) ----------------------------------------------
 _SIZE = r"\d+(?:\.\d+)?[kKmMgGtT]"  # vllm/utils/argparse_utils.py human_readable_int; compiled on first use
-_WORDS = {"int": "an integer", "float": "a number", "int?": "an integer or None", "float?": "a number or None",
-          "size": "an integer such as 65536 or 64k", "size|auto": "an integer such as 65536 or 64k, or auto",
-          "json": "JSON"}
+_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "int?": "an integer or None",
+    "float?": "a number or None",
+    "size": "an integer such as 65536 or 64k",
+    "size|auto": "an integer such as 65536 or 64k, or auto",
+    "json": "JSON",
+}
 
 
 def _fits(kind: str, value: str, choices) -> bool:
@@ -248,29 +264,37 @@ def check_parses(arg: UserArg, facts: dict, build: str) -> None:
 
     head, dot, _ = arg.flag.partition(".")
     choices: dict = facts.get("choices") or {}
-    kinds = {opt: kind for kind, opts in (facts.get("kinds") or {}).items() for opt in opts} | dict.fromkeys(choices, "choice")
+    kinds = {opt: kind for kind, opts in (facts.get("kinds") or {}).items() for opt in opts} | dict.fromkeys(
+        choices, "choice"
+    )
     if head.startswith("-O") and not head.startswith("--"):
         return
     if head not in kinds:
         hits = [opt for opt in kinds if _reaches(head, opt)]
         if len(hits) > 1:
-            raise UsageError(f"--vllm-arg {head}: vLLM build {build} reads it as more than one flag ({', '.join(sorted(hits)[:4])}"
-                             f"{', ...' if len(hits) > 4 else ''}); spell the flag out")
+            raise UsageError(
+                f"--vllm-arg {head}: vLLM build {build} reads it as more than one flag ({', '.join(sorted(hits)[:4])}"
+                f"{', ...' if len(hits) > 4 else ''}); spell the flag out"
+            )
         if not hits and not (not head.startswith("--") and head[:2] in kinds):  # `-qfp8` is `-q fp8`
-            raise UsageError(f"--vllm-arg {head}: vLLM build {build} has no such flag{did_you_mean(head, kinds)}; "
-                             f"`vllm serve --help` there lists them")
+            raise UsageError(
+                f"--vllm-arg {head}: vLLM build {build} has no such flag{did_you_mean(head, kinds)}; "
+                f"`vllm serve --help` there lists them"
+            )
         head = hits[0] if hits else head[:2]
     kind = kinds[head]
     if dot:
         return
     if kind == "flag":
         if arg.value is not None:
-            raise UsageError(f"--vllm-arg {arg.flag}={arg.value}: {head} takes no value in vLLM build {build}; "
-                             f"pass {head} alone")
+            raise UsageError(
+                f"--vllm-arg {arg.flag}={arg.value}: {head} takes no value in vLLM build {build}; pass {head} alone"
+            )
         return
     if arg.value is None:
         raise UsageError(f"--vllm-arg {arg.flag}: {head} needs a value in vLLM build {build}; pass {arg.flag}=VALUE")
     if not _fits(kind, arg.value, choices.get(head, ())):
         want = f"one of {', '.join(choices[head])}" if kind == "choice" else _WORDS[kind]
-        raise UsageError(f"--vllm-arg {arg.flag}={arg.value}: vLLM build {build} reads {head} as {want}; "
-                         f"{arg.value!r} is not")
+        raise UsageError(
+            f"--vllm-arg {arg.flag}={arg.value}: vLLM build {build} reads {head} as {want}; {arg.value!r} is not"
+        )

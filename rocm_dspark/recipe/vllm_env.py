@@ -20,19 +20,24 @@ from rocm_dspark.errors import UsageError
 
 PLUGIN_NAME = "rocm_dspark"  # pyproject.toml [project.entry-points."vllm.general_plugins"]
 # Plan variables an operator may change: readiness and step deadlines and logging, not the computation.
-STARTUP_ONLY = frozenset({"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "PYTHONUNBUFFERED",
-                          "AITER_TRITON_LOG_LEVEL"})
+STARTUP_ONLY = frozenset(
+    {"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "PYTHONUNBUFFERED", "AITER_TRITON_LOG_LEVEL"}
+)
 
 
 def check_env(key: str, value: str, planned: dict[str, str]) -> None:
     """Refuse one user --env entry that would change a setting the plan decides (UsageError, one line)."""
     if key in planned and planned[key] != value and key not in STARTUP_ONLY:
-        raise UsageError(f"--env {key}={value}: the plan sets {key}={planned[key]} (see its notes); leave it out, "
-                         f"or change the recipe in recipes/ so the plan and its notes say what runs")
+        raise UsageError(
+            f"--env {key}={value}: the plan sets {key}={planned[key]} (see its notes); leave it out, "
+            f"or change the recipe in recipes/ so the plan and its notes say what runs"
+        )
     if key == "VLLM_PLUGINS" and PLUGIN_NAME not in value.split(","):
-        raise UsageError(f"--env VLLM_PLUGINS={value}: vLLM loads only the plugins named there, so rocm-dspark's "
-                         f"attention plugin would not load; add {PLUGIN_NAME} to the list (e.g. "
-                         f"VLLM_PLUGINS={PLUGIN_NAME}{',' + value if value else ''})")
+        raise UsageError(
+            f"--env VLLM_PLUGINS={value}: vLLM loads only the plugins named there, so rocm-dspark's "
+            f"attention plugin would not load; add {PLUGIN_NAME} to the list (e.g. "
+            f"VLLM_PLUGINS={PLUGIN_NAME}{',' + value if value else ''})"
+        )
 
 
 __all__ = ["check_env", "STARTUP_ONLY", "PLUGIN_NAME"]

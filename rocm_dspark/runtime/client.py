@@ -115,20 +115,50 @@ class VllmClient:
             raise ServerError("the server lists no model: pass model= explicitly")
         return ids[0]
 
-    def complete(self, prompt: str, max_tokens: int = 16, *, model: str | None = None, temperature: float = 0.0,
-                 ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+    def complete(
+        self,
+        prompt: str,
+        max_tokens: int = 16,
+        *,
+        model: str | None = None,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        timeout_s: float = 120.0,
+        **extra,
+    ) -> dict:
         """POST /v1/completions (greedy by default) and return the response JSON."""
-        body = {"model": self._model(model), "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        body = {
+            "model": self._model(model),
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            **({"ignore_eos": True} if ignore_eos else {}),
+            **extra,
+        }
         return self._post_json("/v1/completions", body, timeout_s)
 
-    def chat(self, messages: list[dict] | str, max_tokens: int = 64, *, model: str | None = None,
-             temperature: float = 0.0, ignore_eos: bool = False, timeout_s: float = 120.0, **extra) -> dict:
+    def chat(
+        self,
+        messages: list[dict] | str,
+        max_tokens: int = 64,
+        *,
+        model: str | None = None,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        timeout_s: float = 120.0,
+        **extra,
+    ) -> dict:
         """POST /v1/chat/completions; a plain string becomes one user message."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        body = {"model": self._model(model), "messages": messages, "max_tokens": max_tokens,
-                "temperature": temperature, **({"ignore_eos": True} if ignore_eos else {}), **extra}
+        body = {
+            "model": self._model(model),
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            **({"ignore_eos": True} if ignore_eos else {}),
+            **extra,
+        }
         return self._post_json("/v1/chat/completions", body, timeout_s)
 
     def metrics_text(self, timeout_s: float = 30.0) -> str:

@@ -57,8 +57,14 @@ def parse_amdsmi_static_json(text: str) -> list[GpuAgent]:
     for i, entry in enumerate(amdsmi_json_entries(text)):
         asic = entry.get("asic")
         asic = asic if isinstance(asic, dict) else {}
-        agents.append(GpuAgent(int(entry.get("gpu", i)), str(asic.get("market_name", "")),
-                               str(asic.get("target_graphics_version", "")), "amd-smi static --json"))
+        agents.append(
+            GpuAgent(
+                int(entry.get("gpu", i)),
+                str(asic.get("market_name", "")),
+                str(asic.get("target_graphics_version", "")),
+                "amd-smi static --json",
+            )
+        )
     return agents
 
 

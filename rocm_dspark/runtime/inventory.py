@@ -21,14 +21,14 @@ class GpuFacts(NamedTuple):
     index: int  # type: ignore[assignment]
     marketing_name: str
     arch: str
-    vram_mb: float | None = None               # HBM size the tool reports (MB = MiB as amd-smi prints it)
+    vram_mb: float | None = None  # HBM size the tool reports (MB = MiB as amd-smi prints it)
     ecc_correctable: int | None = None
     ecc_uncorrectable: int | None = None
     ecc_deferred: int | None = None
-    temperature_c: dict = {}                   # sensor (edge/hotspot/mem) -> current degrees C
-    temperature_limits_c: dict = {}            # e.g. slowdown_hotspot -> limit the device reports
-    power_w: float | None = None               # current socket power
-    power_cap_w: float | None = None           # the power cap in force
+    temperature_c: dict = {}  # sensor (edge/hotspot/mem) -> current degrees C
+    temperature_limits_c: dict = {}  # e.g. slowdown_hotspot -> limit the device reports
+    power_w: float | None = None  # current socket power
+    power_cap_w: float | None = None  # the power cap in force
     source: str = ""
 
 
@@ -36,11 +36,11 @@ class HostInventory(NamedTuple):
     """What the host tools said: the GPUs, which tools exist, and what was run (evidence)."""
 
     gpus: tuple[GpuFacts, ...]
-    tools: dict                                # tool name -> path or None
+    tools: dict  # tool name -> path or None
     kfd_present: bool
-    commands: tuple[str, ...]                  # the commands whose output was used
-    problems: tuple[str, ...] = ()             # tool runs that failed or did not parse
-    partitions: dict = {}                      # GPU index -> compute partition mode (runtime.partition)
+    commands: tuple[str, ...]  # the commands whose output was used
+    problems: tuple[str, ...] = ()  # tool runs that failed or did not parse
+    partitions: dict = {}  # GPU index -> compute partition mode (runtime.partition)
 
     @property
     def amd_host(self) -> bool:
@@ -136,9 +136,11 @@ def _facts_from_entry(entry: dict, source: str) -> dict:
     if "vram_mb" not in out and _number(usage.get("total_vram")) is not None:
         out["vram_mb"] = _number(usage["total_vram"])
     ecc = _section(entry, "ecc")
-    for key, field in (("total_correctable_count", "ecc_correctable"),
-                       ("total_uncorrectable_count", "ecc_uncorrectable"),
-                       ("total_deferred_count", "ecc_deferred")):
+    for key, field in (
+        ("total_correctable_count", "ecc_correctable"),
+        ("total_uncorrectable_count", "ecc_uncorrectable"),
+        ("total_deferred_count", "ecc_deferred"),
+    ):
         if _int(ecc.get(key)) is not None:
             out[field] = _int(ecc[key])
     temps = _section(entry, "temperature")
@@ -146,8 +148,11 @@ def _facts_from_entry(entry: dict, source: str) -> dict:
     if readings:
         out["temperature_c"] = readings
     limit = _section(entry, "limit")
-    limits = {k.replace("_temperature", ""): _number(v) for k, v in limit.items()
-              if k.endswith("_temperature") and _number(v) is not None}
+    limits = {
+        k.replace("_temperature", ""): _number(v)
+        for k, v in limit.items()
+        if k.endswith("_temperature") and _number(v) is not None
+    }
     if limits:
         out["temperature_limits_c"] = limits
     if _number(limit.get("socket_power")) is not None:
@@ -185,11 +190,11 @@ def parse_rocm_smi_showall(text: str) -> list[dict]:
         if temp:
             sensor = {"junction": "hotspot", "memory": "mem"}.get(temp.group(1), temp.group(1))
             facts.setdefault("temperature_c", {})[sensor] = float(temp.group(2))
-        if (cap := re.match(r"Max Graphics Package Power \(W\):\s*([\d.]+)", body)):
+        if cap := re.match(r"Max Graphics Package Power \(W\):\s*([\d.]+)", body):
             facts["power_cap_w"] = float(cap.group(1))
-        if (pw := re.match(r"(?:Current|Average) Socket Graphics Package Power \(W\):\s*([\d.]+)", body)):
+        if pw := re.match(r"(?:Current|Average) Socket Graphics Package Power \(W\):\s*([\d.]+)", body):
             facts["power_w"] = float(pw.group(1))
-        if (series := re.match(r"Card [Ss]eries:\s*(.+)", body)):
+        if series := re.match(r"Card [Ss]eries:\s*(.+)", body):
             facts["marketing_name"] = series.group(1).strip()
     return [per[k] for k in sorted(per)]
 
@@ -209,8 +214,13 @@ def rocminfo_vram_mb(text: str) -> list[float | None]:
 
 def parse_amdsmi_version(text: str) -> dict:
     """`amd-smi version`: {"tool", "library", "rocm", "amdgpu"} ("N/A" and absent fields are left out)."""
-    fields = {"AMDSMI Tool": "tool", "AMDSMI Library version": "library", "ROCm version": "rocm",
-              "amdgpu version": "amdgpu", "amd_hsmp version": "amd_hsmp"}
+    fields = {
+        "AMDSMI Tool": "tool",
+        "AMDSMI Library version": "library",
+        "ROCm version": "rocm",
+        "amdgpu version": "amdgpu",
+        "amd_hsmp version": "amd_hsmp",
+    }
     out = {}
     for part in text.strip().split("|"):
         key, sep, value = part.partition(":")
@@ -235,18 +245,29 @@ def merge_facts(*sources: list[dict]) -> list[GpuFacts]:
     out = []
     for index in sorted(merged):
         d = merged[index]
-        out.append(GpuFacts(
-            index=index, marketing_name=d.get("marketing_name", ""), arch=d.get("arch", ""),
-            vram_mb=d.get("vram_mb"), ecc_correctable=d.get("ecc_correctable"),
-            ecc_uncorrectable=d.get("ecc_uncorrectable"), ecc_deferred=d.get("ecc_deferred"),
-            temperature_c=dict(d.get("temperature_c", {})), temperature_limits_c=dict(d.get("temperature_limits_c", {})),
-            power_w=d.get("power_w"), power_cap_w=d.get("power_cap_w"), source=", ".join(d.get("sources", [])),
-        ))
+        out.append(
+            GpuFacts(
+                index=index,
+                marketing_name=d.get("marketing_name", ""),
+                arch=d.get("arch", ""),
+                vram_mb=d.get("vram_mb"),
+                ecc_correctable=d.get("ecc_correctable"),
+                ecc_uncorrectable=d.get("ecc_uncorrectable"),
+                ecc_deferred=d.get("ecc_deferred"),
+                temperature_c=dict(d.get("temperature_c", {})),
+                temperature_limits_c=dict(d.get("temperature_limits_c", {})),
+                power_w=d.get("power_w"),
+                power_cap_w=d.get("power_cap_w"),
+                source=", ".join(d.get("sources", [])),
+            )
+        )
     return out
 
 
-AMDSMI_ARGVS = (("amd-smi", "static", "--asic", "--vram", "--limit", "--json"),
-                ("amd-smi", "metric", "--ecc", "--temperature", "--power", "--json"))
+AMDSMI_ARGVS = (
+    ("amd-smi", "static", "--asic", "--vram", "--limit", "--json"),
+    ("amd-smi", "metric", "--ecc", "--temperature", "--power", "--json"),
+)
 
 
 def detect_argvs() -> tuple[tuple[str, ...], ...]:
@@ -298,9 +319,18 @@ def inventory(root: str = "") -> HostInventory:
         if out:
             rocminfo_gpus = parse(parse_rocminfo, out, "rocminfo")
             sizes = rocminfo_vram_mb(out)
-            sources.append([{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch,
-                             "vram_mb": sizes[a.index] if a.index < len(sizes) else None, "source": "rocminfo"}
-                            for a in rocminfo_gpus])
+            sources.append(
+                [
+                    {
+                        "index": a.index,
+                        "marketing_name": a.marketing_name,
+                        "arch": a.arch,
+                        "vram_mb": sizes[a.index] if a.index < len(sizes) else None,
+                        "source": "rocminfo",
+                    }
+                    for a in rocminfo_gpus
+                ]
+            )
     if tools["rocm-smi"] and not tools["amd-smi"]:
         out = run(["rocm-smi", "-a"])
         if out:

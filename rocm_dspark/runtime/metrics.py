@@ -74,10 +74,10 @@ class SpecDecodeCounters:
     num_drafts: float = 0.0
     num_draft_tokens: float = 0.0
     num_accepted_tokens: float = 0.0
-    accepted_per_pos: tuple[float, ...] = ()   # index = draft position 0..K-1
+    accepted_per_pos: tuple[float, ...] = ()  # index = draft position 0..K-1
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
-    request_success: float = 0.0              # summed over finished_reason
+    request_success: float = 0.0  # summed over finished_reason
     is_delta: bool = field(default=False, compare=False)
 
     # -- derived values -------------------------------------------------------------------------

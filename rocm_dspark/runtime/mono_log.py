@@ -20,14 +20,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _P = "DSv4.1 mono decode"
 # (key, pattern): each is one of the wheel's format strings with its %s / %d as a group.
 PATTERNS = (
-    ("off", re.compile(_P + r" off for some layers: (.+)")),                                     # :427
+    ("off", re.compile(_P + r" off for some layers: (.+)")),  # :427
     ("draft_ffn", re.compile(_P + r": the FFN launch for the DSpark draft layers \((\d+) / (\d+) routing\)")),  # :438
-    ("draft_off", re.compile(_P + r" off for the draft layers: (.+)")),                          # :464
-    ("ffn", re.compile(_P + r": the FFN launch for layers with (.+)")),                          # :467
-    ("draft_whole", re.compile(_P + r": the DSpark draft layers$")),                             # :477
-    ("whole", re.compile(_P + r": the whole standard backbone layers$")),                        # :486
-    ("active", re.compile(_P + r" (draft )?layer active \(decode steps of <= (\d+) rows\)")),    # :693
-    ("ffn_active", re.compile(_P + r" FFN launch active \(decode steps of <= (\d+) rows\)")),    # :762
+    ("draft_off", re.compile(_P + r" off for the draft layers: (.+)")),  # :464
+    ("ffn", re.compile(_P + r": the FFN launch for layers with (.+)")),  # :467
+    ("draft_whole", re.compile(_P + r": the DSpark draft layers$")),  # :477
+    ("whole", re.compile(_P + r": the whole standard backbone layers$")),  # :486
+    ("active", re.compile(_P + r" (draft )?layer active \(decode steps of <= (\d+) rows\)")),  # :693
+    ("ffn_active", re.compile(_P + r" FFN launch active \(decode steps of <= (\d+) rows\)")),  # :762
 )
 _START = re.compile(r"rocm-dspark\[[^\]]*\]: starting vLLM with ")
 _DROPPED = re.compile(r"rocm-dspark\[[^\]]*\]: starting the same plan without --monokernel: (.+)")
@@ -35,18 +35,24 @@ WHOLE, FFN, OFF = "whole layer", "FFN launch", "off"
 
 
 class MonoPath(NamedTuple):
-    path: str                     # WHOLE, FFN or OFF: what the backbone's decode steps take
-    active: bool                  # a decode step took the kernels ("... active")
-    rows: int | None              # the kernels take decode steps of at most this many rows
+    path: str  # WHOLE, FFN or OFF: what the backbone's decode steps take
+    active: bool  # a decode step took the kernels ("... active")
+    rows: int | None  # the kernels take decode steps of at most this many rows
     ffn_only: tuple[str, ...] = ()  # why some layers run the FFN launch only (mono_decode.py:467)
-    off: tuple[str, ...] = ()     # why some layers, or all (the refusal, a dropped flag), run vLLM's own path
-    draft: str = ""               # the DSpark draft layers' path (WHOLE, FFN, OFF; "" when not logged)
+    off: tuple[str, ...] = ()  # why some layers, or all (the refusal, a dropped flag), run vLLM's own path
+    draft: str = ""  # the DSpark draft layers' path (WHOLE, FFN, OFF; "" when not logged)
 
     def text(self) -> str:
         if self.path == OFF:
             return "off: " + "; ".join(self.off or ("no layer takes the mono decode kernels",))
-        parts = [self.path + (f", active (decode steps of <= {self.rows} rows)" if self.active
-                              else ", not active yet (no decode step has taken it)")]
+        parts = [
+            self.path
+            + (
+                f", active (decode steps of <= {self.rows} rows)"
+                if self.active
+                else ", not active yet (no decode step has taken it)"
+            )
+        ]
         if self.path == WHOLE:
             parts += [f"the FFN launch only for layers with {w}" for w in self.ffn_only]
         else:

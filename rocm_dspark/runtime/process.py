@@ -50,10 +50,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 @dataclass(frozen=True)
 class StopResult:
-    exit_code: int | None   # the leader's status (negative = killed by that signal), None if never started
-    killed: bool            # SIGKILL was needed after the grace period
+    exit_code: int | None  # the leader's status (negative = killed by that signal), None if never started
+    killed: bool  # SIGKILL was needed after the grace period
     elapsed_s: float
-    leftover: tuple[int, ...] = ()   # pids still alive afterwards; empty means nothing left behind
+    leftover: tuple[int, ...] = ()  # pids still alive afterwards; empty means nothing left behind
 
 
 def _proc_table() -> dict[int, tuple[int, int, str]]:
@@ -137,7 +137,9 @@ class VllmServer:
         self.host, self.port = self.client.host, self.client.port
         self.cwd = cwd
         self.inherit_env = inherit_env
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
+        self.log_path = (
+            Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
+        )
         self.proc: subprocess.Popen | None = None
 
     @classmethod
@@ -162,8 +164,13 @@ class VllmServer:
             try:
                 # Own session = own process group: stop() signals vLLM's children along with it.
                 self.proc = subprocess.Popen(
-                    self.argv, env=env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                    self.argv,
+                    env=env,
+                    cwd=self.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
             except OSError as exc:
                 raise UsageError(f"cannot start {self.argv[0]!r}: {exc.strerror}; check the command path") from None
@@ -190,8 +197,9 @@ class VllmServer:
             raise UsageError("wait_ready() before start(): start the server first")
         return ReadyCheck(self.client, exit_code=self.proc.poll, log_text=self.log_text, gate=gate)
 
-    def wait_ready(self, deadline_s: float = 600.0, poll_s: float = MAX_POLL_S, *,
-                   on_miss: Callable[[float], None] | None = None) -> Readiness:
+    def wait_ready(
+        self, deadline_s: float = 600.0, poll_s: float = MAX_POLL_S, *, on_miss: Callable[[float], None] | None = None
+    ) -> Readiness:
         """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes; polls
         start fast and back off to one every `poll_s` seconds."""
         return wait_ready(self.ready_check(), deadline_s, on_miss=on_miss, max_poll_s=poll_s)

@@ -23,7 +23,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     # comm (field 2) may hold spaces and parentheses: the fields after it start past the last ')'.
-    return raw[raw.rfind(")") + 2:].split()
+    return raw[raw.rfind(")") + 2 :].split()
 
 
 def start_ticks(pid: int) -> int | None:

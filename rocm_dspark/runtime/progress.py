@@ -43,8 +43,14 @@ def wants_rich(stream) -> bool:
 class Display:
     """say() prints a line; wait() shows a server starting until poll() returns something."""
 
-    def __init__(self, stream=None, *, fancy: bool | None = None, heartbeat_s: float = 30.0,
-                 say: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        stream=None,
+        *,
+        fancy: bool | None = None,
+        heartbeat_s: float = 30.0,
+        say: Callable[[str], None] | None = None,
+    ):
         self.stream = stream or sys.stderr
         self._say = say
         self.fancy = (wants_rich(self.stream) if fancy is None else fancy) and say is None
@@ -64,8 +70,15 @@ class Display:
         else:
             print(text, file=self.stream, flush=True)
 
-    def wait(self, label: str, log_path, poll: Callable[[], T | None], *, poll_s: float = MAX_POLL_S,
-             deadline_s: float = math.inf) -> tuple[T | None, Phase | None, float]:
+    def wait(
+        self,
+        label: str,
+        log_path,
+        poll: Callable[[], T | None],
+        *,
+        poll_s: float = MAX_POLL_S,
+        deadline_s: float = math.inf,
+    ) -> tuple[T | None, Phase | None, float]:
         """poll() until it returns a value or `deadline_s` passes (rocm_dspark.runtime.readiness.poll_until: fast
         at first, then every `poll_s` seconds); show the phase from `log_path`.
 

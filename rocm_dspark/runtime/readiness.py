@@ -30,9 +30,14 @@ MAX_POLL_S = 1.0
 LOG_TAIL_LINES = 40
 
 
-def poll_until(look: Callable[[], T | None], deadline_s: float = math.inf, *,
-               on_miss: Callable[[float], None] | None = None, first_s: float = FIRST_POLL_S,
-               max_s: float = MAX_POLL_S) -> T | None:
+def poll_until(
+    look: Callable[[], T | None],
+    deadline_s: float = math.inf,
+    *,
+    on_miss: Callable[[float], None] | None = None,
+    first_s: float = FIRST_POLL_S,
+    max_s: float = MAX_POLL_S,
+) -> T | None:
     """look() until it returns a value (returned) or `deadline_s` seconds pass (None).
 
     After each miss: on_miss(seconds waited), then a sleep of `first_s`, doubling up to `max_s` and never past the
@@ -58,10 +63,10 @@ class Readiness:
     status: str
     elapsed_s: float
     exit_code: int | None = None
-    refusal: str | None = None     # the exact vLLM line, when it refused the configuration
-    last_error: str = ""           # what the last probe saw (connection refused, HTTP 503, ...)
+    refusal: str | None = None  # the exact vLLM line, when it refused the configuration
+    last_error: str = ""  # what the last probe saw (connection refused, HTTP 503, ...)
     log_tail: str = ""
-    url: str = ""                  # the server asked
+    url: str = ""  # the server asked
 
     @property
     def ready(self) -> bool:
@@ -85,8 +90,14 @@ class ReadyCheck:
     refusal line and the tail. gate(): asked once /health and /v1/models answer; None when it holds, else what is
     still missing (kept as the last probe)."""
 
-    def __init__(self, client: VllmClient, *, exit_code: Callable[[], int | None] = lambda: None,
-                 log_text: Callable[[], str] = lambda: "", gate: Callable[[], str | None] | None = None):
+    def __init__(
+        self,
+        client: VllmClient,
+        *,
+        exit_code: Callable[[], int | None] = lambda: None,
+        log_text: Callable[[], str] = lambda: "",
+        gate: Callable[[], str | None] | None = None,
+    ):
         self.client, self.exit_code, self.log_text, self.gate = client, exit_code, log_text, gate
         self.t0 = time.monotonic()
         self.last_error = ""
@@ -104,7 +115,7 @@ class ReadyCheck:
         return None
 
     def _probe(self) -> str:
-        """"" when the server serves (and the gate holds), else what it answered."""
+        """ "" when the server serves (and the gate holds), else what it answered."""
         try:
             health = self.client.get("/health", timeout_s=5)
             if health.status != 200:
@@ -118,20 +129,37 @@ class ReadyCheck:
 
     def exited(self, code: int) -> Readiness:
         text = self.log_text()
-        return Readiness("exited", self.elapsed_s(), exit_code=code, refusal=find_refusal(text),
-                         last_error=self.last_error, log_tail=_tail(text), url=self.client.base_url)
+        return Readiness(
+            "exited",
+            self.elapsed_s(),
+            exit_code=code,
+            refusal=find_refusal(text),
+            last_error=self.last_error,
+            log_tail=_tail(text),
+            url=self.client.base_url,
+        )
 
     def timed_out(self) -> Readiness:
         """The answer once the deadline passed; one last look at the process first: it may have died meanwhile."""
         code = self.exit_code()
         if code is not None:
             return self.exited(code)
-        return Readiness("timeout", self.elapsed_s(), last_error=self.last_error, log_tail=_tail(self.log_text()),
-                         url=self.client.base_url)
+        return Readiness(
+            "timeout",
+            self.elapsed_s(),
+            last_error=self.last_error,
+            log_tail=_tail(self.log_text()),
+            url=self.client.base_url,
+        )
 
 
-def wait_ready(check: ReadyCheck, deadline_s: float, *, on_miss: Callable[[float], None] | None = None,
-               max_poll_s: float = MAX_POLL_S) -> Readiness:
+def wait_ready(
+    check: ReadyCheck,
+    deadline_s: float,
+    *,
+    on_miss: Callable[[float], None] | None = None,
+    max_poll_s: float = MAX_POLL_S,
+) -> Readiness:
     """poll_until(check) within `deadline_s`: ready, exited, or timeout."""
     return poll_until(check, deadline_s, on_miss=on_miss, max_s=max_poll_s) or check.timed_out()
 

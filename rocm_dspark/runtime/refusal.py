@@ -53,7 +53,7 @@ def find_refusal(log_text: str, patterns=REFUSAL_PATTERNS) -> str | None:
 def find_mono_refusal(log_text: str) -> str | None:
     """vLLM's refusal of --monokernel ("--monokernel needs ..."), without the log's prefix, or None."""
     line = find_refusal(log_text, (MONO_REFUSAL,))
-    return line[line.index("ValueError: ") + len("ValueError: "):] if line else None
+    return line[line.index("ValueError: ") + len("ValueError: ") :] if line else None
 
 
 def find_adaptive_refusal(log_text: str) -> str | None:

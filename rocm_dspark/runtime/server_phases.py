@@ -21,9 +21,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 class Phase(NamedTuple):
     key: str
-    label: str          # what an operator reads, e.g. "loading weights"
-    detail: str = ""    # e.g. "12/64 shards"
-    line: str = ""      # the log line it was read from
+    label: str  # what an operator reads, e.g. "loading weights"
+    detail: str = ""  # e.g. "12/64 shards"
+    line: str = ""  # the log line it was read from
 
     def text(self) -> str:
         return f"{self.label} ({self.detail})" if self.detail else self.label
@@ -31,39 +31,110 @@ class Phase(NamedTuple):
 
 # (key, label, pattern, source). Order does not matter for matching: the log's own order does.
 PATTERNS = (
-    ("launcher", "starting vLLM", re.compile(r"rocm-dspark\[[^\]]*\]: starting vLLM with (\w[\w-]*) verification"),
-     "rocm_dspark/launch/templates/launcher.sh.tmpl: start_vllm()"),
-    ("fallback", "falling back to block verification",
-     re.compile(r"rocm-dspark\[[^\]]*\]: falling back to block verification"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
-    ("args", "vLLM reading its configuration", re.compile(r"\bnon-default args: "), "vllm/entrypoints/serve/utils/api_utils.py:286"),
+    (
+        "launcher",
+        "starting vLLM",
+        re.compile(r"rocm-dspark\[[^\]]*\]: starting vLLM with (\w[\w-]*) verification"),
+        "rocm_dspark/launch/templates/launcher.sh.tmpl: start_vllm()",
+    ),
+    (
+        "fallback",
+        "falling back to block verification",
+        re.compile(r"rocm-dspark\[[^\]]*\]: falling back to block verification"),
+        "rocm_dspark/launch/templates/launcher.sh.tmpl",
+    ),
+    (
+        "args",
+        "vLLM reading its configuration",
+        re.compile(r"\bnon-default args: "),
+        "vllm/entrypoints/serve/utils/api_utils.py:286",
+    ),
     ("engine", "initialising the engine", re.compile(r"Initializing a V1 LLM engine"), "vllm/v1/engine/core.py:134"),
-    ("load", "loading weights", re.compile(r"Starting to load model "),
-     "vllm/v1/worker/gpu_model_runner.py:5040, cpu_model_runner.py:68"),
-    ("shards", "loading weights",
-     re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"),
-     "vllm/model_executor/model_loader/weight_utils.py:1094 (tqdm description)"),
-    ("drafter", "loading the draft model", re.compile(r"Loading drafter model"), "vllm/v1/worker/gpu_model_runner.py:5071"),
-    ("loaded", "weights loaded", re.compile(r"Loading weights took ([\d.]+) seconds|Model loading took (\S+) GiB"),
-     "vllm/model_executor/model_loader/default_loader.py:502, gpu_model_runner.py:5150"),
-    ("compile", "compiling (torch.compile)", re.compile(r"Dynamo bytecode transform time|Compiling a graph for compile range"),
-     "vllm/compilation/backends.py:399, 1167"),
-    ("kv", "sizing the KV cache", re.compile(r"Available KV cache memory|\b\w+ KV cache size: ([\d,]+) tokens"),
-     "vllm/v1/worker/gpu_worker.py:760, vllm/v1/core/kv_cache_utils.py:2328"),
-    ("graphs", "capturing graphs", re.compile(r"Capturing CUDA graphs[^:]*:\s+(\d+)%[^|]*\|[^|]*\| (\d+)/(\d+)"),
-     "vllm/v1/worker/gpu_model_runner.py:6657 (tqdm description)"),
-    ("graphs_done", "graphs captured", re.compile(r"Graph capturing finished in (\d+) secs"),
-     "vllm/v1/worker/gpu_model_runner.py:6582"),
-    ("warmup", "warming up", re.compile(r"Warming up model for the compilation"), "vllm/v1/worker/cpu_model_runner.py:87"),
-    ("engine_ready", "engine ready, starting the API server",
-     re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"), "vllm/v1/engine/core.py:386-403"),
-    ("api", "starting the API server", re.compile(r"Starting vLLM server on (\S+)"),
-     "vllm/entrypoints/launchers/api_server/entry.py:140"),
+    (
+        "load",
+        "loading weights",
+        re.compile(r"Starting to load model "),
+        "vllm/v1/worker/gpu_model_runner.py:5040, cpu_model_runner.py:68",
+    ),
+    (
+        "shards",
+        "loading weights",
+        re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"),
+        "vllm/model_executor/model_loader/weight_utils.py:1094 (tqdm description)",
+    ),
+    (
+        "drafter",
+        "loading the draft model",
+        re.compile(r"Loading drafter model"),
+        "vllm/v1/worker/gpu_model_runner.py:5071",
+    ),
+    (
+        "loaded",
+        "weights loaded",
+        re.compile(r"Loading weights took ([\d.]+) seconds|Model loading took (\S+) GiB"),
+        "vllm/model_executor/model_loader/default_loader.py:502, gpu_model_runner.py:5150",
+    ),
+    (
+        "compile",
+        "compiling (torch.compile)",
+        re.compile(r"Dynamo bytecode transform time|Compiling a graph for compile range"),
+        "vllm/compilation/backends.py:399, 1167",
+    ),
+    (
+        "kv",
+        "sizing the KV cache",
+        re.compile(r"Available KV cache memory|\b\w+ KV cache size: ([\d,]+) tokens"),
+        "vllm/v1/worker/gpu_worker.py:760, vllm/v1/core/kv_cache_utils.py:2328",
+    ),
+    (
+        "graphs",
+        "capturing graphs",
+        re.compile(r"Capturing CUDA graphs[^:]*:\s+(\d+)%[^|]*\|[^|]*\| (\d+)/(\d+)"),
+        "vllm/v1/worker/gpu_model_runner.py:6657 (tqdm description)",
+    ),
+    (
+        "graphs_done",
+        "graphs captured",
+        re.compile(r"Graph capturing finished in (\d+) secs"),
+        "vllm/v1/worker/gpu_model_runner.py:6582",
+    ),
+    (
+        "warmup",
+        "warming up",
+        re.compile(r"Warming up model for the compilation"),
+        "vllm/v1/worker/cpu_model_runner.py:87",
+    ),
+    (
+        "engine_ready",
+        "engine ready, starting the API server",
+        re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"),
+        "vllm/v1/engine/core.py:386-403",
+    ),
+    (
+        "api",
+        "starting the API server",
+        re.compile(r"Starting vLLM server on (\S+)"),
+        "vllm/entrypoints/launchers/api_server/entry.py:140",
+    ),
     ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete"), "uvicorn"),
-    ("warming", "warming up (requests at the plan's batch sizes)", re.compile(r"rocm-dspark\[[^\]]*\]: warming up \("),
-     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
-    ("warmed", "warmed up", re.compile(r"rocm-dspark\[[^\]]*\]: warmed up in (\d+) s"),
-     "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()"),
-    ("ready", "ready", re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"), "rocm_dspark/launch/templates/launcher.sh.tmpl"),
+    (
+        "warming",
+        "warming up (requests at the plan's batch sizes)",
+        re.compile(r"rocm-dspark\[[^\]]*\]: warming up \("),
+        "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()",
+    ),
+    (
+        "warmed",
+        "warmed up",
+        re.compile(r"rocm-dspark\[[^\]]*\]: warmed up in (\d+) s"),
+        "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()",
+    ),
+    (
+        "ready",
+        "ready",
+        re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"),
+        "rocm_dspark/launch/templates/launcher.sh.tmpl",
+    ),
 )
 
 STARTING = Phase("starting", "starting")
@@ -151,8 +222,10 @@ _TRUNCATED = re.compile(r"Truncating max_cudagraph_capture_size to (\d+)")
 # logged, or raised as a RuntimeError with mode=error; and Triton's own autotuning print, which the monitor
 # turns on (triton/runtime/autotuner.py:286 in triton 3.9.0: "Triton autotuning for function {name},").
 _JIT_ACTIVE = re.compile(r"Kernel JIT monitor activated; .* will use mode=(\w+)\.")
-_JIT_EVENT = re.compile(r"(Triton|CuTeDSL|TileLang) ((?:kernel )?JIT compilation) during inference: (\S+?)"
-                        r"(?: \(.*\))?\. This causes a latency spike")
+_JIT_EVENT = re.compile(
+    r"(Triton|CuTeDSL|TileLang) ((?:kernel )?JIT compilation) during inference: (\S+?)"
+    r"(?: \(.*\))?\. This causes a latency spike"
+)
 _AUTOTUNE = re.compile(r"Triton autotuning for function ([\w.]+),")
 
 
@@ -172,12 +245,14 @@ def capture_facts(text: str) -> dict | None:
     line = lines[starts[-1]]
     engine = _ENGINE_LINE.search(line)
     kept, sizes, mode = _KEPT_MAX.search(line), _KEPT_SIZES.search(line), _GRAPH_MODE.search(line)
-    cuts = [int(m.group(1)) for ln in lines[prev:starts[-1]] if (m := _TRUNCATED.search(ln))]
-    return {"vllm": engine.group(1) if engine else None,
-            "mode": mode.group(1) if mode else None,
-            "max": int(kept.group(1)) if kept and kept.group(1) != "None" else None,
-            "sizes": [int(x) for x in sizes.group(1).split(",") if x.strip()] if sizes else None,
-            "truncated_to": cuts[-1] if cuts else None}
+    cuts = [int(m.group(1)) for ln in lines[prev : starts[-1]] if (m := _TRUNCATED.search(ln))]
+    return {
+        "vllm": engine.group(1) if engine else None,
+        "mode": mode.group(1) if mode else None,
+        "max": int(kept.group(1)) if kept and kept.group(1) != "None" else None,
+        "sizes": [int(x) for x in sizes.group(1).split(",") if x.strip()] if sizes else None,
+        "truncated_to": cuts[-1] if cuts else None,
+    }
 
 
 def jit_compiles(text: str, since: int = 0) -> dict:
@@ -185,12 +260,14 @@ def jit_compiles(text: str, since: int = 0) -> dict:
     [{"backend", "event", "kernel", "line"}]}, only events after the last activation (earlier ones are warm-up)."""
     lines = _lines(text[since:])
     active = [i for i, ln in enumerate(lines) if _JIT_ACTIVE.search(ln)]
-    found = [m for ln in _lines(text[:since]) + lines[: active[-1] + 1 if active else 0] if (m := _JIT_ACTIVE.search(ln))]
+    found = [
+        m for ln in _lines(text[:since]) + lines[: active[-1] + 1 if active else 0] if (m := _JIT_ACTIVE.search(ln))
+    ]
     if not found:
         return {"mode": None, "events": []}
     mode = found[-1].group(1)
     events = []
-    for ln in lines[active[-1] + 1 if active else 0:]:
+    for ln in lines[active[-1] + 1 if active else 0 :]:
         if m := _JIT_EVENT.search(ln):
             events.append({"backend": m.group(1), "event": m.group(2), "kernel": m.group(3), "line": ln.strip()})
         elif m := _AUTOTUNE.search(ln):
@@ -210,5 +287,9 @@ def jit_report(text: str) -> dict:
     ready = [m.start() for m in _READY_LINE.finditer(text)]
     cut = ready[-1] if ready else len(text)
     before, after = jit_compiles(text[:cut]), jit_compiles(text, cut)
-    return {"mode": after["mode"], "ready": bool(ready), "warm_up": before["events"],
-            "serving": after["events"] if ready else []}
+    return {
+        "mode": after["mode"],
+        "ready": bool(ready),
+        "warm_up": before["events"],
+        "serving": after["events"] if ready else [],
+    }

@@ -27,22 +27,32 @@ from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
 
-KEYS = ("argv", "env", "host", "port", "served_name", "recipe_model", "num_speculative_tokens", "description",
-        "deterministic_check", "prompts")
+KEYS = (
+    "argv",
+    "env",
+    "host",
+    "port",
+    "served_name",
+    "recipe_model",
+    "num_speculative_tokens",
+    "description",
+    "deterministic_check",
+    "prompts",
+)
 
 
 class ServerSpec(NamedTuple):
     argv: tuple[str, ...]
     port: int
     env: dict
-    path: Path | None = None                  # the file it came from (resolved), for records and messages
+    path: Path | None = None  # the file it came from (resolved), for records and messages
     host: str = "127.0.0.1"
     served_name: str | None = None
     recipe_model: bool = False
     num_speculative_tokens: int | None = None
     description: str = ""
-    deterministic_check: dict | None = None   # None: no override
-    prompts: tuple[str, ...] | None = None    # None: the command's default prompts
+    deterministic_check: dict | None = None  # None: no override
+    prompts: tuple[str, ...] | None = None  # None: the command's default prompts
 
 
 def _is_int(value) -> bool:
@@ -96,12 +106,27 @@ def load_server_spec(path: str | Path, *, flag: str) -> ServerSpec:
     if not isinstance(description, str):
         raise bad("description must be a string")
     check = data.get("deterministic_check")
-    if check is not None and (not isinstance(check, dict) or not isinstance(check.get("prompt"), str)
-                              or not isinstance(check.get("expect"), str)):
+    if check is not None and (
+        not isinstance(check, dict)
+        or not isinstance(check.get("prompt"), str)
+        or not isinstance(check.get("expect"), str)
+    ):
         raise bad('deterministic_check must be null or an object with "prompt" and "expect" strings')
     prompts = data.get("prompts")
-    if prompts is not None and (not isinstance(prompts, list) or not prompts
-                                or not all(isinstance(s, str) and s for s in prompts)):
+    if prompts is not None and (
+        not isinstance(prompts, list) or not prompts or not all(isinstance(s, str) and s for s in prompts)
+    ):
         raise bad("prompts must be a non-empty list of non-empty strings")
-    return ServerSpec(tuple(argv), port, dict(env), p.resolve(), host, served, recipe_model, k, description,
-                      check, tuple(prompts) if prompts is not None else None)
+    return ServerSpec(
+        tuple(argv),
+        port,
+        dict(env),
+        p.resolve(),
+        host,
+        served,
+        recipe_model,
+        k,
+        description,
+        check,
+        tuple(prompts) if prompts is not None else None,
+    )

@@ -28,7 +28,7 @@ from rocm_dspark.service.state import UpState, up_dir
 FILE = "canary.json"
 SCHEMA = 1
 RESULTS = ("pass", "violation", "error")
-PROMPTS = rescore.RESCORE_PROMPTS[:rescore.MIN_PROMPTS]  # 4 x GEN_TOKENS 64 = rescore.MIN_TOKENS: the smallest proof
+PROMPTS = rescore.RESCORE_PROMPTS[: rescore.MIN_PROMPTS]  # 4 x GEN_TOKENS 64 = rescore.MIN_TOKENS: the smallest proof
 TIMEOUT_S = float(CANARY_TIMEOUT_S)
 RUNS_KEPT = 20
 # local-cpu only (the test's plant): the canary's generation samples at this temperature, so the reference rejects
@@ -57,8 +57,10 @@ def _shape(data, _dir, schema) -> str | None:
     if not isinstance(data, dict) or data.get("schema") != schema:
         return f"not an object of schema {schema}"
     counts = data.get("counts")
-    if not isinstance(counts, dict) or any(not isinstance(counts.get(r, 0), int) or isinstance(counts.get(r, 0), bool)
-                                           or counts.get(r, 0) < 0 for r in RESULTS):
+    if not isinstance(counts, dict) or any(
+        not isinstance(counts.get(r, 0), int) or isinstance(counts.get(r, 0), bool) or counts.get(r, 0) < 0
+        for r in RESULTS
+    ):
         return "counts is not a count per result"
     runs = data.get("runs")
     if not isinstance(runs, list) or any(not isinstance(r, dict) or r.get("result") not in RESULTS for r in runs):
@@ -90,7 +92,7 @@ def save(state_dir, entry: dict) -> dict:
 class Served(NamedTuple):
     host: str
     port: int
-    command: str          # adaptive | block | unknown (--endpoint)
+    command: str  # adaptive | block | unknown (--endpoint)
     served_name: str | None = None
     k: int | None = None
     capture_size: int | None = None
@@ -111,19 +113,38 @@ def check(served: Served, deadline: float, temperature: float = 0.0) -> dict:
             d = counters_evidence(start, client.metrics_text(), model)["delta"]
             return {key: d[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
-        rs = rescore.rescore(client, model, prompts=PROMPTS, k=served.k, temperature=temperature,
-                             counters_delta=counted, capture_size=served.capture_size,
-                             max_num_batched_tokens=served.max_num_batched_tokens)
+        rs = rescore.rescore(
+            client,
+            model,
+            prompts=PROMPTS,
+            k=served.k,
+            temperature=temperature,
+            counters_delta=counted,
+            capture_size=served.capture_size,
+            max_num_batched_tokens=served.max_num_batched_tokens,
+        )
     except (ServerError, ValueError, KeyError, IndexError, TypeError) as exc:
-        return {**out, "result": "error", "why": f"{type(exc).__name__}: {exc}" if not isinstance(exc, ServerError)
-                else str(exc)}
+        return {
+            **out,
+            "result": "error",
+            "why": f"{type(exc).__name__}: {exc}" if not isinstance(exc, ServerError) else str(exc),
+        }
     result = {"proven": "pass", "violations": "violation"}.get(rs["status"], "error")
     drafts = rs.get("drafts_from_counters") or {}
     al = round(1 + drafts["num_accepted_tokens"] / drafts["num_drafts"], 4) if drafts.get("num_drafts") else None
     first: list = next((r["first_violations"][:2] for r in rs["requests"] if r["violations"]), [])
-    return {**out, "result": result, "why": rs["why"], "tokens": rs["tokens_checked"], "violations": rs["violations"],
-            "near_ties": rs["near_ties"], "prompts": rs["prompts"], "reference": rs["reference"].get("route"),
-            "acceptance_length": al, "first_violations": first}
+    return {
+        **out,
+        "result": result,
+        "why": rs["why"],
+        "tokens": rs["tokens_checked"],
+        "violations": rs["violations"],
+        "near_ties": rs["near_ties"],
+        "prompts": rs["prompts"],
+        "reference": rs["reference"].get("route"),
+        "acceptance_length": al,
+        "first_violations": first,
+    }
 
 
 def _planted(state: UpState) -> float:
@@ -137,8 +158,15 @@ def _planted(state: UpState) -> float:
 
 
 def served_of(svc: dict) -> Served:
-    return Served(svc["host"], int(svc["port"]), svc.get("command") or "unknown", svc.get("served_name"), svc.get("k"),
-                  svc.get("capture_size"), svc.get("max_num_batched_tokens"))
+    return Served(
+        svc["host"],
+        int(svc["port"]),
+        svc.get("command") or "unknown",
+        svc.get("served_name"),
+        svc.get("k"),
+        svc.get("capture_size"),
+        svc.get("max_num_batched_tokens"),
+    )
 
 
 def check_service(state: UpState, deadline: float, temperature: float | None = None) -> dict | None:
@@ -146,14 +174,19 @@ def check_service(state: UpState, deadline: float, temperature: float | None = N
 
     svc = state.service
     if not svc:
-        raise UsageError(f"no service recorded in {state.path}: run `rocm-dspark up` first, or check an endpoint "
-                         "with --endpoint URL")
+        raise UsageError(
+            f"no service recorded in {state.path}: run `rocm-dspark up` first, or check an endpoint with --endpoint URL"
+        )
     if svc.get("stopped_at"):
         return None
     served = served_of(svc)
     if not control.alive(svc):
-        return {"endpoint": base_url(served.host, served.port), "command": served.command, "result": "error",
-                "why": "the recorded service is not running (it stopped without `down`): see its log"}
+        return {
+            "endpoint": base_url(served.host, served.port),
+            "command": served.command,
+            "result": "error",
+            "why": "the recorded service is not running (it stopped without `down`): see its log",
+        }
     return check(served, deadline, _planted(state) if temperature is None else temperature)
 
 
@@ -162,8 +195,10 @@ def hold(state: UpState, probe_hash: str | None) -> str | None:
     held = state.data.get("canary_hold")
     if not isinstance(held, dict) or held.get("probe") != probe_hash:
         return None
-    return (f"the canary switched adaptive verification off ({held.get('why')}); block serves until the probe step "
-            "runs on new evidence (a new build or `--probe-levels`)")
+    return (
+        f"the canary switched adaptive verification off ({held.get('why')}); block serves until the probe step "
+        "runs on new evidence (a new build or `--probe-levels`)"
+    )
 
 
 # -- status --------------------------------------------------------------------------------------------------
@@ -179,14 +214,22 @@ def status_lines(state_dir, state_data: dict, bands: dict | None) -> list[str]:
     last = rec["runs"][-1] if rec["runs"] else None
     if last:
         c = rec["counts"]
-        lines.append(f"canary: last {last['at']}: {last['result'].upper()} ({last['command']}, {last.get('tokens', 0)} "
-                     f"tokens re-scored): {last['why']} [runs: {c['pass']} pass, {c['violation']} violation, "
-                     f"{c['error']} error]")
+        lines.append(
+            f"canary: last {last['at']}: {last['result'].upper()} ({last['command']}, {last.get('tokens', 0)} "
+            f"tokens re-scored): {last['why']} [runs: {c['pass']} pass, {c['violation']} violation, "
+            f"{c['error']} error]"
+        )
         al = last.get("acceptance_length")
         band = (bands or {}).get(last["command"])
         if al is not None:
-            where = (f", {'inside' if band['low'] <= al <= band['high'] else 'OUTSIDE'} the A/B's band [{band['low']:g}, "
-                     f"{band['high']:g}] ({band['record_id']})") if band else " (no A/B band for this plan)"
+            where = (
+                (
+                    f", {'inside' if band['low'] <= al <= band['high'] else 'OUTSIDE'} the A/B's band [{band['low']:g}, "
+                    f"{band['high']:g}] ({band['record_id']})"
+                )
+                if band
+                else " (no A/B band for this plan)"
+            )
             lines.append(f"acceptance during the last canary: mean accepted length {al:g}{where}")
         if last.get("switch"):
             lines.append(f"canary switch: {last['switch']}")

@@ -53,8 +53,12 @@ class _UnitHandle:
 
 def attach(service: dict) -> VllmServer:
     """A VllmServer for a running service (for readiness, requests and the probe's live level)."""
-    srv = VllmServer(["(service started by rocm-dspark up)"], host=service["host"], port=int(service["port"]),
-                     log_path=service.get("log") or None)
+    srv = VllmServer(
+        ["(service started by rocm-dspark up)"],
+        host=service["host"],
+        port=int(service["port"]),
+        log_path=service.get("log") or None,
+    )
     if service.get("kind") == "process":
         # duck-typed: pid and poll() are all VllmServer uses of a server it did not start
         srv.proc = cast(subprocess.Popen, _PidHandle(int(service["pid"]), service.get("start_ticks")))
@@ -67,10 +71,18 @@ def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: 
     """Run the launcher detached; returns the server handle and the service record."""
     srv = VllmServer([str(launcher)], env, host=host, port=port, log_path=log_path).start()
     assert srv.pid is not None  # started
-    record = {"kind": "process", "pid": srv.pid, "start_ticks": start_ticks(srv.pid), "host": srv.host, "port": port,
-              "log": str(log_path), "launcher": str(launcher), "base_url": srv.base_url,
-              # how long the launcher drains vLLM after SIGTERM, so that `down` waits for it
-              "stop_timeout_s": int(env.get("ROCM_DSPARK_STOP_TIMEOUT_S") or launch_facts.STOP_TIMEOUT_S)}
+    record = {
+        "kind": "process",
+        "pid": srv.pid,
+        "start_ticks": start_ticks(srv.pid),
+        "host": srv.host,
+        "port": port,
+        "log": str(log_path),
+        "launcher": str(launcher),
+        "base_url": srv.base_url,
+        # how long the launcher drains vLLM after SIGTERM, so that `down` waits for it
+        "stop_timeout_s": int(env.get("ROCM_DSPARK_STOP_TIMEOUT_S") or launch_facts.STOP_TIMEOUT_S),
+    }
     return srv, record
 
 
@@ -139,8 +151,12 @@ def unit_state(unit: str) -> str:
     """The unit's ActiveState (active, activating, failed, inactive, ...), "unknown" when systemctl does not say.
     `is-active` alone cannot tell a unit still starting from a stopped one: both exit 3 (systemd/systemd#18949)."""
     try:
-        proc = subprocess.run(["systemctl", "show", "--property=ActiveState", "--value", "--", unit],
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["systemctl", "show", "--property=ActiveState", "--value", "--", unit],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return (proc.stdout.strip() or "unknown") if proc.returncode == 0 else "unknown"
@@ -150,8 +166,9 @@ def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
     argv = ["systemctl", "disable", "--now", "--", unit]
     try:
-        proc = subprocess.run(argv if os.geteuid() == 0 else ["sudo", *argv], capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            argv if os.geteuid() == 0 else ["sudo", *argv], capture_output=True, text=True, timeout=600
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"stopped": False, "output": str(exc)}
     return {"stopped": proc.returncode == 0, "output": (proc.stdout + proc.stderr).strip()[-500:]}

@@ -78,14 +78,29 @@ def metrics_text(state_dir) -> bytes:
     rec = load_record(state_dir)
     svc = state.service
     fams = []
-    info = GaugeMetricFamily("rocm_dspark_service_info", "The service `up` runs: what the graphs label",
-                             labels=["endpoint", "plan_hash", "image_digest", "verification"])
+    info = GaugeMetricFamily(
+        "rocm_dspark_service_info",
+        "The service `up` runs: what the graphs label",
+        labels=["endpoint", "plan_hash", "image_digest", "verification"],
+    )
     if svc:
-        info.add_metric([base_url(svc["host"], svc["port"]), str(svc.get("plan_hash") or "unknown"),
-                         str(svc.get("image_digest") or "none"), str(svc.get("command") or "unknown")], 1)
+        info.add_metric(
+            [
+                base_url(svc["host"], svc["port"]),
+                str(svc.get("plan_hash") or "unknown"),
+                str(svc.get("image_digest") or "none"),
+                str(svc.get("command") or "unknown"),
+            ],
+            1,
+        )
     fams.append(info)
-    fams.append(GaugeMetricFamily("rocm_dspark_ready", "1 when the service may take traffic (GET /ready 200)",
-                                  value=1 if readiness(state_dir)["ready"] else 0))
+    fams.append(
+        GaugeMetricFamily(
+            "rocm_dspark_ready",
+            "1 when the service may take traffic (GET /ready 200)",
+            value=1 if readiness(state_dir)["ready"] else 0,
+        )
+    )
     runs = CounterMetricFamily("rocm_dspark_canary_runs", "Canary runs by result", labels=["result"])
     for r in RESULTS:
         runs.add_metric([r], int(rec["counts"].get(r, 0)))
@@ -95,12 +110,27 @@ def metrics_text(state_dir) -> bytes:
         from datetime import UTC, datetime
 
         when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_run_timestamp_seconds",
-                                      "When the last canary run started (Unix time)", value=when.timestamp()))
-        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_passed", "1 when the last canary run passed",
-                                      value=1 if last["result"] == "pass" else 0))
-    fams.append(CounterMetricFamily("rocm_dspark_mode_changes", "Changes of the served verification mode",
-                                    value=int(state.data.get("mode_changes_total") or 0)))
+        fams.append(
+            GaugeMetricFamily(
+                "rocm_dspark_canary_last_run_timestamp_seconds",
+                "When the last canary run started (Unix time)",
+                value=when.timestamp(),
+            )
+        )
+        fams.append(
+            GaugeMetricFamily(
+                "rocm_dspark_canary_last_passed",
+                "1 when the last canary run passed",
+                value=1 if last["result"] == "pass" else 0,
+            )
+        )
+    fams.append(
+        CounterMetricFamily(
+            "rocm_dspark_mode_changes",
+            "Changes of the served verification mode",
+            value=int(state.data.get("mode_changes_total") or 0),
+        )
+    )
 
     class _Now:
         def collect(self):
@@ -130,8 +160,11 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 code, payload, kind = 200, metrics_text(self.state_dir), "text/plain; version=0.0.4; charset=utf-8"
             except (UsageError, ModuleNotFoundError) as exc:  # no guessed series: the scrape fails, an alert fires
-                why = "install prometheus-client (pip install 'rocm-dspark[validate]')" if isinstance(
-                    exc, ModuleNotFoundError) else str(exc)
+                why = (
+                    "install prometheus-client (pip install 'rocm-dspark[validate]')"
+                    if isinstance(exc, ModuleNotFoundError)
+                    else str(exc)
+                )
                 code, payload = 500, (json.dumps({"error": why}) + "\n").encode()
         else:
             if path != PATH:
@@ -163,8 +196,10 @@ def make_server(state_dir, host: str, port: int) -> ThreadingHTTPServer:
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as exc:
-        raise UsageError(f"--listen {host}:{port}: cannot listen there ({exc.strerror or exc}); choose a free port "
-                         f"(--ready-port) or stop what holds it") from None
+        raise UsageError(
+            f"--listen {host}:{port}: cannot listen there ({exc.strerror or exc}); choose a free port "
+            f"(--ready-port) or stop what holds it"
+        ) from None
     server.daemon_threads = True
     return server
 
@@ -175,8 +210,10 @@ def serve_forever(state_dir, host: str, port: int, say=print) -> int:
     stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    say(f"answering GET http://{host}:{server.server_address[1]}{PATH} from {Path(state_dir) / 'up'} "
-        f"(200 ready, 503 not ready)")
+    say(
+        f"answering GET http://{host}:{server.server_address[1]}{PATH} from {Path(state_dir) / 'up'} "
+        f"(200 ready, 503 not ready)"
+    )
     try:
         server.serve_forever(poll_interval=0.5)
     finally:

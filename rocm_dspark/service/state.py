@@ -75,8 +75,17 @@ class UpState:
         rec = self.step(name)
         return bool(rec and rec.get("status") in (DONE, SKIPPED) and rec.get("inputs") == inputs_hash)
 
-    def mark(self, name: str, status: str, inputs_hash: str, *, output=None, message: str = "", fix: str = "",
-             seconds: float | None = None) -> None:
+    def mark(
+        self,
+        name: str,
+        status: str,
+        inputs_hash: str,
+        *,
+        output=None,
+        message: str = "",
+        fix: str = "",
+        seconds: float | None = None,
+    ) -> None:
         rec = {"status": status, "inputs": inputs_hash, "at": utc_now(), "message": message}
         if fix:
             rec["fix"] = fix

@@ -40,8 +40,11 @@ def _compile_cache(state_dir, svc) -> dict:
     from rocm_dspark.launch import launch_state
     from rocm_dspark.launch.compile_cache import usage
 
-    ls_dir = (Path(svc["log"]).parent if (svc or {}).get("kind") == "systemd" and svc.get("log") else
-              up_dir(state_dir) / "launch-state" / str((svc or {}).get("command")))
+    ls_dir = (
+        Path(svc["log"]).parent
+        if (svc or {}).get("kind") == "systemd" and svc.get("log")
+        else up_dir(state_dir) / "launch-state" / str((svc or {}).get("command"))
+    )
     ls = launch_state.read(ls_dir)
     return {**usage(_cache_root(state_dir, svc)), "key": ls.get("cache_key"), "used": bool(ls.get("cache_dir"))}
 
@@ -74,7 +77,9 @@ def _stop(state_dir, display) -> int:
     if state.data.get("ready_server"):  # it would only answer 503 "stopped"; `down` stops all `up` started
         rec = state.data["ready_server"]
         control.stop_ready_server(state)
-        display.say(f"stopped the readiness server ({rec.get('unit') or 'pid ' + str(rec.get('pid'))}, {rec.get('url')})")
+        display.say(
+            f"stopped the readiness server ({rec.get('unit') or 'pid ' + str(rec.get('pid'))}, {rec.get('url')})"
+        )
     if not state.exists or not svc:
         display.say(f"nothing to stop: no service recorded in {state.path}")
         return 0
@@ -97,18 +102,35 @@ def status(state_dir, steps, sizes: bool = True) -> dict:
     svc = state.service
     running = control.alive(svc) if svc else False
     health = vllm_health(svc) if running and svc else None
-    steps = [{"name": name, "title": title, **{k: v for k, v in (state.step(name) or {"status": "not run"}).items()
-                                              if k in ("status", "at", "message", "fix", "seconds")}}
-             for name, title in steps]
+    steps = [
+        {
+            "name": name,
+            "title": title,
+            **{
+                k: v
+                for k, v in (state.step(name) or {"status": "not run"}).items()
+                if k in ("status", "at", "message", "fix", "seconds")
+            },
+        }
+        for name, title in steps
+    ]
     ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (service/readiness.py)
     bands = (state.output("launchers") or {}).get("bands") or {}
-    return {"ready_server": state.data.get("ready_server"), "state_file": str(state.path), "exists": state.exists, "steps": steps,
-            "service": {**(svc or {}), "running": running, "health": health} if svc else None,
-            "readiness": ready, "loads": state.data.get("loads", []), "summary": state.output("summary"),
-            "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
-            "jit": _jit(svc) if sizes and svc else None,
-            "mode_changes": state.data.get("mode_changes", []), "bands": bands,
-            "watch": canary.status_lines(state_dir, state.data, bands) if state.exists else []}
+    return {
+        "ready_server": state.data.get("ready_server"),
+        "state_file": str(state.path),
+        "exists": state.exists,
+        "steps": steps,
+        "service": {**(svc or {}), "running": running, "health": health} if svc else None,
+        "readiness": ready,
+        "loads": state.data.get("loads", []),
+        "summary": state.output("summary"),
+        "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
+        "jit": _jit(svc) if sizes and svc else None,
+        "mode_changes": state.data.get("mode_changes", []),
+        "bands": bands,
+        "watch": canary.status_lines(state_dir, state.data, bands) if state.exists else [],
+    }
 
 
 def _jit_lines(jit: dict | None) -> list[str]:
@@ -118,14 +140,19 @@ def _jit_lines(jit: dict | None) -> list[str]:
     if jit.get("error"):
         return [f"JIT monitor: cannot read the server log {jit['log']}: {jit['error']}"]
     if jit["mode"] is None:
-        return ["JIT monitor: not active in this server (vLLM turns it on after its own JIT warm-up on a GPU; "
-                "--enforce-eager, kernel_config.enable_jit_warmup=false and vLLM's CPU build leave it off)"]
+        return [
+            "JIT monitor: not active in this server (vLLM turns it on after its own JIT warm-up on a GPU; "
+            "--enforce-eager, kernel_config.enable_jit_warmup=false and vLLM's CPU build leave it off)"
+        ]
     warm = f"{len(jit['warm_up'])} during the warm-up before ready"
     if not jit["ready"]:
         return [f"JIT monitor (mode={jit['mode']}): not ready yet; {warm}"]
     kernels = sorted({f"{e['backend']} {e['kernel']}" for e in jit["serving"]})
-    return [f"JIT monitor (mode={jit['mode']}): {len(jit['serving'])} compile(s) while serving since ready"
-            + (f" ({', '.join(kernels)}: each a latency spike)" if kernels else "") + f"; {warm}"]
+    return [
+        f"JIT monitor (mode={jit['mode']}): {len(jit['serving'])} compile(s) while serving since ready"
+        + (f" ({', '.join(kernels)}: each a latency spike)" if kernels else "")
+        + f"; {warm}"
+    ]
 
 
 def status_lines(st: dict) -> list[str]:
@@ -143,22 +170,31 @@ def status_lines(st: dict) -> list[str]:
         where = svc.get("unit") or f"pid {svc.get('pid')}"
         state = ("proving" if st["readiness"]["phase"] == "proving" else "running") if svc["running"] else "stopped"
         health = f", /health {svc['health']}" if svc["running"] else ""
-        lines.append(f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
-                     + (f"; log {svc['log']}" if svc.get("log") else ""))
+        lines.append(
+            f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
+            + (f"; log {svc['log']}" if svc.get("log") else "")
+        )
     loads = st.get("loads") or []
     if loads:
         last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
-        lines.append(f"model loads: {len(last)} in the last run that loaded ("
-                     + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last) + ")")
+        lines.append(
+            f"model loads: {len(last)} in the last run that loaded ("
+            + ", ".join(f"{ld['command']} {ld.get('seconds', 0):.0f} s" for ld in last)
+            + ")"
+        )
     cc = st.get("compile_cache")
     if cc and (cc["keys"] or cc["key"]):
-        lines.append(f"compile cache: {cc['root']}: {cc['bytes'] / 2**20:.0f} MB in {len(cc['keys'])} key(s); current key "
-                     f"{cc['key'] or '-'}" + ("" if cc["used"] or not cc["key"] else " (not used: the start was cold)"))
+        lines.append(
+            f"compile cache: {cc['root']}: {cc['bytes'] / 2**20:.0f} MB in {len(cc['keys'])} key(s); current key "
+            f"{cc['key'] or '-'}" + ("" if cc["used"] or not cc["key"] else " (not used: the start was cold)")
+        )
     lines += _jit_lines(st.get("jit"))
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
     rs = st.get("ready_server")
     if rs:
-        lines.append(f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
-                     f"{'' if control.alive(rs) else ', not running'})")
+        lines.append(
+            f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
+            f"{'' if control.alive(rs) else ', not running'})"
+        )
     return lines + list(st.get("watch") or [])

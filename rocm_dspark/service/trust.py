@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 
-MAX_STATE_BYTES = 1 << 20     # a real state file is a few KiB
+MAX_STATE_BYTES = 1 << 20  # a real state file is a few KiB
 LOCK_FILE = "up.lock"
 # systemd.unit(5): letters, digits, ":-_.\" and "@" for instances; never a leading "-" (it would be an option).
 _UNIT = re.compile(r"^[A-Za-z0-9_:.@\\][A-Za-z0-9_:.@\\-]{0,250}\.service$")
@@ -70,8 +70,11 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
     except FileNotFoundError:
         return None
     except NotRead as exc:
-        why = {SYMLINK: "is a symlink", NOT_REGULAR: "is not a regular file (a FIFO, device or socket)",
-               REFUSED: str(exc)}.get(exc.kind, f"is larger than {limit} bytes")
+        why = {
+            SYMLINK: "is a symlink",
+            NOT_REGULAR: "is not a regular file (a FIFO, device or socket)",
+            REFUSED: str(exc),
+        }.get(exc.kind, f"is larger than {limit} bytes")
         raise UsageError(f"{what} {path} {why}; {_fix(path)}") from None
     except OSError as exc:
         raise UsageError(f"{what} {path} cannot be read ({exc.strerror or exc}); {_fix(path)}") from None
@@ -99,8 +102,9 @@ def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | 
         raise UsageError(f"{exc}; {_fix(path)}") from None
     why = (shape or check_shape)(parsed, up_dir, schema)
     if why:
-        raise UsageError(f"{path} is not {'an `up` state' if shape is None else 'a canary record'} file ({why}): "
-                         f"{_fix(path)}")
+        raise UsageError(
+            f"{path} is not {'an `up` state' if shape is None else 'a canary record'} file ({why}): {_fix(path)}"
+        )
     return parsed
 
 
@@ -163,8 +167,9 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
         for key in ("status", "inputs", "at", "message", "fix"):
             if not _opt_str(rec, key):
                 return f"steps.{name}.{key} is not a string"
-        if rec.get("seconds") is not None and (isinstance(rec["seconds"], bool)
-                                               or not isinstance(rec["seconds"], (int, float))):
+        if rec.get("seconds") is not None and (
+            isinstance(rec["seconds"], bool) or not isinstance(rec["seconds"], (int, float))
+        ):
             return f"steps.{name}.seconds is not a number"
     launchers = steps.get("launchers")
     out = launchers.get("output") if isinstance(launchers, dict) else None
@@ -218,9 +223,11 @@ def _flock(fd: int, how: int, up_dir: Path, who: str = "rocm-dspark up") -> None
     except BlockingIOError:
         pid, _, held_by = os.pread(fd, 64, 0).decode("ascii", "replace").strip().partition(" ")
         held_by = held_by if held_by in ("rocm-dspark up", "rocm-dspark canary") else "rocm-dspark up"
-        raise UsageError(f"refusing to start: {'a' if held_by != who else 'another'} `{held_by}` (pid "
-                         f"{pid or 'unknown'}) is running on the state dir {Path(up_dir).parent}; wait for it to "
-                         "finish or stop it, then rerun") from None
+        raise UsageError(
+            f"refusing to start: {'a' if held_by != who else 'another'} `{held_by}` (pid "
+            f"{pid or 'unknown'}) is running on the state dir {Path(up_dir).parent}; wait for it to "
+            "finish or stop it, then rerun"
+        ) from None
 
 
 def check_usable(up_dir: Path) -> None:

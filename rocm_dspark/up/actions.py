@@ -19,8 +19,8 @@ from rocm_dspark import textwidth
 class Run:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...] = ()
-    root: bool = False           # through sudo unless this process is root
-    detach: bool = False         # a server left running (printed with ` &`; rocm_dspark.service.control starts it)
+    root: bool = False  # through sudo unless this process is root
+    detach: bool = False  # a server left running (printed with ` &`; rocm_dspark.service.control starts it)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,15 @@ from rocm_dspark.service.canary import TIMEOUT_S, Served, check, check_service, 
 from rocm_dspark.service.state import UpState, up_dir, utc_now
 
 
-def run_canary(state_dir, *, timeout_s: float = TIMEOUT_S, endpoint: tuple[str, int] | None = None,
-               sizes: dict | None = None, say=print, display=None) -> tuple[int, dict]:
+def run_canary(
+    state_dir,
+    *,
+    timeout_s: float = TIMEOUT_S,
+    endpoint: tuple[str, int] | None = None,
+    sizes: dict | None = None,
+    say=print,
+    display=None,
+) -> tuple[int, dict]:
     """Check the service `up` runs (or `endpoint`, checked only) and record it; returns (exit status, the run):
     0 pass, 1 violation or error."""
     from rocm_dspark.service.trust import prepare, up_lock
@@ -36,8 +43,10 @@ def run_canary(state_dir, *, timeout_s: float = TIMEOUT_S, endpoint: tuple[str, 
                 say("canary: skipped: the service is stopped (`rocm-dspark down`); `up` starts it again")
                 return 0, {}
         entry = {"at": at, "seconds": round(time.monotonic() - t0, 1), **found}
-        say(f"canary: {entry['result'].upper()} ({entry['command']} verification at {entry['endpoint']}, "
-            f"{entry['seconds']:g} s): {entry['why']}")
+        say(
+            f"canary: {entry['result'].upper()} ({entry['command']} verification at {entry['endpoint']}, "
+            f"{entry['seconds']:g} s): {entry['why']}"
+        )
         if state is not None and entry["result"] == "violation" and entry["command"] == "adaptive":
             entry["switch"] = _switch(state, entry, timeout_s, say, display)
         save(state_dir, entry)
@@ -63,11 +72,13 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
     except StepFailed as exc:
         state.set_readiness(False, "failed", f"the canary's switch to block failed: {exc.message}")
         return {"to": "block", "started": False, "why": exc.message, "fix": exc.fix}
-    again = check_service(state, time.monotonic() + timeout_s, temperature=0.0) or {"result": "error",
-                                                                                   "why": "stopped"}
+    again = check_service(state, time.monotonic() + timeout_s, temperature=0.0) or {"result": "error", "why": "stopped"}
     if again["result"] == "pass":
-        state.set_readiness(True, "serving", f"block verification serves: the canary switched from adaptive ({why}); "
-                            f"block re-checked: {again['why']}")
+        state.set_readiness(
+            True,
+            "serving",
+            f"block verification serves: the canary switched from adaptive ({why}); block re-checked: {again['why']}",
+        )
     else:
         state.set_readiness(False, "failed", f"block verification after the canary's switch: {again['why']}")
     say(f"canary: block verification serves; its check: {again['result'].upper()}: {again['why']}")
@@ -89,7 +100,9 @@ class _Restart:
     class _Options(NamedTuple):
         ready_timeout_s: float
         yes: bool = True  # a timer has no terminal; `up` installed these units already
-        service_user: str | None = None  # the unit's install commands only make sure a user exists (its own User= stays)
+        service_user: str | None = (
+            None  # the unit's install commands only make sure a user exists (its own User= stays)
+        )
 
     target = None
 
@@ -101,8 +114,9 @@ class _Restart:
         self.loads: list = []
         self.started = None
         mono = ((svc.get("facts") or {}).get("block") or {}).get("monokernel") is True
-        self.plan = self._Plan(svc.get("host", "127.0.0.1"), int(svc.get("port", 8000)),
-                               argv=("--monokernel",) if mono else ())
+        self.plan = self._Plan(
+            svc.get("host", "127.0.0.1"), int(svc.get("port", 8000)), argv=("--monokernel",) if mono else ()
+        )
         self.outputs = {"launchers": state.output("launchers") or {}}
         self.options = self._Options(float(svc.get("ready_timeout_s") or READY_TIMEOUT_S))
         self.mode, self.name = choose.get("mode") or "foreground", choose.get("name") or "rocm-dspark"
@@ -151,15 +165,27 @@ def unit_files(run) -> dict[str, str]:
 
     name = run.name
     service, unit, timer = f"{name}.service", f"{name}-canary.service", f"{name}-canary.timer"
-    words = [sys.executable, "-m", "rocm_dspark", "canary", "--timeout", str(int(TIMEOUT_S)), "--state-dir",
-             str(run.options.state_dir)]
+    words = [
+        sys.executable,
+        "-m",
+        "rocm_dspark",
+        "canary",
+        "--timeout",
+        str(int(TIMEOUT_S)),
+        "--state-dir",
+        str(run.options.state_dir),
+    ]
     # Two checks and, between them, a block start (the switch): all bounded.
-    timeout = int(2 * TIMEOUT_S + start_window_s(run.plan._replace(adaptive_verification=False),
-                                                 run.options.ready_timeout_s))
+    timeout = int(
+        2 * TIMEOUT_S + start_window_s(run.plan._replace(adaptive_verification=False), run.options.ready_timeout_s)
+    )
     fill = {"service": service, "timer": timer, "state": run.dir, "every": CANARY_EVERY_MIN}
-    return {unit: SERVICE_UNIT.format(unit=unit, user=getpass.getuser(), exec_start=exec_start(words), timeout=timeout,
-                                      **fill),
-            timer: TIMER_UNIT.format(unit=timer, **fill)}
+    return {
+        unit: SERVICE_UNIT.format(
+            unit=unit, user=getpass.getuser(), exec_start=exec_start(words), timeout=timeout, **fill
+        ),
+        timer: TIMER_UNIT.format(unit=timer, **fill),
+    }
 
 
 def actions(run) -> list:
@@ -168,11 +194,18 @@ def actions(run) -> list:
     from rocm_dspark.up.ready_server import install_actions
 
     if run.mode != "systemd":
-        return [Say("the canary (`rocm-dspark canary`, which re-scores the served tokens) is yours to schedule "
-                    "(cron); the systemd mode installs a timer")]
+        return [
+            Say(
+                "the canary (`rocm-dspark canary`, which re-scores the served tokens) is yours to schedule "
+                "(cron); the systemd mode installs a timer"
+            )
+        ]
     d, units = run.dir / "launch" / "canary", list(unit_files(run))
-    return [Say(f"the canary every {CANARY_EVERY_MIN} minutes: its timer and service, enabled"),
-            *[Write(str(d / u), 0o644, "canary unit") for u in units], *install_actions([d / u for u in units], units[1])]
+    return [
+        Say(f"the canary every {CANARY_EVERY_MIN} minutes: its timer and service, enabled"),
+        *[Write(str(d / u), 0o644, "canary unit") for u in units],
+        *install_actions([d / u for u in units], units[1]),
+    ]
 
 
 def ensure_timer(run) -> list[str]:
@@ -186,6 +219,12 @@ def ensure_timer(run) -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     for file, text in unit_files(run).items():
         (d / file).write_text(text)
-    run_all(run, [a for a in actions(run) if isinstance(a, Run)], "canary timer",
-            "fix what it says and run `rocm-dspark up` again")
-    return [f"canary: every {CANARY_EVERY_MIN} minutes ({list(unit_files(run))[1]}); `rocm-dspark status` names the last"]
+    run_all(
+        run,
+        [a for a in actions(run) if isinstance(a, Run)],
+        "canary timer",
+        "fix what it says and run `rocm-dspark up` again",
+    )
+    return [
+        f"canary: every {CANARY_EVERY_MIN} minutes ({list(unit_files(run))[1]}); `rocm-dspark status` names the last"
+    ]

@@ -18,9 +18,9 @@ class Chosen(NamedTuple):
     catalog: Catalog
     selection: Selection
     plan: LaunchPlan
-    why: str                     # why its verification mode is what it is (the plan's adaptive note)
-    software: dict | None        # {"image", "id", "facts"} the gate read, or None: this Python's
-    software_note: str | None    # why the gate could not read the image's software
+    why: str  # why its verification mode is what it is (the plan's adaptive note)
+    software: dict | None  # {"image", "id", "facts"} the gate read, or None: this Python's
+    software_note: str | None  # why the gate could not read the image's software
 
 
 def selection_opts(run) -> dict:
@@ -45,8 +45,7 @@ def chosen(run) -> Chosen:
         soft, note = image_software(run, plan.image)
         if soft is not None:  # the image's own vLLM decides the build the plan is for (resolve: --image)
             first = plan.image
-            catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog,
-                                                soft=soft["facts"])
+            catalog, selection, plan = plan_for({**opts, "image_software": soft["facts"]}, catalog, soft=soft["facts"])
             if plan.image != first:
                 soft, note = image_software(run, plan.image)
         why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
@@ -87,8 +86,10 @@ def image_software(run, image: str | None) -> tuple[dict | None, str | None]:
         return hit, None if hit else "the image's software is read after it is pulled"
     ident, said = pull.image_id(tool, image)
     if ident is None:
-        return None, (f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's software; "
-                      "rerun `up` after the image step")
+        return None, (
+            f"{image} is not pulled yet ({tool}: {said}), so the gate reads this Python's software; "
+            "rerun `up` after the image step"
+        )
     if cached.get("id") == ident and cached.get("image") == image:
         return cached, None
     try:

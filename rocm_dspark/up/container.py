@@ -23,9 +23,10 @@ TARGET = "/tmp/rocm-dspark-toolkit"
 CPU_RUN_FLAGS = ("--rm", "--init", "--network=host", "--ipc=host")
 
 # pip installs the mounted wheel into the container's own /tmp (the mount stays read-only), then vLLM replaces bash.
-SERVE_SCRIPT = (f"set -e; python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/*.whl; "
-                'exec "$@"')
-SERVE_ARGV0 = "rocm-dspark-serve"   # $0 of the bash -c script
+SERVE_SCRIPT = (
+    f'set -e; python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/*.whl; exec "$@"'
+)
+SERVE_ARGV0 = "rocm-dspark-serve"  # $0 of the bash -c script
 
 
 def run_flags(wheel_dir) -> tuple[str, ...]:
@@ -41,8 +42,9 @@ def serve_argv(vllm_argv) -> tuple[str, ...]:
 def daemon_answers(tool: str, timeout_s: float = 20.0) -> tuple[bool, str]:
     """(does `docker info` answer, the server version or the last line it printed). DOCKER_HOST is left as set."""
     try:
-        proc = subprocess.run([tool, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            [tool, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired:
         return False, f"`{tool} info` did not answer in {timeout_s:.0f} s"
     except OSError as exc:

@@ -47,8 +47,10 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
     """Build this toolkit's wheel into out_dir (cleared first); RuntimeError with one line on failure."""
     src = toolkit_source()
     if src is None:
-        raise RuntimeError("the running rocm-dspark has no source tree beside it (installed from a wheel?), so no "
-                           "wheel can be built for the image; install it with `pip install -e <checkout>`")
+        raise RuntimeError(
+            "the running rocm-dspark has no source tree beside it (installed from a wheel?), so no "
+            "wheel can be built for the image; install it with `pip install -e <checkout>`"
+        )
     import shutil
     import tempfile
 
@@ -62,12 +64,32 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
         copy.mkdir()
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(src / name, copy / name)
-        shutil.copytree(src / "rocm_dspark", copy / "rocm_dspark",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
-        argv = [python, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q", "-w",
-                str(out_dir), str(copy)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
-                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        shutil.copytree(
+            src / "rocm_dspark",
+            copy / "rocm_dspark",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
+        argv = [
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out_dir),
+            str(copy),
+        ]
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=tmp,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
     wheels = sorted(out_dir.glob("rocm_dspark-*.whl"))
     if proc.returncode != 0 or len(wheels) != 1:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -75,9 +97,19 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout_s: float
     return wheels[0]
 
 
-def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str], levels: tuple[str, ...],
-                  *, hf_cache: str | None = None, run_flags: tuple[str, ...] | None = None,
-                  compile_cache_dir: str | None = None, model_path: str | None = None) -> list[str]:
+def probe_command(
+    tool: str,
+    image: str,
+    wheel: Path,
+    state_dir: Path,
+    flags: list[str],
+    levels: tuple[str, ...],
+    *,
+    hf_cache: str | None = None,
+    run_flags: tuple[str, ...] | None = None,
+    compile_cache_dir: str | None = None,
+    model_path: str | None = None,
+) -> list[str]:
     """The `docker run` argv of the in-image probe (see the module docstring); run_flags: the CPU image's
     (rocm_dspark.up.container) instead of the GPU flags; model_path: the selection's --model-path (typed, never
     read back out of `flags`)."""
@@ -85,18 +117,27 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
 
     state = str(Path(state_dir).absolute())
     probe = ["python3", "-m", "rocm_dspark", "probe", *flags, "--state-dir", state, "--levels", ",".join(levels)]
-    script = "; ".join([
-        "set -e",
-        f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)} "
-        "|| { echo 'pip in the image could not install the rocm-dspark wheel (the line above says why)' >&2; exit 4; }",
-        f'export PYTHONPATH={TARGET}${{PYTHONPATH:+:$PYTHONPATH}}',
-        "python3 -c 'import click, yaml' || { echo 'the image lacks click or pyyaml, which rocm-dspark needs' >&2; "
-        "exit 3; }",
-        shlex.join(probe),
-    ])
-    argv = [tool, "run", *(DOCKER_RUN_FLAGS if run_flags is None else run_flags), "-v", f"{state}:{state}",
-            "-v", f"{wheel.parent}:{WHEEL_MOUNT}:ro",
-            *hf_cache_mounts(hf_cache or hf_home(), hf_hub_cache() if hf_cache is None else f"{hf_cache}/hub")]
+    script = "; ".join(
+        [
+            "set -e",
+            f"python3 -m pip install -q --no-deps --no-index --target {TARGET} {WHEEL_MOUNT}/{shlex.quote(wheel.name)} "
+            "|| { echo 'pip in the image could not install the rocm-dspark wheel (the line above says why)' >&2; exit 4; }",
+            f"export PYTHONPATH={TARGET}${{PYTHONPATH:+:$PYTHONPATH}}",
+            "python3 -c 'import click, yaml' || { echo 'the image lacks click or pyyaml, which rocm-dspark needs' >&2; "
+            "exit 3; }",
+            shlex.join(probe),
+        ]
+    )
+    argv = [
+        tool,
+        "run",
+        *(DOCKER_RUN_FLAGS if run_flags is None else run_flags),
+        "-v",
+        f"{state}:{state}",
+        "-v",
+        f"{wheel.parent}:{WHEEL_MOUNT}:ro",
+        *hf_cache_mounts(hf_cache or hf_home(), hf_hub_cache() if hf_cache is None else f"{hf_cache}/hub"),
+    ]
     # The fingerprint names the host by machine-id (probe/fingerprint.host_id): the record written in the
     # container must name this host, or it never counts here.
     if os.path.isfile("/etc/machine-id"):
@@ -112,16 +153,37 @@ def probe_command(tool: str, image: str, wheel: Path, state_dir: Path, flags: li
     return argv + ["--entrypoint", "bash", image, "-c", script]
 
 
-def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flags: list[str],
-                       levels: tuple[str, ...], *, say=lambda line: None, timeout_s: float = 7200.0,
-                       run_flags: tuple[str, ...] | None = None, compile_cache_dir: str | None = None,
-                       model_path: str | None = None) -> dict:
+def run_probe_in_image(
+    tool: str,
+    image: str,
+    wheel: Path,
+    state_dir: Path,
+    flags: list[str],
+    levels: tuple[str, ...],
+    *,
+    say=lambda line: None,
+    timeout_s: float = 7200.0,
+    run_flags: tuple[str, ...] | None = None,
+    compile_cache_dir: str | None = None,
+    model_path: str | None = None,
+) -> dict:
     """Run the in-image probe; its output lines go to `say`. Returns {argv, exit_code, last (its last non-empty
     line), tail (its last lines)}."""
-    argv = probe_command(tool, image, wheel, state_dir, flags, levels, run_flags=run_flags,
-                         compile_cache_dir=compile_cache_dir, model_path=model_path)
-    say(f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
-        f"rocm-dspark probe --levels {','.join(levels)}>'")
+    argv = probe_command(
+        tool,
+        image,
+        wheel,
+        state_dir,
+        flags,
+        levels,
+        run_flags=run_flags,
+        compile_cache_dir=compile_cache_dir,
+        model_path=model_path,
+    )
+    say(
+        f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
+        f"rocm-dspark probe --levels {','.join(levels)}>'"
+    )
     tail: collections.deque = collections.deque(maxlen=20)
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         try:
@@ -139,8 +201,10 @@ def run_probe_in_image(tool: str, image: str, wheel: Path, state_dir: Path, flag
 # -- the `up` probe step's container-mode path --------------------------------------------------------------
 
 
-WHEEL_FIX = ("install rocm-dspark from a source checkout (`pip install -e .`), or run `rocm-dspark probe` inside the "
-             "image yourself (docs/adaptive-verification.md)")
+WHEEL_FIX = (
+    "install rocm-dspark from a source checkout (`pip install -e .`), or run `rocm-dspark probe` inside the "
+    "image yourself (docs/adaptive-verification.md)"
+)
 
 
 def node_skip_reason(run) -> str | None:
@@ -181,21 +245,45 @@ def probe_step(run) -> dict:
     run.display.say(f"  built {wheel.name} (pip wheel --no-deps, no registry) for the image")
     directory = store.records_dir(run.options.state_dir)
     before = set(store.record_names(directory))
-    res = run_probe_in_image(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                             say=run.display.say, run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image),
-                             model_path=run.options.selection.get("model_path"))
+    res = run_probe_in_image(
+        tool,
+        image,
+        wheel,
+        run.options.state_dir,
+        selection_args(run, levels),
+        levels,
+        say=run.display.say,
+        run_flags=run.target.inimage_run_flags(run),
+        compile_cache_dir=probe_cache(run, image),
+        model_path=run.options.selection.get("model_path"),
+    )
     new = sorted(set(store.record_names(directory)) - before)
-    if res["exit_code"] not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
-        raise StepFailed(f"the probe inside {image} exited {res['exit_code']}: "
-                         f"{res['last'] or 'no output'}", "fix what its last line says, then rerun `rocm-dspark up`",
-                         log_tail="\n".join(res["tail"]))
+    if res["exit_code"] not in (
+        0,
+        1,
+    ):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
+        raise StepFailed(
+            f"the probe inside {image} exited {res['exit_code']}: {res['last'] or 'no output'}",
+            "fix what its last line says, then rerun `rocm-dspark up`",
+            log_tail="\n".join(res["tail"]),
+        )
     run.chosen = None  # the image is pulled and records written: the gate reads them on its software
     verdict = judged(run).verdict
-    out = {"in_image": {"image": image, "wheel": str(wheel), "exit_code": res["exit_code"], "levels": list(levels),
-                        "argv": res["argv"], "new_records": new},
-           "gate": verdict.outcome, "gate_reason": verdict.reason}
-    run.display.say(f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: "
-            f"{verdict.reason}")
+    out = {
+        "in_image": {
+            "image": image,
+            "wheel": str(wheel),
+            "exit_code": res["exit_code"],
+            "levels": list(levels),
+            "argv": res["argv"],
+            "new_records": new,
+        },
+        "gate": verdict.outcome,
+        "gate_reason": verdict.reason,
+    }
+    run.display.say(
+        f"  the probe inside the image exited {res['exit_code']} and wrote {len(new)} record(s); gate: {verdict.reason}"
+    )
     return out
 
 
@@ -209,9 +297,35 @@ def probe_actions(run) -> list:
     levels = tuple(run.options.probe_levels)
     wheel = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     src = toolkit_source() or "<the toolkit's source tree>"
-    return [Run((sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-w",
-                 str(run.dir / "wheel"), str(src))),
-            Run(tuple(probe_command(tool, image, wheel, run.options.state_dir, selection_args(run, levels), levels,
-                                    run_flags=run.target.inimage_run_flags(run), compile_cache_dir=probe_cache(run, image, check=False),
-                                    model_path=run.options.selection.get("model_path")))),
-            Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)")]
+    return [
+        Run(
+            (
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-index",
+                "--no-build-isolation",
+                "-w",
+                str(run.dir / "wheel"),
+                str(src),
+            )
+        ),
+        Run(
+            tuple(
+                probe_command(
+                    tool,
+                    image,
+                    wheel,
+                    run.options.state_dir,
+                    selection_args(run, levels),
+                    levels,
+                    run_flags=run.target.inimage_run_flags(run),
+                    compile_cache_dir=probe_cache(run, image, check=False),
+                    model_path=run.options.selection.get("model_path"),
+                )
+            )
+        ),
+        Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"),
+    ]

@@ -19,7 +19,7 @@ OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skipped"
 
 class Prereq(NamedTuple):
     name: str
-    status: str          # ok | warn | fail | skipped
+    status: str  # ok | warn | fail | skipped
     message: str
     fix: str = ""
 
@@ -67,19 +67,35 @@ def gpu_host_checks(ctx) -> list[Prereq]:
     return [
         from_outcome("devices", h.devices(ctx), f"sudo usermod -aG video,render {user}, then log in again"),
         from_outcome("numa", h.numa_balancing(ctx), "sudo sysctl -w kernel.numa_balancing=0"),
-        from_outcome("disk", h.disk(ctx), "free space where the checkpoint goes, or pass --model-path on a bigger disk"),
-        from_outcome("partition", h.compute_partition(ctx), "none needed: the launcher drops --monokernel (or "
-                     "`sudo amd-smi set --gpu all --compute-partition SPX` while no GPU work runs, to use it)"),
+        from_outcome(
+            "disk", h.disk(ctx), "free space where the checkpoint goes, or pass --model-path on a bigger disk"
+        ),
+        from_outcome(
+            "partition",
+            h.compute_partition(ctx),
+            "none needed: the launcher drops --monokernel (or "
+            "`sudo amd-smi set --gpu all --compute-partition SPX` while no GPU work runs, to use it)",
+        ),
     ]
 
 
 def download_checks(plan, model_path: str | None, needs_download: bool) -> list[Prereq]:
     if model_path:
         if not Path(model_path).exists():
-            return [Prereq("model path", FAIL, f"{model_path} does not exist", "pass the directory that holds the checkpoint")]
+            return [
+                Prereq(
+                    "model path", FAIL, f"{model_path} does not exist", "pass the directory that holds the checkpoint"
+                )
+            ]
         if Path(model_path).is_dir() and not (Path(model_path) / "config.json").is_file():  # vLLM reads it first
-            return [Prereq("model path", FAIL, f"{model_path} has no config.json: not a Hugging Face checkpoint",
-                           "pass the directory that holds the checkpoint (config.json and the weights)")]
+            return [
+                Prereq(
+                    "model path",
+                    FAIL,
+                    f"{model_path} has no config.json: not a Hugging Face checkpoint",
+                    "pass the directory that holds the checkpoint (config.json and the weights)",
+                )
+            ]
         return [Prereq("model path", OK, f"serving from {model_path}; no download, no token needed")]
     cache = hf_cache()
     out = [Prereq("hf cache", OK, f"the checkpoint goes to {cache} (HF_HUB_CACHE / HF_HOME move it)")]
@@ -87,8 +103,14 @@ def download_checks(plan, model_path: str | None, needs_download: bool) -> list[
     if token:
         out.append(Prereq("hf token", OK, f"Hugging Face token from {token}"))
     elif needs_download:
-        out.append(Prereq("hf token", WARN, f"no HF_TOKEN: {plan.model_id} is downloaded anonymously (rate limited; "
-                          "a gated repository fails)", "export HF_TOKEN=hf_... (for systemd: put it in the unit's env file)"))
+        out.append(
+            Prereq(
+                "hf token",
+                WARN,
+                f"no HF_TOKEN: {plan.model_id} is downloaded anonymously (rate limited; a gated repository fails)",
+                "export HF_TOKEN=hf_... (for systemd: put it in the unit's env file)",
+            )
+        )
     else:
         out.append(Prereq("hf token", OK, "checkpoint already in the cache: no token needed"))
     return out
@@ -99,5 +121,9 @@ def port_check(host: str, port: int, ours: bool) -> Prereq:
         return Prereq("port", OK, f"{host}:{port} is free")
     if ours:
         return Prereq("port", OK, f"{host}:{port} is served by the service this `up` started before")
-    return Prereq("port", FAIL, f"something already listens on {host}:{port}",
-                  f"stop it (ss -ltnp 'sport = :{port}' shows what) or pass --port")
+    return Prereq(
+        "port",
+        FAIL,
+        f"something already listens on {host}:{port}",
+        f"stop it (ss -ltnp 'sport = :{port}' shows what) or pass --port",
+    )

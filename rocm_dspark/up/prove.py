@@ -29,20 +29,30 @@ def decision(run) -> tuple[str | None, int | None]:
     from rocm_dspark.service.canary import hold
 
     plans = serve.command_plans(run)
-    if (held := hold(run.state, out_hash(run, "probe"))):
+    if held := hold(run.state, out_hash(run, "probe")):
         return f"skipped: {held}", None
     if "adaptive" not in plans:
-        return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)", None
+        return (
+            "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)",
+            None,
+        )
     if serve.serving_command(run) == "adaptive":
-        return f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})", None
+        return (
+            f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})",
+            None,
+        )
     c = max(run.options.concurrency) if run.options.concurrency else None
     got = judged(run, ahead=run.target.counts_for_gate)  # local-cpu: its A/B decides, not the recipe's
     if got.verdict.outcome == REFUTED:
-        return (f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
-                f"so no adaptive start is made"), None
+        return (
+            f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
+            f"so no adaptive start is made"
+        ), None
     if c is None:
-        return ("skipped: no workload declared: without --concurrency C the gate cannot say adaptive verification pays, "
-                "so block verification serves (pass --concurrency C to prove it and A/B it on the service)"), None
+        return (
+            "skipped: no workload declared: without --concurrency C the gate cannot say adaptive verification pays, "
+            "so block verification serves (pass --concurrency C to prove it and A/B it on the service)"
+        ), None
     if (pay := got.payoff) is not None and pay.state == LOSES:
         return f"skipped: the gate says adaptive verification does not pay at c={c} ({pay.evidence}): {pay.text}", c
     return None, c
@@ -53,8 +63,9 @@ def loads_forecast(run) -> tuple[str, int | None]:
     why, c = decision(run)
     if why:
         return why, c
-    return (f"one adaptive start at c={c}: kept if the gate says proven and paying, else one more start back to "
-            f"block"), c
+    return (
+        f"one adaptive start at c={c}: kept if the gate says proven and paying, else one more start back to block"
+    ), c
 
 
 def prove_run(run) -> dict:
@@ -78,18 +89,31 @@ def prove_run(run) -> dict:
         srv = control.attach(run.state.service)
         plan = plans[which]
         # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
-        prefix, tokenizer = bench_setup(plan.argv, plan, python=None, container=bench_container(run),
-                                        result_dir=out_dir)
-        stats = measure(srv, plan.served_name, which, prefix=prefix, tokenizer=tokenizer, concurrency=c,
-                        requests=requests, input_len=input_len(run.target.quick(run.options)), max_tokens=max_tokens,
-                        timeout_s=run.options.request_timeout_s, out_dir=out_dir,
-                        say=lambda line: run.display.say(f"  {line}"))
+        prefix, tokenizer = bench_setup(
+            plan.argv, plan, python=None, container=bench_container(run), result_dir=out_dir
+        )
+        stats = measure(
+            srv,
+            plan.served_name,
+            which,
+            prefix=prefix,
+            tokenizer=tokenizer,
+            concurrency=c,
+            requests=requests,
+            input_len=input_len(run.target.quick(run.options)),
+            max_tokens=max_tokens,
+            timeout_s=run.options.request_timeout_s,
+            out_dir=out_dir,
+            say=lambda line: run.display.say(f"  {line}"),
+        )
         return {"argv": [str(a) for a in plan.argv], "description": run.target.describe_arm(run, which), **stats}
 
     run.display.say(f"  A/B block arm at c={c}: measured on the running block service (no load)")
     arms["block"] = arm("block")
-    run.display.say("  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
-            "gate says proven and paying")
+    run.display.say(
+        "  starting the adaptive command: the probe's live level, the A/B's adaptive arm, and the service if the "
+        "gate says proven and paying"
+    )
     try:
         started_out = serve.load(run, "adaptive", "prove: live level and the A/B's adaptive arm", phase="proving")
     except StepFailed as exc:
@@ -97,8 +121,12 @@ def prove_run(run) -> dict:
     out: dict = {"concurrency": c, "adaptive_start": started_out}
     if (started_out.get("launch_state") or {}).get("fell_back"):
         validating(run, "block", "the adaptive start fell back")
-        return {**out, "decision": "refuted: the adaptive command did not start; the launcher fell back to block",
-                "serving": "block", "service": started_out}
+        return {
+            **out,
+            "decision": "refuted: the adaptive command did not start; the launcher fell back to block",
+            "serving": "block",
+            "service": started_out,
+        }
     live = _live(run)
     out.update(probe_record=str(live.path), gate=live.gate_state, gate_reason=live.gate_reason)
     level = live.record.level("live")
@@ -109,10 +137,21 @@ def prove_run(run) -> dict:
     run.display.say(f"  A/B adaptive arm at c={c}: measured on the same start")
     arms["adaptive"] = arm("adaptive")
     override = run.target.ab_override(arms)
-    record = write_ab_record(catalog=run.catalog, selection=run.selection, plan=plans["adaptive"], concurrency=c,
-                             arms=arms, started=started, requests=requests, input_len=input_len(run.target.quick(run.options)),
-                             max_tokens=max_tokens, override=override,
-                             state_dir=run.options.state_dir, report_dir=None, say=lambda line: run.display.say(f"  {line}"))
+    record = write_ab_record(
+        catalog=run.catalog,
+        selection=run.selection,
+        plan=plans["adaptive"],
+        concurrency=c,
+        arms=arms,
+        started=started,
+        requests=requests,
+        input_len=input_len(run.target.quick(run.options)),
+        max_tokens=max_tokens,
+        override=override,
+        state_dir=run.options.state_dir,
+        report_dir=None,
+        say=lambda line: run.display.say(f"  {line}"),
+    )
     out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"], "bench": str(out_dir)}
     run.display.say(f"  {record['verdict']['text']}")
     verdict = decide(run, live, record, c)
@@ -147,9 +186,18 @@ def _live(run):
         earlier = parse_record(read_text(earlier_path, "probe record")) if earlier_path else None
     except RecordError as exc:
         raise UsageError(f"probe record {earlier_path}, from this `up`'s probe step: {exc}") from None
-    return run_probe(run.catalog, run.selection, levels=("live",), state_dir=run.options.state_dir, live_target=target,
-                     attach_server=control.attach(run.state.service), earlier=earlier, soft=choice.gate_software(run),
-                     progress=lambda m: run.display.say(f"  [probe] {m}"), kernel_python=run.options.kernel_python)
+    return run_probe(
+        run.catalog,
+        run.selection,
+        levels=("live",),
+        state_dir=run.options.state_dir,
+        live_target=target,
+        attach_server=control.attach(run.state.service),
+        earlier=earlier,
+        soft=choice.gate_software(run),
+        progress=lambda m: run.display.say(f"  [probe] {m}"),
+        kernel_python=run.options.kernel_python,
+    )
 
 
 def judged(run, *, ahead: bool = False):
@@ -157,8 +205,14 @@ def judged(run, *, ahead: bool = False):
     from rocm_dspark.usecase.verdict import judge
 
     c = max(run.options.concurrency) if run.options.concurrency else None
-    return judge(run.catalog, run.plan, state_dir=run.options.state_dir, concurrency=c, soft=choice.gate_software(run),
-                 ahead=ahead)
+    return judge(
+        run.catalog,
+        run.plan,
+        state_dir=run.options.state_dir,
+        concurrency=c,
+        soft=choice.gate_software(run),
+        ahead=ahead,
+    )
 
 
 def decide(run, live, record: dict, c: int):

@@ -56,7 +56,9 @@ def check_port(port: int | None, vllm_port: int) -> None:
     if port and int(port) == int(vllm_port):
         from rocm_dspark.errors import UsageError
 
-        raise UsageError(f"--ready-port {port} is vLLM's port: give the readiness server a port of its own (e.g. {port + 1})")
+        raise UsageError(
+            f"--ready-port {port} is vLLM's port: give the readiness server a port of its own (e.g. {port + 1})"
+        )
 
 
 def listen(run) -> tuple[str, int] | None:
@@ -67,8 +69,17 @@ def listen(run) -> tuple[str, int] | None:
 
 def argv(run) -> list[str]:
     host, port = listen(run)
-    return [sys.executable, "-m", "rocm_dspark", "status", "--ready", "--listen", f"{host}:{port}",
-            "--state-dir", str(run.options.state_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "rocm_dspark",
+        "status",
+        "--ready",
+        "--listen",
+        f"{host}:{port}",
+        "--state-dir",
+        str(run.options.state_dir),
+    ]
 
 
 def unit_name(run) -> str:
@@ -83,21 +94,34 @@ def exec_start(words: list[str]) -> str:
     """ExecStart= for `python -m rocm_dspark ... --state-dir DIR` (the readiness and canary units)."""
     from rocm_dspark.launch.quoting import systemd_executable, systemd_path, systemd_specifiers
 
-    return " ".join([systemd_executable(words[0], "python")] + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
-                    + [systemd_path(words[-1], "--state-dir")])
+    return " ".join(
+        [systemd_executable(words[0], "python")]
+        + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
+        + [systemd_path(words[-1], "--state-dir")]
+    )
 
 
 def install_actions(paths: list[Path], enable: str) -> list[Action]:
     """Install the unit files `up` wrote, reload systemd, enable and start `enable`."""
-    return [*[Run(("install", "-D", "-m", "0644", str(p), f"{UNIT_DIR}/{p.name}"), root=True) for p in paths],
-            Run(("systemctl", "daemon-reload"), root=True), Run(("systemctl", "enable", "--now", enable), root=True)]
+    return [
+        *[Run(("install", "-D", "-m", "0644", str(p), f"{UNIT_DIR}/{p.name}"), root=True) for p in paths],
+        Run(("systemctl", "daemon-reload"), root=True),
+        Run(("systemctl", "enable", "--now", enable), root=True),
+    ]
 
 
 def unit_text(run) -> str:
     import getpass
 
-    return UNIT.format(unit=unit_name(run), service=f"{run.name}.service", path=PATH, state=run.dir,
-                       port=listen(run)[1], user=getpass.getuser(), exec_start=exec_start(argv(run)))
+    return UNIT.format(
+        unit=unit_name(run),
+        service=f"{run.name}.service",
+        path=PATH,
+        state=run.dir,
+        port=listen(run)[1],
+        user=getpass.getuser(),
+        exec_start=exec_start(argv(run)),
+    )
 
 
 def actions(run) -> list[Action]:
@@ -105,13 +129,22 @@ def actions(run) -> list[Action]:
     if not listen(run):
         return []
     host, port = listen(run)
-    head = Say(f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
-               "proving, validating or down)")
+    head = Say(
+        f"readiness for a load balancer: GET http://{host}:{port}{PATH} (200 ready, 503 while starting, "
+        "proving, validating or down)"
+    )
     if run.mode == "systemd":
-        return [head, Write(str(unit_path(run)), 0o644, "readiness unit"),
-                *install_actions([unit_path(run)], unit_name(run))]
-    return [head, Say("detached; `rocm-dspark down` stops it:"), Run(tuple(argv(run)), detach=True),
-            Wait(base_url(host, port) + PATH, START_WAIT_S, "(any HTTP status)")]
+        return [
+            head,
+            Write(str(unit_path(run)), 0o644, "readiness unit"),
+            *install_actions([unit_path(run)], unit_name(run)),
+        ]
+    return [
+        head,
+        Say("detached; `rocm-dspark down` stops it:"),
+        Run(tuple(argv(run)), detach=True),
+        Wait(base_url(host, port) + PATH, START_WAIT_S, "(any HTTP status)"),
+    ]
 
 
 def ensure(run) -> dict | None:
@@ -138,15 +171,25 @@ def ensure(run) -> dict | None:
         path.write_text(unit_text(run))
         from rocm_dspark.up.serve import run_all
 
-        run_all(run, [a for a in actions(run) if isinstance(a, Run)], "readiness server",
-                "fix what it says and run `rocm-dspark up` again (or leave out --ready-port)")
+        run_all(
+            run,
+            [a for a in actions(run) if isinstance(a, Run)],
+            "readiness server",
+            "fix what it says and run `rocm-dspark up` again (or leave out --ready-port)",
+        )
         rec = {**base, "kind": "systemd", "unit": unit_name(run)}
     else:
         log = run.dir / "logs" / "ready-server.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(want, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=os.environ.copy())
+            proc = subprocess.Popen(
+                want,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=os.environ.copy(),
+            )
         from rocm_dspark.runtime.procfs import start_ticks
 
         rec = {**base, "kind": "process", "pid": proc.pid, "start_ticks": start_ticks(proc.pid), "log": str(log)}
@@ -171,5 +214,7 @@ def _wait_answering(run, rec: dict) -> None:
         return
     tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
     control.stop_ready_server(run.state)
-    raise StepFailed(f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
-                     "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again")
+    raise StepFailed(
+        f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
+        "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again",
+    )

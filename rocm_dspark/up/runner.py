@@ -28,21 +28,21 @@ MODES = ("systemd", "foreground", "container")
 
 @dataclass
 class UpOptions:
-    selection: dict                       # the selection flags, as cli.options gives them
+    selection: dict  # the selection flags, as cli.options gives them
     target: str = "node"
-    mode: str | None = None               # None: systemd if usable, else container if a runtime exists, else foreground
+    mode: str | None = None  # None: systemd if usable, else container if a runtime exists, else foreground
     concurrency: tuple[int, ...] | None = None
     dry_run: bool = False
     yes: bool = False
     quick: bool = False
     name: str | None = None
     service_user: str | None = None
-    vllm_bin: str | None = None           # local-cpu: the vllm executable (default: next to this Python, then PATH)
+    vllm_bin: str | None = None  # local-cpu: the vllm executable (default: next to this Python, then PATH)
     ready_timeout_s: float = 3600.0
     request_timeout_s: float = 120.0
     probe_levels: tuple[str, ...] = ("static", "kernel")
     kernel_python: str | None = None
-    ready_port: int | None = None        # the readiness server's port (rocm_dspark.up.ready_server), None: none
+    ready_port: int | None = None  # the readiness server's port (rocm_dspark.up.ready_server), None: none
     state_dir: Path = field(init=False)  # resolved in __post_init__
     state_dir_flag: str | None = None
 
@@ -71,16 +71,15 @@ class UpRun:
     display: Any
     state: UpState
     outputs: dict = field(default_factory=dict)
-    started: dict | None = None            # the service record of a server started by this run
+    started: dict | None = None  # the service record of a server started by this run
     loads: list[dict] = field(default_factory=list)  # the model loads this run made (rocm_dspark.up.serve.load)
-    replanned: set = field(default_factory=set)      # the steps whose new evidence already made this run choose again
-    chosen: Any = None                     # choice.Chosen, once chosen; None again after new evidence
+    replanned: set = field(default_factory=set)  # the steps whose new evidence already made this run choose again
+    chosen: Any = None  # choice.Chosen, once chosen; None again after new evidence
 
     def __post_init__(self):
         self.target = TARGETS[self.options.target]  # the steps ask it wherever the targets differ
         self.dir = up_dir(self.options.state_dir)
-        self.mode, self.mode_reason = ((self.options.mode, "--mode") if self.options.mode
-                                       else self.target.default_mode())
+        self.mode, self.mode_reason = (self.options.mode, "--mode") if self.options.mode else self.target.default_mode()
         self.catalog = load_catalog()
 
     @property
@@ -124,7 +123,9 @@ def refuse_early(run: UpRun) -> None:
     if run.mode == "systemd":
         unit_user(run)
     sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
-    ready_server.check_port(run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"])
+    ready_server.check_port(
+        run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"]
+    )
     run.target.refuse_early()
 
 
@@ -168,8 +169,15 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
                 continue
             reason = why
         else:
-            reason = ("first run" if rec is None else "always runs" if step.always
-                      else f"last run {rec['status']}" if rec.get("status") != DONE else "its inputs changed")
+            reason = (
+                "first run"
+                if rec is None
+                else "always runs"
+                if step.always
+                else f"last run {rec['status']}"
+                if rec.get("status") != DONE
+                else "its inputs changed"
+            )
         display.say(f"{_header(i, n, step)} ({reason})")
         t0 = time.monotonic()
         try:
@@ -186,14 +194,28 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
             return 2
         except KeyboardInterrupt:
             # Recorded before the server is stopped: a second Ctrl-C during its drain must not leave it unrecorded.
-            state.mark(step.name, INTERRUPTED, inputs, message="Ctrl-C", fix="run `rocm-dspark up` again: it resumes "
-                       "at this step", seconds=time.monotonic() - t0)
+            state.mark(
+                step.name,
+                INTERRUPTED,
+                inputs,
+                message="Ctrl-C",
+                fix="run `rocm-dspark up` again: it resumes at this step",
+                seconds=time.monotonic() - t0,
+            )
             stopped = _stop_started(run)
-            display.say(f"rocm-dspark up: interrupted in step {step.name}{stopped}; run `rocm-dspark up` again to continue")
+            display.say(
+                f"rocm-dspark up: interrupted in step {step.name}{stopped}; run `rocm-dspark up` again to continue"
+            )
             return 130
         status = SKIPPED if isinstance(out, dict) and out.get("skipped") else DONE
-        state.mark(step.name, status, inputs, output=out, seconds=time.monotonic() - t0,
-                   message=out.get("skipped", "") if isinstance(out, dict) else "")
+        state.mark(
+            step.name,
+            status,
+            inputs,
+            output=out,
+            seconds=time.monotonic() - t0,
+            message=out.get("skipped", "") if isinstance(out, dict) else "",
+        )
         run.outputs[step.name] = out
         if isinstance(out, dict) and out.get("replan") and step.name not in run.replanned:
             # New evidence (the image pulled: its own software) changes the plan: choose again, once per step; the
@@ -213,8 +235,11 @@ def _render_plan(run: UpRun, steps) -> int:
     from rocm_dspark.up.steps import mode_checks
 
     head = [Say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")]
-    head += [Say(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}")
-             for c in mode_checks(run) if c.status == FAIL]  # made now, as the run makes them
+    head += [
+        Say(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}")
+        for c in mode_checks(run)
+        if c.status == FAIL
+    ]  # made now, as the run makes them
     lines = render(head, "")
     for i, step in enumerate(steps, 1):
         rec = run.state.step(step.name)

@@ -80,7 +80,7 @@ def launch_dir(run, which: str) -> Path:
 
 def files_of(run, which: str) -> dict:
     """The launcher files of `which`, as the launchers step wrote them (or, in a dry run, will write them)."""
-    sets = ((run.outputs.get("launchers") or {}).get("sets") or {})
+    sets = (run.outputs.get("launchers") or {}).get("sets") or {}
     if which in sets:
         return sets[which]
     name = run.name
@@ -96,8 +96,9 @@ def install_actions(run, which: str) -> list[Run]:
 
     f, name = files_of(run, which), run.name
     launcher = Path(f["launcher"])  # write_launchers puts the env file beside it (<name>.env)
-    files = LaunchFiles(fmt="systemd", name=name, launcher=launcher, unit=Path(f["unit"]),
-                        env_file=launcher.with_name(f"{name}.env"))
+    files = LaunchFiles(
+        fmt="systemd", name=name, launcher=launcher, unit=Path(f["unit"]), env_file=launcher.with_name(f"{name}.env")
+    )
     return [Run(a, root=True) for a in install_argvs(files, service_user(run))]
 
 
@@ -114,8 +115,13 @@ def probe_cache(run, image: str, check: bool = True) -> str | None:
     from rocm_dspark.launch import compile_cache
 
     key = compile_cache.image_key(image, run.plan.arch)
-    why = "the image has no digest" if key is None else "the unit's cache belongs to its user" \
-        if run.mode == "systemd" else None
+    why = (
+        "the image has no digest"
+        if key is None
+        else "the unit's cache belongs to its user"
+        if run.mode == "systemd"
+        else None
+    )
     directory = cache_root(run) / key if key else None
     if why is None and directory is not None and check:
         why = compile_cache.usable(directory)
@@ -127,17 +133,20 @@ def probe_cache(run, image: str, check: bool = True) -> str | None:
 
 
 def process_env(run, which: str) -> dict:
-    return {"ROCM_DSPARK_LAUNCH_STATE_DIR": str(run.dir / "launch-state" / which),
-            "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s)),
-            "ROCM_DSPARK_COMPILE_CACHE_DIR": str(cache_root(run))}
+    return {
+        "ROCM_DSPARK_LAUNCH_STATE_DIR": str(run.dir / "launch-state" / which),
+        "ROCM_DSPARK_READY_TIMEOUT_S": str(int(run.options.ready_timeout_s)),
+        "ROCM_DSPARK_COMPILE_CACHE_DIR": str(cache_root(run)),
+    }
 
 
 def start_actions(run, which: str) -> list[Action]:
     """What a start of `which` does, in order: the unit's install commands (systemd), or the launcher; then the
     wait until it serves."""
     plan = launch_plan(run, which)
-    wait = Wait(f"{base_url(plan.host, plan.port)}/health", start_window_s(plan, run.options.ready_timeout_s),
-                "and /v1/models")
+    wait = Wait(
+        f"{base_url(plan.host, plan.port)}/health", start_window_s(plan, run.options.ready_timeout_s), "and /v1/models"
+    )
     if run.mode == "systemd":
         return [*install_actions(run, which), wait]
     return [Run((files_of(run, which)["launcher"],), env=tuple(process_env(run, which).items()), detach=True), wait]
@@ -147,8 +156,13 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
     """Start the service for `which` command and wait until it serves: one model load, recorded. Not ready from
     before the old service stops (`phase`: "starting", or "proving" for the adaptive start); the caller says
     what the start is once it serves."""
-    run.state.set_readiness(False, phase, f"{which} verification is starting ({why})" if phase == "starting" else
-                            f"the adaptive start is being proved: not a finished endpoint ({why})")
+    run.state.set_readiness(
+        False,
+        phase,
+        f"{which} verification is starting ({why})"
+        if phase == "starting"
+        else f"the adaptive start is being proved: not a finished endpoint ({why})",
+    )
     before = (run.state.service or {}).get("command")
     if control.alive(run.state.service):
         control.stop_recorded(run.state)
@@ -200,11 +214,16 @@ def served_facts(run, which: str) -> dict:
     plan = launch_plan(run, which)
     k = (spec_config_in(plan.argv) or {}).get("num_speculative_tokens")
     image = plan.image if run.mode != "foreground" else ""
-    return {"plan_hash": plan_hash(run.plan), "image_digest": image.partition("@")[2] or "none",
-            "served_name": plan.served_name, "k": k if isinstance(k, int) else None,
-            "capture_size": capture_of(plan.argv, plan.capture_size),
-            "max_num_batched_tokens": int_flag(plan.argv, "max_num_batched_tokens"),
-            "ready_timeout_s": int(run.options.ready_timeout_s), "monokernel": runs_mono(plan.argv)}
+    return {
+        "plan_hash": plan_hash(run.plan),
+        "image_digest": image.partition("@")[2] or "none",
+        "served_name": plan.served_name,
+        "k": k if isinstance(k, int) else None,
+        "capture_size": capture_of(plan.argv, plan.capture_size),
+        "max_num_batched_tokens": int_flag(plan.argv, "max_num_batched_tokens"),
+        "ready_timeout_s": int(run.options.ready_timeout_s),
+        "monokernel": runs_mono(plan.argv),
+    }
 
 
 def _record(run, which: str, extra: dict) -> dict:
@@ -228,33 +247,63 @@ def _start_process(run, which: str) -> dict:
     _record(run, which, rec)
     # Ready is the launcher's word: it says serving only once its warm-up requests passed (launcher.sh.tmpl
     # warm_up); /health answers before that.
-    check = srv.ready_check(gate=lambda: None if launcher_phase(run.dir / "launch-state" / which) == "serving"
-                            else "/health answers, the launcher is warming up")
-    ready, _phase, seconds = run.display.wait(f"  start ({which})", log, check,
-                                              deadline_s=start_window_s(plan, run.options.ready_timeout_s))
+    check = srv.ready_check(
+        gate=lambda: (
+            None
+            if launcher_phase(run.dir / "launch-state" / which) == "serving"
+            else "/health answers, the launcher is warming up"
+        )
+    )
+    ready, _phase, seconds = run.display.wait(
+        f"  start ({which})", log, check, deadline_s=start_window_s(plan, run.options.ready_timeout_s)
+    )
     ready = ready or check.timed_out()
     if not ready.ready:
         tail = srv.log_tail(30)
         control.stop_recorded(run.state)
-        raise StepFailed(f"start: {ready.reason()}", f"read the log {log}; fix what it says and run `rocm-dspark up` "
-                          f"again", log_tail=tail)
+        raise StepFailed(
+            f"start: {ready.reason()}",
+            f"read the log {log}; fix what it says and run `rocm-dspark up` again",
+            log_tail=tail,
+        )
     ls = launch_state(run.dir / "launch-state" / which)
-    run.display.say(f"  ready after {seconds:.0f} s at {srv.base_url}" + (f", {ls.get('mode')} verification" if ls.get("mode") else ""))
-    return {"base_url": srv.base_url, "ready_s": round(seconds, 1), "log": str(log), "launch_state": ls,
-            "pid": rec["pid"], "command": which}
+    run.display.say(
+        f"  ready after {seconds:.0f} s at {srv.base_url}"
+        + (f", {ls.get('mode')} verification" if ls.get("mode") else "")
+    )
+    return {
+        "base_url": srv.base_url,
+        "ready_s": round(seconds, 1),
+        "log": str(log),
+        "launch_state": ls,
+        "pid": rec["pid"],
+        "command": which,
+    }
 
 
 def _start_systemd(run, which: str) -> dict:
     commands = [a for a in start_actions(run, which) if isinstance(a, Run)]
     confirm(run, "install and start the systemd unit with:\n" + "\n".join(render(commands)))
-    run_all(run, commands, "start", "fix what it says (root or sudo is needed to install a unit) and run "
-            "`rocm-dspark up` again", timeout=600)
+    run_all(
+        run,
+        commands,
+        "start",
+        "fix what it says (root or sudo is needed to install a unit) and run `rocm-dspark up` again",
+        timeout=600,
+    )
     unit = Path(files_of(run, which)["unit"]).name
     plan = launch_plan(run, which)
-    record = _record(run, which, {"kind": "systemd", "unit": unit,
-                                  "base_url": base_url(plan.host, plan.port),
-                                  "log": f"/var/lib/rocm-dspark/{Path(unit).stem}/"
-                                         f"{'adaptive' if plan.adaptive_verification else 'block'}.log"})
+    record = _record(
+        run,
+        which,
+        {
+            "kind": "systemd",
+            "unit": unit,
+            "base_url": base_url(plan.host, plan.port),
+            "log": f"/var/lib/rocm-dspark/{Path(unit).stem}/"
+            f"{'adaptive' if plan.adaptive_verification else 'block'}.log",
+        },
+    )
     client = control.attach(record).client
     t0 = time.monotonic()
 
@@ -269,14 +318,28 @@ def _start_systemd(run, which: str) -> dict:
             pass
         return "failed" if state in ("failed", "inactive") and time.monotonic() - t0 > 10 else None
 
-    result, _phase, seconds = run.display.wait(f"  start ({which})", record["log"], poll, poll_s=2.0,
-                                               deadline_s=start_window_s(plan, run.options.ready_timeout_s))
+    result, _phase, seconds = run.display.wait(
+        f"  start ({which})",
+        record["log"],
+        poll,
+        poll_s=2.0,
+        deadline_s=start_window_s(plan, run.options.ready_timeout_s),
+    )
     if result != "ready":
         _code, tail = execute(Run(("journalctl", "-u", unit, "-n", "30", "--no-pager")))
-        raise StepFailed(f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
-                          f"journalctl -u {unit}; fix and run `rocm-dspark up` again", log_tail=tail)
-    return {"base_url": record["base_url"], "ready_s": round(seconds, 1), "unit": unit, "command": which,
-            "log": record["log"], "launch_state": launch_state(Path(record["log"]).parent)}
+        raise StepFailed(
+            f"start: the unit {unit} is {'not active' if result == 'failed' else 'not ready in time'}",
+            f"journalctl -u {unit}; fix and run `rocm-dspark up` again",
+            log_tail=tail,
+        )
+    return {
+        "base_url": record["base_url"],
+        "ready_s": round(seconds, 1),
+        "unit": unit,
+        "command": which,
+        "log": record["log"],
+        "launch_state": launch_state(Path(record["log"]).parent),
+    }
 
 
 def run_all(run, commands: list[Run], what: str, fix: str, timeout: float = 120.0) -> None:
@@ -285,8 +348,11 @@ def run_all(run, commands: list[Run], what: str, fix: str, timeout: float = 120.
         run.display.say(f"  $ {shlex.join(argv_of(c))}")
         code, text = execute(c, timeout=timeout)
         if code != 0:
-            raise StepFailed(f"{what}: `{shlex.join(c.argv)}` failed (exit {code}): "
-                             f"{text.splitlines()[-1] if text else 'no output'}", fix)
+            raise StepFailed(
+                f"{what}: `{shlex.join(c.argv)}` failed (exit {code}): "
+                f"{text.splitlines()[-1] if text else 'no output'}",
+                fix,
+            )
 
 
 def launcher_phase(directory: Path) -> str | None:

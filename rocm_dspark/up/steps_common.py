@@ -39,5 +39,7 @@ LOCAL_SERVED_NAME = "local-cpu"
 # (tests/slow/test_up_loads_real.py, 2026-12-01), so both outcomes of the prove step occur in the tests.
 LOCAL_NGRAM = {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 7}
 LOCAL_NGRAM_ADAPTIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
-NOT_FOR_GATE = ("local-cpu target: a test of the flow on the installed vLLM with a small model; nothing it "
-                "produces counts for the gate (probe records say 'not valid for gating')")
+NOT_FOR_GATE = (
+    "local-cpu target: a test of the flow on the installed vLLM with a small model; nothing it "
+    "produces counts for the gate (probe records say 'not valid for gating')"
+)

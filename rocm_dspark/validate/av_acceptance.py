@@ -31,10 +31,14 @@ from rocm_dspark.recipe.plan import Command
 
 ARMS = ("nospec", "block", "adaptive")
 RUN_ORDER = ("block", "adaptive", "nospec")  # the nospec server re-scores every arm's tokens: it runs last
-REFERENCE = {"route": "nospec-server", "independent": True,
-             "why": "the nospec arm's server (no --speculative-config: no drafter can reach its prompt logprobs, "
-                    "vllm#53488)"}
-REFERENCE_TEXT = "every arm's tokens are re-scored against the nospec arm's server (no --speculative-config, vllm#53488)"
+REFERENCE = {
+    "route": "nospec-server",
+    "independent": True,
+    "why": "the nospec arm's server (no --speculative-config: no drafter can reach its prompt logprobs, vllm#53488)",
+}
+REFERENCE_TEXT = (
+    "every arm's tokens are re-scored against the nospec arm's server (no --speculative-config, vllm#53488)"
+)
 
 
 def without_speculation(argv) -> list[str]:
@@ -50,19 +54,28 @@ def arms(catalog, selection) -> dict:
     if not plan.adaptive_argv:
         raise ValueError(f"the plan ({plan.profile}, {plan.vllm_version}) has no adaptive command to accept")
     base = {"env": dict(plan.env), "host": plan.host, "port": plan.port, "served_name": plan.served_name}
-    return {"nospec": {**base, "argv": without_speculation(plan.block_argv)},
-            "block": {**base, "argv": list(plan.block_argv)},
-            "adaptive": {**base, "argv": list(plan.adaptive_argv)},
-            "_plan": {"profile": plan.profile, "gpu": plan.gpu, "vllm_version": plan.vllm_version,
-                      "image": plan.image, "k": (plan.speculative_config or {}).get("num_speculative_tokens")}}
+    return {
+        "nospec": {**base, "argv": without_speculation(plan.block_argv)},
+        "block": {**base, "argv": list(plan.block_argv)},
+        "adaptive": {**base, "argv": list(plan.adaptive_argv)},
+        "_plan": {
+            "profile": plan.profile,
+            "gpu": plan.gpu,
+            "vllm_version": plan.vllm_version,
+            "image": plan.image,
+            "k": (plan.speculative_config or {}).get("num_speculative_tokens"),
+        },
+    }
 
 
 def prompts_for(concurrency: int) -> tuple[str, ...]:
     from rocm_dspark.probe.rescore import RESCORE_PROMPTS
 
-    return tuple(f"{RESCORE_PROMPTS[i % len(RESCORE_PROMPTS)]}" + (f" ({i // len(RESCORE_PROMPTS)})"
-                                                                  if i >= len(RESCORE_PROMPTS) else "")
-                 for i in range(concurrency))
+    return tuple(
+        f"{RESCORE_PROMPTS[i % len(RESCORE_PROMPTS)]}"
+        + (f" ({i // len(RESCORE_PROMPTS)})" if i >= len(RESCORE_PROMPTS) else "")
+        for i in range(concurrency)
+    )
 
 
 def read_gsm8k(results: dict) -> dict:
@@ -91,8 +104,10 @@ def verdict(report_arms: dict) -> dict:
             problems.append(f"{name}: {rs['why']}")
     rs = (report_arms.get("adaptive") or {}).get("rescore") or {}
     if rs and rs.get("trimmed") is not True:
-        problems.append("adaptive: no request had fewer than K drafts verified in a step, so AV never trimmed at "
-                        "this concurrency (raise --concurrency)")
+        problems.append(
+            "adaptive: no request had fewer than K drafts verified in a step, so AV never trimmed at "
+            "this concurrency (raise --concurrency)"
+        )
     ref = (report_arms.get("nospec") or {}).get("gsm8k")
     for name in ("block", "adaptive"):
         got = (report_arms.get(name) or {}).get("gsm8k")
@@ -104,36 +119,57 @@ def verdict(report_arms: dict) -> dict:
             continue
         bound = 2 * math.sqrt(ref["stderr"] ** 2 + got["stderr"] ** 2)
         if abs(got["score"] - ref["score"]) > bound:
-            problems.append(f"{name}: GSM8K {got['score']:.4f} differs from nospec {ref['score']:.4f} by more than "
-                            f"{bound:.4f} (2 combined stderr)")
-    return {"accepted": not problems, "problems": problems, "reference": REFERENCE_TEXT,
-            "text": ("adaptive verification accepted on this host" if not problems else "; ".join(problems))
-            + f" ({REFERENCE_TEXT})"}
+            problems.append(
+                f"{name}: GSM8K {got['score']:.4f} differs from nospec {ref['score']:.4f} by more than "
+                f"{bound:.4f} (2 combined stderr)"
+            )
+    return {
+        "accepted": not problems,
+        "problems": problems,
+        "reference": REFERENCE_TEXT,
+        "text": ("adaptive verification accepted on this host" if not problems else "; ".join(problems))
+        + f" ({REFERENCE_TEXT})",
+    }
 
 
 def recipe_evidence(report: dict) -> dict:
     """What goes into recipes/ as evidence for this build and GPU (status stays a human decision)."""
     arms_ = report["arms"]
-    return {"evidence": {"kind": "acceptance", "date": report["finished_at"][:10], "gpu": report["plan"]["gpu"],
-                         "vllm_version": report["plan"]["vllm_version"], "image": report["plan"]["image"],
-                         "concurrency": report["concurrency"], "accepted": report["verdict"]["accepted"],
-                         "tokens_rescored": {a: (arms_[a].get("rescore") or {}).get("tokens_checked") for a in ARMS},
-                         "violations": {a: (arms_[a].get("rescore") or {}).get("violations") for a in ARMS},
-                         "gsm8k": {a: (arms_[a].get("gsm8k") or {}).get("score") for a in ARMS},
-                         "reference": "nospec-server",
-                         "report": "acceptance.json"}}
+    return {
+        "evidence": {
+            "kind": "acceptance",
+            "date": report["finished_at"][:10],
+            "gpu": report["plan"]["gpu"],
+            "vllm_version": report["plan"]["vllm_version"],
+            "image": report["plan"]["image"],
+            "concurrency": report["concurrency"],
+            "accepted": report["verdict"]["accepted"],
+            "tokens_rescored": {a: (arms_[a].get("rescore") or {}).get("tokens_checked") for a in ARMS},
+            "violations": {a: (arms_[a].get("rescore") or {}).get("violations") for a in ARMS},
+            "gsm8k": {a: (arms_[a].get("gsm8k") or {}).get("score") for a in ARMS},
+            "reference": "nospec-server",
+            "report": "acceptance.json",
+        }
+    }
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# Adaptive verification acceptance: {report['plan']['profile']} ({report['plan']['vllm_version']})",
-             "", f"concurrency {report['concurrency']}, K={report['plan']['k']}, finished {report['finished_at']}",
-             "", "| arm | tokens re-scored | violations | near-ties | trimmed | GSM8K (stderr) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Adaptive verification acceptance: {report['plan']['profile']} ({report['plan']['vllm_version']})",
+        "",
+        f"concurrency {report['concurrency']}, K={report['plan']['k']}, finished {report['finished_at']}",
+        "",
+        "| arm | tokens re-scored | violations | near-ties | trimmed | GSM8K (stderr) |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in ARMS:
         arm = report["arms"].get(name) or {}
         rs, g = arm.get("rescore") or {}, arm.get("gsm8k") or {}
         gs = f"{g['score']:.4f} ({g['stderr']})" if g else arm.get("error", "-")
-        lines.append(f"| {name} | {rs.get('tokens_checked', '-')} | {rs.get('violations', '-')} | "
-                     f"{rs.get('near_ties', '-')} | {rs.get('trimmed', '-')} | {gs} |")
+        lines.append(
+            f"| {name} | {rs.get('tokens_checked', '-')} | {rs.get('violations', '-')} | "
+            f"{rs.get('near_ties', '-')} | {rs.get('trimmed', '-')} | {gs} |"
+        )
     lines += ["", f"reference: {REFERENCE_TEXT}.", "", f"**verdict**: {report['verdict']['text']}", ""]
     return "\n".join(lines)
 
@@ -156,27 +192,41 @@ def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path
         raise RuntimeError(f"lm-eval wrote no results*.json under {out_dir}")
     from rocm_dspark.inputs import parse_json, read_text
 
-    return read_gsm8k(parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")
-                      ["results"]["gsm8k"])
+    return read_gsm8k(
+        parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
+    )
 
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:
     """{arm: re-scoring summary}: each arm's generated tokens judged on the nospec server `client`."""
     from rocm_dspark.probe import rescore
 
-    return {name: rescore.judge(gen, client, model, REFERENCE, concurrency=concurrency,
-                                k=None if name == "nospec" else k) for name, gen in generated.items()}
+    return {
+        name: rescore.judge(gen, client, model, REFERENCE, concurrency=concurrency, k=None if name == "nospec" else k)
+        for name, gen in generated.items()
+    }
 
 
-def run_arm(name: str, arm: dict, *, concurrency: int, k, gsm8k_limit, report_dir: Path, ready_timeout_s: float,
-            say, generated: dict) -> dict:
+def run_arm(
+    name: str,
+    arm: dict,
+    *,
+    concurrency: int,
+    k,
+    gsm8k_limit,
+    report_dir: Path,
+    ready_timeout_s: float,
+    say,
+    generated: dict,
+) -> dict:
     """Start the arm, generate into `generated[name]`, and on nospec (last) re-score every arm's tokens there:
     its result then has `rescored`, {arm: summary}. GSM8K on every arm."""
     from rocm_dspark.probe import rescore
     from rocm_dspark.runtime.process import VllmServer
 
-    server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"],
-                        log_path=report_dir / f"{name}.log")
+    server = VllmServer(
+        arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=report_dir / f"{name}.log"
+    )
     say(f"{name}: starting (log {server.log_path})")
     server.start()
     out: dict = {"argv": arm["argv"]}
@@ -249,12 +299,24 @@ def main(argv=None) -> int:
         return 2
     report_dir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results = run_arms(commands, concurrency=args.concurrency, k=plan["k"], gsm8k_limit=args.gsm8k_limit,
-                       report_dir=report_dir, ready_timeout_s=args.ready_timeout,
-                       say=lambda m: print(m, file=sys.stderr))
-    report = {"plan": plan, "concurrency": args.concurrency, "started_at": started, "reference": REFERENCE,
-              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "arms": results,
-              "verdict": verdict(results)}
+    results = run_arms(
+        commands,
+        concurrency=args.concurrency,
+        k=plan["k"],
+        gsm8k_limit=args.gsm8k_limit,
+        report_dir=report_dir,
+        ready_timeout_s=args.ready_timeout,
+        say=lambda m: print(m, file=sys.stderr),
+    )
+    report = {
+        "plan": plan,
+        "concurrency": args.concurrency,
+        "started_at": started,
+        "reference": REFERENCE,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "arms": results,
+        "verdict": verdict(results),
+    }
     report["recipe_evidence"] = recipe_evidence(report)
     (report_dir / "acceptance.json").write_text(json.dumps(report, indent=1))
     (report_dir / "acceptance.md").write_text(markdown(report))

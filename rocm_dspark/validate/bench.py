@@ -28,23 +28,77 @@ SEED = 0
 PERCENTILES = (50, 90, 99)
 
 
-def bench_argv(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, num_prompts: int,
-               input_len: int, output_len: int, result_dir: str, result_filename: str, seed: int = SEED,
-               extra=()) -> list[str]:
+def bench_argv(
+    prefix,
+    *,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    concurrency: int,
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    result_dir: str,
+    result_filename: str,
+    seed: int = SEED,
+    extra=(),
+) -> list[str]:
     """prefix: how to reach `vllm` (["/venv/bin/vllm"] or the `docker run ... --entrypoint vllm IMAGE` argv);
     extra: more bench flags, after the workload's."""
-    return [*prefix, "bench", "serve", "--base-url", base_url, "--model", served_name,
-            "--served-model-name", served_name, "--tokenizer", tokenizer,
-            "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--seed", str(seed), "--ignore-eos", "--temperature", "0", "--num-prompts", str(num_prompts),
-            "--max-concurrency", str(concurrency), "--metric-percentiles", ",".join(map(str, PERCENTILES)),
-            "--disable-tqdm", "--save-result", "--result-dir", result_dir, "--result-filename", result_filename,
-            *map(str, extra)]
+    return [
+        *prefix,
+        "bench",
+        "serve",
+        "--base-url",
+        base_url,
+        "--model",
+        served_name,
+        "--served-model-name",
+        served_name,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(output_len),
+        "--seed",
+        str(seed),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--metric-percentiles",
+        ",".join(map(str, PERCENTILES)),
+        "--disable-tqdm",
+        "--save-result",
+        "--result-dir",
+        result_dir,
+        "--result-filename",
+        result_filename,
+        *map(str, extra),
+    ]
 
 
 def container_prefix(tool: str, image: str, mounts) -> list[str]:
     """The image's own `vllm` (its entrypoint may be `vllm serve`, so it is named); mounts: `-v` pairs."""
-    return [tool, "run", "--rm", "--network", "host", "-e", "PYTHONUNBUFFERED=1", *mounts, "--entrypoint", "vllm", image]
+    return [
+        tool,
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "-e",
+        "PYTHONUNBUFFERED=1",
+        *mounts,
+        "--entrypoint",
+        "vllm",
+        image,
+    ]
 
 
 def served_model(argv) -> str | None:
@@ -64,25 +118,28 @@ def first_error(output: str) -> str | None:
     start = next((i for i, ln in enumerate(lines) if ln.startswith("Error 0: ")), None)
     if start is None:
         return None
-    block = [lines[start][len("Error 0: "):],
-             *itertools.takewhile(lambda ln: not ln.startswith(("Error 1: ", "=====")), lines[start + 1:])]
+    block = [
+        lines[start][len("Error 0: ") :],
+        *itertools.takewhile(lambda ln: not ln.startswith(("Error 1: ", "=====")), lines[start + 1 :]),
+    ]
     text = [ln.strip() for ln in block if ln.strip()]
     return text[-1][:300] if text else "(empty error)"
 
 
 def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) -> dict:
     """Run bench; returns {"rc", "json" (the file, as written, or None), "error" (first failure or None)}."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}   # its log is read while it runs
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # its log is read while it runs
     with open(log_path, "wb") as log:
         try:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env=env)
-        except OSError as exc:   # no such vllm (or docker): a failed run, with the reason
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
+            )
+        except OSError as exc:  # no such vllm (or docker): a failed run, with the reason
             return {"rc": None, "json": None, "error": f"cannot run {argv[0]}: {exc.strerror or exc}"}
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)   # its own session: nothing of it is left behind
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: nothing of it is left behind
             proc.wait()
             rc = None
     output = log_path.read_text(errors="replace")
@@ -111,19 +168,31 @@ def row(data: dict | None, concurrency: int, num_prompts: int, command: list[str
     """The sweep's row (the keys the report, plots and cost table read) from bench's JSON, kept whole."""
     d = data or {}
     completed = int(d.get("completed") or 0)
-    failed = num_prompts - completed     # a run that died mid-level counts every request it did not complete
+    failed = num_prompts - completed  # a run that died mid-level counts every request it did not complete
 
     def pct(metric: str, **extra) -> dict:
         def get(key):
             v = d.get(key)
             return None if v is None else round(float(v), 2)
+
         out = {"mean": get(f"mean_{metric}_ms"), "p50": get(f"median_{metric}_ms")}
         out.update({f"p{p}": get(f"p{p}_{metric}_ms") for p in extra.get("ps", (99,))})
         return out
 
-    return {"concurrency": concurrency, "requests": num_prompts, "succeeded": completed, "failed": failed,
-            "bench_failed": d.get("failed"), "wall_s": d.get("duration"), "output_tokens": d.get("total_output_tokens"),
-            "output_throughput_tok_s": None if d.get("output_throughput") is None else round(d["output_throughput"], 2),
-            "request_throughput_req_s": d.get("request_throughput"),
-            "ttft_ms": pct("ttft", ps=(90, 99)), "tpot_ms": pct("tpot"), "itl_ms": pct("itl"),
-            "errors": [error] if error else [], "bench_command": shlex.join(command), "bench_result": data}
+    return {
+        "concurrency": concurrency,
+        "requests": num_prompts,
+        "succeeded": completed,
+        "failed": failed,
+        "bench_failed": d.get("failed"),
+        "wall_s": d.get("duration"),
+        "output_tokens": d.get("total_output_tokens"),
+        "output_throughput_tok_s": None if d.get("output_throughput") is None else round(d["output_throughput"], 2),
+        "request_throughput_req_s": d.get("request_throughput"),
+        "ttft_ms": pct("ttft", ps=(90, 99)),
+        "tpot_ms": pct("tpot"),
+        "itl_ms": pct("itl"),
+        "errors": [error] if error else [],
+        "bench_command": shlex.join(command),
+        "bench_result": data,
+    }

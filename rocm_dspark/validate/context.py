@@ -24,25 +24,25 @@ QUICK_CONCURRENCIES = (1, 4)
 class ValidateOptions:
     report_dir: Path
     force: bool = False
-    endpoint: str | None = None            # validate a running server at this URL
-    launch: bool = False                   # start the server from the generated launcher, stop it after
-    server_json: Path | None = None        # the server actually run, when not the recipe's plan (runtime/server_spec.py)
-    quick: bool = False                    # small workload for CPU hosts and smoke runs
+    endpoint: str | None = None  # validate a running server at this URL
+    launch: bool = False  # start the server from the generated launcher, stop it after
+    server_json: Path | None = None  # the server actually run, when not the recipe's plan (runtime/server_spec.py)
+    quick: bool = False  # small workload for CPU hosts and smoke runs
     concurrencies: tuple[int, ...] | None = None
     requests_per_level: int | None = None  # default: 4 x concurrency, capped
-    max_tokens: int | None = None          # output tokens per sweep / acceptance request
+    max_tokens: int | None = None  # output tokens per sweep / acceptance request
     request_timeout_s: float = 120.0
     ready_timeout_s: float = 3600.0
     gsm8k: bool = False
     gsm8k_limit: int | None = None
-    acceptance_min: float | None = None    # overrides the recipe floor (a custom server's own floor)
+    acceptance_min: float | None = None  # overrides the recipe floor (a custom server's own floor)
     service_user: str | None = None
     require_gpu: bool = False
     require_gpu_why: str = "--require-gpu"  # what made a GPU required, for the failure message (`up` has no such flag)
-    python: str | None = None              # the Python environment vLLM runs in
-    server_log: Path | None = None         # the running server's log (--endpoint); --launch writes its own
-    host_root: str = ""                    # prefix for /proc and /dev paths (tests)
-    gate_software: dict | None = None      # the image's software when vLLM runs in one (rocm_dspark.probe.software)
+    python: str | None = None  # the Python environment vLLM runs in
+    server_log: Path | None = None  # the running server's log (--endpoint); --launch writes its own
+    host_root: str = ""  # prefix for /proc and /dev paths (tests)
+    gate_software: dict | None = None  # the image's software when vLLM runs in one (rocm_dspark.probe.software)
     bench_container: tuple[str, str] | None = None  # (docker|podman, image): the sweep's `vllm bench serve` runs there
 
     def levels(self) -> tuple[int, ...]:
@@ -67,12 +67,12 @@ class ServerTarget:
     served_name: str
     host: str
     port: int
-    recipe_model: bool                     # it serves the recipe's model: the recipe's answers and floors apply
-    argv: tuple[str, ...] = ()             # for --launch
+    recipe_model: bool  # it serves the recipe's model: the recipe's answers and floors apply
+    argv: tuple[str, ...] = ()  # for --launch
     env: dict = field(default_factory=dict)
     num_speculative_tokens: int | None = None
     description: str = ""
-    notes: tuple[str, ...] = ()            # what the report should say about the --server-json file
+    notes: tuple[str, ...] = ()  # what the report should say about the --server-json file
 
     @property
     def base_url(self) -> str:
@@ -84,7 +84,9 @@ def parse_endpoint(url: str) -> tuple[str, int]:
     try:
         parts = urlsplit(url if "://" in url else f"http://{url}")
     except ValueError:  # an unclosed IPv6 bracket: "Invalid IPv6 URL"
-        raise UsageError(f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)") from None
+        raise UsageError(
+            f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)"
+        ) from None
     bare_port = "://" not in url and url.rpartition(":")[2].isdigit()
     if parts.scheme not in ("http",) or not parts.hostname or ("://" not in url and not bare_port):
         # without a scheme only host:port reads as an address ("not-a-url" is no server)
@@ -105,10 +107,10 @@ class Context:
     model: ModelSpec
     plan: LaunchPlan
     target: ServerTarget | None = None
-    client: VllmClient | None = None       # HTTP to the server under test (None: no server given)
-    launched: VllmServer | None = None     # the server we started (with --launch), stopped afterwards
+    client: VllmClient | None = None  # HTTP to the server under test (None: no server given)
+    launched: VllmServer | None = None  # the server we started (with --launch), stopped afterwards
     inventory: HostInventory | None = None  # the GPUs' health facts, gathered once
-    software: dict | None = None           # facts from the server's Python, gathered once
+    software: dict | None = None  # facts from the server's Python, gathered once
     data: dict = field(default_factory=dict)
     say: Callable[[str], None] = lambda line: None
 

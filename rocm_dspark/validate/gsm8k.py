@@ -32,10 +32,23 @@ def lm_eval_command() -> list[str] | None:
 
 
 def build_argv(base: list[str], served_name: str, base_url: str, out_dir: str, limit: int | None) -> list[str]:
-    model_args = (f"model={served_name},base_url={base_url}/v1/completions,num_concurrent=64,max_retries=3,"
-                  "tokenized_requests=False")
-    argv = [*base, "--model", "local-completions", "--model_args", model_args, "--tasks", "gsm8k",
-            "--num_fewshot", "5", "--output_path", out_dir]
+    model_args = (
+        f"model={served_name},base_url={base_url}/v1/completions,num_concurrent=64,max_retries=3,"
+        "tokenized_requests=False"
+    )
+    argv = [
+        *base,
+        "--model",
+        "local-completions",
+        "--model_args",
+        model_args,
+        "--tasks",
+        "gsm8k",
+        "--num_fewshot",
+        "5",
+        "--output_path",
+        out_dir,
+    ]
     return argv + (["--limit", str(limit)] if limit else [])
 
 
@@ -58,8 +71,11 @@ def gsm8k(ctx) -> Outcome:
         return Outcome(NOT_APPLICABLE, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
     spec = ctx.plan.speculative_config or {}
     if ctx.target.recipe_model and spec.get("rejection_sample_method") == "synthetic":
-        return Outcome(FAIL, "the plan uses synthetic acceptance (a benchmark knob): GSM8K must run with block "
-                       "rejection; relaunch without --benchmark-synthetic")
+        return Outcome(
+            FAIL,
+            "the plan uses synthetic acceptance (a benchmark knob): GSM8K must run with block "
+            "rejection; relaunch without --benchmark-synthetic",
+        )
     base = lm_eval_command()
     if base is None:
         return Outcome(NOT_APPLICABLE, "lm-eval is not installed here (pip install 'lm-eval[api]')")
@@ -69,20 +85,29 @@ def gsm8k(ctx) -> Outcome:
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return Outcome(FAIL, f"lm-eval did not finish within {GSM8K_TIMEOUT_S} s", threshold=floor,
-                           evidence={"argv": argv})
+            return Outcome(
+                FAIL, f"lm-eval did not finish within {GSM8K_TIMEOUT_S} s", threshold=floor, evidence={"argv": argv}
+            )
         evidence = {"argv": argv, "exit": proc.returncode, "stderr_tail": proc.stderr[-2000:]}
         if proc.returncode != 0:
-            return Outcome(FAIL, f"lm-eval exited {proc.returncode}: "
-                           f"{(proc.stderr.strip().splitlines() or ['no output'])[-1][:200]}", threshold=floor,
-                           evidence=evidence)
+            return Outcome(
+                FAIL,
+                f"lm-eval exited {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:200]}",
+                threshold=floor,
+                evidence=evidence,
+            )
         try:
             score, metric = read_score(out)
         except (ValueError, KeyError, TypeError, OSError, UsageError) as exc:
             return Outcome(FAIL, f"cannot read lm-eval's result: {exc}", threshold=floor, evidence=evidence)
     evidence["metric"] = metric
     if floor is not None and score < floor:
-        return Outcome(FAIL, f"GSM8K {score:.4f} ({metric}) is below the floor {floor}", value=score, threshold=floor,
-                       evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"GSM8K {score:.4f} ({metric}) is below the floor {floor}",
+            value=score,
+            threshold=floor,
+            evidence=evidence,
+        )
     note = "" if floor is not None else " (no floor for this model)"
     return Outcome(PASS, f"GSM8K {score:.4f} ({metric}){note}", value=score, threshold=floor, evidence=evidence)

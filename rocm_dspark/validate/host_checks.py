@@ -42,13 +42,21 @@ def _not_amd(ctx) -> Outcome | None:
 
 def gpus(ctx) -> Outcome:
     inv = _inventory(ctx)
-    evidence = {"tools": inv.tools, "commands": list(inv.commands), "problems": list(inv.problems),
-                "kfd_present": inv.kfd_present}
+    evidence = {
+        "tools": inv.tools,
+        "commands": list(inv.commands),
+        "problems": list(inv.problems),
+        "kfd_present": inv.kfd_present,
+    }
     if not inv.gpus:
         reason = inv.no_gpu_reason()
         if inv.kfd_present or ctx.options.require_gpu:
-            return Outcome(FAIL, reason + ("" if not ctx.options.require_gpu else f" ({ctx.options.require_gpu_why})"),
-                           value=0, evidence=evidence)
+            return Outcome(
+                FAIL,
+                reason + ("" if not ctx.options.require_gpu else f" ({ctx.options.require_gpu_why})"),
+                value=0,
+                evidence=evidence,
+            )
         return Outcome(NOT_APPLICABLE, reason, value=0, evidence=evidence)
     names = sorted({f"{g.marketing_name} ({g.arch or 'arch unknown'})" for g in inv.gpus})
     evidence["gpus"] = [g._asdict() for g in inv.gpus]
@@ -63,23 +71,54 @@ def gpu_profile(ctx) -> Outcome:
     found = gpu_detect.match_catalog_gpu(agents, ctx.catalog.gpus)
     spec = ctx.catalog.gpus[plan.gpu]
     needed = plan.gpus_per_node_used  # TP x local DP x PP
-    evidence = {"plan_gpu": plan.gpu, "plan_arch": plan.arch, "profile": plan.profile, "gpus_needed": needed,
-                "detected": found, "detected_archs": sorted({g.arch for g in inv.gpus if g.arch})}
+    evidence = {
+        "plan_gpu": plan.gpu,
+        "plan_arch": plan.arch,
+        "profile": plan.profile,
+        "gpus_needed": needed,
+        "detected": found,
+        "detected_archs": sorted({g.arch for g in inv.gpus if g.arch}),
+    }
     threshold = {"gpu": plan.gpu, "arch": spec.arch, "count_at_least": needed}
     value = {"gpu": found, "count": len(inv.gpus)}
     if found != plan.gpu:
-        what = f"this host has {found}" if found else f"no catalog GPU matches {sorted({g.marketing_name for g in inv.gpus})}"
-        return Outcome(FAIL, f"the plan assumed {plan.gpu} (profile {plan.profile}) but {what}: pass --gpu {found or '...'} "
-                       "or validate on the right node", value=value, threshold=threshold, evidence=evidence)
+        what = (
+            f"this host has {found}"
+            if found
+            else f"no catalog GPU matches {sorted({g.marketing_name for g in inv.gpus})}"
+        )
+        return Outcome(
+            FAIL,
+            f"the plan assumed {plan.gpu} (profile {plan.profile}) but {what}: pass --gpu {found or '...'} "
+            "or validate on the right node",
+            value=value,
+            threshold=threshold,
+            evidence=evidence,
+        )
     wrong_arch = sorted({g.arch for g in inv.gpus if g.arch and g.arch != spec.arch})
     if wrong_arch:
-        return Outcome(FAIL, f"{plan.gpu} should be {spec.arch} but the tools report {wrong_arch}",
-                       value=value, threshold=threshold, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"{plan.gpu} should be {spec.arch} but the tools report {wrong_arch}",
+            value=value,
+            threshold=threshold,
+            evidence=evidence,
+        )
     if len(inv.gpus) < needed:
-        return Outcome(FAIL, f"the plan needs {needed} GPUs per node (TP x DP) but {len(inv.gpus)} are visible",
-                       value=value, threshold=threshold, evidence=evidence)
-    return Outcome(PASS, f"{len(inv.gpus)} x {plan.gpu} ({spec.arch}), the plan needs {needed}",
-                   value=value, threshold=threshold, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"the plan needs {needed} GPUs per node (TP x DP) but {len(inv.gpus)} are visible",
+            value=value,
+            threshold=threshold,
+            evidence=evidence,
+        )
+    return Outcome(
+        PASS,
+        f"{len(inv.gpus)} x {plan.gpu} ({spec.arch}), the plan needs {needed}",
+        value=value,
+        threshold=threshold,
+        evidence=evidence,
+    )
 
 
 def hbm(ctx) -> Outcome:
@@ -95,31 +134,58 @@ def hbm(ctx) -> Outcome:
     small = {i: round(g, 1) for i, g in known.items() if g < spec.hbm_gb * (1 - HBM_TOLERANCE)}
     value = {"min_gib": round(min(known.values()), 1), "max_gib": round(max(known.values()), 1)}
     if small:
-        return Outcome(WARN, f"GPU(s) {sorted(small)} report {sorted(set(small.values()))} GiB, below the {spec.hbm_gb} GB "
-                       f"of a {ctx.plan.gpu}: a memory partition (NPS/CPX) or a VF slice? the plan's memory math assumes the full part",
-                       value=value, threshold=threshold, evidence={"vram_mb": sizes})
-    return Outcome(PASS, f"{value['min_gib']} GiB per GPU ({ctx.plan.gpu}: {spec.hbm_gb} GB)", value=value,
-                   threshold=threshold, evidence={"vram_mb": sizes})
+        return Outcome(
+            WARN,
+            f"GPU(s) {sorted(small)} report {sorted(set(small.values()))} GiB, below the {spec.hbm_gb} GB "
+            f"of a {ctx.plan.gpu}: a memory partition (NPS/CPX) or a VF slice? the plan's memory math assumes the full part",
+            value=value,
+            threshold=threshold,
+            evidence={"vram_mb": sizes},
+        )
+    return Outcome(
+        PASS,
+        f"{value['min_gib']} GiB per GPU ({ctx.plan.gpu}: {spec.hbm_gb} GB)",
+        value=value,
+        threshold=threshold,
+        evidence={"vram_mb": sizes},
+    )
 
 
 def ecc(ctx) -> Outcome:
     if (na := _not_amd(ctx)) is not None:
         return na
     gpus = _inventory(ctx).gpus
-    counts = {g.index: {"correctable": g.ecc_correctable, "uncorrectable": g.ecc_uncorrectable,
-                        "deferred": g.ecc_deferred} for g in gpus}
+    counts = {
+        g.index: {"correctable": g.ecc_correctable, "uncorrectable": g.ecc_uncorrectable, "deferred": g.ecc_deferred}
+        for g in gpus
+    }
     threshold = {"uncorrectable": 0}
     bad = {i: c["uncorrectable"] for i, c in counts.items() if c["uncorrectable"]}
     if bad:
-        return Outcome(FAIL, f"uncorrectable ECC errors on GPU(s) {bad}: take the node out and check "
-                       "`amd-smi bad-pages` / `amd-smi ras --cper`", value=bad, threshold=threshold, evidence=counts)
+        return Outcome(
+            FAIL,
+            f"uncorrectable ECC errors on GPU(s) {bad}: take the node out and check "
+            "`amd-smi bad-pages` / `amd-smi ras --cper`",
+            value=bad,
+            threshold=threshold,
+            evidence=counts,
+        )
     if all(c["uncorrectable"] is None for c in counts.values()):
-        return Outcome(WARN, "the tools report no ECC counts (amd-smi metric --ecc): cannot rule out memory errors",
-                       threshold=threshold, evidence=counts)
+        return Outcome(
+            WARN,
+            "the tools report no ECC counts (amd-smi metric --ecc): cannot rule out memory errors",
+            threshold=threshold,
+            evidence=counts,
+        )
     corrected = {i: c["correctable"] for i, c in counts.items() if c["correctable"]}
     if corrected:
-        return Outcome(WARN, f"correctable ECC errors on GPU(s) {corrected}; no uncorrectable ones",
-                       value=corrected, threshold=threshold, evidence=counts)
+        return Outcome(
+            WARN,
+            f"correctable ECC errors on GPU(s) {corrected}; no uncorrectable ones",
+            value=corrected,
+            threshold=threshold,
+            evidence=counts,
+        )
     return Outcome(PASS, "no ECC errors reported", value=0, threshold=threshold, evidence=counts)
 
 
@@ -144,11 +210,21 @@ def temperature(ctx) -> Outcome:
     peak = max(c for r in readings.values() for c in r.values())
     threshold = "the device's own slowdown limits (amd-smi static --limit)"
     if hot:
-        return Outcome(WARN, "; ".join(hot) + ": the GPU throttles; check cooling", value=peak,
-                       threshold=threshold, evidence={"readings": readings, "limits": limits})
+        return Outcome(
+            WARN,
+            "; ".join(hot) + ": the GPU throttles; check cooling",
+            value=peak,
+            threshold=threshold,
+            evidence={"readings": readings, "limits": limits},
+        )
     note = "" if any(limits.values()) else " (no limits reported to compare with)"
-    return Outcome(PASS, f"hottest sensor {peak:g} C{note}", value=peak, threshold=threshold,
-                   evidence={"readings": readings, "limits": limits})
+    return Outcome(
+        PASS,
+        f"hottest sensor {peak:g} C{note}",
+        value=peak,
+        threshold=threshold,
+        evidence={"readings": readings, "limits": limits},
+    )
 
 
 def power(ctx) -> Outcome:
@@ -164,10 +240,21 @@ def power(ctx) -> Outcome:
     low = sorted({c for c in caps if c < spec.tdp_w})
     value = {"cap_w_min": min(caps), "power_w_max": max((g.power_w or 0) for g in gpus)}
     if low:
-        return Outcome(WARN, f"power cap {low} W is below the {spec.tdp_w:g} W TDP of a {ctx.plan.gpu}: throughput "
-                       "will be lower than the profile's evidence", value=value, threshold=threshold, evidence=evidence)
-    return Outcome(PASS, f"power cap {min(caps):g} W (TDP {spec.tdp_w:g} W), drawing up to {value['power_w_max']:g} W",
-                   value=value, threshold=threshold, evidence=evidence)
+        return Outcome(
+            WARN,
+            f"power cap {low} W is below the {spec.tdp_w:g} W TDP of a {ctx.plan.gpu}: throughput "
+            "will be lower than the profile's evidence",
+            value=value,
+            threshold=threshold,
+            evidence=evidence,
+        )
+    return Outcome(
+        PASS,
+        f"power cap {min(caps):g} W (TDP {spec.tdp_w:g} W), drawing up to {value['power_w_max']:g} W",
+        value=value,
+        threshold=threshold,
+        evidence=evidence,
+    )
 
 
 def compute_partition(ctx) -> Outcome:
@@ -180,8 +267,9 @@ def compute_partition(ctx) -> Outcome:
     mono = launch_facts.runs_mono(ctx.plan.argv)
     threshold = {"split_modes": list(launch_facts.SPLIT_PARTITIONS), "plan_monokernel": mono}
     if not modes:
-        return Outcome(NOT_APPLICABLE, "amd-smi reports no compute partition (`amd-smi static --partition`)",
-                       threshold=threshold)
+        return Outcome(
+            NOT_APPLICABLE, "amd-smi reports no compute partition (`amd-smi static --partition`)", threshold=threshold
+        )
     split = {i: m for i, m in modes.items() if m in launch_facts.SPLIT_PARTITIONS}
     value = {"modes": sorted(set(modes.values())), "split_gpus": sorted(split)}
     if not split:
@@ -189,8 +277,13 @@ def compute_partition(ctx) -> Outcome:
     what = f"{len(split)} GPU(s) in compute partition {'/'.join(sorted(set(split.values())))}"
     if not mono:
         return Outcome(PASS, f"{what}; the plan does not use --monokernel", value=value, threshold=threshold)
-    return Outcome(WARN, f"{what}: a partition has fewer compute units than the mono decode kernels' 256 CTAs, so "
-                   "vLLM refuses --monokernel; the launcher starts the plan without it", value=value, threshold=threshold)
+    return Outcome(
+        WARN,
+        f"{what}: a partition has fewer compute units than the mono decode kernels' 256 CTAs, so "
+        "vLLM refuses --monokernel; the launcher starts the plan without it",
+        value=value,
+        threshold=threshold,
+    )
 
 
 def _user_ids(user: str | None) -> tuple[str, int, set[int], dict[int, str]]:
@@ -231,22 +324,39 @@ def devices(ctx) -> Outcome:
     for node in nodes:
         st = node.stat()
         ok = _can_rw(st, uid, gids)
-        table[str(node)] = {"group": group_names.get(st.st_gid, str(st.st_gid)), "mode": oct(stat.S_IMODE(st.st_mode)),
-                            "read_write": ok}
+        table[str(node)] = {
+            "group": group_names.get(st.st_gid, str(st.st_gid)),
+            "mode": oct(stat.S_IMODE(st.st_mode)),
+            "read_write": ok,
+        }
         if not ok:
             denied.append(node)
     groups = sorted(group_names.get(g, str(g)) for g in gids)
     evidence = {"user": name, "groups": groups, "devices": table}
     if not dri.is_dir() or len(nodes) == 1:
-        return Outcome(FAIL, f"{dri} has no render nodes: the GPU is not exposed to this host/container",
-                       value=name, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"{dri} has no render nodes: the GPU is not exposed to this host/container",
+            value=name,
+            evidence=evidence,
+        )
     if denied:
         need = sorted({table[str(n)]["group"] for n in denied})
-        return Outcome(FAIL, f"user {name} cannot open {', '.join(str(n) for n in denied[:3])}: add it to {need} "
-                       f"(sudo usermod -aG {','.join(need)} {name}, then log in again)", value=name,
-                       threshold={"groups": list(launch_facts.GPU_GROUPS)}, evidence=evidence)
-    return Outcome(PASS, f"user {name} can open {launch_facts.KFD} and {len(nodes) - 1} render node(s)", value=name,
-                   threshold={"groups": list(launch_facts.GPU_GROUPS)}, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"user {name} cannot open {', '.join(str(n) for n in denied[:3])}: add it to {need} "
+            f"(sudo usermod -aG {','.join(need)} {name}, then log in again)",
+            value=name,
+            threshold={"groups": list(launch_facts.GPU_GROUPS)},
+            evidence=evidence,
+        )
+    return Outcome(
+        PASS,
+        f"user {name} can open {launch_facts.KFD} and {len(nodes) - 1} render node(s)",
+        value=name,
+        threshold={"groups": list(launch_facts.GPU_GROUPS)},
+        evidence=evidence,
+    )
 
 
 def numa_balancing(ctx) -> Outcome:
@@ -257,13 +367,22 @@ def numa_balancing(ctx) -> Outcome:
         value = None
     na = _not_amd(ctx)
     if na is not None:
-        return Outcome(NOT_APPLICABLE, f"{na.message} (numa_balancing here: {value if value is not None else 'absent'})",
-                       value=value, threshold=off)
+        return Outcome(
+            NOT_APPLICABLE,
+            f"{na.message} (numa_balancing here: {value if value is not None else 'absent'})",
+            value=value,
+            threshold=off,
+        )
     if value is None:
         return Outcome(PASS, f"{path} absent: this kernel has no automatic NUMA balancing", threshold=off)
     if value != off:
-        return Outcome(WARN, f"NUMA balancing is on ({path} = {value}): GPU work can stall while pages migrate; "
-                       f"{launch_facts.NUMA_BALANCING_FIX}", value=value, threshold=off)
+        return Outcome(
+            WARN,
+            f"NUMA balancing is on ({path} = {value}): GPU work can stall while pages migrate; "
+            f"{launch_facts.NUMA_BALANCING_FIX}",
+            value=value,
+            threshold=off,
+        )
     return Outcome(PASS, "NUMA balancing is off", value=value, threshold=off)
 
 
@@ -273,11 +392,17 @@ def memlock(ctx) -> Outcome:
     value = {"soft": shown(soft), "hard": shown(hard)}
     na = _not_amd(ctx)
     if na is not None:
-        return Outcome(NOT_APPLICABLE, f"{na.message} (memlock here: {value['soft']})", value=value, threshold="unlimited")
+        return Outcome(
+            NOT_APPLICABLE, f"{na.message} (memlock here: {value['soft']})", value=value, threshold="unlimited"
+        )
     if soft != resource.RLIM_INFINITY:
-        return Outcome(WARN, f"memlock limit is {value['soft']}: pinned host memory (KV/Engram CPU tiers, RDMA) needs "
-                       "unlimited (LimitMEMLOCK=infinity in the unit, --ulimit memlock=-1 for docker)",
-                       value=value, threshold="unlimited")
+        return Outcome(
+            WARN,
+            f"memlock limit is {value['soft']}: pinned host memory (KV/Engram CPU tiers, RDMA) needs "
+            "unlimited (LimitMEMLOCK=infinity in the unit, --ulimit memlock=-1 for docker)",
+            value=value,
+            threshold="unlimited",
+        )
     return Outcome(PASS, "memlock is unlimited", value=value, threshold="unlimited")
 
 
@@ -305,13 +430,28 @@ def disk(ctx) -> Outcome:
     threshold = {"checkpoint_gb": model.weights_gb}
     na = _not_amd(ctx)
     if na is not None:
-        return Outcome(NOT_APPLICABLE, f"{na.message} (free here: {value['free_gb']} GB at {probe})", value=value,
-                       threshold=threshold)
+        return Outcome(
+            NOT_APPLICABLE,
+            f"{na.message} (free here: {value['free_gb']} GB at {probe})",
+            value=value,
+            threshold=threshold,
+        )
     if present >= need * 0.95:
-        return Outcome(PASS, f"checkpoint present at {where} ({value['present_gb']} GB)", value=value, threshold=threshold)
+        return Outcome(
+            PASS, f"checkpoint present at {where} ({value['present_gb']} GB)", value=value, threshold=threshold
+        )
     missing = need - present
     if free < missing:
-        return Outcome(FAIL, f"{value['free_gb']} GB free at {probe} but the checkpoint needs {missing / 1e9:.0f} GB more: "
-                       "free space or point --model-path at a bigger disk", value=value, threshold=threshold)
-    return Outcome(PASS, f"{value['free_gb']} GB free at {probe}, enough for the {model.weights_gb:g} GB checkpoint",
-                   value=value, threshold=threshold)
+        return Outcome(
+            FAIL,
+            f"{value['free_gb']} GB free at {probe} but the checkpoint needs {missing / 1e9:.0f} GB more: "
+            "free space or point --model-path at a bigger disk",
+            value=value,
+            threshold=threshold,
+        )
+    return Outcome(
+        PASS,
+        f"{value['free_gb']} GB free at {probe}, enough for the {model.weights_gb:g} GB checkpoint",
+        value=value,
+        threshold=threshold,
+    )

@@ -52,29 +52,59 @@ def capture(ctx) -> Outcome:
     asked = asked_capture(argv)
     facts = capture_facts(text)
     if facts is None:
-        return Outcome(WARN, f"the server log {log_path(ctx)} has no vLLM engine line (\"Initializing a V1 LLM "
-                       "engine ... with config\"): the capture sizes vLLM kept are unknown", threshold=asked)
+        return Outcome(
+            WARN,
+            f'the server log {log_path(ctx)} has no vLLM engine line ("Initializing a V1 LLM '
+            'engine ... with config"): the capture sizes vLLM kept are unknown',
+            threshold=asked,
+        )
     kept = facts["truncated_to"] if facts["truncated_to"] is not None else facts["max"]
     value = {"asked": asked, "kept": kept, "cudagraph_mode": facts["mode"], "sizes": facts["sizes"]}
     if kept is None and facts["mode"] not in (None, "NONE"):
-        return Outcome(WARN, f"vLLM's engine line prints cudagraph_mode {facts['mode']} but no "
-                       "max_cudagraph_capture_size: the size it kept is unknown", value=value, threshold=asked,
-                       evidence=facts)
+        return Outcome(
+            WARN,
+            f"vLLM's engine line prints cudagraph_mode {facts['mode']} but no "
+            "max_cudagraph_capture_size: the size it kept is unknown",
+            value=value,
+            threshold=asked,
+            evidence=facts,
+        )
     if facts["mode"] == "NONE" or not kept:
         if asked is None:
-            return Outcome(NOT_APPLICABLE, "no capture size asked and vLLM captures no graphs (cudagraph_mode "
-                           f"{facts['mode']}, e.g. --enforce-eager): every step runs eager", value=value, evidence=facts)
-        return Outcome(FAIL, f"asked {CAPTURE_FLAG} {asked} but vLLM captures no graphs (cudagraph_mode "
-                       f"{facts['mode']}): every step runs eager", value=value, threshold=asked, evidence=facts)
+            return Outcome(
+                NOT_APPLICABLE,
+                "no capture size asked and vLLM captures no graphs (cudagraph_mode "
+                f"{facts['mode']}, e.g. --enforce-eager): every step runs eager",
+                value=value,
+                evidence=facts,
+            )
+        return Outcome(
+            FAIL,
+            f"asked {CAPTURE_FLAG} {asked} but vLLM captures no graphs (cudagraph_mode "
+            f"{facts['mode']}): every step runs eager",
+            value=value,
+            threshold=asked,
+            evidence=facts,
+        )
     if asked is not None and kept < asked or facts["truncated_to"] is not None:
         k = ctx.target.num_speculative_tokens or 0
         per_req = 1 + k
-        return Outcome(FAIL, f"capture size cut: asked {asked}, vLLM kept {kept} (\"Truncating "
-                       f"max_cudagraph_capture_size to {kept}\"); steps of more than {kept} tokens run eager, i.e. "
-                       f"more than {kept // per_req} requests at {per_req} tokens each (K={k})",
-                       value=value, threshold=asked, evidence=facts)
-    return Outcome(PASS, f"vLLM kept the capture size asked: {kept} ({len(facts['sizes'] or [])} sizes, "
-                   f"cudagraph_mode {facts['mode']})", value=value, threshold=asked, evidence=facts)
+        return Outcome(
+            FAIL,
+            f'capture size cut: asked {asked}, vLLM kept {kept} ("Truncating '
+            f'max_cudagraph_capture_size to {kept}"); steps of more than {kept} tokens run eager, i.e. '
+            f"more than {kept // per_req} requests at {per_req} tokens each (K={k})",
+            value=value,
+            threshold=asked,
+            evidence=facts,
+        )
+    return Outcome(
+        PASS,
+        f"vLLM kept the capture size asked: {kept} ({len(facts['sizes'] or [])} sizes, cudagraph_mode {facts['mode']})",
+        value=value,
+        threshold=asked,
+        evidence=facts,
+    )
 
 
 def jit(ctx) -> Outcome:
@@ -83,14 +113,23 @@ def jit(ctx) -> Outcome:
         return Outcome(NOT_APPLICABLE, NO_LOG)
     seen = jit_compiles(text, ctx.data.get("sweep_log_offset", 0))
     if seen["mode"] is None:
-        return Outcome(NOT_APPLICABLE, "vLLM's JIT monitor is not active in this server (it starts after JIT "
-                       "warm-up, which --enforce-eager and kernel_config.enable_jit_warmup=false turn off)")
+        return Outcome(
+            NOT_APPLICABLE,
+            "vLLM's JIT monitor is not active in this server (it starts after JIT "
+            "warm-up, which --enforce-eager and kernel_config.enable_jit_warmup=false turn off)",
+        )
     events = seen["events"]
     kernels = sorted({f"{e['backend']} {e['kernel']}" for e in events})
     value = {"mode": seen["mode"], "compiles": len(events), "kernels": kernels}
     if events:
-        return Outcome(WARN, f"{len(events)} kernel compile(s) reported by vLLM's JIT monitor during the sweep: "
-                       f"{', '.join(kernels)} (each is a latency spike; extend warm-up to cover the shape)",
-                       value=value, threshold=0, evidence=events[:20])
-    return Outcome(PASS, f"vLLM's JIT monitor (mode={seen['mode']}) reported no compile during the sweep",
-                   value=value, threshold=0)
+        return Outcome(
+            WARN,
+            f"{len(events)} kernel compile(s) reported by vLLM's JIT monitor during the sweep: "
+            f"{', '.join(kernels)} (each is a latency spike; extend warm-up to cover the shape)",
+            value=value,
+            threshold=0,
+            evidence=events[:20],
+        )
+    return Outcome(
+        PASS, f"vLLM's JIT monitor (mode={seen['mode']}) reported no compile during the sweep", value=value, threshold=0
+    )

@@ -19,8 +19,8 @@ from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STA
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 PLOT_ACCEPTANCE = "acceptance_per_position.png"
 PLOT_SWEEP = "sweep_throughput_latency.png"
-COST_TABLE = "cost_table.json"          # the sweep's step costs, for `rocm-dspark plan --cost-table`
-LAUNCH_DIR = "launch"   # the generated launcher, its state and the server log, with --launch
+COST_TABLE = "cost_table.json"  # the sweep's step costs, for `rocm-dspark plan --cost-table`
+LAUNCH_DIR = "launch"  # the generated launcher, its state and the server log, with --launch
 OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, COST_TABLE, LAUNCH_DIR)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 INCOMPLETE = "incomplete"  # a run-level result only: a blocking check was skipped
@@ -34,8 +34,10 @@ def prepare_dir(report_dir: Path, force: bool) -> Path:
         raise UsageError(f"--report {str(report_dir)!r} is a file; give a directory")
     existing = [name for name in OUTPUTS if (report_dir / name).exists()]
     if existing and not force:
-        raise UsageError(f"--report {str(report_dir)!r} already holds {', '.join(existing)}: pass --force to "
-                         "overwrite them or choose another directory")
+        raise UsageError(
+            f"--report {str(report_dir)!r} already holds {', '.join(existing)}: pass --force to "
+            "overwrite them or choose another directory"
+        )
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -56,18 +58,25 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 # What the field breaks on, side by side, so that a good GSM8K cannot hide request errors or a cut capture size:
 # (row, the checks it reads). A row's status is its worst check's; "sweep.concurrency_" is every sweep level.
-FIELD_ROWS = (("accuracy", ("sweep.gsm8k", "server.deterministic")), ("tool calls", ("server.tool_calls",)),
-              ("request errors", ("sweep.concurrency_",)), ("graph capture", ("server.capture",)),
-              ("JIT after warm-up", ("sweep.jit",)), ("acceptance", ("spec_decode.acceptance",)),
-              ("throughput", ("sweep.concurrency_",)))
-_WORST = (FAIL, WARN, PASS, SKIPPED, NOT_APPLICABLE)   # most telling first
+FIELD_ROWS = (
+    ("accuracy", ("sweep.gsm8k", "server.deterministic")),
+    ("tool calls", ("server.tool_calls",)),
+    ("request errors", ("sweep.concurrency_",)),
+    ("graph capture", ("server.capture",)),
+    ("JIT after warm-up", ("sweep.jit",)),
+    ("acceptance", ("spec_decode.acceptance",)),
+    ("throughput", ("sweep.concurrency_",)),
+)
+_WORST = (FAIL, WARN, PASS, SKIPPED, NOT_APPLICABLE)  # most telling first
 
 
 def field_table(checks: list[dict], sweep: list[dict] | None) -> list[dict]:
     """One row per field concern: its status (the worst of its checks), which check decides it, and what it says."""
     rows = []
     for label, names in FIELD_ROWS:
-        mine = [c for c in checks if any(c["name"] == n or (n.endswith("_") and c["name"].startswith(n)) for n in names)]
+        mine = [
+            c for c in checks if any(c["name"] == n or (n.endswith("_") and c["name"].startswith(n)) for n in names)
+        ]
         if not mine:
             continue
         worst = min(mine, key=lambda c: _WORST.index(c["status"]))
@@ -94,8 +103,13 @@ def summary(checks: list[dict]) -> dict:
         "exit_status": 0 if result == PASS else 1,
         "counts": counts,
         "stopped_at": stopper["name"] if stopper else None,
-        "reason": (stopper["message"] if stopper
-                   else f"blocking check {unrun['name']} was skipped: {unrun['message']}" if unrun else None),
+        "reason": (
+            stopper["message"]
+            if stopper
+            else f"blocking check {unrun['name']} was skipped: {unrun['message']}"
+            if unrun
+            else None
+        ),
         "hardware_checked": hardware,
         "first_warning": next((c["name"] for c in checks if c["status"] == WARN), None),
     }
@@ -118,33 +132,53 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
     s = report["summary"]
     lines = [f"# rocm-dspark validation: {s['result'].upper()}", ""]
     plan, server = report["plan"], report["server"]
-    lines += [f"- Model / profile: {plan['model_key']} / {plan['profile']} ({plan['status']}, planned vLLM {plan['vllm_version']})",
-              f"- Server: {server['mode']}" + (f" at {server['base_url']}, serving `{server['served_name']}`"
-                                                if server.get("base_url") else "")
-              + ("" if server.get("recipe_model", True) else f" (not the recipe's model: {server.get('description') or 'custom server'})"),
-              f"- Host: {report['host']['hostname']}; started {report['started_at']}, took {report['duration_s']:.1f} s",
-              "- Checks: " + ", ".join(f"{n} {st}" for st, n in s["counts"].items() if n), ""]
+    lines += [
+        f"- Model / profile: {plan['model_key']} / {plan['profile']} ({plan['status']}, planned vLLM {plan['vllm_version']})",
+        f"- Server: {server['mode']}"
+        + (f" at {server['base_url']}, serving `{server['served_name']}`" if server.get("base_url") else "")
+        + (
+            ""
+            if server.get("recipe_model", True)
+            else f" (not the recipe's model: {server.get('description') or 'custom server'})"
+        ),
+        f"- Host: {report['host']['hostname']}; started {report['started_at']}, took {report['duration_s']:.1f} s",
+        "- Checks: " + ", ".join(f"{n} {st}" for st, n in s["counts"].items() if n),
+        "",
+    ]
     if not s["stopped_at"] and s["reason"]:
         lines += [f"**Not a PASS**: {s['reason']}", ""]
     if s["stopped_at"]:
-        lines += [f"**Stopped at `{s['stopped_at']}`** (blocking): {s['reason']}", "",
-                  "Every check after it is `skipped`.", ""]
+        lines += [
+            f"**Stopped at `{s['stopped_at']}`** (blocking): {s['reason']}",
+            "",
+            "Every check after it is `skipped`.",
+            "",
+        ]
     if not s["hardware_checked"]:
-        lines += ["**No AMD GPU was checked**: the host checks are not applicable here, so this report does not "
-                  "validate an MI300-class node. Run it on the node itself (not yet run on MI300-class hardware "
-                  "by this project).", ""]
+        lines += [
+            "**No AMD GPU was checked**: the host checks are not applicable here, so this report does not "
+            "validate an MI300-class node. Run it on the node itself (not yet run on MI300-class hardware "
+            "by this project).",
+            "",
+        ]
     field = field_table(report["checks"], (report.get("measurements") or {}).get("sweep"))
     if field:
         first = s["stopped_at"] or s.get("first_warning")
-        lines += [f"**Verdict: {s['result'].upper()}**" + (f", first {'failing' if s['stopped_at'] else 'warning'} "
-                                                         f"check `{first}`" if first else ""), "",
-                  "| concern | status | decided by | details |", "|---|---|---|---|"]
+        lines += [
+            f"**Verdict: {s['result'].upper()}**"
+            + (f", first {'failing' if s['stopped_at'] else 'warning'} check `{first}`" if first else ""),
+            "",
+            "| concern | status | decided by | details |",
+            "|---|---|---|---|",
+        ]
         lines += [f"| {r['row']} | {_MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
         lines.append("")
     lines += ["| status | check | blocking | value | threshold | details |", "|---|---|---|---|---|---|"]
     for c in report["checks"]:
-        lines.append(f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
-                     f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |")
+        lines.append(
+            f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
+            f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |"
+        )
     lines += _failing_tool_call(report["checks"])
     if report.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
@@ -152,15 +186,25 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     meas = report.get("measurements") or {}
     if meas.get("sweep"):
-        lines += ["", "## Load sweep", "", "| concurrency | requests | failed | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | TPOT mean ms |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Load sweep",
+            "",
+            "| concurrency | requests | failed | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | TPOT mean ms |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for lv in meas["sweep"]:
-            lines.append(f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['output_throughput_tok_s'])} | "
-                         f"{_fmt(lv['ttft_ms']['p50'])} | {_fmt(lv['ttft_ms']['p99'])} | {_fmt(lv['itl_ms']['p50'])} | "
-                         f"{_fmt(lv['tpot_ms']['mean'])} |")
+            lines.append(
+                f"| {lv['concurrency']} | {lv['requests']} | {lv['failed']} | {_fmt(lv['output_throughput_tok_s'])} | "
+                f"{_fmt(lv['ttft_ms']['p50'])} | {_fmt(lv['ttft_ms']['p99'])} | {_fmt(lv['itl_ms']['p50'])} | "
+                f"{_fmt(lv['tpot_ms']['mean'])} |"
+            )
         # The exact command of each row, so that an operator can rerun it and set it beside a public table.
-        lines += [""] + [f"- concurrency {lv['concurrency']}: `{lv['bench_command']}`" for lv in meas["sweep"]
-                         if lv.get("bench_command")]
+        lines += [""] + [
+            f"- concurrency {lv['concurrency']}: `{lv['bench_command']}`"
+            for lv in meas["sweep"]
+            if lv.get("bench_command")
+        ]
     lines += ["", "## What each check means", ""]
     lines += [f"- `{name}`: {text}" for name, text in descriptions.items()]
     return "\n".join(lines) + "\n"
@@ -174,9 +218,24 @@ def _failing_tool_call(checks: list[dict]) -> list[str]:
         return []
     first = failing[0]
     dump = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)[:4000]  # noqa: E731
-    return ["", f"## Failing tool call: {first['case']}", "", *[f"- {p}" for p in first["problems"]], "",
-            "Request:", "", "```json", dump(first["request"]), "```", "", "Response:", "", "```json",
-            dump(first["response"]), "```"]
+    return [
+        "",
+        f"## Failing tool call: {first['case']}",
+        "",
+        *[f"- {p}" for p in first["problems"]],
+        "",
+        "Request:",
+        "",
+        "```json",
+        dump(first["request"]),
+        "```",
+        "",
+        "Response:",
+        "",
+        "```json",
+        dump(first["response"]),
+        "```",
+    ]
 
 
 def run_label(report: dict) -> str:
@@ -184,8 +243,10 @@ def run_label(report: dict) -> str:
     server = report.get("server") or {}
     version = next((c.get("value") for c in report.get("checks", []) if c.get("name") == "server.version"), None)
     what = server.get("description") or server.get("mode") or "no server"
-    return (f"server: {what}; vLLM {version or 'version unknown'}; run: {report.get('host', {}).get('hostname', '?')} "
-            f"{report.get('started_at', '')}")
+    return (
+        f"server: {what}; vLLM {version or 'version unknown'}; run: {report.get('host', {}).get('hostname', '?')} "
+        f"{report.get('started_at', '')}"
+    )
 
 
 def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
@@ -244,7 +305,7 @@ def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
     for ax in (thr, ttft, tpot):
         if wide:
             ax.set_xscale("log", base=2)
-        ax.set_xticks(conc, [str(c) for c in conc])   # the measured levels, as plain numbers
+        ax.set_xticks(conc, [str(c) for c in conc])  # the measured levels, as plain numbers
         ax.minorticks_off()
         ax.set_xlabel("concurrency (measured levels)")
         ax.grid(True, alpha=0.3)
@@ -256,19 +317,28 @@ def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
 
 def cost_table(levels: list[dict], report: dict) -> dict | None:
     """The sweep's step costs as a `plan --cost-table` file, or None when no level yielded one."""
-    samples = [{"concurrency": lv["concurrency"], "tokens_per_step": lv.get("tokens_per_step"),
-                "step_ms": lv.get("step_ms"), "output_tok_s": lv.get("output_throughput_tok_s"),
-                "acceptance_length": lv.get("acceptance_length")}
-               for lv in levels if lv.get("tokens_per_step") and lv.get("step_ms") and not lv.get("failed")]
+    samples = [
+        {
+            "concurrency": lv["concurrency"],
+            "tokens_per_step": lv.get("tokens_per_step"),
+            "step_ms": lv.get("step_ms"),
+            "output_tok_s": lv.get("output_throughput_tok_s"),
+            "acceptance_length": lv.get("acceptance_length"),
+        }
+        for lv in levels
+        if lv.get("tokens_per_step") and lv.get("step_ms") and not lv.get("failed")
+    ]
     if not samples:
         return None
     drafted = any((lv.get("drafted_per_step") or 0) > 0 for lv in levels)
     return {
         "schema": "rocm-dspark/cost-table/1",
         "source": run_label(report),
-        "note": ("measured by rocm-dspark validate: step_ms is the median gap between streamed chunks (one per "
-                 "engine step), tokens the running requests x (1 + drafts verified per step from /metrics); "
-                 "prefill interleaves with decode, so steps are those of this workload"),
+        "note": (
+            "measured by rocm-dspark validate: step_ms is the median gap between streamed chunks (one per "
+            "engine step), tokens the running requests x (1 + drafts verified per step from /metrics); "
+            "prefill interleaves with decode, so steps are those of this workload"
+        ),
         "includes_draft": drafted,
         "verify": [[round(smp["tokens_per_step"]), smp["step_ms"]] for smp in samples],
         "samples": samples,
@@ -293,8 +363,10 @@ def write_report(report_dir: Path, report: dict, descriptions: dict[str, str], d
     if table:
         write_atomic(report_dir / COST_TABLE, (json.dumps(table, indent=1) + "\n").encode())
         written.append(COST_TABLE)
-        notes.append(f"{COST_TABLE}: step costs at {len(table['samples'])} concurrencies; plan from them with "
-                     f"`rocm-dspark plan --cost-table {report_dir / COST_TABLE}`")
+        notes.append(
+            f"{COST_TABLE}: step costs at {len(table['samples'])} concurrencies; plan from them with "
+            f"`rocm-dspark plan --cost-table {report_dir / COST_TABLE}`"
+        )
     try:
         if data.get("acceptance"):
             plot_acceptance(report_dir / PLOT_ACCEPTANCE, data["acceptance"], label)

@@ -58,5 +58,5 @@ class Check:
     category: str
     blocking: bool
     run: Callable[[Any], Outcome]
-    description: str = ""           # what it means, for the report and the README
+    description: str = ""  # what it means, for the report and the README
     needs_server: bool = False

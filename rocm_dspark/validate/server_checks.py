@@ -23,8 +23,12 @@ def health(ctx) -> Outcome:
     except ServerError as exc:
         return Outcome(FAIL, f"{exc}: is the server running at {ctx.target.base_url}?")
     if res.status != 200:
-        return Outcome(FAIL, f"GET /health answered HTTP {res.status}: the engine is not ready or has failed",
-                       value=res.status, threshold=200)
+        return Outcome(
+            FAIL,
+            f"GET /health answered HTTP {res.status}: the engine is not ready or has failed",
+            value=res.status,
+            threshold=200,
+        )
     return Outcome(PASS, "GET /health 200", value=200, threshold=200)
 
 
@@ -35,8 +39,13 @@ def models(ctx) -> Outcome:
     except ServerError as exc:
         return Outcome(FAIL, str(exc), threshold=want)
     if want not in ids:
-        return Outcome(FAIL, f"/v1/models lists {ids}, not {want!r}: clients asking for {want!r} will get 404; "
-                       "fix --served-model-name (or pass the name the server uses)", value=ids, threshold=want)
+        return Outcome(
+            FAIL,
+            f"/v1/models lists {ids}, not {want!r}: clients asking for {want!r} will get 404; "
+            "fix --served-model-name (or pass the name the server uses)",
+            value=ids,
+            threshold=want,
+        )
     return Outcome(PASS, f"/v1/models lists {want!r}", value=ids, threshold=want)
 
 
@@ -69,22 +78,43 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
     if check.get("chat_template_kwargs"):
         extra["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
     try:
-        response = client.chat(check["prompt"], int(check.get("max_tokens", 16)), model=served_name,
-                               temperature=0.0, timeout_s=timeout_s, **extra)
+        response = client.chat(
+            check["prompt"],
+            int(check.get("max_tokens", 16)),
+            model=served_name,
+            temperature=0.0,
+            timeout_s=timeout_s,
+            **extra,
+        )
     except ServerError as exc:
         return Outcome(FAIL, str(exc), threshold=check["expect"])
     content, finish = _content(response)
-    evidence = {"prompt": check["prompt"], "request_extra": extra, "content": content, "finish_reason": finish,
-                "usage": response.get("usage")}
+    evidence = {
+        "prompt": check["prompt"],
+        "request_extra": extra,
+        "content": content,
+        "finish_reason": finish,
+        "usage": response.get("usage"),
+    }
     if not content:
-        why = " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)" \
-            if finish == "length" else ""
+        why = (
+            " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)"
+            if finish == "length"
+            else ""
+        )
         return Outcome(FAIL, f"empty answer{why}", value=content, threshold=check["expect"], evidence=evidence)
     answer = normalise_answer(content)
     if answer != str(check["expect"]):
-        return Outcome(FAIL, f"answered {content[:80]!r}, expected {check['expect']!r}", value=content,
-                       threshold=check["expect"], evidence=evidence)
-    return Outcome(PASS, f"answered {answer!r} as expected", value=content, threshold=check["expect"], evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"answered {content[:80]!r}, expected {check['expect']!r}",
+            value=content,
+            threshold=check["expect"],
+            evidence=evidence,
+        )
+    return Outcome(
+        PASS, f"answered {answer!r} as expected", value=content, threshold=check["expect"], evidence=evidence
+    )
 
 
 def deterministic(ctx) -> Outcome:
@@ -98,18 +128,27 @@ def deterministic(ctx) -> Outcome:
     # request still went through the same path; record what it said.
     if outcome.status == FAIL and outcome.value is None and "answered" not in outcome.message:
         return outcome  # the request itself failed: that is a real failure on any model
-    return Outcome(NOT_APPLICABLE, f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
-                   f"expected answer {check['expect']!r} does not apply (it said {str(outcome.value)[:60]!r})",
-                   value=outcome.value, threshold=check["expect"], evidence=outcome.evidence)
+    return Outcome(
+        NOT_APPLICABLE,
+        f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
+        f"expected answer {check['expect']!r} does not apply (it said {str(outcome.value)[:60]!r})",
+        value=outcome.value,
+        threshold=check["expect"],
+        evidence=outcome.evidence,
+    )
 
 
 def chat(ctx) -> Outcome:
     check = (ctx.model.validation or {}).get("deterministic_check") or {}
-    extra = {"chat_template_kwargs": dict(check["chat_template_kwargs"])} \
-        if ctx.target.recipe_model and check.get("chat_template_kwargs") else {}
+    extra = (
+        {"chat_template_kwargs": dict(check["chat_template_kwargs"])}
+        if ctx.target.recipe_model and check.get("chat_template_kwargs")
+        else {}
+    )
     try:
-        response = ctx.client.chat(CHAT_PROMPT, 64, model=ctx.target.served_name,
-                                   timeout_s=ctx.options.request_timeout_s, **extra)
+        response = ctx.client.chat(
+            CHAT_PROMPT, 64, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s, **extra
+        )
     except ServerError as exc:
         return Outcome(FAIL, str(exc))
     content, finish = _content(response)
@@ -122,13 +161,18 @@ def chat(ctx) -> Outcome:
 
 def completion(ctx) -> Outcome:
     try:
-        response = ctx.client.complete(COMPLETION_PROMPT, 16, model=ctx.target.served_name,
-                                       timeout_s=ctx.options.request_timeout_s)
+        response = ctx.client.complete(
+            COMPLETION_PROMPT, 16, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s
+        )
     except ServerError as exc:
         return Outcome(FAIL, str(exc))
     choice = (response.get("choices") or [{}])[0]
     tokens = (response.get("usage") or {}).get("completion_tokens") or 0
-    evidence = {"text": choice.get("text"), "finish_reason": choice.get("finish_reason"), "usage": response.get("usage")}
+    evidence = {
+        "text": choice.get("text"),
+        "finish_reason": choice.get("finish_reason"),
+        "usage": response.get("usage"),
+    }
     if tokens <= 0:
         return Outcome(FAIL, "the completion carries no generated tokens", value=tokens, evidence=evidence)
     return Outcome(PASS, f"completion answered {tokens} tokens", value=tokens, evidence=evidence)
@@ -144,11 +188,20 @@ def mono_decode(ctx) -> Outcome:
     if mono is None and not asked:
         return Outcome(NOT_APPLICABLE, "the plan does not use --monokernel")
     if server is None:
-        return Outcome(NOT_APPLICABLE, "the server was not started here (--endpoint): its log is not read; its "
-                       "'DSv4.1 mono decode' lines say which path runs", threshold=threshold)
+        return Outcome(
+            NOT_APPLICABLE,
+            "the server was not started here (--endpoint): its log is not read; its "
+            "'DSv4.1 mono decode' lines say which path runs",
+            threshold=threshold,
+        )
     evidence = {"log": str(server.log_path)}
     if mono is None:
-        return Outcome(WARN, "the server log has no 'DSv4.1 mono decode' line: this vLLM build does not log the mono "
-                       "decode path (vLLM 0.33.0 does, while it builds the model)", threshold=threshold, evidence=evidence)
+        return Outcome(
+            WARN,
+            "the server log has no 'DSv4.1 mono decode' line: this vLLM build does not log the mono "
+            "decode path (vLLM 0.33.0 does, while it builds the model)",
+            threshold=threshold,
+            evidence=evidence,
+        )
     status = PASS if mono.path != mono_log.OFF and mono.active else WARN
     return Outcome(status, mono.text(), value=mono._asdict(), threshold=threshold, evidence=evidence)

@@ -88,8 +88,11 @@ def facts(ctx) -> dict:
         try:
             proc = subprocess.run([py, "-c", FACTS_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-            ctx.software = parse_json(lines[-1], "the software facts") if lines else {
-                "error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"}
+            ctx.software = (
+                parse_json(lines[-1], "the software facts")
+                if lines
+                else {"error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1]}"}
+            )
         except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             ctx.software = {"error": f"{type(exc).__name__}: {exc}"}
         ctx.software.setdefault("python", py)
@@ -114,10 +117,17 @@ def rocm(ctx) -> Outcome:
     if version:
         return Outcome(PASS, f"ROCm {version}", value=version, evidence=evidence)
     if not inv.amd_host:
-        return Outcome(NOT_APPLICABLE, "no ROCm on this host: /opt/rocm/.info/version and amd-smi absent (no AMD GPU)",
-                       evidence=evidence)
-    return Outcome(WARN, "no ROCm version found on the host (/opt/rocm/.info/version, amd-smi version); fine only if "
-                   "vLLM runs in a container image", evidence=evidence)
+        return Outcome(
+            NOT_APPLICABLE,
+            "no ROCm on this host: /opt/rocm/.info/version and amd-smi absent (no AMD GPU)",
+            evidence=evidence,
+        )
+    return Outcome(
+        WARN,
+        "no ROCm version found on the host (/opt/rocm/.info/version, amd-smi version); fine only if "
+        "vLLM runs in a container image",
+        evidence=evidence,
+    )
 
 
 def torch(ctx) -> Outcome:
@@ -129,11 +139,21 @@ def torch(ctx) -> Outcome:
         status = WARN if inv.amd_host else NOT_APPLICABLE
         return Outcome(status, f"torch not importable in {f.get('python')}: {why}", value=value, evidence=f)
     if not inv.amd_host:
-        return Outcome(NOT_APPLICABLE, f"torch {f['torch']} (HIP {f.get('hip') or 'none'}) in {f.get('python')}: no AMD "
-                       "GPU here, so no ROCm build is required", value=value, evidence=f)
+        return Outcome(
+            NOT_APPLICABLE,
+            f"torch {f['torch']} (HIP {f.get('hip') or 'none'}) in {f.get('python')}: no AMD "
+            "GPU here, so no ROCm build is required",
+            value=value,
+            evidence=f,
+        )
     if not f.get("hip"):
-        return Outcome(WARN, f"torch {f['torch']} in {f.get('python')} is not a ROCm build (torch.version.hip is None): "
-                       "vLLM there cannot use the GPUs; fine only if vLLM runs in a container", value=value, evidence=f)
+        return Outcome(
+            WARN,
+            f"torch {f['torch']} in {f.get('python')} is not a ROCm build (torch.version.hip is None): "
+            "vLLM there cannot use the GPUs; fine only if vLLM runs in a container",
+            value=value,
+            evidence=f,
+        )
     return Outcome(PASS, f"torch {f['torch']}, HIP {f['hip']}", value=value, evidence=f)
 
 
@@ -143,25 +163,47 @@ def vllm(ctx) -> Outcome:
     planned = ctx.plan.vllm_version
     if "vllm" not in f:
         why = f.get("vllm_error") or f.get("error") or "not importable"
-        hint = ("the --python given: is it the server's environment?" if ctx.options.python
-                else "pass --python for the server's environment")
+        hint = (
+            "the --python given: is it the server's environment?"
+            if ctx.options.python
+            else "pass --python for the server's environment"
+        )
         inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
         if not inv.amd_host and ctx.target is None:
-            return Outcome(NOT_APPLICABLE, f"vLLM not importable in {f.get('python')} ({why}); no AMD GPU and no server "
-                           f"here ({hint})", value=value, threshold=planned)
-        return Outcome(WARN, f"vLLM not importable in {f.get('python')}: {why} ({hint}; a container image has its "
-                       "own)", value=value, threshold=planned, evidence=f)
+            return Outcome(
+                NOT_APPLICABLE,
+                f"vLLM not importable in {f.get('python')} ({why}); no AMD GPU and no server here ({hint})",
+                value=value,
+                threshold=planned,
+            )
+        return Outcome(
+            WARN,
+            f"vLLM not importable in {f.get('python')}: {why} ({hint}; a container image has its own)",
+            value=value,
+            threshold=planned,
+            evidence=f,
+        )
     commit = f.get("vllm_commit") or "commit unknown"
     if ctx.target is not None and not ctx.target.recipe_model:
-        return Outcome(PASS, f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only",
-                       value=value, threshold=planned, evidence=f)
+        return Outcome(
+            PASS,
+            f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only",
+            value=value,
+            threshold=planned,
+            evidence=f,
+        )
     try:
         same = release_tuple(ctx.catalog.vllm_version_of(planned))[:2] == release_tuple(f["vllm"])[:2]
     except Exception:  # an unparsable build tag: report it, do not guess
         same = False
     if not same:
-        return Outcome(WARN, f"vLLM {f['vllm']} ({commit}) but the plan is for {planned}: the profile's evidence "
-                       "may not hold", value=value, threshold=planned, evidence=f)
+        return Outcome(
+            WARN,
+            f"vLLM {f['vllm']} ({commit}) but the plan is for {planned}: the profile's evidence may not hold",
+            value=value,
+            threshold=planned,
+            evidence=f,
+        )
     return Outcome(PASS, f"vLLM {f['vllm']} ({commit}), as planned", value=value, threshold=planned, evidence=f)
 
 
@@ -172,8 +214,13 @@ def aiter(ctx) -> Outcome:
         return Outcome(PASS, f"aiter importable in {f.get('python')}", value=True, evidence=f)
     if not inv.amd_host:
         return Outcome(NOT_APPLICABLE, "aiter absent; it is a ROCm-only library (no AMD GPU here)", value=False)
-    return Outcome(WARN, f"aiter is not importable in {f.get('python')}: the plan's VLLM_ROCM_USE_AITER kernels need it "
-                   "(fine only if vLLM runs in a container image)", value=False, evidence=f)
+    return Outcome(
+        WARN,
+        f"aiter is not importable in {f.get('python')}: the plan's VLLM_ROCM_USE_AITER kernels need it "
+        "(fine only if vLLM runs in a container image)",
+        value=False,
+        evidence=f,
+    )
 
 
 def plugin(ctx) -> Outcome:
@@ -184,10 +231,17 @@ def plugin(ctx) -> Outcome:
         summary = " / ".join(line for line in (p.get("summary") or "").splitlines() if line)
         if ep.get("registered") and ep.get("loads", True):
             return Outcome(PASS, f"rocm-dspark vLLM plugin: {summary}", value=p.get("decision"), evidence=f)
-        return Outcome(WARN, f"rocm-dspark vLLM plugin entry point not usable in {f.get('python')}: {summary or p.get('error')}",
-                       value=ep, evidence=f)
-    return Outcome(NOT_APPLICABLE, f"plugin status not available in {f.get('python')}: {f.get('plugin_error', 'unknown')}",
-                   evidence={"python": f.get("python")})
+        return Outcome(
+            WARN,
+            f"rocm-dspark vLLM plugin entry point not usable in {f.get('python')}: {summary or p.get('error')}",
+            value=ep,
+            evidence=f,
+        )
+    return Outcome(
+        NOT_APPLICABLE,
+        f"plugin status not available in {f.get('python')}: {f.get('plugin_error', 'unknown')}",
+        evidence={"python": f.get("python")},
+    )
 
 
 def probe(ctx) -> Outcome:
@@ -195,10 +249,20 @@ def probe(ctx) -> Outcome:
     from rocm_dspark.usecase.verdict import judge
 
     try:
-        verdict = judge(ctx.catalog, ctx.plan, state_dir=ctx.data.get("state_dir"), concurrency=ctx.plan.concurrency,
-                        soft=ctx.options.gate_software).verdict
+        verdict = judge(
+            ctx.catalog,
+            ctx.plan,
+            state_dir=ctx.data.get("state_dir"),
+            concurrency=ctx.plan.concurrency,
+            soft=ctx.options.gate_software,
+        ).verdict
     except Exception as exc:  # the probe store is another module's: report, never crash validation
         return Outcome(WARN, f"the probe gate failed: {type(exc).__name__}: {exc}")
-    value = {"state": verdict.outcome, "adaptive_proven": verdict.adaptive_proven,
-             "plan_adaptive_verification": ctx.plan.adaptive_verification}
-    return Outcome(PASS, f"probe verdict: {verdict.outcome} ({verdict.reason})", value=value, evidence=verdict._asdict())
+    value = {
+        "state": verdict.outcome,
+        "adaptive_proven": verdict.adaptive_proven,
+        "plan_adaptive_verification": ctx.plan.adaptive_verification,
+    }
+    return Outcome(
+        PASS, f"probe verdict: {verdict.outcome} ({verdict.reason})", value=value, evidence=verdict._asdict()
+    )

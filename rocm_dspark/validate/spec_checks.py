@@ -35,8 +35,9 @@ def run_workload(client, served_name: str, prompts, max_tokens: int, timeout_s: 
     before = client.metrics_text(timeout_s=min(timeout_s, 30))
     per_request, tokens = [], 0
     for prompt in prompts:
-        response = client.chat(prompt, max_tokens, model=served_name, temperature=0.0, ignore_eos=ignore_eos,
-                               timeout_s=timeout_s)
+        response = client.chat(
+            prompt, max_tokens, model=served_name, temperature=0.0, ignore_eos=ignore_eos, timeout_s=timeout_s
+        )
         tokens += (response.get("usage") or {}).get("completion_tokens") or 0
         spec = (response.get("metrics") or {}).get("speculative_decoding")
         if spec:
@@ -63,7 +64,11 @@ def _floor(ctx) -> tuple[float | None, str]:
         return ctx.options.acceptance_min, "--acceptance-min"
     if ctx.target.recipe_model:
         floor = (ctx.model.validation or {}).get("acceptance_length_min")
-        return (float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min") if floor is not None else (None, "")
+        return (
+            (float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min")
+            if floor is not None
+            else (None, "")
+        )
     return None, ""
 
 
@@ -72,10 +77,15 @@ def acceptance(ctx) -> Outcome:
     max_tokens = ctx.options.output_tokens()
     try:
         delta, per_request, tokens, texts = run_workload(
-            ctx.client, ctx.target.served_name, prompts, max_tokens, ctx.options.request_timeout_s,
+            ctx.client,
+            ctx.target.served_name,
+            prompts,
+            max_tokens,
+            ctx.options.request_timeout_s,
             # A test model is sent ignore_eos so every request drafts for its full length; the real model is
             # left to stop where it would in service, so its AL is the one users see.
-            ignore_eos=not ctx.target.recipe_model)
+            ignore_eos=not ctx.target.recipe_model,
+        )
     except (EnvironmentFailure, UsageError) as exc:  # ServerError, CounterReset, bad /metrics
         return Outcome(FAIL, f"workload failed: {exc}")
     k = _k(ctx, delta)
@@ -83,20 +93,35 @@ def acceptance(ctx) -> Outcome:
     golden = (ctx.model.speculative or {}).get("golden_acceptance_length") if ctx.target.recipe_model else None
     evidence = {
         "workload": {"requests": len(prompts), "max_tokens": max_tokens, "completion_tokens": tokens},
-        "delta": {"drafts": delta.num_drafts, "draft_tokens": delta.num_draft_tokens,
-                  "accepted": delta.num_accepted_tokens, "accepted_per_pos": list(delta.accepted_per_pos),
-                  "generation_tokens": delta.generation_tokens, "requests": delta.request_success},
-        "num_speculative_tokens": k, "threshold_source": floor_source or None,
-        "golden_reference": golden and {"value": golden, "note": "InferenceX golden, V4.1 DSpark-5, thinking on; a reference, not the threshold"},
+        "delta": {
+            "drafts": delta.num_drafts,
+            "draft_tokens": delta.num_draft_tokens,
+            "accepted": delta.num_accepted_tokens,
+            "accepted_per_pos": list(delta.accepted_per_pos),
+            "generation_tokens": delta.generation_tokens,
+            "requests": delta.request_success,
+        },
+        "num_speculative_tokens": k,
+        "threshold_source": floor_source or None,
+        "golden_reference": golden
+        and {"value": golden, "note": "InferenceX golden, V4.1 DSpark-5, thinking on; a reference, not the threshold"},
         "per_request": per_request or None,
     }
     ctx.data["spec_metrics_text"] = texts
     if not delta.spec_decode:
-        return Outcome(FAIL, "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding",
-                       threshold=floor, evidence=evidence)
+        return Outcome(
+            FAIL,
+            "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding",
+            threshold=floor,
+            evidence=evidence,
+        )
     if delta.num_drafts <= 0:
-        return Outcome(FAIL, f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran",
-                       threshold=floor, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran",
+            threshold=floor,
+            evidence=evidence,
+        )
     al = delta.mean_acceptance_length
     per_pos = list(delta.per_position_acceptance or ())
     ctx.data["acceptance"] = {"al": al, "per_position": per_pos, "k": k, "threshold": floor, "golden": golden}
@@ -104,15 +129,30 @@ def acceptance(ctx) -> Outcome:
     evidence["per_position"] = per_pos
     value = round(al, 4)
     if k and not 1.0 <= al <= k + 1 + 1e-9:
-        return Outcome(FAIL, f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent",
-                       value=value, threshold=floor, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent",
+            value=value,
+            threshold=floor,
+            evidence=evidence,
+        )
     shown = f"acceptance length {al:.3f} (1 + {delta.num_accepted_tokens:g}/{delta.num_drafts:g} drafts, K={k})"
     if floor is None:
-        return Outcome(PASS, f"{shown}; no floor for {ctx.target.served_name!r} (the recipe's floor is for "
-                       f"{ctx.model.key}; pass --acceptance-min to set one)", value=value, evidence=evidence)
+        return Outcome(
+            PASS,
+            f"{shown}; no floor for {ctx.target.served_name!r} (the recipe's floor is for "
+            f"{ctx.model.key}; pass --acceptance-min to set one)",
+            value=value,
+            evidence=evidence,
+        )
     if al < floor:
-        return Outcome(FAIL, f"{shown} is below the floor {floor:g} ({floor_source})", value=value,
-                       threshold=floor, evidence=evidence)
+        return Outcome(
+            FAIL,
+            f"{shown} is below the floor {floor:g} ({floor_source})",
+            value=value,
+            threshold=floor,
+            evidence=evidence,
+        )
     return Outcome(PASS, f"{shown} >= floor {floor:g}", value=value, threshold=floor, evidence=evidence)
 
 
@@ -125,6 +165,9 @@ def per_position(ctx) -> Outcome:
     rising = [i for i in range(1, len(rates)) if rates[i] > rates[i - 1] + 1e-9]
     value = [round(r, 4) for r in rates]
     if rising:
-        return Outcome(WARN, f"per-position acceptance rises at position(s) {rising}: {value}; the counters are not "
-                       "prefix-consistent", value=value)
+        return Outcome(
+            WARN,
+            f"per-position acceptance rises at position(s) {rising}: {value}; the counters are not prefix-consistent",
+            value=value,
+        )
     return Outcome(PASS, "per position " + ", ".join(f"{r:.3f}" for r in rates), value=value)

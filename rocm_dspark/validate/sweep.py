@@ -17,12 +17,13 @@ from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
 
-BENCH_DIR = "bench"          # in the report: each level's `vllm bench serve` JSON, as written, and its output
-BENCH_START_S = 300.0        # bench's own start (imports, tokenizer) before the first request
+BENCH_DIR = "bench"  # in the report: each level's `vllm bench serve` JSON, as written, and its output
+BENCH_START_S = 300.0  # bench's own start (imports, tokenizer) before the first request
 
 
-def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path,
-                 model_path: str | None) -> list[str]:
+def bench_prefix(
+    argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path, model_path: str | None
+) -> list[str]:
     """How to reach the serving vLLM's `vllm`: inside its image (container modes), else the `vllm` that serves
     (argv[0]) or the one beside its Python (--python, or a `python -m vllm...` argv)."""
     from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
@@ -41,15 +42,39 @@ def bench_prefix(argv, *, python: str | None, container: tuple[str, str] | None,
     return [str(exe) if exe and exe.exists() else (shutil.which("vllm") or "vllm")]
 
 
-def bench_level(prefix, *, base_url: str, served_name: str, tokenizer: str, concurrency: int, n: int,
-                input_len: int, output_len: int, out_dir: Path, stem: str, request_timeout_s: float,
-                seed: int = bench.SEED, extra=()) -> dict:
+def bench_level(
+    prefix,
+    *,
+    base_url: str,
+    served_name: str,
+    tokenizer: str,
+    concurrency: int,
+    n: int,
+    input_len: int,
+    output_len: int,
+    out_dir: Path,
+    stem: str,
+    request_timeout_s: float,
+    seed: int = bench.SEED,
+    extra=(),
+) -> dict:
     """One `vllm bench serve` run; its row (bench.row) with "rc". Bounded: every round of `concurrency`
     requests may take the request timeout, plus bench's own start."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = bench.bench_argv(prefix, base_url=base_url, served_name=served_name, tokenizer=tokenizer,
-                            concurrency=concurrency, num_prompts=n, input_len=input_len, output_len=output_len,
-                            result_dir=str(out_dir), result_filename=f"{stem}.json", seed=seed, extra=extra)
+    argv = bench.bench_argv(
+        prefix,
+        base_url=base_url,
+        served_name=served_name,
+        tokenizer=tokenizer,
+        concurrency=concurrency,
+        num_prompts=n,
+        input_len=input_len,
+        output_len=output_len,
+        result_dir=str(out_dir),
+        result_filename=f"{stem}.json",
+        seed=seed,
+        extra=extra,
+    )
     timeout_s = math.ceil(n / concurrency) * request_timeout_s + BENCH_START_S
     res = bench.run(argv, out_dir / f"{stem}.json", out_dir / f"{stem}.log", timeout_s)
     return {**bench.row(res["json"], concurrency, n, argv, res["error"]), "rc": res["rc"]}
@@ -60,11 +85,12 @@ def bench_tokenizer(argv, plan) -> str:
     return bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
 
 
-def bench_setup(argv, plan, *, python: str | None, container: tuple[str, str] | None,
-                result_dir: Path) -> tuple[list[str], str]:
+def bench_setup(
+    argv, plan, *, python: str | None, container: tuple[str, str] | None, result_dir: Path
+) -> tuple[list[str], str]:
     """(how to reach the serving vLLM's `vllm`, the tokenizer bench loads) for a server run from `argv`."""
     tokenizer = bench_tokenizer(argv, plan)
-    local = tokenizer if os.path.isabs(tokenizer) else plan.model_path   # mounted in container modes
+    local = tokenizer if os.path.isabs(tokenizer) else plan.model_path  # mounted in container modes
     return bench_prefix(argv, python=python, container=container, result_dir=result_dir, model_path=local), tokenizer
 
 
@@ -81,31 +107,55 @@ def level_check(concurrency: int):
         n = opts.requests_for(concurrency)
         mark_sweep_start(ctx)
         result_dir = (Path(opts.report_dir) / BENCH_DIR).absolute()
-        prefix, tokenizer = bench_setup(ctx.target.argv, ctx.plan, python=opts.python,
-                                        container=opts.bench_container, result_dir=result_dir)
+        prefix, tokenizer = bench_setup(
+            ctx.target.argv, ctx.plan, python=opts.python, container=opts.bench_container, result_dir=result_dir
+        )
         ctx.say(f"      sweep.concurrency_{concurrency}: running vllm bench serve ({prefix[0]} ...)")
         before = _counters(ctx)
-        stats = bench_level(prefix, base_url=ctx.target.base_url, served_name=ctx.target.served_name,
-                            tokenizer=tokenizer, concurrency=concurrency, n=n,
-                            input_len=input_len(opts.quick), output_len=opts.output_tokens(), out_dir=result_dir,
-                            stem=f"concurrency_{concurrency}", request_timeout_s=opts.request_timeout_s)
+        stats = bench_level(
+            prefix,
+            base_url=ctx.target.base_url,
+            served_name=ctx.target.served_name,
+            tokenizer=tokenizer,
+            concurrency=concurrency,
+            n=n,
+            input_len=input_len(opts.quick),
+            output_len=opts.output_tokens(),
+            out_dir=result_dir,
+            stem=f"concurrency_{concurrency}",
+            request_timeout_s=opts.request_timeout_s,
+        )
         rc = stats.pop("rc")
         stats.update(step_estimate(stats, before, _counters(ctx), n))
         ctx.data.setdefault("sweep", []).append(stats)
-        value = {"output_throughput_tok_s": stats["output_throughput_tok_s"], "ttft_p50_ms": stats["ttft_ms"]["p50"],
-                 "itl_p50_ms": stats["itl_ms"]["p50"], "tpot_mean_ms": stats["tpot_ms"]["mean"]}
+        value = {
+            "output_throughput_tok_s": stats["output_throughput_tok_s"],
+            "ttft_p50_ms": stats["ttft_ms"]["p50"],
+            "itl_p50_ms": stats["itl_ms"]["p50"],
+            "tpot_mean_ms": stats["tpot_ms"]["mean"],
+        }
         threshold = {"failed_requests": 0}
         if stats["failed"] or rc != 0:
             alive = _server_state(ctx)
-            return Outcome(FAIL, f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
-                           f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
-                           value=value, threshold=threshold, evidence=stats)
+            return Outcome(
+                FAIL,
+                f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
+                f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
+                value=value,
+                threshold=threshold,
+                evidence=stats,
+            )
         # bench's ITL is the gap between streamed chunks; with speculative decoding several tokens arrive back
         # to back, so TPOT is the per-token figure to compare across runs.
-        return Outcome(PASS, f"{n} requests (vllm bench serve): {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
-                       f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
-                       f"{stats['itl_ms']['p50']} ms", value=value,
-                       threshold=threshold, evidence=stats)
+        return Outcome(
+            PASS,
+            f"{n} requests (vllm bench serve): {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
+            f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
+            f"{stats['itl_ms']['p50']} ms",
+            value=value,
+            threshold=threshold,
+            evidence=stats,
+        )
 
     return check
 
@@ -124,8 +174,12 @@ def step_estimate(stats: dict, before, after, n_requests: int) -> dict:
     """One decode step's cost at this level, for `plan --cost-table`: the median gap between streamed
     chunks (a request receives one chunk per engine step) and the target tokens such a step verifies:
     running requests x (1 + drafts verified per request per step, from the /metrics deltas)."""
-    out = {"acceptance_length": None, "drafted_per_step": None, "step_ms": stats["itl_ms"]["p50"],
-           "tokens_per_step": None}
+    out = {
+        "acceptance_length": None,
+        "drafted_per_step": None,
+        "step_ms": stats["itl_ms"]["p50"],
+        "tokens_per_step": None,
+    }
     running = min(stats["concurrency"], n_requests)
     drafted = 0.0
     if before is not None and after is not None:
@@ -148,4 +202,3 @@ def _server_state(ctx) -> str:
         return f"/health now answers HTTP {res.status}"
     except Exception as exc:  # ServerError and friends: the reason is the point
         return f"the server no longer answers: {exc}"
-

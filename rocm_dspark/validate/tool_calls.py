@@ -22,24 +22,54 @@ from rocm_dspark.recipe.plan import Command
 from rocm_dspark.runtime.client import ServerError, one_line
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
 
-PARAGRAPH = ("The survey of the northern ridge found three springs, two of them dry since May, and a trail washed out "
-             "below the second saddle; the team recommends rerouting the path along the eastern shoulder, marking the "
-             "crossing with cairns, and checking the third spring again after the autumn rains. ") * 3
+PARAGRAPH = (
+    "The survey of the northern ridge found three springs, two of them dry since May, and a trail washed out "
+    "below the second saddle; the team recommends rerouting the path along the eastern shoulder, marking the "
+    "crossing with cairns, and checking the third spring again after the autumn rains. "
+) * 3
 ARGS: dict = {"title": "Field report", "priority": 2, "text": PARAGRAPH.strip()}
-TOOL: dict = {"type": "function", "function": {
-    "name": "save_note", "description": "Save a note.",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["title", "priority", "text"],
-                   "properties": {"title": {"type": "string"}, "priority": {"type": "integer", "minimum": 1},
-                                  "text": {"type": "string"}}}}}
-PROMPT = (f"Call save_note with title {ARGS['title']!r}, priority {ARGS['priority']} and as text exactly this "
-          f"paragraph:\n\n{ARGS['text']}")
+TOOL: dict = {
+    "type": "function",
+    "function": {
+        "name": "save_note",
+        "description": "Save a note.",
+        "parameters": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["title", "priority", "text"],
+            "properties": {
+                "title": {"type": "string"},
+                "priority": {"type": "integer", "minimum": 1},
+                "text": {"type": "string"},
+            },
+        },
+    },
+}
+PROMPT = (
+    f"Call save_note with title {ARGS['title']!r}, priority {ARGS['priority']} and as text exactly this "
+    f"paragraph:\n\n{ARGS['text']}"
+)
 # The raw text each parser takes apart: vllm/parser/deepseek_v41.py (V4.1, spaced tags: DSML_TOOL_START
 # "<｜DSML｜ calls>", DSML_INVOKE_PREFIX, DSML_PARAM_START/CLOSE) and vllm/parser/deepseek_v4.py (V4, its
 # docstring's example), the same in vLLM 0.32.0 and 0.33.0; reasoning ends with "</think>" in both.
-DIALECTS = {"deepseek_v41": ("<｜DSML｜ calls>", '<｜DSML｜ invoke name="', "</｜DSML｜ invoke>", "</｜DSML｜ calls>",
-                             "<｜DSML｜ parameter", "</｜DSML｜ parameter>"),
-            "deepseek_v4": ("<｜DSML｜tool_calls>", '<｜DSML｜invoke name="', "</｜DSML｜invoke>", "</｜DSML｜tool_calls>",
-                            "<｜DSML｜parameter", "</｜DSML｜parameter>")}
+DIALECTS = {
+    "deepseek_v41": (
+        "<｜DSML｜ calls>",
+        '<｜DSML｜ invoke name="',
+        "</｜DSML｜ invoke>",
+        "</｜DSML｜ calls>",
+        "<｜DSML｜ parameter",
+        "</｜DSML｜ parameter>",
+    ),
+    "deepseek_v4": (
+        "<｜DSML｜tool_calls>",
+        '<｜DSML｜invoke name="',
+        "</｜DSML｜invoke>",
+        "</｜DSML｜tool_calls>",
+        "<｜DSML｜parameter",
+        "</｜DSML｜parameter>",
+    ),
+}
 THINKING = "The user wants the note saved; I call save_note.</think>"
 LEAK = re.compile(r"｜DSML｜|</?\s*(?:parameter|invoke|tool_calls)\b|</think>")
 MAX_TOKENS = {"forced": 1536, "model": 8192}  # the model may think at length before it calls
@@ -60,8 +90,11 @@ CASES = tuple(Case(stream, thinking) for stream in (False, True) for thinking in
 def raw_call(parser: str, args: dict, thinking: bool) -> str:
     """The text a model emits for one call of save_note in `parser`'s dialect (strings raw, others JSON)."""
     start, invoke, invoke_end, end, param, param_end = DIALECTS[parser]
-    params = "".join(f'{param} name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
-                     f"{v if isinstance(v, str) else json.dumps(v)}{param_end}\n" for k, v in args.items())
+    params = "".join(
+        f'{param} name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else json.dumps(v)}{param_end}\n"
+        for k, v in args.items()
+    )
     return (THINKING if thinking else "") + f'{start}\n{invoke}save_note">\n{params}{invoke_end}\n{end}'
 
 
@@ -72,9 +105,16 @@ def flag(argv, dest: str) -> str | None:
 
 
 def request_body(served_name: str, case: Case, forced: str | None) -> dict:
-    body = {"model": served_name, "messages": [{"role": "user", "content": PROMPT}], "tools": [TOOL],
-            "tool_choice": "auto", "max_tokens": MAX_TOKENS["model" if forced is None else "forced"], "temperature": 0.0,
-            "chat_template_kwargs": {"thinking": case.thinking}, "stream": case.stream}
+    body = {
+        "model": served_name,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "tools": [TOOL],
+        "tool_choice": "auto",
+        "max_tokens": MAX_TOKENS["model" if forced is None else "forced"],
+        "temperature": 0.0,
+        "chat_template_kwargs": {"thinking": case.thinking},
+        "stream": case.stream,
+    }
     if forced is not None:
         body["structured_outputs"] = {"choice": [forced]}
     return body
@@ -82,8 +122,11 @@ def request_body(served_name: str, case: Case, forced: str | None) -> dict:
 
 def _assemble_stream(raw: bytes) -> tuple[dict, list[dict]]:
     """The streamed deltas put back together as one message; and the chunks themselves."""
-    chunks = [parse_json(line[5:], "a streamed chunk") for line in raw.decode(errors="replace").splitlines()
-              if line.startswith("data:") and line[5:].strip() != "[DONE]"]
+    chunks = [
+        parse_json(line[5:], "a streamed chunk")
+        for line in raw.decode(errors="replace").splitlines()
+        if line.startswith("data:") and line[5:].strip() != "[DONE]"
+    ]
     message: dict = {"content": "", "reasoning": "", "tool_calls": []}
     calls: dict[int, dict] = {}
     finish = None
@@ -113,12 +156,15 @@ def problems_of(response: dict, expect_args: dict | None) -> list[str]:
     found = []
     for field in ("content", "reasoning", "reasoning_content"):
         if message.get(field) and LEAK.search(message[field]):
-            found.append(f"{field} carries a tag: {one_line(LEAK.search(message[field]).group(0))!r} in "  # type: ignore[union-attr]
-                         f"{one_line(message[field], 120)!r}")
+            found.append(
+                f"{field} carries a tag: {one_line(LEAK.search(message[field]).group(0))!r} in "  # type: ignore[union-attr]
+                f"{one_line(message[field], 120)!r}"
+            )
     calls = message.get("tool_calls") or []
     if not calls:
-        return found + [f"no tool_calls (finish_reason {choice.get('finish_reason')}): the parser did not take the "
-                        "call apart"]
+        return found + [
+            f"no tool_calls (finish_reason {choice.get('finish_reason')}): the parser did not take the call apart"
+        ]
     for call in calls:
         fn = call.get("function") or {}
         if fn.get("name") != "save_note":
@@ -152,8 +198,11 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
     except ServerError as exc:
         return {**out, "problems": [str(exc)], "response": None}
     if res.status != 200:
-        return {**out, "problems": [f"HTTP {res.status}: {one_line(res.body.decode(errors='replace'), 300)}"],
-                "response": res.body.decode(errors="replace")[:4000]}
+        return {
+            **out,
+            "problems": [f"HTTP {res.status}: {one_line(res.body.decode(errors='replace'), 300)}"],
+            "response": res.body.decode(errors="replace")[:4000],
+        }
     try:
         if case.stream:
             response, chunks = _assemble_stream(res.body)
@@ -163,7 +212,11 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
         else:
             response = res.json()
     except ValueError as exc:
-        return {**out, "problems": [f"the response is not JSON: {exc}"], "response": res.body.decode(errors="replace")[:4000]}
+        return {
+            **out,
+            "problems": [f"the response is not JSON: {exc}"],
+            "response": res.body.decode(errors="replace")[:4000],
+        }
     return {**out, "problems": problems_of(response, ARGS), "response": response}
 
 
@@ -173,27 +226,52 @@ def tool_calls(ctx) -> Outcome:
     if not parser:
         return Outcome(NOT_APPLICABLE, "the server command sets no --tool-call-parser: no tool calls to check")
     if not Command.from_words(argv).bool_flag("enable_auto_tool_choice"):
-        return Outcome(FAIL, f"--tool-call-parser {parser} without --enable-auto-tool-choice: vLLM refuses "
-                       "tool_choice auto; add the flag", threshold={"tool_call_parser": parser})
+        return Outcome(
+            FAIL,
+            f"--tool-call-parser {parser} without --enable-auto-tool-choice: vLLM refuses "
+            "tool_choice auto; add the flag",
+            threshold={"tool_call_parser": parser},
+        )
     forced = not ctx.target.recipe_model
     if forced and parser not in DIALECTS:
-        return Outcome(NOT_APPLICABLE, f"the server serves {ctx.target.served_name!r}, not the recipe's model, and "
-                       f"this check can force only the {', '.join(DIALECTS)} formats, not {parser}")
-    results = [run_case(ctx.client, ctx.target.served_name, case,
-                        raw_call(parser, ARGS, case.thinking) if forced else None, ctx.options.request_timeout_s)
-               for case in CASES]
+        return Outcome(
+            NOT_APPLICABLE,
+            f"the server serves {ctx.target.served_name!r}, not the recipe's model, and "
+            f"this check can force only the {', '.join(DIALECTS)} formats, not {parser}",
+        )
+    results = [
+        run_case(
+            ctx.client,
+            ctx.target.served_name,
+            case,
+            raw_call(parser, ARGS, case.thinking) if forced else None,
+            ctx.options.request_timeout_s,
+        )
+        for case in CASES
+    ]
     failed = [r for r in results if r["problems"]]
     value = {r["case"]: ("fail" if r["problems"] else "pass") for r in results}
-    how = (f"forced raw {parser} text (structured outputs) through the server's parsers" if forced
-           else "the model's own calls")
+    how = (
+        f"forced raw {parser} text (structured outputs) through the server's parsers"
+        if forced
+        else "the model's own calls"
+    )
     threshold = {"tool_call_parser": parser, "reasoning_parser": reasoning}
     if failed:
         first = failed[0]
-        return Outcome(FAIL, f"{len(failed)} of {len(results)} cases failed ({how}); {first['case']}: "
-                       f"{first['problems'][0]}", value=value, threshold=threshold,
-                       evidence={"failing": failed, "passed": [r["case"] for r in results if not r["problems"]]})
+        return Outcome(
+            FAIL,
+            f"{len(failed)} of {len(results)} cases failed ({how}); {first['case']}: {first['problems'][0]}",
+            value=value,
+            threshold=threshold,
+            evidence={"failing": failed, "passed": [r["case"] for r in results if not r["problems"]]},
+        )
     deltas = [d for r in results for d in r.get("argument_deltas", [])]
-    return Outcome(PASS, f"{len(results)} cases ({how}): tool_calls parsed, arguments match the schema, no tags "
-                   f"leaked, the {len(ARGS['text'])}-character argument whole when streamed (in {deltas} deltas)",
-                   value=value, threshold=threshold, evidence={"cases": [r["case"] for r in results],
-                                                              "argument_deltas": deltas})
+    return Outcome(
+        PASS,
+        f"{len(results)} cases ({how}): tool_calls parsed, arguments match the schema, no tags "
+        f"leaked, the {len(ARGS['text'])}-character argument whole when streamed (in {deltas} deltas)",
+        value=value,
+        threshold=threshold,
+        evidence={"cases": [r["case"] for r in results], "argument_deltas": deltas},
+    )

@@ -32,14 +32,14 @@ class RegisterResult:
     message: str
 
 
-def register_with(*, vllm_version: str, capability, is_rocm: bool, platform_name: str,
-                  capability_error: str | None = None) -> RegisterResult:
+def register_with(
+    *, vllm_version: str, capability, is_rocm: bool, platform_name: str, capability_error: str | None = None
+) -> RegisterResult:
     """Decide from the capability entry and act: patch vLLM's ROCm module (now, or when imported)."""
     from rocm_dspark.vllm_plugin import capability as cap_rule
     from rocm_dspark.vllm_plugin import patch
 
-    decision = cap_rule.decide(vllm_version, capability, capability_error, is_rocm=is_rocm,
-                               platform_name=platform_name)
+    decision = cap_rule.decide(vllm_version, capability, capability_error, is_rocm=is_rocm, platform_name=platform_name)
     if not decision.patch:
         return RegisterResult("skipped", f"rocm-dspark: did nothing: {decision.reason}")
     backport = cap_rule.as_capability(capability).backport
@@ -79,9 +79,13 @@ def register() -> RegisterResult:
         from rocm_dspark.vllm_plugin import capability as cap_rule
 
         cap, error = cap_rule.capability_for(version)
-        result = register_with(vllm_version=version, capability=cap, capability_error=error,
-                               is_rocm=bool(current_platform.is_rocm()),
-                               platform_name=cap_rule.platform_name(current_platform))
+        result = register_with(
+            vllm_version=version,
+            capability=cap,
+            capability_error=error,
+            is_rocm=bool(current_platform.is_rocm()),
+            platform_name=cap_rule.platform_name(current_platform),
+        )
     except Exception as exc:  # noqa: BLE001 - vLLM swallows plugin errors; make ours visible instead
         result = RegisterResult("failed", f"rocm-dspark: did nothing: {type(exc).__name__}: {exc}")
     (logger.warning if result.action == "failed" else logger.info)("%s", result.message)

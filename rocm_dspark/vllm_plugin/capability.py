@@ -48,24 +48,37 @@ def to_dict(capability) -> dict | None:
     return dict(vars(capability))
 
 
-def decide(vllm_version: str, capability, capability_error: str | None = None, *, is_rocm: bool,
-           platform_name: str) -> Decision:
+def decide(
+    vllm_version: str, capability, capability_error: str | None = None, *, is_rocm: bool, platform_name: str
+) -> Decision:
     """The rule, first match wins: no table -> nothing; no V4.1 -> nothing; native AV -> nothing;
     not ROCm -> nothing; no backport entry -> nothing; a refusing release on ROCm -> patch."""
     if capability is None:
-        return Decision(False, f"cannot tell whether vLLM {vllm_version} needs it "
-                               f"({capability_error or 'no capability entry'}); doing nothing")
+        return Decision(
+            False,
+            f"cannot tell whether vLLM {vllm_version} needs it "
+            f"({capability_error or 'no capability entry'}); doing nothing",
+        )
     cap = as_capability(capability)
     where = f"recipes/vllm.yaml range '{cap.versions}'"
     if not cap.supports_v41:
         return Decision(False, f"vLLM {vllm_version} has no DeepSeek-V4.1 ({where}); nothing to patch")
     if cap.native_adaptive_on_rocm_v41 or not cap.refuses_adaptive_on_rocm_v41:
-        return Decision(False, f"vLLM {vllm_version} supports adaptive verification for DeepSeek-V4.1 on ROCm "
-                               f"natively ({where}); nothing to patch")
+        return Decision(
+            False,
+            f"vLLM {vllm_version} supports adaptive verification for DeepSeek-V4.1 on ROCm "
+            f"natively ({where}); nothing to patch",
+        )
     if not is_rocm:
-        return Decision(False, f"platform is {platform_name}, not ROCm: vLLM {vllm_version} does not use its ROCm "
-                               "DeepSeek-V4.1 classes here; nothing to patch")
+        return Decision(
+            False,
+            f"platform is {platform_name}, not ROCm: vLLM {vllm_version} does not use its ROCm "
+            "DeepSeek-V4.1 classes here; nothing to patch",
+        )
     if not getattr(cap, "backport", None):
-        return Decision(False, f"vLLM {vllm_version} refuses adaptive verification for DeepSeek-V4.1 on ROCm, but "
-                               f"{where} has no backport entry naming what to patch; doing nothing")
+        return Decision(
+            False,
+            f"vLLM {vllm_version} refuses adaptive verification for DeepSeek-V4.1 on ROCm, but "
+            f"{where} has no backport entry naming what to patch; doing nothing",
+        )
     return Decision(True, f"vLLM {vllm_version} refuses adaptive verification for DeepSeek-V4.1 on ROCm ({where})")

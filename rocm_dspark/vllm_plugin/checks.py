@@ -68,8 +68,12 @@ def adaptive_verification_checks(
     """The AV checks for DeepSeek-V4.1 on ROCm, with our plugin applied (plugin=True, as a vLLM
     process that loaded it would have it on this platform and version) or as vLLM ships them."""
     report = run_checks_report(
-        force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
-        python=python, timeout=timeout,
+        force_platform,
+        num_speculative_tokens=num_speculative_tokens,
+        gpu=gpu,
+        model=model,
+        python=python,
+        timeout=timeout,
     )
     key = "with_plugin" if plugin else "shipped"
     return [CheckResult(**c) for c in report.get(key) or []] or [
@@ -166,8 +170,9 @@ def force_rocm_platform(props) -> str | None:
 
 def _replace_resolver(platforms, props, torch) -> None:
     real = platforms.resolve_current_platform_cls_qualname()
-    platforms._rocm_dspark_host = None if real.endswith("RocmPlatform") else \
-        real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    platforms._rocm_dspark_host = (
+        None if real.endswith("RocmPlatform") else real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
+    )
     if platforms._rocm_dspark_host is None:
         return
     torch.cuda.get_device_properties = lambda *args, **kwargs: props
@@ -223,8 +228,10 @@ def _force_rocm(gpu: str | None) -> str:
         raise RuntimeError("vLLM's platform is not ROCm after forcing it")
     if host is None:
         return ""
-    return (f"platform forced to ROCm ({spec.name}, {spec.arch} from recipes/gpus.yaml) on this {host} host, which "
-            "has no AMD GPU: the checks below are vLLM's class-level answers for a ROCm host, not a run on one")
+    return (
+        f"platform forced to ROCm ({spec.name}, {spec.arch} from recipes/gpus.yaml) on this {host} host, which "
+        "has no AMD GPU: the checks below are vLLM's class-level answers for a ROCm host, not a run on one"
+    )
 
 
 def _tiny_v41_model_dir() -> str:
@@ -236,9 +243,16 @@ def _tiny_v41_model_dir() -> str:
         "model_type": "deepseek_v41",
         "torch_dtype": "bfloat16",
         "text_config": {
-            "vocab_size": 1024, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-            "head_dim": 512, "sliding_window": 128, "compress_ratios": [0, 2], "index_topk": 512,
-            "max_position_embeddings": 4096, "torch_dtype": "bfloat16",
+            "vocab_size": 1024,
+            "hidden_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "head_dim": 512,
+            "sliding_window": 128,
+            "compress_ratios": [0, 2],
+            "index_topk": 512,
+            "max_position_embeddings": 4096,
+            "torch_dtype": "bfloat16",
         },
     }
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -252,11 +266,15 @@ def _av_config(num_speculative_tokens: int, model: str | None):
 
     model_config = ModelConfig(model=model or _tiny_v41_model_dir(), skip_tokenizer_init=True, max_model_len=4096)
     spec = SpeculativeConfig(
-        method="dspark", num_speculative_tokens=num_speculative_tokens, enable_adaptive_verification=True,
-        target_model_config=model_config, target_parallel_config=ParallelConfig(),
+        method="dspark",
+        num_speculative_tokens=num_speculative_tokens,
+        enable_adaptive_verification=True,
+        target_model_config=model_config,
+        target_parallel_config=ParallelConfig(),
     )
-    scheduler = SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=128, max_model_len=4096,
-                                is_encoder_decoder=False)
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=8192, max_num_seqs=128, max_model_len=4096, is_encoder_decoder=False
+    )
     try:
         return VllmConfig(model_config=model_config, speculative_config=spec, scheduler_config=scheduler), ""
     except Exception as exc:  # noqa: BLE001 - the reason goes into the note
@@ -278,12 +296,9 @@ def _target_groups(rocm, num_speculative_tokens: int):
     from vllm.v1.worker.utils import AttentionGroup
 
     attn = rocm.DeepseekV41ROCMAiterMLAAttention
-    swa_spec = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8,
-                                    sliding_window=128)
-    mla_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=torch.uint8,
-                                tokens_per_state=2)
-    index_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=torch.uint8,
-                                  tokens_per_state=2)
+    swa_spec = SlidingWindowMLASpec(block_size=64, num_kv_heads=1, head_size=512, dtype=torch.uint8, sliding_window=128)
+    mla_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=512, dtype=torch.uint8, tokens_per_state=2)
+    index_spec = MLAAttentionSpec(block_size=128, num_kv_heads=1, head_size=128, dtype=torch.uint8, tokens_per_state=2)
     indexers = [("indexer", DeepseekV41IndexerBackend)]
     try:
         mxfp4 = importlib.import_module(MXFP4_INDEXER[0])
@@ -291,15 +306,27 @@ def _target_groups(rocm, num_speculative_tokens: int):
     except ImportError:  # before 0.32 (#58671)
         pass
     groups = []
-    for i, (role, backend, spec, layer) in enumerate((
-        *((role, b, index_spec, "model.layers.1.attn.indexer.k_cache") for role, b in indexers),
-        ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
-        ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
-    )):
+    for i, (role, backend, spec, layer) in enumerate(
+        (
+            *((role, b, index_spec, "model.layers.1.attn.indexer.k_cache") for role, b in indexers),
+            ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
+            ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
+        )
+    ):
         # vLLM's checks only call classmethods on the builder, so the class stands in for an
         # instance (an instance needs device buffers sized from a full model config).
-        groups.append((role, AttentionGroup(backend=backend, layer_names=[layer], kv_cache_spec=spec,
-                                            kv_cache_group_id=i, metadata_builders=[backend.get_builder_cls()])))
+        groups.append(
+            (
+                role,
+                AttentionGroup(
+                    backend=backend,
+                    layer_names=[layer],
+                    kv_cache_spec=spec,
+                    kv_cache_group_id=i,
+                    metadata_builders=[backend.get_builder_cls()],
+                ),
+            )
+        )
     return groups
 
 
@@ -318,8 +345,11 @@ def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[
         builder = group.get_metadata_builder(0)
         ok = bool(backend.supports_device_cpu_query_lens_mismatch())
         via = " via rocm-dspark" if patched and MISMATCH_NAME in vars(backend).get(patch.MARKER, {}) else ""
-        results.append(asdict(CheckResult(
-            f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok, f"{ok}{via}")))
+        results.append(
+            asdict(
+                CheckResult(f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok, f"{ok}{via}")
+            )
+        )
         support = builder.get_cudagraph_support(config, group.kv_cache_spec)
         bound = None
         if support not in (AttentionCGSupport.ALWAYS, AttentionCGSupport.NEVER):
@@ -330,21 +360,37 @@ def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[
         detail = f"{support.name}{via}" + ("" if bound is None else f", varlen bound {bound}")
         if not passed:
             detail += f" (needs ALWAYS or a varlen bound >= {k1})"
-        results.append(asdict(CheckResult(
-            f"{role}: {type(builder).__name__ if not isinstance(builder, type) else builder.__name__}"
-            ".get_cudagraph_support(AV config)", passed, detail)))
+        results.append(
+            asdict(
+                CheckResult(
+                    f"{role}: {type(builder).__name__ if not isinstance(builder, type) else builder.__name__}"
+                    ".get_cudagraph_support(AV config)",
+                    passed,
+                    detail,
+                )
+            )
+        )
 
     # vLLM's own verdict over the same groups, and its exact words where it refuses.
     verdict = vllm_verdict([[g for _, g in groups]], config, num_speculative_tokens)
     refusal = verdict["refusal"]
-    results.append(asdict(CheckResult(
-        "vLLM verdict (maybe_create_adaptive_verification_manager)", refusal is None,
-        f"vLLM {'accepts' if refusal is None else 'refuses'} adaptive verification for these groups"
-        + ("" if verdict["mismatch"] is None else f"; first failing check: {verdict['mismatch']} query-length mismatch")
-        + ("" if verdict["cudagraph"] is None else f"; cudagraph check fails for {verdict['cudagraph']}")
-        + (f"; {verdict['note']}" if verdict["note"] else ""),
-        refusal,
-    )))
+    results.append(
+        asdict(
+            CheckResult(
+                "vLLM verdict (maybe_create_adaptive_verification_manager)",
+                refusal is None,
+                f"vLLM {'accepts' if refusal is None else 'refuses'} adaptive verification for these groups"
+                + (
+                    ""
+                    if verdict["mismatch"] is None
+                    else f"; first failing check: {verdict['mismatch']} query-length mismatch"
+                )
+                + ("" if verdict["cudagraph"] is None else f"; cudagraph check fails for {verdict['cudagraph']}")
+                + (f"; {verdict['note']}" if verdict["note"] else ""),
+                refusal,
+            )
+        )
+    )
     return results
 
 
@@ -360,10 +406,15 @@ def vllm_verdict(attn_groups, config, num_speculative_tokens: int) -> dict:
     from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av
 
     make = av.maybe_create_adaptive_verification_manager
-    kwargs = dict(enable_adaptive_verification=True, attn_groups=attn_groups,
-                  req_states=types.SimpleNamespace(num_speculative_steps=num_speculative_tokens),
-                  query_start_loc=torch.zeros(1, dtype=torch.int32), num_bonus_tokens=1,
-                  max_total_logits=1 << 20, vllm_config=config)
+    kwargs = dict(
+        enable_adaptive_verification=True,
+        attn_groups=attn_groups,
+        req_states=types.SimpleNamespace(num_speculative_steps=num_speculative_tokens),
+        query_start_loc=torch.zeros(1, dtype=torch.int32),
+        num_bonus_tokens=1,
+        max_total_logits=1 << 20,
+        vllm_config=config,
+    )
     out = {"mismatch": attn_utils.get_query_lens_mismatch_unsupported_backend(attn_groups), "note": ""}
     if "attn_cg_support" in inspect.signature(make).parameters:
         support = attn_utils.get_attn_cg_support(attn_groups, config)
@@ -412,14 +463,17 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     report["platform"] = capability.platform_name(current_platform)
     report["forced"] = report["platform"] != report["host_platform"]
     report["capability"] = capability.to_dict(cap)
-    here = capability.decide(version, cap, cap_error, is_rocm=report["host_platform"] == "rocm",
-                             platform_name=report["host_platform"])
+    here = capability.decide(
+        version, cap, cap_error, is_rocm=report["host_platform"] == "rocm", platform_name=report["host_platform"]
+    )
     on_rocm = capability.decide(version, cap, cap_error, is_rocm=True, platform_name="rocm")
     report["decision_here"] = {"patch": here.patch, "reason": here.reason}
     report["decision_on_rocm"] = {"patch": on_rocm.patch, "reason": on_rocm.reason}
     if not current_platform.is_rocm():
-        report["note"] = (f"platform is {report['platform']}: vLLM uses the ROCm V4.1 classes only on ROCm; "
-                          "evaluate them with force_platform='rocm' (CLI: without --host-only)")
+        report["note"] = (
+            f"platform is {report['platform']}: vLLM uses the ROCm V4.1 classes only on ROCm; "
+            "evaluate them with force_platform='rocm' (CLI: without --host-only)"
+        )
         return report
     backport = getattr(cap, "backport", None) or {}
     if on_rocm.patch:

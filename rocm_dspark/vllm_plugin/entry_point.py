@@ -29,8 +29,16 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
     found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == NAME]
     allowed_env = vllm_plugins
     allowed = allowed_env is None or NAME in [p.strip() for p in allowed_env.split(",") if p.strip()]
-    status = {"group": GROUP, "name": NAME, "registered": bool(found), "value": None, "distribution": None,
-              "loads": False, "allowed_by_VLLM_PLUGINS": allowed, "VLLM_PLUGINS": allowed_env}
+    status = {
+        "group": GROUP,
+        "name": NAME,
+        "registered": bool(found),
+        "value": None,
+        "distribution": None,
+        "loads": False,
+        "allowed_by_VLLM_PLUGINS": allowed,
+        "VLLM_PLUGINS": allowed_env,
+    }
     if found:
         ep = found[0]
         status["value"] = ep.value
@@ -38,7 +46,9 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
         try:
             loaded = ep.load()  # imports our package the way vLLM would
             status["loads"] = (getattr(loaded, "__module__", None), getattr(loaded, "__name__", None)) == (
-                "rocm_dspark.vllm_plugin", "register")
+                "rocm_dspark.vllm_plugin",
+                "register",
+            )
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             status["load_error"] = f"{type(exc).__name__}: {exc}"
     return status

@@ -116,7 +116,8 @@ def _k1_predicate(original):
 
         model_config = vllm_config.model_config
         return bool(original(vllm_config)) or bool(
-            current_platform.is_rocm() and model_config is not None and V41_ARCH in model_config.architectures)
+            current_platform.is_rocm() and model_config is not None and V41_ARCH in model_config.architectures
+        )
 
     return rocm_supports_flattened_device_query_lens
 
@@ -133,8 +134,10 @@ def patch_module(rocm, backport: dict) -> list[str]:
         base = backend.get_builder_cls()
         declared = declared_builder(base)
         _set(backend, "get_builder_cls", staticmethod(lambda declared=declared: declared))
-        changed.append(f"{role}: {backend.__name__}.get_builder_cls() -> {declared.__name__} "
-                       f"(subclass of vLLM's {base.__name__}: ALWAYS under AV, else vLLM's answer)")
+        changed.append(
+            f"{role}: {backend.__name__}.get_builder_cls() -> {declared.__name__} "
+            f"(subclass of vLLM's {base.__name__}: ALWAYS under AV, else vLLM's answer)"
+        )
     for ref in backport["indexer_backends"]:
         backend = _indexer_backend(backport, ref)
         if backend is None or MARKER in vars(backend):
@@ -156,8 +159,10 @@ def k1_state(backport: dict) -> str:
     """One line: what K=1 does with this release and the plugin."""
     if backport.get("k1_predicate"):
         return f"K=1 flattens under AV ({backport['k1_predicate']} extended to {V41_ARCH})"
-    return ("K=1 stays refused: this release's indexer has no ROCm flatten predicate, so its builder keeps "
-            "UNIFORM_BATCH at next_n=2 (use K>=2)")
+    return (
+        "K=1 stays refused: this release's indexer has no ROCm flatten predicate, so its builder keeps "
+        "UNIFORM_BATCH at next_n=2 (use K>=2)"
+    )
 
 
 def unpatch_module(rocm, backport: dict) -> bool:
@@ -178,13 +183,20 @@ def _patch_and_log(module, backport: dict) -> None:
     try:
         changed = patch_module(module, backport)
     except Exception as exc:  # noqa: BLE001 - never break vLLM's import; say why instead
-        logger.warning("rocm-dspark: could not backport vllm#58151 onto %s (%s: %s); vLLM's classes may be "
-                       "partly patched, so adaptive verification must stay off", module.__name__,
-                       type(exc).__name__, exc)
+        logger.warning(
+            "rocm-dspark: could not backport vllm#58151 onto %s (%s: %s); vLLM's classes may be "
+            "partly patched, so adaptive verification must stay off",
+            module.__name__,
+            type(exc).__name__,
+            exc,
+        )
         return
     if changed:
-        logger.info("rocm-dspark: backported vllm#58151 (declarations only, vLLM's kernels and builders): %s; %s",
-                    "; ".join(changed), k1_state(backport))
+        logger.info(
+            "rocm-dspark: backported vllm#58151 (declarations only, vLLM's kernels and builders): %s; %s",
+            "; ".join(changed),
+            k1_state(backport),
+        )
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -6,8 +6,15 @@ from __future__ import annotations
 from rocm_dspark.vllm_plugin.checks import ROLES, run_checks_report
 
 
-def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens: int = 5, gpu: str | None = None,
-                  model: str | None = None, python: str | None = None, timeout: float = 300.0) -> dict:
+def plugin_status(
+    *,
+    force_platform: str | None = "rocm",
+    num_speculative_tokens: int = 5,
+    gpu: str | None = None,
+    model: str | None = None,
+    python: str | None = None,
+    timeout: float = 300.0,
+) -> dict:
     """Everything `plugin status` prints, computed in a child `python` (default: this one), which
     is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
     evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
@@ -15,8 +22,14 @@ def plugin_status(*, force_platform: str | None = "rocm", num_speculative_tokens
     host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched (one line per
     declaration the backport adds, patch.py), k1, shipped, with_plugin (lists of CheckResult dicts), notes,
     error, summary."""
-    report = run_checks_report(force_platform, num_speculative_tokens=num_speculative_tokens, gpu=gpu, model=model,
-                               python=python, timeout=timeout)
+    report = run_checks_report(
+        force_platform,
+        num_speculative_tokens=num_speculative_tokens,
+        gpu=gpu,
+        model=model,
+        python=python,
+        timeout=timeout,
+    )
     report["summary"] = summarize(report)
     return report
 
@@ -46,18 +59,27 @@ def summarize(report: dict) -> str:
     if report.get("error"):
         lines.append(report["error"])
     if ep:
-        lines.append("entry point: " + ("registered" if ep.get("registered") else "NOT registered")
-                     + ("" if ep.get("allowed_by_VLLM_PLUGINS", True) else " but excluded by VLLM_PLUGINS"))
+        lines.append(
+            "entry point: "
+            + ("registered" if ep.get("registered") else "NOT registered")
+            + ("" if ep.get("allowed_by_VLLM_PLUGINS", True) else " but excluded by VLLM_PLUGINS")
+        )
     if "decision_here" in report:
         lines.append(f"here ({report['host_platform']}): {report['decision_here']['reason']}")
         lines.append(f"on ROCm: {report['decision_on_rocm']['reason']}")
     if report.get("patched"):
-        lines.append(f"with rocm-dspark on ROCm: {len(report['patched'])} declaration(s) patched; {report.get('k1', '')}")
+        lines.append(
+            f"with rocm-dspark on ROCm: {len(report['patched'])} declaration(s) patched; {report.get('k1', '')}"
+        )
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         verdict = next((c for c in report.get(key) or [] if c["name"].startswith("vLLM verdict")), None)
         if verdict is not None:
-            lines.append(f"{label}: vLLM " + ("accepts" if verdict["passed"] else "refuses")
-                         + " adaptive verification" + (f": {verdict['refusal']}" if verdict.get("refusal") else ""))
+            lines.append(
+                f"{label}: vLLM "
+                + ("accepts" if verdict["passed"] else "refuses")
+                + " adaptive verification"
+                + (f": {verdict['refusal']}" if verdict.get("refusal") else "")
+            )
             lines.append(f"  {role_states(report.get(key))}")
     return "\n".join(lines)
 
@@ -72,10 +94,12 @@ def format_table(report: dict) -> str:
         out.append(f"vllm.__version__: {report['vllm_version']}")
     ep = report.get("entry_point")
     if ep:
-        out.append(f"entry point:  {ep['group']}: {ep['name']} = {ep['value'] or '-'} "
-                   f"({'registered' if ep['registered'] else 'not registered'}, "
-                   f"{'loads' if ep['loads'] else 'does not load'}, "
-                   f"VLLM_PLUGINS {'allows' if ep['allowed_by_VLLM_PLUGINS'] else 'excludes'} it)")
+        out.append(
+            f"entry point:  {ep['group']}: {ep['name']} = {ep['value'] or '-'} "
+            f"({'registered' if ep['registered'] else 'not registered'}, "
+            f"{'loads' if ep['loads'] else 'does not load'}, "
+            f"VLLM_PLUGINS {'allows' if ep['allowed_by_VLLM_PLUGINS'] else 'excludes'} it)"
+        )
     if report.get("capability"):
         cap = report["capability"]
         out.append(f"capability:   recipes/vllm.yaml '{cap['versions']}': {cap['note']}")

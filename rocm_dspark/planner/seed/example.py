@@ -14,12 +14,12 @@ from rocm_dspark.planner.acceptance import choose_spec_method, expected_tokens_p
 from rocm_dspark.planner.roofline import Hardware, ModelCost, RooflineCost
 
 # 000: "an 8B model on H100: read the weights once per step; compute bound once tokens grow"
-W_BYTES = 16e9                 # bf16 weights
-BANDWIDTH = 3.35e12 * 0.8      # effective HBM bandwidth
+W_BYTES = 16e9  # bf16 weights
+BANDWIDTH = 3.35e12 * 0.8  # effective HBM bandwidth
 FLOP_PER_TOKEN = 2 * 8e9
-FLOPS = 989e12 * 0.5           # effective bf16 FLOP/s
-T_DRAFT = 0.25e-3              # one draft forward (a one-layer EAGLE head or a small model)
-ALPHA = 0.8                    # P(next position accepted | all earlier accepted)
+FLOPS = 989e12 * 0.5  # effective bf16 FLOP/s
+T_DRAFT = 0.25e-3  # one draft forward (a one-layer EAGLE head or a small model)
+ALPHA = 0.8  # P(next position accepted | all earlier accepted)
 BATCHES = (1, 32, 128, 512)
 MAX_K = 8
 ADAPTIVE_BATCHES = (16, 128, 512)
@@ -27,10 +27,22 @@ ADAPTIVE_K = 7
 
 # 002, lesson 8: two candidate methods measured on one workload
 LESSON_METHODS = (
-    {"name": "tree", "conditional_acceptance": [0.8, 0.7, 0.5], "draft_ms": 3.0, "verify_ms": 8.0,
-     "overhead_ms": 1.0, "extra_memory_gb": 4},
-    {"name": "block", "conditional_acceptance": [0.75, 0.75, 0.7], "draft_ms": 1.5, "verify_ms": 8.5,
-     "overhead_ms": 1.0, "extra_memory_gb": 6},
+    {
+        "name": "tree",
+        "conditional_acceptance": [0.8, 0.7, 0.5],
+        "draft_ms": 3.0,
+        "verify_ms": 8.0,
+        "overhead_ms": 1.0,
+        "extra_memory_gb": 4,
+    },
+    {
+        "name": "block",
+        "conditional_acceptance": [0.75, 0.75, 0.7],
+        "draft_ms": 1.5,
+        "verify_ms": 8.5,
+        "overhead_ms": 1.0,
+        "extra_memory_gb": 6,
+    },
 )
 
 
@@ -40,7 +52,9 @@ def seed_cost(block: bool) -> RooflineCost:
     return RooflineCost(
         hardware=Hardware(bandwidth_bytes_per_s=BANDWIDTH, flops_per_s=FLOPS),
         target=ModelCost(dense_bytes=W_BYTES, flops_per_token=FLOP_PER_TOKEN),
-        draft=None, draft_forward_seconds=T_DRAFT, block_draft=block,
+        draft=None,
+        draft_forward_seconds=T_DRAFT,
+        block_draft=block,
         label="seed 8B on H100 (block draft)" if block else "seed 8B on H100 (token-by-token draft)",
     )
 
@@ -71,8 +85,16 @@ def best_k_table() -> list[BestKRow]:
             curve = [fixed_k_throughput(cost, batch, k) for k in range(MAX_K + 1)]
             best[block] = max(range(MAX_K + 1), key=curve.__getitem__)  # first maximum, as the seed
             speedup[block] = curve[best[block]] / curve[0]
-        rows.append(BestKRow(batch, fixed_k_throughput(seed_cost(False), batch, 0),
-                             best[False], speedup[False], best[True], speedup[True]))
+        rows.append(
+            BestKRow(
+                batch,
+                fixed_k_throughput(seed_cost(False), batch, 0),
+                best[False],
+                speedup[False],
+                best[True],
+                speedup[True],
+            )
+        )
     return rows
 
 
@@ -93,8 +115,9 @@ def seed_confidences(draws, batch: int, k: int = ADAPTIVE_K):
     import numpy as np
 
     half = batch // 2
-    base = np.concatenate([np.full((half, k), 0.9, dtype=np.float32),
-                           np.full((batch - half, k), 0.55, dtype=np.float32)])
+    base = np.concatenate(
+        [np.full((half, k), 0.9, dtype=np.float32), np.full((batch - half, k), 0.55, dtype=np.float32)]
+    )
     noise = draws.rand(batch, k) * np.float32(0.2) + np.float32(0.9)
     return np.minimum(base * noise, np.float32(0.99))
 
@@ -116,14 +139,17 @@ def adaptive_table() -> list[AdaptiveRow]:
         lengths = allocate(surv, chosen.budget)
         half = batch // 2
         step_all = cost.draft_seconds(batch, ADAPTIVE_K) + float(cost.verify_seconds(batch * (1 + ADAPTIVE_K)))
-        rows.append(AdaptiveRow(
-            batch=batch, admitted=chosen.budget,
-            mean_verified_accurate=float(lengths[:half].mean()),
-            mean_verified_inaccurate=float(lengths[half:].mean()),
-            no_spec_tokens_per_s=batch / float(cost.verify_seconds(batch)),
-            verify_all_tokens_per_s=(batch + float(surv.sum())) / step_all,
-            adaptive_tokens_per_s=chosen.tokens_per_s,
-        ))
+        rows.append(
+            AdaptiveRow(
+                batch=batch,
+                admitted=chosen.budget,
+                mean_verified_accurate=float(lengths[:half].mean()),
+                mean_verified_inaccurate=float(lengths[half:].mean()),
+                no_spec_tokens_per_s=batch / float(cost.verify_seconds(batch)),
+                verify_all_tokens_per_s=(batch + float(surv.sum())) / step_all,
+                adaptive_tokens_per_s=chosen.tokens_per_s,
+            )
+        )
     return rows
 
 
@@ -199,8 +225,11 @@ def seed_report() -> dict:
         "best_k": [asdict(r) for r in best_k_table()],
         "adaptive": [asdict(r) for r in adaptive_table()],
         "markov": {"independent_positions": parallel, "with_transition": markov},
-        "lesson": {"expected_tokens": lesson["expected_tokens"],
-                   "choice": list(lesson["choice"]), "choice_small_budget": list(lesson["choice_small_budget"])},
+        "lesson": {
+            "expected_tokens": lesson["expected_tokens"],
+            "choice": list(lesson["choice"]),
+            "choice_small_budget": list(lesson["choice_small_budget"]),
+        },
     }
 
 
@@ -212,19 +241,25 @@ def seed_lines(report: dict | None = None) -> list[str]:
         lines.append(
             f"batch {row['batch']:>3}: no speculation {row['no_spec_tokens_per_s']:>7.0f} tok/s; "
             f"token-by-token draft best K={row['best_k_token_by_token']} ({row['speedup_token_by_token']:.2f}x); "
-            f"block draft best K={row['best_k_block']} ({row['speedup_block']:.2f}x)")
+            f"block draft best K={row['best_k_block']} ({row['speedup_block']:.2f}x)"
+        )
     lines.append("seed 000: adaptive verification, K=7, half accurate (0.9) / half inaccurate (0.55) drafts")
     for row in r["adaptive"]:
         lines.append(
             f"batch {row['batch']:>3}: admitted {row['admitted']:>4} draft slots (accurate requests "
             f"{row['mean_verified_accurate']:.1f} each, inaccurate {row['mean_verified_inaccurate']:.1f}); "
             f"no speculation {row['no_spec_tokens_per_s']:>6.0f}, verify all {row['verify_all_tokens_per_s']:>6.0f}, "
-            f"adaptive {row['adaptive_tokens_per_s']:>6.0f} tok/s")
+            f"adaptive {row['adaptive_tokens_per_s']:>6.0f} tok/s"
+        )
     m = r["markov"]
-    lines.append(f"seed 000: expected accepted drafts per step: independent positions "
-                 f"{m['independent_positions']:.2f}, with the transition {m['with_transition']:.2f}")
+    lines.append(
+        f"seed 000: expected accepted drafts per step: independent positions "
+        f"{m['independent_positions']:.2f}, with the transition {m['with_transition']:.2f}"
+    )
     lesson = r["lesson"]
-    lines.append(f"seed 002: expected tokens per round for alpha [0.8, 0.7, 0.5]: {lesson['expected_tokens']:.2f}; "
-                 f"method choice: {lesson['choice'][0]} ({lesson['choice'][1]:.2f}x); "
-                 f"with 2 ms/token and 5 GB: {lesson['choice_small_budget'][0]}")
+    lines.append(
+        f"seed 002: expected tokens per round for alpha [0.8, 0.7, 0.5]: {lesson['expected_tokens']:.2f}; "
+        f"method choice: {lesson['choice'][0]} ({lesson['choice'][1]:.2f}x); "
+        f"with 2 ms/token and 5 GB: {lesson['choice_small_budget'][0]}"
+    )
     return lines
