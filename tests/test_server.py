@@ -36,11 +36,12 @@ metrics_path, refusal_log = sys.argv[5], sys.argv[6]
 if mode in ("child", "setsid-child"):
     # A helper that ignores SIGTERM (like multiprocessing's resource tracker) and, for setsid-child,
     # leaves the process group (only descendant tracking can find it then).
+    # The child writes its pid itself, once SIGTERM is ignored: a stop sent before that would kill it.
     child = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+        [sys.executable, "-c", "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+         "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid())); os.rename(sys.argv[1] + '.tmp', sys.argv[1]); "
+         "time.sleep(600)", os.path.join(out_dir, "child.pid")],
         start_new_session=(mode == "setsid-child"))
-    with open(os.path.join(out_dir, "child.pid"), "w") as f:
-        f.write(str(child.pid))
 
 time.sleep(delay)  # not bound yet: connections are refused, as with vLLM before its engine is up
 if mode == "die":
