@@ -135,8 +135,11 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
             raise
         raise UsageError(f"--replicas {layout['replicas']}: each TP-{layout['tp']} replica: {exc}") from None
     if strategy == "replicas":
-        pinned = sorted(set(plan.secret_env) & {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"})
-        if pinned:  # --env values reach vLLM through the environment, where they would pin every replica alike
+        # --env values (plan.env or the env file) would pin every replica to the same GPUs
+        pinned = sorted(
+            {*plan.secret_env, *plan.env} & {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+        )
+        if pinned:
             raise UsageError(f"--strategy replicas pins each replica to its GPUs itself; drop --env {pinned[0]}")
     argv, fallback = plan.argv, (plan.block_argv if plan.adaptive_verification else None)
     if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":

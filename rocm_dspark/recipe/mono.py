@@ -77,12 +77,11 @@ def decide(
     per = None if concurrency is None or not n_rep else -(-concurrency // n_rep)
     fits_rep = per is None or step_rows(per, k, capture_size) <= arch["max_rows"]
     run = f"--strategy replicas --replicas {n_rep}" if n_rep else ""
-    pair = (
-        f"; for all {g} GPUs, {run} would ({n_rep} independent TP-{top} servers behind vllm-router"
-        f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the kernels)"
-        if n_rep and fits_rep
-        else ""
+    servers = (
+        f"{n_rep} independent TP-{top} servers behind vllm-router{f', {per} requests each' if per else ''}; "
+        "vLLM's data parallelism is refused by the kernels"
     )
+    pair = f"; for all {g} GPUs, {run} would ({servers})" if n_rep and fits_rep else ""
     if dp > 1 or ep > 1 or nodes > 1:
         what = ", ".join(
             w
@@ -94,9 +93,7 @@ def decide(
         if tp > top and pair:
             return off(
                 f"TP {tp} (the {gpu.arch} kernels take TP {tps}): {run} would take it",
-                f" on all {g} GPUs ({n_rep} independent TP-{top} servers behind vllm-router"
-                f"{f', {per} requests each' if per else ''}; vLLM's data parallelism is refused by the "
-                f"kernels), --tp {top} on {top} of them",
+                f" on all {g} GPUs ({servers}), --tp {top} on {top} of them",
             )
         return off(
             f"TP {tp} (the {gpu.arch} kernels take TP {tps}): --tp {top} would take it", pair if tp > top else ""

@@ -735,11 +735,6 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
         )
     if ports[-1] > 65535:
         raise UsageError(f"--port {base}: the replicas need {n} ports from it, past 65535; pass a lower --port")
-    given = sorted({k for k in env if k in rf["visibility_env"] or k == "ROCR_VISIBLE_DEVICES"})
-    if given:  # the strategy owns GPU visibility; a second list would pin every replica to the same GPUs
-        raise UsageError(
-            f"--strategy replicas sets {'/'.join(rf['visibility_env'])} per replica; drop --env {given[0]}"
-        )
     commands: list[NodeCommand] = []
     for r in range(n):
         gpus = ",".join(str(i) for i in range(r * t, (r + 1) * t))
