@@ -23,6 +23,7 @@ class Outcome:
     value: Any = None
     threshold: Any = None
     evidence: Any = None
+    fix: str = ""  # what to do about a fail or warn, where the message does not say (`up`'s prerequisites)
 
     def __post_init__(self):
         if self.status not in STATUSES:
