@@ -5,5 +5,6 @@ Modules (one job each):
     cache     the answers, a small JSON file in the state dir (read on the `recipe` path; json and os only)
     registry  asks a registry: Docker Registry HTTP API v2 (httpx, Docker Hub's anonymous token) or skopeo
     report    the library behind `rocm-dspark images`
+    wheel     this toolkit's wheel, built from its source tree, for an image to install (`up`)
 The `recipe` path imports pick and cache only; registry is imported by `images`, `up` and `launch --pull`.
 """

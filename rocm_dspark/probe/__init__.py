@@ -13,6 +13,7 @@ Modules (one capability each):
     kernel       level 2: our attention path vs the PyTorch reference on trimmed layouts (child process)
     live         level 3: start vLLM with the adaptive argv, check answers and spec-decode counters
     run          levels -> record, the library behind `rocm-dspark probe`
+    inimage      `rocm-dspark probe` run inside an image, on the software that will serve (`up`)
 
 Importing this package is cheap; the levels import their heavy parts lazily.
 """
