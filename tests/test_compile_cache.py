@@ -158,7 +158,7 @@ def test_usage_and_purge(tmp_path):
 
 
 def test_the_in_image_probe_mounts_the_served_containers_key_directory(tmp_path):
-    from rocm_dspark.up.inimage import probe_command
+    from rocm_dspark.probe.inimage import probe_command
 
     argv = probe_command("docker", "r/v@sha256:" + DIGEST_A, tmp_path / "w.whl", tmp_path, [], ("static",),
                          compile_cache_dir="/c/img-k")

@@ -361,13 +361,13 @@ def test_a_server_bound_to_ipv6_wildcard_is_reached(tmp_path):
 
 def test_the_container_mounts_the_hub_cache_that_prereq_and_validate_measure(tmp_path, monkeypatch):
     # prereq/validate honoured HF_HUB_CACHE, the container mount did not: the disk check and the download differed.
-    from rocm_dspark.up import inimage, prereq
+    from rocm_dspark.probe import inimage
     from rocm_dspark.validate import host_checks
 
     hub, home = tmp_path / "big-disk" / "hub", tmp_path / "hf-home"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setenv("HF_HOME", str(home))
-    assert prereq.hf_cache() == host_checks.hf_cache() == hub
+    assert host_checks.hf_cache() == hub
     mount = f"{hub}:{launch_facts.HF_HUB_CONTAINER}"
     # The launcher's container mode, run for real (bash expands the rule) with the recording docker on PATH.
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"

@@ -58,9 +58,9 @@ def test_recipe_concurrency_takes_a_list_and_plans_for_its_largest_level():
 
 def test_up_gpu_failure_names_no_validate_only_flag(tmp_path, monkeypatch):
     """`up` requires a GPU itself: its fix line must not send the user to validate's --require-gpu."""
-    from rocm_dspark.up import prereq
+    from rocm_dspark.validate import start_checks
 
-    monkeypatch.setenv(prereq.HOST_ROOT_VAR, str(tmp_path / "host"))  # an empty host: no /dev/kfd
+    monkeypatch.setenv(start_checks.HOST_ROOT_VAR, str(tmp_path / "host"))  # an empty host: no /dev/kfd
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no amd-smi, no rocminfo
     result = RUNNER.invoke(cli, ["up", "--model", "V4.1-Flash", "--gpu", "mi355x", "--mode", "foreground", "--yes",
                                  "--state-dir", str(tmp_path / "state")])

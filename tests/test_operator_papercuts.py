@@ -54,15 +54,14 @@ def test_a_repeated_env_cannot_change_a_plan_owned_value(key):
 
 # 3 -------------------------------------------------------------------------------------------------------
 def test_up_with_env_hf_token_does_not_warn_anonymous(monkeypatch, tmp_path):
-    from rocm_dspark.up import prereq
     from rocm_dspark.usecase.launch_plan import plan_from_options
+    from rocm_dspark.validate import start_checks
 
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # no token file either
     opts = {"model": "V4.1-Flash", "gpu": "mi300x", "extra_env": ("HF_TOKEN=hf_x",)}
-    token = [c for c in prereq.download_checks(plan_from_options(opts), None, needs_download=True)
-             if c.name == "hf token"]
-    assert token[0].status == prereq.OK and "--env HF_TOKEN" in token[0].message, token
+    token = start_checks.checkpoint(plan_from_options(opts), None, needs_download=True)["hf token"]
+    assert token.status == "pass" and "--env HF_TOKEN" in token.message, token
 
 
 # 4 -------------------------------------------------------------------------------------------------------
@@ -145,14 +144,14 @@ def test_a_missing_model_path_is_warned_for_elsewhere_and_refused_here(tmp_path)
 
 
 def test_local_cpu_wants_a_config_in_the_model_dir(tmp_path):
-    from rocm_dspark.up import prereq
     from rocm_dspark.usecase.launch_plan import plan_from_options
+    from rocm_dspark.validate import start_checks
 
     plan = plan_from_options({"model": "V4.1-Flash", "gpu": "mi300x"})
-    check = prereq.download_checks(plan, str(tmp_path), needs_download=False)[0]
-    assert check.status == prereq.FAIL and "config.json" in check.message
+    check = start_checks.checkpoint(plan, str(tmp_path), needs_download=False)["model path"]
+    assert check.status == "fail" and "config.json" in check.message
     (tmp_path / "config.json").write_text("{}")
-    assert prereq.download_checks(plan, str(tmp_path), needs_download=False)[0].status == prereq.OK
+    assert start_checks.checkpoint(plan, str(tmp_path), needs_download=False)["model path"].status == "pass"
 
 
 # 11 ------------------------------------------------------------------------------------------------------

@@ -18,11 +18,11 @@ from rocm_dspark.runtime.server_phases import LogFollower, phase_of, phase_of_li
 from rocm_dspark.textwidth import joined
 from rocm_dspark.images import pull
 from rocm_dspark.images.pick import repository
-from rocm_dspark.up import prereq
 from rocm_dspark.service.status import status_lines
 from rocm_dspark.up.runner import UpOptions, run_up, status
 from rocm_dspark.service.state import UpState, up_dir
 from rocm_dspark.up.steps import STEPS, Step, StepFailed
+from rocm_dspark.validate import start_checks
 from tests.helpers import dry_run_only
 
 FIXTURES = Path(__file__).parent / "fixtures" / "server"
@@ -401,9 +401,9 @@ def test_port_check_names_the_fix():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        busy = prereq.port_check("127.0.0.1", port, ours=False)
-        mine = prereq.port_check("127.0.0.1", port, ours=True)
-    assert busy.status == "fail" and f"sport = :{port}" in busy.fix and mine.status == "ok"
+        busy = start_checks.port("127.0.0.1", port, ours=False)
+        mine = start_checks.port("127.0.0.1", port, ours=True)
+    assert busy.status == "fail" and f"sport = :{port}" in busy.fix and mine.status == "pass"
 
 
 def test_rich_display_draws_the_phase(tmp_path):

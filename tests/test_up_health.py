@@ -311,7 +311,7 @@ def test_a_kept_service_whose_validation_still_holds_serves_at_the_summary(tmp_p
     """A run that died mid-load left "starting"; the rerun keeps the service it finds (same command, unchanged
     launchers) and skips validate (its inputs equal the validated ones): the summary marks it serving. A failed
     validation or a stopped service is never turned into ready."""
-    from rocm_dspark.up import steps
+    from rocm_dspark.up import summary
 
     run = _run(tmp_path, "foreground", None)
     run.state.set_service({"kind": "process", "pid": os.getpid(), "start_ticks": start_ticks(os.getpid()),
@@ -320,7 +320,7 @@ def test_a_kept_service_whose_validation_still_holds_serves_at_the_summary(tmp_p
     for phase, alive, ready in (("failed", True, False), ("starting", False, False), ("starting", True, True)):
         monkeypatch.setattr(service, "alive", lambda svc, a=alive: a)
         run.state.set_readiness(False, phase, "left by an earlier run")
-        steps._ready_if_validated(run)
+        summary.ready_if_validated(run)
         assert run.state.readiness["ready"] is ready, (phase, alive, run.state.readiness)
     assert run.state.readiness["why"] == ("block verification serves, validated (pass: r/report.md; its inputs "
                                           "unchanged since)")

@@ -1,4 +1,4 @@
-"""The in-image probe of `up` (rocm_dspark/up/inimage.py) for the local-cpu target in container mode: the probe
+"""The in-image probe of `up` (rocm_dspark/up/steps.py over rocm_dspark/probe/inimage.py) for the local-cpu target in container mode: the probe
 argv it runs inside the image is one the real `rocm-dspark probe` accepts, and a probe that exits with a usage
 error stops the step with one line instead of passing as "not proven". Found on the real daemon and image
 (tests/slow/test_container_real.py): with the no-model levels only, `up` passed --server-json and the probe in the
@@ -7,12 +7,16 @@ image exited 2 ("--server-json only applies to the live level"), which `up` took
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.images import pull as image_mod
-from rocm_dspark.up import inimage
+from rocm_dspark.images import wheel
+from rocm_dspark.up import steps
 from rocm_dspark.up.runner import UpOptions, UpRun
 from rocm_dspark.service.state import UpState, up_dir
 from rocm_dspark.up.steps_common import StepFailed
@@ -37,9 +41,10 @@ def _run(tmp_path, levels) -> UpRun:
 
 def test_the_no_model_levels_get_no_server_json_and_the_real_probe_cli_accepts_the_argv(tmp_path, monkeypatch):
     run = _run(tmp_path, ("static",))
-    flags = inimage.selection_args(run, ("static",))
-    assert "--server-json" not in flags
-    assert "--server-json" in inimage.selection_args(run, ("static", "live"))
+    argv = steps.in_image_argv(run, "127.0.0.1:5000/r/vllm-cpu:0.32.0", Path("w.whl"), check=False)
+    probe = shlex.split(argv[-1].rsplit("; ", 1)[1])  # the script's last command: the probe
+    assert probe[:4] == ["python3", "-m", "rocm_dspark", "probe"] and "--server-json" not in probe
+    assert probe[-4:] == ["--state-dir", str(run.options.state_dir), "--levels", "static"]
     # The real probe CLI accepts it: it gets as far as running the levels (stopped there: the levels themselves
     # are tests/test_probe*.py's); a usage error would be exit 2 before that.
     import rocm_dspark.probe.run as probe_run
@@ -51,7 +56,7 @@ def test_the_no_model_levels_get_no_server_json_and_the_real_probe_cli_accepts_t
         raise Ran(k.get("levels"))
 
     monkeypatch.setattr(probe_run, "run_probe", ran)
-    got = CliRunner().invoke(cli, ["probe", *flags, "--state-dir", str(tmp_path / "p"), "--levels", "static"])
+    got = CliRunner().invoke(cli, probe[3:])
     assert isinstance(got.exception, Ran) and got.exception.args == (("static",),), got.output
 
 
@@ -62,9 +67,9 @@ def test_a_probe_that_exits_2_in_the_image_fails_the_step_with_its_last_line(tmp
     tool.chmod(0o755)
     run = _run(tmp_path, ("static",))
     monkeypatch.setattr(image_mod, "runtime", lambda: str(tool))
-    monkeypatch.setattr(inimage, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
+    monkeypatch.setattr(wheel, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
     run.outputs["image"] = {"pinned": "127.0.0.1:5000/r/vllm-cpu@sha256:" + "a" * 64}
     with pytest.raises(StepFailed) as got:
-        inimage.probe_step(run)
+        steps.probe_in_image(run)
     assert "\n" not in got.value.message and got.value.message.endswith(
         "exited 2: rocm-dspark: error: --server-json only applies to the live level"), got.value.message

@@ -155,12 +155,11 @@ def test_ab_decision_reads_the_host_calibration_before_the_public_prediction(tmp
     public_loses = payoff.Payoff(payoff.LOSES, "prediction", "predicted -9.0 +- 1 points: loses (planted public file)")
     monkeypatch.setattr(payoff, "predicted", lambda *a, **k: public_loses)
     run = _run(tmp_path, "foreground", concurrency=(128,))
-    why, c = prove.decision(run)
-    assert c == 128 and why is not None and "does not pay" in why and "planted public file" in why  # no host fit yet
+    why = prove.skip(run)
+    assert why is not None and "does not pay at c=128" in why and "planted public file" in why  # no host fit yet
     _host_fit(tmp_path, state)
     run = _run(tmp_path, "foreground", concurrency=(128,))
-    why, c = prove.decision(run)
-    assert why is None and c == 128  # the host fit pays at 128: the adaptive start is made
+    assert prove.skip(run) is None  # the host fit pays at 128: the adaptive start is made
     pay = payoff.payoff_verdict(run.catalog, run.plan, 128, state)
     assert pay.state == payoff.PAYS and "this host's calibration" in pay.evidence
 
@@ -168,11 +167,10 @@ def test_ab_decision_reads_the_host_calibration_before_the_public_prediction(tmp
 def test_no_concurrency_makes_no_adaptive_start(tmp_path):
     # A refuting record: tests/test_verdict.py (the prove step asks the verdict, not the probe step's output).
     run = _run(tmp_path, "foreground")
-    why, _ = prove.decision(run)
-    assert why.startswith("skipped: no workload declared")
+    assert prove.skip(run).startswith("skipped: no workload declared")
     run = _run(tmp_path, "foreground", concurrency=(64,))
     run.options.selection["adaptive"] = "off"
-    assert prove.decision(run)[0].startswith("skipped: the plan has no adaptive command")
+    assert prove.skip(run).startswith("skipped: the plan has no adaptive command")
 
 
 # status --ready / GET /ready while proving: tests/test_up_health.py (real servers on loopback)

@@ -1,7 +1,7 @@
 """`rocm-dspark up` on the node target in container mode, run for real as far as this CPU box allows (issue #16).
 
 Real: the CLI in a child process, every step's code, the host checks on a host laid out in a directory
-(ROCM_DSPARK_HOST_ROOT, the variable the launcher reads too), the generated launcher, its process handling,
+(ROCM_DSPARK_HOST_ROOT, read by the prerequisite checks only), the generated launcher, its process handling,
 the state file, `status` and `down`. Stand-ins, because neither exists here: `rocminfo` printing a recorded
 real MI300X x8 output (tests/fixtures/host), and `docker`, an instrument that answers `pull` and `image inspect`
 as docker documents them (a registry digest), records the argv of `docker run` and then answers /health and
@@ -219,7 +219,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert image["digest"] == f"sha256:{DIGEST}" and image["pinned"].endswith(f"@sha256:{DIGEST}")
         calls = [c for c in _docker_calls(tmp_path / "rec") if c[:4] != ["image", "inspect", "--format", "{{.Id}}"]
                  and c[0] != "info"]
-        assert "docker         ok      `docker info` answers" in out
+        assert "docker         pass    `docker info` answers" in out
         assert calls[0][0] == "pull" and calls[1][:4] == ["image", "inspect", "--format", "{{json .RepoDigests}}"]
         # Not pulled when the plan was chosen: the gate read this Python, and said so.
         assert "is not pulled yet (docker: Error: No such image: " in out

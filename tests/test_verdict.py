@@ -78,8 +78,8 @@ def via_prove_step(state, tmp_path, monkeypatch, ab):
     from rocm_dspark.up import prove
 
     run = _up(state)
-    got = prove.decide(run, None, {}, C).outcome  # after the adaptive start: keep it?
-    why, _ = prove.decision(run)                  # before it: is an adaptive start worth one load?
+    got = run.target.decide(run, None, {}).outcome  # after the adaptive start: keep it?
+    why = prove.skip(run)                         # before it: is an adaptive start worth one load?
     if got == PROVEN:
         assert why.startswith("skipped: the gate already chose adaptive verification"), why
     elif got == REFUTED:
@@ -91,20 +91,21 @@ def via_prove_step(state, tmp_path, monkeypatch, ab):
 
 def via_in_image_probe(state, tmp_path, monkeypatch, ab):
     from rocm_dspark.images import pull as image_mod
-    from rocm_dspark.up import inimage
+    from rocm_dspark.images import wheel
+    from rocm_dspark.up import steps
 
     tool = tmp_path / "docker"  # the image's probe: it runs and writes nothing (the records are planted)
     tool.write_text("#!/bin/sh\nexit 0\n")
     tool.chmod(0o755)
     monkeypatch.setattr(image_mod, "runtime", lambda: str(tool))
-    monkeypatch.setattr(inimage, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
+    monkeypatch.setattr(wheel, "build_wheel", lambda out: out / "rocm_dspark-0.1.0-py3-none-any.whl")
     run = _up(state, "container")
     from rocm_dspark.up import choice
 
     monkeypatch.setattr(choice, "gate_software", lambda run: None)  # the image's software is this Python's here
     run.outputs["image"] = {"pinned": run.plan.image}
-    out = inimage.probe_step(run)
-    skip = run.target.inimage_skip(run)
+    out = steps.probe_in_image(run)
+    skip = steps.in_image_skip(run)
     assert (skip is not None) == (out["gate"] in (PROVEN, NOT_PAYING)), (skip, out)  # a proof: no second probe
     return out["gate"]
 

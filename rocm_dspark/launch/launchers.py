@@ -342,7 +342,7 @@ def render_launcher(
             optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}),
         )  # a head's only
     values["GROUP_CODE"] = group.rstrip("\n")
-    if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
+    if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.target): its own flags, no GPU devices
         values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
     return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.images import pull
 from rocm_dspark.inputs import parse_json, read_text
-from rocm_dspark.recipe.catalog import Catalog
+from rocm_dspark.probe import software
+from rocm_dspark.recipe import options as recipe_options
 from rocm_dspark.recipe.plan import LaunchPlan, Selection
 from rocm_dspark.up.steps_common import write_json
+from rocm_dspark.usecase.launch_plan import plan_for
 
 
 class Chosen(NamedTuple):
-    catalog: Catalog
     selection: Selection
     plan: LaunchPlan
     why: str  # why its verification mode is what it is (the plan's adaptive note)
@@ -29,17 +31,14 @@ def selection_opts(run) -> dict:
     opts = dict(run.options.selection)
     if run.options.concurrency and not opts.get("concurrency"):
         opts["concurrency"] = max(run.options.concurrency)
-    detected = (run.outputs.get("detect") or {}).get("gpu")
-    if not opts.get("gpu") and detected:
-        opts["gpu"] = detected
-    return run.target.selection_defaults(opts)
+    if gpu := opts.get("gpu") or (run.outputs.get("detect") or {}).get("gpu") or run.target.default_gpu:
+        opts["gpu"] = gpu
+    return opts
 
 
 def chosen(run) -> Chosen:
     """The plan once chosen (the library path `recipe` uses); chosen now if it is not yet."""
     if run.chosen is None:
-        from rocm_dspark.usecase.launch_plan import plan_for
-
         opts = selection_opts(run)
         catalog, selection, plan = plan_for(opts, run.catalog)
         soft, note = image_software(run, plan.image)
@@ -49,7 +48,7 @@ def chosen(run) -> Chosen:
             if plan.image != first:
                 soft, note = image_software(run, plan.image)
         why = next((n.text for n in plan.notes if n.topic.startswith("adaptive")), "")
-        run.chosen = Chosen(catalog, selection, plan, why, soft, note)
+        run.chosen = Chosen(selection, plan, why, soft, note)
     return run.chosen
 
 
@@ -61,9 +60,9 @@ def gate_software(run) -> dict | None:
 
 def selection_argv(run, exclude: tuple[str, ...] = ()) -> list[str]:
     """The selection as command-line words (rocm_dspark.recipe.options); the state dir only when given."""
-    from rocm_dspark.recipe.options import selection_argv as words
-
-    return words(selection_opts(run), exclude=exclude if run.options.state_dir_flag else (*exclude, "state_dir"))
+    return recipe_options.selection_argv(
+        selection_opts(run), exclude=exclude if run.options.state_dir_flag else (*exclude, "state_dir")
+    )
 
 
 def image_software(run, image: str | None) -> tuple[dict | None, str | None]:
@@ -72,9 +71,6 @@ def image_software(run, image: str | None) -> tuple[dict | None, str | None]:
     runs nothing, so it reads only the cache."""
     if run.mode == "foreground" or not image:
         return None, None
-    from rocm_dspark.images import pull
-    from rocm_dspark.probe import software
-
     cache = run.dir / "image-software.json"
     try:  # bounded, regular files only, strict JSON
         cached = parse_json(read_text(cache, "image software"), "image software")

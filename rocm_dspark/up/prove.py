@@ -1,86 +1,98 @@
-"""Step 8 of `up`: prove adaptive verification on the service itself, in as few model loads as the evidence needs.
-
-The block service that the start step brought up is the A/B's block arm: it is measured where it runs, before
-anything stops. Then one adaptive start (one load) is at once the probe's live level (attached to the service's
-own process, which probe.serving checks in /proc), the A/B's adaptive arm and, when the gate then says proven
-and paying, the service itself: it is kept. A refutation, or "does not pay", costs one restart back to block.
-Until the gate has decided, the service is "proving": the state's readiness says not ready (`rocm-dspark status
---ready` exits 1), whatever vLLM's own /health says.
-
-No adaptive start is made where it cannot change what serves: no adaptive command, the gate already chose it,
-the levels that load no model refuted it, no --concurrency (the gate cannot say "pays" without a workload), or
-the verdict's payoff half (A/B records, this host's calibration, the public prediction: usecase/verdict.judge,
-read ahead of a proof) says it loses at that concurrency.
+"""Step 8 of `up`: prove adaptive verification on the service itself, in as few model loads as the evidence needs
+(docs/up.md, step 8): the running block service is the A/B's block arm; one adaptive start is the probe's live
+level (attached to the service's own process, which probe.serving checks in /proc), the A/B's adaptive arm and,
+proven and paying, the service, kept; else one restart back to block. Until the gate has decided, the service
+is "proving": not ready, whatever vLLM's own /health says. `skip` says where no adaptive start can change what
+serves (the payoff is usecase/verdict.judge's, read ahead of a proof).
 """
 
 from __future__ import annotations
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import read_text
+from rocm_dspark.probe import store
 from rocm_dspark.probe.payoff import LOSES
+from rocm_dspark.probe.record import RecordError, parse_record
+from rocm_dspark.probe.run import run_probe
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
 from rocm_dspark.service import control
+from rocm_dspark.service.canary import hold
 from rocm_dspark.up import choice, serve
+from rocm_dspark.up.actions import Say
 from rocm_dspark.up.steps_common import StepFailed, out_hash
+from rocm_dspark.usecase.verdict import judge
+from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
+from rocm_dspark.validate.sweep import bench_setup, input_len
 
 
-def decision(run) -> tuple[str | None, int | None]:
-    """(why no adaptive start is made, or None to make one; the concurrency the A/B runs at)."""
-    from rocm_dspark.service.canary import hold
-
-    plans = serve.command_plans(run)
+def skip(run) -> str | None:
+    """Why no adaptive start is made (None: one is made, at the largest --concurrency)."""
     if held := hold(run.state, out_hash(run, "probe")):
-        return f"skipped: {held}", None
-    if "adaptive" not in plans:
-        return (
-            "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)",
-            None,
-        )
+        return f"skipped: {held}"
+    if "adaptive" not in serve.command_plans(run):
+        return "skipped: the plan has no adaptive command to prove (--adaptive off, or the build does not allow it)"
     if serve.serving_command(run) == "adaptive":
-        return (
-            f"skipped: the gate already chose adaptive verification ({(run.outputs.get('choose') or {}).get('verdict')})",
-            None,
-        )
-    c = max(run.options.concurrency) if run.options.concurrency else None
+        why = (run.outputs.get("choose") or {}).get("verdict")
+        return f"skipped: the gate already chose adaptive verification ({why})"
     got = judged(run, ahead=run.target.counts_for_gate)  # local-cpu: its A/B decides, not the recipe's
     if got.verdict.outcome == REFUTED:
         return (
             f"skipped: the levels that load no model refute adaptive verification here ({got.verdict.reason}), "
-            f"so no adaptive start is made"
-        ), None
-    if c is None:
+            "so no adaptive start is made"
+        )
+    if not run.options.concurrency:
         return (
             "skipped: no workload declared: without --concurrency C the gate cannot say adaptive verification pays, "
             "so block verification serves (pass --concurrency C to prove it and A/B it on the service)"
-        ), None
+        )
     if (pay := got.payoff) is not None and pay.state == LOSES:
-        return f"skipped: the gate says adaptive verification does not pay at c={c} ({pay.evidence}): {pay.text}", c
-    return None, c
+        c = max(run.options.concurrency)
+        return f"skipped: the gate says adaptive verification does not pay at c={c} ({pay.evidence}): {pay.text}"
+    return None
 
 
-def loads_forecast(run) -> tuple[str, int | None]:
-    """(what the prove step costs in loads, in words; the concurrency) for --dry-run."""
-    why, c = decision(run)
-    if why:
-        return why, c
-    return (
-        f"one adaptive start at c={c}: kept if the gate says proven and paying, else one more start back to block"
-    ), c
+def prove_inputs(run) -> dict:
+    return {
+        "probe": out_hash(run, "probe"),
+        "concurrency": run.options.concurrency,
+        "serving": serve.serving_command(run),
+    }
+
+
+def prove_actions(run) -> list:
+    c = max(run.options.concurrency)  # not skipped: --concurrency was given
+    return [
+        Say(
+            f"A/B block arm at c={c}: the workload (validate's sweep, ignore_eos) on the running block service, no load"
+        ),
+        Say(
+            "marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts "
+            "the adaptive launcher (one load):"
+        ),
+        *serve.start_actions(run, "adaptive"),
+        Say(
+            "live level attached to it: rocm-dspark probe --levels live, carried into the record of step 6 (its "
+            "process checked in /proc, tokens re-scored)"
+        ),
+        Say(
+            f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into {run.options.state_dir / 'ab'}"
+        ),
+        Say(
+            "the gate decides (probe records, A/B record, this host's calibration): proven and paying -> the "
+            "adaptive start is kept and marked ready; refuted or not paying -> one more start, back to block:"
+        ),
+        *serve.start_actions(run, "block"),
+    ]
 
 
 def prove_run(run) -> dict:
-    why, c = decision(run)
-    if why:
-        run.display.say(f"  {why}")
-        return {"skipped": why}
-    from rocm_dspark.probe import store
-    from rocm_dspark.up.serve import bench_container
-    from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record
-    from rocm_dspark.validate.sweep import bench_setup, input_len
-
-    plans = serve.command_plans(run)
-    requests = default_requests(c)
-    max_tokens = run.target.ab_max_tokens
+    plans, c = serve.command_plans(run), max(run.options.concurrency)  # not skipped: --concurrency was given
+    workload = {
+        "concurrency": c,
+        "requests": default_requests(c),
+        "input_len": input_len(run.options.quick),
+        "max_tokens": run.target.ab_max_tokens,
+    }
     started = store.utc_now()
     out_dir = (run.dir / AB_BENCH_DIR / store.iso(started).replace(":", "")).absolute()  # not a validate report
     arms = {}
@@ -90,7 +102,7 @@ def prove_run(run) -> dict:
         plan = plans[which]
         # bench from the vLLM that serves, as the validate step's sweep runs it (in the image in container modes)
         prefix, tokenizer = bench_setup(
-            plan.argv, plan, python=None, container=bench_container(run), result_dir=out_dir
+            plan.argv, plan, python=None, container=serve.bench_container(run), result_dir=out_dir
         )
         stats = measure(
             srv,
@@ -98,10 +110,7 @@ def prove_run(run) -> dict:
             which,
             prefix=prefix,
             tokenizer=tokenizer,
-            concurrency=c,
-            requests=requests,
-            input_len=input_len(run.target.quick(run.options)),
-            max_tokens=max_tokens,
+            **workload,
             timeout_s=run.options.request_timeout_s,
             out_dir=out_dir,
             say=lambda line: run.display.say(f"  {line}"),
@@ -136,25 +145,21 @@ def prove_run(run) -> dict:
         return _back_to_block(run, out, f"refuted: the live level failed: {level.reason}")
     run.display.say(f"  A/B adaptive arm at c={c}: measured on the same start")
     arms["adaptive"] = arm("adaptive")
-    override = run.target.ab_override(arms)
     record = write_ab_record(
         catalog=run.catalog,
         selection=run.selection,
         plan=plans["adaptive"],
-        concurrency=c,
         arms=arms,
         started=started,
-        requests=requests,
-        input_len=input_len(run.target.quick(run.options)),
-        max_tokens=max_tokens,
-        override=override,
+        **workload,
+        override=run.target.ab_override(arms),
         state_dir=run.options.state_dir,
         report_dir=None,
         say=lambda line: run.display.say(f"  {line}"),
     )
     out["ab"] = {"record": record["id"], "verdict": record["verdict"]["text"], "bench": str(out_dir)}
     run.display.say(f"  {record['verdict']['text']}")
-    verdict = decide(run, live, record, c)
+    verdict = run.target.decide(run, live, record)
     why = out["decision"] = f"{verdict.outcome}: {verdict.reason}"
     if verdict.outcome != PROVEN:
         return _back_to_block(run, out, why)
@@ -177,9 +182,6 @@ def validating(run, which: str, why: str) -> None:
 
 def _live(run):
     """The live level on the adaptive start, carried into one record with the levels run before the first load."""
-    from rocm_dspark.probe.record import RecordError, parse_record
-    from rocm_dspark.probe.run import run_probe
-
     target = run.target.live_target(run)
     earlier_path = (run.outputs.get("probe") or {}).get("record")
     try:  # the record this `up` wrote before the first load, read as strictly as the gate reads it
@@ -202,8 +204,6 @@ def _live(run):
 
 def judged(run, *, ahead: bool = False):
     """The verdict (usecase.verdict) for `up`'s plan at its largest --concurrency, on the software that serves."""
-    from rocm_dspark.usecase.verdict import judge
-
     c = max(run.options.concurrency) if run.options.concurrency else None
     return judge(
         run.catalog,
@@ -213,8 +213,3 @@ def judged(run, *, ahead: bool = False):
         soft=choice.gate_software(run),
         ahead=ahead,
     )
-
-
-def decide(run, live, record: dict, c: int):
-    """Keep the adaptive start? The target's verdict on the records just written (up/target.py)."""
-    return run.target.decide(run, live, record)

@@ -14,14 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch.launchers import check_name, default_name
+from rocm_dspark.probe import store
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.secret_env import redact_argv
 from rocm_dspark.service import control
+from rocm_dspark.service import status as service_status
 from rocm_dspark.service.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
-from rocm_dspark.up import choice
-from rocm_dspark.up.steps import STEPS, StepFailed
+from rocm_dspark.service.trust import check_usable, prepare, up_lock
+from rocm_dspark.up import actions, choice, ready_server
+from rocm_dspark.up.steps import STEPS, StepFailed, mode_checks, unit_user
 from rocm_dspark.up.steps_common import out_hash
 from rocm_dspark.up.target import TARGETS, target_for
+from rocm_dspark.validate.result import FAIL
 
 MODES = ("systemd", "foreground", "container")
 
@@ -47,18 +52,16 @@ class UpOptions:
     state_dir_flag: str | None = None
 
     def __post_init__(self):
-        from rocm_dspark.probe.store import state_dir
-
-        target = target_for(self.target)
+        """Refuse what no step would accept (before anything is printed, the dry run's first line included)."""
         if self.mode is not None and self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r}: use one of {', '.join(MODES)}")
+        target = target_for(self.target)
         target.check_options(self)
-        if self.name is not None:  # the rule the launchers step applies, checked before anything (dry run included)
-            from rocm_dspark.launch.launchers import check_name
-
+        self.quick = self.quick or target.quick_only
+        if self.name is not None:  # the rule the launchers step applies
             check_name(self.name)
         self.state_dir_flag = self.selection.get("state_dir")  # shown in --dry-run's commands only when given
-        self.state_dir = Path(state_dir(self.selection.get("state_dir"))).absolute()
+        self.state_dir = Path(store.state_dir(self.state_dir_flag)).absolute()
         self.selection = {**self.selection, "state_dir": str(self.state_dir)}
 
 
@@ -92,7 +95,7 @@ class UpRun:
 
     @property
     def name(self) -> str:
-        return self.options.name or self.target.default_name(self.plan)
+        return self.options.name or self.target.fixed_name or default_name(self.plan)
 
 
 def _stop_started(run: UpRun) -> str:
@@ -116,17 +119,13 @@ def _stop_started(run: UpRun) -> str:
 
 def refuse_early(run: UpRun) -> None:
     """The refusals that need no step's result, made before anything is printed or written (the dry run's too);
-    the steps would make them later: the unit's user (launchers), the readiness port (start), the local check."""
-    from rocm_dspark.up import ready_server
-    from rocm_dspark.up.steps import unit_user
-
+    the steps would make them later: the unit's user (launchers), the readiness port (start)."""
     if run.mode == "systemd":
         unit_user(run)
     sel = run.options.selection  # vLLM's port as the resolver sets it (--port, else the model's), with no plan yet
     ready_server.check_port(
         run.options.ready_port, sel.get("port") or run.catalog.find_model(sel["model"]).serve["port"]
     )
-    run.target.refuse_early()
 
 
 def _header(i: int, n: int, step) -> str:
@@ -137,7 +136,6 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
     """Run (or --dry-run) the steps. Returns the exit status: 0 done, 1 a step failed, 130 interrupted."""
     state = UpState.load(up_dir(options.state_dir))
     run = UpRun(options, display, state)
-    from rocm_dspark.service.trust import check_usable, prepare, up_lock
 
     refuse_early(run)
     if options.dry_run:
@@ -151,6 +149,17 @@ def run_up(options: UpOptions, display, steps=STEPS) -> int:
         return _run_steps(run, state, steps)
 
 
+def _why_run(run: UpRun, step, rec: dict | None, done: bool) -> str | None:
+    """Why `step` runs now; None where it finished on these inputs and what it left is still there."""
+    if rec is None:
+        return "first run"
+    if step.always:
+        return "always runs"
+    if done:
+        return step.valid(run, rec.get("output") or {}) if step.valid else None
+    return f"last run {rec['status']}" if rec.get("status") != DONE else "its inputs changed"
+
+
 def _run_steps(run: UpRun, state: UpState, steps) -> int:
     display = run.display
     state.note_run({"at": utc_now(), "argv": redact_argv(sys.argv[1:]), "target": run.options.target})
@@ -161,62 +170,15 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
         step = steps[i - 1]
         inputs = digest({"step": step.inputs(run), "before": out_hash(run, steps[i - 2].name) if i > 1 else None})
         rec = state.step(step.name)
-        if not step.always and rec is not None and state.is_done(step.name, inputs):
-            why = step.valid(run, rec.get("output") or {}) if step.valid else None
-            if why is None:
-                run.outputs[step.name] = rec.get("output") or {}
-                display.say(f"{_header(i, n, step)}: done {rec['at']}, inputs unchanged")
-                continue
-            reason = why
-        else:
-            reason = (
-                "first run"
-                if rec is None
-                else "always runs"
-                if step.always
-                else f"last run {rec['status']}"
-                if rec.get("status") != DONE
-                else "its inputs changed"
-            )
+        reason = _why_run(run, step, rec, state.is_done(step.name, inputs))
+        if rec is not None and reason is None:
+            run.outputs[step.name] = rec.get("output") or {}
+            display.say(f"{_header(i, n, step)}: done {rec['at']}, inputs unchanged")
+            continue
         display.say(f"{_header(i, n, step)} ({reason})")
-        t0 = time.monotonic()
-        try:
-            out = step.run(run)
-        except StepFailed as exc:
-            state.mark(step.name, FAILED, inputs, message=exc.message, fix=exc.fix, seconds=time.monotonic() - t0)
-            if exc.log_tail:
-                display.say("--- log tail ---\n" + exc.log_tail + "\n---")
-            display.say(f"rocm-dspark up: step {step.name} failed: {exc.message}; fix: {exc.fix}")
-            return 1
-        except UsageError as exc:  # bad input (e.g. a tag the registry does not hold): exit 2, as the CLI's errors
-            state.mark(step.name, FAILED, inputs, message=str(exc), seconds=time.monotonic() - t0)
-            display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
-            return 2
-        except KeyboardInterrupt:
-            # Recorded before the server is stopped: a second Ctrl-C during its drain must not leave it unrecorded.
-            state.mark(
-                step.name,
-                INTERRUPTED,
-                inputs,
-                message="Ctrl-C",
-                fix="run `rocm-dspark up` again: it resumes at this step",
-                seconds=time.monotonic() - t0,
-            )
-            stopped = _stop_started(run)
-            display.say(
-                f"rocm-dspark up: interrupted in step {step.name}{stopped}; run `rocm-dspark up` again to continue"
-            )
-            return 130
-        status = SKIPPED if isinstance(out, dict) and out.get("skipped") else DONE
-        state.mark(
-            step.name,
-            status,
-            inputs,
-            output=out,
-            seconds=time.monotonic() - t0,
-            message=out.get("skipped", "") if isinstance(out, dict) else "",
-        )
-        run.outputs[step.name] = out
+        if (code := _execute(run, step, inputs)) is not None:
+            return code
+        out = run.outputs[step.name]
         if isinstance(out, dict) and out.get("replan") and step.name not in run.replanned:
             # New evidence (the image pulled: its own software) changes the plan: choose again, once per step; the
             # steps whose inputs did not change are skipped as usual.
@@ -227,24 +189,57 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
     return 0
 
 
+def _execute(run: UpRun, step, inputs: str) -> int | None:
+    """Run one step (or say why it skips) and record it; the exit status where the run stops there."""
+    display, t0 = run.display, time.monotonic()
+
+    def mark(status: str, **record) -> None:
+        run.state.mark(step.name, status, inputs, seconds=time.monotonic() - t0, **record)
+
+    try:
+        if why := step.skip and step.skip(run):
+            display.say(f"  {why}")
+        out = {"skipped": why} if why else step.run(run)
+    except StepFailed as exc:
+        mark(FAILED, message=exc.message, fix=exc.fix)
+        if exc.log_tail:
+            display.say("--- log tail ---\n" + exc.log_tail + "\n---")
+        display.say(f"rocm-dspark up: step {step.name} failed: {exc.message}; fix: {exc.fix}")
+        return 1
+    except UsageError as exc:  # bad input (e.g. a tag the registry does not hold): exit 2, as the CLI's errors
+        mark(FAILED, message=str(exc))
+        display.say(f"rocm-dspark up: step {step.name} failed: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        # Recorded before the server is stopped: a second Ctrl-C during its drain must not leave it unrecorded.
+        mark(INTERRUPTED, message="Ctrl-C", fix="run `rocm-dspark up` again: it resumes at this step")
+        display.say(
+            f"rocm-dspark up: interrupted in step {step.name}{_stop_started(run)}; run `rocm-dspark up` again to "
+            "continue"
+        )
+        return 130
+    skipped = out.get("skipped", "") if isinstance(out, dict) else ""
+    mark(SKIPPED if skipped else DONE, output=out, message=skipped)
+    run.outputs[step.name] = out
+    return None
+
+
 def _render_plan(run: UpRun, steps) -> int:
     """--dry-run: every step's actions (up/actions.py), rendered; a bash script whose commands are what the run
     executes and whose every other line is a comment."""
-    from rocm_dspark.up.actions import Say, render
-    from rocm_dspark.up.prereq import FAIL
-    from rocm_dspark.up.steps import mode_checks
-
-    head = [Say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")]
+    head = [actions.Say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")]
     head += [
-        Say(f"the run would stop at step 3 on this host: {c.name}: {c.message}; fix: {c.fix}")
-        for c in mode_checks(run)
+        actions.Say(f"the run would stop at step 3 on this host: {name}: {c.message}; fix: {c.fix}")
+        for name, c in mode_checks(run).items()
         if c.status == FAIL
     ]  # made now, as the run makes them
-    lines = render(head, "")
+    lines = actions.render(head, "")
     for i, step in enumerate(steps, 1):
         rec = run.state.step(step.name)
         done = f"  [state: {rec['status']} {rec['at']}]" if rec else ""
-        lines += render([Say(f"{_header(i, len(steps), step)}{done}")], "") + render(step.actions(run))
+        why = step.skip and step.skip(run)
+        lines += actions.render([actions.Say(f"{_header(i, len(steps), step)}{done}")], "")
+        lines += actions.render([actions.Say(why)] if why else step.actions(run))
     for line in lines:
         run.display.say(line)
     return 0
@@ -252,6 +247,4 @@ def _render_plan(run: UpRun, steps) -> int:
 
 def status(state_dir, sizes: bool = True) -> dict:
     """`rocm-dspark status` (rocm_dspark.service.status), with `up`'s steps named in order."""
-    from rocm_dspark.service.status import status as of
-
-    return of(state_dir, [(s.name, s.title) for s in STEPS], sizes)
+    return service_status.status(state_dir, [(s.name, s.title) for s in STEPS], sizes)

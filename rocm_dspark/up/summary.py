@@ -3,6 +3,75 @@
 from __future__ import annotations
 
 from rocm_dspark.runtime.mono_log import read_file
+from rocm_dspark.service import control
+from rocm_dspark.up import canary, prove, serve
+from rocm_dspark.up.actions import Action, Say, Write
+from rocm_dspark.up.steps_common import out_hash, write_json
+
+
+def summary_inputs(run) -> dict:
+    return {k: out_hash(run, k) for k in ("choose", "image", "start", "probe", "prove", "validate")}
+
+
+def ready_if_validated(run) -> None:
+    """Every step is done, so validate passed on inputs equal to these: a service kept after a run that died
+    mid-load (still "starting") is the validated one, and serves."""
+    r, svc = run.state.readiness, run.state.service
+    if not r.get("ready") and r.get("phase") in ("starting", "validating") and control.alive(svc):
+        v = run.outputs.get("validate") or {}
+        run.state.set_readiness(
+            True,
+            "serving",
+            f"{svc.get('command')} verification serves, validated "
+            f"({v.get('result')}: {v.get('report')}; its inputs unchanged since)",
+        )
+
+
+def summary_run(run) -> dict:
+    ready_if_validated(run)
+    data = build_summary(run)
+    write_json(run, "summary.json", data)
+    for line in summary_lines(data) + canary.ensure_timer(run):
+        run.display.say(line)
+    return data
+
+
+def summary_actions(run) -> list[Action]:
+    return [
+        Say(
+            "prints the endpoint, build and digest, verification mode and why, the model loads and each one's "
+            "time, tokens/s and acceptance length, and the report path"
+        ),
+        Write(str(run.dir / "summary.json"), 0o600, "summary"),
+        *(Say(line) for line in loads_forecast(run)),
+        *canary.actions(run),
+    ]
+
+
+def loads_forecast(run) -> list[str]:
+    """How many model loads this `up` takes, with and without --concurrency (--dry-run)."""
+    start = 0 if serve.serving(run, serve.serving_command(run)) is None else 1
+    kept = (run.state.output("prove") or {}).get("serving")
+    if kept and serve.serving(run, kept) is None:
+        return [f"model loads: 0 (the service already serves the {kept} command the prove step kept)"]
+    if prove.skip(run):
+        now = f"model loads: {start} (the service{'' if start else ': already serving'}); the prove step makes no adaptive start"
+    else:
+        now = (
+            f"model loads: {start + 1} if adaptive verification is proven and pays at c={max(run.options.concurrency)} "
+            f"(block service, then one adaptive start that is kept), {start + 2} if it is refuted or does not pay "
+            "(back to block)"
+        )
+    if run.options.concurrency:
+        other = f"without --concurrency: {start} (the gate cannot say it pays, so no adaptive start)"
+    elif "adaptive" in serve.command_plans(run) and serve.serving_command(run) == "block":
+        other = (
+            f"with --concurrency C: {start + 1} if it is proven and pays at C, {start + 2} if refuted or not "
+            f"paying, {start} where the gate already says it does not pay at C"
+        )
+    else:
+        other = f"with --concurrency C: {start} (nothing to prove)"
+    return [now, other]
 
 
 def build_summary(run) -> dict:
@@ -69,44 +138,34 @@ def build_summary(run) -> dict:
 
 
 def summary_lines(s: dict) -> list[str]:
-    b = s["build"]
-    digest = b["digest"] or f"none ({b['digest_note'] or 'not pulled'})"
-    tps = (
-        ", ".join(f"{lv['output_tok_s']} tok/s at concurrency {lv['concurrency']}" for lv in s["throughput_tok_s"])
-        or "not measured"
-    )
+    b, svc, p, loads = s["build"], s["service"], s["probe"], s["loads"]
+    tps = ", ".join(f"{lv['output_tok_s']} tok/s at concurrency {lv['concurrency']}" for lv in s["throughput_tok_s"])
     acc = f"{s['acceptance_length']:.3f}" if isinstance(s["acceptance_length"], (int, float)) else "not measured"
-    lines = [
-        "rocm-dspark up: summary",
-        f"  endpoint      {s['endpoint']}  (model name {s['served_name']!r})",
-        f"  profile       {s['profile']}",
-        f"  build         vLLM {b['vllm']}, image {b['image'] or '-'}",
-        f"  digest        {digest}",
-        *([f"  ran           {s['ran']}"] if s.get("ran") else []),
-        f"  service       {s['service']['mode']}"
-        + (f" unit {s['service']['unit']}" if s["service"].get("unit") else "")
-        + (f" pid {s['service']['pid']}" if s["service"].get("pid") else "")
+    ready = "(200 when validated and serving; 503 while a load runs, while proving, or down)"
+    rows = {
+        "endpoint": f"{s['endpoint']}  (model name {s['served_name']!r})",
+        "profile": s["profile"],
+        "build": f"vLLM {b['vllm']}, image {b['image'] or '-'}",
+        "digest": b["digest"] or f"none ({b['digest_note'] or 'not pulled'})",
+        "ran": s.get("ran"),
+        "service": f"{svc['mode']}"
+        + (f" unit {svc['unit']}" if svc.get("unit") else "")
+        + (f" pid {svc['pid']}" if svc.get("pid") else "")
         + "  (`rocm-dspark down` stops it)",
-        f"  verification  {s['verification']['mode']}: {s['verification']['why']}",
-        *([f"  mono decode   {s['mono_decode']}"] if s.get("mono_decode") else []),
-        f"  throughput    {tps}",
-        f"  acceptance    mean acceptance length {acc}",
-        f"  validation    {(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",
-        *(
-            [
-                f"  readiness     GET {s['readiness']} (200 when validated and serving; 503 while a load runs, while proving, or down)"
-            ]
-            if s.get("readiness")
-            else []
-        ),
-        f"  probe         {s['probe']['gate'] or '-'}: {s['probe']['gate_reason'] or '-'} ({s['probe']['record'] or 'no record'})",
-        f"  A/B           {s['ab'] or '-'}",
-        f"  model loads   {len(s['loads'])} this run" + ("" if s["loads"] else " (the service already served)"),
-        *[f"    {ld['n']}. {ld['command']:<8} {ld['seconds']:.0f} s  ({ld['why']})" + _cache(ld) for ld in s["loads"]],
-    ]
-    if not s["counts_for_gate"]:
-        lines.append(f"  note          {s['note']}")
-    return lines
+        "verification": f"{s['verification']['mode']}: {s['verification']['why']}",
+        "mono decode": s.get("mono_decode"),
+        "throughput": tps or "not measured",
+        "acceptance": f"mean acceptance length {acc}",
+        "validation": f"{(s['validation'] or 'not run').upper()}; report {s['report'] or '-'}",
+        "readiness": s.get("readiness") and f"GET {s['readiness']} {ready}",
+        "probe": f"{p['gate'] or '-'}: {p['gate_reason'] or '-'} ({p['record'] or 'no record'})",
+        "A/B": s["ab"] or "-",
+        "model loads": f"{len(loads)} this run" + ("" if loads else " (the service already served)"),
+    }
+    optional = ("ran", "mono decode", "readiness")  # a line only where there is something to say
+    lines = ["rocm-dspark up: summary", *(f"  {k:<13} {v}" for k, v in rows.items() if v or k not in optional)]
+    lines += [f"    {ld['n']}. {ld['command']:<8} {ld['seconds']:.0f} s  ({ld['why']})" + _cache(ld) for ld in loads]
+    return lines + ([] if s["counts_for_gate"] else [f"  note          {s['note']}"])
 
 
 def _cache(load: dict) -> str:

@@ -13,7 +13,7 @@ last (vllm#53488). docs/adaptive-verification.md, "The hardware acceptance run",
 when the verdict accepts AV (upstream's check for #52362).
 
 vLLM runs from the Python this runs in: inside the image, with this toolkit's wheel installed (`up` does this
-for the probe, rocm_dspark/up/inimage.py), so a release that needs the plugin has it. Not yet run on
+for the probe, rocm_dspark/probe/inimage.py), so a release that needs the plugin has it. Not yet run on
 MI300-class hardware; on CPU its pieces are tested (tests/test_av_acceptance.py).
 """
 

