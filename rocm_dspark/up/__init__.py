@@ -3,9 +3,14 @@
 A thin orchestrator over the library: it calls the recipe resolver, the launcher writer, the probe and
 validation; it never re-implements them. Modules:
 
-    steps    the ten steps, each a call into the library, with its inputs and its --dry-run commands
-    runner   runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C) on the values they share
-    choice   the plan, chosen once through the gate (on the image's software), again after new evidence
-    prereq   step 3's prerequisite checks, each failure with its fix
-    summary  step 10
+    steps         the ten steps, each a call into the library, with its inputs and its --dry-run actions
+    prove         step 8: adaptive verification proved on the service (live level, A/B), in as few loads as it can
+    summary       step 10
+    runner        runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C) on the values they share
+    target        what is brought up, chosen once: a node, or the local-cpu test target and its facts
+    choice        the plan, chosen once through the gate (on the image's software), again after new evidence
+    serve         a start of the service (one model load) and the actions it runs; ready_server: GET /ready
+    canary        `rocm-dspark canary` on up's service, and its systemd timer
+    actions       typed actions, run by the steps and rendered by --dry-run
+    steps_common  what the step modules share: StepFailed, the up directory's files, the toolkit's wheel
 """
