@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from rocm_dspark.cli import cli
 from rocm_dspark.service import control as service
 from rocm_dspark.up import prove, serve, steps
-from rocm_dspark.up.actions import argv_of
+from rocm_dspark.runtime.actions import argv_of
 from rocm_dspark.up.runner import UpOptions, UpRun
 from rocm_dspark.service.state import UpState, up_dir
 

@@ -190,7 +190,7 @@ def unit_files(run) -> dict[str, str]:
 
 def actions(run) -> list:
     """systemd mode: the canary's units and the timer's start (what `up`'s summary step runs); else a note."""
-    from rocm_dspark.up.actions import Say, Write
+    from rocm_dspark.runtime.actions import Say, Write
     from rocm_dspark.up.ready_server import install_actions
 
     if run.mode != "systemd":
@@ -210,7 +210,7 @@ def actions(run) -> list:
 
 def ensure_timer(run) -> list[str]:
     """systemd mode: write the units and enable the timer (what `up`'s summary step runs); the lines it says."""
-    from rocm_dspark.up.actions import Run
+    from rocm_dspark.runtime.actions import Run
     from rocm_dspark.up.serve import run_all
 
     if run.mode != "systemd":

@@ -290,7 +290,7 @@ def probe_step(run) -> dict:
 def probe_actions(run) -> list:
     """What the container-mode probe step runs."""
     from rocm_dspark.images import pull
-    from rocm_dspark.up.actions import Run, Say
+    from rocm_dspark.runtime.actions import Run, Say
 
     tool = pull.runtime() or "docker"
     image = run.plan.image

@@ -15,11 +15,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rocm_dspark.runtime.actions import Action, Run, Say, Wait, Write
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
 from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service import control
 from rocm_dspark.service.readiness import PATH
-from rocm_dspark.up.actions import Action, Run, Say, Wait, Write
 from rocm_dspark.up.steps_common import StepFailed
 
 START_WAIT_S = 15.0

@@ -228,9 +228,9 @@ def _run_steps(run: UpRun, state: UpState, steps) -> int:
 
 
 def _render_plan(run: UpRun, steps) -> int:
-    """--dry-run: every step's actions (up/actions.py), rendered; a bash script whose commands are what the run
+    """--dry-run: every step's actions (runtime/actions.py), rendered; a bash script whose commands are what the run
     executes and whose every other line is a comment."""
-    from rocm_dspark.up.actions import Say, render
+    from rocm_dspark.runtime.actions import Say, render
     from rocm_dspark.up.prereq import FAIL
     from rocm_dspark.up.steps import mode_checks
 

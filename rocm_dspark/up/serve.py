@@ -5,7 +5,7 @@ cache and captures the graphs). Every start goes through `load()`, which records
 to ready) in the run and the state file, so the summary shows them and a test can compare them with the vLLM
 starts it counts from outside.
 
-The actions a start runs come from `start_actions()`, the one list that both the run executes (up/actions.py)
+The actions a start runs come from `start_actions()`, the one list that both the run executes (runtime/actions.py)
 and --dry-run prints.
 """
 
@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from rocm_dspark.launch.launch_facts import start_window_s
+from rocm_dspark.runtime.actions import Action, Run, Wait, argv_of, execute, render
 from rocm_dspark.runtime.client import base_url
 from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service import control
 from rocm_dspark.service.state import utc_now
-from rocm_dspark.up.actions import Action, Run, Wait, argv_of, execute, render
 from rocm_dspark.up.steps_common import StepFailed
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.images import pull
+from rocm_dspark.runtime.actions import Action, Run, Say, Write
 from rocm_dspark.service import control
 from rocm_dspark.up import choice, prereq, prove, ready_server, serve
-from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import StepFailed, out_hash, write_json
 
 
@@ -28,7 +28,7 @@ class Step(NamedTuple):
     title: str
     inputs: Callable
     run: Callable
-    actions: Callable  # what it does, as typed actions (up/actions.py): --dry-run renders them
+    actions: Callable  # what it does, as typed actions (runtime/actions.py): --dry-run renders them
     valid: Callable | None = None
     always: bool = False  # cheap and about the present (detection, summary): run every time
 

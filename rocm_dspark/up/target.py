@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.up.actions import Action, Run, Say, Write
+from rocm_dspark.runtime.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import (
     LOCAL_CPU,
     LOCAL_NGRAM,
