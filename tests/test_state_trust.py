@@ -205,7 +205,7 @@ def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
 
 
 def test_a_fifo_as_the_launch_state_does_not_hang_up(tmp_path):
-    from rocm_dspark.up.serve import launch_state as _launch_state
+    from rocm_dspark.service.start import launch_state as _launch_state
 
     os.mkfifo(tmp_path / "launch-state", 0o600)
     t0 = __import__("time").monotonic()

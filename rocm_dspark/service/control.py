@@ -67,6 +67,17 @@ def attach(service: dict) -> VllmServer:
     return srv
 
 
+HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
+
+
+def vllm_health(service: dict, timeout_s: float = HEALTH_TIMEOUT_S):
+    """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
+    try:
+        return attach(service).client.get("/health", timeout_s=timeout_s).status
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"no answer ({exc})"
+
+
 def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: Path) -> tuple[VllmServer, dict]:
     """Run the launcher detached; returns the server handle and the service record."""
     srv = VllmServer([str(launcher)], env, host=host, port=port, log_path=log_path).start()

@@ -23,17 +23,6 @@ from rocm_dspark.errors import UsageError
 
 PATH = "/ready"
 METRICS_PATH = "/metrics"  # the series rocm_dspark.launch.observability's rules read
-HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
-
-
-def vllm_health(svc: dict, timeout_s: float = HEALTH_TIMEOUT_S):
-    """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
-    from rocm_dspark.service import control
-
-    try:
-        return control.attach(svc).client.get("/health", timeout_s=timeout_s).status
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        return f"no answer ({exc})"
 
 
 def answer(state, running: bool, health) -> dict:
@@ -61,7 +50,7 @@ def readiness(state_dir) -> dict:
         return {"ready": False, "phase": "none", "why": str(exc)}
     svc = state.service
     running = control.alive(svc) if svc else False
-    return answer(state, running, vllm_health(svc) if running and state.readiness.get("ready") else None)
+    return answer(state, running, control.vllm_health(svc) if running and state.readiness.get("ready") else None)
 
 
 def metrics_text(state_dir) -> bytes:

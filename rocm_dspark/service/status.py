@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocm_dspark.service import canary, control
-from rocm_dspark.service.readiness import answer, vllm_health
+from rocm_dspark.service.readiness import answer
 from rocm_dspark.service.state import UpState, up_dir
 
 # -- down and status -------------------------------------------------------------------------------------
@@ -101,7 +101,7 @@ def status(state_dir, steps, sizes: bool = True) -> dict:
     state = UpState.load(up_dir(state_dir))
     svc = state.service
     running = control.alive(svc) if svc else False
-    health = vllm_health(svc) if running and svc else None
+    health = control.vllm_health(svc) if running and svc else None
     steps = [
         {
             "name": name,

@@ -134,7 +134,7 @@ def service_problem(svc, up_dir: Path) -> str | None:
         if svc.get("start_ticks") is not None and not _int(svc.get("start_ticks"), 0, 1 << 63):
             return "service.start_ticks is not a number"
         launcher = svc.get("launcher")
-        if launcher is not None and not _inside(launcher, up_dir / "launch"):
+        if launcher is not None and not inside(launcher, up_dir / "launch"):
             return f"service.launcher {launcher!r} is not a launcher `up` wrote in {up_dir / 'launch'}"
         return None
     if kind == "systemd":
@@ -145,7 +145,7 @@ def service_problem(svc, up_dir: Path) -> str | None:
     return f"service.kind {kind!r} is neither process nor systemd"
 
 
-def _inside(path, directory: Path) -> bool:
+def inside(path, directory: Path) -> bool:
     if not isinstance(path, str) or not path:
         return False
     real, root = os.path.realpath(path), os.path.realpath(directory)
@@ -175,7 +175,7 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
     out = launchers.get("output") if isinstance(launchers, dict) else None
     if isinstance(out, dict):
         for key in ("launcher", "unit", "env_file"):
-            if out.get(key) is not None and not _inside(out[key], up_dir / "launch"):
+            if out.get(key) is not None and not inside(out[key], up_dir / "launch"):
                 return f"steps.launchers.output.{key} {out[key]!r} is not a file `up` wrote in {up_dir / 'launch'}"
         if not isinstance(out.get("files", {}), dict) or not isinstance(out.get("install", []), list):
             return "steps.launchers.output has the wrong shape"

@@ -8,4 +8,5 @@ validation; it never re-implements them. Modules:
     choice   the plan, chosen once through the gate (on the image's software), again after new evidence
     prereq   step 3's prerequisite checks, each failure with its fix
     summary  step 10
+    serve    what each command's start runs, from the run (service/start.py starts it and records the load)
 """
