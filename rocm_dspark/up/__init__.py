@@ -9,4 +9,5 @@ validation; it never re-implements them. Modules:
     prereq   step 3's prerequisite checks, each failure with its fix
     summary  step 10
     serve    what each command's start runs, from the run (service/start.py starts it and records the load)
+    ready_server, canary: the readiness server and the canary's timer `up` leaves beside the service
 """
