@@ -160,18 +160,6 @@ def _planted(state: UpState) -> float:
         raise UsageError(f"{PLANT_ENV}={raw!r} is not a number: unset it") from None
 
 
-def served_of(svc: dict) -> Served:
-    return Served(
-        svc["host"],
-        int(svc["port"]),
-        svc.get("command") or "unknown",
-        svc.get("served_name"),
-        svc.get("k"),
-        svc.get("capture_size"),
-        svc.get("max_num_batched_tokens"),
-    )
-
-
 def check_service(state: UpState, deadline: float, temperature: float | None = None) -> dict | None:
     from rocm_dspark.service import control
 
@@ -182,7 +170,8 @@ def check_service(state: UpState, deadline: float, temperature: float | None = N
         )
     if svc.get("stopped_at"):
         return None
-    served = served_of(svc)
+    # the sizes are recorded under Served's own field names (up/serve.served_facts)
+    served = Served(svc["host"], int(svc["port"]), svc.get("command") or "unknown", *map(svc.get, Served._fields[3:]))
     if not control.alive(svc):
         return {
             "endpoint": base_url(served.host, served.port),
@@ -286,14 +275,10 @@ def status_lines(state_dir, state_data: dict, bands: dict | None) -> list[str]:
         al = last.get("acceptance_length")
         band = (bands or {}).get(last["command"])
         if al is not None:
-            where = (
-                (
-                    f", {'inside' if band['low'] <= al <= band['high'] else 'OUTSIDE'} the A/B's band [{band['low']:g}, "
-                    f"{band['high']:g}] ({band['record_id']})"
-                )
-                if band
-                else " (no A/B band for this plan)"
-            )
+            where = " (no A/B band for this plan)"
+            if band:
+                inside = "inside" if band["low"] <= al <= band["high"] else "OUTSIDE"
+                where = f", {inside} the A/B's band [{band['low']:g}, {band['high']:g}] ({band['record_id']})"
             lines.append(f"acceptance during the last canary: mean accepted length {al:g}{where}")
         if last.get("switch"):
             lines.append(f"canary switch: {last['switch']}")

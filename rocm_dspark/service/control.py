@@ -27,26 +27,15 @@ def same_process(service: dict | None) -> bool:
     return is_alive(pid) and start_ticks(pid) == service.get("start_ticks")
 
 
-class _PidHandle:
-    """Enough of subprocess.Popen for VllmServer to watch a process another `up` started."""
+class _Handle:
+    """Enough of subprocess.Popen for VllmServer to watch a service another `up` started: its pid (a unit has
+    none) and poll(), None while it runs (alive: the same process, or the unit active)."""
 
-    def __init__(self, pid: int, ticks: int | None):
-        self.pid, self._ticks = pid, ticks
-
-    def poll(self):
-        return None if (is_alive(self.pid) and start_ticks(self.pid) == self._ticks) else 0
-
-
-class _UnitHandle:
-    """The same for a systemd unit: running while the unit is active."""
-
-    pid = None
-
-    def __init__(self, unit: str):
-        self.unit = unit
+    def __init__(self, service: dict):
+        self.service, self.pid = service, service.get("pid")
 
     def poll(self):
-        return None if unit_active(self.unit) else 0
+        return None if alive(self.service) else 0
 
 
 def attach(service: dict) -> VllmServer:
@@ -57,11 +46,9 @@ def attach(service: dict) -> VllmServer:
         port=int(service["port"]),
         log_path=service.get("log") or None,
     )
-    if service.get("kind") == "process":
+    if service.get("kind") in ("process", "systemd"):
         # duck-typed: pid and poll() are all VllmServer uses of a server it did not start
-        srv.proc = cast(subprocess.Popen, _PidHandle(int(service["pid"]), service.get("start_ticks")))
-    elif service.get("kind") == "systemd":
-        srv.proc = cast(subprocess.Popen, _UnitHandle(service["unit"]))
+        srv.proc = cast(subprocess.Popen, _Handle(service))
     return srv
 
 

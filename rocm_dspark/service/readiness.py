@@ -69,30 +69,14 @@ def metrics_text(state_dir) -> bytes:
     state = UpState.load(up_dir(Path(state_dir)))
     rec = load_record(state_dir)
     svc = state.service
-    fams = []
-    info = GaugeMetricFamily(
-        "rocm_dspark_service_info",
-        "The service `up` runs: what the graphs label",
-        labels=["endpoint", "plan_hash", "image_digest", "verification"],
-    )
+    labels = ["endpoint", "plan_hash", "image_digest", "verification"]
+    info = GaugeMetricFamily("rocm_dspark_service_info", "The service `up` runs: what the graphs label", labels=labels)
     if svc:
-        info.add_metric(
-            [
-                base_url(svc["host"], svc["port"]),
-                str(svc.get("plan_hash") or "unknown"),
-                str(svc.get("image_digest") or "none"),
-                str(svc.get("command") or "unknown"),
-            ],
-            1,
-        )
-    fams.append(info)
-    fams.append(
-        GaugeMetricFamily(
-            "rocm_dspark_ready",
-            "1 when the service may take traffic (GET /ready 200)",
-            value=1 if readiness(state_dir)["ready"] else 0,
-        )
-    )
+        values = [svc.get("plan_hash") or "unknown", svc.get("image_digest") or "none", svc.get("command") or "unknown"]
+        info.add_metric([base_url(svc["host"], svc["port"]), *map(str, values)], 1)
+    fams = [info]
+    ready = 1 if readiness(state_dir)["ready"] else 0
+    fams.append(GaugeMetricFamily("rocm_dspark_ready", "1 when the service may take traffic (GET /ready 200)", ready))
     runs = CounterMetricFamily("rocm_dspark_canary_runs", "Canary runs by result", labels=["result"])
     for r in RESULTS:
         runs.add_metric([r], int(rec["counts"].get(r, 0)))
@@ -101,28 +85,13 @@ def metrics_text(state_dir) -> bytes:
     if last:
         from datetime import UTC, datetime
 
-        when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        fams.append(
-            GaugeMetricFamily(
-                "rocm_dspark_canary_last_run_timestamp_seconds",
-                "When the last canary run started (Unix time)",
-                value=when.timestamp(),
-            )
-        )
-        fams.append(
-            GaugeMetricFamily(
-                "rocm_dspark_canary_last_passed",
-                "1 when the last canary run passed",
-                value=1 if last["result"] == "pass" else 0,
-            )
-        )
-    fams.append(
-        CounterMetricFamily(
-            "rocm_dspark_mode_changes",
-            "Changes of the served verification mode",
-            value=int(state.data.get("mode_changes_total") or 0),
-        )
-    )
+        when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        started = "When the last canary run started (Unix time)"
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_run_timestamp_seconds", started, when))
+        passed = 1 if last["result"] == "pass" else 0
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_passed", "1 when the last canary run passed", passed))
+    changes = int(state.data.get("mode_changes_total") or 0)
+    fams.append(CounterMetricFamily("rocm_dspark_mode_changes", "Changes of the served verification mode", changes))
 
     class _Now:
         def collect(self):
