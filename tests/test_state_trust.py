@@ -136,7 +136,8 @@ def test_up_never_runs_a_launcher_the_state_names_outside_its_launch_dir(tmp_pat
     state = tmp_path / "s"
     evil = tmp_path / "evil.sh"
     _plant(state, steps={"launchers": {"status": "done", "inputs": "x", "at": "t",
-                                       "output": {"launcher": str(evil), "files": {}, "install": []}}})
+                                       "output": {"sets": {"block": {"launcher": str(evil), "unit": None}},
+                                                  "files": {}}}})
     with pytest.raises(UsageError, match="is not a file `up` wrote in"):
         UpState.load(state / "up")
 
