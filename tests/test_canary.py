@@ -1,4 +1,4 @@
-"""The canary (rocm_dspark.service.canary, rocm_dspark.up.canary, `rocm-dspark canary`): its lock, its record, the readiness server's /metrics
+"""The canary (rocm_dspark.service.canary, rocm_dspark.up.canary's timer, `rocm-dspark canary`): its lock, its record, the readiness server's /metrics
 and the switch's bookkeeping. The re-scoring itself on a real vLLM is tests/slow/test_canary_real.py's; here the
 lock is the real flock(2), the record a real file under docs/trust.md's rules, and /metrics is the real readiness
 server process, parsed with prometheus_client's own text parser. The one stand-in is vLLM's /health (a stdlib
@@ -90,7 +90,9 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
     from rocm_dspark.launch.observability import plan_hash
     from rocm_dspark.runtime.client import base_url
     from rocm_dspark.runtime.procfs import start_ticks
+    from rocm_dspark.runtime.progress import Display
     from rocm_dspark.service import control as service
+    from rocm_dspark.service import start
     from rocm_dspark.up import serve, steps
     from rocm_dspark.service.status import status_lines
     from rocm_dspark.up.runner import status
@@ -107,8 +109,8 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
                                                    "base_url": base_url(host, port), "log": str(log_path)}
 
     monkeypatch.setattr(service, "start_process", start_process)
-    monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
-    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
+    monkeypatch.setattr(start, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(start, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = _run(tmp_path, "foreground")
     run.options.selection["port"] = port
     run.outputs["choose"] = steps.choose_run(run)
@@ -152,7 +154,7 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         monkeypatch.setattr(watch, "check", lambda served, deadline, temperature=0.0: {
             "endpoint": base_url(served.host, served.port), "command": served.command, **next(results)})
         loads = len(run.state.data["loads"])
-        code, entry = canary.run_canary(run.options.state_dir, say=lambda line: None)
+        code, entry = watch.run_canary(run.options.state_dir, Display.plain(lambda line: None))
         assert code == 1 and entry["result"] == "violation" and entry["switch"]["started"] is True
         state = json.loads((run.dir / "up-state.json").read_text())
         assert len(state["loads"]) == loads + 1 and state["loads"][-1]["command"] == "block"
@@ -189,10 +191,46 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
             p.wait()
 
 
+def test_the_switch_runs_only_a_start_up_recorded_inside_its_launch_dir(tmp_path, monkeypatch):
+    """The switch starts the block start `up` recorded with the service (service/start.py recorded): one of another
+    shape (an older `up`) or naming a launcher outside <state>/up/launch is refused in one line, readiness withdrawn,
+    and nothing is run."""
+    from rocm_dspark.runtime.procfs import start_ticks
+    from rocm_dspark.runtime.progress import Display
+    from rocm_dspark.service.state import UpState, up_dir
+    from rocm_dspark.service.trust import prepare
+
+    state_dir, ran = tmp_path / "s", tmp_path / "ran"
+    prepare(up_dir(state_dir))
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    evil.chmod(0o755)
+    outside = {"command": "block", "launcher": str(evil), "unit": None, "user": "u", "env": {}, "host": "127.0.0.1",
+               "port": free_port(), "window_s": 5}
+    monkeypatch.setattr(watch, "check", lambda served, deadline, temperature=0.0: {
+        "endpoint": "e", "command": served.command, "result": "violation", "why": "planted", "tokens": 1})
+    svc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        for facts, why in (({}, "holds no start in the shape `up` writes"),
+                           ({"block": {"start": outside}}, f"names a file outside {state_dir / 'up' / 'launch'}")):
+            state = UpState.load(up_dir(state_dir))
+            state.set_service({"kind": "process", "pid": svc.pid, "start_ticks": start_ticks(svc.pid),
+                               "host": "127.0.0.1", "port": outside["port"], "command": "adaptive", "facts": facts})
+            code, entry = watch.run_canary(state_dir, Display.plain(lambda line: None))
+            assert code == 1 and entry["switch"]["started"] is False and why in entry["switch"]["why"], entry
+            ready = UpState.load(up_dir(state_dir)).readiness
+            assert (ready["ready"], ready["phase"]) == (False, "failed"), ready
+        assert not ran.exists() and svc.poll() is None  # nothing started, the old service not stopped
+    finally:
+        svc.kill()
+        svc.wait()
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_the_systemd_form_is_a_timer_and_a_bounded_oneshot_that_systemd_accepts(tmp_path, monkeypatch):
     from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN
     from rocm_dspark.service import control as service
+    from rocm_dspark.service import start
     from tests.test_up_health import _run
 
     monkeypatch.setattr(service, "systemd_usable", lambda: None)

@@ -193,7 +193,7 @@ def test_status_shows_size_and_down_purge_cache_removes_it(tmp_path):
 
 
 def test_ups_summary_gives_each_loads_time_to_ready_and_cache_from_the_servers_log(tmp_path):
-    from rocm_dspark.up.serve import cache_state
+    from rocm_dspark.service.start import cache_state
     from rocm_dspark.up.summary import _cache
 
     cold, warm = tmp_path / "1.log", tmp_path / "2.log"

@@ -136,7 +136,8 @@ def test_up_never_runs_a_launcher_the_state_names_outside_its_launch_dir(tmp_pat
     state = tmp_path / "s"
     evil = tmp_path / "evil.sh"
     _plant(state, steps={"launchers": {"status": "done", "inputs": "x", "at": "t",
-                                       "output": {"launcher": str(evil), "files": {}, "install": []}}})
+                                       "output": {"sets": {"block": {"launcher": str(evil), "unit": None}},
+                                                  "files": {}}}})
     with pytest.raises(UsageError, match="is not a file `up` wrote in"):
         UpState.load(state / "up")
 
@@ -205,7 +206,7 @@ def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
 
 
 def test_a_fifo_as_the_launch_state_does_not_hang_up(tmp_path):
-    from rocm_dspark.up.serve import launch_state as _launch_state
+    from rocm_dspark.service.start import launch_state as _launch_state
 
     os.mkfifo(tmp_path / "launch-state", 0o600)
     t0 = __import__("time").monotonic()

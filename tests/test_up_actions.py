@@ -1,5 +1,5 @@
 """`up --dry-run` is a bash script: pasted into bash with stand-ins on PATH (each records its argv), it runs
-exactly the argv the executor (rocm_dspark/up/actions.py) runs for the same actions, whatever the target, the
+exactly the argv the executor (rocm_dspark/runtime/actions.py) runs for the same actions, whatever the target, the
 mode or the state dir's name; every other line is a comment. The stand-ins stand for what cannot run here
 (amd-smi, rocminfo, docker, systemctl, sudo) and for what must not (sh -c useradd, install into /etc)."""
 
@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.up import actions
+from rocm_dspark.runtime import actions
 
 BASH = shutil.which("bash") or "/bin/bash"
 TOOLS = ("amd-smi", "rocminfo", "docker", "systemctl", "sudo", "sh", "install", "journalctl", "vllm", "python")

@@ -277,6 +277,7 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
     a vLLM start is the slow suite's); what is checked is that the state says not ready before anything stops."""
     from tests.test_up_loads import FakeServer, _run as loads_run
 
+    from rocm_dspark.service import start
     from rocm_dspark.up import prove, serve, steps
 
     def start_process(launcher, env, *, host, port, log_path):
@@ -284,8 +285,8 @@ def test_each_load_withdraws_readiness_before_the_old_service_stops(tmp_path, mo
                                                          "launcher": str(launcher), "base_url": f"http://127.0.0.1:{port}"}
 
     monkeypatch.setattr(service, "start_process", start_process)
-    monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
-    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
+    monkeypatch.setattr(start, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(start, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = loads_run(tmp_path, "foreground", concurrency=(64,))
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)

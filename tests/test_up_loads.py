@@ -2,7 +2,7 @@
 tests/slow/test_up_loads_real.py).
 
 - --dry-run prints the commands the run executes: the start step's and the prove step's lines are compared with
-  what the real steps run through the privileged runner (service.run_shell) and the launcher start
+  what the real steps run through the privileged runner (runtime.actions.execute) and the launcher start
   (service.start_process), both recorded here, for each mode. Nothing starts: the recorded runner answers 0, and
   readiness is answered by the display stand-in.
 - The prove step's A/B decision goes through the real gate, this host's calibration included
@@ -19,9 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
+from rocm_dspark.runtime import actions
 from rocm_dspark.service import control as service
+from rocm_dspark.service import start
 from rocm_dspark.up import prove, serve, steps
-from rocm_dspark.up.actions import argv_of
+from rocm_dspark.runtime.actions import argv_of
 from rocm_dspark.up.runner import UpOptions, UpRun
 from rocm_dspark.service.state import UpState, up_dir
 
@@ -95,7 +97,7 @@ def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_pa
 
     # The real steps, with the privileged runner and the launcher start recorded.
     executed: list[str] = []
-    monkeypatch.setattr(serve, "execute", lambda c, timeout=300.0: (executed.append(shlex.join(argv_of(c))), (0, ""))[1])
+    monkeypatch.setattr(actions, "execute", lambda c, timeout=300.0: (executed.append(shlex.join(argv_of(c))), (0, ""))[1])
 
     def start_process(launcher, env, *, host, port, log_path):
         executed.append(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + f" {shlex.quote(str(launcher))} &")
@@ -104,8 +106,8 @@ def test_dry_run_lists_exactly_the_commands_the_start_and_prove_steps_run(tmp_pa
 
     monkeypatch.setattr(service, "start_process", start_process)
     monkeypatch.setattr(service, "alive", lambda svc: False)
-    monkeypatch.setattr(serve, "launch_state", lambda d, wait_s=10.0: {})
-    monkeypatch.setattr(serve, "launcher_phase", lambda d: "serving")  # its warm-up passed
+    monkeypatch.setattr(start, "launch_state", lambda d, wait_s=10.0: {})
+    monkeypatch.setattr(start, "launcher_phase", lambda d: "serving")  # its warm-up passed
     run = _run(tmp_path, mode, concurrency=(64,), service_user="vllm" if mode == "systemd" else None)
     run.outputs["choose"] = steps.choose_run(run)
     run.outputs["launchers"] = steps.launchers_run(run)

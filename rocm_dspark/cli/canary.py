@@ -1,4 +1,4 @@
-"""`rocm-dspark canary`: one bounded re-scoring of the served tokens (the library: rocm_dspark.up.canary over rocm_dspark.service.canary)."""
+"""`rocm-dspark canary`: one bounded re-scoring of the served tokens (the library: rocm_dspark.service.canary)."""
 
 from __future__ import annotations
 
@@ -52,26 +52,19 @@ def canary(state_dir, timeout, endpoint, capture_size, max_num_batched_tokens, a
     from rocm_dspark.errors import UsageError
     from rocm_dspark.probe.store import state_dir as resolve
     from rocm_dspark.runtime.progress import Display
-    from rocm_dspark.up.canary import run_canary
+    from rocm_dspark.service.canary import Served, run_canary
 
-    where = None
+    served = None
     if endpoint:
         from rocm_dspark.validate.context import parse_endpoint
 
-        where = parse_endpoint(endpoint)
+        sizes = {"capture_size": capture_size, "max_num_batched_tokens": max_num_batched_tokens}
+        served = Served(*parse_endpoint(endpoint), "unknown", **sizes)
     elif capture_size or max_num_batched_tokens:
         raise UsageError(
             "--capture-size and --max-num-batched-tokens describe an --endpoint; `up`'s service records its own"
         )
-    sizes = {"capture_size": capture_size, "max_num_batched_tokens": max_num_batched_tokens}
-    code, entry = run_canary(
-        resolve(state_dir),
-        timeout_s=timeout,
-        endpoint=where,
-        sizes=sizes,
-        say=lambda line: click.echo(line, err=True),
-        display=Display(sys.stderr),
-    )
+    code, entry = run_canary(resolve(state_dir), Display(sys.stderr), timeout_s=timeout, endpoint=served)
     if as_json:
         click.echo(json.dumps(entry, indent=1))
     sys.exit(code)

@@ -8,5 +8,6 @@ launch_state.py    what a launcher wrote in its state directory, read back for u
 launch_group.py    per-node launchers of a multi-node group, which fall back together
 k8s.py             Kubernetes manifests (Deployment, LeaderWorkerSet, Service)
 quoting.py         quoting for bash words, systemd specifiers and paths
+aux_units.py       the readiness server's and the canary's systemd units
 templates/         launcher.sh.tmpl (+ launcher-group.sh.tmpl for multi-node), service.tmpl, env.tmpl
 """

@@ -9,6 +9,7 @@ a systemd path) is refused with a UsageError instead of being mangled.
 from __future__ import annotations
 
 import re
+import shlex
 
 from rocm_dspark.errors import UsageError
 
@@ -116,6 +117,15 @@ def systemd_executable(path: str, what: str = "launcher path") -> str:
         )
     systemd_path(path, what)
     return '"' + systemd_specifiers(path) + '"'
+
+
+def systemd_exec_start(words: list[str]) -> str:
+    """ExecStart= for `python -m rocm_dspark ... --state-dir DIR` (the readiness and canary units, aux_units.py)."""
+    return " ".join(
+        [systemd_executable(words[0], "python")]
+        + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
+        + [systemd_path(words[-1], "--state-dir")]
+    )
 
 
 def unit_user(name: str) -> str:

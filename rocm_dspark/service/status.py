@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocm_dspark.service import canary, control
-from rocm_dspark.service.readiness import answer, vllm_health
+from rocm_dspark.service.readiness import answer
 from rocm_dspark.service.state import UpState, up_dir
 
 # -- down and status -------------------------------------------------------------------------------------
@@ -101,19 +101,10 @@ def status(state_dir, steps, sizes: bool = True) -> dict:
     state = UpState.load(up_dir(state_dir))
     svc = state.service
     running = control.alive(svc) if svc else False
-    health = vllm_health(svc) if running and svc else None
-    steps = [
-        {
-            "name": name,
-            "title": title,
-            **{
-                k: v
-                for k, v in (state.step(name) or {"status": "not run"}).items()
-                if k in ("status", "at", "message", "fix", "seconds")
-            },
-        }
-        for name, title in steps
-    ]
+    health = control.vllm_health(svc) if running and svc else None
+    fields = ("status", "at", "message", "fix", "seconds")
+    rows = [(name, title, state.step(name) or {"status": "not run"}) for name, title in steps]
+    steps = [{"name": n, "title": t, **{k: v for k, v in rec.items() if k in fields}} for n, t, rec in rows]
     ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (service/readiness.py)
     bands = (state.output("launchers") or {}).get("bands") or {}
     return {

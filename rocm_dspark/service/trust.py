@@ -15,6 +15,7 @@ leaves nothing stale.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import stat
@@ -134,7 +135,7 @@ def service_problem(svc, up_dir: Path) -> str | None:
         if svc.get("start_ticks") is not None and not _int(svc.get("start_ticks"), 0, 1 << 63):
             return "service.start_ticks is not a number"
         launcher = svc.get("launcher")
-        if launcher is not None and not _inside(launcher, up_dir / "launch"):
+        if launcher is not None and not inside(launcher, up_dir / "launch"):
             return f"service.launcher {launcher!r} is not a launcher `up` wrote in {up_dir / 'launch'}"
         return None
     if kind == "systemd":
@@ -145,7 +146,7 @@ def service_problem(svc, up_dir: Path) -> str | None:
     return f"service.kind {kind!r} is neither process nor systemd"
 
 
-def _inside(path, directory: Path) -> bool:
+def inside(path, directory: Path) -> bool:
     if not isinstance(path, str) or not path:
         return False
     real, root = os.path.realpath(path), os.path.realpath(directory)
@@ -173,12 +174,15 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
             return f"steps.{name}.seconds is not a number"
     launchers = steps.get("launchers")
     out = launchers.get("output") if isinstance(launchers, dict) else None
-    if isinstance(out, dict):
-        for key in ("launcher", "unit", "env_file"):
-            if out.get(key) is not None and not _inside(out[key], up_dir / "launch"):
-                return f"steps.launchers.output.{key} {out[key]!r} is not a file `up` wrote in {up_dir / 'launch'}"
-        if not isinstance(out.get("files", {}), dict) or not isinstance(out.get("install", []), list):
+    if isinstance(out, dict):  # each command's files (up/serve.files_of): `up` runs that launcher on a rerun
+        sets = out.get("sets", {})
+        shaped = isinstance(sets, dict) and all(isinstance(f, dict) for f in sets.values())
+        if not shaped or not isinstance(out.get("files", {}), dict):
             return "steps.launchers.output has the wrong shape"
+        for (which, files), key in itertools.product(sets.items(), ("launcher", "unit", "env_file")):
+            if files.get(key) is not None and not inside(files[key], up_dir / "launch"):
+                where = f"steps.launchers.output.sets.{which}.{key} {files[key]!r}"
+                return f"{where} is not a file `up` wrote in {up_dir / 'launch'}"
     if not isinstance(data.get("runs", []), list):
         return "runs is not a list"
     problem = service_problem(data.get("service"), up_dir)

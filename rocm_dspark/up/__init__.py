@@ -9,8 +9,8 @@ validation; it never re-implements them. Modules:
     runner        runs the steps in order (resume, redo on changed inputs, dry run, Ctrl-C) on the values they share
     target        what is brought up, chosen once: a node, or the local-cpu test target and its facts
     choice        the plan, chosen once through the gate (on the image's software), again after new evidence
-    serve         a start of the service (one model load) and the actions it runs; ready_server: GET /ready
-    canary        `rocm-dspark canary` on up's service, and its systemd timer
-    actions       typed actions, run by the steps and rendered by --dry-run
+    serve         what each command's start runs, from the run (service/start.py starts it and records the load)
+    ready_server  the readiness server `up` leaves beside the service (GET /ready)
+    canary        the canary's systemd timer `up` installs (`rocm-dspark canary` is service/canary.py)
     steps_common  what the step modules share: StepFailed, the up directory's files, the toolkit's wheel
 """

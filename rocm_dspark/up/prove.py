@@ -15,10 +15,10 @@ from rocm_dspark.probe.payoff import LOSES
 from rocm_dspark.probe.record import RecordError, parse_record
 from rocm_dspark.probe.run import run_probe
 from rocm_dspark.recipe.plan import PROVEN, REFUTED
+from rocm_dspark.runtime.actions import Say
 from rocm_dspark.service import control
 from rocm_dspark.service.canary import hold
 from rocm_dspark.up import choice, serve
-from rocm_dspark.up.actions import Say
 from rocm_dspark.up.steps_common import StepFailed, out_hash
 from rocm_dspark.usecase.verdict import judge
 from rocm_dspark.validate.ab import AB_BENCH_DIR, default_requests, measure, write_ab_record

@@ -18,11 +18,12 @@ from rocm_dspark.launch.launchers import check_name, default_name
 from rocm_dspark.probe import store
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.secret_env import redact_argv
+from rocm_dspark.runtime import actions
 from rocm_dspark.service import control
 from rocm_dspark.service import status as service_status
 from rocm_dspark.service.state import DONE, FAILED, INTERRUPTED, SKIPPED, UpState, digest, up_dir, utc_now
 from rocm_dspark.service.trust import check_usable, prepare, up_lock
-from rocm_dspark.up import actions, choice, ready_server
+from rocm_dspark.up import choice, ready_server
 from rocm_dspark.up.steps import STEPS, StepFailed, mode_checks, unit_user
 from rocm_dspark.up.steps_common import out_hash
 from rocm_dspark.up.target import TARGETS, target_for
@@ -225,7 +226,7 @@ def _execute(run: UpRun, step, inputs: str) -> int | None:
 
 
 def _render_plan(run: UpRun, steps) -> int:
-    """--dry-run: every step's actions (up/actions.py), rendered; a bash script whose commands are what the run
+    """--dry-run: every step's actions (runtime/actions.py), rendered; a bash script whose commands are what the run
     executes and whose every other line is a comment."""
     head = [actions.Say(f"rocm-dspark up --dry-run: nothing below is run or written; state in {run.dir}")]
     head += [

@@ -26,12 +26,12 @@ from rocm_dspark.probe import fingerprint, inimage, store
 from rocm_dspark.probe.ab_band import bands_for
 from rocm_dspark.probe.run import run_probe
 from rocm_dspark.recipe.secret_env import redact_argv
+from rocm_dspark.runtime.actions import Action, Run, Say, Write
 from rocm_dspark.runtime.client import base_url
 from rocm_dspark.service import control
 from rocm_dspark.service.canary import hold
 from rocm_dspark.service.state import digest
 from rocm_dspark.up import choice, prove, ready_server, serve, summary
-from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.steps_common import StepFailed, build_wheel, out_hash, write_json
 from rocm_dspark.validate import start_checks
 from rocm_dspark.validate.result import FAIL, WARN, Outcome
@@ -42,7 +42,7 @@ class Step(NamedTuple):
     title: str
     inputs: Callable
     run: Callable
-    actions: Callable  # what it does, as typed actions (up/actions.py): --dry-run renders them
+    actions: Callable  # what it does, as typed actions (runtime/actions.py): --dry-run renders them
     skip: Callable | None = None
     valid: Callable | None = None
     always: bool = False  # cheap and about the present (detection, summary): run every time

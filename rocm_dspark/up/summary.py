@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from rocm_dspark.runtime.actions import Action, Say, Write
 from rocm_dspark.runtime.mono_log import read_file
 from rocm_dspark.service import control
 from rocm_dspark.up import canary, prove, serve
-from rocm_dspark.up.actions import Action, Say, Write
 from rocm_dspark.up.steps_common import out_hash, write_json
 
 

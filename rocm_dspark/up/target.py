@@ -21,9 +21,9 @@ from rocm_dspark.probe.live import target_from_spec
 from rocm_dspark.recipe.plan import Verdict
 from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 from rocm_dspark.runtime import gpus, inventory
+from rocm_dspark.runtime.actions import Action, Run, Say, Write
 from rocm_dspark.runtime.server_spec import load_server_spec
 from rocm_dspark.service import control
-from rocm_dspark.up.actions import Action, Run, Say, Write
 from rocm_dspark.up.prove import judged
 from rocm_dspark.up.steps_common import build_wheel, write_json
 from rocm_dspark.usecase.verdict import local_verdict

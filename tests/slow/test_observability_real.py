@@ -4,7 +4,7 @@ exist): every recording rule and every dashboard query returns data through Prom
 
 The readiness target is the real readiness server (`rocm-dspark status --ready --listen`, what `up --ready-port`
 runs) over an `up` state that records the shared server as the service, written by up/state.py; one real canary
-run (rocm_dspark.up.canary) against that server puts a pass into its counters: an honest server passes."""
+run (rocm_dspark.service.canary) against that server puts a pass into its counters: an honest server passes."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def _ready_server(srv, plan, state_dir) -> tuple[subprocess.Popen, int]:
     """The state `up` would leave for the shared server as a block service, one real canary run, then the real
     readiness server on it."""
     from rocm_dspark.runtime.procfs import start_ticks
-    from rocm_dspark.up import canary
+    from rocm_dspark.runtime.progress import Display
+    from rocm_dspark.service import canary
     from rocm_dspark.service.state import UpState, up_dir
     from rocm_dspark.service.trust import prepare
 
@@ -46,7 +47,7 @@ def _ready_server(srv, plan, state_dir) -> tuple[subprocess.Popen, int]:
                        "plan_hash": obs.plan_hash(plan), "image_digest": "none", "served_name": srv.served_name,
                        "k": srv.num_speculative_tokens, "capture_size": 0, "max_num_batched_tokens": None})
     state.set_readiness(True, "serving", "block verification serves (the shared test server)")
-    code, entry = canary.run_canary(state_dir, timeout_s=600, say=print)
+    code, entry = canary.run_canary(state_dir, Display.plain(print), timeout_s=600)
     assert code == 0 and entry["result"] == "pass" and entry["reference"] == "eager-padded", entry
     assert entry["tokens"] >= 256 and entry["violations"] == 0
     port = free_port()

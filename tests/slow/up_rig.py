@@ -12,7 +12,7 @@ from rocm_dspark.runtime.process import group_members, is_alive
 
 def flat(text: str) -> str:
     """Wrapped output (rocm_dspark/textwidth.py) folded back, blanks collapsed; a wrapped comment's `#` marks
-    (the dry run's prose, rocm_dspark/up/actions.py) dropped with the line break."""
+    (the dry run's prose, rocm_dspark/runtime/actions.py) dropped with the line break."""
     return " ".join(w for w in text.split() if w != "#")
 
 

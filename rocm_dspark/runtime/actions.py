@@ -1,4 +1,5 @@
-"""What `up`'s steps do, as typed actions: run an argv, write a file, wait for a URL, say a sentence.
+"""What `up`'s steps (and the service's starts) do, as typed actions: run an argv, write a file, wait for a URL, say
+a sentence.
 
 A step lists its actions once; `execute` runs a Run and `render` prints any of them for --dry-run. The printed
 text is a bash script: a Run is its argv shell-quoted (shlex), broken only between words with ` \\`, so a paste
@@ -43,6 +44,14 @@ class Say:
 
 
 Action = Run | Write | Wait | Say
+
+
+class Failed(Exception):
+    """One line: what failed, and the fix; optionally a log tail to show first (`up` fails its step with it)."""
+
+    def __init__(self, message: str, fix: str, log_tail: str = ""):
+        super().__init__(message)
+        self.message, self.fix, self.log_tail = message, fix, log_tail
 
 
 def argv_of(action: Run) -> list[str]:
@@ -95,3 +104,13 @@ def execute(action: Run, timeout: float = 300.0) -> tuple[int, str]:
     except OSError as exc:
         return 127, str(exc)
     return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def run_all(commands: list[Run], say, what: str, fix: str, timeout: float = 120.0) -> None:
+    """Execute each command, said as --dry-run prints it; the first that fails raises Failed."""
+    for c in commands:
+        say(f"  $ {shlex.join(argv_of(c))}")
+        code, text = execute(c, timeout=timeout)
+        if code != 0:
+            last = text.splitlines()[-1] if text else "no output"
+            raise Failed(f"{what}: `{shlex.join(c.argv)}` failed (exit {code}): {last}", fix)
