@@ -14,11 +14,10 @@ import sys
 from pathlib import Path
 
 from rocm_dspark.launch import aux_units
-from rocm_dspark.runtime.actions import Action, Failed, Run, Say, Wait, Write
+from rocm_dspark.runtime.actions import Action, Run, Say, Wait, Write
 from rocm_dspark.runtime.client import base_url
 from rocm_dspark.service import control, readiness
 from rocm_dspark.up.serve import run_all
-from rocm_dspark.up.steps_common import StepFailed
 
 
 def check_port(port: int | None, vllm_port: int) -> None:
@@ -91,9 +90,6 @@ def ensure(run) -> dict | None:
         fix = "fix what it says and run `rocm-dspark up` again (or leave out --ready-port)"
         run_all(run, [a for a in actions(run) if isinstance(a, Run)], "readiness server", fix)
         rec.update(kind="systemd", unit=unit_name(run))
-    try:
-        rec = readiness.start_server(run.state, rec, run.dir / "logs" / "ready-server.log")
-    except Failed as exc:
-        raise StepFailed(exc.message, exc.fix) from None
+    rec = readiness.start_server(run.state, rec, run.dir / "logs" / "ready-server.log")
     run.display.say(f"  readiness server answers {url} (503 until the served command is validated)")
     return rec

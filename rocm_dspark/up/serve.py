@@ -151,20 +151,17 @@ def load(run, which: str, why: str, phase: str = "starting") -> dict:
         run.started = record
 
     facts = {w: served_facts(run, w, p) for w, p in plans.items()}
-    try:
-        return start.load(
-            run.state,
-            run.display,
-            s,
-            why,
-            facts=facts,
-            launchers=files_digest(run),
-            loads=run.loads,
-            on_record=started,
-            phase=phase,
-        )
-    except actions.Failed as exc:
-        raise StepFailed(exc.message, exc.fix, exc.log_tail) from None
+    return start.load(
+        run.state,
+        run.display,
+        s,
+        why,
+        facts=facts,
+        launchers=files_digest(run),
+        loads=run.loads,
+        on_record=started,
+        phase=phase,
+    )
 
 
 def serving(run, which: str | None = None) -> str | None:
@@ -174,7 +171,4 @@ def serving(run, which: str | None = None) -> str | None:
 
 def run_all(run, commands: list[actions.Run], what: str, fix: str, timeout: float = 120.0) -> None:
     """Execute each command, said as --dry-run prints it; the first that fails stops the step."""
-    try:
-        actions.run_all(commands, run.display.say, what, fix, timeout)
-    except actions.Failed as exc:
-        raise StepFailed(exc.message, exc.fix) from None
+    actions.run_all(commands, run.display.say, what, fix, timeout)

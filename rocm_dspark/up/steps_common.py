@@ -6,13 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
-class StepFailed(Exception):
-    """One line: what failed, and the fix; optionally a log tail to show first."""
-
-    def __init__(self, message: str, fix: str, log_tail: str = ""):
-        super().__init__(message)
-        self.message, self.fix, self.log_tail = message, fix, log_tail
+from rocm_dspark.runtime.actions import Failed as StepFailed  # noqa: F401 - what a step raises: one line and its fix
 
 
 def write_json(run, name: str, data) -> Path:
