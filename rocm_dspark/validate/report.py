@@ -22,9 +22,8 @@ PLOT_SWEEP = "sweep_throughput_latency.png"
 COST_TABLE = "cost_table.json"  # the sweep's step costs, for `rocm-dspark plan --cost-table`
 LAUNCH_DIR = "launch"  # the generated launcher, its state and the server log, with --launch
 OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, COST_TABLE, LAUNCH_DIR)
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 INCOMPLETE = "incomplete"  # a run-level result only: a blocking check was skipped
-_MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
+MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
 
 
 def prepare_dir(report_dir: Path, force: bool) -> Path:
@@ -171,12 +170,12 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
             "| concern | status | decided by | details |",
             "|---|---|---|---|",
         ]
-        lines += [f"| {r['row']} | {_MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
+        lines += [f"| {r['row']} | {MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
         lines.append("")
     lines += ["| status | check | blocking | value | threshold | details |", "|---|---|---|---|---|---|"]
     for c in report["checks"]:
         lines.append(
-            f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
+            f"| {MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
             f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |"
         )
     lines += _failing_tool_call(report["checks"])
