@@ -14,6 +14,7 @@ from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import VllmClient, base_url
 from rocm_dspark.runtime.inventory import HostInventory
+from rocm_dspark.runtime.inventory import inventory as gather_inventory
 from rocm_dspark.runtime.process import VllmServer
 
 DEFAULT_CONCURRENCIES = (1, 16, 64, 128)
@@ -113,6 +114,12 @@ class Context:
     software: dict | None = None  # facts from the server's Python, gathered once
     data: dict = field(default_factory=dict)
     say: Callable[[str], None] = lambda line: None
+
+    def host(self) -> HostInventory:
+        """`inventory`, gathered on first use."""
+        if self.inventory is None:
+            self.inventory = gather_inventory(self.options.host_root)
+        return self.inventory
 
     def path(self, p: str) -> str:
         """A host path under options.host_root (tests lay out /proc and /dev in a directory)."""
