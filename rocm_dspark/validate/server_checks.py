@@ -7,6 +7,7 @@ reason, never a hang.
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime import mono_log
@@ -96,25 +97,18 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
         "finish_reason": finish,
         "usage": response.get("usage"),
     }
+    out = partial(Outcome, value=content, threshold=check["expect"], evidence=evidence)
     if not content:
         why = (
             " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)"
             if finish == "length"
             else ""
         )
-        return Outcome(FAIL, f"empty answer{why}", value=content, threshold=check["expect"], evidence=evidence)
+        return out(FAIL, f"empty answer{why}")
     answer = normalise_answer(content)
     if answer != str(check["expect"]):
-        return Outcome(
-            FAIL,
-            f"answered {content[:80]!r}, expected {check['expect']!r}",
-            value=content,
-            threshold=check["expect"],
-            evidence=evidence,
-        )
-    return Outcome(
-        PASS, f"answered {answer!r} as expected", value=content, threshold=check["expect"], evidence=evidence
-    )
+        return out(FAIL, f"answered {content[:80]!r}, expected {check['expect']!r}")
+    return out(PASS, f"answered {answer!r} as expected")
 
 
 def deterministic(ctx) -> Outcome:

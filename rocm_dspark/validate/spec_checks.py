@@ -9,6 +9,7 @@ DSpark-5, thinking on) is shown as a reference, never used as the threshold.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.runtime.metrics import spec_decode_counters
@@ -62,14 +63,10 @@ def _k(ctx, delta) -> int | None:
 def _floor(ctx) -> tuple[float | None, str]:
     if ctx.options.acceptance_min is not None:
         return ctx.options.acceptance_min, "--acceptance-min"
-    if ctx.target.recipe_model:
-        floor = (ctx.model.validation or {}).get("acceptance_length_min")
-        return (
-            (float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min")
-            if floor is not None
-            else (None, "")
-        )
-    return None, ""
+    floor = (ctx.model.validation or {}).get("acceptance_length_min") if ctx.target.recipe_model else None
+    if floor is None:
+        return None, ""
+    return float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min"
 
 
 def acceptance(ctx) -> Outcome:
@@ -108,52 +105,29 @@ def acceptance(ctx) -> Outcome:
         "per_request": per_request or None,
     }
     ctx.data["spec_metrics_text"] = texts
+    out = partial(Outcome, threshold=floor, evidence=evidence)
     if not delta.spec_decode:
-        return Outcome(
-            FAIL,
-            "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding",
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding")
     if delta.num_drafts <= 0:
-        return Outcome(
-            FAIL,
-            f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran",
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran")
     al = delta.mean_acceptance_length
     per_pos = list(delta.per_position_acceptance or ())
     ctx.data["acceptance"] = {"al": al, "per_position": per_pos, "k": k, "threshold": floor, "golden": golden}
     evidence["acceptance_rate"] = delta.acceptance_rate
     evidence["per_position"] = per_pos
-    value = round(al, 4)
+    out = partial(out, value=round(al, 4))  # from here on, with the measured length
     if k and not 1.0 <= al <= k + 1 + 1e-9:
-        return Outcome(
-            FAIL,
-            f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent",
-            value=value,
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent")
     shown = f"acceptance length {al:.3f} (1 + {delta.num_accepted_tokens:g}/{delta.num_drafts:g} drafts, K={k})"
     if floor is None:
-        return Outcome(
+        return out(
             PASS,
             f"{shown}; no floor for {ctx.target.served_name!r} (the recipe's floor is for "
             f"{ctx.model.key}; pass --acceptance-min to set one)",
-            value=value,
-            evidence=evidence,
         )
     if al < floor:
-        return Outcome(
-            FAIL,
-            f"{shown} is below the floor {floor:g} ({floor_source})",
-            value=value,
-            threshold=floor,
-            evidence=evidence,
-        )
-    return Outcome(PASS, f"{shown} >= floor {floor:g}", value=value, threshold=floor, evidence=evidence)
+        return out(FAIL, f"{shown} is below the floor {floor:g} ({floor_source})")
+    return out(PASS, f"{shown} >= floor {floor:g}")
 
 
 def per_position(ctx) -> Outcome:
