@@ -165,7 +165,7 @@ def run_arm(
     from rocm_dspark.runtime.process import VllmServer
     from rocm_dspark.validate.sweep import bench_setup
 
-    # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_prefix)
+    # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_setup)
     prefix, tokenizer = bench_setup(arm["argv"], plan, python=python, container=None, result_dir=out_dir)
     server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=log_dir / f"{name}.log")
     say(f"A/B {name}: starting {arm['description']}")

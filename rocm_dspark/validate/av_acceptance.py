@@ -78,18 +78,6 @@ def prompts_for(concurrency: int) -> tuple[str, ...]:
     )
 
 
-def read_gsm8k(results: dict) -> dict:
-    """{score, stderr, metric} from lm-eval's results["gsm8k"] (strict match preferred)."""
-    from rocm_dspark.validate.gsm8k import METRIC_KEYS
-
-    for key in METRIC_KEYS:
-        if key in results:
-            name, _, flt = key.partition(",")
-            se = results.get(f"{name}_stderr,{flt}")
-            return {"score": float(results[key]), "stderr": None if se in (None, "N/A") else float(se), "metric": key}
-    raise ValueError(f"no exact_match metric in lm-eval's gsm8k results: {sorted(results)}")
-
-
 def verdict(report_arms: dict) -> dict:
     """Accept AV only with zero violations on every arm, a trimmed adaptive arm, and GSM8K agreement."""
     problems = []
@@ -177,7 +165,7 @@ def markdown(report: dict) -> str:
 def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path) -> dict:
     import subprocess
 
-    from rocm_dspark.validate.gsm8k import GSM8K_TIMEOUT_S, build_argv, lm_eval_command
+    from rocm_dspark.validate.gsm8k import GSM8K_TIMEOUT_S, build_argv, lm_eval_command, read_score
 
     base = lm_eval_command()
     if base is None:
@@ -187,14 +175,7 @@ def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"lm-eval exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}")
-    files = sorted(out_dir.rglob("results*.json"))
-    if not files:
-        raise RuntimeError(f"lm-eval wrote no results*.json under {out_dir}")
-    from rocm_dspark.inputs import parse_json, read_text
-
-    return read_gsm8k(
-        parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
-    )
+    return read_score(str(out_dir))
 
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:

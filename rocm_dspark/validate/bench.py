@@ -45,60 +45,33 @@ def bench_argv(
 ) -> list[str]:
     """prefix: how to reach `vllm` (["/venv/bin/vllm"] or the `docker run ... --entrypoint vllm IMAGE` argv);
     extra: more bench flags, after the workload's."""
-    return [
-        *prefix,
-        "bench",
-        "serve",
-        "--base-url",
-        base_url,
-        "--model",
-        served_name,
-        "--served-model-name",
-        served_name,
-        "--tokenizer",
-        tokenizer,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(input_len),
-        "--random-output-len",
-        str(output_len),
-        "--seed",
-        str(seed),
-        "--ignore-eos",
-        "--temperature",
-        "0",
-        "--num-prompts",
-        str(num_prompts),
-        "--max-concurrency",
-        str(concurrency),
-        "--metric-percentiles",
-        ",".join(map(str, PERCENTILES)),
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir",
-        result_dir,
-        "--result-filename",
-        result_filename,
-        *map(str, extra),
-    ]
+    flags = {  # None: a flag without a value
+        "--base-url": base_url,
+        "--model": served_name,
+        "--served-model-name": served_name,
+        "--tokenizer": tokenizer,
+        "--dataset-name": "random",
+        "--random-input-len": input_len,
+        "--random-output-len": output_len,
+        "--seed": seed,
+        "--ignore-eos": None,
+        "--temperature": 0,
+        "--num-prompts": num_prompts,
+        "--max-concurrency": concurrency,
+        "--metric-percentiles": ",".join(map(str, PERCENTILES)),
+        "--disable-tqdm": None,
+        "--save-result": None,
+        "--result-dir": result_dir,
+        "--result-filename": result_filename,
+    }
+    words = [w for flag, v in flags.items() for w in ((flag,) if v is None else (flag, str(v)))]
+    return [*prefix, "bench", "serve", *words, *map(str, extra)]
 
 
 def container_prefix(tool: str, image: str, mounts) -> list[str]:
     """The image's own `vllm` (its entrypoint may be `vllm serve`, so it is named); mounts: `-v` pairs."""
-    return [
-        tool,
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "-e",
-        "PYTHONUNBUFFERED=1",
-        *mounts,
-        "--entrypoint",
-        "vllm",
-        image,
-    ]
+    run = [tool, "run", "--rm", "--network", "host", "-e", "PYTHONUNBUFFERED=1"]
+    return [*run, *mounts, "--entrypoint", "vllm", image]
 
 
 def served_model(argv) -> str | None:

@@ -36,24 +36,12 @@ def build_argv(base: list[str], served_name: str, base_url: str, out_dir: str, l
         f"model={served_name},base_url={base_url}/v1/completions,num_concurrent=64,max_retries=3,"
         "tokenized_requests=False"
     )
-    argv = [
-        *base,
-        "--model",
-        "local-completions",
-        "--model_args",
-        model_args,
-        "--tasks",
-        "gsm8k",
-        "--num_fewshot",
-        "5",
-        "--output_path",
-        out_dir,
-    ]
-    return argv + (["--limit", str(limit)] if limit else [])
+    argv = [*base, "--model", "local-completions", "--model_args", model_args, "--tasks", "gsm8k", "--num_fewshot", "5"]
+    return argv + ["--output_path", out_dir] + (["--limit", str(limit)] if limit else [])
 
 
-def read_score(out_dir: str) -> tuple[float, str]:
-    """The GSM8K exact-match score from lm-eval's results_*.json (strict match preferred)."""
+def read_score(out_dir: str) -> dict:
+    """{score, stderr, metric}: GSM8K exact match from the results*.json lm-eval wrote (strict match preferred)."""
     files = sorted(glob.glob(os.path.join(out_dir, "**", "results*.json"), recursive=True))
     if not files:
         raise ValueError(f"lm-eval wrote no results*.json under {out_dir}")
@@ -62,7 +50,9 @@ def read_score(out_dir: str) -> tuple[float, str]:
     results = parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
     for key in METRIC_KEYS:
         if key in results:
-            return float(results[key]), key
+            name, _, flt = key.partition(",")
+            se = results.get(f"{name}_stderr,{flt}")
+            return {"score": float(results[key]), "stderr": None if se in (None, "N/A") else float(se), "metric": key}
     raise ValueError(f"no exact_match metric in lm-eval's gsm8k results: {sorted(results)}")
 
 
@@ -97,9 +87,10 @@ def gsm8k(ctx) -> Outcome:
                 evidence=evidence,
             )
         try:
-            score, metric = read_score(out)
+            result = read_score(out)
         except (ValueError, KeyError, TypeError, OSError, UsageError) as exc:
             return Outcome(FAIL, f"cannot read lm-eval's result: {exc}", threshold=floor, evidence=evidence)
+    score, metric = result["score"], result["metric"]
     evidence["metric"] = metric
     if floor is not None and score < floor:
         return Outcome(
