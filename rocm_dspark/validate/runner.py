@@ -267,7 +267,7 @@ def run_validation(
     """Run every check and write the report into opts.report_dir. Returns the report dict; its
     summary.exit_status is 0 when every blocking check passed, 1 otherwise. Bad input raises UsageError
     before anything runs or is written."""
-    catalog, selection, plan = plan_for(selection_opts, soft=opts.gate_software)
+    catalog, _selection, plan = plan_for(selection_opts, soft=opts.gate_software)
     target = _target(opts, plan)
     if target is None:  # host checks alone say nothing about a server: that is not a validation
         raise UsageError(
@@ -279,7 +279,6 @@ def run_validation(
     report.prepare_dir(opts.report_dir, opts.force)  # after every input is checked: a refusal writes nothing
     ctx = Context(opts, catalog, catalog.find_model(plan.model_key), plan, target=target, say=say)
     ctx.client = VllmClient(target.host, target.port)
-    ctx.data["selection"] = selection
     ctx.data["state_dir"] = selection_opts.get("state_dir")
     if display is not None:  # rocm_dspark.runtime.progress.Display: the live wait of --launch
         ctx.data["display"] = display

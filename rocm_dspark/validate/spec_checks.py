@@ -48,7 +48,7 @@ def run_workload(client, served_name: str, prompts, max_tokens: int, timeout_s: 
         after = client.metrics_text(timeout_s=min(timeout_s, 30))
         delta = spec_decode_counters(after) - spec_decode_counters(before)
         if delta.generation_tokens >= tokens or time.monotonic() > deadline:
-            return delta, per_request, tokens, (before, after)
+            return delta, per_request, tokens
         time.sleep(0.25)
 
 
@@ -73,7 +73,7 @@ def acceptance(ctx) -> Outcome:
     prompts = WORKLOAD[:4] if ctx.options.quick else WORKLOAD
     max_tokens = ctx.options.output_tokens()
     try:
-        delta, per_request, tokens, texts = run_workload(
+        delta, per_request, tokens = run_workload(
             ctx.client,
             ctx.target.served_name,
             prompts,
@@ -104,7 +104,6 @@ def acceptance(ctx) -> Outcome:
         and {"value": golden, "note": "InferenceX golden, V4.1 DSpark-5, thinking on; a reference, not the threshold"},
         "per_request": per_request or None,
     }
-    ctx.data["spec_metrics_text"] = texts
     out = partial(Outcome, threshold=floor, evidence=evidence)
     if not delta.spec_decode:
         return out(FAIL, "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding")
