@@ -150,18 +150,15 @@ def run_arm(
     arm: dict,
     name: str,
     *,
-    concurrency: int,
-    requests: int,
-    input_len: int,
-    max_tokens: int,
-    timeout_s: float,
     ready_timeout_s: float,
     log_dir: Path,
     out_dir: Path,
     plan,
     python: str | None,
     say,
+    **workload,
 ) -> dict:
+    """Start the arm, measure it (workload: measure's concurrency, requests, lengths and timeout), stop it."""
     from rocm_dspark.runtime.process import VllmServer
     from rocm_dspark.validate.sweep import bench_setup
 
@@ -175,18 +172,7 @@ def run_arm(
         if not ready.ready:
             raise UsageError(f"A/B {name} arm did not start: {ready.reason()} (log {server.log_path})")
         stats = measure(
-            server,
-            arm["served_name"],
-            name,
-            prefix=prefix,
-            tokenizer=tokenizer,
-            concurrency=concurrency,
-            requests=requests,
-            input_len=input_len,
-            max_tokens=max_tokens,
-            timeout_s=timeout_s,
-            out_dir=out_dir,
-            say=say,
+            server, arm["served_name"], name, prefix=prefix, tokenizer=tokenizer, out_dir=out_dir, say=say, **workload
         )
     finally:
         server.stop()
