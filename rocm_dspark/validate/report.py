@@ -216,25 +216,10 @@ def _failing_tool_call(checks: list[dict]) -> list[str]:
     if not failing:
         return []
     first = failing[0]
-    dump = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)[:4000]  # noqa: E731
-    return [
-        "",
-        f"## Failing tool call: {first['case']}",
-        "",
-        *[f"- {p}" for p in first["problems"]],
-        "",
-        "Request:",
-        "",
-        "```json",
-        dump(first["request"]),
-        "```",
-        "",
-        "Response:",
-        "",
-        "```json",
-        dump(first["response"]),
-        "```",
-    ]
+    lines = ["", f"## Failing tool call: {first['case']}", ""] + [f"- {p}" for p in first["problems"]]
+    for title, sent in (("Request:", first["request"]), ("Response:", first["response"])):
+        lines += ["", title, "", "```json", json.dumps(sent, indent=1, ensure_ascii=False, default=str)[:4000], "```"]
+    return lines
 
 
 def run_label(report: dict) -> str:
@@ -248,14 +233,18 @@ def run_label(report: dict) -> str:
     )
 
 
-def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
+def _subplots(*args, **kw):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(*args, dpi=100, **kw)
+
+
+def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
     rates = acceptance["per_position"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.9), dpi=100)
+    fig, ax = _subplots(figsize=(6.4, 3.9))
     ax.bar([str(i + 1) for i in range(len(rates))], rates, color="#3b6ea5")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("draft position")
@@ -265,22 +254,14 @@ def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
     ax.set_title(title)
     for i, r in enumerate(rates):
         ax.text(i, r + 0.02, f"{r:.2f}", ha="center", fontsize=8)
-    if label:
-        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _save(fig, path)
+    _save(fig, path, label)
 
 
 def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
     """Three panels: throughput (from zero), TTFT (hundreds of ms) and TPOT/ITL (a few ms) on their own axes,
     so the small lines are not flattened; the x ticks are the measured levels themselves."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     conc = [lv["concurrency"] for lv in levels]
-    fig, (thr, ttft, tpot) = plt.subplots(1, 3, figsize=(13, 4.0), dpi=100)
+    fig, (thr, ttft, tpot) = _subplots(1, 3, figsize=(13, 4.0))
 
     def values(key, stat):
         return [lv[key][stat] if lv[key][stat] is not None else float("nan") for lv in levels]
@@ -308,10 +289,7 @@ def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
         ax.minorticks_off()
         ax.set_xlabel("concurrency (measured levels)")
         ax.grid(True, alpha=0.3)
-    if label:
-        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _save(fig, path)
+    _save(fig, path, label)
 
 
 def cost_table(levels: list[dict], report: dict) -> dict | None:
@@ -344,9 +322,13 @@ def cost_table(levels: list[dict], report: dict) -> dict | None:
     }
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, label: str) -> None:
+    """Under the plot, the run it shows (run_label); written as a PNG."""
     import matplotlib.pyplot as plt
 
+    if label:
+        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
