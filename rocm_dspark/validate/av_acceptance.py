@@ -163,19 +163,13 @@ def markdown(report: dict) -> str:
 
 
 def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path) -> dict:
-    import subprocess
+    from rocm_dspark.validate import gsm8k
 
-    from rocm_dspark.validate.gsm8k import GSM8K_TIMEOUT_S, build_argv, lm_eval_command, read_score
-
-    base = lm_eval_command()
+    base = gsm8k.lm_eval_command()
     if base is None:
         raise RuntimeError("lm-eval is not installed here (pip install 'lm-eval[api]')")
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = build_argv(base, served_name, base_url, str(out_dir), limit)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"lm-eval exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}")
-    return read_score(str(out_dir))
+    return gsm8k.run(base, served_name, base_url, limit, str(out_dir))[0]  # gsm8k.LmEvalFailed: a RuntimeError
 
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:

@@ -56,6 +56,31 @@ def read_score(out_dir: str) -> dict:
     raise ValueError(f"no exact_match metric in lm-eval's gsm8k results: {sorted(results)}")
 
 
+class LmEvalFailed(RuntimeError):
+    """lm-eval gave no score: the reason, and the run's evidence."""
+
+    def __init__(self, reason: str, evidence: dict):
+        super().__init__(reason)
+        self.evidence = evidence
+
+
+def run(base: list[str], served_name: str, base_url: str, limit: int | None, out_dir: str) -> tuple[dict, dict]:
+    """GSM8K through lm-eval (`base`: lm_eval_command()) against the server: (read_score's result, evidence)."""
+    argv = build_argv(base, served_name, base_url, out_dir, limit)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise LmEvalFailed(f"lm-eval did not finish within {GSM8K_TIMEOUT_S} s", {"argv": argv}) from None
+    evidence = {"argv": argv, "exit": proc.returncode, "stderr_tail": proc.stderr[-2000:]}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise LmEvalFailed(f"lm-eval exited {proc.returncode}: {last}", evidence)
+    try:
+        return read_score(out_dir), evidence
+    except (ValueError, KeyError, TypeError, OSError, UsageError) as exc:
+        raise LmEvalFailed(f"cannot read lm-eval's result: {exc}", evidence) from None
+
+
 def gsm8k(ctx) -> Outcome:
     if not ctx.options.gsm8k:
         return Outcome(NOT_APPLICABLE, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
@@ -71,25 +96,10 @@ def gsm8k(ctx) -> Outcome:
         return Outcome(NOT_APPLICABLE, "lm-eval is not installed here (pip install 'lm-eval[api]')")
     floor = (ctx.model.validation or {}).get("gsm8k_min") if ctx.target.recipe_model else None
     with tempfile.TemporaryDirectory(prefix="rocm-dspark-gsm8k-") as out:
-        argv = build_argv(base, ctx.target.served_name, ctx.target.base_url, out, ctx.options.gsm8k_limit)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Outcome(
-                FAIL, f"lm-eval did not finish within {GSM8K_TIMEOUT_S} s", threshold=floor, evidence={"argv": argv}
-            )
-        evidence = {"argv": argv, "exit": proc.returncode, "stderr_tail": proc.stderr[-2000:]}
-        if proc.returncode != 0:
-            return Outcome(
-                FAIL,
-                f"lm-eval exited {proc.returncode}: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:200]}",
-                threshold=floor,
-                evidence=evidence,
-            )
-        try:
-            result = read_score(out)
-        except (ValueError, KeyError, TypeError, OSError, UsageError) as exc:
-            return Outcome(FAIL, f"cannot read lm-eval's result: {exc}", threshold=floor, evidence=evidence)
+            result, evidence = run(base, ctx.target.served_name, ctx.target.base_url, ctx.options.gsm8k_limit, out)
+        except LmEvalFailed as exc:
+            return Outcome(FAIL, str(exc), threshold=floor, evidence=exc.evidence)
     score, metric = result["score"], result["metric"]
     evidence["metric"] = metric
     if floor is not None and score < floor:

@@ -71,12 +71,10 @@ def server_python(ctx) -> str:
     if ctx.options.python:
         return ctx.options.python
     argv = ctx.target.argv if ctx.target and ctx.target.argv else ()
-    candidates = [argv[0]] if argv else []
     if argv and Path(argv[0]).name.startswith("python"):
         return argv[0]
-    candidates.append("vllm")
-    for c in candidates:
-        py = _shebang_python(c)
+    for script in (*argv[:1], "vllm"):  # the server command's own script first
+        py = _shebang_python(script)
         if py and os.path.exists(py):
             return py
     return sys.executable

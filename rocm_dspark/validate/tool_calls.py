@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import NamedTuple
 
 from rocm_dspark.inputs import parse_json
@@ -197,12 +198,9 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
         res = client.request("POST", "/v1/chat/completions", body, timeout_s=timeout_s)
     except ServerError as exc:
         return {**out, "problems": [str(exc)], "response": None}
+    text = res.body.decode(errors="replace")
     if res.status != 200:
-        return {
-            **out,
-            "problems": [f"HTTP {res.status}: {one_line(res.body.decode(errors='replace'), 300)}"],
-            "response": res.body.decode(errors="replace")[:4000],
-        }
+        return {**out, "problems": [f"HTTP {res.status}: {one_line(text, 300)}"], "response": text[:4000]}
     try:
         if case.stream:
             response, chunks = _assemble_stream(res.body)
@@ -212,11 +210,7 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
         else:
             response = res.json()
     except ValueError as exc:
-        return {
-            **out,
-            "problems": [f"the response is not JSON: {exc}"],
-            "response": res.body.decode(errors="replace")[:4000],
-        }
+        return {**out, "problems": [f"the response is not JSON: {exc}"], "response": text[:4000]}
     return {**out, "problems": problems_of(response, ARGS), "response": response}
 
 
@@ -256,22 +250,18 @@ def tool_calls(ctx) -> Outcome:
         if forced
         else "the model's own calls"
     )
-    threshold = {"tool_call_parser": parser, "reasoning_parser": reasoning}
+    out = partial(Outcome, value=value, threshold={"tool_call_parser": parser, "reasoning_parser": reasoning})
     if failed:
         first = failed[0]
-        return Outcome(
+        return out(
             FAIL,
             f"{len(failed)} of {len(results)} cases failed ({how}); {first['case']}: {first['problems'][0]}",
-            value=value,
-            threshold=threshold,
             evidence={"failing": failed, "passed": [r["case"] for r in results if not r["problems"]]},
         )
     deltas = [d for r in results for d in r.get("argument_deltas", [])]
-    return Outcome(
+    return out(
         PASS,
         f"{len(results)} cases ({how}): tool_calls parsed, arguments match the schema, no tags "
         f"leaked, the {len(ARGS['text'])}-character argument whole when streamed (in {deltas} deltas)",
-        value=value,
-        threshold=threshold,
         evidence={"cases": [r["case"] for r in results], "argument_deltas": deltas},
     )
