@@ -1,16 +1,11 @@
 """`rocm-dspark validate --ab`: one workload at the target concurrency against two launches on this host,
 block verification first, then adaptive verification; an A/B evidence record for the gate.
 
-Each arm is measured by vLLM's own `vllm bench serve` (rocm_dspark.validate.bench, run as the sweep runs it):
-start the server, warm up with a bench run on other prompts (seed 1), run the measured bench between two
-/metrics reads (acceptance length from their deltas), stop the server; docs/validate.md, "The A/B through
-`vllm bench serve`", gives the flags. A request that fails fails its arm ("no verdict"). The record
-(rocm_dspark.probe.ab_record) carries the verdict ("adaptive pays at c=C: +x%"), is fingerprinted like a probe
-record, written atomically into `<state dir>/ab/`, and copied into the report directory.
-
-The arms are the plan's own two commands (block_argv and the adaptive argv), or two server-description
-files (--server-json for the block arm, --ab-server-json for the adaptive one) where the plan cannot run:
-such a record says so (`override`) and never counts for the gate.
+Each arm: start the server, a warm-up `vllm bench serve` run, the measured run between two /metrics reads, stop
+(docs/validate.md, "The A/B through `vllm bench serve`"); a request that fails fails its arm. The record
+(rocm_dspark.probe.ab_record) is fingerprinted like a probe record, written into `<state dir>/ab/` and copied
+into the report directory. The arms are the plan's own two commands, or two server files (--server-json,
+--ab-server-json) where the plan cannot run: such a record says so (`override`) and never counts for the gate.
 """
 
 from __future__ import annotations
@@ -270,8 +265,7 @@ def run_ab(
             "adaptive": arms_in["adaptive"]["description"],
         }
     report_dir = Path(report_dir)
-    target = report_dir / AB_JSON
-    if target.exists():
+    if (report_dir / AB_JSON).exists():
         raise UsageError(f"--report {report_dir} already holds {AB_JSON}: choose another directory")
     log_dir = report_dir / "ab-logs"
     try:
@@ -279,7 +273,7 @@ def run_ab(
     except OSError as exc:
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
     fingerprint.current_fingerprint(catalog, plan)  # before the arms: a host it cannot fingerprint costs no load
-    started, bench_dir = store.utc_now(), (Path(report_dir) / AB_BENCH_DIR).absolute()
+    started, bench_dir = store.utc_now(), (report_dir / AB_BENCH_DIR).absolute()
     arms = {
         name: run_arm(
             arms_in[name],
