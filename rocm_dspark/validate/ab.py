@@ -16,8 +16,15 @@ import shlex
 import socket
 from pathlib import Path
 
+from rocm_dspark import __version__
+from rocm_dspark.atomic import write_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import ab_record, fingerprint, store
 from rocm_dspark.probe.ab_record import CLIENT
+from rocm_dspark.runtime.metrics import spec_decode_counters
+from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.validate import bench
+from rocm_dspark.validate.sweep import bench_level, bench_setup
 
 AB_JSON = "ab.json"
 AB_BENCH_DIR = "ab-bench"  # in the report: each arm's `vllm bench serve` JSON, as written, and its output
@@ -73,10 +80,6 @@ def measure(
     `vllm bench serve` at the same concurrency, then the measured run between two /metrics reads. Both runs'
     --save-result JSON and output stay in out_dir (`<name>.json`, `<name>-warmup.json`). The server is
     neither started nor stopped."""
-    from rocm_dspark.runtime.metrics import spec_decode_counters
-    from rocm_dspark.validate import bench
-    from rocm_dspark.validate.sweep import bench_level
-
     common = {
         "base_url": server.base_url,
         "served_name": served_name,
@@ -128,8 +131,6 @@ def measure(
 
 def workload(*, requests: int, input_len: int, max_tokens: int) -> dict:
     """The record's workload: what both arms' bench commands carry (ab_record checks it on read)."""
-    from rocm_dspark.validate import bench
-
     return {
         "client": CLIENT,
         "dataset": "random",
@@ -154,9 +155,6 @@ def run_arm(
     **workload,
 ) -> dict:
     """Start the arm, measure it (workload: measure's concurrency, requests, lengths and timeout), stop it."""
-    from rocm_dspark.runtime.process import VllmServer
-    from rocm_dspark.validate.sweep import bench_setup
-
     # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_setup)
     prefix, tokenizer = bench_setup(arm["argv"], plan, python=python, container=None, result_dir=out_dir)
     server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=log_dir / f"{name}.log")
@@ -195,9 +193,6 @@ def write_ab_record(
     say=print,
 ) -> dict:
     """Build, sign and store the A/B record of two measured arms (and copy it into report_dir); returns it."""
-    from rocm_dspark import __version__
-    from rocm_dspark.probe import ab_record, fingerprint, store
-
     data = ab_record.build(
         record_id=store.new_record_id(started),
         created_at=store.iso(started),
@@ -214,8 +209,6 @@ def write_ab_record(
     path = ab_record.write(state_dir, data)
     where = str(path)
     if report_dir is not None:
-        from rocm_dspark.atomic import write_atomic
-
         write_atomic(Path(report_dir) / AB_JSON, json.dumps(data, indent=1) + "\n", mode=0o644)
         where += f" and {Path(report_dir) / AB_JSON}"
     say(f"A/B record {data['id']} written to {where}")
@@ -240,8 +233,6 @@ def run_ab(
     say=print,
 ) -> dict:
     """Run both arms, write the record; returns the record (a dict)."""
-    from rocm_dspark.probe import fingerprint, store
-
     if concurrency < 1:
         raise UsageError("--concurrency for --ab must be one positive integer, e.g. --concurrency 64")
     if (block_spec is None) != (adaptive_spec is None):

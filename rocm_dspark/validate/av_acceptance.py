@@ -22,12 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import rescore
+from rocm_dspark.probe.fingerprint import adaptive_plan
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.plan import Command
+from rocm_dspark.recipe.selection import build_selection
+from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.validate import gsm8k
 
 ARMS = ("nospec", "block", "adaptive")
 RUN_ORDER = ("block", "adaptive", "nospec")  # the nospec server re-scores every arm's tokens: it runs last
@@ -48,8 +55,6 @@ def without_speculation(argv) -> list[str]:
 
 def arms(catalog, selection) -> dict:
     """{arm: {argv, env, host, port, served_name}} from the plan (resolved once, AV forced on for its arm)."""
-    from rocm_dspark.probe.fingerprint import adaptive_plan
-
     plan = adaptive_plan(catalog, selection)
     if not plan.adaptive_argv:
         raise ValueError(f"the plan ({plan.profile}, {plan.vllm_version}) has no adaptive command to accept")
@@ -69,11 +74,9 @@ def arms(catalog, selection) -> dict:
 
 
 def prompts_for(concurrency: int) -> tuple[str, ...]:
-    from rocm_dspark.probe.rescore import RESCORE_PROMPTS
-
+    prompts = rescore.RESCORE_PROMPTS
     return tuple(
-        f"{RESCORE_PROMPTS[i % len(RESCORE_PROMPTS)]}"
-        + (f" ({i // len(RESCORE_PROMPTS)})" if i >= len(RESCORE_PROMPTS) else "")
+        f"{prompts[i % len(prompts)]}" + (f" ({i // len(prompts)})" if i >= len(prompts) else "")
         for i in range(concurrency)
     )
 
@@ -163,8 +166,6 @@ def markdown(report: dict) -> str:
 
 
 def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path) -> dict:
-    from rocm_dspark.validate import gsm8k
-
     base = gsm8k.lm_eval_command()
     if base is None:
         raise RuntimeError("lm-eval is not installed here (pip install 'lm-eval[api]')")
@@ -174,8 +175,6 @@ def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:
     """{arm: re-scoring summary}: each arm's generated tokens judged on the nospec server `client`."""
-    from rocm_dspark.probe import rescore
-
     return {
         name: rescore.judge(gen, client, model, REFERENCE, concurrency=concurrency, k=None if name == "nospec" else k)
         for name, gen in generated.items()
@@ -196,9 +195,6 @@ def run_arm(
 ) -> dict:
     """Start the arm, generate into `generated[name]`, and on nospec (last) re-score every arm's tokens there:
     its result then has `rescored`, {arm: summary}. GSM8K on every arm."""
-    from rocm_dspark.probe import rescore
-    from rocm_dspark.runtime.process import VllmServer
-
     server = VllmServer(
         arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=report_dir / f"{name}.log"
     )
@@ -250,9 +246,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.concurrency < 4:
         p.error("--concurrency must be at least 4 (the re-scoring minimum)")
-    from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.selection import build_selection
-
     catalog = load_catalog()
     selection = build_selection({"model": args.model, "gpu": args.gpu, "concurrency": args.concurrency}, catalog)
     try:
@@ -262,8 +255,6 @@ def main(argv=None) -> int:
         return 2
     plan = commands.pop("_plan")
     if args.dry_run:
-        import shlex
-
         for name in RUN_ORDER:
             print(f"{name}: {shlex.join(commands[name]['argv'])}")
         print(f"reference: {REFERENCE_TEXT}")

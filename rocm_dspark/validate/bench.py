@@ -22,6 +22,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.plan import Command
 
 SEED = 0
@@ -118,9 +120,6 @@ def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) ->
     output = log_path.read_text(errors="replace")
     data, unreadable = None, None
     if result_path.exists():
-        from rocm_dspark.errors import UsageError
-        from rocm_dspark.inputs import parse_json, read_text
-
         try:  # evidence: bounded and strict (no NaN, no duplicate key)
             what = "vllm bench serve's result"
             data = parse_json(read_text(result_path, what), f"{what} {result_path}")

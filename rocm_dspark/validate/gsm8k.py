@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, Outcome
 
 GSM8K_TIMEOUT_S = 4 * 3600  # 1,319 questions x 5-shot at 64 concurrent requests stays well inside this
@@ -45,8 +46,6 @@ def read_score(out_dir: str) -> dict:
     files = sorted(glob.glob(os.path.join(out_dir, "**", "results*.json"), recursive=True))
     if not files:
         raise ValueError(f"lm-eval wrote no results*.json under {out_dir}")
-    from rocm_dspark.inputs import parse_json, read_text
-
     results = parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
     for key in METRIC_KEYS:
         if key in results:

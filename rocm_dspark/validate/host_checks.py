@@ -324,9 +324,7 @@ def memlock(ctx) -> Outcome:
 
 
 def hf_cache() -> Path:
-    from rocm_dspark.launch.launch_facts import hf_hub_cache  # the rule the container mounts follow too
-
-    return Path(hf_hub_cache())
+    return Path(launch_facts.hf_hub_cache())  # the rule the container mounts follow too
 
 
 def disk(ctx) -> Outcome:

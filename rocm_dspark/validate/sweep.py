@@ -14,6 +14,8 @@ import shutil
 from functools import partial
 from pathlib import Path
 
+from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
+from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
@@ -30,8 +32,6 @@ def bench_setup(
     (--python, or a `python -m vllm...` argv); the tokenizer is the served model's (the served name is no path)."""
     tokenizer = bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
     if container:
-        from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
-
         tool, image = container
         mounts = [*hf_cache_mounts(hf_home(), hf_hub_cache()), "-v", f"{result_dir}:{result_dir}"]
         model_path = tokenizer if os.path.isabs(tokenizer) else plan.model_path
@@ -127,8 +127,6 @@ def level_check(concurrency: int):
 
 def _counters(ctx):
     """The server's spec-decode counters now, or None (no /metrics, or not Prometheus text)."""
-    from rocm_dspark.runtime.metrics import spec_decode_counters
-
     try:
         return spec_decode_counters(ctx.client.metrics_text(timeout_s=10))
     except Exception:  # the sweep's numbers stand without them; the level says they are missing
