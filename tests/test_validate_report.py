@@ -140,6 +140,8 @@ def test_check_names_are_stable_and_ordered():
     assert cats == sorted(cats, key=["host", "software", "server", "spec_decode", "sweep"].index)
     assert names[-4:] == ["sweep.concurrency_1", "sweep.concurrency_4", "sweep.jit", "sweep.gsm8k"]
     full = runner.check_names(ValidateOptions(report_dir="x", launch=True))
+    # Each says what it means in report.md (a check function's docstring, or the sweep level's own line).
+    assert all(c.description for c in runner.build_checks(ValidateOptions(report_dir="x", launch=True)))
     assert "server.start" in full and [n for n in full if n.startswith("sweep.concurrency")] == [
         "sweep.concurrency_1", "sweep.concurrency_16", "sweep.concurrency_64", "sweep.concurrency_128"]
     assert ValidateOptions(report_dir="x").requests_for(128) == 512 and ValidateOptions(report_dir="x").requests_for(1) == 4

@@ -81,6 +81,7 @@ def run(base: list[str], served_name: str, base_url: str, limit: int | None, out
 
 
 def gsm8k(ctx) -> Outcome:
+    """optional (--gsm8k): GSM8K 5-shot through lm-eval with block rejection, against validation.gsm8k_min."""
     if not ctx.options.gsm8k:
         return Outcome(NOT_APPLICABLE, "not requested (pass --gsm8k; needs lm-eval and the GSM8K data set)")
     spec = ctx.plan.speculative_config or {}

@@ -35,6 +35,7 @@ def _not_amd(ctx) -> Outcome | None:
 
 
 def gpus(ctx) -> Outcome:
+    """AMD GPUs reported by amd-smi (JSON) or rocminfo: count, name, gfx arch."""
     inv = ctx.host()
     evidence = {
         "tools": inv.tools,
@@ -58,6 +59,7 @@ def gpus(ctx) -> Outcome:
 
 
 def gpu_profile(ctx) -> Outcome:
+    """the GPUs are the part the plan's profile assumed (name and gfx arch) and there are TP x DP of them."""
     if (na := _not_amd(ctx)) is not None:
         return na
     inv, plan = ctx.host(), ctx.plan
@@ -95,6 +97,7 @@ def gpu_profile(ctx) -> Outcome:
 
 
 def hbm(ctx) -> Outcome:
+    """HBM per GPU matches the part's size (a smaller value means a memory partition or a VF slice)."""
     if (na := _not_amd(ctx)) is not None:
         return na
     spec = ctx.catalog.gpus[ctx.plan.gpu]
@@ -117,6 +120,7 @@ def hbm(ctx) -> Outcome:
 
 
 def ecc(ctx) -> Outcome:
+    """no uncorrectable ECC errors (correctable ones warn)."""
     if (na := _not_amd(ctx)) is not None:
         return na
     gpus = ctx.host().gpus
@@ -146,6 +150,7 @@ _LIMIT_FOR_SENSOR = {"hotspot": "slowdown_hotspot", "edge": "slowdown_edge", "me
 
 
 def temperature(ctx) -> Outcome:
+    """current temperatures below the device's own slowdown limits."""
     if (na := _not_amd(ctx)) is not None:
         return na
     gpus = ctx.host().gpus
@@ -173,6 +178,7 @@ def temperature(ctx) -> Outcome:
 
 
 def power(ctx) -> Outcome:
+    """the power cap in force is not below the part's TDP."""
     if (na := _not_amd(ctx)) is not None:
         return na
     spec = ctx.catalog.gpus[ctx.plan.gpu]
@@ -195,8 +201,9 @@ def power(ctx) -> Outcome:
 
 
 def compute_partition(ctx) -> Outcome:
-    """The GPUs' compute partition mode (amd-smi static --partition). A split GPU (DPX..CPX) is a logical GPU of
-    part of the XCDs, fewer compute units than the 256 CTAs of vLLM 0.33.0's mono decode kernels
+    """the compute partition mode (amd-smi static --partition): a split GPU cannot run --monokernel.
+
+    A split GPU (DPX..CPX) is a logical GPU of part of the XCDs, fewer compute units than the 256 CTAs of vLLM 0.33.0's mono decode kernels
     (mono/common/plan.py:22, checked at mono_decode.py:372): the launcher starts such a plan without --monokernel."""
     if (na := _not_amd(ctx)) is not None:
         return na
@@ -246,7 +253,7 @@ def _can_rw(st: os.stat_result, uid: int, gids: set[int]) -> bool:
 
 
 def devices(ctx) -> Outcome:
-    """/dev/kfd and the /dev/dri render nodes must be readable and writable by the user vLLM runs as."""
+    """/dev/kfd and /dev/dri render nodes are readable and writable by the service user (groups video, render)."""
     kfd = Path(ctx.path(launch_facts.KFD))
     if not kfd.exists():
         if (na := _not_amd(ctx)) is not None:
@@ -286,6 +293,7 @@ def devices(ctx) -> Outcome:
 
 
 def numa_balancing(ctx) -> Outcome:
+    """kernel NUMA balancing is off (it can stall GPU work)."""
     path, off = Path(ctx.path(launch_facts.NUMA_BALANCING)), launch_facts.NUMA_BALANCING_OFF
     try:
         value = path.read_text().strip()
@@ -307,6 +315,7 @@ def numa_balancing(ctx) -> Outcome:
 
 
 def memlock(ctx) -> Outcome:
+    """the memlock limit is unlimited (pinned host memory)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     shown = lambda v: "unlimited" if v == resource.RLIM_INFINITY else f"{v // 1024} KiB"  # noqa: E731
     value = {"soft": shown(soft), "hard": shown(hard)}
@@ -328,7 +337,9 @@ def hf_cache() -> Path:
 
 
 def disk(ctx) -> Outcome:
-    """Free disk for the checkpoint where vLLM will read it (--model-path, else the Hugging Face cache)."""
+    """the checkpoint is present or its disk has room for it.
+
+    Where vLLM will read it: --model-path, else the Hugging Face cache."""
     model, plan = ctx.model, ctx.plan
     need = int(model.weights_gb * 1e9)
     serve_target = plan.argv[2] if len(plan.argv) > 2 and plan.argv[:2] == ("vllm", "serve") else plan.model_id

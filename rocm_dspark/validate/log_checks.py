@@ -46,6 +46,8 @@ def asked_capture(argv) -> int | None:
 
 
 def capture(ctx) -> Outcome:
+    """the server log: vLLM kept the plan's --max-cudagraph-capture-size (no "Truncating
+    max_cudagraph_capture_size"); steps above the size it kept run eager."""
     text = _read(ctx)
     if text is None:
         return Outcome(NOT_APPLICABLE, NO_LOG)
@@ -96,6 +98,8 @@ def capture(ctx) -> Outcome:
 
 
 def jit(ctx) -> Outcome:
+    """the server log: no kernel compile reported by vLLM's JIT monitor during the sweep (warn,
+    with the kernel's name)."""
     text = _read(ctx)
     if text is None:
         return Outcome(NOT_APPLICABLE, NO_LOG)

@@ -9,6 +9,7 @@ describes another server (e.g. a CPU vLLM with a tiny model) when the recipe's o
 
 from __future__ import annotations
 
+import inspect
 import platform
 import socket
 import time
@@ -33,7 +34,9 @@ NO_SERVER = "no server to check: pass --endpoint URL (a running server) or --lau
 
 
 def _start(ctx) -> Outcome:
-    """--launch: write the launcher for the target, run it, wait until /health and /v1/models answer."""
+    """the server starts from the generated launcher and becomes ready in time.
+
+    --launch: write the launcher for the target, run it, wait until /health and /v1/models answer."""
     target, opts = ctx.target, ctx.options
     launch_dir = Path(opts.report_dir) / report.LAUNCH_DIR
     launch_dir.mkdir(exist_ok=True)
@@ -84,12 +87,14 @@ def _wait_with_progress(ctx, server, deadline_s: float):
     return ready or check.timed_out()
 
 
+def _check(name: str, blocking: bool, run) -> Check:
+    """A check whose meaning (report.md's "What each check means") is the first paragraph of run's docstring."""
+    return Check(name, blocking, run, " ".join((inspect.getdoc(run) or "").split("\n\n")[0].split()))
+
+
 def build_checks(opts: ValidateOptions) -> list[Check]:
     """Every check, in the order it runs. Names are stable: reports of two runs diff by name."""
     h, s, sv, sp = host_checks, software_checks, server_checks, spec_checks
-    start = Check(
-        "server.start", True, _start, "the server starts from the generated launcher and becomes ready in time."
-    )
     levels = [
         Check(
             f"sweep.concurrency_{c}",
@@ -100,113 +105,38 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
         for c in opts.levels()
     ]
     return [
-        Check("host.gpus", True, h.gpus, "AMD GPUs reported by amd-smi (JSON) or rocminfo: count, name, gfx arch."),
-        Check(
-            "host.gpu_profile",
-            True,
-            h.gpu_profile,
-            "the GPUs are the part the plan's profile assumed (name and gfx arch) and there are TP x DP of them.",
-        ),
-        Check(
-            "host.hbm",
-            False,
-            h.hbm,
-            "HBM per GPU matches the part's size (a smaller value means a memory partition or a VF slice).",
-        ),
-        Check("host.ecc", True, h.ecc, "no uncorrectable ECC errors (correctable ones warn)."),
-        Check(
-            "host.compute_partition",
-            False,
-            h.compute_partition,
-            "the compute partition mode (amd-smi static --partition): a split GPU cannot run --monokernel.",
-        ),
-        Check("host.temperature", False, h.temperature, "current temperatures below the device's own slowdown limits."),
-        Check("host.power", False, h.power, "the power cap in force is not below the part's TDP."),
-        Check(
-            "host.devices",
-            True,
-            h.devices,
-            "/dev/kfd and /dev/dri render nodes are readable and writable by the service user (groups video, render).",
-        ),
-        Check("host.numa_balancing", False, h.numa_balancing, "kernel NUMA balancing is off (it can stall GPU work)."),
-        Check("host.memlock", False, h.memlock, "the memlock limit is unlimited (pinned host memory)."),
-        Check("host.disk", True, h.disk, "the checkpoint is present or its disk has room for it."),
-        Check("software.rocm", False, s.rocm, "ROCm version on the host (/opt/rocm/.info/version, amd-smi version)."),
-        Check("software.torch", False, s.torch, "torch in the server's Python is a ROCm build (torch.version.hip)."),
-        Check("software.vllm", False, s.vllm, "vLLM version and commit in the server's Python, against the plan's."),
-        Check(
-            "software.aiter",
-            False,
-            s.aiter,
-            "the aiter kernel library is importable (the plan enables AITER kernels).",
-        ),
-        Check("software.plugin", False, s.plugin, "the rocm-dspark vLLM plugin's status, where it is installed."),
-        Check(
-            "software.probe",
-            False,
-            s.probe,
-            "the probe gate's verdict: a matching record proving adaptive verification, or why not.",
-        ),
-        *([start] if opts.launch else []),
-        Check("server.health", True, sv.health, "GET /health answers 200."),
-        Check("server.models", True, sv.models, "GET /v1/models lists the served model name."),
-        Check("server.version", False, sv.version, "GET /version: the vLLM the server runs."),
-        Check(
-            "server.capture",
-            True,
-            capture_check,
-            "the server log: vLLM kept the plan's --max-cudagraph-capture-size (no \"Truncating "
-            'max_cudagraph_capture_size"); steps above the size it kept run eager.',
-        ),
-        Check(
-            "server.deterministic",
-            True,
-            sv.deterministic,
-            "the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off).",
-        ),
-        Check("server.chat", True, sv.chat, "a chat completion returns generated tokens."),
-        Check("server.completion", True, sv.completion, "a text completion returns generated tokens."),
-        Check(
-            "server.mono_decode",
-            False,
-            sv.mono_decode,
-            "--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).",
-        ),
-        Check(
-            "server.tool_calls",
-            True,
-            tool_calls,
-            "the plan's tool and reasoning parsers: a tool call, non-streaming and streaming, thinking on and off, "
-            "parses into tool_calls with arguments matching the schema, no DSML tag leaks, a long argument arrives "
-            "whole (a server not serving the recipe's model is forced to emit the raw text).",
-        ),
-        Check(
-            "spec_decode.acceptance",
-            True,
-            sp.acceptance,
-            "mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, "
-            "against the recipe's floor (validation.acceptance_length_min).",
-        ),
-        Check(
-            "spec_decode.per_position",
-            False,
-            sp.per_position,
-            "acceptance per draft position (accepted_i / drafts), which can only fall with the position.",
-        ),
+        _check("host.gpus", True, h.gpus),
+        _check("host.gpu_profile", True, h.gpu_profile),
+        _check("host.hbm", False, h.hbm),
+        _check("host.ecc", True, h.ecc),
+        _check("host.compute_partition", False, h.compute_partition),
+        _check("host.temperature", False, h.temperature),
+        _check("host.power", False, h.power),
+        _check("host.devices", True, h.devices),
+        _check("host.numa_balancing", False, h.numa_balancing),
+        _check("host.memlock", False, h.memlock),
+        _check("host.disk", True, h.disk),
+        _check("software.rocm", False, s.rocm),
+        _check("software.torch", False, s.torch),
+        _check("software.vllm", False, s.vllm),
+        _check("software.aiter", False, s.aiter),
+        _check("software.plugin", False, s.plugin),
+        _check("software.probe", False, s.probe),
+        *([_check("server.start", True, _start)] if opts.launch else []),
+        _check("server.health", True, sv.health),
+        _check("server.models", True, sv.models),
+        _check("server.version", False, sv.version),
+        _check("server.capture", True, capture_check),
+        _check("server.deterministic", True, sv.deterministic),
+        _check("server.chat", True, sv.chat),
+        _check("server.completion", True, sv.completion),
+        _check("server.mono_decode", False, sv.mono_decode),
+        _check("server.tool_calls", True, tool_calls),
+        _check("spec_decode.acceptance", True, sp.acceptance),
+        _check("spec_decode.per_position", False, sp.per_position),
         *levels,
-        Check(
-            "sweep.jit",
-            False,
-            jit_check,
-            "the server log: no kernel compile reported by vLLM's JIT monitor during the sweep (warn, "
-            "with the kernel's name).",
-        ),
-        Check(
-            "sweep.gsm8k",
-            True,
-            gsm8k.gsm8k,
-            "optional (--gsm8k): GSM8K 5-shot through lm-eval with block rejection, against validation.gsm8k_min.",
-        ),
+        _check("sweep.jit", False, jit_check),
+        _check("sweep.gsm8k", True, gsm8k.gsm8k),
     ]
 
 

@@ -19,6 +19,7 @@ COMPLETION_PROMPT = "The three primary colours are"
 
 
 def health(ctx) -> Outcome:
+    """GET /health answers 200."""
     try:
         res = ctx.client.get("/health", timeout_s=min(ctx.options.request_timeout_s, 30))
     except ServerError as exc:
@@ -34,6 +35,7 @@ def health(ctx) -> Outcome:
 
 
 def models(ctx) -> Outcome:
+    """GET /v1/models lists the served model name."""
     want = ctx.target.served_name
     try:
         ids = ctx.client.models(timeout_s=min(ctx.options.request_timeout_s, 30))
@@ -51,6 +53,7 @@ def models(ctx) -> Outcome:
 
 
 def version(ctx) -> Outcome:
+    """GET /version: the vLLM the server runs."""
     try:
         res = ctx.client.get("/version", timeout_s=min(ctx.options.request_timeout_s, 30))
         served = res.json().get("version") if res.status == 200 else None
@@ -112,6 +115,7 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
 
 
 def deterministic(ctx) -> Outcome:
+    """the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off)."""
     check = (ctx.model.validation or {}).get("deterministic_check")
     if not check:
         return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
@@ -133,6 +137,7 @@ def deterministic(ctx) -> Outcome:
 
 
 def chat(ctx) -> Outcome:
+    """a chat completion returns generated tokens."""
     check = (ctx.model.validation or {}).get("deterministic_check") or {}
     extra = (
         {"chat_template_kwargs": dict(check["chat_template_kwargs"])}
@@ -154,6 +159,7 @@ def chat(ctx) -> Outcome:
 
 
 def completion(ctx) -> Outcome:
+    """a text completion returns generated tokens."""
     try:
         response = ctx.client.complete(
             COMPLETION_PROMPT, 16, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s
@@ -173,8 +179,10 @@ def completion(ctx) -> Outcome:
 
 
 def mono_decode(ctx) -> Outcome:
-    """Which mono decode path the server runs (`--monokernel`): read from the log of the server validate started,
-    after the chat and the completion have run decode steps (rocm_dspark.runtime.mono_log)."""
+    """--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).
+
+    Read from the log of the server validate started, after the chat and the completion have run decode steps
+    (rocm_dspark.runtime.mono_log)."""
     asked = launch_facts.runs_mono(getattr(ctx.target, "argv", ()) or ctx.plan.argv)
     server = ctx.launched
     mono = mono_log.read_file(server.log_path) if server is not None else None

@@ -99,6 +99,7 @@ def facts(ctx) -> dict:
 
 
 def rocm(ctx) -> Outcome:
+    """ROCm version on the host (/opt/rocm/.info/version, amd-smi version)."""
     version_file = Path(ctx.path("/opt/rocm/.info/version"))
     evidence: dict = {}
     version = None
@@ -129,6 +130,7 @@ def rocm(ctx) -> Outcome:
 
 
 def torch(ctx) -> Outcome:
+    """torch in the server's Python is a ROCm build (torch.version.hip)."""
     f = facts(ctx)
     amd_host = ctx.host().amd_host
     out = partial(Outcome, value={"torch": f.get("torch"), "hip": f.get("hip"), "python": f.get("python")}, evidence=f)
@@ -151,6 +153,7 @@ def torch(ctx) -> Outcome:
 
 
 def vllm(ctx) -> Outcome:
+    """vLLM version and commit in the server's Python, against the plan's."""
     f = facts(ctx)
     planned = ctx.plan.vllm_version
     value = {"vllm": f.get("vllm"), "commit": f.get("vllm_commit"), "python": f.get("python")}
@@ -184,6 +187,7 @@ def vllm(ctx) -> Outcome:
 
 
 def aiter(ctx) -> Outcome:
+    """the aiter kernel library is importable (the plan enables AITER kernels)."""
     f = facts(ctx)
     if f.get("aiter"):
         return Outcome(PASS, f"aiter importable in {f.get('python')}", value=True, evidence=f)
@@ -199,6 +203,7 @@ def aiter(ctx) -> Outcome:
 
 
 def plugin(ctx) -> Outcome:
+    """the rocm-dspark vLLM plugin's status, where it is installed."""
     f = facts(ctx)
     if "plugin" in f:
         p = f["plugin"]
@@ -220,7 +225,9 @@ def plugin(ctx) -> Outcome:
 
 
 def probe(ctx) -> Outcome:
-    """The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
+    """the probe gate's verdict: a matching record proving adaptive verification, or why not.
+
+    The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
     from rocm_dspark.usecase.verdict import judge
 
     try:

@@ -70,6 +70,8 @@ def _floor(ctx) -> tuple[float | None, str]:
 
 
 def acceptance(ctx) -> Outcome:
+    """mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, against
+    the recipe's floor (validation.acceptance_length_min)."""
     prompts = WORKLOAD[:4] if ctx.options.quick else WORKLOAD
     max_tokens = ctx.options.output_tokens()
     try:
@@ -130,6 +132,7 @@ def acceptance(ctx) -> Outcome:
 
 
 def per_position(ctx) -> Outcome:
+    """acceptance per draft position (accepted_i / drafts), which can only fall with the position."""
     acc = ctx.data.get("acceptance")
     if not acc:
         return Outcome(SKIPPED, "no acceptance measurement to break down")

@@ -215,6 +215,9 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
 
 
 def tool_calls(ctx) -> Outcome:
+    """the plan's tool and reasoning parsers: a tool call, non-streaming and streaming, thinking on and off, parses
+    into tool_calls with arguments matching the schema, no DSML tag leaks, a long argument arrives whole (a server
+    not serving the recipe's model is forced to emit the raw text)."""
     argv = ctx.target.argv or ctx.plan.argv
     parser, reasoning = flag(argv, "tool_call_parser"), flag(argv, "reasoning_parser")
     if not parser:
