@@ -57,10 +57,8 @@ def _start(ctx) -> Outcome:
         plan, launch_dir, "shell", name="validate-server", ready_timeout_s=max(int(opts.ready_timeout_s), 1)
     )
     # The launcher's state (launch-state, vllm_command.txt, start logs) goes into the report.
-    env = {
-        "ROCM_DSPARK_LAUNCH_STATE_DIR": str(launch_dir / "state"),
-        "ROCM_DSPARK_STATE_DIR": str(launch_dir / "state"),
-    }
+    state = str(launch_dir / "state")
+    env = {"ROCM_DSPARK_LAUNCH_STATE_DIR": state, "ROCM_DSPARK_STATE_DIR": state}
     server = VllmServer(
         [str(files.launcher)], env, host=target.host, port=target.port, log_path=launch_dir / "server.log"
     )
@@ -94,7 +92,6 @@ def _check(name: str, blocking: bool, run) -> Check:
 
 def build_checks(opts: ValidateOptions) -> list[Check]:
     """Every check, in the order it runs. Names are stable: reports of two runs diff by name."""
-    h, s, sv, sp = host_checks, software_checks, server_checks, spec_checks
     levels = [
         Check(
             f"sweep.concurrency_{c}",
@@ -105,35 +102,35 @@ def build_checks(opts: ValidateOptions) -> list[Check]:
         for c in opts.levels()
     ]
     return [
-        _check("host.gpus", True, h.gpus),
-        _check("host.gpu_profile", True, h.gpu_profile),
-        _check("host.hbm", False, h.hbm),
-        _check("host.ecc", True, h.ecc),
-        _check("host.compute_partition", False, h.compute_partition),
-        _check("host.temperature", False, h.temperature),
-        _check("host.power", False, h.power),
-        _check("host.devices", True, h.devices),
-        _check("host.numa_balancing", False, h.numa_balancing),
-        _check("host.memlock", False, h.memlock),
-        _check("host.disk", True, h.disk),
-        _check("software.rocm", False, s.rocm),
-        _check("software.torch", False, s.torch),
-        _check("software.vllm", False, s.vllm),
-        _check("software.aiter", False, s.aiter),
-        _check("software.plugin", False, s.plugin),
-        _check("software.probe", False, s.probe),
+        _check("host.gpus", True, host_checks.gpus),
+        _check("host.gpu_profile", True, host_checks.gpu_profile),
+        _check("host.hbm", False, host_checks.hbm),
+        _check("host.ecc", True, host_checks.ecc),
+        _check("host.compute_partition", False, host_checks.compute_partition),
+        _check("host.temperature", False, host_checks.temperature),
+        _check("host.power", False, host_checks.power),
+        _check("host.devices", True, host_checks.devices),
+        _check("host.numa_balancing", False, host_checks.numa_balancing),
+        _check("host.memlock", False, host_checks.memlock),
+        _check("host.disk", True, host_checks.disk),
+        _check("software.rocm", False, software_checks.rocm),
+        _check("software.torch", False, software_checks.torch),
+        _check("software.vllm", False, software_checks.vllm),
+        _check("software.aiter", False, software_checks.aiter),
+        _check("software.plugin", False, software_checks.plugin),
+        _check("software.probe", False, software_checks.probe),
         *([_check("server.start", True, _start)] if opts.launch else []),
-        _check("server.health", True, sv.health),
-        _check("server.models", True, sv.models),
-        _check("server.version", False, sv.version),
+        _check("server.health", True, server_checks.health),
+        _check("server.models", True, server_checks.models),
+        _check("server.version", False, server_checks.version),
         _check("server.capture", True, capture_check),
-        _check("server.deterministic", True, sv.deterministic),
-        _check("server.chat", True, sv.chat),
-        _check("server.completion", True, sv.completion),
-        _check("server.mono_decode", False, sv.mono_decode),
+        _check("server.deterministic", True, server_checks.deterministic),
+        _check("server.chat", True, server_checks.chat),
+        _check("server.completion", True, server_checks.completion),
+        _check("server.mono_decode", False, server_checks.mono_decode),
         _check("server.tool_calls", True, tool_calls),
-        _check("spec_decode.acceptance", True, sp.acceptance),
-        _check("spec_decode.per_position", False, sp.per_position),
+        _check("spec_decode.acceptance", True, spec_checks.acceptance),
+        _check("spec_decode.per_position", False, spec_checks.per_position),
         *levels,
         _check("sweep.jit", False, jit_check),
         _check("sweep.gsm8k", True, gsm8k.gsm8k),
