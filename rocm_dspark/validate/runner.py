@@ -21,6 +21,7 @@ from rocm_dspark.launch.launch_facts import start_window_s
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.runtime.client import VllmClient, loopback_host
 from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.runtime.progress import Display
 from rocm_dspark.runtime.server_spec import load_server_spec
 from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import gsm8k, host_checks, report, server_checks, software_checks, spec_checks, sweep
@@ -77,8 +78,6 @@ def _start(ctx) -> Outcome:
 def _wait_with_progress(ctx, server, deadline_s: float):
     """The server's readiness wait (rocm_dspark.runtime.readiness), showing the server log's path and the start-up
     phase as it goes (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
-    from rocm_dspark.runtime.progress import Display
-
     display = ctx.data.get("display") or Display.plain(ctx.say)
     check = server.ready_check()
     ready, _phase, _seconds = display.wait("      server.start", server.log_path, check, deadline_s=deadline_s)

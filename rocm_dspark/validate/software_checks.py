@@ -19,6 +19,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
+from rocm_dspark.usecase.verdict import judge
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
 
 # Runs inside the server's interpreter; prints one JSON object. Every import is guarded.
@@ -228,8 +229,6 @@ def probe(ctx) -> Outcome:
     """the probe gate's verdict: a matching record proving adaptive verification, or why not.
 
     The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
-    from rocm_dspark.usecase.verdict import judge
-
     try:
         verdict = judge(
             ctx.catalog,
