@@ -142,14 +142,10 @@ def row(data: dict | None, concurrency: int, num_prompts: int, command: list[str
     completed = int(d.get("completed") or 0)
     failed = num_prompts - completed  # a run that died mid-level counts every request it did not complete
 
-    def pct(metric: str, **extra) -> dict:
-        def get(key):
-            v = d.get(key)
-            return None if v is None else round(float(v), 2)
-
-        out = {"mean": get(f"mean_{metric}_ms"), "p50": get(f"median_{metric}_ms")}
-        out.update({f"p{p}": get(f"p{p}_{metric}_ms") for p in extra.get("ps", (99,))})
-        return out
+    def pct(metric: str, ps=(99,)) -> dict:
+        """bench's mean, median and percentiles of `metric`, in ms to 2 decimals."""
+        keys = {"mean": f"mean_{metric}_ms", "p50": f"median_{metric}_ms", **{f"p{p}": f"p{p}_{metric}_ms" for p in ps}}
+        return {name: None if d.get(key) is None else round(float(d[key]), 2) for name, key in keys.items()}
 
     return {
         "concurrency": concurrency,

@@ -43,16 +43,10 @@ def gpus(ctx) -> Outcome:
         "problems": list(inv.problems),
         "kfd_present": inv.kfd_present,
     }
-    if not inv.gpus:
-        reason = inv.no_gpu_reason()
-        if inv.kfd_present or ctx.options.require_gpu:
-            return Outcome(
-                FAIL,
-                reason + ("" if not ctx.options.require_gpu else f" ({ctx.options.require_gpu_why})"),
-                value=0,
-                evidence=evidence,
-            )
-        return Outcome(NOT_APPLICABLE, reason, value=0, evidence=evidence)
+    if not inv.gpus:  # a GPU host whose tools fail, or a GPU required: a failure; else not applicable
+        status = FAIL if inv.kfd_present or ctx.options.require_gpu else NOT_APPLICABLE
+        why = f" ({ctx.options.require_gpu_why})" if ctx.options.require_gpu else ""
+        return Outcome(status, inv.no_gpu_reason() + why, value=0, evidence=evidence)
     names = sorted({f"{g.marketing_name} ({g.arch or 'arch unknown'})" for g in inv.gpus})
     evidence["gpus"] = [g._asdict() for g in inv.gpus]
     return Outcome(PASS, f"{len(inv.gpus)} GPU(s): {', '.join(names)}", value=len(inv.gpus), evidence=evidence)

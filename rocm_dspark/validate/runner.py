@@ -255,6 +255,9 @@ def run_validation(
                 "elapsed_s": round(res.elapsed_s, 1),
                 "leftover_pids": list(res.leftover),
             }
+    notes = list(target.notes)
+    if stop and stop["leftover_pids"]:
+        notes.append(f"the launched server left processes behind: {stop['leftover_pids']}")
     rep = {
         "schema": 1,
         "tool": "rocm-dspark validate",
@@ -292,12 +295,7 @@ def run_validation(
         "summary": report.summary(rows),
         "checks": rows,
         "measurements": {"acceptance": ctx.data.get("acceptance"), "sweep": ctx.data.get("sweep")},
-        "notes": list(target.notes)
-        + (
-            [f"the launched server left processes behind: {stop['leftover_pids']}"]
-            if stop and stop["leftover_pids"]
-            else []
-        ),
+        "notes": notes,
     }
     descriptions = {c.name: c.description for c in checks}
     report.write_report(Path(opts.report_dir), rep, descriptions, ctx.data)
