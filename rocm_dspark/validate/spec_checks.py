@@ -1,9 +1,6 @@
-"""Speculative-decoding checks: acceptance from the server's own /metrics counters around a fixed workload.
-
-Mean acceptance length AL = 1 + accepted/drafts and per-position acceptance = accepted_at_i/drafts, from
-counter *deltas* (rocm_dspark.runtime.metrics, parsed with prometheus_client's real parser). The floor is data:
-the recipe's `validation.acceptance_length_min` (or --acceptance-min). The public golden (3.51 for V4.1
-DSpark-5, thinking on) is shown as a reference, never used as the threshold.
+"""Speculative-decoding checks from the server's own /metrics counter *deltas* around a fixed workload
+(rocm_dspark.runtime.metrics, parsed with prometheus_client's real parser). The floor is data (--acceptance-min
+overrides it); the public golden (3.51 for V4.1 DSpark-5, thinking on) is a reference, never the threshold.
 """
 
 from __future__ import annotations

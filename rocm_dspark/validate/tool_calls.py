@@ -1,9 +1,6 @@
-"""The tool-call check: the plan's tool and reasoning parsers, non-streaming and streaming, thinking on and off.
-
-One chat request per case declares a tool and tool_choice auto, and asks for a call whose `text` argument is a
-long paragraph. The call must come back in `tool_calls`, its arguments JSON that matches the declared schema
-(jsonschema), no DSML or parameter tag in the content, the reasoning or the arguments, and the long argument
-whole when streamed (field reports: vllm#52846, the comment on vllm#45877, smg-project/smg#2525).
+"""The tool-call check (`tool_calls`, last): one chat request per case declares a tool and tool_choice auto, and
+asks for a call whose `text` argument is a long paragraph; the answer's arguments are checked with jsonschema and
+for DSML or parameter tags (field reports: vllm#52846, the comment on vllm#45877, smg-project/smg#2525).
 
 A server that does not serve the recipe's model (a CPU test server) cannot be asked to call a tool: the
 request then forces, with vLLM's structured outputs (`structured_outputs.choice`, one string), the raw text a
