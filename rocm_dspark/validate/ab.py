@@ -30,29 +30,10 @@ AB_JSON = "ab.json"
 AB_BENCH_DIR = "ab-bench"  # in the report: each arm's `vllm bench serve` JSON, as written, and its output
 
 
-def _arm_from_plan(plan, which: str) -> dict:
-    argv = list(plan.adaptive_argv if which == "adaptive" else plan.block_argv)
-    return {
-        "argv": argv,
-        "env": dict(plan.env),
-        "host": plan.host,
-        "port": plan.port,
-        "served_name": plan.served_name,
-        "description": f"the plan's {which} command ({plan.profile})",
-    }
-
-
-def _arm_from_spec(spec, flag: str) -> dict:
-    if spec.served_name is None:
-        raise UsageError(f"{flag} {spec.path}: the A/B needs served_name (the name in /v1/models)")
-    return {
-        "argv": list(spec.argv),
-        "env": dict(spec.env),
-        "host": spec.host,
-        "port": spec.port,
-        "served_name": spec.served_name,
-        "description": spec.description or f"server from {spec.path}",
-    }
+def _arm(source, argv, description: str) -> dict:
+    """What run_arm starts: argv, with the env, address and served name of `source` (the plan or a server file)."""
+    address = {"host": source.host, "port": source.port, "served_name": source.served_name}
+    return {"argv": list(argv), "env": dict(source.env), **address, "description": description}
 
 
 WARMUP_SEED = 1  # the warm-up's prompts are not the measured ones (no prefix-cache hits carried over)
@@ -243,13 +224,18 @@ def run_ab(
     requests = requests or default_requests(concurrency)
     plan = fingerprint.adaptive_plan(catalog, selection)
     if block_spec is None:
-        arms_in = {"block": _arm_from_plan(plan, "block"), "adaptive": _arm_from_plan(plan, "adaptive")}
+        arms_in = {
+            "block": _arm(plan, plan.block_argv, f"the plan's block command ({plan.profile})"),
+            "adaptive": _arm(plan, plan.adaptive_argv, f"the plan's adaptive command ({plan.profile})"),
+        }
         override = None
     else:
-        arms_in = {
-            "block": _arm_from_spec(block_spec, "--server-json"),
-            "adaptive": _arm_from_spec(adaptive_spec, "--ab-server-json"),
-        }
+        specs = {"block": (block_spec, "--server-json"), "adaptive": (adaptive_spec, "--ab-server-json")}
+        arms_in = {}
+        for which, (spec, flag) in specs.items():
+            if spec.served_name is None:
+                raise UsageError(f"{flag} {spec.path}: the A/B needs served_name (the name in /v1/models)")
+            arms_in[which] = _arm(spec, spec.argv, spec.description or f"server from {spec.path}")
         override = {
             "kind": "server-json",
             "block": arms_in["block"]["description"],
