@@ -12,7 +12,6 @@ from pathlib import Path
 from rocm_dspark.runtime.server_phases import capture_facts, jit_compiles
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
 
-CAPTURE_FLAG = "--max-cudagraph-capture-size"
 NO_LOG = "no server log to read (--launch writes one; pass --server-log FILE with --endpoint)"
 
 
@@ -79,7 +78,7 @@ def capture(ctx) -> Outcome:
             )
         return out(
             FAIL,
-            f"asked {CAPTURE_FLAG} {asked} but vLLM captures no graphs (cudagraph_mode "
+            f"asked --max-cudagraph-capture-size {asked} but vLLM captures no graphs (cudagraph_mode "
             f"{facts['mode']}): every step runs eager",
         )
     if asked is not None and kept < asked or facts["truncated_to"] is not None:

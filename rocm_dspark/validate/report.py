@@ -10,9 +10,10 @@ import io
 import json
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
-from rocm_dspark.atomic import write_atomic as _write_atomic
+from rocm_dspark import atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STATUSES, WARN
 
@@ -50,9 +51,7 @@ def prepare_dir(report_dir: Path, force: bool) -> Path:
     return report_dir
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    # A report is for people to read: 0644 (mkstemp alone would make it 0600).
-    _write_atomic(path, data, mode=0o644)
+write_atomic = partial(atomic.write_atomic, mode=0o644)  # a report is for people to read (mkstemp's 0600 is not)
 
 
 # What the field breaks on, side by side, so that a good GSM8K cannot hide request errors or a cut capture size:

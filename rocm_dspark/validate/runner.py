@@ -157,6 +157,12 @@ def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
             f"--server-json {opts.server_json}: validate needs served_name (the name the server lists in /v1/models)"
         )
     host, port = parse_endpoint(opts.endpoint) if opts.endpoint else (custom.host, custom.port)
+    # One file can serve probe and validate: keys only probe reads are said, never dropped silently.
+    probe_only = [key for key in ("deterministic_check", "prompts") if getattr(custom, key) is not None]
+    note = (
+        f"--server-json keys {', '.join(probe_only)} are read by `probe` only: validate runs the recipe's "
+        "deterministic check (judged only with recipe_model true) and its own fixed workload"
+    )
     return ServerTarget(
         custom.served_name,
         host,
@@ -166,18 +172,7 @@ def _target(opts: ValidateOptions, plan) -> ServerTarget | None:
         env=dict(custom.env),
         num_speculative_tokens=custom.num_speculative_tokens,
         description=custom.description or f"server from {opts.server_json}",
-        notes=_probe_only_keys(custom),
-    )
-
-
-def _probe_only_keys(spec) -> tuple[str, ...]:
-    # One file can serve probe and validate; say so when keys only probe reads were given, never drop them silently.
-    given = [key for key in ("deterministic_check", "prompts") if getattr(spec, key) is not None]
-    if not given:
-        return ()
-    return (
-        f"--server-json keys {', '.join(given)} are read by `probe` only: validate runs the recipe's "
-        f"deterministic check (judged only with recipe_model true) and its own fixed workload",
+        notes=(note,) if probe_only else (),
     )
 
 
