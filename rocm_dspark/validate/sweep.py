@@ -137,23 +137,19 @@ def step_estimate(stats: dict, before, after, n_requests: int) -> dict:
     """One decode step's cost at this level, for `plan --cost-table`: the median gap between streamed
     chunks (a request receives one chunk per engine step) and the target tokens such a step verifies:
     running requests x (1 + drafts verified per request per step, from the /metrics deltas)."""
-    out = {
-        "acceptance_length": None,
-        "drafted_per_step": None,
-        "step_ms": stats["itl_ms"]["p50"],
-        "tokens_per_step": None,
-    }
-    running = min(stats["concurrency"], n_requests)
-    drafted = 0.0
+    step_ms, al, drafted = stats["itl_ms"]["p50"], None, None  # None: no /metrics to count drafts from
     if before is not None and after is not None:
         delta = after - before
-        if delta.spec_decode and delta.num_drafts > 0:
-            drafted = delta.num_draft_tokens / delta.num_drafts
-            out["acceptance_length"] = round(delta.mean_acceptance_length, 4)
-        out["drafted_per_step"] = round(drafted, 4)
-    if out["step_ms"] is not None and out["drafted_per_step"] is not None:
-        out["tokens_per_step"] = round(running * (1.0 + drafted), 2)
-    return out
+        drafting = delta.spec_decode and delta.num_drafts > 0
+        drafted = delta.num_draft_tokens / delta.num_drafts if drafting else 0.0
+        al = round(delta.mean_acceptance_length, 4) if drafting else None
+    known = step_ms is not None and drafted is not None
+    return {
+        "acceptance_length": al,
+        "drafted_per_step": None if drafted is None else round(drafted, 4),
+        "step_ms": step_ms,
+        "tokens_per_step": round(min(stats["concurrency"], n_requests) * (1.0 + drafted), 2) if known else None,
+    }
 
 
 def _server_state(ctx) -> str:
