@@ -75,22 +75,24 @@ def normalise_answer(text: str) -> str:
     return re.sub(r"^[\s*`_\"']+|[\s*`_\"'.]+$", "", text or "")
 
 
-def deterministic_answer(client, served_name: str, check: dict, timeout_s: float) -> Outcome:
-    """The recipe's deterministic check (data in recipes/models/*.yaml `validation.deterministic_check`):
-    a greedy chat request whose whole answer must equal `expect`."""
-    extra = {}
-    if check.get("chat_template_kwargs"):
-        extra["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
+def deterministic(ctx) -> Outcome:
+    """the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off).
+
+    A greedy chat request whose whole answer must equal `expect`."""
+    check = (ctx.model.validation or {}).get("deterministic_check")
+    if not check:
+        return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
+    extra = {"chat_template_kwargs": dict(check["chat_template_kwargs"])} if check.get("chat_template_kwargs") else {}
     try:
-        response = client.chat(
+        response = ctx.client.chat(
             check["prompt"],
             int(check.get("max_tokens", 16)),
-            model=served_name,
+            model=ctx.target.served_name,
             temperature=0.0,
-            timeout_s=timeout_s,
+            timeout_s=ctx.options.request_timeout_s,
             **extra,
         )
-    except ServerError as exc:
+    except ServerError as exc:  # the request itself failed: a failure on any model
         return Outcome(FAIL, str(exc), threshold=check["expect"])
     content, finish = _content(response)
     evidence = {
@@ -101,6 +103,14 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
         "usage": response.get("usage"),
     }
     out = partial(Outcome, value=content, threshold=check["expect"], evidence=evidence)
+    if not ctx.target.recipe_model and content is not None:
+        # A different model (e.g. a CPU test server): the recipe's expected answer does not apply to it, but the
+        # request went through the same path; record what it said (no content at all fails below, on any model).
+        return out(
+            NOT_APPLICABLE,
+            f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
+            f"expected answer {check['expect']!r} does not apply (it said {str(content)[:60]!r})",
+        )
     if not content:
         why = (
             " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)"
@@ -112,28 +122,6 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
     if answer != str(check["expect"]):
         return out(FAIL, f"answered {content[:80]!r}, expected {check['expect']!r}")
     return out(PASS, f"answered {answer!r} as expected")
-
-
-def deterministic(ctx) -> Outcome:
-    """the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off)."""
-    check = (ctx.model.validation or {}).get("deterministic_check")
-    if not check:
-        return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
-    outcome = deterministic_answer(ctx.client, ctx.target.served_name, check, ctx.options.request_timeout_s)
-    if ctx.target.recipe_model:
-        return outcome
-    # A different model (e.g. a CPU test server): the recipe's expected answer does not apply to it, but the
-    # request still went through the same path; record what it said.
-    if outcome.status == FAIL and outcome.value is None and "answered" not in outcome.message:
-        return outcome  # the request itself failed: that is a real failure on any model
-    return Outcome(
-        NOT_APPLICABLE,
-        f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
-        f"expected answer {check['expect']!r} does not apply (it said {str(outcome.value)[:60]!r})",
-        value=outcome.value,
-        threshold=check["expect"],
-        evidence=outcome.evidence,
-    )
 
 
 def chat(ctx) -> Outcome:
