@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from functools import partial
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import parse_json, read_text
@@ -95,20 +96,13 @@ def gsm8k(ctx) -> Outcome:
     if base is None:
         return Outcome(NOT_APPLICABLE, "lm-eval is not installed here (pip install 'lm-eval[api]')")
     floor = (ctx.model.validation or {}).get("gsm8k_min") if ctx.target.recipe_model else None
-    with tempfile.TemporaryDirectory(prefix="rocm-dspark-gsm8k-") as out:
+    with tempfile.TemporaryDirectory(prefix="rocm-dspark-gsm8k-") as out_dir:
         try:
-            result, evidence = run(base, ctx.target.served_name, ctx.target.base_url, ctx.options.gsm8k_limit, out)
+            result, evidence = run(base, ctx.target.served_name, ctx.target.base_url, ctx.options.gsm8k_limit, out_dir)
         except LmEvalFailed as exc:
             return Outcome(FAIL, str(exc), threshold=floor, evidence=exc.evidence)
     score, metric = result["score"], result["metric"]
-    evidence["metric"] = metric
+    out = partial(Outcome, value=score, threshold=floor, evidence={**evidence, "metric": metric})
     if floor is not None and score < floor:
-        return Outcome(
-            FAIL,
-            f"GSM8K {score:.4f} ({metric}) is below the floor {floor}",
-            value=score,
-            threshold=floor,
-            evidence=evidence,
-        )
-    note = "" if floor is not None else " (no floor for this model)"
-    return Outcome(PASS, f"GSM8K {score:.4f} ({metric}){note}", value=score, threshold=floor, evidence=evidence)
+        return out(FAIL, f"GSM8K {score:.4f} ({metric}) is below the floor {floor}")
+    return out(PASS, f"GSM8K {score:.4f} ({metric})" + ("" if floor is not None else " (no floor for this model)"))

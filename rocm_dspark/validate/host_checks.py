@@ -236,14 +236,12 @@ def _user_ids(user: str | None) -> tuple[str, int, set[int], dict[int, str]]:
 
 
 def _can_rw(st: os.stat_result, uid: int, gids: set[int]) -> bool:
-    if uid == 0:
-        return True
-    mode = st.st_mode
+    """Read and write, by the permission class `uid` falls in (root: always)."""
     if st.st_uid == uid:
-        return bool(mode & stat.S_IRUSR and mode & stat.S_IWUSR)
-    if st.st_gid in gids:
-        return bool(mode & stat.S_IRGRP and mode & stat.S_IWGRP)
-    return bool(mode & stat.S_IROTH and mode & stat.S_IWOTH)
+        rw = stat.S_IRUSR | stat.S_IWUSR
+    else:
+        rw = stat.S_IRGRP | stat.S_IWGRP if st.st_gid in gids else stat.S_IROTH | stat.S_IWOTH
+    return uid == 0 or (st.st_mode & rw) == rw
 
 
 def devices(ctx) -> Outcome:
