@@ -1,7 +1,5 @@
-"""Checks read from the server's log (rocm_dspark.runtime.server_phases): did vLLM keep the graph capture size
-the plan asked for, and did its JIT monitor report a kernel compile during the sweep?
-
-The log is the one --launch writes, or --server-log FILE for a running server; without one both are n/a.
+"""Checks read from the server's log (rocm_dspark.runtime.server_phases): the one --launch writes, or
+--server-log FILE for a running server; without one both are n/a.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from functools import partial
 from pathlib import Path
 
 from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
-from rocm_dspark.runtime.metrics import spec_decode_counters
 from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
@@ -128,7 +127,7 @@ def level_check(concurrency: int):
 def _counters(ctx):
     """The server's spec-decode counters now, or None (no /metrics, or not Prometheus text)."""
     try:
-        return spec_decode_counters(ctx.client.metrics_text(timeout_s=10))
+        return ctx.client.metrics(timeout_s=10)
     except Exception:  # the sweep's numbers stand without them; the level says they are missing
         return None
 

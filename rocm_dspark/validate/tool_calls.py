@@ -103,7 +103,7 @@ def flag(argv, dest: str) -> str | None:
 
 
 def request_body(served_name: str, case: Case, forced: str | None) -> dict:
-    body = {
+    return {
         "model": served_name,
         "messages": [{"role": "user", "content": PROMPT}],
         "tools": [TOOL],
@@ -112,10 +112,8 @@ def request_body(served_name: str, case: Case, forced: str | None) -> dict:
         "temperature": 0.0,
         "chat_template_kwargs": {"thinking": case.thinking},
         "stream": case.stream,
+        **({} if forced is None else {"structured_outputs": {"choice": [forced]}}),
     }
-    if forced is not None:
-        body["structured_outputs"] = {"choice": [forced]}
-    return body
 
 
 def _assemble_stream(raw: bytes) -> tuple[dict, list[dict]]:
