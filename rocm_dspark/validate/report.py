@@ -96,18 +96,13 @@ def summary(checks: list[dict]) -> dict:
     unrun = None if stopper else next((c for c in checks if c["blocking"] and c["status"] == SKIPPED), None)
     hardware = any(c["category"] == "host" and c["status"] not in (NOT_APPLICABLE, SKIPPED) for c in checks)
     result = FAIL if stopper else INCOMPLETE if unrun else PASS
+    unrun_reason = f"blocking check {unrun['name']} was skipped: {unrun['message']}" if unrun else None
     return {
         "result": result,
         "exit_status": 0 if result == PASS else 1,
         "counts": counts,
         "stopped_at": stopper["name"] if stopper else None,
-        "reason": (
-            stopper["message"]
-            if stopper
-            else f"blocking check {unrun['name']} was skipped: {unrun['message']}"
-            if unrun
-            else None
-        ),
+        "reason": stopper["message"] if stopper else unrun_reason,
         "hardware_checked": hardware,
         "first_warning": next((c["name"] for c in checks if c["status"] == WARN), None),
     }

@@ -127,11 +127,8 @@ def deterministic(ctx) -> Outcome:
 def chat(ctx) -> Outcome:
     """a chat completion returns generated tokens."""
     check = (ctx.model.validation or {}).get("deterministic_check") or {}
-    extra = (
-        {"chat_template_kwargs": dict(check["chat_template_kwargs"])}
-        if ctx.target.recipe_model and check.get("chat_template_kwargs")
-        else {}
-    )
+    kwargs = check.get("chat_template_kwargs") if ctx.target.recipe_model else None  # the recipe's, for its model
+    extra = {"chat_template_kwargs": dict(kwargs)} if kwargs else {}
     try:
         response = ctx.client.chat(
             CHAT_PROMPT, 64, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s, **extra
