@@ -76,8 +76,7 @@ def arms(catalog, selection) -> dict:
 def prompts_for(concurrency: int) -> tuple[str, ...]:
     prompts = rescore.RESCORE_PROMPTS
     return tuple(
-        f"{prompts[i % len(prompts)]}" + (f" ({i // len(prompts)})" if i >= len(prompts) else "")
-        for i in range(concurrency)
+        prompts[i % len(prompts)] + (f" ({i // len(prompts)})" if i >= len(prompts) else "") for i in range(concurrency)
     )
 
 
