@@ -52,10 +52,18 @@ def test_prompts_are_distinct_at_any_concurrency():
         assert len(set(acceptance.prompts_for(c))) == c
 
 
-def test_gsm8k_score_and_stderr_from_lm_eval_results():
-    assert acceptance.read_gsm8k(LM_EVAL_GSM8K) == {"score": 0.9462, "stderr": 0.0062, "metric": "exact_match,strict-match"}
-    with pytest.raises(ValueError):
-        acceptance.read_gsm8k({"alias": "gsm8k"})
+def test_gsm8k_score_and_stderr_from_lm_eval_results(tmp_path):
+    from rocm_dspark.validate.gsm8k import read_score
+
+    with pytest.raises(ValueError, match="wrote no results"):
+        read_score(str(tmp_path))
+    (tmp_path / "org__m").mkdir()
+    result = tmp_path / "org__m" / "results_2026-12-01T12-00-00.json"   # where lm-eval's --output_path puts it
+    result.write_text(json.dumps({"results": {"gsm8k": LM_EVAL_GSM8K}}))
+    assert read_score(str(tmp_path)) == {"score": 0.9462, "stderr": 0.0062, "metric": "exact_match,strict-match"}
+    result.write_text(json.dumps({"results": {"gsm8k": {"alias": "gsm8k"}}}))
+    with pytest.raises(ValueError, match="no exact_match metric"):
+        read_score(str(tmp_path))
 
 
 def _arm(violations=0, trimmed=True, score=0.95, stderr=0.006, k=5):

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.runtime.server_phases import capture_facts, jit_compiles
+from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import log_checks
 from rocm_dspark.validate.context import Context, ServerTarget, ValidateOptions
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN
-from rocm_dspark.validate.runner import _plan
 from tests.conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def test_jit_counts_from_the_sweep_start():
 
 
 def ctx_with_log(tmp_path, text: str | None, argv=None, k=5) -> Context:
-    catalog, _selection, plan = _plan({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"})
+    catalog, _selection, plan = plan_for({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"})
     log = None
     if text is not None:
         log = tmp_path / "server.log"

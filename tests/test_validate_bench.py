@@ -98,18 +98,22 @@ def test_report_prints_each_row_command():
 
 
 def test_bench_runs_from_the_vllm_that_serves(tmp_path, monkeypatch):
-    from rocm_dspark.validate.sweep import bench_prefix
+    from types import SimpleNamespace
+
+    from rocm_dspark.validate.sweep import bench_setup
 
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
     (venv / "vllm").write_text("#!/bin/sh\n")
-    common = {"result_dir": tmp_path / "r", "model_path": None}
-    assert bench_prefix([str(venv / "vllm"), "serve", "m"], python=None, container=None, **common) == [str(venv / "vllm")]
+    plan = SimpleNamespace(argv=(), model_path=None, model_id="org/m")
+    common = {"result_dir": tmp_path / "r", "container": None}
+    assert bench_setup([str(venv / "vllm"), "serve", "m"], plan, python=None, **common) == ([str(venv / "vllm")], "m")
     # --python names the environment: its own vllm, whatever the argv says
-    assert bench_prefix(["vllm", "serve", "m"], python=str(venv / "python"), container=None, **common) == [str(venv / "vllm")]
-    assert bench_prefix([str(venv / "python3"), "-m", "vllm.x"], python=None, container=None, **common) == [str(venv / "vllm")]
+    assert bench_setup(["vllm", "serve", "m"], plan, python=str(venv / "python"), **common)[0] == [str(venv / "vllm")]
+    # a `python -m` argv names no model: bench loads the plan's tokenizer
+    assert bench_setup([str(venv / "python3"), "-m", "vllm.x"], plan, python=None, **common) == ([str(venv / "vllm")], "org/m")
     monkeypatch.setenv("HF_HOME", "/hf")
-    got = bench_prefix(["vllm", "serve", "m"], python=None, container=("podman", "img:1"),
-                       result_dir=tmp_path / "r", model_path="/models/m")
-    assert got[:2] == ["podman", "run"] and got[-3:] == ["--entrypoint", "vllm", "img:1"]
+    got, tokenizer = bench_setup(["vllm", "serve", "/models/m"], plan, python=None, container=("podman", "img:1"),
+                                 result_dir=tmp_path / "r")
+    assert got[:2] == ["podman", "run"] and got[-3:] == ["--entrypoint", "vllm", "img:1"] and tokenizer == "/models/m"
     assert f"{tmp_path / 'r'}:{tmp_path / 'r'}" in got and "/models/m:/models/m:ro" in got and "/hf:/root/.cache/huggingface" in got

@@ -12,9 +12,9 @@ import pytest
 
 from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory, partition
+from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import host_checks, server_checks
 from rocm_dspark.validate.context import Context, ValidateOptions
-from rocm_dspark.validate.runner import _plan
 from tests.conftest import FIXTURES
 
 HOST = FIXTURES / "host"
@@ -31,7 +31,7 @@ def inventory_from_rocminfo_x8(kfd=True) -> inventory.HostInventory:
 
 
 def ctx_for(tmp_path, inv, gpu="mi300x", **opts) -> Context:
-    catalog, selection, plan = _plan({"model": "V4.1-Flash", "gpu": gpu, "adaptive": "off"})
+    catalog, selection, plan = plan_for({"model": "V4.1-Flash", "gpu": gpu, "adaptive": "off"})
     options = ValidateOptions(report_dir=tmp_path / "report", host_root=str(tmp_path), **opts)
     return Context(options, catalog, catalog.find_model(plan.model_key), plan, inventory=inv)
 

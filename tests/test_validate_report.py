@@ -11,6 +11,7 @@ import pytest
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.process import free_port
+from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import report, runner, sweep
 from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import Check, Outcome
@@ -23,7 +24,7 @@ SELECTION = {"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"}
 
 def assert_real_png(path):
     data = path.read_bytes()
-    assert data[:8] == report.PNG_SIGNATURE
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"  # the PNG signature
     import matplotlib.image
     from PIL import Image
 
@@ -56,10 +57,10 @@ def _levels():
 
 
 def test_report_files_are_complete_and_parse(tmp_path):
-    checks = [Check("a.one", "host", True, None, "first"), Check("a.two", "server", False, None, "second")]
-    rows = [{"name": "a.one", "category": "host", "status": "pass", "blocking": True, "message": "ok | fine",
+    checks = [Check("host.one", True, None, "first"), Check("server.two", False, None, "second")]
+    rows = [{"name": "host.one", "category": "host", "status": "pass", "blocking": True, "message": "ok | fine",
              "value": 1, "threshold": 1, "evidence": {"x": [1, 2]}, "duration_s": 0.1},
-            {"name": "a.two", "category": "server", "status": "warn", "blocking": False, "message": "meh",
+            {"name": "server.two", "category": "server", "status": "warn", "blocking": False, "message": "meh",
              "value": None, "threshold": None, "evidence": None, "duration_s": 0.0}]
     rep = {"plan": {"model_key": "M", "profile": "M/g", "status": "experimental", "vllm_version": "1"},
            "server": {"mode": "endpoint", "base_url": "http://x:1", "served_name": "s", "recipe_model": True},
@@ -73,8 +74,8 @@ def test_report_files_are_complete_and_parse(tmp_path):
     for c in back["checks"]:
         assert set(c) >= {"name", "category", "status", "value", "threshold", "evidence", "blocking"}
     md = (tmp_path / "report.md").read_text()
-    assert "| PASS | `a.one` | yes | 1 | 1 | ok \\| fine |" in md and "| WARN | `a.two` | no |" in md
-    assert "No AMD GPU was checked" not in md and "- `a.two`: second" in md   # a host check passed
+    assert "| PASS | `host.one` | yes | 1 | 1 | ok \\| fine |" in md and "| WARN | `server.two` | no |" in md
+    assert "No AMD GPU was checked" not in md and "- `server.two`: second" in md   # a host check passed
     assert_real_png(tmp_path / report.PLOT_ACCEPTANCE)
     assert_real_png(tmp_path / report.PLOT_SWEEP)
 
@@ -113,24 +114,24 @@ def test_runner_stops_at_the_first_blocking_failure(tmp_path, monkeypatch):
             return Outcome(status, f"{name} said {status}")
         return run
 
-    fake = [Check("h.ok", "host", True, make("h.ok", "pass")),
-            Check("h.warn", "host", False, make("h.warn", "warn")),
-            Check("h.soft", "host", False, make("h.soft", "fail")),      # non-blocking failure: goes on
-            Check("h.crash", "host", False, lambda ctx: 1 / 0),           # a broken check is its own failure
-            Check("s.stop", "software", True, make("s.stop", "fail")),
-            Check("s.after", "software", True, make("s.after", "pass")),
-            Check("v.server", "server", True, make("v.server", "pass"), needs_server=True)]
+    fake = [Check("host.ok", True, make("host.ok", "pass")),
+            Check("host.warn", False, make("host.warn", "warn")),
+            Check("host.soft", False, make("host.soft", "fail")),      # non-blocking failure: goes on
+            Check("host.crash", False, lambda ctx: 1 / 0),           # a broken check is its own failure
+            Check("software.stop", True, make("software.stop", "fail")),
+            Check("software.after", True, make("software.after", "pass")),
+            Check("server.x", True, make("server.x", "pass"))]
     monkeypatch.setattr(runner, "build_checks", lambda opts: fake)
     rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}"),
                                 SELECTION)
-    assert calls == ["h.ok", "h.warn", "h.soft", "s.stop"]
+    assert calls == ["host.ok", "host.warn", "host.soft", "software.stop"]
     status = {c["name"]: c["status"] for c in rep["checks"]}
-    assert status == {"h.ok": "pass", "h.warn": "warn", "h.soft": "fail", "h.crash": "fail", "s.stop": "fail",
-                      "s.after": "skipped", "v.server": "skipped"}
+    assert status == {"host.ok": "pass", "host.warn": "warn", "host.soft": "fail", "host.crash": "fail", "software.stop": "fail",
+                      "software.after": "skipped", "server.x": "skipped"}
     assert "ZeroDivisionError" in rep["checks"][3]["message"]
-    assert rep["checks"][5]["message"] == "not run: blocking check s.stop failed"
-    assert rep["summary"] == {**rep["summary"], "result": "fail", "exit_status": 1, "stopped_at": "s.stop",
-                              "reason": "s.stop said fail"}
+    assert rep["checks"][5]["message"] == "not run: blocking check software.stop failed"
+    assert rep["summary"] == {**rep["summary"], "result": "fail", "exit_status": 1, "stopped_at": "software.stop",
+                              "reason": "software.stop said fail"}
 
 
 def test_check_names_are_stable_and_ordered():
@@ -139,6 +140,8 @@ def test_check_names_are_stable_and_ordered():
     assert cats == sorted(cats, key=["host", "software", "server", "spec_decode", "sweep"].index)
     assert names[-4:] == ["sweep.concurrency_1", "sweep.concurrency_4", "sweep.jit", "sweep.gsm8k"]
     full = runner.check_names(ValidateOptions(report_dir="x", launch=True))
+    # Each says what it means in report.md (a check function's docstring, or the sweep level's own line).
+    assert all(c.description for c in runner.build_checks(ValidateOptions(report_dir="x", launch=True)))
     assert "server.start" in full and [n for n in full if n.startswith("sweep.concurrency")] == [
         "sweep.concurrency_1", "sweep.concurrency_16", "sweep.concurrency_64", "sweep.concurrency_128"]
     assert ValidateOptions(report_dir="x").requests_for(128) == 512 and ValidateOptions(report_dir="x").requests_for(1) == 4
@@ -160,16 +163,16 @@ def test_cli_without_a_server_is_usage_exit_2_and_writes_nothing(tmp_path, extra
 
 
 def test_a_skipped_blocking_check_is_not_a_pass(tmp_path, monkeypatch):
-    fake = [Check("h.ok", "host", True, lambda ctx: Outcome("pass", "ok")),
-            Check("s.skip", "software", True, lambda ctx: Outcome("skipped", "could not look")),
-            Check("s.soft", "software", False, lambda ctx: Outcome("skipped", "optional"))]
+    fake = [Check("host.ok", True, lambda ctx: Outcome("pass", "ok")),
+            Check("software.skip", True, lambda ctx: Outcome("skipped", "could not look")),
+            Check("software.soft", False, lambda ctx: Outcome("skipped", "optional"))]
     monkeypatch.setattr(runner, "build_checks", lambda opts: fake)
     rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}"),
                                 SELECTION)
     assert rep["summary"] == {**rep["summary"], "result": "incomplete", "exit_status": 1, "stopped_at": None,
-                              "reason": "blocking check s.skip was skipped: could not look"}
+                              "reason": "blocking check software.skip was skipped: could not look"}
     md = (tmp_path / "r" / "report.md").read_text()
-    assert md.startswith("# rocm-dspark validation: INCOMPLETE") and "**Not a PASS**: blocking check s.skip" in md
+    assert md.startswith("# rocm-dspark validation: INCOMPLETE") and "**Not a PASS**: blocking check software.skip" in md
     # A non-blocking skip alone keeps the PASS.
     monkeypatch.setattr(runner, "build_checks", lambda opts: [fake[0], fake[2]])
     rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r2", endpoint=f"http://127.0.0.1:{free_port()}"),
@@ -240,7 +243,7 @@ def _server_json(tmp_path, **data):
 
 def test_server_json_becomes_the_target(tmp_path):
     # The file's format and errors are tested in tests/test_server_spec.py; here: what validate takes from it.
-    _, _, plan = runner._plan(SELECTION)
+    _, _, plan = plan_for(SELECTION)
     spec = _server_json(tmp_path, argv=["vllm", "serve", "tiny"], env={"A": "1"}, port=18431, served_name="tiny",
                         num_speculative_tokens=3)
     launched = runner._target(ValidateOptions(report_dir=tmp_path / "r", launch=True, server_json=spec), plan)
@@ -255,7 +258,7 @@ def test_server_json_becomes_the_target(tmp_path):
 
 
 def test_server_json_without_served_name_is_refused_by_validate(tmp_path):
-    _, _, plan = runner._plan(SELECTION)
+    _, _, plan = plan_for(SELECTION)
     spec = _server_json(tmp_path, argv=["vllm"], port=18431)
     with pytest.raises(UsageError, match=r"--server-json .*: validate needs served_name") as info:
         runner._target(ValidateOptions(report_dir=tmp_path / "r", launch=True, server_json=spec), plan)
@@ -265,7 +268,7 @@ def test_server_json_without_served_name_is_refused_by_validate(tmp_path):
 def test_probe_only_keys_are_reported_not_dropped(tmp_path, monkeypatch):
     spec = _server_json(tmp_path, argv=["vllm"], port=free_port(), served_name="tiny", prompts=["p"],
                         deterministic_check={"prompt": "Say hi", "expect": "hi"})
-    monkeypatch.setattr(runner, "build_checks", lambda opts: [Check("h.ok", "host", True, lambda ctx: Outcome("pass", "ok"))])
+    monkeypatch.setattr(runner, "build_checks", lambda opts: [Check("host.ok", True, lambda ctx: Outcome("pass", "ok"))])
     lines = []
     rep = runner.run_validation(ValidateOptions(report_dir=tmp_path / "r", endpoint=f"http://127.0.0.1:{free_port()}",
                                                 server_json=spec), SELECTION, say=lines.append)

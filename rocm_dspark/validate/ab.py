@@ -1,16 +1,11 @@
 """`rocm-dspark validate --ab`: one workload at the target concurrency against two launches on this host,
 block verification first, then adaptive verification; an A/B evidence record for the gate.
 
-Each arm is measured by vLLM's own `vllm bench serve` (rocm_dspark.validate.bench, run as the sweep runs it):
-start the server, warm up with a bench run on other prompts (seed 1), run the measured bench between two
-/metrics reads (acceptance length from their deltas), stop the server; docs/validate.md, "The A/B through
-`vllm bench serve`", gives the flags. A request that fails fails its arm ("no verdict"). The record
-(rocm_dspark.probe.ab_record) carries the verdict ("adaptive pays at c=C: +x%"), is fingerprinted like a probe
-record, written atomically into `<state dir>/ab/`, and copied into the report directory.
-
-The arms are the plan's own two commands (block_argv and the adaptive argv), or two server-description
-files (--server-json for the block arm, --ab-server-json for the adaptive one) where the plan cannot run:
-such a record says so (`override`) and never counts for the gate.
+Each arm: start the server, a warm-up `vllm bench serve` run, the measured run between two /metrics reads, stop
+(docs/validate.md, "The A/B through `vllm bench serve`"); a request that fails fails its arm. The record
+(rocm_dspark.probe.ab_record) is fingerprinted like a probe record, written into `<state dir>/ab/` and copied
+into the report directory. The arms are the plan's own two commands, or two server files (--server-json,
+--ab-server-json) where the plan cannot run: such a record says so (`override`) and never counts for the gate.
 """
 
 from __future__ import annotations
@@ -21,36 +16,24 @@ import shlex
 import socket
 from pathlib import Path
 
+from rocm_dspark import __version__
+from rocm_dspark.atomic import write_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import ab_record, fingerprint, store
 from rocm_dspark.probe.ab_record import CLIENT
+from rocm_dspark.runtime.metrics import spec_decode_counters
+from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.validate import bench
+from rocm_dspark.validate.sweep import bench_level, bench_setup
 
 AB_JSON = "ab.json"
 AB_BENCH_DIR = "ab-bench"  # in the report: each arm's `vllm bench serve` JSON, as written, and its output
 
 
-def _arm_from_plan(plan, which: str) -> dict:
-    argv = list(plan.adaptive_argv if which == "adaptive" else plan.block_argv)
-    return {
-        "argv": argv,
-        "env": dict(plan.env),
-        "host": plan.host,
-        "port": plan.port,
-        "served_name": plan.served_name,
-        "description": f"the plan's {which} command ({plan.profile})",
-    }
-
-
-def _arm_from_spec(spec, flag: str) -> dict:
-    if spec.served_name is None:
-        raise UsageError(f"{flag} {spec.path}: the A/B needs served_name (the name in /v1/models)")
-    return {
-        "argv": list(spec.argv),
-        "env": dict(spec.env),
-        "host": spec.host,
-        "port": spec.port,
-        "served_name": spec.served_name,
-        "description": spec.description or f"server from {spec.path}",
-    }
+def _arm(source, argv, description: str) -> dict:
+    """What run_arm starts: argv, with the env, address and served name of `source` (the plan or a server file)."""
+    address = {"host": source.host, "port": source.port, "served_name": source.served_name}
+    return {"argv": list(argv), "env": dict(source.env), **address, "description": description}
 
 
 WARMUP_SEED = 1  # the warm-up's prompts are not the measured ones (no prefix-cache hits carried over)
@@ -78,10 +61,6 @@ def measure(
     `vllm bench serve` at the same concurrency, then the measured run between two /metrics reads. Both runs'
     --save-result JSON and output stay in out_dir (`<name>.json`, `<name>-warmup.json`). The server is
     neither started nor stopped."""
-    from rocm_dspark.runtime.metrics import spec_decode_counters
-    from rocm_dspark.validate import bench
-    from rocm_dspark.validate.sweep import bench_level
-
     common = {
         "base_url": server.base_url,
         "served_name": served_name,
@@ -133,8 +112,6 @@ def measure(
 
 def workload(*, requests: int, input_len: int, max_tokens: int) -> dict:
     """The record's workload: what both arms' bench commands carry (ab_record checks it on read)."""
-    from rocm_dspark.validate import bench
-
     return {
         "client": CLIENT,
         "dataset": "random",
@@ -150,22 +127,16 @@ def run_arm(
     arm: dict,
     name: str,
     *,
-    concurrency: int,
-    requests: int,
-    input_len: int,
-    max_tokens: int,
-    timeout_s: float,
     ready_timeout_s: float,
     log_dir: Path,
     out_dir: Path,
     plan,
     python: str | None,
     say,
+    **workload,
 ) -> dict:
-    from rocm_dspark.runtime.process import VllmServer
-    from rocm_dspark.validate.sweep import bench_setup
-
-    # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_prefix)
+    """Start the arm, measure it (workload: measure's concurrency, requests, lengths and timeout), stop it."""
+    # Started here, on this host: bench is the vLLM beside the one that serves (validate/sweep.bench_setup)
     prefix, tokenizer = bench_setup(arm["argv"], plan, python=python, container=None, result_dir=out_dir)
     server = VllmServer(arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=log_dir / f"{name}.log")
     say(f"A/B {name}: starting {arm['description']}")
@@ -175,18 +146,7 @@ def run_arm(
         if not ready.ready:
             raise UsageError(f"A/B {name} arm did not start: {ready.reason()} (log {server.log_path})")
         stats = measure(
-            server,
-            arm["served_name"],
-            name,
-            prefix=prefix,
-            tokenizer=tokenizer,
-            concurrency=concurrency,
-            requests=requests,
-            input_len=input_len,
-            max_tokens=max_tokens,
-            timeout_s=timeout_s,
-            out_dir=out_dir,
-            say=say,
+            server, arm["served_name"], name, prefix=prefix, tokenizer=tokenizer, out_dir=out_dir, say=say, **workload
         )
     finally:
         server.stop()
@@ -214,9 +174,6 @@ def write_ab_record(
     say=print,
 ) -> dict:
     """Build, sign and store the A/B record of two measured arms (and copy it into report_dir); returns it."""
-    from rocm_dspark import __version__
-    from rocm_dspark.probe import ab_record, fingerprint, store
-
     data = ab_record.build(
         record_id=store.new_record_id(started),
         created_at=store.iso(started),
@@ -233,8 +190,6 @@ def write_ab_record(
     path = ab_record.write(state_dir, data)
     where = str(path)
     if report_dir is not None:
-        from rocm_dspark.atomic import write_atomic
-
         write_atomic(Path(report_dir) / AB_JSON, json.dumps(data, indent=1) + "\n", mode=0o644)
         where += f" and {Path(report_dir) / AB_JSON}"
     say(f"A/B record {data['id']} written to {where}")
@@ -259,8 +214,6 @@ def run_ab(
     say=print,
 ) -> dict:
     """Run both arms, write the record; returns the record (a dict)."""
-    from rocm_dspark.probe import fingerprint, store
-
     if concurrency < 1:
         raise UsageError("--concurrency for --ab must be one positive integer, e.g. --concurrency 64")
     if (block_spec is None) != (adaptive_spec is None):
@@ -271,21 +224,25 @@ def run_ab(
     requests = requests or default_requests(concurrency)
     plan = fingerprint.adaptive_plan(catalog, selection)
     if block_spec is None:
-        arms_in = {"block": _arm_from_plan(plan, "block"), "adaptive": _arm_from_plan(plan, "adaptive")}
+        arms_in = {
+            "block": _arm(plan, plan.block_argv, f"the plan's block command ({plan.profile})"),
+            "adaptive": _arm(plan, plan.adaptive_argv, f"the plan's adaptive command ({plan.profile})"),
+        }
         override = None
     else:
-        arms_in = {
-            "block": _arm_from_spec(block_spec, "--server-json"),
-            "adaptive": _arm_from_spec(adaptive_spec, "--ab-server-json"),
-        }
+        specs = {"block": (block_spec, "--server-json"), "adaptive": (adaptive_spec, "--ab-server-json")}
+        arms_in = {}
+        for which, (spec, flag) in specs.items():
+            if spec.served_name is None:
+                raise UsageError(f"{flag} {spec.path}: the A/B needs served_name (the name in /v1/models)")
+            arms_in[which] = _arm(spec, spec.argv, spec.description or f"server from {spec.path}")
         override = {
             "kind": "server-json",
             "block": arms_in["block"]["description"],
             "adaptive": arms_in["adaptive"]["description"],
         }
     report_dir = Path(report_dir)
-    target = report_dir / AB_JSON
-    if target.exists():
+    if (report_dir / AB_JSON).exists():
         raise UsageError(f"--report {report_dir} already holds {AB_JSON}: choose another directory")
     log_dir = report_dir / "ab-logs"
     try:
@@ -293,7 +250,7 @@ def run_ab(
     except OSError as exc:
         raise UsageError(f"cannot create --report {report_dir}: {exc.strerror}") from None
     fingerprint.current_fingerprint(catalog, plan)  # before the arms: a host it cannot fingerprint costs no load
-    started, bench_dir = store.utc_now(), (Path(report_dir) / AB_BENCH_DIR).absolute()
+    started, bench_dir = store.utc_now(), (report_dir / AB_BENCH_DIR).absolute()
     arms = {
         name: run_arm(
             arms_in[name],

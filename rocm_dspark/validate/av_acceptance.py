@@ -22,12 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.probe import rescore
+from rocm_dspark.probe.fingerprint import adaptive_plan
+from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.plan import Command
+from rocm_dspark.recipe.selection import build_selection
+from rocm_dspark.runtime.process import VllmServer
+from rocm_dspark.validate import gsm8k
 
 ARMS = ("nospec", "block", "adaptive")
 RUN_ORDER = ("block", "adaptive", "nospec")  # the nospec server re-scores every arm's tokens: it runs last
@@ -48,8 +55,6 @@ def without_speculation(argv) -> list[str]:
 
 def arms(catalog, selection) -> dict:
     """{arm: {argv, env, host, port, served_name}} from the plan (resolved once, AV forced on for its arm)."""
-    from rocm_dspark.probe.fingerprint import adaptive_plan
-
     plan = adaptive_plan(catalog, selection)
     if not plan.adaptive_argv:
         raise ValueError(f"the plan ({plan.profile}, {plan.vllm_version}) has no adaptive command to accept")
@@ -69,25 +74,10 @@ def arms(catalog, selection) -> dict:
 
 
 def prompts_for(concurrency: int) -> tuple[str, ...]:
-    from rocm_dspark.probe.rescore import RESCORE_PROMPTS
-
+    prompts = rescore.RESCORE_PROMPTS
     return tuple(
-        f"{RESCORE_PROMPTS[i % len(RESCORE_PROMPTS)]}"
-        + (f" ({i // len(RESCORE_PROMPTS)})" if i >= len(RESCORE_PROMPTS) else "")
-        for i in range(concurrency)
+        prompts[i % len(prompts)] + (f" ({i // len(prompts)})" if i >= len(prompts) else "") for i in range(concurrency)
     )
-
-
-def read_gsm8k(results: dict) -> dict:
-    """{score, stderr, metric} from lm-eval's results["gsm8k"] (strict match preferred)."""
-    from rocm_dspark.validate.gsm8k import METRIC_KEYS
-
-    for key in METRIC_KEYS:
-        if key in results:
-            name, _, flt = key.partition(",")
-            se = results.get(f"{name}_stderr,{flt}")
-            return {"score": float(results[key]), "stderr": None if se in (None, "N/A") else float(se), "metric": key}
-    raise ValueError(f"no exact_match metric in lm-eval's gsm8k results: {sorted(results)}")
 
 
 def verdict(report_arms: dict) -> dict:
@@ -175,32 +165,15 @@ def markdown(report: dict) -> str:
 
 
 def _run_gsm8k(served_name: str, base_url: str, limit: int | None, out_dir: Path) -> dict:
-    import subprocess
-
-    from rocm_dspark.validate.gsm8k import GSM8K_TIMEOUT_S, build_argv, lm_eval_command
-
-    base = lm_eval_command()
+    base = gsm8k.lm_eval_command()
     if base is None:
         raise RuntimeError("lm-eval is not installed here (pip install 'lm-eval[api]')")
     out_dir.mkdir(parents=True, exist_ok=True)
-    argv = build_argv(base, served_name, base_url, str(out_dir), limit)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=GSM8K_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise RuntimeError(f"lm-eval exited {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}")
-    files = sorted(out_dir.rglob("results*.json"))
-    if not files:
-        raise RuntimeError(f"lm-eval wrote no results*.json under {out_dir}")
-    from rocm_dspark.inputs import parse_json, read_text
-
-    return read_gsm8k(
-        parse_json(read_text(files[-1], "lm-eval's result"), f"lm-eval's result {files[-1]}")["results"]["gsm8k"]
-    )
+    return gsm8k.run(base, served_name, base_url, limit, str(out_dir))[0]  # gsm8k.LmEvalFailed: a RuntimeError
 
 
 def judge_all(generated: dict, client, model: str, *, concurrency: int, k) -> dict:
     """{arm: re-scoring summary}: each arm's generated tokens judged on the nospec server `client`."""
-    from rocm_dspark.probe import rescore
-
     return {
         name: rescore.judge(gen, client, model, REFERENCE, concurrency=concurrency, k=None if name == "nospec" else k)
         for name, gen in generated.items()
@@ -221,9 +194,6 @@ def run_arm(
 ) -> dict:
     """Start the arm, generate into `generated[name]`, and on nospec (last) re-score every arm's tokens there:
     its result then has `rescored`, {arm: summary}. GSM8K on every arm."""
-    from rocm_dspark.probe import rescore
-    from rocm_dspark.runtime.process import VllmServer
-
     server = VllmServer(
         arm["argv"], arm["env"], host=arm["host"], port=arm["port"], log_path=report_dir / f"{name}.log"
     )
@@ -275,9 +245,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.concurrency < 4:
         p.error("--concurrency must be at least 4 (the re-scoring minimum)")
-    from rocm_dspark.recipe.catalog import load_catalog
-    from rocm_dspark.recipe.selection import build_selection
-
     catalog = load_catalog()
     selection = build_selection({"model": args.model, "gpu": args.gpu, "concurrency": args.concurrency}, catalog)
     try:
@@ -287,8 +254,6 @@ def main(argv=None) -> int:
         return 2
     plan = commands.pop("_plan")
     if args.dry_run:
-        import shlex
-
         for name in RUN_ORDER:
             print(f"{name}: {shlex.join(commands[name]['argv'])}")
         print(f"reference: {REFERENCE_TEXT}")

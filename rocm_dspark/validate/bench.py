@@ -22,6 +22,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.plan import Command
 
 SEED = 0
@@ -45,60 +47,33 @@ def bench_argv(
 ) -> list[str]:
     """prefix: how to reach `vllm` (["/venv/bin/vllm"] or the `docker run ... --entrypoint vllm IMAGE` argv);
     extra: more bench flags, after the workload's."""
-    return [
-        *prefix,
-        "bench",
-        "serve",
-        "--base-url",
-        base_url,
-        "--model",
-        served_name,
-        "--served-model-name",
-        served_name,
-        "--tokenizer",
-        tokenizer,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(input_len),
-        "--random-output-len",
-        str(output_len),
-        "--seed",
-        str(seed),
-        "--ignore-eos",
-        "--temperature",
-        "0",
-        "--num-prompts",
-        str(num_prompts),
-        "--max-concurrency",
-        str(concurrency),
-        "--metric-percentiles",
-        ",".join(map(str, PERCENTILES)),
-        "--disable-tqdm",
-        "--save-result",
-        "--result-dir",
-        result_dir,
-        "--result-filename",
-        result_filename,
-        *map(str, extra),
-    ]
+    flags = {  # None: a flag without a value
+        "--base-url": base_url,
+        "--model": served_name,
+        "--served-model-name": served_name,
+        "--tokenizer": tokenizer,
+        "--dataset-name": "random",
+        "--random-input-len": input_len,
+        "--random-output-len": output_len,
+        "--seed": seed,
+        "--ignore-eos": None,
+        "--temperature": 0,
+        "--num-prompts": num_prompts,
+        "--max-concurrency": concurrency,
+        "--metric-percentiles": ",".join(map(str, PERCENTILES)),
+        "--disable-tqdm": None,
+        "--save-result": None,
+        "--result-dir": result_dir,
+        "--result-filename": result_filename,
+    }
+    words = [w for flag, v in flags.items() for w in ((flag,) if v is None else (flag, str(v)))]
+    return [*prefix, "bench", "serve", *words, *map(str, extra)]
 
 
 def container_prefix(tool: str, image: str, mounts) -> list[str]:
     """The image's own `vllm` (its entrypoint may be `vllm serve`, so it is named); mounts: `-v` pairs."""
-    return [
-        tool,
-        "run",
-        "--rm",
-        "--network",
-        "host",
-        "-e",
-        "PYTHONUNBUFFERED=1",
-        *mounts,
-        "--entrypoint",
-        "vllm",
-        image,
-    ]
+    run = [tool, "run", "--rm", "--network", "host", "-e", "PYTHONUNBUFFERED=1"]
+    return [*run, *mounts, "--entrypoint", "vllm", image]
 
 
 def served_model(argv) -> str | None:
@@ -145,9 +120,6 @@ def run(argv: list[str], result_path: Path, log_path: Path, timeout_s: float) ->
     output = log_path.read_text(errors="replace")
     data, unreadable = None, None
     if result_path.exists():
-        from rocm_dspark.errors import UsageError
-        from rocm_dspark.inputs import parse_json, read_text
-
         try:  # evidence: bounded and strict (no NaN, no duplicate key)
             what = "vllm bench serve's result"
             data = parse_json(read_text(result_path, what), f"{what} {result_path}")
@@ -170,14 +142,10 @@ def row(data: dict | None, concurrency: int, num_prompts: int, command: list[str
     completed = int(d.get("completed") or 0)
     failed = num_prompts - completed  # a run that died mid-level counts every request it did not complete
 
-    def pct(metric: str, **extra) -> dict:
-        def get(key):
-            v = d.get(key)
-            return None if v is None else round(float(v), 2)
-
-        out = {"mean": get(f"mean_{metric}_ms"), "p50": get(f"median_{metric}_ms")}
-        out.update({f"p{p}": get(f"p{p}_{metric}_ms") for p in extra.get("ps", (99,))})
-        return out
+    def pct(metric: str, ps=(99,)) -> dict:
+        """bench's mean, median and percentiles of `metric`, in ms to 2 decimals."""
+        keys = {"mean": f"mean_{metric}_ms", "p50": f"median_{metric}_ms", **{f"p{p}": f"p{p}_{metric}_ms" for p in ps}}
+        return {name: None if d.get(key) is None else round(float(d[key]), 2) for name, key in keys.items()}
 
     return {
         "concurrency": concurrency,

@@ -14,6 +14,7 @@ from rocm_dspark.recipe.catalog import Catalog, ModelSpec
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import VllmClient, base_url
 from rocm_dspark.runtime.inventory import HostInventory
+from rocm_dspark.runtime.inventory import inventory as gather_inventory
 from rocm_dspark.runtime.process import VllmServer
 
 DEFAULT_CONCURRENCIES = (1, 16, 64, 128)
@@ -81,16 +82,14 @@ class ServerTarget:
 
 def parse_endpoint(url: str) -> tuple[str, int]:
     """'http://host:port' -> (host, port); anything else is a one-line UsageError."""
+    not_a_url = f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)"
     try:
         parts = urlsplit(url if "://" in url else f"http://{url}")
     except ValueError:  # an unclosed IPv6 bracket: "Invalid IPv6 URL"
-        raise UsageError(
-            f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)"
-        ) from None
+        raise UsageError(not_a_url) from None
     bare_port = "://" not in url and url.rpartition(":")[2].isdigit()
     if parts.scheme not in ("http",) or not parts.hostname or ("://" not in url and not bare_port):
-        # without a scheme only host:port reads as an address ("not-a-url" is no server)
-        raise UsageError(f"--endpoint {url!r}: give the server's base URL, e.g. http://127.0.0.1:8000 (http only)")
+        raise UsageError(not_a_url)  # without a scheme only host:port reads as an address ("not-a-url" is no server)
     if parts.path not in ("", "/") or parts.query:
         raise UsageError(f"--endpoint {url!r}: give the base URL without a path (the checks add /health, /v1/...)")
     try:
@@ -113,6 +112,12 @@ class Context:
     software: dict | None = None  # facts from the server's Python, gathered once
     data: dict = field(default_factory=dict)
     say: Callable[[str], None] = lambda line: None
+
+    def host(self) -> HostInventory:
+        """`inventory`, gathered on first use."""
+        if self.inventory is None:
+            self.inventory = gather_inventory(self.options.host_root)
+        return self.inventory
 
     def path(self, p: str) -> str:
         """A host path under options.host_root (tests lay out /proc and /dev in a directory)."""

@@ -1,17 +1,15 @@
-"""Checks read from the server's log (rocm_dspark.runtime.server_phases): did vLLM keep the graph capture size
-the plan asked for, and did its JIT monitor report a kernel compile during the sweep?
-
-The log is the one --launch writes, or --server-log FILE for a running server; without one both are n/a.
+"""Checks read from the server's log (rocm_dspark.runtime.server_phases): the one --launch writes, or
+--server-log FILE for a running server; without one both are n/a.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from rocm_dspark.runtime.server_phases import capture_facts, jit_compiles
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, WARN, Outcome
 
-CAPTURE_FLAG = "--max-cudagraph-capture-size"
 NO_LOG = "no server log to read (--launch writes one; pass --server-log FILE with --endpoint)"
 
 
@@ -45,6 +43,8 @@ def asked_capture(argv) -> int | None:
 
 
 def capture(ctx) -> Outcome:
+    """the server log: vLLM kept the plan's --max-cudagraph-capture-size (no "Truncating
+    max_cudagraph_capture_size"); steps above the size it kept run eager."""
     text = _read(ctx)
     if text is None:
         return Outcome(NOT_APPLICABLE, NO_LOG)
@@ -60,54 +60,43 @@ def capture(ctx) -> Outcome:
         )
     kept = facts["truncated_to"] if facts["truncated_to"] is not None else facts["max"]
     value = {"asked": asked, "kept": kept, "cudagraph_mode": facts["mode"], "sizes": facts["sizes"]}
+    out = partial(Outcome, value=value, threshold=asked, evidence=facts)
     if kept is None and facts["mode"] not in (None, "NONE"):
-        return Outcome(
+        return out(
             WARN,
             f"vLLM's engine line prints cudagraph_mode {facts['mode']} but no "
             "max_cudagraph_capture_size: the size it kept is unknown",
-            value=value,
-            threshold=asked,
-            evidence=facts,
         )
     if facts["mode"] == "NONE" or not kept:
         if asked is None:
-            return Outcome(
+            return out(
                 NOT_APPLICABLE,
                 "no capture size asked and vLLM captures no graphs (cudagraph_mode "
                 f"{facts['mode']}, e.g. --enforce-eager): every step runs eager",
-                value=value,
-                evidence=facts,
             )
-        return Outcome(
+        return out(
             FAIL,
-            f"asked {CAPTURE_FLAG} {asked} but vLLM captures no graphs (cudagraph_mode "
+            f"asked --max-cudagraph-capture-size {asked} but vLLM captures no graphs (cudagraph_mode "
             f"{facts['mode']}): every step runs eager",
-            value=value,
-            threshold=asked,
-            evidence=facts,
         )
     if asked is not None and kept < asked or facts["truncated_to"] is not None:
         k = ctx.target.num_speculative_tokens or 0
         per_req = 1 + k
-        return Outcome(
+        return out(
             FAIL,
             f'capture size cut: asked {asked}, vLLM kept {kept} ("Truncating '
             f'max_cudagraph_capture_size to {kept}"); steps of more than {kept} tokens run eager, i.e. '
             f"more than {kept // per_req} requests at {per_req} tokens each (K={k})",
-            value=value,
-            threshold=asked,
-            evidence=facts,
         )
-    return Outcome(
+    return out(
         PASS,
         f"vLLM kept the capture size asked: {kept} ({len(facts['sizes'] or [])} sizes, cudagraph_mode {facts['mode']})",
-        value=value,
-        threshold=asked,
-        evidence=facts,
     )
 
 
 def jit(ctx) -> Outcome:
+    """the server log: no kernel compile reported by vLLM's JIT monitor during the sweep (warn,
+    with the kernel's name)."""
     text = _read(ctx)
     if text is None:
         return Outcome(NOT_APPLICABLE, NO_LOG)
@@ -120,16 +109,12 @@ def jit(ctx) -> Outcome:
         )
     events = seen["events"]
     kernels = sorted({f"{e['backend']} {e['kernel']}" for e in events})
-    value = {"mode": seen["mode"], "compiles": len(events), "kernels": kernels}
+    out = partial(Outcome, value={"mode": seen["mode"], "compiles": len(events), "kernels": kernels}, threshold=0)
     if events:
-        return Outcome(
+        return out(
             WARN,
             f"{len(events)} kernel compile(s) reported by vLLM's JIT monitor during the sweep: "
             f"{', '.join(kernels)} (each is a latency spike; extend warm-up to cover the shape)",
-            value=value,
-            threshold=0,
             evidence=events[:20],
         )
-    return Outcome(
-        PASS, f"vLLM's JIT monitor (mode={seen['mode']}) reported no compile during the sweep", value=value, threshold=0
-    )
+    return out(PASS, f"vLLM's JIT monitor (mode={seen['mode']}) reported no compile during the sweep")

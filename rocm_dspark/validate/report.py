@@ -10,9 +10,10 @@ import io
 import json
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
-from rocm_dspark.atomic import write_atomic as _write_atomic
+from rocm_dspark import atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.validate.result import FAIL, NOT_APPLICABLE, PASS, SKIPPED, STATUSES, WARN
 
@@ -22,9 +23,8 @@ PLOT_SWEEP = "sweep_throughput_latency.png"
 COST_TABLE = "cost_table.json"  # the sweep's step costs, for `rocm-dspark plan --cost-table`
 LAUNCH_DIR = "launch"  # the generated launcher, its state and the server log, with --launch
 OUTPUTS = (REPORT_JSON, REPORT_MD, PLOT_ACCEPTANCE, PLOT_SWEEP, COST_TABLE, LAUNCH_DIR)
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 INCOMPLETE = "incomplete"  # a run-level result only: a blocking check was skipped
-_MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
+MARK = {PASS: "PASS", FAIL: "FAIL", WARN: "WARN", SKIPPED: "skipped", NOT_APPLICABLE: "n/a"}
 
 
 def prepare_dir(report_dir: Path, force: bool) -> Path:
@@ -51,9 +51,7 @@ def prepare_dir(report_dir: Path, force: bool) -> Path:
     return report_dir
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    # A report is for people to read: 0644 (mkstemp alone would make it 0600).
-    _write_atomic(path, data, mode=0o644)
+write_atomic = partial(atomic.write_atomic, mode=0o644)  # a report is for people to read (mkstemp's 0600 is not)
 
 
 # What the field breaks on, side by side, so that a good GSM8K cannot hide request errors or a cut capture size:
@@ -98,18 +96,13 @@ def summary(checks: list[dict]) -> dict:
     unrun = None if stopper else next((c for c in checks if c["blocking"] and c["status"] == SKIPPED), None)
     hardware = any(c["category"] == "host" and c["status"] not in (NOT_APPLICABLE, SKIPPED) for c in checks)
     result = FAIL if stopper else INCOMPLETE if unrun else PASS
+    unrun_reason = f"blocking check {unrun['name']} was skipped: {unrun['message']}" if unrun else None
     return {
         "result": result,
         "exit_status": 0 if result == PASS else 1,
         "counts": counts,
         "stopped_at": stopper["name"] if stopper else None,
-        "reason": (
-            stopper["message"]
-            if stopper
-            else f"blocking check {unrun['name']} was skipped: {unrun['message']}"
-            if unrun
-            else None
-        ),
+        "reason": stopper["message"] if stopper else unrun_reason,
         "hardware_checked": hardware,
         "first_warning": next((c["name"] for c in checks if c["status"] == WARN), None),
     }
@@ -171,12 +164,12 @@ def render_markdown(report: dict, descriptions: dict[str, str]) -> str:
             "| concern | status | decided by | details |",
             "|---|---|---|---|",
         ]
-        lines += [f"| {r['row']} | {_MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
+        lines += [f"| {r['row']} | {MARK[r['status']]} | `{r['check']}` | {_fmt(r['detail'], 200)} |" for r in field]
         lines.append("")
     lines += ["| status | check | blocking | value | threshold | details |", "|---|---|---|---|---|---|"]
     for c in report["checks"]:
         lines.append(
-            f"| {_MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
+            f"| {MARK[c['status']]} | `{c['name']}` | {'yes' if c['blocking'] else 'no'} | {_fmt(c['value'])} | "
             f"{_fmt(c['threshold'], 40)} | {_fmt(c['message'], 200)} |"
         )
     lines += _failing_tool_call(report["checks"])
@@ -217,25 +210,10 @@ def _failing_tool_call(checks: list[dict]) -> list[str]:
     if not failing:
         return []
     first = failing[0]
-    dump = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)[:4000]  # noqa: E731
-    return [
-        "",
-        f"## Failing tool call: {first['case']}",
-        "",
-        *[f"- {p}" for p in first["problems"]],
-        "",
-        "Request:",
-        "",
-        "```json",
-        dump(first["request"]),
-        "```",
-        "",
-        "Response:",
-        "",
-        "```json",
-        dump(first["response"]),
-        "```",
-    ]
+    lines = ["", f"## Failing tool call: {first['case']}", ""] + [f"- {p}" for p in first["problems"]]
+    for title, sent in (("Request:", first["request"]), ("Response:", first["response"])):
+        lines += ["", title, "", "```json", json.dumps(sent, indent=1, ensure_ascii=False, default=str)[:4000], "```"]
+    return lines
 
 
 def run_label(report: dict) -> str:
@@ -249,14 +227,18 @@ def run_label(report: dict) -> str:
     )
 
 
-def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
+def _subplots(*args, **kw):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(*args, dpi=100, **kw)
+
+
+def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
     rates = acceptance["per_position"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.9), dpi=100)
+    fig, ax = _subplots(figsize=(6.4, 3.9))
     ax.bar([str(i + 1) for i in range(len(rates))], rates, color="#3b6ea5")
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("draft position")
@@ -266,22 +248,14 @@ def plot_acceptance(path: Path, acceptance: dict, label: str = "") -> None:
     ax.set_title(title)
     for i, r in enumerate(rates):
         ax.text(i, r + 0.02, f"{r:.2f}", ha="center", fontsize=8)
-    if label:
-        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _save(fig, path)
+    _save(fig, path, label)
 
 
 def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
     """Three panels: throughput (from zero), TTFT (hundreds of ms) and TPOT/ITL (a few ms) on their own axes,
     so the small lines are not flattened; the x ticks are the measured levels themselves."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     conc = [lv["concurrency"] for lv in levels]
-    fig, (thr, ttft, tpot) = plt.subplots(1, 3, figsize=(13, 4.0), dpi=100)
+    fig, (thr, ttft, tpot) = _subplots(1, 3, figsize=(13, 4.0))
 
     def values(key, stat):
         return [lv[key][stat] if lv[key][stat] is not None else float("nan") for lv in levels]
@@ -309,10 +283,7 @@ def plot_sweep(path: Path, levels: list[dict], label: str = "") -> None:
         ax.minorticks_off()
         ax.set_xlabel("concurrency (measured levels)")
         ax.grid(True, alpha=0.3)
-    if label:
-        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
-    _save(fig, path)
+    _save(fig, path, label)
 
 
 def cost_table(levels: list[dict], report: dict) -> dict | None:
@@ -345,9 +316,13 @@ def cost_table(levels: list[dict], report: dict) -> dict | None:
     }
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, label: str) -> None:
+    """Under the plot, the run it shows (run_label); written as a PNG."""
     import matplotlib.pyplot as plt
 
+    if label:
+        fig.text(0.01, 0.01, label, fontsize=7, color="#444444")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)

@@ -7,7 +7,7 @@ later check is reported `skipped`. Non-blocking checks report problems as `warn`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 PASS, FAIL, WARN, SKIPPED, NOT_APPLICABLE = "pass", "fail", "warn", "skipped", "not_applicable"
@@ -31,33 +31,18 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class CheckResult:
-    name: str
-    category: str
-    status: str
-    blocking: bool
-    message: str
-    value: Any = None
-    threshold: Any = None
-    evidence: Any = None
-    duration_s: float = 0.0
-
-    @property
-    def stops_run(self) -> bool:
-        """A blocking check that failed: nothing after it runs."""
-        return self.blocking and self.status == FAIL
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class Check:
-    """One step of the validation, in the order the runner runs them."""
+    """One step of the validation, in the order the runner runs them; its name is `category.what`."""
 
     name: str
-    category: str
     blocking: bool
     run: Callable[[Any], Outcome]
     description: str = ""  # what it means, for the report and the README
-    needs_server: bool = False
+
+    @property
+    def category(self) -> str:
+        return self.name.partition(".")[0]
+
+    @property
+    def needs_server(self) -> bool:
+        return self.category not in ("host", "software")

@@ -7,6 +7,7 @@ reason, never a hang.
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime import mono_log
@@ -18,6 +19,7 @@ COMPLETION_PROMPT = "The three primary colours are"
 
 
 def health(ctx) -> Outcome:
+    """GET /health answers 200."""
     try:
         res = ctx.client.get("/health", timeout_s=min(ctx.options.request_timeout_s, 30))
     except ServerError as exc:
@@ -33,6 +35,7 @@ def health(ctx) -> Outcome:
 
 
 def models(ctx) -> Outcome:
+    """GET /v1/models lists the served model name."""
     want = ctx.target.served_name
     try:
         ids = ctx.client.models(timeout_s=min(ctx.options.request_timeout_s, 30))
@@ -50,6 +53,7 @@ def models(ctx) -> Outcome:
 
 
 def version(ctx) -> Outcome:
+    """GET /version: the vLLM the server runs."""
     try:
         res = ctx.client.get("/version", timeout_s=min(ctx.options.request_timeout_s, 30))
         served = res.json().get("version") if res.status == 200 else None
@@ -71,22 +75,24 @@ def normalise_answer(text: str) -> str:
     return re.sub(r"^[\s*`_\"']+|[\s*`_\"'.]+$", "", text or "")
 
 
-def deterministic_answer(client, served_name: str, check: dict, timeout_s: float) -> Outcome:
-    """The recipe's deterministic check (data in recipes/models/*.yaml `validation.deterministic_check`):
-    a greedy chat request whose whole answer must equal `expect`."""
-    extra = {}
-    if check.get("chat_template_kwargs"):
-        extra["chat_template_kwargs"] = dict(check["chat_template_kwargs"])
+def deterministic(ctx) -> Outcome:
+    """the recipe's deterministic check (data: validation.deterministic_check; 17*19 -> 323 with thinking off).
+
+    A greedy chat request whose whole answer must equal `expect`."""
+    check = (ctx.model.validation or {}).get("deterministic_check")
+    if not check:
+        return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
+    extra = {"chat_template_kwargs": dict(check["chat_template_kwargs"])} if check.get("chat_template_kwargs") else {}
     try:
-        response = client.chat(
+        response = ctx.client.chat(
             check["prompt"],
             int(check.get("max_tokens", 16)),
-            model=served_name,
+            model=ctx.target.served_name,
             temperature=0.0,
-            timeout_s=timeout_s,
+            timeout_s=ctx.options.request_timeout_s,
             **extra,
         )
-    except ServerError as exc:
+    except ServerError as exc:  # the request itself failed: a failure on any model
         return Outcome(FAIL, str(exc), threshold=check["expect"])
     content, finish = _content(response)
     evidence = {
@@ -96,55 +102,33 @@ def deterministic_answer(client, served_name: str, check: dict, timeout_s: float
         "finish_reason": finish,
         "usage": response.get("usage"),
     }
+    out = partial(Outcome, value=content, threshold=check["expect"], evidence=evidence)
+    if not ctx.target.recipe_model and content is not None:
+        # A different model (e.g. a CPU test server): the recipe's expected answer does not apply to it, but the
+        # request went through the same path; record what it said (no content at all fails below, on any model).
+        return out(
+            NOT_APPLICABLE,
+            f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
+            f"expected answer {check['expect']!r} does not apply (it said {str(content)[:60]!r})",
+        )
     if not content:
         why = (
             " (finish_reason=length: thinking may be on and used up max_tokens; see the recipe's chat_template_kwargs)"
             if finish == "length"
             else ""
         )
-        return Outcome(FAIL, f"empty answer{why}", value=content, threshold=check["expect"], evidence=evidence)
+        return out(FAIL, f"empty answer{why}")
     answer = normalise_answer(content)
     if answer != str(check["expect"]):
-        return Outcome(
-            FAIL,
-            f"answered {content[:80]!r}, expected {check['expect']!r}",
-            value=content,
-            threshold=check["expect"],
-            evidence=evidence,
-        )
-    return Outcome(
-        PASS, f"answered {answer!r} as expected", value=content, threshold=check["expect"], evidence=evidence
-    )
-
-
-def deterministic(ctx) -> Outcome:
-    check = (ctx.model.validation or {}).get("deterministic_check")
-    if not check:
-        return Outcome(NOT_APPLICABLE, f"the recipe for {ctx.model.key} has no validation.deterministic_check")
-    outcome = deterministic_answer(ctx.client, ctx.target.served_name, check, ctx.options.request_timeout_s)
-    if ctx.target.recipe_model:
-        return outcome
-    # A different model (e.g. a CPU test server): the recipe's expected answer does not apply to it, but the
-    # request still went through the same path; record what it said.
-    if outcome.status == FAIL and outcome.value is None and "answered" not in outcome.message:
-        return outcome  # the request itself failed: that is a real failure on any model
-    return Outcome(
-        NOT_APPLICABLE,
-        f"the server serves {ctx.target.served_name!r}, not {ctx.model.key}: the recipe's "
-        f"expected answer {check['expect']!r} does not apply (it said {str(outcome.value)[:60]!r})",
-        value=outcome.value,
-        threshold=check["expect"],
-        evidence=outcome.evidence,
-    )
+        return out(FAIL, f"answered {content[:80]!r}, expected {check['expect']!r}")
+    return out(PASS, f"answered {answer!r} as expected")
 
 
 def chat(ctx) -> Outcome:
+    """a chat completion returns generated tokens."""
     check = (ctx.model.validation or {}).get("deterministic_check") or {}
-    extra = (
-        {"chat_template_kwargs": dict(check["chat_template_kwargs"])}
-        if ctx.target.recipe_model and check.get("chat_template_kwargs")
-        else {}
-    )
+    kwargs = check.get("chat_template_kwargs") if ctx.target.recipe_model else None  # the recipe's, for its model
+    extra = {"chat_template_kwargs": dict(kwargs)} if kwargs else {}
     try:
         response = ctx.client.chat(
             CHAT_PROMPT, 64, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s, **extra
@@ -160,6 +144,7 @@ def chat(ctx) -> Outcome:
 
 
 def completion(ctx) -> Outcome:
+    """a text completion returns generated tokens."""
     try:
         response = ctx.client.complete(
             COMPLETION_PROMPT, 16, model=ctx.target.served_name, timeout_s=ctx.options.request_timeout_s
@@ -179,8 +164,10 @@ def completion(ctx) -> Outcome:
 
 
 def mono_decode(ctx) -> Outcome:
-    """Which mono decode path the server runs (`--monokernel`): read from the log of the server validate started,
-    after the chat and the completion have run decode steps (rocm_dspark.runtime.mono_log)."""
+    """--monokernel: which mono decode path the server log says runs (whole layer, FFN launch, or off, and why).
+
+    Read from the log of the server validate started, after the chat and the completion have run decode steps
+    (rocm_dspark.runtime.mono_log)."""
     asked = launch_facts.runs_mono(getattr(ctx.target, "argv", ()) or ctx.plan.argv)
     server = ctx.launched
     mono = mono_log.read_file(server.log_path) if server is not None else None

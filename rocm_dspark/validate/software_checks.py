@@ -12,12 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import parse_json, read_text
 from rocm_dspark.recipe.catalog import release_tuple
 from rocm_dspark.runtime import inventory
+from rocm_dspark.usecase.verdict import judge
 from rocm_dspark.validate.result import NOT_APPLICABLE, PASS, WARN, Outcome
 
 # Runs inside the server's interpreter; prints one JSON object. Every import is guarded.
@@ -70,12 +72,10 @@ def server_python(ctx) -> str:
     if ctx.options.python:
         return ctx.options.python
     argv = ctx.target.argv if ctx.target and ctx.target.argv else ()
-    candidates = [argv[0]] if argv else []
     if argv and Path(argv[0]).name.startswith("python"):
         return argv[0]
-    candidates.append("vllm")
-    for c in candidates:
-        py = _shebang_python(c)
+    for script in (*argv[:1], "vllm"):  # the server command's own script first
+        py = _shebang_python(script)
         if py and os.path.exists(py):
             return py
     return sys.executable
@@ -100,6 +100,7 @@ def facts(ctx) -> dict:
 
 
 def rocm(ctx) -> Outcome:
+    """ROCm version on the host (/opt/rocm/.info/version, amd-smi version)."""
     version_file = Path(ctx.path("/opt/rocm/.info/version"))
     evidence: dict = {}
     version = None
@@ -113,10 +114,9 @@ def rocm(ctx) -> Outcome:
             version = version or evidence["amd-smi version"].get("rocm")
         except (OSError, subprocess.TimeoutExpired):
             pass
-    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
     if version:
         return Outcome(PASS, f"ROCm {version}", value=version, evidence=evidence)
-    if not inv.amd_host:
+    if not ctx.host().amd_host:
         return Outcome(
             NOT_APPLICABLE,
             "no ROCm on this host: /opt/rocm/.info/version and amd-smi absent (no AMD GPU)",
@@ -131,36 +131,34 @@ def rocm(ctx) -> Outcome:
 
 
 def torch(ctx) -> Outcome:
+    """torch in the server's Python is a ROCm build (torch.version.hip)."""
     f = facts(ctx)
-    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
-    value = {"torch": f.get("torch"), "hip": f.get("hip"), "python": f.get("python")}
+    amd_host = ctx.host().amd_host
+    out = partial(Outcome, value={"torch": f.get("torch"), "hip": f.get("hip"), "python": f.get("python")}, evidence=f)
     if "torch" not in f:
         why = f.get("torch_error") or f.get("error") or "not importable"
-        status = WARN if inv.amd_host else NOT_APPLICABLE
-        return Outcome(status, f"torch not importable in {f.get('python')}: {why}", value=value, evidence=f)
-    if not inv.amd_host:
-        return Outcome(
+        return out(WARN if amd_host else NOT_APPLICABLE, f"torch not importable in {f.get('python')}: {why}")
+    if not amd_host:
+        return out(
             NOT_APPLICABLE,
             f"torch {f['torch']} (HIP {f.get('hip') or 'none'}) in {f.get('python')}: no AMD "
             "GPU here, so no ROCm build is required",
-            value=value,
-            evidence=f,
         )
     if not f.get("hip"):
-        return Outcome(
+        return out(
             WARN,
             f"torch {f['torch']} in {f.get('python')} is not a ROCm build (torch.version.hip is None): "
             "vLLM there cannot use the GPUs; fine only if vLLM runs in a container",
-            value=value,
-            evidence=f,
         )
-    return Outcome(PASS, f"torch {f['torch']}, HIP {f['hip']}", value=value, evidence=f)
+    return out(PASS, f"torch {f['torch']}, HIP {f['hip']}")
 
 
 def vllm(ctx) -> Outcome:
+    """vLLM version and commit in the server's Python, against the plan's."""
     f = facts(ctx)
-    value = {"vllm": f.get("vllm"), "commit": f.get("vllm_commit"), "python": f.get("python")}
     planned = ctx.plan.vllm_version
+    value = {"vllm": f.get("vllm"), "commit": f.get("vllm_commit"), "python": f.get("python")}
+    out = partial(Outcome, value=value, threshold=planned, evidence=f)
     if "vllm" not in f:
         why = f.get("vllm_error") or f.get("error") or "not importable"
         hint = (
@@ -168,51 +166,33 @@ def vllm(ctx) -> Outcome:
             if ctx.options.python
             else "pass --python for the server's environment"
         )
-        inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
-        if not inv.amd_host and ctx.target is None:
-            return Outcome(
+        if not ctx.host().amd_host and ctx.target is None:
+            return out(
                 NOT_APPLICABLE,
                 f"vLLM not importable in {f.get('python')} ({why}); no AMD GPU and no server here ({hint})",
-                value=value,
-                threshold=planned,
+                evidence=None,
             )
-        return Outcome(
-            WARN,
-            f"vLLM not importable in {f.get('python')}: {why} ({hint}; a container image has its own)",
-            value=value,
-            threshold=planned,
-            evidence=f,
-        )
+        return out(WARN, f"vLLM not importable in {f.get('python')}: {why} ({hint}; a container image has its own)")
     commit = f.get("vllm_commit") or "commit unknown"
     if ctx.target is not None and not ctx.target.recipe_model:
-        return Outcome(
-            PASS,
-            f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only",
-            value=value,
-            threshold=planned,
-            evidence=f,
-        )
+        return out(PASS, f"vLLM {f['vllm']} ({commit}); the recipe's pin ({planned}) applies to its own model only")
     try:
         same = release_tuple(ctx.catalog.vllm_version_of(planned))[:2] == release_tuple(f["vllm"])[:2]
     except Exception:  # an unparsable build tag: report it, do not guess
         same = False
     if not same:
-        return Outcome(
-            WARN,
-            f"vLLM {f['vllm']} ({commit}) but the plan is for {planned}: the profile's evidence may not hold",
-            value=value,
-            threshold=planned,
-            evidence=f,
+        return out(
+            WARN, f"vLLM {f['vllm']} ({commit}) but the plan is for {planned}: the profile's evidence may not hold"
         )
-    return Outcome(PASS, f"vLLM {f['vllm']} ({commit}), as planned", value=value, threshold=planned, evidence=f)
+    return out(PASS, f"vLLM {f['vllm']} ({commit}), as planned")
 
 
 def aiter(ctx) -> Outcome:
+    """the aiter kernel library is importable (the plan enables AITER kernels)."""
     f = facts(ctx)
-    inv = ctx.inventory or inventory.inventory(ctx.options.host_root)
     if f.get("aiter"):
         return Outcome(PASS, f"aiter importable in {f.get('python')}", value=True, evidence=f)
-    if not inv.amd_host:
+    if not ctx.host().amd_host:
         return Outcome(NOT_APPLICABLE, "aiter absent; it is a ROCm-only library (no AMD GPU here)", value=False)
     return Outcome(
         WARN,
@@ -224,6 +204,7 @@ def aiter(ctx) -> Outcome:
 
 
 def plugin(ctx) -> Outcome:
+    """the rocm-dspark vLLM plugin's status, where it is installed."""
     f = facts(ctx)
     if "plugin" in f:
         p = f["plugin"]
@@ -245,9 +226,9 @@ def plugin(ctx) -> Outcome:
 
 
 def probe(ctx) -> Outcome:
-    """The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
-    from rocm_dspark.usecase.verdict import judge
+    """the probe gate's verdict: a matching record proving adaptive verification, or why not.
 
+    The verdict for this selection (usecase.verdict): is adaptive verification proven here, and does it pay?"""
     try:
         verdict = judge(
             ctx.catalog,

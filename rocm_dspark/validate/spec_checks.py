@@ -1,14 +1,12 @@
-"""Speculative-decoding checks: acceptance from the server's own /metrics counters around a fixed workload.
-
-Mean acceptance length AL = 1 + accepted/drafts and per-position acceptance = accepted_at_i/drafts, from
-counter *deltas* (rocm_dspark.runtime.metrics, parsed with prometheus_client's real parser). The floor is data:
-the recipe's `validation.acceptance_length_min` (or --acceptance-min). The public golden (3.51 for V4.1
-DSpark-5, thinking on) is shown as a reference, never used as the threshold.
+"""Speculative-decoding checks from the server's own /metrics counter *deltas* around a fixed workload
+(rocm_dspark.runtime.metrics, parsed with prometheus_client's real parser). The floor is data (--acceptance-min
+overrides it); the public golden (3.51 for V4.1 DSpark-5, thinking on) is a reference, never the threshold.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
 from rocm_dspark.runtime.metrics import spec_decode_counters
@@ -47,7 +45,7 @@ def run_workload(client, served_name: str, prompts, max_tokens: int, timeout_s: 
         after = client.metrics_text(timeout_s=min(timeout_s, 30))
         delta = spec_decode_counters(after) - spec_decode_counters(before)
         if delta.generation_tokens >= tokens or time.monotonic() > deadline:
-            return delta, per_request, tokens, (before, after)
+            return delta, per_request, tokens
         time.sleep(0.25)
 
 
@@ -62,21 +60,19 @@ def _k(ctx, delta) -> int | None:
 def _floor(ctx) -> tuple[float | None, str]:
     if ctx.options.acceptance_min is not None:
         return ctx.options.acceptance_min, "--acceptance-min"
-    if ctx.target.recipe_model:
-        floor = (ctx.model.validation or {}).get("acceptance_length_min")
-        return (
-            (float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min")
-            if floor is not None
-            else (None, "")
-        )
-    return None, ""
+    floor = (ctx.model.validation or {}).get("acceptance_length_min") if ctx.target.recipe_model else None
+    if floor is None:
+        return None, ""
+    return float(floor), f"recipe {ctx.model.key} validation.acceptance_length_min"
 
 
 def acceptance(ctx) -> Outcome:
+    """mean acceptance length 1 + accepted/drafts from /metrics counter deltas around a fixed chat workload, against
+    the recipe's floor (validation.acceptance_length_min)."""
     prompts = WORKLOAD[:4] if ctx.options.quick else WORKLOAD
     max_tokens = ctx.options.output_tokens()
     try:
-        delta, per_request, tokens, texts = run_workload(
+        delta, per_request, tokens = run_workload(
             ctx.client,
             ctx.target.served_name,
             prompts,
@@ -107,56 +103,33 @@ def acceptance(ctx) -> Outcome:
         and {"value": golden, "note": "InferenceX golden, V4.1 DSpark-5, thinking on; a reference, not the threshold"},
         "per_request": per_request or None,
     }
-    ctx.data["spec_metrics_text"] = texts
+    out = partial(Outcome, threshold=floor, evidence=evidence)
     if not delta.spec_decode:
-        return Outcome(
-            FAIL,
-            "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding",
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding")
     if delta.num_drafts <= 0:
-        return Outcome(
-            FAIL,
-            f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran",
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, f"no drafts counted during {len(prompts)} requests ({tokens} tokens): speculation never ran")
     al = delta.mean_acceptance_length
     per_pos = list(delta.per_position_acceptance or ())
     ctx.data["acceptance"] = {"al": al, "per_position": per_pos, "k": k, "threshold": floor, "golden": golden}
     evidence["acceptance_rate"] = delta.acceptance_rate
     evidence["per_position"] = per_pos
-    value = round(al, 4)
+    out = partial(out, value=round(al, 4))  # from here on, with the measured length
     if k and not 1.0 <= al <= k + 1 + 1e-9:
-        return Outcome(
-            FAIL,
-            f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent",
-            value=value,
-            threshold=floor,
-            evidence=evidence,
-        )
+        return out(FAIL, f"acceptance length {al:.3f} is outside [1, K+1={k + 1}]: the counters are inconsistent")
     shown = f"acceptance length {al:.3f} (1 + {delta.num_accepted_tokens:g}/{delta.num_drafts:g} drafts, K={k})"
     if floor is None:
-        return Outcome(
+        return out(
             PASS,
             f"{shown}; no floor for {ctx.target.served_name!r} (the recipe's floor is for "
             f"{ctx.model.key}; pass --acceptance-min to set one)",
-            value=value,
-            evidence=evidence,
         )
     if al < floor:
-        return Outcome(
-            FAIL,
-            f"{shown} is below the floor {floor:g} ({floor_source})",
-            value=value,
-            threshold=floor,
-            evidence=evidence,
-        )
-    return Outcome(PASS, f"{shown} >= floor {floor:g}", value=value, threshold=floor, evidence=evidence)
+        return out(FAIL, f"{shown} is below the floor {floor:g} ({floor_source})")
+    return out(PASS, f"{shown} >= floor {floor:g}")
 
 
 def per_position(ctx) -> Outcome:
+    """acceptance per draft position (accepted_i / drafts), which can only fall with the position."""
     acc = ctx.data.get("acceptance")
     if not acc:
         return Outcome(SKIPPED, "no acceptance measurement to break down")

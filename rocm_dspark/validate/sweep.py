@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from functools import partial
 from pathlib import Path
 
+from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
 from rocm_dspark.validate import bench
 from rocm_dspark.validate.log_checks import mark_sweep_start
 from rocm_dspark.validate.result import FAIL, PASS, Outcome
@@ -21,77 +23,45 @@ BENCH_DIR = "bench"  # in the report: each level's `vllm bench serve` JSON, as w
 BENCH_START_S = 300.0  # bench's own start (imports, tokenizer) before the first request
 
 
-def bench_prefix(
-    argv, *, python: str | None, container: tuple[str, str] | None, result_dir: Path, model_path: str | None
-) -> list[str]:
-    """How to reach the serving vLLM's `vllm`: inside its image (container modes), else the `vllm` that serves
-    (argv[0]) or the one beside its Python (--python, or a `python -m vllm...` argv)."""
-    from rocm_dspark.launch.launch_facts import hf_cache_mounts, hf_home, hf_hub_cache
-
+def bench_setup(
+    argv, plan, *, python: str | None, container: tuple[str, str] | None, result_dir: Path
+) -> tuple[list[str], str]:
+    """(how to reach the serving vLLM's `vllm`, the tokenizer bench loads) for a server run from `argv`. The `vllm`
+    is the one inside its image (container modes), else the one that serves (argv[0]) or the one beside its Python
+    (--python, or a `python -m vllm...` argv); the tokenizer is the served model's (the served name is no path)."""
+    tokenizer = bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
     if container:
         tool, image = container
         mounts = [*hf_cache_mounts(hf_home(), hf_hub_cache()), "-v", f"{result_dir}:{result_dir}"]
+        model_path = tokenizer if os.path.isabs(tokenizer) else plan.model_path
         if model_path:
             mounts += ["-v", f"{model_path}:{model_path}:ro"]
-        return bench.container_prefix(tool, image, mounts)
+        return bench.container_prefix(tool, image, mounts), tokenizer
     first = Path(str(argv[0])) if argv else None
     if not python and first is not None and first.name == "vllm":
-        return [str(first)]
+        return [str(first)], tokenizer
     py = python or (str(first) if first is not None and first.name.startswith("python") else None)
     exe = Path(py).with_name("vllm") if py else None
-    return [str(exe) if exe and exe.exists() else (shutil.which("vllm") or "vllm")]
+    return [str(exe) if exe and exe.exists() else (shutil.which("vllm") or "vllm")], tokenizer
 
 
 def bench_level(
-    prefix,
-    *,
-    base_url: str,
-    served_name: str,
-    tokenizer: str,
-    concurrency: int,
-    n: int,
-    input_len: int,
-    output_len: int,
-    out_dir: Path,
-    stem: str,
-    request_timeout_s: float,
-    seed: int = bench.SEED,
-    extra=(),
+    prefix, *, concurrency: int, n: int, out_dir: Path, stem: str, request_timeout_s: float, **workload
 ) -> dict:
-    """One `vllm bench serve` run; its row (bench.row) with "rc". Bounded: every round of `concurrency`
-    requests may take the request timeout, plus bench's own start."""
+    """One `vllm bench serve` run (workload: the rest of bench.bench_argv's keywords); its row (bench.row) with
+    "rc". Bounded: every round of `concurrency` requests may take the request timeout, plus bench's own start."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = bench.bench_argv(
         prefix,
-        base_url=base_url,
-        served_name=served_name,
-        tokenizer=tokenizer,
         concurrency=concurrency,
         num_prompts=n,
-        input_len=input_len,
-        output_len=output_len,
         result_dir=str(out_dir),
         result_filename=f"{stem}.json",
-        seed=seed,
-        extra=extra,
+        **workload,
     )
     timeout_s = math.ceil(n / concurrency) * request_timeout_s + BENCH_START_S
     res = bench.run(argv, out_dir / f"{stem}.json", out_dir / f"{stem}.log", timeout_s)
     return {**bench.row(res["json"], concurrency, n, argv, res["error"]), "rc": res["rc"]}
-
-
-def bench_tokenizer(argv, plan) -> str:
-    """The served model, where bench loads its tokenizer (the served name is no path)."""
-    return bench.served_model(argv or plan.argv) or plan.model_path or plan.model_id
-
-
-def bench_setup(
-    argv, plan, *, python: str | None, container: tuple[str, str] | None, result_dir: Path
-) -> tuple[list[str], str]:
-    """(how to reach the serving vLLM's `vllm`, the tokenizer bench loads) for a server run from `argv`."""
-    tokenizer = bench_tokenizer(argv, plan)
-    local = tokenizer if os.path.isabs(tokenizer) else plan.model_path  # mounted in container modes
-    return bench_prefix(argv, python=python, container=container, result_dir=result_dir, model_path=local), tokenizer
 
 
 def input_len(quick: bool) -> int:
@@ -134,27 +104,21 @@ def level_check(concurrency: int):
             "itl_p50_ms": stats["itl_ms"]["p50"],
             "tpot_mean_ms": stats["tpot_ms"]["mean"],
         }
-        threshold = {"failed_requests": 0}
+        out = partial(Outcome, value=value, threshold={"failed_requests": 0}, evidence=stats)
         if stats["failed"] or rc != 0:
             alive = _server_state(ctx)
-            return Outcome(
+            return out(
                 FAIL,
                 f"{stats['failed']} of {n} requests failed at concurrency {concurrency} ({alive}); "
                 f"first error: {stats['errors'][0] if stats['errors'] else 'unknown'}",
-                value=value,
-                threshold=threshold,
-                evidence=stats,
             )
         # bench's ITL is the gap between streamed chunks; with speculative decoding several tokens arrive back
         # to back, so TPOT is the per-token figure to compare across runs.
-        return Outcome(
+        return out(
             PASS,
             f"{n} requests (vllm bench serve): {stats['output_throughput_tok_s']} tok/s, TTFT p50 "
             f"{stats['ttft_ms']['p50']} ms, TPOT mean {stats['tpot_ms']['mean']} ms, ITL p50 "
             f"{stats['itl_ms']['p50']} ms",
-            value=value,
-            threshold=threshold,
-            evidence=stats,
         )
 
     return check
@@ -162,10 +126,8 @@ def level_check(concurrency: int):
 
 def _counters(ctx):
     """The server's spec-decode counters now, or None (no /metrics, or not Prometheus text)."""
-    from rocm_dspark.runtime.metrics import spec_decode_counters
-
     try:
-        return spec_decode_counters(ctx.client.metrics_text(timeout_s=10))
+        return ctx.client.metrics(timeout_s=10)
     except Exception:  # the sweep's numbers stand without them; the level says they are missing
         return None
 
@@ -174,23 +136,19 @@ def step_estimate(stats: dict, before, after, n_requests: int) -> dict:
     """One decode step's cost at this level, for `plan --cost-table`: the median gap between streamed
     chunks (a request receives one chunk per engine step) and the target tokens such a step verifies:
     running requests x (1 + drafts verified per request per step, from the /metrics deltas)."""
-    out = {
-        "acceptance_length": None,
-        "drafted_per_step": None,
-        "step_ms": stats["itl_ms"]["p50"],
-        "tokens_per_step": None,
-    }
-    running = min(stats["concurrency"], n_requests)
-    drafted = 0.0
+    step_ms, al, drafted = stats["itl_ms"]["p50"], None, None  # None: no /metrics to count drafts from
     if before is not None and after is not None:
         delta = after - before
-        if delta.spec_decode and delta.num_drafts > 0:
-            drafted = delta.num_draft_tokens / delta.num_drafts
-            out["acceptance_length"] = round(delta.mean_acceptance_length, 4)
-        out["drafted_per_step"] = round(drafted, 4)
-    if out["step_ms"] is not None and out["drafted_per_step"] is not None:
-        out["tokens_per_step"] = round(running * (1.0 + drafted), 2)
-    return out
+        drafting = delta.spec_decode and delta.num_drafts > 0
+        drafted = delta.num_draft_tokens / delta.num_drafts if drafting else 0.0
+        al = round(delta.mean_acceptance_length, 4) if drafting else None
+    known = step_ms is not None and drafted is not None
+    return {
+        "acceptance_length": al,
+        "drafted_per_step": None if drafted is None else round(drafted, 4),
+        "step_ms": step_ms,
+        "tokens_per_step": round(min(stats["concurrency"], n_requests) * (1.0 + drafted), 2) if known else None,
+    }
 
 
 def _server_state(ctx) -> str:

@@ -1,9 +1,6 @@
-"""The tool-call check: the plan's tool and reasoning parsers, non-streaming and streaming, thinking on and off.
-
-One chat request per case declares a tool and tool_choice auto, and asks for a call whose `text` argument is a
-long paragraph. The call must come back in `tool_calls`, its arguments JSON that matches the declared schema
-(jsonschema), no DSML or parameter tag in the content, the reasoning or the arguments, and the long argument
-whole when streamed (field reports: vllm#52846, the comment on vllm#45877, smg-project/smg#2525).
+"""The tool-call check (`tool_calls`, last): one chat request per case declares a tool and tool_choice auto, and
+asks for a call whose `text` argument is a long paragraph; the answer's arguments are checked with jsonschema and
+for DSML or parameter tags (field reports: vllm#52846, the comment on vllm#45877, smg-project/smg#2525).
 
 A server that does not serve the recipe's model (a CPU test server) cannot be asked to call a tool: the
 request then forces, with vLLM's structured outputs (`structured_outputs.choice`, one string), the raw text a
@@ -15,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import NamedTuple
 
 from rocm_dspark.inputs import parse_json
@@ -105,7 +103,7 @@ def flag(argv, dest: str) -> str | None:
 
 
 def request_body(served_name: str, case: Case, forced: str | None) -> dict:
-    body = {
+    return {
         "model": served_name,
         "messages": [{"role": "user", "content": PROMPT}],
         "tools": [TOOL],
@@ -114,10 +112,8 @@ def request_body(served_name: str, case: Case, forced: str | None) -> dict:
         "temperature": 0.0,
         "chat_template_kwargs": {"thinking": case.thinking},
         "stream": case.stream,
+        **({} if forced is None else {"structured_outputs": {"choice": [forced]}}),
     }
-    if forced is not None:
-        body["structured_outputs"] = {"choice": [forced]}
-    return body
 
 
 def _assemble_stream(raw: bytes) -> tuple[dict, list[dict]]:
@@ -197,12 +193,9 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
         res = client.request("POST", "/v1/chat/completions", body, timeout_s=timeout_s)
     except ServerError as exc:
         return {**out, "problems": [str(exc)], "response": None}
+    text = res.body.decode(errors="replace")
     if res.status != 200:
-        return {
-            **out,
-            "problems": [f"HTTP {res.status}: {one_line(res.body.decode(errors='replace'), 300)}"],
-            "response": res.body.decode(errors="replace")[:4000],
-        }
+        return {**out, "problems": [f"HTTP {res.status}: {one_line(text, 300)}"], "response": text[:4000]}
     try:
         if case.stream:
             response, chunks = _assemble_stream(res.body)
@@ -212,15 +205,14 @@ def run_case(client, served_name: str, case: Case, forced: str | None, timeout_s
         else:
             response = res.json()
     except ValueError as exc:
-        return {
-            **out,
-            "problems": [f"the response is not JSON: {exc}"],
-            "response": res.body.decode(errors="replace")[:4000],
-        }
+        return {**out, "problems": [f"the response is not JSON: {exc}"], "response": text[:4000]}
     return {**out, "problems": problems_of(response, ARGS), "response": response}
 
 
 def tool_calls(ctx) -> Outcome:
+    """the plan's tool and reasoning parsers: a tool call, non-streaming and streaming, thinking on and off, parses
+    into tool_calls with arguments matching the schema, no DSML tag leaks, a long argument arrives whole (a server
+    not serving the recipe's model is forced to emit the raw text)."""
     argv = ctx.target.argv or ctx.plan.argv
     parser, reasoning = flag(argv, "tool_call_parser"), flag(argv, "reasoning_parser")
     if not parser:
@@ -256,22 +248,18 @@ def tool_calls(ctx) -> Outcome:
         if forced
         else "the model's own calls"
     )
-    threshold = {"tool_call_parser": parser, "reasoning_parser": reasoning}
+    out = partial(Outcome, value=value, threshold={"tool_call_parser": parser, "reasoning_parser": reasoning})
     if failed:
         first = failed[0]
-        return Outcome(
+        return out(
             FAIL,
             f"{len(failed)} of {len(results)} cases failed ({how}); {first['case']}: {first['problems'][0]}",
-            value=value,
-            threshold=threshold,
             evidence={"failing": failed, "passed": [r["case"] for r in results if not r["problems"]]},
         )
     deltas = [d for r in results for d in r.get("argument_deltas", [])]
-    return Outcome(
+    return out(
         PASS,
         f"{len(results)} cases ({how}): tool_calls parsed, arguments match the schema, no tags "
         f"leaked, the {len(ARGS['text'])}-character argument whole when streamed (in {deltas} deltas)",
-        value=value,
-        threshold=threshold,
         evidence={"cases": [r["case"] for r in results], "argument_deltas": deltas},
     )

@@ -98,10 +98,10 @@ def test_planted_malformed_output_fails_through_the_real_parser(parser_server, s
 
 def test_the_check_fails_with_the_request_and_response(parser_server, monkeypatch, tmp_path):
     server, argv, _env, _log = parser_server
+    from rocm_dspark.usecase.launch_plan import plan_for
     from rocm_dspark.validate.context import Context, ServerTarget
-    from rocm_dspark.validate.runner import _plan
 
-    catalog, _s, plan = _plan({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"})
+    catalog, _s, plan = plan_for({"model": "V4.1-Flash", "gpu": "mi300x", "adaptive": "off"})
     target = ServerTarget("tiny", server.host, server.port, False, argv=tuple(argv))
     ctx = Context(ValidateOptions(report_dir=tmp_path, request_timeout_s=300), catalog, catalog.find_model(plan.model_key),
                   plan, target=target, client=VllmClient(server.host, server.port))
