@@ -179,7 +179,7 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     TP1 x DP16 a rank holds what TP8 splits eight ways, except the parts vLLM splits over DP too."""
     if plan.memory is None or not model.memory:
         return plan
-    from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
+    from rocm_dspark.recipe.memory import RankLayout, plan_memory, rank_budget, short_text
     from rocm_dspark.recipe.plan import Note
 
     util = float(
@@ -194,7 +194,7 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
         gpus_per_node=layout["gpus_per_node"],
         ep=bool(layout.get("ep")),
     )
-    memory, text = plan_memory(
+    budget = rank_budget(
         model,
         gpu,
         ranks,
@@ -202,8 +202,8 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
         max_num_batched_tokens=plan.max_num_batched_tokens,
         engram_resident=plan.memory.engram_gib > 0,
         engram_dp_shard=plan.build is not None and plan.build.name in builds and plan.argv.flags.has("engram_config"),
-        override=override,
     )
+    memory, text = plan_memory(model, gpu, ranks, budget, override=override)
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
 
