@@ -206,6 +206,3 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     memory, text = plan_memory(model, gpu, ranks, budget, override=override)
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
-
-
-__all__ = ["CLUSTER_KEYS", "pop_cluster", "refuse_without_strategy", "wants_cluster", "cluster_for"]

@@ -54,6 +54,3 @@ def parse_schedule(text) -> tuple:
 
 def format_schedule(schedule) -> str:
     return ",".join(f"{lo}-{hi}:{k}" for lo, hi, k in schedule)
-
-
-__all__ = ["parse_schedule", "format_schedule", "FLAG"]

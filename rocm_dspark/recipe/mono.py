@@ -132,6 +132,3 @@ def decide(
         arch["max_rows"],
         n,
     )
-
-
-__all__ = ["Mono", "decide", "step_rows", "max_requests"]

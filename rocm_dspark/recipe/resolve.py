@@ -29,7 +29,7 @@ from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, check_parses, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import UserArg, check_parses, normalise, read, undoes
 from rocm_dspark.recipe.vllm_env import check_env
 
 
@@ -1062,16 +1062,3 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
 def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:
     """The whole resolution: layers 1-10, then the verdict."""
     return apply_verdict(resolve_plan(catalog, sel), verdict)
-
-
-__all__ = [
-    "Selection",
-    "Verdict",
-    "resolve",
-    "resolve_plan",
-    "apply_verdict",
-    "GUARDED_FLAGS",
-    "LAYERS",
-    "flag_verdict",
-    "check_user_args",
-]

@@ -11,7 +11,7 @@ import os
 import re
 
 from rocm_dspark.errors import UsageError, warn
-from rocm_dspark.recipe.options import SELECTION_KEYS, SELECTION_OPTIONS
+from rocm_dspark.recipe.options import SELECTION_OPTIONS
 from rocm_dspark.recipe.plan import Selection
 
 ADAPTIVE_MODES = next(o.choices for o in SELECTION_OPTIONS if o.key == "adaptive")
@@ -163,6 +163,3 @@ def _schedule(value):
     from rocm_dspark.recipe.k_schedule import parse_schedule
 
     return parse_schedule(value)
-
-
-__all__ = ["SELECTION_KEYS", "ADAPTIVE_MODES", "build_selection", "detect_gpu", "env_pair", "parse_k"]

@@ -786,20 +786,3 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
         ),
     ]
     return Cluster("replicas", 1, "mp", layout, tuple(commands), tuple(notes))
-
-
-__all__ = [
-    "ClusterSpec",
-    "NodeCommand",
-    "Cluster",
-    "STRATEGY_NAMES",
-    "expand",
-    "layout_for",
-    "node_plan_layout",
-    "kv_transfer_config",
-    "check_address",
-    "node_rank_check",
-    "strategy_facts",
-    "replica_concurrency",
-    "INDEPENDENT",
-]

@@ -221,9 +221,6 @@ def emit(flag: str, value: str | None) -> list[str]:
     return [flag, value]
 
 
-__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "undoes", "emit"]
-
-
 # --- the build's own parser (recipes/vllm_parsers.yaml) ----------------------------------------------
 _SIZE = r"\d+(?:\.\d+)?[kKmMgGtT]"  # vllm/utils/argparse_utils.py human_readable_int; compiled on first use
 _WORDS = {

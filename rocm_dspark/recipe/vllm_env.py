@@ -38,6 +38,3 @@ def check_env(key: str, value: str, planned: dict[str, str]) -> None:
             f"attention plugin would not load; add {PLUGIN_NAME} to the list (e.g. "
             f"VLLM_PLUGINS={PLUGIN_NAME}{',' + value if value else ''})"
         )
-
-
-__all__ = ["check_env", "STARTUP_ONLY", "PLUGIN_NAME"]
