@@ -4,7 +4,7 @@ catalog.py     recipes/ (YAML) -> validated records (one strict loader, load_yam
 selection.py   option values -> Selection (the use case above, rocm_dspark.usecase, adds plan and verdict)
 resolve.py     the pure resolver: named layers from model to verdict
 plan.py        the records: Selection, Verdict, Build, Memory, Note, LaunchPlan, and the typed flag map
-               (FLAG_OF, Flags, Command) that every consumer reads instead of argv
+               (flag_for, Flags, Command) that every consumer reads instead of argv
 capture.py     the graph capture size rule, max_num_seqs x (1+K) rounded up
 strategies.py  multi-node strategies: every node's argv/env from one node's plan
 cluster.py     option values -> one node's plan -> every node's commands

@@ -47,7 +47,7 @@ class _Args:
         self.items.append((flag, value))
 
     def put(self, dest: str, value: str | None = None) -> None:
-        """Set vLLM `dest` by its flag (plan.FLAG_OF)."""
+        """Set vLLM `dest` by its flag (plan.flag_for)."""
         self.set(flag_for(dest), value)
 
     def command(self, head: tuple[str, ...]) -> Command:
