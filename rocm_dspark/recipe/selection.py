@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from rocm_dspark.errors import UsageError, warn
+from rocm_dspark.images import pick
 from rocm_dspark.recipe.options import SELECTION_OPTIONS
 from rocm_dspark.recipe.plan import Selection
 
@@ -110,11 +112,11 @@ def build_selection(opts: dict, catalog) -> Selection:
         extra_args=tuple(opts.get("extra_args") or ()),
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
         images=_registry_answers(opts),
-        today=_today(),
+        today=time.strftime("%Y-%m-%d", time.gmtime()),
         k_schedule=_schedule(opts.get("k_schedule")),
         no_speculation=bool(opts.get("no_speculation")),
-        image=_image_ref(opts.get("image")),
-        registry=_mirror(opts.get("registry")),
+        image=pick.check_ref(opts["image"]) if opts.get("image") is not None else None,
+        registry=pick.check_mirror(opts["registry"]) if opts.get("registry") else None,
         image_software=opts.get("image_software"),
     )
 
@@ -128,18 +130,6 @@ def _head_address(value):
     return check_address(value)
 
 
-def _image_ref(value):
-    from rocm_dspark.images.pick import check_ref
-
-    return check_ref(value) if value is not None else None
-
-
-def _mirror(value):
-    from rocm_dspark.images.pick import check_mirror
-
-    return check_mirror(value) if value else None
-
-
 def _registry_answers(opts: dict) -> tuple:
     """This host's cached registry answers (rocm_dspark.images.cache); () when there are none."""
     from rocm_dspark.images import cache
@@ -149,12 +139,6 @@ def _registry_answers(opts: dict) -> tuple:
         return cache.for_selection(state_dir(opts.get("state_dir")))
     except UsageError:  # no home directory: nothing recorded, the plan says "unresolved"
         return ()
-
-
-def _today() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 def _schedule(value):
