@@ -29,7 +29,7 @@ from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import UserArg, check_parses, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import check_parses, normalise, read, undoes
 from rocm_dspark.recipe.vllm_env import check_env
 
 
@@ -213,11 +213,6 @@ def _pick_build(s: _State):
     return b, why
 
 
-def _short_why(why: str) -> str:
-    """The build's reason in a few words: its first clause (the full one stays in the note's text)."""
-    return why.split("; ")[0].split(": ")[0]
-
-
 def _image_own_build(s: _State, b, why: str):
     """--image REF: the build whose vLLM the image itself reports (the in-image probe's software facts, else the
     version label `rocm-dspark images` read from its config), else the selected one, said to be assumed."""
@@ -309,10 +304,11 @@ def build_layer(s: _State) -> None:
         resolution=dict(entry or {}),
     )
     version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
+    short_why = why.split("; ")[0].split(": ")[0]  # its first clause; the note's text has it whole
     s.note(
         "build",
         f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}",
-        f"{b.name} (ROCm {b.rocm or 'not established'}): {_short_why(why)}",
+        f"{b.name} (ROCm {b.rocm or 'not established'}): {short_why}",
     )
     unresolved = "unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest"
     s.note("image", image_note, "" if entry or b.digest else unresolved)
@@ -489,15 +485,12 @@ def speculative_layer(s: _State) -> None:
     sel, model = s.sel, s.model
     block = model.block_size
     if sel.no_speculation:
-        given = [
-            f
-            for f, v in (
-                ("--num-speculative-tokens", sel.num_speculative_tokens),
-                ("--k-per-batch-size", sel.k_schedule),
-                ("--benchmark-synthetic", sel.benchmark_synthetic),
-            )
-            if v is not None
-        ]
+        asked = {
+            "--num-speculative-tokens": sel.num_speculative_tokens,
+            "--k-per-batch-size": sel.k_schedule,
+            "--benchmark-synthetic": sel.benchmark_synthetic,
+        }
+        given = [f for f, v in asked.items() if v is not None]
         if given:
             raise UsageError(f"--no-speculation serves without a draft: drop {', '.join(given)}")
         s.k, s.spec, s.adaptive_allowed = 0, {}, False
@@ -541,13 +534,8 @@ def _k_schedule(s: _State, k: int) -> None:
     sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
     assert sched is not None  # called for --k-per-batch-size only
     if s.catalog.contains(s.build, change) is not True:
-        having = sorted(
-            {
-                b.reported_version
-                for b in s.catalog.builds.values()
-                if b.channel == "release" and b.reported_version and s.catalog.contains(b, change) is True
-            }
-        )
+        releases = [b for b in s.catalog.builds.values() if b.channel == "release" and b.reported_version]
+        having = sorted({b.reported_version for b in releases if s.catalog.contains(b, change) is True})
         raise UsageError(
             f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
             f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
@@ -717,18 +705,10 @@ def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
     return True, why, short
 
 
-def _parse_user_arg(token: str) -> tuple[str, str | None]:
-    arg = normalise(token)  # refuses anything that reaches a plan-owned setting, by any spelling vLLM reads
-    return arg.flag, arg.value
-
-
 def _check_given(sel: Selection) -> None:
     """An empty value (an unset shell variable) must not fall back to the default checkpoint or name."""
-    for flag, value in (
-        ("--model-path", sel.model_path),
-        ("--served-model-name", sel.served_name),
-        ("--host", sel.host),
-    ):
+    given = {"--model-path": sel.model_path, "--served-model-name": sel.served_name, "--host": sel.host}
+    for flag, value in given.items():
         if value is None:
             continue
         if not value.strip():
@@ -895,7 +875,8 @@ def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
     planned = {f: v for f, v in args.items if f in s.workaround_args}  # the workaround flags the build kept
     for token in s.sel.extra_args:
-        flag, value = _parse_user_arg(token)
+        arg = normalise(token)  # refuses anything that reaches a plan-owned setting, by any spelling vLLM reads
+        flag, value = arg
         if flag.replace("_", "-") in SECRET_FLAGS:  # argv is world-readable (ps, /proc) and vLLM logs its args
             name = SECRET_FLAGS[flag.replace("_", "-")]
             raise UsageError(
@@ -903,7 +884,7 @@ def override_layer(s: _State, args: _Args) -> None:
                 f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
                 f"vLLM only through the 0600 env file"
             )
-        undone = undoes(UserArg(flag, value), planned)
+        undone = undoes(arg, planned)
         if undone:
             raise UsageError(
                 f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
@@ -981,7 +962,6 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
         tp=f["tp"],
         dp=f["dp"],
         ep=f["ep"],
-        pp=1,
         nodes=sel.nodes,
         dp_local=f["dp"] // sel.nodes,
         max_num_seqs=f["max_num_seqs"],
