@@ -10,12 +10,11 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 
 # No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
-import re
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
-from rocm_dspark.recipe.vllm_args import emit
+from rocm_dspark.recipe.vllm_args import canonical_name, emit
 
 # NamedTuple rather than dataclasses: importing dataclasses (and inspect behind it) costs ~16 ms,
 # most of what `rocm-dspark recipe` would otherwise spend beyond importing yaml and click.
@@ -86,7 +85,7 @@ class Command(tuple[str, ...]):
                 pairs.append(("--optimization-level", w[3:] if w[2:3] == "=" else w[2:]))
                 continue
             flag, eq, value = w.partition("=")
-            flag = _SHORT.get(flag) or re.sub(_UNDERSCORES, lambda m: m.group(0).replace("_", "-"), flag, count=1)
+            flag = _SHORT.get(flag) or canonical_name(flag)
             if eq:
                 pairs.append((flag, value))
             elif i < len(ws) and not _is_flag(ws[i]):
@@ -131,7 +130,7 @@ class Command(tuple[str, ...]):
         return Command(self.head, ((f, v) for f, v in self.flags if f != flag and not f.startswith(flag + ".")))
 
 
-# vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
+# vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args); its underscore rule is vllm_args.canonical_name.
 _SHORT = {
     "-tp": "--tensor-parallel-size",
     "-dp": "--data-parallel-size",
@@ -140,7 +139,6 @@ _SHORT = {
     "-cc": "--compilation-config",
     "-O": "--optimization-level",
 }
-_UNDERSCORES = r"(?<=--)[^.]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
 def _is_flag(word: str) -> bool:
