@@ -16,10 +16,6 @@ def pop_cluster(kwargs: dict) -> dict:
     return {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
 
 
-def wants_cluster(copts: dict) -> bool:
-    return bool(copts.get("strategy"))
-
-
 def refuse_without_strategy(copts: dict) -> None:
     """A one-node plan has no node rank, interface, ports or pools: such a flag without --strategy would be
     silently ignored, so it is refused (recipe and launch alike)."""
@@ -108,21 +104,18 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     layout = layout_for(spec, model.query_heads, moe)
     node_rank_check(copts.get("node_rank"), nodes)
     node_opts = dict(opts, nodes=1, head_address=None)
-    extra_notes: list[tuple[str, str]] = []
+    extra_notes: dict[str, str] = {}  # topic -> text, after the strategy's own
     if strategy == "replicas":
         # Each replica is the single-node plan at TP g/N (memory, capture, mono: its own), sized for the share of
         # the requests the router gives it; mono is then decided per replica from ceil(C/N) x (1+K) rows.
         n, c = layout["replicas"], opts.get("concurrency")
         node_opts.update(tp=layout["tp"], concurrency=replica_concurrency(c, n))
         if c is not None:
-            extra_notes.append(
-                (
-                    "concurrency",
-                    f"--concurrency {c} over {n} replicas: each replica's plan (batch "
-                    f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
-                    "requests; round robin keeps each near that, a replica briefly holding "
-                    "more runs those steps on vLLM's path",
-                )
+            extra_notes["concurrency"] = (
+                f"--concurrency {c} over {n} replicas: each replica's plan (batch "
+                f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
+                "requests; round robin keeps each near that, a replica briefly holding "
+                "more runs those steps on vLLM's path"
             )
     grouped = strategy not in INDEPENDENT
     if grouped:
@@ -145,33 +138,24 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":
         # vLLM 0.33 refuses adaptive verification with PP; `--adaptive on` is refused by expand() instead.
         argv, fallback = plan.block_argv, None
-        extra_notes.append(
-            ("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification")
-        )
+        extra_notes["adaptive verification"] = "OFF: not compatible with pipeline parallel in vLLM; block verification"
     cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
     if strategy == "replicas" and '"cpu_offload":true' in (plan.flag("engram_config") or "").replace(" ", ""):
         # The host is shared: every replica keeps its own offloaded Engram tables in host memory.
         gib = (model.memory or {}).get("engram_tables_gib")
-        extra_notes.append(
-            (
-                "host memory",
-                f"each of the {layout['replicas']} replicas offloads its own Engram tables "
-                f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
-                "the node needs that much host RAM per replica",
-            )
+        extra_notes["host memory"] = (
+            f"each of the {layout['replicas']} replicas offloads its own Engram tables "
+            f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
+            "the node needs that much host RAM per replica"
         )
     if grouped:  # after expand(): its usage errors (a missing --head-address) come first
         plan = _group_memory(model, gpu, plan, layout, bool(opts.get("memory_override")))
-    if grouped:
-        extra_notes.append(
-            (
-                "node plan",
-                f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
-                "rules per node); the group's parallel flags come from the strategy, and the "
-                "memory note is per rank of the group's layout",
-            )
+        extra_notes["node plan"] = (
+            f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
+            "rules per node); the group's parallel flags come from the strategy, and the "
+            "memory note is per rank of the group's layout"
         )
-    return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes))
+    return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes.items()))
 
 
 def _group_memory(model, gpu, plan, layout: dict, override: bool):
