@@ -975,17 +975,18 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
     )
     if f["adaptive_verification"] and s.adaptive_allowed:
         # The model's recipe turns it on here and no workaround turned it off: no gate needed.
-        return _switch(plan, True, Note("adaptive verification", "ON: the recipe's default for this GPU"))
+        return _switch(plan, True, "ON: the recipe's default for this GPU")
     return plan
 
 
-def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
+def _switch(plan: LaunchPlan, adaptive: bool, text: str, short: str = "") -> LaunchPlan:
+    """The plan running adaptive (or block) verification, with the note that says why."""
     argv = plan.adaptive_argv if adaptive else plan.block_argv
     assert argv is not None  # resolve sets block_argv always, adaptive_argv wherever adaptive may be switched on
     return plan._replace(
         argv=argv,
         adaptive_verification=adaptive,
-        notes=(*plan.notes, note),
+        notes=(*plan.notes, Note("adaptive verification", text, short)),
         speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive),
     )
 
@@ -999,20 +1000,12 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(
             plan,
             True,
-            Note(
-                "adaptive verification",
-                (f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
-                f"ON: proven on this host (record {verdict.record})",
-            ),
+            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})",
+            f"ON: proven on this host (record {verdict.record})",
         )
     if verdict.outcome == NOT_PAYING:  # the gate's payoff half kept it off (probe/payoff.py)
         return _switch(
-            plan,
-            False,
-            Note(
-                "adaptive verification",
-                (f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}"),
-            ),
+            plan, False, f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}"
         )
     b = plan.build
     assert b is not None  # resolve sets it
@@ -1028,14 +1021,9 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     return _switch(
         plan,
         False,
-        Note(
-            "adaptive verification",
-            (
-                f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-                f"on this host to prove it"
-            ),
-            f"OFF ({plan.k}-token blocks): {short}",
-        ),
+        f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
+        f"on this host to prove it",
+        f"OFF ({plan.k}-token blocks): {short}",
     )
 
 
