@@ -440,11 +440,8 @@ def _expand_group(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Clu
         if ray:
             if r > 0:
                 worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
-                commands.append(
-                    NodeCommand(
-                        r, "worker", r, worker, dict(node_env), False, None, None, (), addrs[r] if addrs else None
-                    )
-                )
+                address = addrs[r] if addrs else None
+                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (), address))
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
             if dp_kind:
@@ -474,20 +471,9 @@ def _expand_group(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Clu
         argv_r = _rewrite(argv, p, {})
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
         setup = (("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ()
-        commands.append(
-            NodeCommand(
-                r,
-                "head" if r == 0 else "worker",
-                r,
-                argv_r,
-                env_r,
-                serves,
-                port if serves else None,
-                block_r,
-                setup,
-                addrs[r] if addrs else head if r == 0 else None,
-            )
-        )
+        role, address = ("head", addrs[0] if addrs else head) if r == 0 else ("worker", addrs[r] if addrs else None)
+        http = port if serves else None
+        commands.append(NodeCommand(r, role, r, argv_r, env_r, serves, http, block_r, setup, address))
     if ray and kind in ("tp_all", "tp_pp"):
         notes["ray"] = "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"
     if ray and dp_kind:
@@ -648,15 +634,8 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
             f"{router_host}:{c['proxy_ping_port']}",
         ),
     ]
-    return Cluster(
-        "pd_cluster",
-        n,
-        "mp",
-        {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill, "connector": connector},
-        tuple(commands),
-        tuple(notes),
-        pd["status"].strip(),
-    )
+    pd_layout = {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill, "connector": connector}
+    return Cluster("pd_cluster", n, "mp", pd_layout, tuple(commands), tuple(notes), pd["status"].strip())
 
 
 def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
