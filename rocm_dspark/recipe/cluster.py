@@ -46,16 +46,7 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     plan_for: option values -> (catalog, selection, plan), gate included (rocm_dspark.usecase.launch_plan)."""
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import build_selection
-    from rocm_dspark.recipe.strategies import (
-        INDEPENDENT,
-        LEADER_PLACEHOLDER,
-        ClusterSpec,
-        expand,
-        layout_for,
-        node_plan_layout,
-        node_rank_check,
-        replica_concurrency,
-    )
+    from rocm_dspark.recipe.strategies import INDEPENDENT, LEADER_PLACEHOLDER, ClusterSpec, expand, layout_for
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()
@@ -102,14 +93,17 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     )
     moe = bool(model.architecture.get("routed_experts"))
     layout = layout_for(spec, model.query_heads, moe)
-    node_rank_check(copts.get("node_rank"), nodes)
+    rank = copts.get("node_rank")
+    if rank is not None and not 0 <= rank < nodes:
+        raise UsageError(f"--node-rank {rank} is out of range: with --nodes {nodes} use 0..{nodes - 1}")
     node_opts = dict(opts, nodes=1, head_address=None)
     extra_notes: dict[str, str] = {}  # topic -> text, after the strategy's own
     if strategy == "replicas":
         # Each replica is the single-node plan at TP g/N (memory, capture, mono: its own), sized for the share of
-        # the requests the router gives it; mono is then decided per replica from ceil(C/N) x (1+K) rows.
+        # the requests the router gives it, ceil(C/N) at most (round robin); mono is then decided per replica from
+        # ceil(C/N) x (1+K) rows.
         n, c = layout["replicas"], opts.get("concurrency")
-        node_opts.update(tp=layout["tp"], concurrency=replica_concurrency(c, n))
+        node_opts.update(tp=layout["tp"], concurrency=None if c is None else -(-c // n))
         if c is not None:
             extra_notes["concurrency"] = (
                 f"--concurrency {c} over {n} replicas: each replica's plan (batch "
@@ -119,8 +113,11 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
             )
     grouped = strategy not in INDEPENDENT
     if grouped:
-        # The per-rank memory check runs for the group's own layout below, not for this one-node TP group.
-        node_opts.update(node_plan_layout(layout), memory_override=True)
+        # Resolved for one node, its GPUs as one TP group (EP as the group's): memory, Engram and capture rules are
+        # per node, the group's own sizes are set afterwards. The per-rank memory check runs for the group's own
+        # layout below, not for this one-node TP group.
+        g = layout["gpus_per_node"]
+        node_opts.update(tp=g, dp=1, ep=g if layout.get("ep") else 1, memory_override=True)
     try:
         catalog, _, plan = plan_for(node_opts, catalog)
     except UsageError as exc:

@@ -234,11 +234,6 @@ def _check_common(spec: ClusterSpec) -> None:
             raise UsageError(f"{what} {port!r} is not a TCP port (1-65535)")
 
 
-def node_rank_check(rank: int | None, nodes: int) -> None:
-    if rank is not None and not 0 <= rank < nodes:
-        raise UsageError(f"--node-rank {rank} is out of range: with --nodes {nodes} use 0..{nodes - 1}")
-
-
 # --- layouts -----------------------------------------------------------------------------------------
 
 
@@ -337,20 +332,6 @@ def _replicas_layout(spec: ClusterSpec, facts: dict, query_heads: int) -> dict:
     if query_heads % t:
         raise UsageError(f"--replicas {r}: TP {t} per replica does not divide the model's {query_heads} query heads")
     return {"tp": t, "dp": 1, "dp_local": 1, "pp": 1, "ep": False, "nodes": 1, "gpus_per_node": g, "replicas": r}
-
-
-def replica_concurrency(concurrency: int | None, replicas: int) -> int | None:
-    """The router splits C concurrent requests over N replicas: each carries ceil(C/N) at most (round robin)."""
-    return None if concurrency is None else -(-concurrency // replicas)
-
-
-def node_plan_layout(layout: dict) -> dict:
-    """The one-node layout to resolve the base plan with: the node's GPUs as one TP group (EP as the group's).
-
-    Memory, Engram and capture rules in resolve() are per node; the group's own sizes are set afterwards.
-    """
-    g = layout["gpus_per_node"]
-    return {"tp": g, "dp": 1, "ep": g if layout.get("ep") else 1}
 
 
 # --- expansion ---------------------------------------------------------------------------------------
