@@ -150,6 +150,7 @@ def test_a_per_batch_size_k_is_a_recipe_option_now():
     (["--k-per-batch-size", "1-16:6"], "more than --num-speculative-tokens 5"),
     (["--k-per-batch-size", "1-x:5"], "is not LO-HI:K"),
     (["--k-per-batch-size", "1-" + "9" * 400 + ":5"], "is not LO-HI:K"),
+    (["--k-per-batch-size", "1-16²:5"], "is not LO-HI:K"),  # a digit int() refuses: was a ValueError traceback
     (["--k-per-batch-size", "1-16:5", "--dp", "2", "--tp", "4"], "data parallel"),
     (["--gpu", "mi300x", "--k-per-batch-size", "1-16:5"], "PIECEWISE"),
     (["--vllm-version", "0.30.0", "--k-per-batch-size", "1-16:5"], ""),

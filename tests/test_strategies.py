@@ -10,6 +10,7 @@ import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
+from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.resolve import Selection, resolve
 from rocm_dspark.recipe.strategies import STRATEGY_NAMES, ClusterSpec, expand, kv_transfer_config, layout_for
 
@@ -140,7 +141,7 @@ def test_bad_input_is_one_line(kw, match):
 def _with_spec(argv, **changes):
     """The plan's command with its speculative config changed (through its typed flags, recipe/plan.py)."""
     spec = json.dumps({**json.loads(argv.flags.get("speculative_config")), **changes}, separators=(",", ":"))
-    return argv.replaced([(f, spec if f == "--speculative-config" else v) for f, v in argv.flags])
+    return Command(argv.head, [(f, spec if f == "--speculative-config" else v) for f, v in argv.flags])
 
 
 def test_a_group_command_keeps_a_value_that_starts_with_a_dash_glued_to_its_flag():

@@ -11,7 +11,7 @@ from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
 from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
@@ -78,7 +78,7 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
     from rocm_dspark.launch.launchers import INSTALL_DIR, installed_env_file, write_launchers
 
     copts = pop_cluster(opts)
-    if wants_cluster(copts) or fmt == "k8s":
+    if copts.get("strategy") or fmt == "k8s":
         from rocm_dspark.launch.launch_group import write_group
         from rocm_dspark.usecase.launch_plan import cluster_for
 

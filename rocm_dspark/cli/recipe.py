@@ -6,7 +6,7 @@ import click
 
 from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
 from rocm_dspark.errors import UsageError
-from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy, wants_cluster
+from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy
 from rocm_dspark.usecase.launch_plan import plan_from_options
 
 
@@ -33,7 +33,7 @@ def recipe(fmt, explain, **opts):
       rocm-dspark recipe --model V4.1-Flash --format docker > serve.sh
     """
     copts = pop_cluster(opts)
-    if wants_cluster(copts) or fmt == "k8s":
+    if copts.get("strategy") or fmt == "k8s":
         _cluster(fmt, opts, copts, explain)
     else:
         refuse_without_strategy(copts)

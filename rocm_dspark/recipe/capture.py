@@ -1,10 +1,8 @@
-"""The graph capture-size rule.
+"""The graph capture-size rule (why, with vLLM's sources: docs/capture.md).
 
-A DSpark verify step carries (1+K) tokens per request, so a full decode batch is max_num_seqs x (1+K)
-tokens. vLLM's default ceiling on ROCm is 512, below 128 x 6 = 768, so the plan passes
---max-cudagraph-capture-size explicitly. The official recipe rounds the product up to a power of two
-(768 -> 1024); powers of two from 8 up are members of vLLM's capture grid, so vLLM keeps the size as
-given instead of truncating it (docs/capture.md).
+A verify step carries (1+K) tokens per request, so a full decode batch of max_num_seqs x (1+K) tokens outgrows
+vLLM's ROCm default ceiling of 512: the plan passes --max-cudagraph-capture-size, rounded up to a power of two
+(768 -> 1024, as the official recipe does), which vLLM's capture grid keeps as given.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ this module only checks their shape. A broken file fails with one line: file, ke
 
 # No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
+import operator
 import os
 import re
 from functools import lru_cache
@@ -40,6 +41,14 @@ def recipes_dir() -> Path:
 # --- versions -------------------------------------------------------------------------------------
 
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+_COMPARE = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    "<": operator.lt,
+}
 
 
 def release_tuple(version: str) -> tuple[int, int, int]:
@@ -59,16 +68,7 @@ def version_in_range(version: str, spec: str) -> bool:
         m = re.match(r"^(>=|<=|==|!=|>|<)\s*(.+)$", clause)
         if not m:
             raise ValueError(f"bad version clause {clause!r}")
-        op, bound = m.group(1), release_tuple(m.group(2))
-        ok = {
-            ">=": v >= bound,
-            "<=": v <= bound,
-            "==": v == bound,
-            "!=": v != bound,
-            ">": v > bound,
-            "<": v < bound,
-        }[op]
-        if not ok:
+        if not _COMPARE[m.group(1)](v, release_tuple(m.group(2))):
             return False
     return True
 
@@ -330,10 +330,7 @@ class _Reader:
         raise CatalogError(f"{self.path}: {loc}: {problem}")
 
     def sub(self, key: str) -> "_Reader":
-        return _Reader(self.path, self.req(key, dict), self._join(key))
-
-    def _join(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+        return _Reader(self.path, self.req(key, dict), f"{self.where}.{key}" if self.where else key)
 
     def req(self, key: str, kind, *, optional: bool = False, default=None):
         self.seen.add(key)

@@ -16,10 +16,6 @@ def pop_cluster(kwargs: dict) -> dict:
     return {k: kwargs.pop(k) for k in CLUSTER_KEYS if k in kwargs}
 
 
-def wants_cluster(copts: dict) -> bool:
-    return bool(copts.get("strategy"))
-
-
 def refuse_without_strategy(copts: dict) -> None:
     """A one-node plan has no node rank, interface, ports or pools: such a flag without --strategy would be
     silently ignored, so it is refused (recipe and launch alike)."""
@@ -50,16 +46,7 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     plan_for: option values -> (catalog, selection, plan), gate included (rocm_dspark.usecase.launch_plan)."""
     from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.recipe.selection import build_selection
-    from rocm_dspark.recipe.strategies import (
-        INDEPENDENT,
-        LEADER_PLACEHOLDER,
-        ClusterSpec,
-        expand,
-        layout_for,
-        node_plan_layout,
-        node_rank_check,
-        replica_concurrency,
-    )
+    from rocm_dspark.recipe.strategies import INDEPENDENT, LEADER_PLACEHOLDER, ClusterSpec, expand, layout_for
 
     strategy = copts.get("strategy") or "single_node"
     catalog = load_catalog()
@@ -106,28 +93,31 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     )
     moe = bool(model.architecture.get("routed_experts"))
     layout = layout_for(spec, model.query_heads, moe)
-    node_rank_check(copts.get("node_rank"), nodes)
+    rank = copts.get("node_rank")
+    if rank is not None and not 0 <= rank < nodes:
+        raise UsageError(f"--node-rank {rank} is out of range: with --nodes {nodes} use 0..{nodes - 1}")
     node_opts = dict(opts, nodes=1, head_address=None)
-    extra_notes: list[tuple[str, str]] = []
+    extra_notes: dict[str, str] = {}  # topic -> text, after the strategy's own
     if strategy == "replicas":
         # Each replica is the single-node plan at TP g/N (memory, capture, mono: its own), sized for the share of
-        # the requests the router gives it; mono is then decided per replica from ceil(C/N) x (1+K) rows.
+        # the requests the router gives it, ceil(C/N) at most (round robin); mono is then decided per replica from
+        # ceil(C/N) x (1+K) rows.
         n, c = layout["replicas"], opts.get("concurrency")
-        node_opts.update(tp=layout["tp"], concurrency=replica_concurrency(c, n))
+        node_opts.update(tp=layout["tp"], concurrency=None if c is None else -(-c // n))
         if c is not None:
-            extra_notes.append(
-                (
-                    "concurrency",
-                    f"--concurrency {c} over {n} replicas: each replica's plan (batch "
-                    f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
-                    "requests; round robin keeps each near that, a replica briefly holding "
-                    "more runs those steps on vLLM's path",
-                )
+            extra_notes["concurrency"] = (
+                f"--concurrency {c} over {n} replicas: each replica's plan (batch "
+                f"sizes, mono decode) is for ceil({c}/{n}) = {node_opts['concurrency']} "
+                "requests; round robin keeps each near that, a replica briefly holding "
+                "more runs those steps on vLLM's path"
             )
     grouped = strategy not in INDEPENDENT
     if grouped:
-        # The per-rank memory check runs for the group's own layout below, not for this one-node TP group.
-        node_opts.update(node_plan_layout(layout), memory_override=True)
+        # Resolved for one node, its GPUs as one TP group (EP as the group's): memory, Engram and capture rules are
+        # per node, the group's own sizes are set afterwards. The per-rank memory check runs for the group's own
+        # layout below, not for this one-node TP group.
+        g = layout["gpus_per_node"]
+        node_opts.update(tp=g, dp=1, ep=g if layout.get("ep") else 1, memory_override=True)
     try:
         catalog, _, plan = plan_for(node_opts, catalog)
     except UsageError as exc:
@@ -145,33 +135,24 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     if layout.get("pp", 1) > 1 and plan.adaptive_verification and (opts.get("adaptive") or "auto") != "on":
         # vLLM 0.33 refuses adaptive verification with PP; `--adaptive on` is refused by expand() instead.
         argv, fallback = plan.block_argv, None
-        extra_notes.append(
-            ("adaptive verification", "OFF: not compatible with pipeline parallel in vLLM; block verification")
-        )
+        extra_notes["adaptive verification"] = "OFF: not compatible with pipeline parallel in vLLM; block verification"
     cluster = expand(spec, argv, plan.env, query_heads=model.query_heads, block_argv=fallback, port=plan.port, moe=moe)
     if strategy == "replicas" and '"cpu_offload":true' in (plan.flag("engram_config") or "").replace(" ", ""):
         # The host is shared: every replica keeps its own offloaded Engram tables in host memory.
         gib = (model.memory or {}).get("engram_tables_gib")
-        extra_notes.append(
-            (
-                "host memory",
-                f"each of the {layout['replicas']} replicas offloads its own Engram tables "
-                f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
-                "the node needs that much host RAM per replica",
-            )
+        extra_notes["host memory"] = (
+            f"each of the {layout['replicas']} replicas offloads its own Engram tables "
+            f"to host memory{f' ({gib:g} GiB of tables per server)' if gib else ''}: "
+            "the node needs that much host RAM per replica"
         )
     if grouped:  # after expand(): its usage errors (a missing --head-address) come first
         plan = _group_memory(model, gpu, plan, layout, bool(opts.get("memory_override")))
-    if grouped:
-        extra_notes.append(
-            (
-                "node plan",
-                f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
-                "rules per node); the group's parallel flags come from the strategy, and the "
-                "memory note is per rank of the group's layout",
-            )
+        extra_notes["node plan"] = (
+            f"resolved for one node as TP {layout['gpus_per_node']} (Engram offload and capture "
+            "rules per node); the group's parallel flags come from the strategy, and the "
+            "memory note is per rank of the group's layout"
         )
-    return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes))
+    return plan, cluster._replace(notes=cluster.notes + tuple(extra_notes.items()))
 
 
 def _group_memory(model, gpu, plan, layout: dict, override: bool):
@@ -179,7 +160,7 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
     TP1 x DP16 a rank holds what TP8 splits eight ways, except the parts vLLM splits over DP too."""
     if plan.memory is None or not model.memory:
         return plan
-    from rocm_dspark.recipe.memory import RankLayout, plan_memory, short_text
+    from rocm_dspark.recipe.memory import RankLayout, plan_memory, rank_budget, short_text
     from rocm_dspark.recipe.plan import Note
 
     util = float(
@@ -194,7 +175,7 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
         gpus_per_node=layout["gpus_per_node"],
         ep=bool(layout.get("ep")),
     )
-    memory, text = plan_memory(
+    budget = rank_budget(
         model,
         gpu,
         ranks,
@@ -202,10 +183,7 @@ def _group_memory(model, gpu, plan, layout: dict, override: bool):
         max_num_batched_tokens=plan.max_num_batched_tokens,
         engram_resident=plan.memory.engram_gib > 0,
         engram_dp_shard=plan.build is not None and plan.build.name in builds and plan.argv.flags.has("engram_config"),
-        override=override,
     )
+    memory, text = plan_memory(model, gpu, ranks, budget, override=override)
     notes = tuple(Note("memory", text, short_text(memory, ranks)) if n.topic == "memory" else n for n in plan.notes)
     return plan._replace(memory=memory, notes=notes)
-
-
-__all__ = ["CLUSTER_KEYS", "pop_cluster", "refuse_without_strategy", "wants_cluster", "cluster_for"]

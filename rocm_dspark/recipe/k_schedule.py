@@ -9,6 +9,8 @@ plan's K (vLLM clamps a larger one to num_speculative_tokens, which would silent
 
 # No `from __future__ import annotations` here (the `recipe` start-up path, see rocm_dspark/recipe/memory.py).
 
+import re
+
 from rocm_dspark.errors import UsageError
 
 MAX_ENTRIES = 64
@@ -26,18 +28,10 @@ def parse_schedule(text) -> tuple:
         raise UsageError(f"{FLAG} {raw!r}: give 1 to {MAX_ENTRIES} ranges LO-HI:K, e.g. 1-16:5,17-64:4,65-128:2")
     out = []
     for part in parts:
-        span, colon, k = part.partition(":")
-        lo, dash, hi = span.partition("-")
-        if not (
-            colon
-            and dash
-            and lo.strip().isdigit()
-            and hi.strip().isdigit()
-            and k.strip().isdigit()
-            and all(len(x.strip()) <= 8 for x in (lo, hi, k))
-        ):
+        m = re.fullmatch(r"(\d{1,8})\s*-\s*(\d{1,8})\s*:\s*(\d{1,8})", part)
+        if not m:
             raise UsageError(f"{FLAG}: {part!r} is not LO-HI:K (e.g. 17-64:4)")
-        lo_n, hi_n, k_n = int(lo), int(hi), int(k)
+        lo_n, hi_n, k_n = map(int, m.groups())
         if not 1 <= lo_n <= hi_n <= MAX_BATCH:
             raise UsageError(f"{FLAG}: range {lo_n}-{hi_n} must have 1 <= start <= end <= {MAX_BATCH}")
         out.append((lo_n, hi_n, k_n))
@@ -54,6 +48,3 @@ def parse_schedule(text) -> tuple:
 
 def format_schedule(schedule) -> str:
     return ",".join(f"{lo}-{hi}:{k}" for lo, hi, k in schedule)
-
-
-__all__ = ["parse_schedule", "format_schedule", "FLAG"]

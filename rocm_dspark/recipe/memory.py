@@ -28,9 +28,9 @@ class RankLayout(NamedTuple):
     gpus_per_node: int = 8
     ep: bool = False  # expert parallel: whole experts per rank (same bytes per rank as flattened TP)
 
-    def words(self) -> str:
+    def words(self, ep: str = " with EP") -> str:
         parts = [f"TP{self.tp}"] + [f"DP{self.dp}"] * (self.dp > 1) + [f"PP{self.pp}"] * (self.pp > 1)
-        return " x ".join(parts) + (" with EP" if self.ep else "")
+        return " x ".join(parts) + (ep if self.ep else "")
 
 
 def expert_share(model) -> float | None:
@@ -71,6 +71,7 @@ class Budget(NamedTuple):
     kv: float
     error: float
     text: str
+    max_num_batched_tokens: int
 
 
 def rank_budget(
@@ -137,14 +138,14 @@ def rank_budget(
         + f"= KV {kv:.1f} GiB "
         f"(model error +-{err:g} GiB)"
     )
-    return Budget(usable, fixed, weights, experts, engram, group, indexer, kv, err, text)
+    return Budget(usable, fixed, weights, experts, engram, group, indexer, kv, err, text, mnbt)
 
 
-def refusal(budget: Budget, model, *, single: bool, max_num_batched_tokens: int) -> UsageError:
+def refusal(budget: Budget, model, *, single: bool) -> UsageError:
     m = model.memory
     hint = (
         f"; a smaller --max-num-batched-tokens frees {m['indexer_mib_per_batched_token']:.2f} MiB per token"
-        if max_num_batched_tokens > 4096
+        if budget.max_num_batched_tokens > 4096
         else ""
     )
     more = "use a larger --tp"
@@ -159,33 +160,12 @@ def refusal(budget: Budget, model, *, single: bool, max_num_batched_tokens: int)
     return UsageError(f"no room for KV cache: {budget.text}; {more}{hint}, or --memory-override to emit it anyway")
 
 
-def plan_memory(
-    model,
-    gpu,
-    layout: RankLayout,
-    *,
-    util: float,
-    max_num_batched_tokens: int,
-    engram_resident: bool,
-    engram_dp_shard: bool,
-    override: bool,
-    extra: tuple[str, float] | None = None,
-):
-    """(plan.Memory, the memory note's text) for `layout`; UsageError with the numbers when it leaves no KV room
-    and `override` (--memory-override) is not given."""
+def plan_memory(model, gpu, layout: RankLayout, b: Budget, *, override: bool):
+    """(plan.Memory, the memory note's text) for budget `b` of `layout`; UsageError with the numbers when it leaves
+    no KV room and `override` (--memory-override) is not given."""
     from rocm_dspark.recipe.plan import Memory
 
     m = model.memory
-    b = rank_budget(
-        model,
-        gpu,
-        layout,
-        util=util,
-        max_num_batched_tokens=max_num_batched_tokens,
-        engram_resident=engram_resident,
-        engram_dp_shard=engram_dp_shard,
-        extra=extra,
-    )
     max_len = int(
         next((a[1] for a in model.base_args if a[0] == "--max-model-len" and len(a) > 1), None)
         or model.architecture["context_length"]
@@ -207,9 +187,7 @@ def plan_memory(
     )
     if b.kv + b.error <= 0:
         if not override:
-            raise refusal(
-                b, model, single=layout.dp == 1 and layout.pp == 1, max_num_batched_tokens=max_num_batched_tokens
-            )
+            raise refusal(b, model, single=layout.dp == 1 and layout.pp == 1)
         return mem._replace(
             override=True
         ), f"OVERRIDDEN (--memory-override): {b.text}; vLLM will likely refuse to start"
@@ -223,26 +201,8 @@ def plan_memory(
 
 def short_text(mem, layout: RankLayout) -> str:
     """The memory note in a few words (the default output; the full budget stays in the note's text)."""
-    where = (
-        f"TP{layout.tp}"
-        + (f" x DP{layout.dp}" if layout.dp > 1 else "")
-        + (f" x PP{layout.pp}" if layout.pp > 1 else "")
-        + (" EP" if layout.ep else "")
-    )
     return (
         ("OVERRIDDEN (--memory-override): " if mem.override else "")
-        + f"KV {mem.kv_gib:.1f} GiB per rank (+-{mem.error_gib:g}) at {where}"
+        + f"KV {mem.kv_gib:.1f} GiB per rank (+-{mem.error_gib:g}) at {layout.words(ep=' EP')}"
         + (f": about {mem.kv_tokens:,} tokens = {mem.kv_multiples:g} x max_model_len" if mem.kv_tokens else "")
     )
-
-
-__all__ = [
-    "short_text",
-    "RankLayout",
-    "Budget",
-    "rank_budget",
-    "plan_memory",
-    "expert_share",
-    "engram_dp_group",
-    "refusal",
-]

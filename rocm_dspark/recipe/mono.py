@@ -83,11 +83,8 @@ def decide(
     )
     pair = f"; for all {g} GPUs, {run} would ({servers})" if n_rep and fits_rep else ""
     if dp > 1 or ep > 1 or nodes > 1:
-        what = ", ".join(
-            w
-            for w, on in ((f"data parallel {dp}", dp > 1), ("expert parallel", ep > 1), (f"{nodes} nodes", nodes > 1))
-            if on
-        )
+        layouts = {f"data parallel {dp}": dp > 1, "expert parallel": ep > 1, f"{nodes} nodes": nodes > 1}
+        what = ", ".join(w for w, on in layouts.items() if on)
         return off(f"{what} (the kernels take tensor parallelism only, --tp {tps})", pair)
     if tp not in arch["tp"]:
         if tp > top and pair:
@@ -132,6 +129,3 @@ def decide(
         arch["max_rows"],
         n,
     )
-
-
-__all__ = ["Mono", "decide", "step_rows", "max_requests"]

@@ -220,6 +220,3 @@ def selection_argv(values: dict, *, exclude: tuple[str, ...] = (), options=SELEC
         for item in value if o.multiple else (value,):
             words += [o.flags[0], str(item).partition("=")[0] if o.key == "extra_env" else str(item)]
     return words
-
-
-__all__ = ["CLUSTER_KEYS", "CLUSTER_OPTIONS", "Opt", "SELECTION_KEYS", "SELECTION_OPTIONS", "selection_argv"]

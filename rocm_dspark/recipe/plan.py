@@ -10,42 +10,20 @@ benchmark). `argv` is the command that runs: the verdict, applied last, picks on
 
 # No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
 
-import re
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import NamedTuple
 
-from rocm_dspark.recipe.vllm_args import emit
+from rocm_dspark.recipe.vllm_args import canonical_name, emit
 
 # NamedTuple rather than dataclasses: importing dataclasses (and inspect behind it) costs ~16 ms,
 # most of what `rocm-dspark recipe` would otherwise spend beyond importing yaml and click.
 
 
-# dest -> the vLLM flag that sets it: the one mapping between the plan's settings and argv (vLLM's EngineArgs
-# derives its CLI from its config fields the same way). Any other dest is spelled by vLLM's own rule, flag_for.
-FLAG_OF = {
-    "served_model_name": "--served-model-name",
-    "host": "--host",
-    "port": "--port",
-    "tensor_parallel_size": "--tensor-parallel-size",
-    "data_parallel_size": "--data-parallel-size",
-    "data_parallel_size_local": "--data-parallel-size-local",
-    "data_parallel_address": "--data-parallel-address",
-    "enable_expert_parallel": "--enable-expert-parallel",
-    "moe_backend": "--moe-backend",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "compilation_config": "--compilation-config",
-    "engram_config": "--engram-config",
-    "speculative_config": "--speculative-config",
-    "max_num_seqs": "--max-num-seqs",
-    "max_num_batched_tokens": "--max-num-batched-tokens",
-    "max_cudagraph_capture_size": "--max-cudagraph-capture-size",
-}
-
-
 def flag_for(dest: str) -> str:
-    """The long flag vLLM reads for `dest` (FLAG_OF, else `--` + dest with `_` as `-`)."""
-    return FLAG_OF.get(dest) or "--" + dest.replace("_", "-")
+    """The long flag vLLM reads for `dest`, the one mapping between the plan's settings and argv: `--` + dest with
+    `_` as `-`, as vLLM's EngineArgs derives its CLI from its config fields."""
+    return "--" + dest.replace("_", "-")
 
 
 class Flags(tuple[tuple[str, str | None], ...]):
@@ -80,9 +58,6 @@ class Command(tuple[str, ...]):
     def __getnewargs__(self) -> tuple[tuple[str, ...], Flags]:  # pickle/copy rebuild it from its parts
         return self.head, Flags(self.flags)
 
-    def replaced(self, flags: Iterable[tuple[str, str | None]]) -> "Command":
-        return Command(self.head, flags)
-
     @classmethod
     def from_words(cls, words: Iterable[str]) -> "Command":
         """The one way a command from outside the resolver (--server-json, a stored record, a log's argv) becomes
@@ -110,7 +85,7 @@ class Command(tuple[str, ...]):
                 pairs.append(("--optimization-level", w[3:] if w[2:3] == "=" else w[2:]))
                 continue
             flag, eq, value = w.partition("=")
-            flag = _SHORT.get(flag) or re.sub(_UNDERSCORES, lambda m: m.group(0).replace("_", "-"), flag, count=1)
+            flag = _SHORT.get(flag) or canonical_name(flag)
             if eq:
                 pairs.append((flag, value))
             elif i < len(ws) and not _is_flag(ws[i]):
@@ -152,10 +127,10 @@ class Command(tuple[str, ...]):
 
     def without(self, dest: str) -> "Command":
         flag = flag_for(dest)  # and its dotted keys (--speculative-config.method=...), which vLLM merges into it
-        return self.replaced((f, v) for f, v in self.flags if f != flag and not f.startswith(flag + "."))
+        return Command(self.head, ((f, v) for f, v in self.flags if f != flag and not f.startswith(flag + ".")))
 
 
-# vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args) and its underscore rule (argparse_utils.py).
+# vLLM's short aliases (vllm/engine/arg_utils.py add_cli_args); its underscore rule is vllm_args.canonical_name.
 _SHORT = {
     "-tp": "--tensor-parallel-size",
     "-dp": "--data-parallel-size",
@@ -164,7 +139,6 @@ _SHORT = {
     "-cc": "--compilation-config",
     "-O": "--optimization-level",
 }
-_UNDERSCORES = r"(?<=--)[^.]*"  # compiled on first use (re's cache), off the plain `recipe` path
 
 
 def _is_flag(word: str) -> bool:

@@ -48,6 +48,3 @@ def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tup
             continue
         return base + extra + words, None
     return base + words, why
-
-
-__all__ = ["apply_command"]

@@ -29,7 +29,7 @@ from rocm_dspark.recipe.plan import NOT_PAYING, Build, Command, LaunchPlan, Note
 from rocm_dspark.recipe.secret_env import SECRET_FLAGS, check_value
 
 # The flags layers 8-12 own, and how a user --vllm-arg is read (as vLLM reads it) and guarded against them.
-from rocm_dspark.recipe.vllm_args import GUARDED_FLAGS, UserArg, check_parses, normalise, read, undoes
+from rocm_dspark.recipe.vllm_args import check_parses, normalise, read, undoes
 from rocm_dspark.recipe.vllm_env import check_env
 
 
@@ -47,7 +47,7 @@ class _Args:
         self.items.append((flag, value))
 
     def put(self, dest: str, value: str | None = None) -> None:
-        """Set vLLM `dest` by its flag (plan.FLAG_OF)."""
+        """Set vLLM `dest` by its flag (plan.flag_for)."""
         self.set(flag_for(dest), value)
 
     def command(self, head: tuple[str, ...]) -> Command:
@@ -82,6 +82,9 @@ class _State:
         self.memory = None
         self.mono = False
 
+    def note(self, topic: str, text: str, short: str = "") -> None:
+        self.notes.append(Note(topic, text, short))
+
 
 def _plain_json(value) -> str | None:
     """`value` as json.dumps writes it, for the plain values a plan's configs hold (None: not one of those)."""
@@ -115,15 +118,13 @@ def model_layer(s: _State) -> None:
     s.model = model = catalog.find_model(sel.model)
     s.gpu = gpu = catalog.find_gpu(sel.gpu or model.default_gpu)
     if sel.gpu is None or sel.gpu_source == "default":
-        s.notes.append(
-            Note(
-                "gpu",
-                f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change",
-                f"{gpu.key}, the model's default (none given or detected); pass --gpu to change",
-            )
+        s.note(
+            "gpu",
+            f"no GPU given or detected; using the model's default {gpu.key} ({gpu.name}); pass --gpu to change",
+            f"{gpu.key}, the model's default (none given or detected); pass --gpu to change",
         )
     elif sel.gpu_source == "detected":
-        s.notes.append(Note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host"))
+        s.note("gpu", f"detected {gpu.name} ({gpu.arch}) on this host")
     _check_given(sel)
     s.served_name = sel.served_name or model.serve["served_name"]
     s.host = sel.host or model.serve["host"]
@@ -172,20 +173,16 @@ def profile_layer(s: _State) -> None:
     # Every status, "verified" included: a public verification is not a run of this plan on this host.
     unrun = not any(gpu.key in b.gpus for b in s.catalog.builds.values())
     no_run = f"; no build in recipes/vllm.yaml has a public run on {gpu.key}" if unrun else ""
-    s.notes.append(
-        Note(
-            "status",
-            (
-                f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
-                f"{', '.join(profile.evidence)}){no_run}; not yet run on MI300-class hardware by rocm-dspark: run "
-                f"`rocm-dspark validate` before taking traffic"
-            ),
-            (
-                f"{profile.status} ({profile.status_date}), "
-                + (f"no public {gpu.key} run of any build" if unrun else "not yet run by rocm-dspark")
-                + ": run `rocm-dspark validate` before taking traffic"
-            ),
-        )
+    s.note(
+        "status",
+        f"profile {profile.id} is {profile.status} (as of {profile.status_date}; evidence: "
+        f"{', '.join(profile.evidence)}){no_run}; not yet run on MI300-class hardware by rocm-dspark: run "
+        f"`rocm-dspark validate` before taking traffic",
+        (
+            f"{profile.status} ({profile.status_date}), "
+            + (f"no public {gpu.key} run of any build" if unrun else "not yet run by rocm-dspark")
+            + ": run `rocm-dspark validate` before taking traffic"
+        ),
     )
 
 
@@ -216,11 +213,6 @@ def _pick_build(s: _State):
     return b, why
 
 
-def _short_why(why: str) -> str:
-    """The build's reason in a few words: its first clause (the full one stays in the note's text)."""
-    return why.split("; ")[0].split(": ")[0]
-
-
 def _image_own_build(s: _State, b, why: str):
     """--image REF: the build whose vLLM the image itself reports (the in-image probe's software facts, else the
     version label `rocm-dspark images` read from its config), else the selected one, said to be assumed."""
@@ -237,42 +229,30 @@ def _image_own_build(s: _State, b, why: str):
     elif named and named[0].reported_version:  # the tag of a build recipes/vllm.yaml records
         version, source = named[0].reported_version, f"recipes/vllm.yaml (the tag of build {named[0].name})"
     else:
-        s.notes.append(
-            Note(
-                "image source",
-                (
-                    f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "
-                    f"host yet (`rocm-dspark images --image` reads a version label, `up` the in-image probe), so the plan "
-                    f"assumes {b.name}'s ({b.reported_version or 'not recorded'})"
-                ),
-                f"--image {sel.image}: vLLM assumed {b.name}",
-            )
+        s.note(
+            "image source",
+            f"--image {sel.image}: runs instead of build {b.name}'s image; its own vLLM version is not read on this "
+            f"host yet (`rocm-dspark images --image` reads a version label, `up` the in-image probe), so the plan "
+            f"assumes {b.name}'s ({b.reported_version or 'not recorded'})",
+            f"--image {sel.image}: vLLM assumed {b.name}",
         )
         return b, why
     release = version.split("+", 1)[0]
     try:
         own = s.catalog.find_build(release)
     except UsageError:
-        s.notes.append(
-            Note(
-                "image source",
-                (
-                    f"--image {sel.image}: runs instead of build {b.name}'s image; {source} says vLLM {version}, which no "
-                    f"build in recipes/vllm.yaml is, so the plan assumes {b.name}'s facts"
-                ),
-                f"--image {sel.image}: vLLM {version}",
-            )
+        s.note(
+            "image source",
+            f"--image {sel.image}: runs instead of build {b.name}'s image; {source} says vLLM {version}, which no "
+            f"build in recipes/vllm.yaml is, so the plan assumes {b.name}'s facts",
+            f"--image {sel.image}: vLLM {version}",
         )
         return b, why
-    s.notes.append(
-        Note(
-            "image source",
-            (
-                f"--image {sel.image}: runs instead of the build's image; planned as build {own.name} because {source} says "
-                f"the image's vLLM is {version}"
-            ),
-            f"--image {sel.image}: vLLM {version} ({source.split(' (')[0]})",
-        )
+    s.note(
+        "image source",
+        f"--image {sel.image}: runs instead of the build's image; planned as build {own.name} because {source} says "
+        f"the image's vLLM is {version}",
+        f"--image {sel.image}: vLLM {version} ({source.split(' (')[0]})",
     )
     return own, f"the image's own vLLM {version}, read by {source}"
 
@@ -285,15 +265,11 @@ def _on_registry(s: _State, b):
         return b
     tag = pick.on_mirror(sel.image or b.image_tag, sel.registry)
     if sel.registry:
-        s.notes.append(
-            Note(
-                "registry",
-                (
-                    f"--registry {sel.registry}: every image maps to the same repository and tag there "
-                    f"({sel.image or b.image_tag} -> {tag})"
-                ),
-                f"mirror {sel.registry}",
-            )
+        s.note(
+            "registry",
+            f"--registry {sel.registry}: every image maps to the same repository and tag there "
+            f"({sel.image or b.image_tag} -> {tag})",
+            f"mirror {sel.registry}",
         )
     if sel.image:
         return b._replace(image=tag, image_tag=tag, digest=None)
@@ -328,28 +304,20 @@ def build_layer(s: _State) -> None:
         resolution=dict(entry or {}),
     )
     version = f", reports {b.reported_version}" if b.reported_version else ", reported version not recorded"
-    s.notes.append(
-        Note(
-            "build",
-            (f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}"),
-            f"{b.name} (ROCm {b.rocm or 'not established'}): {_short_why(why)}",
-        )
+    short_why = why.split("; ")[0].split(": ")[0]  # its first clause; the note's text has it whole
+    s.note(
+        "build",
+        f"vLLM build {b.name} ({b.channel}, ROCm {b.rocm or 'not established'}{version}; {b.status}): {why}",
+        f"{b.name} (ROCm {b.rocm or 'not established'}): {short_why}",
     )
-    s.notes.append(
-        Note(
-            "image",
-            image_note,
-            ""
-            if entry or b.digest
-            else ("unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest"),
-        )
-    )
+    unresolved = "unresolved here: `rocm-dspark images` asks the registry; `up` pulls once and runs the digest"
+    s.note("image", image_note, "" if entry or b.digest else unresolved)
     gone = pick.retention_note(catalog, b, s.sel.today, replacement)
     if gone:
-        s.notes.append(Note("build gone", gone))
+        s.note("build gone", gone)
     if b.status != "current":
-        s.notes.append(Note("build status", f"{b.name} is {b.status}: {b.status_note}"))
-    s.notes.append(Note("evidence", pick.evidence_note(catalog, s.gpu, b, s.profile, s.model.key)))
+        s.note("build status", f"{b.name} is {b.status}: {b.status_note}")
+    s.note("evidence", pick.evidence_note(catalog, s.gpu, b, s.profile, s.model.key))
 
 
 def workaround_layer(s: _State) -> None:
@@ -361,7 +329,7 @@ def workaround_layer(s: _State) -> None:
         s.workaround_args.update({a[0]: w.id for a in w.args})
         s.env.update(w.env)
         s.workaround_notes[w.id] = len(s.notes)
-        s.notes.append(Note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
+        s.note(f"workaround {w.id}", f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short)
 
 
 def workload_layer(s: _State) -> None:
@@ -370,34 +338,25 @@ def workload_layer(s: _State) -> None:
     if c is None:
         return
     if not w:
-        s.notes.append(
-            Note("workload", f"{s.model.key} has no concurrency rules in its recipe: --concurrency {c} changes nothing")
-        )
+        s.note("workload", f"{s.model.key} has no concurrency rules in its recipe: --concurrency {c} changes nothing")
         return
     per = w.get("max_num_seqs_per_request")
     if per and "max_num_seqs" not in s.explicit:
-        mns = max(f["max_num_seqs"], per * c)
         cap = f["capture_cap"] // (1 + s.model.block_size)  # graphs must still cover full verify batches
-        if mns > cap:
-            mns = cap
+        mns = min(max(f["max_num_seqs"], per * c), cap)
         if mns != f["max_num_seqs"]:
             f["max_num_seqs"] = mns
-            s.notes.append(
-                Note(
-                    "workload",
-                    (
-                        f"--max-num-seqs {mns}: max(profile {s.profile.max_num_seqs}, {per} x concurrency {c})"
-                        + (f", capped at {cap} so capture stays within {f['capture_cap']}" if mns == cap else "")
-                        + f" ({w['evidence']})"
-                    ),
-                )
+            s.note(
+                "workload",
+                (
+                    f"--max-num-seqs {mns}: max(profile {s.profile.max_num_seqs}, {per} x concurrency {c})"
+                    + (f", capped at {cap} so capture stays within {f['capture_cap']}" if mns == cap else "")
+                    + f" ({w['evidence']})"
+                ),
             )
     for rule in w["rules"]:
-        if rule["gpus"] and s.gpu.key not in rule["gpus"]:
-            continue
-        if rule["tp"] and f["tp"] not in rule["tp"]:
-            continue
-        if c < rule["min_concurrency"]:
+        applies = (not rule["gpus"] or s.gpu.key in rule["gpus"]) and (not rule["tp"] or f["tp"] in rule["tp"])
+        if not applies or c < rule["min_concurrency"]:
             continue
         for key, value in rule["sets"].items():
             if key in s.explicit:
@@ -408,13 +367,9 @@ def workload_layer(s: _State) -> None:
             else:
                 f[key] = value
                 shown = f"--{key.replace('_', '-')} {value}"
-            s.notes.append(
-                Note(
-                    "workload",
-                    (
-                        f"{shown} at TP{f['tp']} concurrency {c} (>= {rule['min_concurrency']}): {rule['why']} ({rule['evidence']})"
-                    ),
-                )
+            s.note(
+                "workload",
+                f"{shown} at TP{f['tp']} concurrency {c} (>= {rule['min_concurrency']}): {rule['why']} ({rule['evidence']})",
             )
 
 
@@ -489,12 +444,27 @@ def _user_utilization(sel: Selection) -> float | None:
     return value if value is not None and 0 < value <= 1 else None
 
 
+def _budget(s: _State, layout, max_num_batched_tokens: int, extra: tuple[str, float] | None = None):
+    """The per-rank budget of `layout` for this plan (rocm_dspark/recipe/memory.py rank_budget)."""
+    from rocm_dspark.recipe.memory import rank_budget
+
+    return rank_budget(
+        s.model,
+        s.gpu,
+        layout,
+        util=_user_utilization(s.sel) or s.fields["gpu_memory_utilization"] or 0.9,
+        max_num_batched_tokens=max_num_batched_tokens,
+        engram_resident=_engram_resident(s),
+        engram_dp_shard=_engram_dp_shard(s),
+        extra=extra,
+    )
+
+
 def memory_layer(s: _State) -> None:
     """Per-rank HBM budget from recipe data; refuse a layout that leaves no KV room (with the numbers)."""
     model, f, gpu = s.model, s.fields, s.gpu
-    tp, util = f["tp"], _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9
-    m = model.memory
-    if not m:  # no budget data for this model: the weights must at least fit the TP group
+    tp = f["tp"]
+    if not model.memory:  # no budget data for this model: the weights must at least fit the TP group
         if model.weights_gb >= gpu.hbm_gb * tp:
             raise UsageError(
                 f"{model.key} weights ({model.weights_gb:g} GB) do not fit in TP {tp} x {gpu.hbm_gb:g} GB "
@@ -506,36 +476,25 @@ def memory_layer(s: _State) -> None:
     layout = RankLayout(
         tp=tp, dp=f["dp"], nodes=s.sel.nodes, ep=f["ep"] > 1, gpus_per_node=s.sel.gpus_per_node or gpu.gpus_per_node
     )
-    s.memory, text = plan_memory(
-        model,
-        gpu,
-        layout,
-        util=util,
-        max_num_batched_tokens=f["max_num_batched_tokens"],
-        engram_resident=_engram_resident(s),
-        engram_dp_shard=_engram_dp_shard(s),
-        override=s.sel.memory_override,
-    )
-    s.notes.append(Note("memory", text, short_text(s.memory, layout)))
+    budget = _budget(s, layout, f["max_num_batched_tokens"])
+    s.memory, text = plan_memory(model, gpu, layout, budget, override=s.sel.memory_override)
+    s.note("memory", text, short_text(s.memory, layout))
 
 
 def speculative_layer(s: _State) -> None:
     sel, model = s.sel, s.model
     block = model.block_size
     if sel.no_speculation:
-        given = [
-            f
-            for f, v in (
-                ("--num-speculative-tokens", sel.num_speculative_tokens),
-                ("--k-per-batch-size", sel.k_schedule),
-                ("--benchmark-synthetic", sel.benchmark_synthetic),
-            )
-            if v is not None
-        ]
+        asked = {
+            "--num-speculative-tokens": sel.num_speculative_tokens,
+            "--k-per-batch-size": sel.k_schedule,
+            "--benchmark-synthetic": sel.benchmark_synthetic,
+        }
+        given = [f for f, v in asked.items() if v is not None]
         if given:
             raise UsageError(f"--no-speculation serves without a draft: drop {', '.join(given)}")
         s.k, s.spec, s.adaptive_allowed = 0, {}, False
-        s.notes.append(Note("speculation", "OFF (--no-speculation): the target model alone, no DSpark draft"))
+        s.note("speculation", "OFF (--no-speculation): the target model alone, no DSpark draft")
         return
     k = sel.num_speculative_tokens if sel.num_speculative_tokens is not None else block
     if not 1 <= k <= block:
@@ -560,15 +519,11 @@ def speculative_layer(s: _State) -> None:
         s.spec["rejection_sample_method"] = "synthetic"
         s.spec["synthetic_acceptance_length"] = al
         s.adaptive_allowed = False  # a throughput knob: never gated on, never adaptive
-        s.notes.append(
-            Note(
-                "synthetic",
-                (
-                    f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
-                    f"fakes acceptance; NOT for serving and never for evals"
-                ),
-                f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals",
-            )
+        s.note(
+            "synthetic",
+            f"rejection_sample_method synthetic with acceptance length {al}: a throughput-benchmark knob that "
+            f"fakes acceptance; NOT for serving and never for evals",
+            f"synthetic acceptance length {al}: a benchmark knob, NOT for serving or evals",
         )
 
 
@@ -579,13 +534,8 @@ def _k_schedule(s: _State, k: int) -> None:
     sched, change = s.sel.k_schedule, s.catalog.dynamic_k_change
     assert sched is not None  # called for --k-per-batch-size only
     if s.catalog.contains(s.build, change) is not True:
-        having = sorted(
-            {
-                b.reported_version
-                for b in s.catalog.builds.values()
-                if b.channel == "release" and b.reported_version and s.catalog.contains(b, change) is True
-            }
-        )
+        releases = [b for b in s.catalog.builds.values() if b.channel == "release" and b.reported_version]
+        having = sorted({b.reported_version for b in releases if s.catalog.contains(b, change) is True})
         raise UsageError(
             f"--k-per-batch-size: vLLM build {s.build.name} is not shown to contain "
             f"{_change_words(s.catalog, s.build, change)}; pick a build that does "
@@ -611,15 +561,11 @@ def _k_schedule(s: _State, k: int) -> None:
         )
     s.spec["num_speculative_tokens_per_batch_size"] = [list(e) for e in sched]
     s.adaptive_allowed = False
-    s.notes.append(
-        Note(
-            "per-batch-size K",
-            (
-                f"num_speculative_tokens_per_batch_size {format_schedule(sched)} (--k-per-batch-size), block verification: "
-                f"each batch size runs its fixed K; adaptive verification is not combined with it; not yet run with DSpark "
-                f"on MI300-class hardware"
-            ),
-        )
+    s.note(
+        "per-batch-size K",
+        f"num_speculative_tokens_per_batch_size {format_schedule(sched)} (--k-per-batch-size), block verification: "
+        f"each batch size runs its fixed K; adaptive verification is not combined with it; not yet run with DSpark "
+        f"on MI300-class hardware",
     )
 
 
@@ -637,30 +583,22 @@ def capture_layer(s: _State) -> None:
             f"{cap_size} or more, or a smaller --max-num-seqs"
         )
     if overrun:
-        s.notes.append(
-            Note(
-                "capture overrun",
-                (
-                    f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
-                    f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
-                    f"{cap_size}` prices them"
-                ),
-                f"capture size {cap_size} < max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}: bigger verify batches run "
-                f"without a full graph",
-            )
+        s.note(
+            "capture overrun",
+            f"--max-cudagraph-capture-size {cap_size} (--capture-cap {cap}) < max_num_seqs {mns} x (1+K={1 + s.k}) "
+            f"= {tokens}: bigger verify batches run without a full graph; `rocm-dspark plan --capture-size "
+            f"{cap_size}` prices them",
+            f"capture size {cap_size} < max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}: bigger verify batches run "
+            f"without a full graph",
         )
     else:
-        s.notes.append(
-            Note(
-                "capture",
-                (
-                    f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
-                    f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
-                    f"above it would run eager)"
-                ),
-                f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
-                f"rounded up to a power of two",
-            )
+        s.note(
+            "capture",
+            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens} "
+            f"rounded up to a power of two (vLLM's own ROCm default stops at 512, so full verify batches "
+            f"above it would run eager)",
+            f"--max-cudagraph-capture-size {cap_size}: max_num_seqs {mns} x (1+K={1 + s.k}) = {tokens}, "
+            f"rounded up to a power of two",
         )
     _when_workarounds(s)
 
@@ -677,7 +615,7 @@ def _when_workarounds(s: _State) -> None:
             and w.applies(s.model.key, s.gpu.key, None)
             and not any(n.topic == topic for n in s.notes)
         ):
-            s.notes.append(Note(topic, f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short))
+            s.note(topic, f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short)
 
 
 def mono_layer(s: _State) -> None:
@@ -708,24 +646,20 @@ def mono_layer(s: _State) -> None:
     if on and s.gpu.arch == "gfx942" and s.model.memory:
         on, why, short = _mono_copies(s, why, short)
     if not on:
-        s.notes.append(Note("mono decode", f"{why} ({src['archs']}; {src['rows']})", short))
+        s.note("mono decode", f"{why} ({src['archs']}; {src['rows']})", short)
         return
     s.mono = True
     was = (f["cudagraph_mode"], f["breakable_cudagraph"])
     f["cudagraph_mode"], f["breakable_cudagraph"] = m["cudagraph_mode"], False
     graphs = "" if was == (m["cudagraph_mode"], False) else f", {m['cudagraph_mode']}, breakable graphs off"
-    s.notes.append(
-        Note(
-            "mono decode",
-            (
-                f"{why}; {m['cudagraph_mode']} with breakable graphs off (a PIECEWISE step falls back); --kv-cache-dtype "
-                f"{m['kv_cache_dtype']} for the whole layer (else only the FFN launch runs); bigger and mixed steps run "
-                f"vLLM's path{'' if s.gpu.arch == 'gfx942' else '; ' + src['indexer']}; not yet run on MI300-class "
-                f"hardware by rocm-dspark ({src['cudagraph_mode']}; "
-                f"{src['kv_cache_dtype']}; {src['tensor_parallel_only']}; {src['moe_backend']})"
-            ),
-            f"{short}{graphs}, {m['kv_cache_dtype']} KV",
-        )
+    s.note(
+        "mono decode",
+        f"{why}; {m['cudagraph_mode']} with breakable graphs off (a PIECEWISE step falls back); --kv-cache-dtype "
+        f"{m['kv_cache_dtype']} for the whole layer (else only the FFN launch runs); bigger and mixed steps run "
+        f"vLLM's path{'' if s.gpu.arch == 'gfx942' else '; ' + src['indexer']}; not yet run on MI300-class "
+        f"hardware by rocm-dspark ({src['cudagraph_mode']}; "
+        f"{src['kv_cache_dtype']}; {src['tensor_parallel_only']}; {src['moe_backend']})",
+        f"{short}{graphs}, {m['kv_cache_dtype']} KV",
     )
 
 
@@ -733,48 +667,24 @@ def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
     """gfx942: the kernels' own weight copies count as model memory (vllm 0.33.0 mono_decode.py:215-231). Keep
     mono only where KV room stays above the memory model's error, lowering --max-num-batched-tokens (powers of
     two down to the capture size, unless given) to make room; otherwise say why it is off."""
-    from rocm_dspark.recipe.memory import RankLayout, expert_share, plan_memory, rank_budget, short_text
+    from rocm_dspark.recipe.memory import RankLayout, expert_share, plan_memory, short_text
 
     f, model, frac = s.fields, s.model, s.catalog.mono["gfx942_copy_fraction"]
     share = expert_share(model) or 0.0
     per_rank = model.memory["sharded_weights_gib"] / f["tp"]
     extra = ("mono gfx942 weight copies", per_rank * (share * frac["experts"] + (1 - share) * frac["dense"]))
     layout = RankLayout(tp=f["tp"], gpus_per_node=s.sel.gpus_per_node or s.gpu.gpus_per_node)
-    util, er, ed = (
-        _user_utilization(s.sel) or f["gpu_memory_utilization"] or 0.9,
-        _engram_resident(s),
-        _engram_dp_shard(s),
-    )
     mnbt, sizes = f["max_num_batched_tokens"], [f["max_num_batched_tokens"]]
     if "max_num_batched_tokens" not in s.explicit:
         sizes += [1 << b for b in range(mnbt.bit_length() - 1, 0, -1) if s.cap_size <= 1 << b < mnbt]
     for size in sizes:
-        b = rank_budget(
-            model,
-            s.gpu,
-            layout,
-            util=util,
-            max_num_batched_tokens=size,
-            engram_resident=er,
-            engram_dp_shard=ed,
-            extra=extra,
-        )
+        b = _budget(s, layout, size, extra)
         if b.kv > b.error:
             break
     else:  # b is the smallest size tried
         head = f"gfx942 weight copies ({extra[1]:.1f} GiB per rank) leave KV {b.kv:.1f} GiB (+-{b.error:g})"
         return False, f"mono decode off: its {head} at --max-num-batched-tokens {size}: {b.text}", f"off: {head}"
-    mem, text = plan_memory(
-        model,
-        s.gpu,
-        layout,
-        util=util,
-        max_num_batched_tokens=size,
-        engram_resident=er,
-        engram_dp_shard=ed,
-        override=s.sel.memory_override,
-        extra=extra,
-    )
+    mem, text = plan_memory(model, s.gpu, layout, b, override=s.sel.memory_override)
     s.memory = mem
     i = next(i for i, n in enumerate(s.notes) if n.topic == "memory")
     s.notes[i] = Note(
@@ -785,32 +695,20 @@ def _mono_copies(s: _State, why: str, short: str) -> tuple[bool, str, str]:
     )
     if size != mnbt:
         f["max_num_batched_tokens"] = size
-        s.notes.append(
-            Note(
-                "mono batch tokens",
-                (
-                    f"--max-num-batched-tokens {size} (from {mnbt}): the gfx942 mono weight copies ({extra[1]:.1f} GiB per "
-                    f"rank) leave KV room above the model's error only with smaller prefill chunks, so long prompts take "
-                    f"more steps to prefill; pass --max-num-batched-tokens to choose"
-                ),
-            )
+        s.note(
+            "mono batch tokens",
+            f"--max-num-batched-tokens {size} (from {mnbt}): the gfx942 mono weight copies ({extra[1]:.1f} GiB per "
+            f"rank) leave KV room above the model's error only with smaller prefill chunks, so long prompts take "
+            f"more steps to prefill; pass --max-num-batched-tokens to choose",
         )
         _when_workarounds(s)
     return True, why, short
 
 
-def _parse_user_arg(token: str) -> tuple[str, str | None]:
-    arg = normalise(token)  # refuses anything that reaches a plan-owned setting, by any spelling vLLM reads
-    return arg.flag, arg.value
-
-
 def _check_given(sel: Selection) -> None:
     """An empty value (an unset shell variable) must not fall back to the default checkpoint or name."""
-    for flag, value in (
-        ("--model-path", sel.model_path),
-        ("--served-model-name", sel.served_name),
-        ("--host", sel.host),
-    ):
+    given = {"--model-path": sel.model_path, "--served-model-name": sel.served_name, "--host": sel.host}
+    for flag, value in given.items():
         if value is None:
             continue
         if not value.strip():
@@ -843,16 +741,12 @@ def command_layer(s: _State) -> _Args:
         if sel.nodes > 1:
             args.put("data_parallel_size_local", str(f["dp"] // sel.nodes))
             args.put("data_parallel_address", sel.head_address)
-            s.notes.append(
-                Note(
-                    "multi-node",
-                    (
-                        f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
-                        f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}"
-                    ),
-                    f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
-                    f"r*{f['dp'] // sel.nodes}",
-                )
+            s.note(
+                "multi-node",
+                f"this is node 0's command; on node r (1..{sel.nodes - 1}) run the same with --headless "
+                f"--data-parallel-start-rank r*{f['dp'] // sel.nodes}",
+                f"node 0's command; node r (1..{sel.nodes - 1}) adds --headless --data-parallel-start-rank "
+                f"r*{f['dp'] // sel.nodes}",
             )
     if f["ep"] > 1:
         args.put("enable_expert_parallel")
@@ -930,7 +824,7 @@ def flag_rules_layer(s: _State, args: _Args) -> None:
                     short=f"not applied: {s.build.name} has the fix ({flag} left out)",
                 )
             else:
-                s.notes.append(Note("build flags", why, why.split(" (")[0]))
+                s.note("build flags", why, why.split(" (")[0])
             if flag == "--engram-config":
                 s.fields["engram_cpu_offload"] = None  # the build's own Engram placement applies
     args.items = kept
@@ -981,7 +875,8 @@ def override_layer(s: _State, args: _Args) -> None:
     check_user_args(s.catalog, s.build, s.sel.extra_args)
     planned = {f: v for f, v in args.items if f in s.workaround_args}  # the workaround flags the build kept
     for token in s.sel.extra_args:
-        flag, value = _parse_user_arg(token)
+        arg = normalise(token)  # refuses anything that reaches a plan-owned setting, by any spelling vLLM reads
+        flag, value = arg
         if flag.replace("_", "-") in SECRET_FLAGS:  # argv is world-readable (ps, /proc) and vLLM logs its args
             name = SECRET_FLAGS[flag.replace("_", "-")]
             raise UsageError(
@@ -989,7 +884,7 @@ def override_layer(s: _State, args: _Args) -> None:
                 f"and logged by vLLM; pass --env {name} (vLLM reads it from there) and it reaches "
                 f"vLLM only through the 0600 env file"
             )
-        undone = undoes(UserArg(flag, value), planned)
+        undone = undoes(arg, planned)
         if undone:
             raise UsageError(
                 f"--vllm-arg {token} undoes {undone}, which workaround {s.workaround_args[undone]} adds "
@@ -999,7 +894,7 @@ def override_layer(s: _State, args: _Args) -> None:
             _merge_compilation_config(args, flag, value)
         else:
             args.set(flag, value)
-        s.notes.append(Note("override", f"{token} (given by --vllm-arg)"))
+        s.note("override", f"{token} (given by --vllm-arg)")
     planned_env = dict(s.env)  # every occurrence checked against the plan's value (the last one reaches vLLM)
     for key, value in s.sel.extra_env:
         check_env(key, value, planned_env)
@@ -1007,9 +902,7 @@ def override_layer(s: _State, args: _Args) -> None:
         # to the 0600 env file (rocm_dspark/recipe/secret_env.py); a planned key it repeats or overrides moves there too.
         s.env.pop(key, None)
         s.secret_env[key] = check_value(key, value)
-        s.notes.append(
-            Note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)")
-        )
+        s.note("override", f"env {key} (given by --env; its value reaches vLLM only through the env file)")
     target = s.sel.model_path or s.model.hf_id
 
     def with_spec(adaptive: bool) -> Command:
@@ -1069,7 +962,6 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
         tp=f["tp"],
         dp=f["dp"],
         ep=f["ep"],
-        pp=1,
         nodes=sel.nodes,
         dp_local=f["dp"] // sel.nodes,
         max_num_seqs=f["max_num_seqs"],
@@ -1083,17 +975,18 @@ def resolve_plan(catalog: Catalog, sel: Selection) -> LaunchPlan:
     )
     if f["adaptive_verification"] and s.adaptive_allowed:
         # The model's recipe turns it on here and no workaround turned it off: no gate needed.
-        return _switch(plan, True, Note("adaptive verification", "ON: the recipe's default for this GPU"))
+        return _switch(plan, True, "ON: the recipe's default for this GPU")
     return plan
 
 
-def _switch(plan: LaunchPlan, adaptive: bool, note: Note) -> LaunchPlan:
+def _switch(plan: LaunchPlan, adaptive: bool, text: str, short: str = "") -> LaunchPlan:
+    """The plan running adaptive (or block) verification, with the note that says why."""
     argv = plan.adaptive_argv if adaptive else plan.block_argv
     assert argv is not None  # resolve sets block_argv always, adaptive_argv wherever adaptive may be switched on
     return plan._replace(
         argv=argv,
         adaptive_verification=adaptive,
-        notes=(*plan.notes, note),
+        notes=(*plan.notes, Note("adaptive verification", text, short)),
         speculative_config=dict(plan.speculative_config, enable_adaptive_verification=adaptive),
     )
 
@@ -1107,20 +1000,12 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
         return _switch(
             plan,
             True,
-            Note(
-                "adaptive verification",
-                (f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})"),
-                f"ON: proven on this host (record {verdict.record})",
-            ),
+            f"ON: the probe proved it on this host ({verdict.reason}; record {verdict.record})",
+            f"ON: proven on this host (record {verdict.record})",
         )
     if verdict.outcome == NOT_PAYING:  # the gate's payoff half kept it off (probe/payoff.py)
         return _switch(
-            plan,
-            False,
-            Note(
-                "adaptive verification",
-                (f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}"),
-            ),
+            plan, False, f"OFF: full {plan.k}-token block verification. Adaptive verification is {verdict.reason}"
         )
     b = plan.build
     assert b is not None  # resolve sets it
@@ -1136,30 +1021,12 @@ def apply_verdict(plan: LaunchPlan, verdict: Verdict | None) -> LaunchPlan:
     return _switch(
         plan,
         False,
-        Note(
-            "adaptive verification",
-            (
-                f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
-                f"on this host to prove it"
-            ),
-            f"OFF ({plan.k}-token blocks): {short}",
-        ),
+        f"OFF: full {plan.k}-token block verification. {why}; gate: {verdict.reason}. Run `rocm-dspark probe` "
+        f"on this host to prove it",
+        f"OFF ({plan.k}-token blocks): {short}",
     )
 
 
 def resolve(catalog: Catalog, sel: Selection, verdict: Verdict | None = None) -> LaunchPlan:
     """The whole resolution: layers 1-10, then the verdict."""
     return apply_verdict(resolve_plan(catalog, sel), verdict)
-
-
-__all__ = [
-    "Selection",
-    "Verdict",
-    "resolve",
-    "resolve_plan",
-    "apply_verdict",
-    "GUARDED_FLAGS",
-    "LAYERS",
-    "flag_verdict",
-    "check_user_args",
-]

@@ -96,15 +96,3 @@ def merge_env_file(existing: str, values: dict[str, str], syntax: str = "systemd
             lines.append(line)
     lines += [env_file_line(k, v, syntax) for k, v in values.items() if k not in seen]
     return "\n".join(lines) + "\n"
-
-
-__all__ = [
-    "is_credential",
-    "check_value",
-    "env_file_line",
-    "merge_env_file",
-    "digest",
-    "redact_argv",
-    "SECRET_FLAGS",
-    "SYNTAXES",
-]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from rocm_dspark.errors import UsageError, warn
+from rocm_dspark.images import pick
 from rocm_dspark.recipe.options import SELECTION_KEYS, SELECTION_OPTIONS
 from rocm_dspark.recipe.plan import Selection
 
@@ -77,44 +79,30 @@ def detect_gpu(catalog) -> str | None:
 
 
 def build_selection(opts: dict, catalog) -> Selection:
-    """Option values -> Selection, detecting the GPU when none is given. The GPU must be a catalog key."""
+    """Option values -> Selection, detecting the GPU when none is given. The GPU must be a catalog key. An option
+    named as a Selection field is taken as given, unless read below."""
     gpu, source = opts.get("gpu"), "flag"
     if gpu is None:
         gpu = detect_gpu(catalog)
         source = "detected" if gpu else "default"
     else:
         gpu = catalog.find_gpu(gpu).key  # one line naming the known GPUs for anything else
-    return Selection(
-        model=opts["model"],
+    as_given = Selection(**{k: opts[k] for k in SELECTION_KEYS if k in opts and k in Selection._fields})
+    return as_given._replace(
         gpu=gpu,
         gpu_source=source,
-        gpus_per_node=opts.get("gpus_per_node"),
         nodes=opts.get("nodes") or 1,
         head_address=_head_address(opts.get("head_address")),
-        tp=opts.get("tp"),
-        dp=opts.get("dp"),
-        ep=opts.get("ep"),
-        max_num_seqs=opts.get("max_num_seqs"),
-        max_num_batched_tokens=opts.get("max_num_batched_tokens"),
         num_speculative_tokens=parse_k(opts.get("num_speculative_tokens")),
-        capture_cap=opts.get("capture_cap"),
-        vllm_version=opts.get("vllm_version"),
-        build=opts.get("build"),
-        concurrency=opts.get("concurrency"),
         memory_override=bool(opts.get("memory_override")),
-        benchmark_synthetic=opts.get("benchmark_synthetic"),
-        model_path=opts.get("model_path"),
-        served_name=opts.get("served_name"),
-        host=opts.get("host"),
-        port=opts.get("port"),
         extra_args=tuple(opts.get("extra_args") or ()),
         extra_env=tuple(env_pair(e) for e in opts.get("extra_env") or ()),
         images=_registry_answers(opts),
-        today=_today(),
+        today=time.strftime("%Y-%m-%d", time.gmtime()),
         k_schedule=_schedule(opts.get("k_schedule")),
         no_speculation=bool(opts.get("no_speculation")),
-        image=_image_ref(opts.get("image")),
-        registry=_mirror(opts.get("registry")),
+        image=pick.check_ref(opts["image"]) if opts.get("image") is not None else None,
+        registry=pick.check_mirror(opts["registry"]) if opts.get("registry") else None,
         image_software=opts.get("image_software"),
     )
 
@@ -128,18 +116,6 @@ def _head_address(value):
     return check_address(value)
 
 
-def _image_ref(value):
-    from rocm_dspark.images.pick import check_ref
-
-    return check_ref(value) if value is not None else None
-
-
-def _mirror(value):
-    from rocm_dspark.images.pick import check_mirror
-
-    return check_mirror(value) if value else None
-
-
 def _registry_answers(opts: dict) -> tuple:
     """This host's cached registry answers (rocm_dspark.images.cache); () when there are none."""
     from rocm_dspark.images import cache
@@ -151,18 +127,9 @@ def _registry_answers(opts: dict) -> tuple:
         return ()
 
 
-def _today() -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d", time.gmtime())
-
-
 def _schedule(value):
     if value is None:
         return None
     from rocm_dspark.recipe.k_schedule import parse_schedule
 
     return parse_schedule(value)
-
-
-__all__ = ["SELECTION_KEYS", "ADAPTIVE_MODES", "build_selection", "detect_gpu", "env_pair", "parse_k"]

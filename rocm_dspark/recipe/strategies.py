@@ -1,25 +1,6 @@
-"""Strategies: how ranks map to nodes. One node's plan in, every node's argv and env out. Pure: no I/O
-except reading recipes/strategies.yaml (the facts: names, ports, connector settings, sources).
-
-The names and flags are vllm-project/recipes' and vLLM's own (sources in recipes/strategies.yaml):
-
-  multi_node_tp    --tensor-parallel-size <all GPUs>, mp rendezvous --nnodes/--node-rank/--master-addr,
-                   --headless on every node but node 0
-  multi_node_tep   the same plus --enable-expert-parallel
-  multi_node_dep   --data-parallel-size <all ranks> --data-parallel-size-local <ranks per node>
-                   --data-parallel-address <head> --data-parallel-rpc-port <port> --data-parallel-start-rank
-                   <node x local>, --enable-expert-parallel; hybrid LB (every node serves HTTP) as the
-                   recipes do, or internal LB (one endpoint on node 0, workers --headless) as vLLM's docs show
-  multi_node_tp_dp TP inside a node, one DP replica per node (start rank = node rank)
-  multi_node_tp_pp TP inside a node, --pipeline-parallel-size <nodes>, mp rendezvous
-  pd_cluster       prefill and decode pools with --kv-transfer-config, and the vllm-router command
-  replicas         rocm-dspark's own: N independent servers of TP (GPUs / N) on ONE node, each pinned to its
-                   GPUs (HIP_VISIBLE_DEVICES = CUDA_VISIBLE_DEVICES) on its own port, vllm-router in front; for
-                   what vLLM's data parallelism cannot give (the mono decode kernels refuse it)
-
-The Ray variant: the DP strategies get --data-parallel-backend ray, the TP/PP strategies
---distributed-executor-backend ray (vLLM refuses --nnodes > 1 with anything but mp); node 0 starts the Ray
-head before `vllm serve`, every other node only joins the Ray cluster (`ray start --address ... --block`).
+"""Strategies: how ranks map to nodes, with vllm-project/recipes' names and vLLM's own flags (sources in
+recipes/strategies.yaml; what each strategy runs, the Ray variant and `replicas`: docs/strategies.md). One node's
+plan in, every node's argv and env out. Pure: no I/O except reading recipes/strategies.yaml.
 
 The input plan must be ONE node's plan (its layout is the node's GPUs); this module rewrites the parallel
 flags for the whole group. Every node gets the same --speculative-config, so K is the same on every rank.
@@ -155,17 +136,10 @@ class Cluster(NamedTuple):
 
 @lru_cache(maxsize=1)
 def strategy_facts() -> dict:
-    import yaml
-
-    from rocm_dspark.inputs import read_text
-    from rocm_dspark.recipe.catalog import recipes_dir
+    from rocm_dspark.recipe.catalog import load_yaml, recipes_dir
 
     path = recipes_dir() / "strategies.yaml"
-    text = read_text(path, "recipe file")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+    data = load_yaml(path)  # the catalog's strict loader: one line naming the file for a malformed one
     names = tuple((data or {}).get("strategies", {}))
     if names != STRATEGY_NAMES:
         raise UsageError(
@@ -185,13 +159,9 @@ def _split(argv) -> tuple[tuple[str, ...], list[tuple[str, str | None]]]:
     return argv.head, list(pairs)
 
 
-def _join(head: tuple[str, ...], items: list[tuple[str, str | None]]) -> Command:
-    return Command(head, items)  # rendered once, as resolve renders (a value starting with '-' stays glued)
-
-
-def _spec_of(argv: tuple[str, ...]) -> dict:
+def _spec_of(argv) -> dict:
     _split(argv)  # a plan's `vllm serve` command, else one line
-    return Command.from_words(argv).spec_config() or {}
+    return argv.spec_config() or {}
 
 
 def _rewrite(
@@ -208,7 +178,7 @@ def _rewrite(
             out = [(f, value if f == flag else v) for f, v in out]
         else:
             out.append((flag, value))
-    return _join(head, out)
+    return Command(head, out)  # rendered once, as resolve renders (a value starting with '-' stays glued)
 
 
 # --- input checks -------------------------------------------------------------------------------------
@@ -240,12 +210,6 @@ def check_address(value: str, what: str = "--head-address") -> str:
     raise UsageError(f"{what} {value!r} is not an IP address or host name; pass e.g. {what} 10.0.0.1")
 
 
-def _check_port(value: int, what: str) -> int:
-    if not isinstance(value, int) or not 0 < value < 65536:
-        raise UsageError(f"{what} {value!r} is not a TCP port (1-65535)")
-    return value
-
-
 def _check_common(spec: ClusterSpec) -> None:
     if spec.strategy not in STRATEGY_NAMES:
         raise UsageError(
@@ -264,18 +228,10 @@ def _check_common(spec: ClusterSpec) -> None:
         raise UsageError(
             f"--iface {spec.iface!r} is not a network interface name (letters, digits, '_.:-', at most 15)"
         )
-    for what, port in (
-        ("--rpc-port", spec.rpc_port),
-        ("--ray-port", spec.ray_port),
-        ("--router-port", spec.router_port),
-    ):
-        if port is not None:
-            _check_port(port, what)
-
-
-def node_rank_check(rank: int | None, nodes: int) -> None:
-    if rank is not None and not 0 <= rank < nodes:
-        raise UsageError(f"--node-rank {rank} is out of range: with --nodes {nodes} use 0..{nodes - 1}")
+    ports = {"--rpc-port": spec.rpc_port, "--ray-port": spec.ray_port, "--router-port": spec.router_port}
+    for what, port in ports.items():
+        if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
+            raise UsageError(f"{what} {port!r} is not a TCP port (1-65535)")
 
 
 # --- layouts -----------------------------------------------------------------------------------------
@@ -378,27 +334,7 @@ def _replicas_layout(spec: ClusterSpec, facts: dict, query_heads: int) -> dict:
     return {"tp": t, "dp": 1, "dp_local": 1, "pp": 1, "ep": False, "nodes": 1, "gpus_per_node": g, "replicas": r}
 
 
-def replica_concurrency(concurrency: int | None, replicas: int) -> int | None:
-    """The router splits C concurrent requests over N replicas: each carries ceil(C/N) at most (round robin)."""
-    return None if concurrency is None else -(-concurrency // replicas)
-
-
-def node_plan_layout(layout: dict) -> dict:
-    """The one-node layout to resolve the base plan with: the node's GPUs as one TP group (EP as the group's).
-
-    Memory, Engram and capture rules in resolve() are per node; the group's own sizes are set afterwards.
-    """
-    g = layout["gpus_per_node"]
-    return {"tp": g, "dp": 1, "ep": g if layout.get("ep") else 1}
-
-
 # --- expansion ---------------------------------------------------------------------------------------
-
-
-def _socket_env(spec: ClusterSpec) -> dict[str, str]:
-    if not spec.iface:
-        return {}
-    return {k: spec.iface for k in strategy_facts()["socket_ifname_env"]}
 
 
 def _check_spec_rules(argv: tuple[str, ...], layout: dict, strategy: str) -> None:
@@ -431,23 +367,20 @@ def expand(
     moe: bool = True,
 ) -> Cluster:
     """Every node's command for `spec`, from one node's plan (`argv`, `env`; `block_argv` = its fallback)."""
-    return _expand(spec, argv, env, query_heads=query_heads, block_argv=block_argv, port=port, moe=moe)._replace(
-        spec=spec, query_heads=query_heads
-    )
-
-
-def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     layout = layout_for(spec, query_heads, moe)
     _check_spec_rules(argv, layout, spec.strategy)
-    strategy = spec.strategy
-    if strategy == "single_node":
+    if spec.strategy == "single_node":
         cmd = NodeCommand(0, "head", 0, argv, dict(env), True, port, block_argv)
-        return Cluster(strategy, 1, "mp", layout, (cmd,))
-    if strategy == "pd_cluster":
-        return _expand_pd(spec, argv, env, block_argv, port, layout)
-    if strategy == "replicas":
-        return _expand_replicas(spec, argv, env, block_argv, port, layout)
+        cluster = Cluster("single_node", 1, "mp", layout, (cmd,))
+    else:
+        build = {"pd_cluster": _expand_pd, "replicas": _expand_replicas}.get(spec.strategy, _expand_group)
+        cluster = build(spec, argv, env, block_argv, port, layout)
+    return cluster._replace(spec=spec, query_heads=query_heads)
 
+
+def _expand_group(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
+    """The multi_node_* strategies: one group of ranks over every node."""
+    strategy = spec.strategy
     if not spec.head_address:
         raise UsageError(
             f"--strategy {strategy} needs --head-address (the address of node 0 that the other nodes reach)"
@@ -465,15 +398,14 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
     rpc = str(spec.rpc_port or facts["ports"]["data_parallel_rpc"])
     ray_port = spec.ray_port or facts["ports"]["ray"]
     dp_lb = spec.dp_lb or facts["strategies"][strategy].get("dp_lb", "internal")
-    notes: list[tuple[str, str]] = []
-    node_env = {**env, **_socket_env(spec)}
-    if not spec.iface:
-        notes.append(
-            (
-                "network",
-                "no --iface: GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME are not set, so Gloo and RCCL pick an "
-                "interface themselves; on hosts with several, pass --iface <inter-node NIC>",
-            )
+    notes: dict[str, str] = {}  # topic -> text, in order
+    node_env = dict(env)
+    if spec.iface:
+        node_env.update({k: spec.iface for k in facts["socket_ifname_env"]})
+    else:
+        notes["network"] = (
+            "no --iface: GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME are not set, so Gloo and RCCL pick an "
+            "interface themselves; on hosts with several, pass --iface <inter-node NIC>"
         )
     commands: list[NodeCommand] = []
     dp_kind = kind in ("dep", "tp_dp")
@@ -489,11 +421,8 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         if ray:
             if r > 0:
                 worker = ("ray", "start", f"--address={_hostport(head, ray_port)}", "--block")
-                commands.append(
-                    NodeCommand(
-                        r, "worker", r, worker, dict(node_env), False, None, None, (), addrs[r] if addrs else None
-                    )
-                )
+                address = addrs[r] if addrs else None
+                commands.append(NodeCommand(r, "worker", r, worker, dict(node_env), False, None, None, (), address))
                 continue
             p.append(("--data-parallel-backend", "ray") if dp_kind else ("--distributed-executor-backend", "ray"))
             if dp_kind:
@@ -523,71 +452,42 @@ def _expand(spec, argv, env, *, query_heads, block_argv, port, moe) -> Cluster:
         argv_r = _rewrite(argv, p, {})
         block_r = _rewrite(block_argv, p, {}) if block_argv else None
         setup = (("ray", "start", "--head", f"--port={ray_port}"),) if ray and r == 0 else ()
-        commands.append(
-            NodeCommand(
-                r,
-                "head" if r == 0 else "worker",
-                r,
-                argv_r,
-                env_r,
-                serves,
-                port if serves else None,
-                block_r,
-                setup,
-                addrs[r] if addrs else head if r == 0 else None,
-            )
-        )
+        role, address = ("head", addrs[0] if addrs else head) if r == 0 else ("worker", addrs[r] if addrs else None)
+        http = port if serves else None
+        commands.append(NodeCommand(r, role, r, argv_r, env_r, serves, http, block_r, setup, address))
     if ray and kind in ("tp_all", "tp_pp"):
-        notes.append(("ray", "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"))
+        notes["ray"] = "node 0 runs the Ray head and `vllm serve`; the other nodes only join the Ray cluster"
     if ray and dp_kind:
-        notes.append(("ray", "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no RPC port"))
+        notes["ray"] = "--data-parallel-backend ray: node 0 starts every DP rank through Ray; no RPC port"
     if dp_kind and not ray and dp_lb == "hybrid":
         if addrs:
             # External load balancing: vllm-router round-robins over every node's own endpoint.
             rport = spec.router_port or facts["ports"]["dp_router"]
             if rport == port:
                 raise UsageError(f"--router-port {rport} is the nodes' --port; pass another --router-port")
-            router = (
-                "vllm-router",
-                "--policy",
-                "round_robin",
-                "--worker-urls",
-                *(_url(a, port) for a in addrs),
-                "--host",
-                "0.0.0.0",
-                "--port",
-                str(rport),
-            )
-            commands.append(NodeCommand(0, "router", 0, router, {}, True, rport, None, (), addrs[0]))
-            notes.append(
-                (
-                    "load balancing",
-                    f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} "
-                    "round-robins over them",
-                )
+            urls = (_url(a, port) for a in addrs)
+            commands.append(_router(rport, addrs[0], "--policy", "round_robin", "--worker-urls", *urls))
+            notes["load balancing"] = (
+                f"every node serves HTTP for its own DP ranks; vllm-router on node 0 :{rport} round-robins over them"
             )
         else:
-            notes.append(
-                (
-                    "load balancing",
-                    "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
-                    "--policy round_robin) in front of all nodes' --port",
-                )
+            notes["load balancing"] = (
+                "every node serves HTTP for its own DP ranks: put a load balancer (e.g. vllm-router "
+                "--policy round_robin) in front of all nodes' --port"
             )
     if dp_kind:
-        notes.append(
-            (
-                "batch limits",
-                "--max-num-seqs and --max-num-batched-tokens apply per DP rank (vLLM data_parallel_deployment.md)",
-            )
+        notes["batch limits"] = (
+            "--max-num-seqs and --max-num-batched-tokens apply per DP rank (vLLM data_parallel_deployment.md)"
         )
-    notes.append(
-        (
-            "speculative",
-            f"every rank runs the same --speculative-config (K={_spec_of(argv).get('num_speculative_tokens')})",
-        )
-    )
-    return Cluster(strategy, n, spec.backend, layout, tuple(commands), tuple(notes))
+    k = _spec_of(argv).get("num_speculative_tokens")
+    notes["speculative"] = f"every rank runs the same --speculative-config (K={k})"
+    return Cluster(strategy, n, spec.backend, layout, tuple(commands), tuple(notes.items()))
+
+
+def _router(port: int, address: str | None, *args: str) -> NodeCommand:
+    """vllm-router `args` on node 0, serving HTTP on `port`."""
+    argv = ("vllm-router", *args, "--host", "0.0.0.0", "--port", str(port))
+    return NodeCommand(0, "router", 0, argv, {}, True, port, None, (), address)
 
 
 def _hostport(host: str, port: int) -> str:
@@ -616,6 +516,14 @@ def kv_transfer_config(connector: str, role: str, *, http_port: int, proxy_ip: s
             "notify_port": str(facts["notify_port"]),
         }
     return cfg
+
+
+def _one_node(argv, extra: dict[str, str | None], keep_out: str = ""):
+    """An independent server's command (pd_cluster, replicas): its one-node layout flags kept, `extra` set."""
+    if argv is None:
+        return None
+    _, items = _split(argv)
+    return _rewrite(argv, [(f, v) for f, v in items if f in OWNED_FLAGS and f != keep_out], extra)
 
 
 def _decode_compilation(argv: Command, mode: str) -> str:
@@ -666,11 +574,10 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
         def one(a, extra=extra, role=role):
             if a is None:
                 return None
-            _, items = _split(a)
             e = dict(extra)
             if role == "decode":
                 e["--compilation-config"] = _decode_compilation(a, pd["decode_cudagraph_mode"])
-            return _rewrite(a, [(f, v) for f, v in items if f in OWNED_FLAGS and f != "--kv-transfer-config"], e)
+            return _one_node(a, e, keep_out="--kv-transfer-config")
 
         node_env = {**env, **{k: str(v) for k, v in (c.get("env") or {}).items()}}
         if connector == "nixl":
@@ -679,15 +586,14 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
         commands.append(
             NodeCommand(node, role, pool_rank, one(argv), node_env, True, http, one(block_argv), (), addrs[node])
         )
-    router = ["vllm-router", "--vllm-pd-disaggregation", *c["router"]]
     if connector == "nixl":
+        pools = []
         for cmd in commands:
             assert cmd.address is not None and cmd.port is not None  # set for every pool command above
-            router += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
+            pools += ["--prefill" if cmd.role == "prefill" else "--decode", _url(cmd.address, cmd.port)]
     else:
-        router += ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]
-    router += ["--host", "0.0.0.0", "--port", str(router_port)]
-    commands.append(NodeCommand(0, "router", 0, tuple(router), {}, True, router_port, None, (), router_host))
+        pools = ["--vllm-discovery-address", f"0.0.0.0:{c['proxy_ping_port']}"]
+    commands.append(_router(router_port, router_host, "--vllm-pd-disaggregation", *c["router"], *pools))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
         (
@@ -709,15 +615,8 @@ def _expand_pd(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluste
             f"{router_host}:{c['proxy_ping_port']}",
         ),
     ]
-    return Cluster(
-        "pd_cluster",
-        n,
-        "mp",
-        {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill, "connector": connector},
-        tuple(commands),
-        tuple(notes),
-        pd["status"].strip(),
-    )
+    pd_layout = {**layout, "prefill_nodes": n_prefill, "decode_nodes": n - n_prefill, "connector": connector}
+    return Cluster("pd_cluster", n, "mp", pd_layout, tuple(commands), tuple(notes), pd["status"].strip())
 
 
 def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
@@ -740,29 +639,12 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
         gpus = ",".join(str(i) for i in range(r * t, (r + 1) * t))
         renv = {**env, **{k: gpus for k in rf["visibility_env"]}}
         extra: dict[str, str | None] = {"--port": str(ports[r])}
-
-        def one(a, extra=extra):
-            if a is None:
-                return None
-            _, items = _split(a)
-            return _rewrite(a, [(f, v) for f, v in items if f in OWNED_FLAGS], extra)
-
-        commands.append(NodeCommand(0, "replica", r, one(argv), renv, True, ports[r], one(block_argv)))
+        one, block = _one_node(argv, extra), _one_node(block_argv, extra)
+        commands.append(NodeCommand(0, "replica", r, one, renv, True, ports[r], block))
     wait = env.get(rf["router_startup_env"]) or str(rf["router_startup_default_s"])
-    router = (
-        "vllm-router",
-        "--policy",
-        rf["router_policy"],
-        "--worker-urls",
-        *(_url("127.0.0.1", p) for p in ports),
-        "--worker-startup-timeout-secs",
-        wait,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(router_port),
-    )
-    commands.append(NodeCommand(0, "router", 0, router, {}, True, router_port, None, (), None))
+    urls = [_url("127.0.0.1", p) for p in ports]
+    args = ("--policy", rf["router_policy"], "--worker-urls", *urls, "--worker-startup-timeout-secs", wait)
+    commands.append(_router(router_port, None, *args))
     k = _spec_of(argv).get("num_speculative_tokens")
     notes = [
         (
@@ -786,20 +668,3 @@ def _expand_replicas(spec: ClusterSpec, argv, env, block_argv, port, layout) -> 
         ),
     ]
     return Cluster("replicas", 1, "mp", layout, tuple(commands), tuple(notes))
-
-
-__all__ = [
-    "ClusterSpec",
-    "NodeCommand",
-    "Cluster",
-    "STRATEGY_NAMES",
-    "expand",
-    "layout_for",
-    "node_plan_layout",
-    "kv_transfer_config",
-    "check_address",
-    "node_rank_check",
-    "strategy_facts",
-    "replica_concurrency",
-    "INDEPENDENT",
-]

@@ -99,7 +99,7 @@ class UserArg(NamedTuple):
     value: str | None  # None for a bare flag
 
 
-def _canonical_name(name: str) -> str:
+def canonical_name(name: str) -> str:
     """`--a_b.c_d` -> `--a-b.c_d`: vLLM rewrites `_` only between `--` and the first `.`."""
     if not name.startswith("--"):
         return name
@@ -122,10 +122,7 @@ def _reaches(name: str, option: str) -> bool:
 
 
 def _owner(head: str, table: Mapping[str, object]) -> str | None:
-    exact = table.get(head)
-    if exact is not None:
-        return head
-    return next((opt for opt in table if _reaches(head, opt)), None)
+    return head if head in table else next((opt for opt in table if _reaches(head, opt)), None)
 
 
 def _json_keys(value: str, what: str) -> set[str]:
@@ -134,7 +131,7 @@ def _json_keys(value: str, what: str) -> set[str]:
     try:
         data = json.loads(value)
     except ValueError:
-        raise UsageError(f"--vllm-arg {what}: give the value as a JSON object (vLLM parses it as JSON)") from None
+        data = None
     if not isinstance(data, dict):
         raise UsageError(f"--vllm-arg {what}: give the value as a JSON object (vLLM parses it as JSON)")
     return {str(k).replace("-", "_") for k in data}
@@ -147,17 +144,16 @@ def read(token: str) -> UserArg:
     raw_name, sep, value = token.partition("=")
     if not re.fullmatch(_FLAG, raw_name):
         raise UsageError(f"--vllm-arg {token!r}: {raw_name!r} is not a flag name (letters, digits, '-', '_', '.')")
-    return UserArg(_canonical_name(raw_name), value if sep else None)
+    return UserArg(canonical_name(raw_name), value if sep else None)
 
 
 def normalise(token: str) -> UserArg:
     """One `--vllm-arg` token -> UserArg, or UsageError when it is malformed or reaches a plan-owned setting."""
     name, value = read(token)
-    sep = value is not None
     head, dot, keys = name.partition(".")
     if head.startswith("-O") and not head.startswith("--"):
         # vLLM reads -O<x> (and -O.<x>) as --optimization-level <x>: not plan-owned, passed as given.
-        return UserArg(name, value if sep else None)
+        return UserArg(name, value)
 
     owned = _owner(head, GUARDED_FLAGS)
     if owned is not None:
@@ -187,9 +183,9 @@ def normalise(token: str) -> UserArg:
             raise UsageError(
                 f"--vllm-arg {long_name} sets {', '.join(hit)}, which the plan decides; use {_CAPTURE} instead"
             )
-        return UserArg(long_name + (dot + keys if dot else ""), value if sep else None)
+        return UserArg(long_name + (dot + keys if dot else ""), value)
 
-    return UserArg(name, value if sep else None)
+    return UserArg(name, value)
 
 
 def _negation(flag: str) -> str:
@@ -219,9 +215,6 @@ def emit(flag: str, value: str | None) -> list[str]:
     if value.startswith("-"):
         return [f"{flag}={value}"]
     return [flag, value]
-
-
-__all__ = ["GUARDED_FLAGS", "PLAN_OWNED", "PARTLY_OWNED", "UserArg", "read", "normalise", "undoes", "emit"]
 
 
 # --- the build's own parser (recipes/vllm_parsers.yaml) ----------------------------------------------

@@ -1,17 +1,14 @@
-"""User `--env KEY=VALUE` entries, and the guard on the environment the plan decides.
+"""User `--env KEY=VALUE` entries, and the guard on the environment the plan decides (docs/recipe.md).
 
-An `--env` reaches vLLM as given. Two kinds would change what the plan says it runs, and are refused:
-  * a variable the plan itself sets (profile, workaround or build layers in rocm_dspark/recipe/resolve.py), with
-    another value: the plan's value is a decision its notes explain (VLLM_USE_BREAKABLE_CUDAGRAPH on gfx942,
-    the AITER switches), and an override would leave those notes false. STARTUP_ONLY variables are the
-    exception: they change how long vLLM waits or what it logs, not what it computes.
-  * VLLM_PLUGINS without this toolkit's entry point: vLLM reads it as an allow-list of plugins
-    (vllm/plugins/__init__.py, load_plugins_by_group: `plugin.name in allowed_plugins`; "" matches none), so
-    it would silently drop the ROCm sparse-SWA backend that adaptive verification needs on builds without
-    the fix.
-Every other variable passes. It is part of the launch command the probe fingerprints
-(rocm_dspark/probe/fingerprint.py launch_identity), so evidence gathered under another environment never
-turns adaptive verification on.
+An `--env` reaches vLLM as given, except two kinds, refused because they would change what the plan says it runs:
+  * a variable the plan sets (profile, workaround or build layers in rocm_dspark/recipe/resolve.py) with another
+    value: its notes explain the value (VLLM_USE_BREAKABLE_CUDAGRAPH on gfx942, the AITER switches).
+    STARTUP_ONLY variables pass: they change how long vLLM waits or what it logs, not what it computes.
+  * VLLM_PLUGINS without this toolkit's entry point: vLLM reads it as an allow-list (vllm/plugins/__init__.py,
+    load_plugins_by_group: `plugin.name in allowed_plugins`; "" matches none), which would silently drop the ROCm
+    sparse-SWA backend that adaptive verification needs on builds without the fix.
+The environment is part of the launch command the probe fingerprints (rocm_dspark/probe/fingerprint.py
+launch_identity), so evidence gathered under another one never turns adaptive verification on.
 """
 
 from __future__ import annotations
@@ -38,6 +35,3 @@ def check_env(key: str, value: str, planned: dict[str, str]) -> None:
             f"attention plugin would not load; add {PLUGIN_NAME} to the list (e.g. "
             f"VLLM_PLUGINS={PLUGIN_NAME}{',' + value if value else ''})"
         )
-
-
-__all__ = ["check_env", "STARTUP_ONLY", "PLUGIN_NAME"]
