@@ -252,3 +252,25 @@ def test_a_workaround_whose_flag_the_build_drops_says_it_is_not_applied():
     assert "build flags" not in notes  # said once, in the workaround's own note
     kept = {n.topic: n for n in resolve(CAT, Selection(model=V41, gpu="mi355x", build="nightly-3df4ae15")).notes}
     assert "not applied" not in kept["workaround rocm-no-swa-bounded-replay"].text
+
+
+def test_a_workarounds_vllm_range_is_read_against_the_builds_reported_version(recipes_copy):
+    """recipes/workarounds.yaml `applies.vllm`: the range is matched against the plan's build (its reported
+    version); a build with no recorded version keeps the workaround, as the data file says of an unknown one."""
+    from tests.helpers.recipes import _break
+
+    _break(
+        recipes_copy,
+        "workarounds.yaml",
+        "    applies: {models: [DeepSeek-V4.1-Flash], gpus: [mi300x]}\n",
+        "    applies: {models: [DeepSeek-V4.1-Flash], gpus: [mi300x], vllm: '<0.33.0'}\n",
+    )
+    cat = load_catalog(recipes_copy)
+    topic = "workaround gfx942-full-decode-only"
+
+    def has(build):
+        plan = resolve(cat, Selection(model=V41, gpu="mi300x", build=build))
+        return topic in {n.topic for n in plan.notes}
+
+    assert cat.builds["v0.32.0"].reported_version == "0.32.0" and has("v0.32.0")
+    assert cat.builds["v0.33.0"].reported_version == "0.33.0" and not has("v0.33.0")

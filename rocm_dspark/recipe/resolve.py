@@ -322,7 +322,7 @@ def build_layer(s: _State) -> None:
 
 def workaround_layer(s: _State) -> None:
     for w in s.catalog.workarounds:
-        if w.when or not w.applies(s.model.key, s.gpu.key, None):
+        if w.when or not w.applies(s.model.key, s.gpu.key, s.build.reported_version):
             continue  # a `when` workaround waits for the plan's values (capture_layer)
         s.fields.update(w.sets)
         s.extra_args.extend(w.args)
@@ -612,7 +612,7 @@ def _when_workarounds(s: _State) -> None:
         if (
             below is not None
             and mnbt < below
-            and w.applies(s.model.key, s.gpu.key, None)
+            and w.applies(s.model.key, s.gpu.key, s.build.reported_version)
             and not any(n.topic == topic for n in s.notes)
         ):
             s.note(topic, f"{w.reason} Remove when: {w.remove_when}. ({w.evidence})", w.short)
