@@ -73,3 +73,17 @@ def test_a_probe_that_exits_2_in_the_image_fails_the_step_with_its_last_line(tmp
         steps.probe_in_image(run)
     assert "\n" not in got.value.message and got.value.message.endswith(
         "exited 2: rocm-dspark: error: --server-json only applies to the live level"), got.value.message
+
+
+def test_an_in_image_probe_that_keeps_printing_is_still_stopped_at_its_deadline(tmp_path):
+    """The deadline counts while the probe prints too (it was applied only once its output ended): a probe that
+    prints for longer is stopped (SIGTERM, then SIGKILL past the grace) and reported as -9 with its last lines."""
+    import time
+
+    from rocm_dspark.probe.inimage import run_in_image
+
+    script = "trap '' TERM; for i in $(seq 1 200); do echo line $i; sleep 0.05; done"  # 10 s if never stopped
+    t0 = time.monotonic()
+    code, tail = run_in_image(["bash", "-c", script], timeout_s=0.5, grace_s=0.3)
+    assert code == -9 and tail and tail[-1].startswith("line ")
+    assert time.monotonic() - t0 < 5

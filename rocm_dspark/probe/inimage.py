@@ -14,6 +14,7 @@ import collections
 import os
 import shlex
 import subprocess
+import threading
 from pathlib import Path
 
 from rocm_dspark.images import wheel as toolkit
@@ -72,17 +73,33 @@ def probe_command(
     return argv + ["--entrypoint", "bash", image, "-c", script]
 
 
-def run_in_image(argv: list[str], *, say=lambda line: None, timeout_s: float = 7200.0) -> tuple[int, list[str]]:
-    """Run probe_command's argv, each output line to `say`; (exit status, its last non-empty lines)."""
+def run_in_image(
+    argv: list[str], *, say=lambda line: None, timeout_s: float = 7200.0, grace_s: float = 30.0
+) -> tuple[int, list[str]]:
+    """Run probe_command's argv, each output line to `say`; (exit status, its last non-empty lines). Past
+    `timeout_s` (counted while it still prints, too) it gets SIGTERM, which an attached `docker run` passes on to
+    the container (--sig-proxy, docker's default), then SIGKILL after `grace_s`; the status is then -9."""
     tail: collections.deque = collections.deque(maxlen=20)
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        expired = threading.Event()
+
+        def stop() -> None:
+            expired.set()
+            proc.terminate()
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+        timer = threading.Timer(timeout_s, stop)
+        timer.daemon = True
+        timer.start()
         try:
             for line in proc.stdout or ():
                 say(line.rstrip())
                 if line.strip():
                     tail.append(line.rstrip())
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = -9
-    return code, list(tail)
+            code = proc.wait()
+        finally:
+            timer.cancel()
+    return (-9 if expired.is_set() else code), list(tail)
