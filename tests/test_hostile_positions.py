@@ -167,3 +167,54 @@ def test_values_a_position_cannot_carry_are_one_line_errors(tmp_path, flag, valu
     err = proc.stderr.decode(errors="replace").strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("rocm-dspark: error: "), err
     assert list(tmp_path.iterdir()) == []
+
+
+def _exec_start_words(line: str) -> list[str]:
+    """ExecStart='s words as systemd.service(5) "Command lines" reads them: split on whitespace, double quotes
+    group and take C escapes, "$$" and "%%" are a literal "$" and "%" (a bare "$X" or "%n" would be expanded)."""
+    words, i = [], 0
+    while i < len(line):
+        if line[i] == " ":
+            i += 1
+            continue
+        word = ""
+        while i < len(line) and line[i] != " ":
+            if line[i] == '"':
+                i += 1
+                while line[i] != '"':
+                    if line[i] == "\\":
+                        i += 1
+                    word += line[i]
+                    i += 1
+                i += 1
+            else:
+                word += line[i]
+                i += 1
+        for pair, lit in (("$$", "$"), ("%%", "%")):
+            parts = word.split(pair)
+            assert all(lit not in p for p in parts), f"{word!r} would be expanded by systemd"
+            word = lit.join(parts)
+        words.append(word)
+    return words
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("value", [v for v in HOSTILE if "\\" not in v and not any(ord(c) < 32 for c in v)])
+def test_a_hostile_state_dir_reaches_the_readiness_and_canary_units_as_one_argument(tmp_path, value):
+    """`up --state-dir` names the readiness server's and the canary's ExecStart= argument: systemd must read it back
+    as one word, unexpanded (it was passed bare, so a space split it and a "$" was expanded), and the units must load
+    without a warning. Paths a unit line cannot carry (control characters, a backslash) are refused elsewhere."""
+    from rocm_dspark.launch import aux_units
+
+    state = str(tmp_path / ("st " + value.replace("/", "_")))
+    argv = ["/usr/bin/python3", "-m", "rocm_dspark", "canary", "--timeout", "300", "--state-dir", state]
+    units = {**aux_units.canary_units("svc", Path(state), "nobody", argv, 900, 5),
+             "svc-ready.service": aux_units.ready_unit("svc", Path(state), "nobody", argv, 8001, "/ready")}
+    for file, text in units.items():
+        (tmp_path / file).write_text(text)
+        if file.endswith(".service"):
+            line = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
+            assert _exec_start_words(line.removeprefix("ExecStart=")) == argv, (file, line)
+    res = subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", *(str(tmp_path / f) for f in units)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "quot" not in res.stderr and "escape" not in res.stderr, res.stderr

@@ -119,13 +119,24 @@ def systemd_executable(path: str, what: str = "launcher path") -> str:
     return '"' + systemd_specifiers(path) + '"'
 
 
+def systemd_arg(word: str, what: str) -> str:
+    """One argument of ExecStart=: systemd splits the line on whitespace, reads quotes and C escapes inside them,
+    and expands $VAR and %-specifiers anywhere (systemd.service(5), "Command lines"; "$$" and "%%" are literal).
+    Plain words stay bare; others are double-quoted with those characters escaped. Control characters are refused:
+    a newline would end the line."""
+    _refuse_nul(word, what)
+    if any(_is_control(ch) for ch in word):
+        raise UsageError(f"{what} {word!r} has control characters, which a systemd unit cannot carry; choose another")
+    if word and _BASH_SAFE.fullmatch(word) and "%" not in word:
+        return word
+    escaped = word.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$").replace("%", "%%")
+    return f'"{escaped}"'
+
+
 def systemd_exec_start(words: list[str]) -> str:
     """ExecStart= for `python -m rocm_dspark ... --state-dir DIR` (the readiness and canary units, aux_units.py)."""
-    return " ".join(
-        [systemd_executable(words[0], "python")]
-        + [systemd_specifiers(shlex.quote(w)) for w in words[1:-1]]
-        + [systemd_path(words[-1], "--state-dir")]
-    )
+    systemd_path(words[-1], "--state-dir")  # absolute, one line, no backslash
+    return " ".join([systemd_executable(words[0], "python"), *(systemd_arg(w, "argument") for w in words[1:])])
 
 
 def unit_user(name: str) -> str:
