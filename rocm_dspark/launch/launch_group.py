@@ -16,7 +16,6 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import Command
 
@@ -40,7 +39,6 @@ def _router_script(cmd) -> str:
     )
 
 
-# Why a group's launchers keep --monokernel when vLLM refuses it (one note, in `next` and the k8s annotation).
 # vLLM's default --master-port (ParallelConfig.master_port, vllm/config/parallel.py 0.32/0.33).
 _MASTER_PORT = 29501
 
@@ -81,6 +79,7 @@ def write_group(
         _check_output_dir,
         default_name,
         install_commands,
+        write_all,
         write_launchers,
     )
 
@@ -93,12 +92,7 @@ def write_group(
             raise UsageError("--format k8s writes the whole group (LeaderWorkerSet); drop --node-rank")
         path = out / f"{base}.k8s.yaml"
         text = render_yaml(manifests_for(plan, cluster, name=name, startup_budget_s=ready_timeout_s))
-        try:
-            write_files_atomic([(path, text, 0o644)])
-        except OSError as exc:
-            raise UsageError(
-                f"cannot write {exc.filename or path}: {exc.strerror}; choose a writable --output"
-            ) from exc
+        write_all([(path, text, 0o644)], str(path))
         obs = _observability(plan, cluster, out, k8s_name(plan, name), bands, k8s=True)
         return {
             "files": [{"path": str(path), "what": "Kubernetes manifests"}, *obs],
@@ -128,7 +122,7 @@ def write_group(
         )
         if cmd.role == "router":
             path = out / f"{stem}.sh"
-            write_files_atomic([(path, _router_script(cmd), 0o755)])
+            write_all([(path, _router_script(cmd), 0o755)], str(path))
             files.append({"path": str(path), "what": f"node {cmd.node}: vllm-router"})
             continue
         group = {"group_role": "single"}

@@ -26,9 +26,6 @@ from rocm_dspark.recipe.vllm_args import emit
 # The templates are package data next to this module (so wheels ship them).
 LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
 FORMATS = ("shell", "systemd")
-DEFAULT_READY_TIMEOUT_S = launch_facts.READY_TIMEOUT_S
-DEFAULT_STOP_TIMEOUT_S = launch_facts.STOP_TIMEOUT_S
-DEFAULT_JOIN_TIMEOUT_S = launch_facts.JOIN_TIMEOUT_S
 DEFAULT_USER = "vllm"
 # Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
 INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
@@ -36,7 +33,7 @@ INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
 # prefix in the unit: a missing file stops the start, so a unit never runs without its secrets.
 ENV_DIR = "/etc/rocm-dspark"
 UNIT_DIR = "/etc/systemd/system"
-DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
+WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
 # `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
 EXPOSURE = "2.0 OK"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -150,26 +147,9 @@ def _state_root_chain() -> str:
 
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset(
-    {
-        "DOCKER_RUN_FLAGS",
-        "HF_HOME_MOUNT",
-        "HF_HUB_MOUNT",
-        "PASSED_ENV_FLAGS",
-        "ADAPTIVE_REFUSALS",
-        "MONO_REFUSAL",
-        "PARTITION_ARGV",
-        "SPLIT_PARTITION_RE",
-        "GPU_GROUPS",
-        "GPU_GROUPS_COMMA",
-        "CACHE_CONTAINER_DIR",
-        "TIMEOUT_START_S",
-        "TIMEOUT_STOP_S",
-        "WARM_BODY",
-        "PRIMARY_WARM",
-        "PRIMARY_WARM_SAYS",
-        "FALLBACK_WARM",
-        "FALLBACK_WARM_SAYS",
-    }
+    "DOCKER_RUN_FLAGS HF_HOME_MOUNT HF_HUB_MOUNT PASSED_ENV_FLAGS ADAPTIVE_REFUSALS MONO_REFUSAL PARTITION_ARGV"
+    " SPLIT_PARTITION_RE GPU_GROUPS GPU_GROUPS_COMMA CACHE_CONTAINER_DIR TIMEOUT_START_S TIMEOUT_STOP_S WARM_BODY"
+    " PRIMARY_WARM PRIMARY_WARM_SAYS FALLBACK_WARM FALLBACK_WARM_SAYS".split()
 )
 
 
@@ -210,8 +190,8 @@ def render_launcher(
     *,
     name: str | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
     group_role: str = "single",
     ready_host: str = "",
     ready_port: int | None = None,
@@ -222,7 +202,7 @@ def render_launcher(
     join_port: int | None = None,
     group_nodes: int = 1,
     iface: str = "",
-    join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
+    join_timeout_s: int = launch_facts.JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
@@ -374,9 +354,8 @@ def render_unit(
     user: str = DEFAULT_USER,
     name: str | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
-    watchdog_s: int = DEFAULT_WATCHDOG_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = check_name(name or default_name(plan))
@@ -405,7 +384,7 @@ def render_unit(
         # The launcher escalates to SIGKILL itself before systemd would.
         "TIMEOUT_STOP_S": str(launch_facts.stop_window_s(stop_timeout_s)),
         "RESTART_SEC": "60",
-        "WATCHDOG_S": str(int(watchdog_s)),
+        "WATCHDOG_S": str(WATCHDOG_S),
         "EXPOSURE": EXPOSURE,
         # Container mode runs `docker`: the unit needs the daemon up first, and stops before it.
         "RUNTIME_AFTER": " docker.service\nRequires=docker.service" if container else "",
@@ -420,8 +399,8 @@ def render_env_file(
     plan: LaunchPlan,
     *,
     name: str | None = None,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
     syntax: str = "systemd",
     single: bool = True,
 ) -> str:
@@ -559,14 +538,12 @@ def _env_file_text(
     return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
-def _write_all(files: list[tuple[Path, str, int]]) -> None:
+def write_all(files: list[tuple[Path, str, int]], what: str = "launcher files") -> None:
     """Write every file to a temp file in its directory, then rename them all; on failure remove the temps."""
     try:
         write_files_atomic(files)
     except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output"
-        ) from exc
+        raise UsageError(f"cannot write {exc.filename or what}: {exc.strerror}; choose a writable --output") from exc
 
 
 def write_launchers(
@@ -578,8 +555,8 @@ def write_launchers(
     user: str | None = None,
     env_file: str | os.PathLike | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
     group: dict | None = None,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> LaunchFiles:
@@ -612,41 +589,32 @@ def write_launchers(
     )
     single = (group or {}).get("group_role", "single") == "single"
     to_write = [(launcher, text, 0o755)]
-    if fmt == "shell":
-        # Read by docker (--env-file) in a container, by the launcher's raw-line loop on a host: docker's syntax.
-        env_text = (
-            _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker", single)
-            if plan.secret_env
-            else None
-        )
-        if env_text is not None:
-            to_write.append((env_path, env_text, 0o600))
-        _write_all(to_write)
-        return LaunchFiles(
-            fmt=fmt,
-            name=name,
-            launcher=launcher,
-            env_file=env_path if env_text is not None else None,
-            env_file_written=env_text is not None,
-        )
-
     user = user or DEFAULT_USER
-    unit = out / f"{name}.service"
-    unit_text = render_unit(
-        plan,
-        launcher_path=installed_launcher(name),
-        env_file_path=installed_env_file(name),
-        user=user,
-        name=name,
-        container=container,
-        ready_timeout_s=ready_timeout_s,
-        stop_timeout_s=stop_timeout_s,
+    unit = None
+    if fmt == "systemd":
+        unit = out / f"{name}.service"
+        unit_text = render_unit(
+            plan,
+            launcher_path=installed_launcher(name),
+            env_file_path=installed_env_file(name),
+            user=user,
+            name=name,
+            container=container,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        to_write.append((unit, unit_text, 0o644))
+    # A shell launcher's env file is read by docker (--env-file) in a container, by its raw-line loop on a host:
+    # docker's syntax, and only where there are --env values. The unit's EnvironmentFile= always exists.
+    syntax = "systemd" if unit else "docker"
+    env_text = (
+        _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, syntax, single)
+        if unit or plan.secret_env
+        else None
     )
-    env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "systemd", single)
-    write_env = env_text is not None
-    to_write.append((unit, unit_text, 0o644))
     if env_text is not None:
         to_write.append((env_path, env_text, 0o600))
-    _write_all(to_write)
-    files = LaunchFiles(fmt=fmt, name=name, launcher=launcher, unit=unit, env_file=env_path, env_file_written=write_env)
+    write_all(to_write)
+    kept = env_path if unit or env_text is not None else None
+    files = LaunchFiles(fmt, name, launcher, unit, kept, env_file_written=env_text is not None)
     return replace(files, install_commands=install_commands(files, user))

@@ -467,16 +467,10 @@ def render(
 
 def write(out_dir: Path, files: dict[str, str]) -> list[Path]:
     """Write every file by rename (all or none)."""
-    from rocm_dspark.atomic import write_files_atomic
-    from rocm_dspark.errors import UsageError
+    from rocm_dspark.launch.launchers import write_all
 
-    paths: list[tuple[Path, bytes | str, int]] = [(Path(out_dir) / n, text, 0o644) for n, text in files.items()]
-    try:
-        write_files_atomic(paths)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or 'the observability files'}: {exc.strerror}; choose a writable --output"
-        ) from exc
+    paths = [(Path(out_dir) / n, text, 0o644) for n, text in files.items()]
+    write_all(paths, "the observability files")
     return [p for p, _, _ in paths]
 
 
