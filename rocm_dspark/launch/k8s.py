@@ -276,7 +276,7 @@ def _canary(name: str, plan, port: int) -> dict:
         argv += ["--capture-size", str(plan.capture_size)]
     if plan.max_num_batched_tokens:
         argv += ["--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
-    labels = _labels(name, "canary")
+    labels = app_labels(name, "canary")
     c = {
         "name": "canary",
         "image": plan.image,
@@ -313,7 +313,7 @@ def _canary(name: str, plan, port: int) -> dict:
     }
 
 
-def _labels(name: str, component: str) -> dict:
+def app_labels(name: str, component: str) -> dict:
     return {
         "app.kubernetes.io/name": name,
         "app.kubernetes.io/component": component,
@@ -426,7 +426,7 @@ def manifests_for(
 
     if cluster.strategy == "single_node":
         argv = _block_argv(head)
-        labels = _labels(name, "server")
+        labels = app_labels(name, "server")
         script = _mono_sh(argv) if MONOKERNEL in argv else _sh(argv)
         c = _container("vllm", image, script, _env_list(head.env, plan, name), _gpus_used(argv), port, startup_budget_s)
         return [
@@ -438,12 +438,12 @@ def manifests_for(
 
     if cluster.strategy == "pd_cluster":
         return [
-            *_claims(True, _labels(name, "storage")),
+            *_claims(True, app_labels(name, "storage")),
             *_pd_manifests(plan, cluster, name, vols, notes, startup_budget_s),
         ]
 
     worker, g = cluster.commands[1], cluster.layout["gpus_per_node"]
-    labels = _labels(name, "group")
+    labels = app_labels(name, "group")
     if MONOKERNEL in _block_argv(head):
         notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
     setup = "".join(" ".join(shlex.quote(w) for w in s) + " && " for s in head.setup)
@@ -503,7 +503,7 @@ def _pd_manifests(plan, cluster: Cluster, name: str, vols: list[dict], notes: di
         pool = [c for c in cluster.commands if c.role == role]
         cmd, argv = pool[0], _block_argv(pool[0])
         assert cmd.port is not None  # every pool command serves HTTP
-        labels = _labels(name, role)
+        labels = app_labels(name, role)
         env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
         pod_ip = {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
         env_list = _env_list(env, plan, name, (pod_ip,))
@@ -523,7 +523,7 @@ def _pd_manifests(plan, cluster: Cluster, name: str, vols: list[dict], notes: di
         "--decode",
         f"http://{name}-decode:{ports['decode']}",
     ]
-    labels = _labels(name, "router")
+    labels = app_labels(name, "router")
     rc = {
         "name": "vllm-router",
         "image": ROUTER_IMAGE,

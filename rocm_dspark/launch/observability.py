@@ -15,8 +15,9 @@ rocm_dspark_canary_last_run_timestamp_seconds, rocm_dspark_mode_changes_total. E
 `endpoint` for image_digest and verification (the mode can change after these files are written), and where no
 info series exists they say verification="unknown", image_digest="unknown" rather than guess.
 
-Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (probe/ab_band.py,
-passed in: this layer reads no records), the plan's KV capacity in the message. YAML and JSON are written by
+Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (`bands`: verification
+mode -> rocm_dspark.probe.ab_band.AcceptanceBand, passed in: this layer reads no records), the plan's KV capacity
+in the message. YAML and JSON are written by
 their libraries, never by hand, so any name or URL a user passes stays one string.
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 VLLM_JOB = "rocm-dspark-vllm"
 READY_JOB = "rocm-dspark-ready"
@@ -47,21 +48,6 @@ RUNNING = PREFIX + "requests_running"
 WAITING = PREFIX + "requests_waiting"
 KV_USAGE = PREFIX + "kv_cache_usage_ratio"
 ERRORS = PREFIX + "request_errors_per_second:" + WINDOW
-
-
-class Band(Protocol):
-    """rocm_dspark.probe.ab_band.AcceptanceBand (passed in; this layer does not import probe/)."""
-
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def low(self) -> float: ...
-    @property
-    def high(self) -> float: ...
-    @property
-    def arm(self) -> str: ...
-    @property
-    def record_id(self) -> str: ...
 
 
 class Target(NamedTuple):
@@ -313,14 +299,6 @@ def prometheus_config(plan, name: str, target_list: list[Target], ready: str | N
     }
 
 
-def k8s_targets(plan, name: str) -> list[Target]:
-    """The manifests' Service (rocm_dspark.launch.k8s: named `name`, port http), reached by its name from a
-    Prometheus in the same namespace. Service discovery of each pod (kubernetes_sd_configs) is left out: Debian's
-    prometheus 2.42 is built without it, so a config using it would not load there. Behind a Service with
-    several pods each scrape reaches one of them."""
-    return [Target(f"{name}:{int(plan.port)}", 0, "service")]
-
-
 def dashboard(plan, name: str, bands: dict) -> dict:
     """Grafana dashboard JSON (schemaVersion 39) over the recording rules; every legend names what ran."""
     legend = "{{endpoint}} {{verification}} {{image_digest}} plan {{plan_hash}}"
@@ -435,19 +413,16 @@ def render(
     if not k8s:
         config = _yaml(prometheus_config(plan, name, target_list, ready, rules_file), header)
         return {f"{name}.prometheus.yml": config, rules_file: rules_text, f"{name}.grafana.json": dash}
+    # No targets: the manifests' Service (rocm_dspark.launch.k8s: named `name`, port http), reached by its name from
+    # a Prometheus in the same namespace; behind a Service with several pods each scrape reaches one of them. Pod
+    # discovery (kubernetes_sd_configs) is left out: Debian's prometheus 2.42 is built without it.
+    target_list = target_list or [Target(f"{name}:{int(plan.port)}", 0, "service")]
     config = _yaml(
-        prometheus_config(
-            plan, name, target_list or k8s_targets(plan, name), None, f"/etc/prometheus/rocm-dspark/{rules_file}"
-        ),
-        header,
+        prometheus_config(plan, name, target_list, None, f"/etc/prometheus/rocm-dspark/{rules_file}"), header
     )
-    from rocm_dspark.launch.k8s import render_yaml
+    from rocm_dspark.launch.k8s import app_labels, render_yaml
 
-    labels = {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": "observability",
-        "app.kubernetes.io/managed-by": "rocm-dspark",
-    }
+    labels = app_labels(name, "observability")
     maps = [
         {
             "apiVersion": "v1",
