@@ -44,7 +44,7 @@ def _argvs_of(plan):
         shell = shlex.split(render_shell(p).replace(" \\\n", " "), comments=True)
         while shell and "=" in shell[0] and not shell[0].startswith("-"):
             shell.pop(0)
-        docker = docker_argv(p)
+        docker = docker_argv(p, hf_home="/hf", hf_hub="/hf/hub")
         i = docker.index(p.image)
         out += [("shell", shell), ("json", json.loads(render_json(p))["argv"]), ("docker", [docker[i - 1], *docker[i + 1:]])]
     return out
