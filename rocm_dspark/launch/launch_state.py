@@ -18,18 +18,7 @@ from rocm_dspark.launch import launch_facts
 STATE_FILE = "launch-state"
 REFUSED_FILE = "adaptive-refused"
 ATTEMPT_FIELDS = ("mode", "outcome", "exit_status", "started_at", "ended_at")
-_KEYS = (
-    "phase",
-    "mode",
-    "pid",
-    "started_at",
-    "updated_at",
-    "ready_at",
-    "monokernel",
-    "cache_key",
-    "cache_dir",
-    "warmup",
-)
+_KEYS = frozenset("phase mode pid started_at updated_at ready_at monokernel cache_key cache_dir warmup".split())
 _LIMIT = 256 * 1024  # the state file is a few hundred bytes; of a log, the last 256 KiB carry its tail
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

@@ -76,12 +76,12 @@ def _fill(template: str, values: dict[str, str], optional: frozenset[str] = froz
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def _sections(template: str, on: set[str]) -> str:
-    """Keep the lines between `#@if NAME` (or `#@if !NAME`) and `#@fi` only when NAME is (is not) in `on`;
-    the marker lines go. So a launcher holds only the code its plan runs (sections nest)."""
+def _sections(filename: str, on: set[str]) -> str:
+    """The template `filename`, keeping the lines between `#@if NAME` (or `#@if !NAME`) and `#@fi` only when NAME
+    is (is not) in `on`; the marker lines go. So a launcher holds only the code its plan runs (sections nest)."""
     out: list[str] = []
     keep = [True]
-    for line in template.splitlines(keepends=True):
+    for line in (LAUNCH_DIR / filename).read_text(encoding="utf-8").splitlines(keepends=True):
         m = _SECTION.fullmatch(line.rstrip("\n"))
         if m and m.group(1) == "fi":
             if len(keep) == 1:
@@ -95,10 +95,6 @@ def _sections(template: str, on: set[str]) -> str:
     if len(keep) != 1:
         raise RuntimeError("template: #@if without #@fi")
     return "".join(out)
-
-
-def _template(filename: str) -> str:
-    return (LAUNCH_DIR / filename).read_text(encoding="utf-8")
 
 
 def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
@@ -290,12 +286,11 @@ def render_launcher(
         values["PRIMARY_MODE"] = primary_mode
     # The compile cache's key: the image digest (the launcher reads it after pinning) or this host's vLLM and torch.
     if container:
+        requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
+        values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))
         values["CACHE_KEY_SUFFIX"] = quoting.bash_word(compile_cache.suffix(plan.arch))
     else:
         values["CACHE_KEY"] = quoting.bash_word(compile_cache.host_key(plan.arch))
-    if container:
-        requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
-        values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))
     if pin:
         from rocm_dspark.images.pick import repository
 
@@ -307,7 +302,7 @@ def render_launcher(
     if group_role != "single":
         values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
         group = _fill(
-            _sections(_template("launcher-group.sh.tmpl"), on),
+            _sections("launcher-group.sh.tmpl", on),
             {
                 "GROUP_ROLE": group_role,
                 "GROUP_NAME": check_name(group_name or name),
@@ -324,7 +319,7 @@ def render_launcher(
     values["GROUP_CODE"] = group.rstrip("\n")
     if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.container): its own flags, no GPU devices
         values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
-    return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
+    return _fill(_sections("launcher.sh.tmpl", on), values, optional=_SECTION_FACTS)
 
 
 def _warm_values(plan: LaunchPlan, fallback) -> dict[str, str]:
@@ -392,7 +387,7 @@ def render_unit(
     }
     # A promise of a fallback only in the unit of a launcher that has one (render_launcher's "fallback").
     on = {"fallback"} if _modes(plan)[1] else set()
-    return _fill(_sections(_template("service.tmpl"), on), values)
+    return _fill(_sections("service.tmpl", on), values)
 
 
 def render_env_file(
@@ -414,7 +409,7 @@ def render_env_file(
     on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
     on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
     return _fill(
-        _sections(_template("env.tmpl"), on),
+        _sections("env.tmpl", on),
         {
             "NAME": name,
             "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
@@ -452,20 +447,10 @@ def install_argvs(files: LaunchFiles, user: str, root: str = "", here: bool = Fa
     who += f" --system --create-home --home-dir /var/lib/rocm-dspark --groups video,render {quote(user)}"
     src = lambda path: f"./{path.name}" if here else str(path)  # noqa: E731
     env_src, env_dst = quote(src(files.env_file)), quote(at(installed_env_file(files.name)))
+    launcher_dst = at(installed_launcher(files.name))
     cmds = [
         ("sh", "-c", who),
-        (
-            "install",
-            "-D",
-            "-m",
-            "0755",
-            "-o",
-            "root",
-            "-g",
-            "root",
-            src(files.launcher),
-            at(installed_launcher(files.name)),
-        ),
+        ("install", "-D", "-m", "0755", "-o", "root", "-g", "root", src(files.launcher), launcher_dst),
         ("sh", "-c", f"test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}"),
         ("install", "-D", "-m", "0644", src(files.unit), at(f"{UNIT_DIR}/{unit_name}")),
     ]

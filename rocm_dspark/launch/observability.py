@@ -58,15 +58,8 @@ class Target(NamedTuple):
 
 def plan_hash(plan) -> str:
     """16 hex digits over what decides the running command: the same inputs `up` digests for its launchers."""
-    value = [
-        list(plan.argv),
-        dict(plan.env),
-        plan.image,
-        plan.host,
-        plan.port,
-        list(plan.block_argv or ()),
-        sorted(plan.secret_env.items()),
-    ]
+    value = [list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ())]
+    value.append(sorted(plan.secret_env.items()))
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
