@@ -126,28 +126,10 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
     return plan.to_json() + "\n"
 
 
-def docker_argv(plan: LaunchPlan, hf_home: str, hf_hub: str) -> list[str]:
-    """`docker run` argv (rocm_dspark.launch.launch_facts, the same as the launcher's container mode) with the
-    Hugging Face cache at `hf_home` and `hf_hub`; the image's command is `vllm serve ...` via --entrypoint vllm."""
-    from rocm_dspark.launch import launch_facts
-
-    name = launch_facts.default_name(plan.profile)
-    return launch_facts.docker_run_argv(
-        name,
-        plan.image,
-        plan.argv,
-        plan.env,
-        hf_home=hf_home,
-        hf_hub=hf_hub,
-        model_path=plan.model_path,
-        env_file=f"./{name}.env" if plan.secret_env else None,
-    )
-
-
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     from rocm_dspark.launch import launch_facts
 
-    argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
+    argv = launch_facts.docker_run_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(_argv_lines(argv, 2, plan.argv if isinstance(plan.argv, Command) else None))
     for placeholder, sh, inside in (
