@@ -1,28 +1,17 @@
 """A Cluster (recipe/cluster.py's cluster_for, k8s=True) -> Kubernetes manifests: a Deployment for one node, a
 LeaderWorkerSet for a multi-node group, Deployments per pool plus vllm-router for prefill/decode, and a Service in
-front.
+front. What they hold and why: docs/strategies.md and docs/security.md, "Kubernetes".
 
-Conventions, from public sources:
-  * LeaderWorkerSet leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws; CRD vendored in tests/fixtures/public/lws):
-    `size` = pods per group, restartPolicy RecreateGroupOnPodRestart (one failed pod restarts the whole
-    group, so every node restarts together), env LWS_LEADER_ADDRESS / LWS_WORKER_INDEX / LWS_GROUP_SIZE
-    injected into each pod; https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html
-  * GPUs: resource `amd.com/gpu` (AMD GPU device plugin,
-    https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/)
-Every pod mounts /dev/shm (memory-backed emptyDir), the model cache and the probe state directory (so
-`rocm-dspark probe` run in a pod leaves its record where the gate reads it), and reads HF_TOKEN from a Secret.
+Sources: LeaderWorkerSet leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws; CRD vendored in tests/fixtures/public/lws;
+https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html): `size` = pods per group, LWS_LEADER_ADDRESS and
+LWS_WORKER_INDEX injected into each pod; GPUs as `amd.com/gpu` (AMD GPU device plugin,
+https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/).
 
-What runs is the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher,
-which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster. A single
-server's --monokernel falls back as in the bash launcher (_mono_sh): vLLM's refusal starts the same argv
-without the flag, in one line. Groups never carry the flag (recipe/mono.py: the kernels take one node's TP).
-Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word
-is POSIX-quoted, and every `$` is doubled because Kubernetes expands $(VAR) in command, args and env values and
-turns `$$` into `$` (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
-
-Operator-grade defaults (docs/security.md): pods run as a non-root user with the GPU device groups as
-supplemental groups, have CPU and memory requests and limits (HOST_BUDGET), read every --env value from a Secret,
-and the PersistentVolumeClaims they mount are in the output with the access mode their pods need.
+Pods run the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher, which
+these manifests do not run, so a pod never serves with a mode nobody proved in the cluster. Commands run through
+`/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word is POSIX-quoted, and every
+`$` is doubled because Kubernetes expands $(VAR) in command, args and env values and turns `$$` into `$`
+(https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
 """
 
 from __future__ import annotations
@@ -50,7 +39,7 @@ GPU_RESOURCE = "amd.com/gpu"
 PROBE_PERIOD_S = 10
 # Outside /root: a non-root user cannot traverse the image's /root (mode 0700).
 MODEL_CACHE_MOUNT = "/var/lib/rocm-dspark/hf-cache"
-STATE_MOUNT = "/var/lib/rocm-dspark/state"
+STATE_MOUNT = "/var/lib/rocm-dspark/state"  # so a probe run in a pod leaves its record where the gate reads it
 HOME_MOUNT = "/var/lib/rocm-dspark/home"  # HOME for vLLM's, torch's and Triton's caches (an emptyDir)
 # The router, pinned to a release: vllm-project/router publishes vllm/vllm-router:v<version> for each release
 # (.buildkite/scripts/publish-release-images.sh, commit e0c942d4); 0.1.17 is the newest vllm-router on PyPI

@@ -1,11 +1,8 @@
 """A Cluster -> launcher files for every node (or one node), or Kubernetes manifests.
 
-Each node of a group gets the bash launcher (rocm_dspark/launch/templates/launcher.sh.tmpl) in a role: the head starts the group's
-mode and, when its adaptive start fails, publishes block verification in ROCM_DSPARK_GROUP_DIR (a directory
-every node shares); workers wait for the head's readiness (which covers the group: vLLM's API server answers
-/v1/models only once every rank has joined) and restart with whatever mode the head published. So the
-group falls back together, never one node alone. Prefill/decode nodes are independent instances (role
-single); the router gets a plain script.
+Each node of a group gets the bash launcher (templates/launcher.sh.tmpl) in a role, head or worker, so that the
+group falls back together (docs/strategies.md, "Launchers for a group"). Prefill/decode nodes are independent
+instances (role single); the router gets a plain script.
 
 --monokernel: an instance of role single (a prefill/decode pool's) drops it on vLLM's refusal as a lone server
 does. A group's nodes do not: they must run one argv, and no group plan carries the flag (launch_facts.GROUP_MONO).

@@ -1,9 +1,8 @@
 """Read what a running (or finished) launcher wrote in its state directory, for `up`, `status` and validate.
 
 The launcher writes `launch-state` as `key=value` lines, one `attempt=` line per start (the launcher template
-says which), and each start's output in `<mode>.log`. The bash side writes no JSON: vLLM's refusal line and
-the log tail of a failed start are read here from the log, with launch_facts' rule. The result has the shape
-of the launch-state.json that launchers wrote before: phase, mode, fell_back, pid, times, and the attempts.
+says which), and each start's output in `<mode>.log`: vLLM's refusal line and the log tail of a failed start are
+read here from the log, with launch_facts' rule.
 """
 
 from __future__ import annotations

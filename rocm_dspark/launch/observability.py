@@ -17,8 +17,7 @@ info series exists they say verification="unknown", image_digest="unknown" rathe
 
 Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (`bands`: verification
 mode -> rocm_dspark.probe.ab_band.AcceptanceBand, passed in: this layer reads no records), the plan's KV capacity
-in the message. YAML and JSON are written by
-their libraries, never by hand, so any name or URL a user passes stays one string.
+in the message. YAML and JSON are written by their libraries, so any name or URL a user passes stays one string.
 """
 
 from __future__ import annotations
