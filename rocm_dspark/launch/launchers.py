@@ -390,36 +390,6 @@ def render_unit(
     return _fill(_sections("service.tmpl", on), values)
 
 
-def render_env_file(
-    plan: LaunchPlan,
-    *,
-    name: str | None = None,
-    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
-    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
-    syntax: str = "systemd",
-    single: bool = True,
-) -> str:
-    """The env file skeleton: comments only, so no secret is ever generated or overwritten. `syntax`: "systemd"
-    (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell launcher's
-    file: docker --env-file reads it for a container, the launcher the same raw lines on a host). `single`: not a
-    group's node (only a single server's launcher drops --monokernel, so only its file offers the retry knob)."""
-    if syntax not in secret_env.SYNTAXES:
-        raise RuntimeError(f"env file syntax {syntax!r}")  # a caller's bug, not user input
-    name = check_name(name or default_name(plan))
-    on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
-    on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
-    return _fill(
-        _sections("env.tmpl", on),
-        {
-            "NAME": name,
-            "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
-            "READY_TIMEOUT_S": str(ready_timeout_s),
-            "STOP_TIMEOUT_S": str(stop_timeout_s),
-        },
-        optional=frozenset({"READY_TIMEOUT_S", "STOP_TIMEOUT_S"}),
-    )
-
-
 def installed_launcher(name: str) -> str:
     """Where the unit's ExecStart finds the launcher (INSTALL_DIR; `name` is checked by check_name)."""
     return f"{INSTALL_DIR}/{check_name(name)}.sh"
@@ -512,14 +482,24 @@ def _check_env_file(path: Path) -> bool:
 def _env_file_text(
     plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int, syntax: str, single: bool
 ) -> str | None:
-    """The env file to write, in `syntax`: the skeleton (new file) or the existing one, with every --env value set
-    in it; None when an existing file needs no change."""
+    """The env file to write, every --env value set in it; None when an existing file needs no change. A new file
+    is the skeleton (templates/env.tmpl: comments only, so no secret is ever generated or overwritten). `syntax`:
+    "systemd" (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell
+    launcher's file: docker --env-file reads it for a container, the launcher the same raw lines on a host).
+    `single`: not a group's node (only a single server's launcher drops --monokernel, so only its file offers the
+    retry knob)."""
     if not _check_env_file(path):  # exists, owner and mode checked
         existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
         return secret_env.merge_env_file(existing, plan.secret_env, syntax) if plan.secret_env else None
-    skeleton = render_env_file(
-        plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s, syntax=syntax, single=single
-    )
+    on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
+    on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
+    values = {
+        "NAME": name,
+        "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
+        "READY_TIMEOUT_S": str(ready_timeout_s),
+        "STOP_TIMEOUT_S": str(stop_timeout_s),
+    }
+    skeleton = _fill(_sections("env.tmpl", on), values, optional=frozenset({"READY_TIMEOUT_S", "STOP_TIMEOUT_S"}))
     return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
