@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.recipe.plan import Command
 
 
@@ -66,8 +67,8 @@ def write_group(
     user=None,
     env_file=None,
     container=False,
-    ready_timeout_s=3600,
-    stop_timeout_s=300,
+    ready_timeout_s=launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s=launch_facts.STOP_TIMEOUT_S,
     node_rank=None,
     bands=None,
 ) -> dict:
@@ -166,10 +167,8 @@ def write_group(
                     "commands": list(install_commands(lf, user or DEFAULT_USER, here=True)),
                 }
             )
-    from rocm_dspark.launch.launch_facts import GROUP_MONO, MONOKERNEL
-
-    if grouped and any(MONOKERNEL in c.argv for c in cluster.commands):
-        nxt.append(GROUP_MONO)
+    if grouped and any(launch_facts.MONOKERNEL in c.argv for c in cluster.commands):
+        nxt.append(launch_facts.GROUP_MONO)
     if grouped and head.block_argv is not None:
         nxt.append(
             "adaptive verification with a fallback: set ROCM_DSPARK_GROUP_DIR to one directory every node "
