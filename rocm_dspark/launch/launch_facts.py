@@ -5,8 +5,6 @@ package installed); the renderers, the process manager, the probe's store and va
 tests/test_launch_facts.py checks that both sides agree, by running both.
 """
 
-# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
-
 import os
 import re
 from collections.abc import Mapping
@@ -18,12 +16,11 @@ from rocm_dspark.runtime.partition import PARTITION_ARGV, SPLIT_PARTITION_RE, SP
 from rocm_dspark.runtime.refusal import (  # noqa: F401
     ADAPTIVE_REFUSALS,
     MONO_REFUSAL,
-    REFUSAL_PATTERNS,
     find_adaptive_refusal,
     find_mono_refusal,
     find_refusal,
 )
-from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F401
+from rocm_dspark.statedir import STATE_ROOTS, state_root  # noqa: F401
 
 # ---- docker ----------------------------------------------------------------------------------------
 # `docker run` flags for an AMD GPU container: the flags of ROCm's own vLLM container command
