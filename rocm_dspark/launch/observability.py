@@ -101,10 +101,8 @@ def _rate(series: str, by: str = BY) -> str:
 def recording_rules(spec_decode: bool) -> list[dict]:
     rules = []
     if spec_decode:
-        accepted, drafts = (
-            _rate("vllm:spec_decode_num_accepted_tokens_total"),
-            _rate("vllm:spec_decode_num_drafts_total"),
-        )
+        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
+        drafts = _rate("vllm:spec_decode_num_drafts_total")
         rules += [
             {
                 "record": ACCEPTANCE_RATE,
