@@ -62,6 +62,9 @@ def test_k8s_format_prints_manifests():
 
     docs = list(yaml.safe_load_all(run("--strategy", "multi_node_tp_pp", "--nodes", "2", "--format", "k8s").stdout))
     assert [d["kind"] for d in docs] == ["PersistentVolumeClaim"] * 2 + ["LeaderWorkerSet", "Service", "CronJob"]
+    # A pod learns the leader's address from LWS, whatever --head-address says (the cluster is expanded that way).
+    out = run("--strategy", "multi_node_tp", "--nodes", "2", "--head-address", "10.0.0.1", "--format", "k8s").stdout
+    assert "10.0.0.1" not in out and '--master-addr "$${LWS_LEADER_ADDRESS}"' in out
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -24,9 +24,10 @@ import yaml
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.errors import UsageError
-from rocm_dspark.launch.k8s import GPU_RESOURCE, LWS_API, render_manifests, render_yaml
+from rocm_dspark.launch.k8s import GPU_RESOURCE, LWS_API, render_yaml
 from rocm_dspark.recipe.resolve import Selection, resolve
 from rocm_dspark.recipe.strategies import ClusterSpec
+from tests.helpers.k8s_cluster import k8s_manifests
 
 kv = pytest.importorskip("kubernetes_validate")
 jsonschema = pytest.importorskip("jsonschema")
@@ -79,7 +80,7 @@ def manifests(gpu: str, strategy: str, **kw) -> list[dict]:
     plan, heads = _plan(gpu, kw.pop("served_name", None))
     nodes = kw.pop("nodes", 1 if strategy == "single_node" else 2)
     spec = ClusterSpec(strategy=strategy, nodes=nodes, iface="eth0", **kw)
-    return render_manifests(plan, spec, name="v41", query_heads=heads)
+    return k8s_manifests(plan, spec, heads)
 
 
 def _script(container: dict) -> str:
@@ -260,7 +261,7 @@ def test_pd_router_and_side_channel_from_pod_ip():
 def test_bad_name_is_refused():
     plan, heads = _plan("mi300x")
     with pytest.raises(UsageError, match="--name"):
-        render_manifests(plan, ClusterSpec(), name="Bad_Name", query_heads=heads)
+        k8s_manifests(plan, ClusterSpec(), heads, name="Bad_Name")
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
@@ -329,7 +330,7 @@ def test_dollar_strings_reach_the_pod_literally_after_kubernetes_expansion(strat
 def test_env_values_yaml_would_read_as_numbers_are_quoted():
     plan, heads = _plan("mi300x")
     plan = plan._replace(env={**plan.env, "A": "0o17", "B": "1e5", "C": ".5", "D": "on", "E": "0x1F", "F": "plain"})
-    text = render_yaml(render_manifests(plan, ClusterSpec(), name="v41", query_heads=heads))
+    text = render_yaml(k8s_manifests(plan, ClusterSpec(), heads))
     for key, value in (("A", "0o17"), ("B", "1e5"), ("C", ".5"), ("D", "on"), ("E", "0x1F")):
         assert f'- name: {key}\n          value: "{value}"' in text, key
     assert "- name: F\n          value: plain" in text
@@ -374,8 +375,8 @@ def test_env_values_given_by_the_operator_come_from_a_secret():
     plan = resolve(cat, Selection(model="V4.1-Flash", gpu="mi300x",
                                   extra_env=(("HF_TOKEN", "hf_PLANTED"), ("MY_VAR", "planted-2"))))
     for strategy in ("single_node", "multi_node_tp", "pd_cluster"):
-        objs = render_manifests(plan, ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2),
-                                name="v41", query_heads=cat.find_model("V4.1-Flash").query_heads)
+        objs = k8s_manifests(plan, ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2),
+                             cat.find_model("V4.1-Flash").query_heads)
         text = render_yaml(objs)
         assert "PLANTED" not in text and "planted-2" not in text
         for pod in _pods(objs):
@@ -394,7 +395,7 @@ def test_the_compile_cache_is_a_hostpath_per_image_digest_and_gpu_and_validates(
     spec = ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2, iface="eth0")
     paths = []
     for digest in ("1" * 64, "2" * 64):
-        objs = render_manifests(plan._replace(image="r/vllm@sha256:" + digest), spec, name="v41", query_heads=heads)
+        objs = k8s_manifests(plan._replace(image="r/vllm@sha256:" + digest), spec, heads)
         for obj in objs:
             validate(obj)
         for pod in _pods(objs):
@@ -405,6 +406,6 @@ def test_the_compile_cache_is_a_hostpath_per_image_digest_and_gpu_and_validates(
                 assert {"name": "compile-cache", "mountPath": cc.CONTAINER_DIR} in c["volumeMounts"]
                 assert {"name": "VLLM_CACHE_ROOT", "value": f"{cc.CONTAINER_DIR}/vllm"} in c["env"]
     assert set(paths) == {f"/var/cache/rocm-dspark/v41/img-{d * 12}-gfx950-c1" for d in "12"}
-    unpinned = render_manifests(plan._replace(image="r/vllm:latest"), spec, name="v41", query_heads=heads)
+    unpinned = k8s_manifests(plan._replace(image="r/vllm:latest"), spec, heads)
     for pod in _pods(unpinned):
         assert next(v for v in pod["volumes"] if v["name"] == "compile-cache") == {"name": "compile-cache", "emptyDir": {}}

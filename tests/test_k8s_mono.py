@@ -11,10 +11,10 @@ import signal
 import subprocess
 import time
 
-from rocm_dspark.launch.k8s import render_manifests
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, resolve
 from rocm_dspark.recipe.strategies import ClusterSpec
+from tests.helpers.k8s_cluster import k8s_manifests
 
 CAT = load_catalog()
 WHY = "--monokernel needs 256 compute units, the GPU has 38."
@@ -22,8 +22,7 @@ WHY = "--monokernel needs 256 compute units, the GPU has 38."
 
 def _script(concurrency: int | None) -> str:
     plan = resolve(CAT, Selection(model="V4.1-Flash", gpu="mi355x", concurrency=concurrency))
-    ms = render_manifests(plan, ClusterSpec(strategy="single_node", nodes=1), name="v41",
-                          query_heads=CAT.find_model("V4.1-Flash").query_heads)
+    ms = k8s_manifests(plan, ClusterSpec(strategy="single_node", nodes=1), CAT.find_model("V4.1-Flash").query_heads)
     (dep,) = [m for m in ms if m["kind"] == "Deployment"]
     cmd = dep["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[:2] == ["/bin/sh", "-c"]

@@ -13,11 +13,11 @@ import shlex
 
 import pytest
 
-from rocm_dspark.launch.k8s import render_manifests
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.plan import Verdict
 from rocm_dspark.recipe.resolve import Selection, resolve
 from rocm_dspark.recipe.strategies import ClusterSpec
+from tests.helpers.k8s_cluster import k8s_manifests
 
 k8s = pytest.importorskip("tests.test_k8s")  # its validators skip without kubernetes-validate / jsonschema
 
@@ -29,7 +29,7 @@ def test_a_gate_proven_adaptive_plan_still_runs_block_in_pods_and_readiness_wait
     plan = resolve(cat, Selection(model="V4.1-Flash", gpu="mi300x"), proven)
     assert plan.adaptive_verification and '"enable_adaptive_verification":true' in " ".join(map(str, plan.argv))
     spec = ClusterSpec(strategy=strategy, nodes=1 if strategy == "single_node" else 2, iface="eth0")
-    objs = render_manifests(plan, spec, name="v41", query_heads=cat.find_model("V4.1-Flash").query_heads)
+    objs = k8s_manifests(plan, spec, cat.find_model("V4.1-Flash").query_heads)
     for obj in objs:
         k8s.validate(obj)
     served = 0

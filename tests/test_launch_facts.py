@@ -259,15 +259,15 @@ def _unit_settings(text: str) -> dict:
 def test_down_waits_as_long_as_the_launcher_may_take_to_stop():
     # `down` sent SIGKILL after 60 s (up/service.py) while the launcher drains 300 s: outside systemd it cut the drain
     # and the launcher never wrote phase stopped. Now down's wait is the unit's TimeoutStopSec, from one place.
-    from rocm_dspark.launch.launchers import DEFAULT_STOP_TIMEOUT_S, render_unit
+    from rocm_dspark.launch.launchers import render_unit
     from rocm_dspark.service import control as service
 
     plan = make_plan(8000)
     unit = _unit_settings(render_unit(plan, launcher_path="/x/l.sh", env_file_path="/x/l.env"))
     old_record = {"kind": "process", "pid": 2, "port": 8000}  # recorded before the stop timeout was
     assert service.stop_grace_s(old_record) == int(unit["TimeoutStopSec"]) == launch_facts.stop_window_s()
-    assert service.stop_grace_s(old_record) > DEFAULT_STOP_TIMEOUT_S
-    assert f"ROCM_DSPARK_STOP_TIMEOUT_S:-{DEFAULT_STOP_TIMEOUT_S}}}" in render_launcher(plan)
+    assert service.stop_grace_s(old_record) > launch_facts.STOP_TIMEOUT_S
+    assert f"ROCM_DSPARK_STOP_TIMEOUT_S:-{launch_facts.STOP_TIMEOUT_S}}}" in render_launcher(plan)
     assert service.stop_grace_s({**old_record, "stop_timeout_s": 5}) == launch_facts.stop_window_s(5)
     assert service.stop_grace_s({**old_record, "stop_timeout_s": "300; rm"}) == launch_facts.stop_window_s()
 

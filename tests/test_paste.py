@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.launch.render import docker_argv, render_docker, render_shell
+from rocm_dspark.launch.launch_facts import docker_run_argv
+from rocm_dspark.launch.render import render_docker, render_shell
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, resolve
 from tests.helpers import run_cli
@@ -52,7 +53,7 @@ def test_the_whole_docker_output_pastes_and_runs_its_argv(monkeypatch, columns):
     plan = _plan()
     text = render_docker(plan)
     hub = "/home/op/.cache/huggingface/hub"  # the shell expands the cache paths (HOME set, HF_* unset)
-    expected = docker_argv(plan, hf_home="/home/op/.cache/huggingface", hf_hub=hub)
+    expected = docker_run_argv(plan, hf_home="/home/op/.cache/huggingface", hf_hub=hub)
     assert pasted(text) == [expected]
     assert all(ln.startswith("#") for ln in ("# " + text.partition("\n# ")[2]).splitlines())
 

@@ -60,7 +60,7 @@ def _cluster(fmt, opts, copts, explain=False):
         if rank is not None:
             raise UsageError("--format k8s prints the whole group (one LeaderWorkerSet); drop --node-rank")
 
-        click.echo(render_yaml(manifests_for(plan, cluster, opts, copts)), nl=False)
+        click.echo(render_yaml(manifests_for(plan, cluster)), nl=False)
     elif fmt == "docker":
         also = "" if cluster.strategy == "replicas" else " or k8s"  # replicas has no Kubernetes form
         raise UsageError(f"--format docker prints one node's container; with --strategy use shell or json{also}")

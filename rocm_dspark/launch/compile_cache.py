@@ -62,10 +62,6 @@ def host_key(gfx: str, versions: tuple[str, str] | None = None) -> str:
     return f"vllm{_word(vllm)}-torch{_word(torch)}{suffix(gfx)}"
 
 
-def key(plan, container: bool, versions: tuple[str, str] | None = None) -> str | None:
-    return image_key(plan.image, plan.arch) if container else host_key(plan.arch, versions)
-
-
 def env(directory: str) -> dict[str, str]:
     """The variables that point each tool at `directory` (a key directory, as the process sees it)."""
     return {name: f"{directory}/{sub}" for name, sub in ENV_DIRS}
@@ -145,27 +141,3 @@ def classify(log: str) -> str:
         return "reload"
     warm, cold = (any(s in log for s in lines) for lines in (WARM_LINES, COLD_LINES))
     return "reload" if warm and cold else "warm" if warm else "cold" if cold else "none"
-
-
-__all__ = [
-    "FORMAT",
-    "ENV_DIRS",
-    "CONTAINER_DIR",
-    "UNIT_ROOT",
-    "ROOT_ENV",
-    "CAP_ENV",
-    "CAP_MB",
-    "MIN_FREE_ENV",
-    "MIN_FREE_MB",
-    "suffix",
-    "image_key",
-    "host_key",
-    "host_versions",
-    "key",
-    "env",
-    "docker_args",
-    "usable",
-    "usage",
-    "purge",
-    "classify",
-]

@@ -1,27 +1,17 @@
-"""Cluster (strategies.expand) -> Kubernetes manifests: a Deployment for one node, a LeaderWorkerSet for a
-multi-node group, Deployments per pool plus vllm-router for prefill/decode, and a Service in front.
+"""A Cluster (recipe/cluster.py's cluster_for, k8s=True) -> Kubernetes manifests: a Deployment for one node, a
+LeaderWorkerSet for a multi-node group, Deployments per pool plus vllm-router for prefill/decode, and a Service in
+front. What they hold and why: docs/strategies.md and docs/security.md, "Kubernetes".
 
-Conventions, from public sources:
-  * LeaderWorkerSet leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws; CRD vendored in tests/fixtures/public/lws):
-    `size` = pods per group, restartPolicy RecreateGroupOnPodRestart (one failed pod restarts the whole
-    group, so every node restarts together), env LWS_LEADER_ADDRESS / LWS_WORKER_INDEX / LWS_GROUP_SIZE
-    injected into each pod; https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html
-  * GPUs: resource `amd.com/gpu` (AMD GPU device plugin,
-    https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/)
-Every pod mounts /dev/shm (memory-backed emptyDir), the model cache and the probe state directory (so
-`rocm-dspark probe` run in a pod leaves its record where the gate reads it), and reads HF_TOKEN from a Secret.
+Sources: LeaderWorkerSet leaderworkerset.x-k8s.io/v1 (kubernetes-sigs/lws; CRD vendored in tests/fixtures/public/lws;
+https://docs.vllm.ai/en/latest/deployment/frameworks/lws.html): `size` = pods per group, LWS_LEADER_ADDRESS and
+LWS_WORKER_INDEX injected into each pod; GPUs as `amd.com/gpu` (AMD GPU device plugin,
+https://instinct.docs.amd.com/projects/k8s-device-plugin/en/latest/).
 
-What runs is the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher,
-which these manifests do not run, so a pod never serves with a mode nobody proved in the cluster. A single
-server's --monokernel falls back as in the bash launcher (_mono_sh): vLLM's refusal starts the same argv
-without the flag, in one line. Groups never carry the flag (recipe/mono.py: the kernels take one node's TP).
-Commands run through `/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word
-is POSIX-quoted, and every `$` is doubled because Kubernetes expands $(VAR) in command, args and env values and
-turns `$$` into `$` (https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
-
-Operator-grade defaults (docs/security.md): pods run as a non-root user with the GPU device groups as
-supplemental groups, have CPU and memory requests and limits (HOST_BUDGET), read every --env value from a Secret,
-and the PersistentVolumeClaims they mount are in the output with the access mode their pods need.
+Pods run the plan's BLOCK-verification argv: the adaptive start-up fallback lives in the bash launcher, which
+these manifests do not run, so a pod never serves with a mode nobody proved in the cluster. Commands run through
+`/bin/sh -c` so a worker can compute its rank from LWS_WORKER_INDEX; every literal word is POSIX-quoted, and every
+`$` is doubled because Kubernetes expands $(VAR) in command, args and env values and turns `$$` into `$`
+(https://kubernetes.io/docs/tasks/inject-data-application/define-interdependent-environment-variables/).
 """
 
 from __future__ import annotations
@@ -31,19 +21,25 @@ import shlex
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch import compile_cache
+from rocm_dspark.launch.launch_facts import (
+    CANARY_EVERY_MIN,
+    CANARY_TIMEOUT_S,
+    GROUP_MONO,
+    MONO_REFUSAL,
+    MONOKERNEL,
+    READY_TIMEOUT_S,
+    default_name,
+)
 from rocm_dspark.recipe.plan import Command, flag_for
-from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster, ClusterSpec, expand
+from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER, Cluster
 from rocm_dspark.recipe.vllm_args import emit
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 GPU_RESOURCE = "amd.com/gpu"
-# A sentinel host name for the leader's address; replaced by ${LWS_LEADER_ADDRESS} in the pod's shell.
-_LEADER = LEADER_PLACEHOLDER  # rocm_dspark.recipe.strategies: the head address a pod learns at start
-DEFAULT_STARTUP_BUDGET_S = 3600  # a 511 GB checkpoint can take most of an hour to load
 PROBE_PERIOD_S = 10
 # Outside /root: a non-root user cannot traverse the image's /root (mode 0700).
 MODEL_CACHE_MOUNT = "/var/lib/rocm-dspark/hf-cache"
-STATE_MOUNT = "/var/lib/rocm-dspark/state"
+STATE_MOUNT = "/var/lib/rocm-dspark/state"  # so a probe run in a pod leaves its record where the gate reads it
 HOME_MOUNT = "/var/lib/rocm-dspark/home"  # HOME for vLLM's, torch's and Triton's caches (an emptyDir)
 # The router, pinned to a release: vllm-project/router publishes vllm/vllm-router:v<version> for each release
 # (.buildkite/scripts/publish-release-images.sh, commit e0c942d4); 0.1.17 is the newest vllm-router on PyPI
@@ -60,6 +56,7 @@ HOST_BUDGET = {"cpu_base": 4, "cpu_per_gpu": 2, "mem_base_gib": 16, "mem_per_gpu
 ROUTER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
 MODEL_CACHE_GIB = 1024  # the 511 GB checkpoint, with room for a second revision
 STATE_GIB = 1
+SHM_GIB = 64  # each vLLM pod's /dev/shm (a memory emptyDir)
 # The name also names the Services, and a Service name is a DNS-1035 label: it starts with a letter
 # (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#rfc-1035-label-names).
 _NAME = re.compile(r"^[a-z]([a-z0-9-]{0,40}[a-z0-9])?$")
@@ -85,8 +82,6 @@ def _mono_sh(argv: tuple[str, ...]) -> str:
     same argv without the flag starts in its place and one line says why. A TERM or INT is passed on and ends
     the pod, never a second start. The partition check stays with vLLM here: its compute-unit test
     (mono_decode.py:372) refuses a partitioned GPU the same way."""
-    from rocm_dspark.launch.launch_facts import MONO_REFUSAL, MONOKERNEL
-
     words = " ".join(shlex.quote(a) for a in argv)
     return "\n".join(
         [
@@ -118,14 +113,11 @@ def _check_name(name: str) -> str:
     return name
 
 
-def _env_list(
-    env: dict[str, str], extra: list[dict] | None = None, secrets: tuple[str, str, tuple[str, ...]] = ("", "", ())
-) -> list[dict]:
-    """The plan's env as values; every --env name (secrets[2]) from the Secret secrets[1], never a value here."""
-    _, secret_name, names = secrets
+def _env_list(env: dict[str, str], plan, name: str, extra: tuple[dict, ...] = ()) -> list[dict]:
+    """A node's env as values; every --env name (plan.secret_env) from the Secret <name>-env, never a value here."""
+    names = tuple(plan.secret_env)
     out: list[dict] = [{"name": k, "value": _k8s_literal(v)} for k, v in env.items() if k not in names]
-    for k in names:
-        out.append({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}})
+    out += [{"name": k, "valueFrom": {"secretKeyRef": {"name": f"{name}-env", "key": k}}} for k in names]
     if "HF_TOKEN" not in names:
         out.append(
             {
@@ -137,42 +129,34 @@ def _env_list(
     out.append({"name": "HOME", "value": HOME_MOUNT})
     out.append({"name": "ROCM_DSPARK_STATE_DIR", "value": STATE_MOUNT})
     out += [{"name": k, "value": v} for k, v in compile_cache.env(compile_cache.CONTAINER_DIR).items() if k not in env]
-    return out + (extra or [])
+    return out + list(extra)
 
 
 def _probes(port: int, startup_budget_s: int) -> dict:
     # Start-up: /health every 10 s for the whole load budget; then ready only when the model is listed.
-    failures = max(1, -(-startup_budget_s // PROBE_PERIOD_S))
-    return {
-        "startupProbe": {
-            "httpGet": {"path": "/health", "port": port},
-            "periodSeconds": PROBE_PERIOD_S,
+    def probe(path: str, period: int, failures: int, timeout: int) -> dict:
+        return {
+            "httpGet": {"path": path, "port": port},
+            "periodSeconds": period,
             "failureThreshold": failures,
-            "timeoutSeconds": 5,
-        },
-        "readinessProbe": {
-            "httpGet": {"path": "/v1/models", "port": port},
-            "periodSeconds": PROBE_PERIOD_S,
-            "failureThreshold": 3,
-            "timeoutSeconds": 5,
-        },
-        "livenessProbe": {
-            "httpGet": {"path": "/health", "port": port},
-            "periodSeconds": 30,
-            "failureThreshold": 3,
-            "timeoutSeconds": 10,
-        },
+            "timeoutSeconds": timeout,
+        }
+
+    return {
+        "startupProbe": probe("/health", PROBE_PERIOD_S, max(1, -(-startup_budget_s // PROBE_PERIOD_S)), 5),
+        "readinessProbe": probe("/v1/models", PROBE_PERIOD_S, 3, 5),
+        "livenessProbe": probe("/health", 30, 3, 10),
     }
 
 
-def _volumes(shm_gib: int, model_cache_claim: str, state_claim: str, compile_cache_path: str | None) -> list[dict]:
+def _volumes(compile_cache_path: str | None) -> list[dict]:
     # The compile cache: the node's directory for this image digest and GPU (type Directory: a pod does not start
     # until it exists, so it never runs with a root-owned one it cannot write); no digest, no key: an emptyDir.
     cache = {"hostPath": {"path": compile_cache_path, "type": "Directory"}} if compile_cache_path else {"emptyDir": {}}
     return [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib}Gi"}},
-        {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_claim}},
-        {"name": "probe-state", "persistentVolumeClaim": {"claimName": state_claim}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": MODEL_CACHE_CLAIM}},
+        {"name": "probe-state", "persistentVolumeClaim": {"claimName": STATE_CLAIM}},
         {"name": "home", "emptyDir": {}},
         {"name": "compile-cache", **cache},
     ]
@@ -187,33 +171,26 @@ _MOUNTS = [
 ]
 
 
-def host_budget(gpus: int, shm_gib: int) -> dict:
+def host_budget(gpus: int) -> dict:
     """CPU and memory requests = limits for one vLLM pod using `gpus` GPUs (HOST_BUDGET)."""
     b = HOST_BUDGET
     budget = {
+        GPU_RESOURCE: str(gpus),
         "cpu": str(b["cpu_base"] + b["cpu_per_gpu"] * gpus),
-        "memory": f"{shm_gib + b['mem_base_gib'] + b['mem_per_gpu_gib'] * gpus}Gi",
+        "memory": f"{SHM_GIB + b['mem_base_gib'] + b['mem_per_gpu_gib'] * gpus}Gi",
     }
-    return {"limits": {GPU_RESOURCE: str(gpus), **budget}, "requests": {GPU_RESOURCE: str(gpus), **budget}}
+    return {"limits": budget, "requests": dict(budget)}
 
 
-def _container(
-    name: str,
-    image: str,
-    script: str,
-    env: list[dict],
-    gpus: int,
-    port: int | None,
-    probes: dict | None,
-    shm_gib: int = 64,
-) -> dict:
+def _container(name: str, image: str, script: str, env: list[dict], gpus: int, port: int | None, budget_s: int) -> dict:
+    """A vLLM container; one that serves HTTP (`port`) gets the probes for a start of up to `budget_s`."""
     c = {
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", _k8s_literal(script)],
         "env": env,
-        "resources": host_budget(gpus, shm_gib),
+        "resources": host_budget(gpus),
         "volumeMounts": [dict(m) for m in _MOUNTS],
         # ROCm needs the device files the plugin hands over (open through the pod's supplemental groups) and
         # unlimited locked memory for RDMA/KV tiers; nothing else is added and no privilege can be gained.
@@ -225,7 +202,7 @@ def _container(
     }
     if port is not None:
         c["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
-        c.update(probes or {})
+        c.update(_probes(port, budget_s))
     return c
 
 
@@ -238,7 +215,7 @@ POD_SECURITY = {
 }
 
 
-def _pod_spec(containers: list[dict], volumes: list[dict], budget_s: int) -> dict:
+def _pod_spec(containers: list[dict], volumes: list[dict]) -> dict:
     return {
         "containers": containers,
         "volumes": volumes,
@@ -250,7 +227,7 @@ def _pod_spec(containers: list[dict], volumes: list[dict], budget_s: int) -> dic
     }
 
 
-def _claims(model_cache_claim: str, state_claim: str, shared: bool, labels: dict) -> list[dict]:
+def _claims(shared: bool, labels: dict) -> list[dict]:
     """The PVCs the pods mount. Pods on several nodes mounting one claim need ReadWriteMany."""
     mode = "ReadWriteMany" if shared else "ReadWriteOnce"
     why = (
@@ -270,8 +247,8 @@ def _claims(model_cache_claim: str, state_claim: str, shared: bool, labels: dict
             "spec": {"accessModes": [mode], "resources": {"requests": {"storage": f"{gib}Gi"}}},
         }
         for claim, gib, holds in (
-            (model_cache_claim, MODEL_CACHE_GIB, "the Hugging Face cache (HF_HOME)"),
-            (state_claim, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"),
+            (MODEL_CACHE_CLAIM, MODEL_CACHE_GIB, "the Hugging Face cache (HF_HOME)"),
+            (STATE_CLAIM, STATE_GIB, "probe records (ROCM_DSPARK_STATE_DIR)"),
         )
     ]
 
@@ -282,25 +259,13 @@ def _canary(name: str, plan, port: int) -> dict:
     a cluster). Its record lives in the Job's own /tmp (an emptyDir would be world-writable, which the state
     dir's trust rules refuse): the result is the Job's exit status and log. These pods serve block only, so there
     is nothing to switch."""
-    from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN, CANARY_TIMEOUT_S
-
-    argv = [
-        "python3",
-        "-m",
-        "rocm_dspark",
-        "canary",
-        "--endpoint",
-        f"http://{name}:{port}",
-        "--timeout",
-        str(CANARY_TIMEOUT_S),
-        "--state-dir",
-        "/tmp/rocm-dspark",
-    ]
+    argv = ["python3", "-m", "rocm_dspark", "canary", "--endpoint", f"http://{name}:{port}"]
+    argv += ["--timeout", str(CANARY_TIMEOUT_S), "--state-dir", "/tmp/rocm-dspark"]
     if plan.capture_size:
         argv += ["--capture-size", str(plan.capture_size)]
     if plan.max_num_batched_tokens:
         argv += ["--max-num-batched-tokens", str(plan.max_num_batched_tokens)]
-    labels = _labels(name, "canary")
+    labels = app_labels(name, "canary")
     c = {
         "name": "canary",
         "image": plan.image,
@@ -337,7 +302,7 @@ def _canary(name: str, plan, port: int) -> dict:
     }
 
 
-def _labels(name: str, component: str) -> dict:
+def app_labels(name: str, component: str) -> dict:
     return {
         "app.kubernetes.io/name": name,
         "app.kubernetes.io/component": component,
@@ -375,7 +340,7 @@ def _deployment(name: str, labels: dict, replicas: int, pod: dict, annotations: 
 def _leader_word(word: str) -> str:
     """One word as sh, the leader's placeholder in it (a reserved .invalid name: nothing else holds it) read from
     the LWS env: `--master-addr` and `--data-parallel-address`'s values, `ray start`'s --address=HOST:PORT."""
-    return '"${LWS_LEADER_ADDRESS}"'.join(shlex.quote(part) if part else "" for part in word.split(_LEADER))
+    return '"${LWS_LEADER_ADDRESS}"'.join(shlex.quote(part) if part else "" for part in word.split(LEADER_PLACEHOLDER))
 
 
 def _pod_sh(argv: tuple[str, ...], rank_values: dict[str, str] | None = None) -> str:
@@ -403,29 +368,19 @@ def _worker_script(argv: tuple[str, ...], dp_local: int) -> str:
     )
 
 
-def _leader_script(argv: tuple[str, ...], setup: tuple[tuple[str, ...], ...]) -> str:
-    pre = "".join(" ".join(shlex.quote(w) for w in s) + " && " for s in setup)
-    return pre + _pod_sh(argv)
+def _block_argv(cmd) -> tuple[str, ...]:
+    """What a pod runs: a node's block-verification argv (its adaptive start's fallback lives in the bash launcher)."""
+    return cmd.block_argv or cmd.argv
 
 
-def render_manifests(
-    plan,
-    spec: ClusterSpec,
-    *,
-    name: str,
-    model_cache_claim: str = MODEL_CACHE_CLAIM,
-    state_claim: str = STATE_CLAIM,
-    startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
-    shm_gib: int = 64,
-    query_heads: int,
+def manifests_for(
+    plan, cluster: Cluster, *, name: str | None = None, startup_budget_s: int = READY_TIMEOUT_S
 ) -> list[dict]:
-    """The manifests for `plan` (one node's LaunchPlan) under `spec`, as a list of dicts in apply order."""
-    name = _check_name(name)
+    """The manifests for `cluster` (its leader's address LEADER_PLACEHOLDER, a pool node's a .invalid name: what
+    cluster_for gives with k8s=True), as dicts in apply order; `plan` is node 0's plan."""
+    name = _check_name(k8s_name(plan, name))
     if startup_budget_s <= 0:
         raise UsageError(f"--ready-timeout {startup_budget_s}: give a positive number of seconds")
-    argv = plan.block_argv or plan.argv
-    secret_names = tuple(plan.secret_env)
-    secrets = ("", f"{name}-env", secret_names)
     notes = {
         "rocm-dspark/profile": plan.profile,
         "rocm-dspark/status": f"{plan.status} ({plan.status_date})",
@@ -441,9 +396,9 @@ def render_manifests(
         f"pods run as uid {RUN_AS} with supplementalGroups {list(GPU_GROUP_IDS)} (video, "
         "render): set them to `getent group video render` on the nodes"
     )
-    if secret_names:
+    if plan.secret_env:
         notes["rocm-dspark/secret"] = (
-            f"Secret {name}-env holds {', '.join(secret_names)} (given by --env; not in "
+            f"Secret {name}-env holds {', '.join(plan.secret_env)} (given by --env; not in "
             f"this file): kubectl create secret generic {name}-env --from-env-file=FILE"
         )
     key = compile_cache.image_key(image, plan.arch)
@@ -454,88 +409,61 @@ def render_manifests(
         if cache_path
         else "an emptyDir: the image has no digest, so there is no key and every start compiles cold"
     )
-    g = spec.gpus_per_node
-    vols = _volumes(shm_gib, model_cache_claim, state_claim, cache_path)
+    vols = _volumes(cache_path)
     port = int(plan.port)
+    head = cluster.commands[0]
 
-    if spec.strategy == "single_node":
-        from rocm_dspark.launch.launch_facts import MONOKERNEL
-
-        labels = _labels(name, "server")
-        c = _container(
-            "vllm",
-            image,
-            _mono_sh(argv) if MONOKERNEL in argv else _sh(argv),
-            _env_list(plan.env, secrets=secrets),
-            _gpus_used(argv),
-            port,
-            _probes(port, startup_budget_s),
-            shm_gib,
-        )
+    if cluster.strategy == "single_node":
+        argv = _block_argv(head)
+        labels = app_labels(name, "server")
+        script = _mono_sh(argv) if MONOKERNEL in argv else _sh(argv)
+        c = _container("vllm", image, script, _env_list(head.env, plan, name), _gpus_used(argv), port, startup_budget_s)
         return [
-            *_claims(model_cache_claim, state_claim, False, labels),
-            _deployment(name, labels, 1, _pod_spec([c], vols, startup_budget_s), notes),
+            *_claims(False, labels),
+            _deployment(name, labels, 1, _pod_spec([c], vols), notes),
             _service(name, labels, port),
             _canary(name, plan, port),
         ]
 
-    if spec.strategy == "pd_cluster":
+    if cluster.strategy == "pd_cluster":
         return [
-            *_claims(model_cache_claim, state_claim, True, _labels(name, "storage")),
-            *_pd_manifests(plan, spec, argv, name, image, vols, notes, startup_budget_s, query_heads, secrets, shm_gib),
+            *_claims(True, app_labels(name, "storage")),
+            *_pd_manifests(plan, cluster, name, vols, notes, startup_budget_s),
         ]
 
-    k8s_spec = spec._replace(head_address=_LEADER)
-    cluster: Cluster = expand(k8s_spec, argv, plan.env, query_heads=query_heads, port=port)
-    head, worker = cluster.commands[0], cluster.commands[1]
-    labels = _labels(name, "group")
-    from rocm_dspark.launch.launch_facts import GROUP_MONO, MONOKERNEL
-
-    if MONOKERNEL in head.argv:
+    worker, g = cluster.commands[1], cluster.layout["gpus_per_node"]
+    labels = app_labels(name, "group")
+    if MONOKERNEL in _block_argv(head):
         notes = {**notes, "rocm-dspark/monokernel": GROUP_MONO}
-    leader_c = _container(
-        "vllm-leader",
-        image,
-        _leader_script(head.argv, head.setup),
-        _env_list(head.env, secrets=secrets),
-        g,
-        port,
-        _probes(port, startup_budget_s),
-        shm_gib,
-    )
-    worker_script = _worker_script(worker.argv, cluster.layout["dp_local"] or 1)
-    worker_c = _container(
-        "vllm-worker",
-        image,
-        worker_script,
-        _env_list(worker.env, secrets=secrets),
-        g,
-        port if worker.serves_http else None,
-        _probes(port, startup_budget_s) if worker.serves_http else None,
-        shm_gib,
-    )
+    setup = "".join(" ".join(shlex.quote(w) for w in s) + " && " for s in head.setup)
+    leader_script, leader_env = setup + _pod_sh(_block_argv(head)), _env_list(head.env, plan, name)
+    leader_c = _container("vllm-leader", image, leader_script, leader_env, g, port, startup_budget_s)
+    worker_script = _worker_script(_block_argv(worker), cluster.layout["dp_local"] or 1)
+    worker_port = port if worker.serves_http else None
+    worker_env = _env_list(worker.env, plan, name)
+    worker_c = _container("vllm-worker", image, worker_script, worker_env, g, worker_port, startup_budget_s)
     lws = {
         "apiVersion": LWS_API,
         "kind": "LeaderWorkerSet",
         "metadata": {
             "name": name,
             "labels": dict(labels),
-            "annotations": {**notes, "rocm-dspark/strategy": spec.strategy},
+            "annotations": {**notes, "rocm-dspark/strategy": cluster.strategy},
         },
         "spec": {
             "replicas": 1,
             "startupPolicy": "LeaderCreated",
             "leaderWorkerTemplate": {
-                "size": spec.nodes,
+                "size": cluster.nodes,
                 # One failed pod restarts the whole group: every node comes back with the same argv together.
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {
                     "metadata": {"labels": {**labels, "role": "leader"}},
-                    "spec": _pod_spec([leader_c], vols, startup_budget_s),
+                    "spec": _pod_spec([leader_c], vols),
                 },
                 "workerTemplate": {
                     "metadata": {"labels": {**labels, "role": "worker"}},
-                    "spec": _pod_spec([worker_c], [dict(v) for v in vols], startup_budget_s),
+                    "spec": _pod_spec([worker_c], [dict(v) for v in vols]),
                 },
             },
         },
@@ -544,63 +472,39 @@ def render_manifests(
     svc = _service(name, {**labels, "role": "leader"}, port)
     if worker.serves_http:
         svc["spec"]["selector"] = dict(labels)  # hybrid LB: every node serves its own ranks
-    return [*_claims(model_cache_claim, state_claim, True, labels), lws, svc, _canary(name, plan, port)]
+    return [*_claims(True, labels), lws, svc, _canary(name, plan, port)]
 
 
 def _gpus_used(argv: tuple[str, ...]) -> int:
     return Command.from_words(argv).gpus_per_node_used
 
 
-def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_heads, secrets, shm_gib) -> list[dict]:
-    if (spec.connector or "nixl") != "nixl":
+def _pd_manifests(plan, cluster: Cluster, name: str, vols: list[dict], notes: dict, budget: int) -> list[dict]:
+    assert cluster.spec is not None  # expand() keeps what was asked
+    if (cluster.spec.connector or "nixl") != "nixl":
         raise UsageError(
             "--format k8s emits prefill/decode with --connector nixl only: MoRIIO instances register "
             "with the proxy's IP at start; use --format shell or systemd for MoRIIO"
         )
-    placeholder = tuple(f"pd-node-{i}.invalid" for i in range(spec.nodes))
-    cluster = expand(
-        spec._replace(node_addresses=placeholder), argv, plan.env, query_heads=query_heads, port=int(plan.port)
-    )
     out: list[dict] = []
     router = next(c for c in cluster.commands if c.role == "router")
     for role in ("prefill", "decode"):
-        cmd = next(c for c in cluster.commands if c.role == role)
+        pool = [c for c in cluster.commands if c.role == role]
+        cmd, argv = pool[0], _block_argv(pool[0])
         assert cmd.port is not None  # every pool command serves HTTP
-        replicas = sum(1 for c in cluster.commands if c.role == role)
-        labels = _labels(name, role)
+        labels = app_labels(name, role)
         env = {k: v for k, v in cmd.env.items() if k != "VLLM_NIXL_SIDE_CHANNEL_HOST"}
-        pod_ip = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-        c = _container(
-            "vllm",
-            image,
-            _sh(cmd.argv),
-            _env_list(env, pod_ip, secrets),
-            _gpus_used(cmd.argv),
-            cmd.port,
-            _probes(cmd.port, budget),
-            shm_gib,
-        )
+        pod_ip = {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        env_list = _env_list(env, plan, name, (pod_ip,))
+        c = _container("vllm", plan.image, _sh(argv), env_list, _gpus_used(argv), cmd.port, budget)
+        pod = _pod_spec([c], vols)
         out.append(
-            _deployment(
-                f"{name}-{role}",
-                labels,
-                replicas,
-                _pod_spec([c], vols, budget),
-                {**notes, "rocm-dspark/strategy": "pd_cluster"},
-            )
+            _deployment(f"{name}-{role}", labels, len(pool), pod, {**notes, "rocm-dspark/strategy": "pd_cluster"})
         )
         out.append(_service(f"{name}-{role}", labels, cmd.port))
     # The router reaches each pool through its Service (NIXL hands the prefill pod's side channel to decode).
-    r_argv: list[str] = []
-    skip = False
-    for a in router.argv:
-        if skip:
-            skip = False
-            continue
-        if a in ("--prefill", "--decode"):
-            skip = True
-            continue
-        r_argv.append(a)
+    pools = {i for i, a in enumerate(router.argv) if a in ("--prefill", "--decode")}
+    r_argv = [a for i, a in enumerate(router.argv) if i not in pools and i - 1 not in pools]
     ports = {c.role: c.port for c in cluster.commands}
     r_argv[2:2] = [
         "--prefill",
@@ -608,7 +512,7 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
         "--decode",
         f"http://{name}-decode:{ports['decode']}",
     ]
-    labels = _labels(name, "router")
+    labels = app_labels(name, "router")
     rc = {
         "name": "vllm-router",
         "image": ROUTER_IMAGE,
@@ -625,48 +529,15 @@ def _pd_manifests(plan, spec, argv, name, image, vols, notes, budget, query_head
         "automountServiceAccountToken": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS},
     }
-    out.append(
-        _deployment(
-            f"{name}-router",
-            labels,
-            1,
-            router_pod,
-            {
-                **notes,
-                "rocm-dspark/image": f"{ROUTER_IMAGE}: a vllm-project/router release tag; "
-                "pin its digest (docker buildx imagetools inspect) before production",
-            },
-        )
-    )
+    pin = f"{ROUTER_IMAGE}: a vllm-project/router release tag; pin its digest (docker buildx imagetools inspect) before production"
+    out.append(_deployment(f"{name}-router", labels, 1, router_pod, {**notes, "rocm-dspark/image": pin}))
     assert router.port is not None
     out.append(_service(name, labels, router.port))
     return out
 
 
 def k8s_name(plan, name: str | None = None) -> str:
-    from rocm_dspark.launch.launchers import default_name
-
-    return (name or default_name(plan))[:42].rstrip("-")
-
-
-def manifests_for(
-    plan,
-    cluster: Cluster,
-    opts: dict | None = None,
-    copts: dict | None = None,
-    *,
-    name: str | None = None,
-    startup_budget_s: int = DEFAULT_STARTUP_BUDGET_S,
-) -> list[dict]:
-    """The manifests for a resolved cluster (what `recipe/launch --format k8s` print or write)."""
-    assert cluster.spec is not None  # expand() keeps what was asked
-    return render_manifests(
-        plan,
-        cluster.spec,
-        name=k8s_name(plan, name),
-        startup_budget_s=startup_budget_s,
-        query_heads=cluster.query_heads,
-    )
+    return (name or default_name(plan.profile))[:42].rstrip("-")
 
 
 def apply_needs(plan, name: str | None = None) -> str:
@@ -705,4 +576,4 @@ def render_yaml(manifests: list[dict]) -> str:
     return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
-__all__ = ["render_manifests", "manifests_for", "apply_needs", "k8s_name", "render_yaml", "LWS_API", "GPU_RESOURCE"]
+__all__ = ["manifests_for", "apply_needs", "k8s_name", "render_yaml", "LWS_API", "GPU_RESOURCE"]

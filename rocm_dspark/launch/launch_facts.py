@@ -5,8 +5,6 @@ package installed); the renderers, the process manager, the probe's store and va
 tests/test_launch_facts.py checks that both sides agree, by running both.
 """
 
-# No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
-
 import os
 import re
 from collections.abc import Mapping
@@ -18,12 +16,11 @@ from rocm_dspark.runtime.partition import PARTITION_ARGV, SPLIT_PARTITION_RE, SP
 from rocm_dspark.runtime.refusal import (  # noqa: F401
     ADAPTIVE_REFUSALS,
     MONO_REFUSAL,
-    REFUSAL_PATTERNS,
     find_adaptive_refusal,
     find_mono_refusal,
     find_refusal,
 )
-from rocm_dspark.statedir import STATE_ROOTS, StateRoot, state_root  # noqa: F401
+from rocm_dspark.statedir import STATE_ROOTS, state_root  # noqa: F401
 
 # ---- docker ----------------------------------------------------------------------------------------
 # `docker run` flags for an AMD GPU container: the flags of ROCm's own vLLM container command
@@ -87,31 +84,22 @@ def default_name(profile: str) -> str:
     return f"rocm-dspark-{slug}" if slug else "rocm-dspark"
 
 
-def docker_run_argv(
-    name: str,
-    image: str,
-    argv,
-    env: Mapping[str, str],
-    *,
-    hf_home: str = HF_HOME_SH,
-    hf_hub: str = HF_HUB_CACHE_SH,
-    passed_env=PASSED_ENV,
-    model_path: str | None = None,
-    env_file: str | None = None,
-) -> list[str]:
-    """`docker run ... --entrypoint argv[0] image argv[1:]`: vLLM's command run in the pinned image; a local
-    --model-path is mounted read-only at the same path, so vLLM's argv names it unchanged; secrets and --env
-    values only through `env_file` (docker --env-file), never as -e NAME=VALUE."""
+def docker_run_argv(plan, hf_home: str, hf_hub: str) -> list[str]:
+    """`docker run ... --entrypoint argv[0] image argv[1:]`: the plan's vLLM command run in its pinned image, the
+    Hugging Face cache at `hf_home` and `hf_hub`; a local --model-path is mounted read-only at the same path, so
+    vLLM's argv names it unchanged; secrets and --env values only through ./<name>.env (docker --env-file), never
+    as -e NAME=VALUE."""
+    name, argv = default_name(plan.profile), plan.argv
     out = ["docker", "run", *DOCKER_RUN_FLAGS, "--name", name, *hf_cache_mounts(hf_home, hf_hub)]
-    if model_path:
-        out += ["-v", f"{model_path}:{model_path}:ro"]
-    for key, value in env.items():
+    if plan.model_path:
+        out += ["-v", f"{plan.model_path}:{plan.model_path}:ro"]
+    for key, value in plan.env.items():
         out += ["-e", f"{key}={value}"]
-    if env_file:
-        out += ["--env-file", env_file]
-    for key in passed_env:
+    if plan.secret_env:
+        out += ["--env-file", f"./{name}.env"]
+    for key in PASSED_ENV:
         out += ["-e", key]
-    return out + ["--entrypoint", argv[0], image, *argv[1:]]
+    return out + ["--entrypoint", argv[0], plan.image, *argv[1:]]
 
 
 # ---- how long a start and a stop may take -------------------------------------------------------------

@@ -1,11 +1,8 @@
 """A Cluster -> launcher files for every node (or one node), or Kubernetes manifests.
 
-Each node of a group gets the bash launcher (rocm_dspark/launch/templates/launcher.sh.tmpl) in a role: the head starts the group's
-mode and, when its adaptive start fails, publishes block verification in ROCM_DSPARK_GROUP_DIR (a directory
-every node shares); workers wait for the head's readiness (which covers the group: vLLM's API server answers
-/v1/models only once every rank has joined) and restart with whatever mode the head published. So the
-group falls back together, never one node alone. Prefill/decode nodes are independent instances (role
-single); the router gets a plain script.
+Each node of a group gets the bash launcher (templates/launcher.sh.tmpl) in a role, head or worker, so that the
+group falls back together (docs/strategies.md, "Launchers for a group"). Prefill/decode nodes are independent
+instances (role single); the router gets a plain script.
 
 --monokernel: an instance of role single (a prefill/decode pool's) drops it on vLLM's refusal as a lone server
 does. A group's nodes do not: they must run one argv, and no group plan carries the flag (launch_facts.GROUP_MONO).
@@ -16,8 +13,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from rocm_dspark.atomic import write_files_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.launch import launch_facts
 from rocm_dspark.recipe.plan import Command
 
 
@@ -40,7 +37,6 @@ def _router_script(cmd) -> str:
     )
 
 
-# Why a group's launchers keep --monokernel when vLLM refuses it (one note, in `next` and the k8s annotation).
 # vLLM's default --master-port (ParallelConfig.master_port, vllm/config/parallel.py 0.32/0.33).
 _MASTER_PORT = 29501
 
@@ -71,8 +67,8 @@ def write_group(
     user=None,
     env_file=None,
     container=False,
-    ready_timeout_s=3600,
-    stop_timeout_s=300,
+    ready_timeout_s=launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s=launch_facts.STOP_TIMEOUT_S,
     node_rank=None,
     bands=None,
 ) -> dict:
@@ -81,6 +77,7 @@ def write_group(
         _check_output_dir,
         default_name,
         install_commands,
+        write_all,
         write_launchers,
     )
 
@@ -93,12 +90,7 @@ def write_group(
             raise UsageError("--format k8s writes the whole group (LeaderWorkerSet); drop --node-rank")
         path = out / f"{base}.k8s.yaml"
         text = render_yaml(manifests_for(plan, cluster, name=name, startup_budget_s=ready_timeout_s))
-        try:
-            write_files_atomic([(path, text, 0o644)])
-        except OSError as exc:
-            raise UsageError(
-                f"cannot write {exc.filename or path}: {exc.strerror}; choose a writable --output"
-            ) from exc
+        write_all([(path, text, 0o644)], str(path))
         obs = _observability(plan, cluster, out, k8s_name(plan, name), bands, k8s=True)
         return {
             "files": [{"path": str(path), "what": "Kubernetes manifests"}, *obs],
@@ -128,7 +120,7 @@ def write_group(
         )
         if cmd.role == "router":
             path = out / f"{stem}.sh"
-            write_files_atomic([(path, _router_script(cmd), 0o755)])
+            write_all([(path, _router_script(cmd), 0o755)], str(path))
             files.append({"path": str(path), "what": f"node {cmd.node}: vllm-router"})
             continue
         group = {"group_role": "single"}
@@ -175,10 +167,8 @@ def write_group(
                     "commands": list(install_commands(lf, user or DEFAULT_USER, here=True)),
                 }
             )
-    from rocm_dspark.launch.launch_facts import GROUP_MONO, MONOKERNEL
-
-    if grouped and any(MONOKERNEL in c.argv for c in cluster.commands):
-        nxt.append(GROUP_MONO)
+    if grouped and any(launch_facts.MONOKERNEL in c.argv for c in cluster.commands):
+        nxt.append(launch_facts.GROUP_MONO)
     if grouped and head.block_argv is not None:
         nxt.append(
             "adaptive verification with a fallback: set ROCM_DSPARK_GROUP_DIR to one directory every node "

@@ -1,9 +1,8 @@
 """Read what a running (or finished) launcher wrote in its state directory, for `up`, `status` and validate.
 
 The launcher writes `launch-state` as `key=value` lines, one `attempt=` line per start (the launcher template
-says which), and each start's output in `<mode>.log`. The bash side writes no JSON: vLLM's refusal line and
-the log tail of a failed start are read here from the log, with launch_facts' rule. The result has the shape
-of the launch-state.json that launchers wrote before: phase, mode, fell_back, pid, times, and the attempts.
+says which), and each start's output in `<mode>.log`: vLLM's refusal line and the log tail of a failed start are
+read here from the log, with launch_facts' rule.
 """
 
 from __future__ import annotations
@@ -18,18 +17,7 @@ from rocm_dspark.launch import launch_facts
 STATE_FILE = "launch-state"
 REFUSED_FILE = "adaptive-refused"
 ATTEMPT_FIELDS = ("mode", "outcome", "exit_status", "started_at", "ended_at")
-_KEYS = (
-    "phase",
-    "mode",
-    "pid",
-    "started_at",
-    "updated_at",
-    "ready_at",
-    "monokernel",
-    "cache_key",
-    "cache_dir",
-    "warmup",
-)
+_KEYS = frozenset("phase mode pid started_at updated_at ready_at monokernel cache_key cache_dir warmup".split())
 _LIMIT = 256 * 1024  # the state file is a few hundred bytes; of a log, the last 256 KiB carry its tail
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

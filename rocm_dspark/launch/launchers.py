@@ -26,9 +26,6 @@ from rocm_dspark.recipe.vllm_args import emit
 # The templates are package data next to this module (so wheels ship them).
 LAUNCH_DIR = Path(__file__).resolve().parent / "templates"
 FORMATS = ("shell", "systemd")
-DEFAULT_READY_TIMEOUT_S = launch_facts.READY_TIMEOUT_S
-DEFAULT_STOP_TIMEOUT_S = launch_facts.STOP_TIMEOUT_S
-DEFAULT_JOIN_TIMEOUT_S = launch_facts.JOIN_TIMEOUT_S
 DEFAULT_USER = "vllm"
 # Where the install commands put the launcher the unit runs: root-owned, never a world-writable --output (/tmp).
 INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
@@ -36,7 +33,7 @@ INSTALL_DIR = "/usr/local/libexec/rocm-dspark"
 # prefix in the unit: a missing file stops the start, so a unit never runs without its secrets.
 ENV_DIR = "/etc/rocm-dspark"
 UNIT_DIR = "/etc/systemd/system"
-DEFAULT_WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
+WATCHDOG_S = 120  # three /health polls of at most 5 s each fit in it
 # `systemd-analyze security --offline=yes` of the generated unit (systemd 252), asserted by tests/test_launchers.py.
 EXPOSURE = "2.0 OK"
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -79,12 +76,12 @@ def _fill(template: str, values: dict[str, str], optional: frozenset[str] = froz
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
-def _sections(template: str, on: set[str]) -> str:
-    """Keep the lines between `#@if NAME` (or `#@if !NAME`) and `#@fi` only when NAME is (is not) in `on`;
-    the marker lines go. So a launcher holds only the code its plan runs (sections nest)."""
+def _sections(filename: str, on: set[str]) -> str:
+    """The template `filename`, keeping the lines between `#@if NAME` (or `#@if !NAME`) and `#@fi` only when NAME
+    is (is not) in `on`; the marker lines go. So a launcher holds only the code its plan runs (sections nest)."""
     out: list[str] = []
     keep = [True]
-    for line in template.splitlines(keepends=True):
+    for line in (LAUNCH_DIR / filename).read_text(encoding="utf-8").splitlines(keepends=True):
         m = _SECTION.fullmatch(line.rstrip("\n"))
         if m and m.group(1) == "fi":
             if len(keep) == 1:
@@ -98,10 +95,6 @@ def _sections(template: str, on: set[str]) -> str:
     if len(keep) != 1:
         raise RuntimeError("template: #@if without #@fi")
     return "".join(out)
-
-
-def _template(filename: str) -> str:
-    return (LAUNCH_DIR / filename).read_text(encoding="utf-8")
 
 
 def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
@@ -150,26 +143,9 @@ def _state_root_chain() -> str:
 
 # Facts only a section uses (container, host, fallback): a launcher without that section leaves them out.
 _SECTION_FACTS = frozenset(
-    {
-        "DOCKER_RUN_FLAGS",
-        "HF_HOME_MOUNT",
-        "HF_HUB_MOUNT",
-        "PASSED_ENV_FLAGS",
-        "ADAPTIVE_REFUSALS",
-        "MONO_REFUSAL",
-        "PARTITION_ARGV",
-        "SPLIT_PARTITION_RE",
-        "GPU_GROUPS",
-        "GPU_GROUPS_COMMA",
-        "CACHE_CONTAINER_DIR",
-        "TIMEOUT_START_S",
-        "TIMEOUT_STOP_S",
-        "WARM_BODY",
-        "PRIMARY_WARM",
-        "PRIMARY_WARM_SAYS",
-        "FALLBACK_WARM",
-        "FALLBACK_WARM_SAYS",
-    }
+    "DOCKER_RUN_FLAGS HF_HOME_MOUNT HF_HUB_MOUNT PASSED_ENV_FLAGS ADAPTIVE_REFUSALS MONO_REFUSAL PARTITION_ARGV"
+    " SPLIT_PARTITION_RE GPU_GROUPS GPU_GROUPS_COMMA CACHE_CONTAINER_DIR TIMEOUT_START_S TIMEOUT_STOP_S WARM_BODY"
+    " PRIMARY_WARM PRIMARY_WARM_SAYS FALLBACK_WARM FALLBACK_WARM_SAYS".split()
 )
 
 
@@ -210,8 +186,8 @@ def render_launcher(
     *,
     name: str | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
     group_role: str = "single",
     ready_host: str = "",
     ready_port: int | None = None,
@@ -222,7 +198,7 @@ def render_launcher(
     join_port: int | None = None,
     group_nodes: int = 1,
     iface: str = "",
-    join_timeout_s: int = DEFAULT_JOIN_TIMEOUT_S,
+    join_timeout_s: int = launch_facts.JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
@@ -310,12 +286,11 @@ def render_launcher(
         values["PRIMARY_MODE"] = primary_mode
     # The compile cache's key: the image digest (the launcher reads it after pinning) or this host's vLLM and torch.
     if container:
+        requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
+        values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))
         values["CACHE_KEY_SUFFIX"] = quoting.bash_word(compile_cache.suffix(plan.arch))
     else:
         values["CACHE_KEY"] = quoting.bash_word(compile_cache.host_key(plan.arch))
-    if container:
-        requested = plan.build.image_tag if plan.build is not None and plan.build.image_tag else plan.image
-        values.update(IMAGE=quoting.bash_word(plan.image, "image"), IMAGE_REQUESTED=_dq(requested, "image tag"))
     if pin:
         from rocm_dspark.images.pick import repository
 
@@ -327,7 +302,7 @@ def render_launcher(
     if group_role != "single":
         values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
         group = _fill(
-            _sections(_template("launcher-group.sh.tmpl"), on),
+            _sections("launcher-group.sh.tmpl", on),
             {
                 "GROUP_ROLE": group_role,
                 "GROUP_NAME": check_name(group_name or name),
@@ -344,7 +319,7 @@ def render_launcher(
     values["GROUP_CODE"] = group.rstrip("\n")
     if docker_run_flags is not None:  # a CPU image (rocm_dspark.up.target): its own flags, no GPU devices
         values["DOCKER_RUN_FLAGS"] = " ".join(quoting.bash_word(v, "docker flag") for v in docker_run_flags)
-    return _fill(_sections(_template("launcher.sh.tmpl"), on), values, optional=_SECTION_FACTS)
+    return _fill(_sections("launcher.sh.tmpl", on), values, optional=_SECTION_FACTS)
 
 
 def _warm_values(plan: LaunchPlan, fallback) -> dict[str, str]:
@@ -374,9 +349,8 @@ def render_unit(
     user: str = DEFAULT_USER,
     name: str | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
-    watchdog_s: int = DEFAULT_WATCHDOG_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
 ) -> str:
     """The systemd unit whose ExecStart runs the launcher at `launcher_path` (an absolute path)."""
     name = check_name(name or default_name(plan))
@@ -405,7 +379,7 @@ def render_unit(
         # The launcher escalates to SIGKILL itself before systemd would.
         "TIMEOUT_STOP_S": str(launch_facts.stop_window_s(stop_timeout_s)),
         "RESTART_SEC": "60",
-        "WATCHDOG_S": str(int(watchdog_s)),
+        "WATCHDOG_S": str(WATCHDOG_S),
         "EXPOSURE": EXPOSURE,
         # Container mode runs `docker`: the unit needs the daemon up first, and stops before it.
         "RUNTIME_AFTER": " docker.service\nRequires=docker.service" if container else "",
@@ -413,37 +387,7 @@ def render_unit(
     }
     # A promise of a fallback only in the unit of a launcher that has one (render_launcher's "fallback").
     on = {"fallback"} if _modes(plan)[1] else set()
-    return _fill(_sections(_template("service.tmpl"), on), values)
-
-
-def render_env_file(
-    plan: LaunchPlan,
-    *,
-    name: str | None = None,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
-    syntax: str = "systemd",
-    single: bool = True,
-) -> str:
-    """The env file skeleton: comments only, so no secret is ever generated or overwritten. `syntax`: "systemd"
-    (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell launcher's
-    file: docker --env-file reads it for a container, the launcher the same raw lines on a host). `single`: not a
-    group's node (only a single server's launcher drops --monokernel, so only its file offers the retry knob)."""
-    if syntax not in secret_env.SYNTAXES:
-        raise RuntimeError(f"env file syntax {syntax!r}")  # a caller's bug, not user input
-    name = check_name(name or default_name(plan))
-    on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
-    on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
-    return _fill(
-        _sections(_template("env.tmpl"), on),
-        {
-            "NAME": name,
-            "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
-            "READY_TIMEOUT_S": str(ready_timeout_s),
-            "STOP_TIMEOUT_S": str(stop_timeout_s),
-        },
-        optional=frozenset({"READY_TIMEOUT_S", "STOP_TIMEOUT_S"}),
-    )
+    return _fill(_sections("service.tmpl", on), values)
 
 
 def installed_launcher(name: str) -> str:
@@ -473,20 +417,10 @@ def install_argvs(files: LaunchFiles, user: str, root: str = "", here: bool = Fa
     who += f" --system --create-home --home-dir /var/lib/rocm-dspark --groups video,render {quote(user)}"
     src = lambda path: f"./{path.name}" if here else str(path)  # noqa: E731
     env_src, env_dst = quote(src(files.env_file)), quote(at(installed_env_file(files.name)))
+    launcher_dst = at(installed_launcher(files.name))
     cmds = [
         ("sh", "-c", who),
-        (
-            "install",
-            "-D",
-            "-m",
-            "0755",
-            "-o",
-            "root",
-            "-g",
-            "root",
-            src(files.launcher),
-            at(installed_launcher(files.name)),
-        ),
+        ("install", "-D", "-m", "0755", "-o", "root", "-g", "root", src(files.launcher), launcher_dst),
         ("sh", "-c", f"test -e {env_dst} || install -D -m 0600 -o root -g root {env_src} {env_dst}"),
         ("install", "-D", "-m", "0644", src(files.unit), at(f"{UNIT_DIR}/{unit_name}")),
     ]
@@ -548,25 +482,33 @@ def _check_env_file(path: Path) -> bool:
 def _env_file_text(
     plan: LaunchPlan, path: Path, name: str, ready_timeout_s: int, stop_timeout_s: int, syntax: str, single: bool
 ) -> str | None:
-    """The env file to write, in `syntax`: the skeleton (new file) or the existing one, with every --env value set
-    in it; None when an existing file needs no change."""
+    """The env file to write, every --env value set in it; None when an existing file needs no change. A new file
+    is the skeleton (templates/env.tmpl: comments only, so no secret is ever generated or overwritten). `syntax`:
+    "systemd" (the unit's EnvironmentFile=, which also sets the launcher's own settings) or "docker" (a shell
+    launcher's file: docker --env-file reads it for a container, the launcher the same raw lines on a host).
+    `single`: not a group's node (only a single server's launcher drops --monokernel, so only its file offers the
+    retry knob)."""
     if not _check_env_file(path):  # exists, owner and mode checked
         existing = read_text(path, "--env-file", max_bytes=1 << 20)  # bounded, strict UTF-8, even when kept as is
         return secret_env.merge_env_file(existing, plan.secret_env, syntax) if plan.secret_env else None
-    skeleton = render_env_file(
-        plan, name=name, ready_timeout_s=ready_timeout_s, stop_timeout_s=stop_timeout_s, syntax=syntax, single=single
-    )
+    on = {syntax} | ({"fallback"} if _modes(plan)[1] else set())
+    on |= {"mono"} if single and launch_facts.runs_mono(plan.argv) else set()
+    values = {
+        "NAME": name,
+        "HEADER_PROFILE": quoting.bash_comment(f"profile {plan.profile}"),
+        "READY_TIMEOUT_S": str(ready_timeout_s),
+        "STOP_TIMEOUT_S": str(stop_timeout_s),
+    }
+    skeleton = _fill(_sections("env.tmpl", on), values, optional=frozenset({"READY_TIMEOUT_S", "STOP_TIMEOUT_S"}))
     return secret_env.merge_env_file(skeleton, plan.secret_env, syntax)
 
 
-def _write_all(files: list[tuple[Path, str, int]]) -> None:
+def write_all(files: list[tuple[Path, str, int]], what: str = "launcher files") -> None:
     """Write every file to a temp file in its directory, then rename them all; on failure remove the temps."""
     try:
         write_files_atomic(files)
     except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or 'launcher files'}: {exc.strerror}; choose a writable --output"
-        ) from exc
+        raise UsageError(f"cannot write {exc.filename or what}: {exc.strerror}; choose a writable --output") from exc
 
 
 def write_launchers(
@@ -578,8 +520,8 @@ def write_launchers(
     user: str | None = None,
     env_file: str | os.PathLike | None = None,
     container: bool = False,
-    ready_timeout_s: int = DEFAULT_READY_TIMEOUT_S,
-    stop_timeout_s: int = DEFAULT_STOP_TIMEOUT_S,
+    ready_timeout_s: int = launch_facts.READY_TIMEOUT_S,
+    stop_timeout_s: int = launch_facts.STOP_TIMEOUT_S,
     group: dict | None = None,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> LaunchFiles:
@@ -612,41 +554,32 @@ def write_launchers(
     )
     single = (group or {}).get("group_role", "single") == "single"
     to_write = [(launcher, text, 0o755)]
-    if fmt == "shell":
-        # Read by docker (--env-file) in a container, by the launcher's raw-line loop on a host: docker's syntax.
-        env_text = (
-            _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "docker", single)
-            if plan.secret_env
-            else None
-        )
-        if env_text is not None:
-            to_write.append((env_path, env_text, 0o600))
-        _write_all(to_write)
-        return LaunchFiles(
-            fmt=fmt,
-            name=name,
-            launcher=launcher,
-            env_file=env_path if env_text is not None else None,
-            env_file_written=env_text is not None,
-        )
-
     user = user or DEFAULT_USER
-    unit = out / f"{name}.service"
-    unit_text = render_unit(
-        plan,
-        launcher_path=installed_launcher(name),
-        env_file_path=installed_env_file(name),
-        user=user,
-        name=name,
-        container=container,
-        ready_timeout_s=ready_timeout_s,
-        stop_timeout_s=stop_timeout_s,
+    unit = None
+    if fmt == "systemd":
+        unit = out / f"{name}.service"
+        unit_text = render_unit(
+            plan,
+            launcher_path=installed_launcher(name),
+            env_file_path=installed_env_file(name),
+            user=user,
+            name=name,
+            container=container,
+            ready_timeout_s=ready_timeout_s,
+            stop_timeout_s=stop_timeout_s,
+        )
+        to_write.append((unit, unit_text, 0o644))
+    # A shell launcher's env file is read by docker (--env-file) in a container, by its raw-line loop on a host:
+    # docker's syntax, and only where there are --env values. The unit's EnvironmentFile= always exists.
+    syntax = "systemd" if unit else "docker"
+    env_text = (
+        _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, syntax, single)
+        if unit or plan.secret_env
+        else None
     )
-    env_text = _env_file_text(plan, env_path, name, ready_timeout_s, stop_timeout_s, "systemd", single)
-    write_env = env_text is not None
-    to_write.append((unit, unit_text, 0o644))
     if env_text is not None:
         to_write.append((env_path, env_text, 0o600))
-    _write_all(to_write)
-    files = LaunchFiles(fmt=fmt, name=name, launcher=launcher, unit=unit, env_file=env_path, env_file_written=write_env)
+    write_all(to_write)
+    kept = env_path if unit or env_text is not None else None
+    files = LaunchFiles(fmt, name, launcher, unit, kept, env_file_written=env_text is not None)
     return replace(files, install_commands=install_commands(files, user))

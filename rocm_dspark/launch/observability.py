@@ -15,9 +15,9 @@ rocm_dspark_canary_last_run_timestamp_seconds, rocm_dspark_mode_changes_total. E
 `endpoint` for image_digest and verification (the mode can change after these files are written), and where no
 info series exists they say verification="unknown", image_digest="unknown" rather than guess.
 
-Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (probe/ab_band.py,
-passed in: this layer reads no records), the plan's KV capacity in the message. YAML and JSON are written by
-their libraries, never by hand, so any name or URL a user passes stays one string.
+Thresholds are the plan's: the acceptance band of the host's A/B at the served concurrency (`bands`: verification
+mode -> rocm_dspark.probe.ab_band.AcceptanceBand, passed in: this layer reads no records), the plan's KV capacity
+in the message. YAML and JSON are written by their libraries, so any name or URL a user passes stays one string.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 VLLM_JOB = "rocm-dspark-vllm"
 READY_JOB = "rocm-dspark-ready"
@@ -49,21 +49,6 @@ KV_USAGE = PREFIX + "kv_cache_usage_ratio"
 ERRORS = PREFIX + "request_errors_per_second:" + WINDOW
 
 
-class Band(Protocol):
-    """rocm_dspark.probe.ab_band.AcceptanceBand (passed in; this layer does not import probe/)."""
-
-    @property
-    def concurrency(self) -> int: ...
-    @property
-    def low(self) -> float: ...
-    @property
-    def high(self) -> float: ...
-    @property
-    def arm(self) -> str: ...
-    @property
-    def record_id(self) -> str: ...
-
-
 class Target(NamedTuple):
     address: str  # host:port Prometheus scrapes
     node: int
@@ -72,15 +57,8 @@ class Target(NamedTuple):
 
 def plan_hash(plan) -> str:
     """16 hex digits over what decides the running command: the same inputs `up` digests for its launchers."""
-    value = [
-        list(plan.argv),
-        dict(plan.env),
-        plan.image,
-        plan.host,
-        plan.port,
-        list(plan.block_argv or ()),
-        sorted(plan.secret_env.items()),
-    ]
+    value = [list(plan.argv), dict(plan.env), plan.image, plan.host, plan.port, list(plan.block_argv or ())]
+    value.append(sorted(plan.secret_env.items()))
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -123,10 +101,8 @@ def _rate(series: str, by: str = BY) -> str:
 def recording_rules(spec_decode: bool) -> list[dict]:
     rules = []
     if spec_decode:
-        accepted, drafts = (
-            _rate("vllm:spec_decode_num_accepted_tokens_total"),
-            _rate("vllm:spec_decode_num_drafts_total"),
-        )
+        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
+        drafts = _rate("vllm:spec_decode_num_drafts_total")
         rules += [
             {
                 "record": ACCEPTANCE_RATE,
@@ -313,14 +289,6 @@ def prometheus_config(plan, name: str, target_list: list[Target], ready: str | N
     }
 
 
-def k8s_targets(plan, name: str) -> list[Target]:
-    """The manifests' Service (rocm_dspark.launch.k8s: named `name`, port http), reached by its name from a
-    Prometheus in the same namespace. Service discovery of each pod (kubernetes_sd_configs) is left out: Debian's
-    prometheus 2.42 is built without it, so a config using it would not load there. Behind a Service with
-    several pods each scrape reaches one of them."""
-    return [Target(f"{name}:{int(plan.port)}", 0, "service")]
-
-
 def dashboard(plan, name: str, bands: dict) -> dict:
     """Grafana dashboard JSON (schemaVersion 39) over the recording rules; every legend names what ran."""
     legend = "{{endpoint}} {{verification}} {{image_digest}} plan {{plan_hash}}"
@@ -435,19 +403,16 @@ def render(
     if not k8s:
         config = _yaml(prometheus_config(plan, name, target_list, ready, rules_file), header)
         return {f"{name}.prometheus.yml": config, rules_file: rules_text, f"{name}.grafana.json": dash}
+    # No targets: the manifests' Service (rocm_dspark.launch.k8s: named `name`, port http), reached by its name from
+    # a Prometheus in the same namespace; behind a Service with several pods each scrape reaches one of them. Pod
+    # discovery (kubernetes_sd_configs) is left out: Debian's prometheus 2.42 is built without it.
+    target_list = target_list or [Target(f"{name}:{int(plan.port)}", 0, "service")]
     config = _yaml(
-        prometheus_config(
-            plan, name, target_list or k8s_targets(plan, name), None, f"/etc/prometheus/rocm-dspark/{rules_file}"
-        ),
-        header,
+        prometheus_config(plan, name, target_list, None, f"/etc/prometheus/rocm-dspark/{rules_file}"), header
     )
-    from rocm_dspark.launch.k8s import render_yaml
+    from rocm_dspark.launch.k8s import app_labels, render_yaml
 
-    labels = {
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": "observability",
-        "app.kubernetes.io/managed-by": "rocm-dspark",
-    }
+    labels = app_labels(name, "observability")
     maps = [
         {
             "apiVersion": "v1",
@@ -467,16 +432,10 @@ def render(
 
 def write(out_dir: Path, files: dict[str, str]) -> list[Path]:
     """Write every file by rename (all or none)."""
-    from rocm_dspark.atomic import write_files_atomic
-    from rocm_dspark.errors import UsageError
+    from rocm_dspark.launch.launchers import write_all
 
-    paths: list[tuple[Path, bytes | str, int]] = [(Path(out_dir) / n, text, 0o644) for n, text in files.items()]
-    try:
-        write_files_atomic(paths)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write {exc.filename or 'the observability files'}: {exc.strerror}; choose a writable --output"
-        ) from exc
+    paths = [(Path(out_dir) / n, text, 0o644) for n, text in files.items()]
+    write_all(paths, "the observability files")
     return [p for p, _, _ in paths]
 
 

@@ -110,15 +110,15 @@ def render_shell(plan: LaunchPlan, explain: bool = False) -> str:
     out = [" \\\n".join(lines), *header_lines(plan)]
     if plan.secret_env:  # values never printed (rocm_dspark/recipe/secret_env.py)
         out.append(f"# set in your environment first (given by --env, not printed): {' '.join(plan.secret_env)}")
-    out += note_lines(plan.notes, explain)
+    return _with_notes(out, plan, explain)
+
+
+def _with_notes(out: list[str], plan: LaunchPlan, explain: bool) -> str:
+    """The command, then its comment lines and the plan's notes: every one a `# ` comment, wrapped to the width."""
+    out = [*out, *note_lines(plan.notes, explain)]
     if not explain:
         out.append(EXPLAIN_HINT)
-    return "\n".join(out[:1] + _comments(out[1:])) + "\n"
-
-
-def _comments(lines: list[str]) -> list[str]:
-    """The header and note lines under the command: every one a `# ` comment, each wrapped to the width."""
-    return [w for line in lines for w in textwidth.comment(line)]
+    return "\n".join(out[:1] + [w for line in out[1:] for w in textwidth.comment(line)]) + "\n"
 
 
 def render_json(plan: LaunchPlan, explain: bool = False) -> str:
@@ -126,31 +126,10 @@ def render_json(plan: LaunchPlan, explain: bool = False) -> str:
     return plan.to_json() + "\n"
 
 
-def docker_argv(plan: LaunchPlan, hf_home: str | None = None, hf_hub: str | None = None) -> list[str]:
-    """`docker run` argv (rocm_dspark.launch.launch_facts, the same as the launcher's container mode); the image's
-    command is `vllm serve ...` via --entrypoint vllm. `hf_home`, `hf_hub`: the cache paths (default: bash that
-    expands to the host's, launch_facts.HF_HOME_SH and HF_HUB_CACHE_SH)."""
-    from rocm_dspark.launch import launch_facts
-
-    hf_home = launch_facts.HF_HOME_SH if hf_home is None else hf_home
-    hf_hub = launch_facts.HF_HUB_CACHE_SH if hf_hub is None else hf_hub
-    name = launch_facts.default_name(plan.profile)
-    return launch_facts.docker_run_argv(
-        name,
-        plan.image,
-        plan.argv,
-        plan.env,
-        hf_home=hf_home,
-        hf_hub=hf_hub,
-        model_path=plan.model_path,
-        env_file=f"./{name}.env" if plan.secret_env else None,
-    )
-
-
 def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
     from rocm_dspark.launch import launch_facts
 
-    argv = docker_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
+    argv = launch_facts.docker_run_argv(plan, hf_home="HF_HOME_PLACEHOLDER", hf_hub="HF_HUB_PLACEHOLDER")
     # The cache paths are left for the shell to expand; every other word is quoted literally.
     text = " \\\n".join(_argv_lines(argv, 2, plan.argv if isinstance(plan.argv, Command) else None))
     for placeholder, sh, inside in (
@@ -169,10 +148,7 @@ def render_docker(plan: LaunchPlan, explain: bool = False) -> str:
             f"# --env-file ./{launch_facts.default_name(plan.profile)}.env: mode 0600, one NAME=value line each "
             f"for {' '.join(plan.secret_env)} (given by --env; not printed)"
         )
-    out += note_lines(plan.notes, explain)
-    if not explain:
-        out.append(EXPLAIN_HINT)
-    return "\n".join(out[:1] + _comments(out[1:])) + "\n"
+    return _with_notes(out, plan, explain)
 
 
 RENDERERS = {"shell": render_shell, "json": render_json, "docker": render_docker}

@@ -9,17 +9,13 @@ from rocm_dspark.launch.render import EXPLAIN_HINT, _argv_lines, _comment, heade
 from rocm_dspark.recipe.plan import Note
 
 
-def _commands(cluster, node_rank):
-    return cluster.commands if node_rank is None else cluster.for_node(node_rank)
-
-
 def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: bool = False) -> str:
     """The layout line, every node's commands, then the plan's header and notes (short unless `explain`)."""
     out = _comment(
         f"strategy {cluster.strategy}: {cluster.nodes} node(s), backend {cluster.backend}, layout "
         + ", ".join(f"{k} {v}" for k, v in cluster.layout.items() if v is not None)
     )
-    for cmd in _commands(cluster, node_rank):
+    for cmd in cluster.commands if node_rank is None else cluster.for_node(node_rank):
         where = f" ({cmd.address})" if cmd.address else ""
         role = (
             f"replica {cmd.pool_rank} on GPUs {cmd.env.get('HIP_VISIBLE_DEVICES', '?')}"
@@ -52,17 +48,13 @@ def render_cluster_shell(plan, cluster, node_rank: int | None = None, explain: b
     return "\n".join(out) + "\n"
 
 
-def cluster_json_dict(plan, cluster, node_rank: int | None = None) -> dict:
+def render_cluster_json(plan, cluster, node_rank: int | None = None) -> str:
     d = cluster.to_json_dict()
     if node_rank is not None:
         d["node_rank"] = node_rank
         d["commands"] = [c for c in d["commands"] if c["node"] == node_rank]
     d["plan"] = {k: v for k, v in plan.to_json_dict().items() if k not in ("argv", "block_argv", "adaptive_argv")}
-    return d
+    return json.dumps(d, indent=2) + "\n"
 
 
-def render_cluster_json(plan, cluster, node_rank: int | None = None) -> str:
-    return json.dumps(cluster_json_dict(plan, cluster, node_rank), indent=2) + "\n"
-
-
-__all__ = ["render_cluster_shell", "render_cluster_json", "cluster_json_dict"]
+__all__ = ["render_cluster_shell", "render_cluster_json"]

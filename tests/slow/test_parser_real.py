@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.recipe.catalog import load_catalog
-from rocm_dspark.launch.render import docker_argv, render_json, render_shell
+from rocm_dspark.launch.launch_facts import docker_run_argv
+from rocm_dspark.launch.render import render_json, render_shell
 from rocm_dspark.recipe.resolve import Selection, resolve
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def _argvs_of(plan):
         shell = shlex.split(render_shell(p).replace(" \\\n", " "), comments=True)
         while shell and "=" in shell[0] and not shell[0].startswith("-"):
             shell.pop(0)
-        docker = docker_argv(p)
+        docker = docker_run_argv(p, hf_home="/hf", hf_hub="/hf/hub")
         i = docker.index(p.image)
         out += [("shell", shell), ("json", json.loads(render_json(p))["argv"]), ("docker", [docker[i - 1], *docker[i + 1:]])]
     return out
