@@ -9,7 +9,6 @@ a systemd path) is refused with a UsageError instead of being mangled.
 from __future__ import annotations
 
 import re
-import shlex
 
 from rocm_dspark.errors import UsageError
 
