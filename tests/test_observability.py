@@ -243,3 +243,21 @@ def test_trusted_record_is_the_gates_own_choice(tmp_path):
     assert trusted_record(load_catalog(), plan, 16, tmp_path, current=fp)[0] is None
     rec, notes = trusted_record(load_catalog(), plan, 8, tmp_path, current={**fp, "host_id": "machine-other"})
     assert rec is None and any("ignored" in n for n in notes)
+
+
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "multi_node_tp_dp", "--nodes", "2"]])
+def test_launch_k8s_scrapes_the_manifests_service(tmp_path, strategy):
+    """`launch --format k8s`: Prometheus scrapes the Service the manifests define (`<name>:<port>`), reached by name
+    in the namespace; never the plan's bind address or a `.invalid` node placeholder (both came through before)."""
+    from tests.helpers import run_cli
+
+    res = run_cli(["launch", "--model", "V4.1-Flash", "--gpu", "mi355x", "--format", "k8s", "--name", "svc",
+                   "--output", str(tmp_path), "--state-dir", str(tmp_path / "state"), *strategy])
+    assert res.returncode == 0, res.stderr
+    docs = list(yaml.safe_load_all((tmp_path / "svc.k8s.yaml").read_text()))
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "svc")
+    port = service["spec"]["ports"][0]["port"]
+    maps = {d["metadata"]["name"]: d for d in yaml.safe_load_all((tmp_path / "svc.observability.k8s.yaml").read_text())}
+    config = yaml.safe_load(maps["svc-prometheus"]["data"]["prometheus.yml"])
+    vllm = [t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
+    assert vllm == [f"svc:{port}"], vllm

@@ -196,9 +196,9 @@ def _observability(plan, cluster, out: Path, name: str, bands, k8s: bool = False
     """The group's Prometheus and Grafana files (rocm_dspark.launch.observability): every node in one set."""
     from rocm_dspark.launch import observability
 
-    written = observability.write(
-        out, observability.render(plan, name, observability.targets(plan, cluster), bands=bands, k8s=k8s)
-    )
+    # k8s: no per-node targets (their addresses are the pods'); render scrapes the manifests' Service instead.
+    found = [] if k8s else observability.targets(plan, cluster)
+    written = observability.write(out, observability.render(plan, name, found, bands=bands, k8s=k8s))
     return [{"path": str(p), "what": "observability (Prometheus, Grafana)"} for p in written]
 
 
