@@ -79,6 +79,8 @@ def test_k8s_format_prints_manifests():
     (["--node-rank", "1"], "--node-rank needs --strategy"),
     (["--strategy", "multi_node_tp", "--nodes", "2", "--format", "k8s", "--node-rank", "1"], "drop --node-rank"),
     (["--strategy", "pd_cluster", "--nodes", "2", "--format", "k8s", "--connector", "moriio"], "MoRIIO"),
+    (["--strategy", "multi_node_tp", "--nodes", "2", "--format", "k8s", "--node-addresses", "10.0.0.1,10.0.0.2"],
+     "--node-addresses does not apply to --format k8s"),
     (["--strategy", "multi_node_tp_pp", "--nodes", "2", "--head-address", "10.0.0.1", "--adaptive", "on"], None),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):

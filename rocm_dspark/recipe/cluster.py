@@ -72,9 +72,14 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False, plan_for):
     head = opts.get("head_address")
     addresses = _addresses(copts.get("node_addresses"))
     if k8s:
+        if addresses:
+            raise UsageError(
+                "--node-addresses does not apply to --format k8s: each pod's address comes from the cluster "
+                "(the LeaderWorkerSet's LWS_LEADER_ADDRESS and the pods' own IPs); drop it"
+            )
         head = LEADER_PLACEHOLDER  # a pod learns the leader's address from LWS (LWS_LEADER_ADDRESS)
         if strategy == "pd_cluster":  # the manifests name the pods' own addresses; the check needs some
-            addresses = addresses or tuple(f"pd-node-{i}.invalid" for i in range(nodes))
+            addresses = tuple(f"pd-node-{i}.invalid" for i in range(nodes))
     spec = ClusterSpec(
         strategy=strategy,
         nodes=nodes,
