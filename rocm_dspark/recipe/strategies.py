@@ -107,8 +107,7 @@ class Cluster(NamedTuple):
     commands: tuple[NodeCommand, ...]  # node order; a router (pd_cluster) comes last
     notes: tuple[tuple[str, str], ...] = ()
     status: str | None = None  # pd_cluster: the honest status line
-    spec: ClusterSpec | None = None  # what was asked (renderers that re-expand, e.g. Kubernetes, read it)
-    query_heads: int = 0
+    spec: ClusterSpec | None = None  # what was asked (the Kubernetes renderer reads its connector)
 
     def for_node(self, node: int) -> tuple[NodeCommand, ...]:
         return tuple(c for c in self.commands if c.node == node)
@@ -375,7 +374,7 @@ def expand(
     else:
         build = {"pd_cluster": _expand_pd, "replicas": _expand_replicas}.get(spec.strategy, _expand_group)
         cluster = build(spec, argv, env, block_argv, port, layout)
-    return cluster._replace(spec=spec, query_heads=query_heads)
+    return cluster._replace(spec=spec)
 
 
 def _expand_group(spec: ClusterSpec, argv, env, block_argv, port, layout) -> Cluster:
