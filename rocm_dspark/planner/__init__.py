@@ -3,7 +3,7 @@
 One capability per module:
   roofline.py     the seed document's roofline, parameterised from recipes/ (a model, not a measurement)
   cost_table.py   a measured step-cost table (tokens -> ms) with vLLM's graph-padding rules
-  scheduler.py    adaptive verification: survival, ranking, budget search, two-phase causal scheme, DP charge
+  scheduler.py    adaptive verification: survival, ranking, budget search, two-phase causal scheme
   acceptance.py   acceptance inputs: per-position rates, synthetic acceptance length, expected tokens
   simulator.py    Monte-Carlo steps for no-spec, fixed K, per-batch-size K and adaptive verification
   recommend.py    runs the simulator over a concurrency grid and picks a setting
