@@ -293,29 +293,21 @@ def class_rates(acceptance_length: float, k: int, spread: float):
     whose mean acceptance length (all k drafts verified) is `acceptance_length`. spread 0 is the
     seeds' single geometric rate; a confidence head can only gain from trimming when requests differ,
     as they do across prompts (the DSpark paper's acceptance runs from 45.7% on chat to 76.9% on math)."""
-    from rocm_dspark.planner.acceptance import geometric_rates
+    from rocm_dspark.planner.acceptance import bisect_increasing, geometric_rates
 
     if spread <= 0:
         a = geometric_rates(acceptance_length, k)[0]
         return [a, a]
 
-    def length(a):
-        return sum(a**j for j in range(k + 1))
+    def mean_length(a):
+        return (sum(a**j for j in range(k + 1)) + sum((a + spread) ** j for j in range(k + 1))) / 2
 
-    lo, hi = 0.0, max(0.0, 1.0 - spread)
-    if (length(hi) + length(hi + spread)) / 2 < acceptance_length or (
-        length(0.0) + length(spread)
-    ) / 2 > acceptance_length:
+    hi = max(0.0, 1.0 - spread)
+    if not mean_length(0.0) <= acceptance_length <= mean_length(hi):
         raise UsageError(
             f"acceptance length {acceptance_length:g} cannot be split into classes {spread:g} apart over {k} drafts"
         )
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if (length(mid) + length(mid + spread)) / 2 < acceptance_length:
-            lo = mid
-        else:
-            hi = mid
-    a = (lo + hi) / 2
+    a = bisect_increasing(mean_length, acceptance_length, 0.0, hi, steps=80)
     return [a, a + spread]
 
 
