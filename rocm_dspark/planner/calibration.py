@@ -146,25 +146,15 @@ def load_data(path=None) -> dict:
 
 
 def physics_for(model, gpu, profile_tp: int, bandwidth_efficiency: float) -> Physics:
-    from rocm_dspark.planner.roofline import moe_model_cost
+    from rocm_dspark.planner.roofline import catalog_model_cost
 
-    params, arch = model.params, model.architecture
-    try:
-        cost = moe_model_cost(
-            weight_bytes=float(params["weight_bytes_per_step_gb"]) * 1e9,
-            total_params=float(params["backbone_b"]) * 1e9,
-            active_params=float(params["active_output_token_b"]) * 1e9,
-            experts_per_token=arch.get("experts_per_token"),
-            routed_experts=arch.get("routed_experts"),
-        )
-    except KeyError as exc:
-        raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
+    cost = catalog_model_cost(model)
     return Physics(
         dense_bytes=cost.dense_bytes,
         expert_bytes=cost.expert_bytes,
         expert_share=cost.expert_share,
         bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
-        layers=int(arch.get("layers") or 0),
+        layers=int(model.architecture.get("layers") or 0),
     )
 
 
