@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-
-LINEAR = ("fixed_ms", "per_request_ms", "per_token_ms", "draft_ms")
 
 
 @dataclass(frozen=True)
@@ -313,15 +311,14 @@ def _predict_cells(params: StepParams, physics: Physics, cells, k: int, acceptan
     from rocm_dspark.planner.simulator import Policy, simulate
 
     alphas = class_rates(acceptance_length, k, params.spread)
-    out = []
-    for c, *_ in cells:
-        cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(grid))
-        rates = class_matrix(alphas, c, k)
-        nospec = simulate(cost, rates, c, Policy("none"), steps=1).expected_tokens_per_s
-        fixed = simulate(cost, rates, c, Policy("fixed", k), steps=1).expected_tokens_per_s
-        adaptive = simulate(cost, rates, c, Policy("adaptive", k), steps=1).expected_tokens_per_s
-        out.append((nospec, fixed, adaptive))
-    return out
+    cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(grid))
+    policies = (Policy("none"), Policy("fixed", k), Policy("adaptive", k))
+    return [
+        tuple(
+            simulate(cost, class_matrix(alphas, c, k), c, policy, steps=1).expected_tokens_per_s for policy in policies
+        )
+        for c, *_ in cells
+    ]
 
 
 def capture_readings(src: dict) -> tuple[list[int], bool]:
@@ -469,40 +466,32 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     params = replace(params, spread=best_av[1], adaptive_ms=best_av[2])
 
     rows = []
-    worst_pct = worst_pp = fit_pct = 0.0
+    worst = {"fit": 0.0, "held-out": 0.0}  # max |predicted / measured - 1|, %
+    worst_pp = 0.0  # held out, adaptive-vs-fixed gain
     for part, cells in (("fit", train), ("held-out", test)):
-        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(
-            cells, _predict_cells(params, physics, cells, k, al, grid)
-        ):
-            gain_m, gain_p = 100 * (m_ad / m_fixed - 1), 100 * (p_ad / p_fixed - 1)
-            row = {
-                "part": part,
-                "concurrency": c,
-                "measured": [m_none, m_fixed, m_ad],
-                "predicted": [round(p_none, 2), round(p_fixed, 2), round(p_ad, 2)],
-                "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)],
-            }
-            rows.append(row)
-            if part == "fit":
-                fit_pct = max(
-                    fit_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
-                )
+        for (c, *measured), predicted in zip(cells, _predict_cells(params, physics, cells, k, al, grid)):
+            gain_m, gain_p = (100 * (x[2] / x[1] - 1) for x in (measured, predicted))
+            rows.append(
+                {
+                    "part": part,
+                    "concurrency": c,
+                    "measured": measured,
+                    "predicted": [round(p, 2) for p in predicted],
+                    "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)],
+                }
+            )
+            worst[part] = max(worst[part], *(abs(p / m - 1) * 100 for p, m in zip(predicted, measured)))
             if part == "held-out":
-                worst_pct = max(
-                    worst_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
-                )
                 worst_pp = max(worst_pp, abs(gain_p - gain_m))
-    spread_pct = spread_pp = 0.0
+    fit_pct, worst_pct = worst["fit"], worst["held-out"]
+    spread_pct = spread_pp = 0.0  # the same cells measured on another build
     for name, other in data["sources"].items():
         if name == split["source"]:
             continue
-        for c, o_none, o_fixed, o_ad in _cells(other, sorted(int(c) for c in other["output_tok_s"])):
-            base_cell = next((cell for cell in _cells(src, [c])), None)
-            _, b_none, b_fixed, b_ad = base_cell
-            spread_pct = max(
-                spread_pct, *(abs(o / b - 1) * 100 for o, b in zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad)))
-            )
-            spread_pp = max(spread_pp, abs(100 * (o_ad / o_fixed - b_ad / b_fixed)))
+        for c, *o in _cells(other, sorted(int(c) for c in other["output_tok_s"])):
+            _, *b = _cells(src, [c])[0]
+            spread_pct = max(spread_pct, *(abs(x / y - 1) * 100 for x, y in zip(o, b)))
+            spread_pp = max(spread_pp, abs(100 * (o[2] / o[1] - b[2] / b[1])))
     return public_calibration(
         data,
         params,
@@ -527,44 +516,15 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     )
 
 
-# The `fit:` block of recipes/step_cost.yaml: fit() -> fit_block() (scripts/refit_step_cost.py --write) ->
-# stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`.
-FIT_PARAMS = (*LINEAR, "adaptive_ms", "rho", "spread", "eager_launch_ms", "eager_per_token_ms")
-FIT_FIELDS = (
-    "acceptance_length",
-    "held_out_error_pct",
-    "held_out_payoff_error_pp",
-    "cross_build_spread_pct",
-    "cross_build_spread_pp",
-    "capture_size",
-    "capture_known",
-    "fit_held_out_error_pct",
-    "fit_held_out_payoff_error_pp",
-    "reading_spread_pct",
-    "reading_spread_pp",
-)
-_FIT_REQUIRED = (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")
-_FIT_DEFAULTS = {
-    "spread": 0.0,
-    "eager_launch_ms": 0.0,
-    "eager_per_token_ms": 0.0,
-    "capture_size": None,
-    "capture_known": True,
-    "fit_held_out_error_pct": None,
-    "fit_held_out_payoff_error_pp": None,
-    "reading_spread_pct": 0.0,
-    "reading_spread_pp": 0.0,
-}
-_FIT_ORDER = (*FIT_PARAMS[:7], *FIT_FIELDS[:5], *FIT_PARAMS[7:], *FIT_FIELDS[5:])  # the file's order
-_FIT_FLOATS = (
-    "acceptance_length",
-    "held_out_error_pct",
-    "held_out_payoff_error_pp",
-    "cross_build_spread_pct",
-    "cross_build_spread_pp",
-    "reading_spread_pct",
-    "reading_spread_pp",
-)
+# The `fit:` block of recipes/step_cost.yaml, in the file's order: fit() -> fit_block() (scripts/refit_step_cost.py
+# --write) -> stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`. A StepParams
+# field goes to the params, the others to the Calibration; a field with a default there may be absent.
+FIT_KEYS = (
+    "fixed_ms per_request_ms per_token_ms draft_ms adaptive_ms rho spread acceptance_length held_out_error_pct "
+    "held_out_payoff_error_pp cross_build_spread_pct cross_build_spread_pp eager_launch_ms eager_per_token_ms "
+    "capture_size capture_known fit_held_out_error_pct fit_held_out_payoff_error_pp reading_spread_pct reading_spread_pp"
+).split()
+_PARAM_KEYS = {f.name for f in fields(StepParams)}
 
 
 def source_label(src: dict) -> str:
@@ -577,24 +537,21 @@ def source_label(src: dict) -> str:
 
 def fit_block(calib: Calibration) -> dict:
     """The `fit:` block's values for this calibration (what stored() reads back)."""
-    values = {
-        **{key: getattr(calib.params, key) for key in FIT_PARAMS},
-        **{key: getattr(calib, key) for key in FIT_FIELDS},
-    }
-    return {key: values[key] for key in _FIT_ORDER}
+    return {key: getattr(calib.params if key in _PARAM_KEYS else calib, key) for key in FIT_KEYS}
 
 
 def stored(data: dict | None = None) -> Calibration:
     """The fit as stored in step_cost.yaml (what `plan` uses: no refit on every run)."""
     data = data or load_data()
-    f = data.get("fit") or {}
-    if any(f.get(key) is None for key in _FIT_REQUIRED):
+    given = {key: value for key, value in (data.get("fit") or {}).items() if value is not None}
+    spec = {f.name: f for cls in (StepParams, Calibration) for f in fields(cls)}
+    if any(key not in given and spec[key].default is MISSING for key in FIT_KEYS):
         raise UsageError("recipes/step_cost.yaml has no fit; run `python scripts/refit_step_cost.py --write`")
-    f = {**_FIT_DEFAULTS, **{key: value for key, value in f.items() if value is not None}}
-    params = StepParams(**{key: float(f[key]) for key in FIT_PARAMS})
-    fields = {key: f[key] for key in FIT_FIELDS}
-    fields.update({key: float(fields[key]) for key in _FIT_FLOATS}, capture_known=bool(fields["capture_known"]))
-    return public_calibration(data, params, **fields)
+    f = {key: given.get(key, spec[key].default) for key in FIT_KEYS}
+    # numbers as their fields declare them: a hand-written 44 reads as the fit's 44.0
+    rest = {key: float(f[key]) if spec[key].type == "float" else f[key] for key in FIT_KEYS if key not in _PARAM_KEYS}
+    params = StepParams(**{key: float(f[key]) for key in _PARAM_KEYS})
+    return public_calibration(data, params, **{**rest, "capture_known": bool(f["capture_known"])})
 
 
 def public_calibration(data: dict, params: StepParams, **fields) -> Calibration:
