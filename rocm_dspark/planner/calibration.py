@@ -247,13 +247,13 @@ def adaptive_overhead(measured_ms, base_ms) -> tuple[float, float]:
     return float(overheads[i]), float(err[i])
 
 
-def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_speedup: float = 1.0) -> float:
+def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_speedup: float | None = None) -> float:
     """The one predictor of a measured run {concurrency, k, adaptive, capture_size, acceptance_length}:
     output tok/s = c x acceptance length per step over CalibratedCost's step. A fixed-K run verifies
     c x (1+K) tokens; an adaptive run about c x acceptance length (its trimmed drafts; a lower bound) and
     pays adaptive_ms. The public A/B's adaptive cells publish no acceptance length, so there the scheduler
     (simulator, same CalibratedCost) gives the tokens verified (_predict_cells). `mono_speedup` divides the
-    verify step of a run whose steps take the mono decode kernels (planner/mono_term.py's model)."""
+    verify step of a run tagged mono, whose steps take the mono decode kernels (planner/mono_term.py's model)."""
     from rocm_dspark.recipe.capture import vllm_capture_grid
 
     c, k = run["concurrency"], run["k"]
@@ -262,7 +262,7 @@ def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_spee
         params=params, physics=physics, capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c
     )
     ms = 1e3 * (
-        float(cost.verify_seconds(tokens)) / mono_speedup
+        float(cost.verify_seconds(tokens)) / (mono_speedup if run.get("mono") and mono_speedup else 1.0)
         + cost.request_seconds(c)
         + cost.draft_seconds(c, k)
         + (cost.adaptive_seconds if run["adaptive"] else 0.0)
