@@ -91,7 +91,7 @@ def roofline_notes(cost, model, profile) -> list[str]:
     return notes
 
 
-def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
+def calibrated_notes(calib, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
     p = calib.params
     if calib.host:
         return host_fit_notes(calib, error_pct, payoff_pp)
@@ -185,6 +185,8 @@ def plan_profile(
     running requests (default: the recipe's), so a plan can cover concurrencies above it; the recipe's capture
     size follows it up to the profile's cap and stays there above (vLLM runs bigger steps without graphs:
     vllm/v1/cudagraph_dispatcher.py `dispatch`)."""
+    call = dict(locals())  # this call's arguments, for the capture-assumption rerun at the end
+
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import hold_to_error, plan_grid
     from rocm_dspark.recipe.capture import capture_size as _capture_size
@@ -242,9 +244,7 @@ def plan_profile(
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
         error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
         notes = (
-            ([host_note] if host_note else [])
-            + calibrated_notes(calib, cost, same, error_pct, payoff_pp)
-            + transfer_notes
+            ([host_note] if host_note else []) + calibrated_notes(calib, same, error_pct, payoff_pp) + transfer_notes
         )
         error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
         if acceptance_rates is None and calib.params.spread > 0:
@@ -325,22 +325,7 @@ def plan_profile(
         from rocm_dspark.planner.capture_term import capture_notes
 
         def rerun(size, concurrencies_):
-            return plan_profile(
-                catalog,
-                model,
-                gpu_key,
-                concurrencies=concurrencies_,
-                acceptance_length=acceptance_length,
-                acceptance_rates=acceptance_rates,
-                acceptance_shape=acceptance_shape,
-                steps=steps,
-                seed=seed,
-                dp=dp,
-                capture_size=size,
-                calibration=calibration,
-                calibration_note=calibration_note,
-                max_num_seqs=max_num_seqs,
-            )
+            return plan_profile(**{**call, "capture_size": size, "concurrencies": concurrencies_})
 
         result.notes += capture_notes(result, cost, rerun)
     return result
