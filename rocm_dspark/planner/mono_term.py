@@ -52,25 +52,17 @@ def mono_rows(
             step = fixed.step_ms
             verify = 1000.0 * float(cost.verify_seconds(r.batch * (1 + result.fixed_k)))
             tps = fixed.expected_tokens_per_s
-            if host_mono:
-                r_ = step / (step - verify + verify / float(host_mono["speedup"]))
-                e = float(host_mono["loo_error_pct"]) / 100
-                row.update(
-                    rows=d.rows,
-                    speedup=[round(r_, 3)] * 2,
-                    source="host",
-                    error_pct=host_mono["loo_error_pct"],
-                    tok_s=[round(tps * r_ * (1 - e), 1), round(tps * r_ * (1 + e), 1)],
-                )
-            else:
-                lo, hi = m["public_gain"]["per_layer"]
-                ratios = [step / (step - verify + verify / s) for s in (lo, hi)]
-                row.update(
-                    rows=d.rows,
-                    speedup=[round(x, 3) for x in ratios],
-                    source="public",
-                    tok_s=[round(tps * x, 1) for x in ratios],
-                )
+            # the host's one speedup with its left-out error as the range, or the public per-layer range
+            speedups = [float(host_mono["speedup"])] * 2 if host_mono else m["public_gain"]["per_layer"]
+            ratios = [step / (step - verify + verify / s) for s in speedups]
+            e = float(host_mono["loo_error_pct"]) / 100 if host_mono else 0.0
+            row.update(
+                rows=d.rows,
+                speedup=[round(x, 3) for x in ratios],
+                source="host" if host_mono else "public",
+                **({"error_pct": host_mono["loo_error_pct"]} if host_mono else {}),
+                tok_s=[round(tps * ratios[0] * (1 - e), 1), round(tps * ratios[1] * (1 + e), 1)],
+            )
         out.append(row)
     return out
 
@@ -98,6 +90,3 @@ def mono_note(catalog, rows: list[dict], host_mono: dict | None = None) -> str |
         f"upper bound (the verify step is not all layers). The same source reports {ilo:g}-{ihi:g}x P90 "
         f"interactivity at concurrency {clo}-{chi}"
     )
-
-
-__all__ = ["mono_rows", "mono_note"]
