@@ -65,18 +65,6 @@ class StepParams:
     eager_launch_ms: float = 0.0  # per layer, steps above the largest captured size (capture_term)
     eager_per_token_ms: float = 0.0  # per token, same steps
 
-    def step_ms(self, physics: Physics, requests, tokens, *, drafted: bool, adaptive: bool = False):
-        import numpy as np
-
-        tokens = np.asarray(tokens, dtype=np.float64)
-        ms = (
-            self.fixed_ms
-            + physics.weights_ms(requests, tokens, self.rho)
-            + self.per_request_ms * np.asarray(requests, dtype=np.float64)
-            + self.per_token_ms * tokens
-        )
-        return ms + (self.draft_ms if drafted else 0.0) + (self.adaptive_ms if adaptive else 0.0)
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -107,16 +95,6 @@ class Calibration:
     notes: tuple = field(default=(), compare=False)  # host fit: what a leave-one-out fold could not identify
     mono: dict | None = None  # host fit: the measured mono verify-step speedup (planner/mono_term.py)
 
-    def stated_error_pct(self, calibrated_setting: bool) -> float:
-        """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread
-        between two builds (the model cannot see builds, hosts or transfer errors)."""
-        return self.held_out_error_pct + (0.0 if calibrated_setting else self.cross_build_spread_pct)
-
-    def stated_payoff_error_pp(self, calibrated_setting: bool) -> float:
-        """Adaptive-vs-block gain error: held out, plus the cross-build spread (always: the gate
-        decides per host and build, and the one A/B repeated on another build moved by this much)."""
-        return self.held_out_payoff_error_pp + self.cross_build_spread_pp
-
 
 # --- data -------------------------------------------------------------------------------------------
 
@@ -127,12 +105,12 @@ def data_path() -> Path:
     return recipes_dir() / "step_cost.yaml"
 
 
-def load_data(path=None) -> dict:
+def load_data() -> dict:
     import yaml
 
     from rocm_dspark.inputs import read_text
 
-    p = Path(path) if path else data_path()
+    p = data_path()
     text = read_text(p, "the step-cost calibration data")
     try:
         data = yaml.safe_load(text)

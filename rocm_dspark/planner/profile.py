@@ -242,7 +242,10 @@ def plan_profile(
 
         calib, host_note = calibration or stored(), calibration_note
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
-        error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
+        # tok/s: held out; outside the calibration setting also the spread between two builds (the model cannot
+        # see builds, hosts or transfer errors). The gain: always both, as the gate decides per host and build.
+        error_pct = calib.held_out_error_pct + (0.0 if same else calib.cross_build_spread_pct)
+        payoff_pp = calib.held_out_payoff_error_pp + calib.cross_build_spread_pp
         notes = (
             ([host_note] if host_note else []) + calibrated_notes(calib, same, error_pct, payoff_pp) + transfer_notes
         )
