@@ -617,8 +617,7 @@ def transfer(
       * eager term (capture_term): per-layer launch unchanged (x this model's layers), per token as the
         per-token term.
     """
-    from rocm_dspark.recipe.capture import capture_size as _capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
+    from rocm_dspark.planner.roofline import profile_capture_grid
 
     ref_model = catalog.find_model(calibration.model)
     ref_gpu = catalog.find_gpu(calibration.gpu)
@@ -645,13 +644,10 @@ def transfer(
             f"fixed x{layers:.2f} (layers), per-token x{compute:.2f} (active params / TP x FP8 peak), "
             f"per-request x{kv:.2f} (layers, HBM); these rules are not validated by any public measurement"
         )
-    k_max = model.block_size
-    largest = capture_size or _capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
-    grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     cost = CalibratedCost(
         params=p,
         physics=physics,
-        capture_sizes=grid,
+        capture_sizes=profile_capture_grid(model, profile, capture_size),
         label=f"calibrated ({'calibration setting' if same else 'transferred from'} {calibration.source_label})",
     )
     return cost, same, notes

@@ -18,9 +18,7 @@ planner/host_fit.py), s is that fit's one value and the range is its left-out er
 from __future__ import annotations
 
 
-def mono_rows(
-    catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int, host_mono: dict | None = None
-) -> list[dict]:
+def mono_rows(catalog, model, gpu, profile, result, cost, capture_size: int, host_mono: dict | None) -> list[dict]:
     """One entry per plan row: whether mono runs and, where it does, the predicted fixed-K tok/s range
     (`host_mono`: this host's fitted term, host_fit._mono_term, ahead of the public one)."""
     from rocm_dspark.recipe.mono import decide
@@ -36,7 +34,7 @@ def mono_rows(
             build=profile.vllm_build or "?",
             has_change=catalog.contains(build, m["change"]) if build and m else None,
             tp=profile.tp,
-            dp=dp,
+            dp=result.dp,
             ep=profile.ep,
             nodes=1,
             k=result.fixed_k,

@@ -189,8 +189,7 @@ def plan_profile(
 
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import hold_to_error, plan_grid
-    from rocm_dspark.recipe.capture import capture_size as _capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
+    from rocm_dspark.planner.roofline import profile_capture_grid
 
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
@@ -219,11 +218,7 @@ def plan_profile(
     calib = None
     error_source = "uncalibrated"
     if cost_table is not None:
-        grid = vllm_capture_grid(
-            capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
-            profile.max_num_batched_tokens,
-        )
-        cost = load_cost_table(cost_table, capture_sizes=grid)
+        cost = load_cost_table(cost_table, capture_sizes=profile_capture_grid(model, profile, capture_size))
         notes = [
             f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
             f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"
@@ -312,17 +307,8 @@ def plan_profile(
     from rocm_dspark.planner.mono_term import mono_note, mono_rows
 
     host_mono = calib.mono if calib is not None and calib.host else None
-    result.mono = mono_rows(
-        catalog,
-        model,
-        gpu,
-        profile,
-        result,
-        cost,
-        dp=dp,
-        capture_size=capture_size or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap),
-        host_mono=host_mono,
-    )
+    mono_capture = capture_size or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap)
+    result.mono = mono_rows(catalog, model, gpu, profile, result, cost, mono_capture, host_mono)
     result.notes += [n for n in (mono_note(catalog, result.mono, host_mono),) if n]
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes

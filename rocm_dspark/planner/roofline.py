@@ -84,6 +84,15 @@ def pad_to_capture(tokens, capture_sizes):
     return np.where(tokens > sizes[-1], tokens, padded)
 
 
+def profile_capture_grid(model, profile, capture_size: int | None = None) -> tuple[int, ...]:
+    """vLLM's capture grid up to `capture_size`, by default the recipe's for the profile's max_num_seqs."""
+    from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
+
+    largest = capture_size or recipe_capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)
+    return tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
+
+
 @dataclass(frozen=True)
 class RooflineCost:
     """Step cost = drafter time + verify forward time, both from the roofline."""
@@ -154,9 +163,6 @@ def catalog_model_cost(model) -> ModelCost:
 def from_catalog(model, gpu, profile, *, capture_size: int | None = None) -> RooflineCost:
     """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile);
     `capture_size`: the largest captured size (default: the recipe's for the profile's max_num_seqs)."""
-    from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
-
     if profile.dp != 1 or profile.ep != 1:
         raise UsageError(
             f"the roofline models one TP group; profile {profile.id} has dp={profile.dp} ep={profile.ep}; "
@@ -171,13 +177,11 @@ def from_catalog(model, gpu, profile, *, capture_size: int | None = None) -> Roo
         bandwidth_bytes_per_s=tp * gpu.hbm_bandwidth_tbps * 1e12 * BANDWIDTH_EFFICIENCY,
         flops_per_s=tp * gpu.peak_fp8_tflops * 1e12 * COMPUTE_EFFICIENCY,
     )
-    largest = capture_size or recipe_capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)
-    grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     return RooflineCost(
         hardware=hardware,
         target=target,
         draft=target.scaled(draft_params / (float(model.params["backbone_b"]) * 1e9)) if draft_params else None,
         block_draft=True,
-        capture_sizes=grid,
+        capture_sizes=profile_capture_grid(model, profile, capture_size),
         label=f"roofline {model.key} on {tp}x {gpu.name} (TP{tp})",
     )
