@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocm_dspark.planner.cost_table import MeasuredCost
-from rocm_dspark.planner.scheduler import TwoPhaseScheduler, admitted_slots, allocate, choose_budget, plan_step, survival
+from rocm_dspark.planner.scheduler import admitted_slots, allocate, choose_budget, plan_step, survival
 from rocm_dspark.planner.simulator import Policy, simulate
 
 
@@ -182,11 +182,6 @@ def test_budget_ignores_the_current_drafts_confidences(hist, data):
     cur_a = np.array([[data.draw(conf_value) for _ in row] for row in hist])
     cur_b = np.array([[data.draw(conf_value) for _ in row] for row in hist])
     assert plan_step(hist, cur_a, cost).budget == plan_step(hist, cur_b, cost).budget
-    # The scheduler object too: same previous step, different current drafts, same budget.
-    s1, s2 = TwoPhaseScheduler(cost), TwoPhaseScheduler(cost)
-    s1.step(hist)
-    s2.step(hist)
-    assert s1.step(cur_a).budget == s2.step(cur_b).budget
 
 
 @settings(max_examples=300, deadline=None)
@@ -206,7 +201,7 @@ def test_admission_of_a_slot_ignores_later_positions(conf, data):
 def test_first_step_without_history_treats_every_slot_as_confident():
     cost = TableCost(np.arange(1, 20, dtype=float))
     conf = np.full((2, 3), 0.1)
-    plan = TwoPhaseScheduler(cost).step(conf)
+    plan = plan_step(np.full(conf.shape, np.nan), conf, cost)
     assert plan.budget == choose_budget(np.ones((2, 3)), cost).budget
 
 
@@ -225,38 +220,9 @@ def test_dp_ranks_plan_their_own_budget_and_pay_for_the_largest_rank():
     assert res.verified_drafts_per_request == pytest.approx((tokens[0] + tokens[1] - 4) / 4)
 
 
-# --- history keyed by request (issue #12 item 5) -------------------------------------------------------
-
-
-def test_history_follows_the_request_not_the_row():
-    """A new request that takes another's row at the same batch size starts without history (survival
-    1.0, vLLM's add_request policy); it must not inherit the leaving request's confidences."""
-    cost = TableCost(np.arange(1, 40, dtype=float))
-    confident, doubtful = np.array([[0.99, 0.99, 0.99]]), np.array([[0.05, 0.05, 0.05]])
-    keyed = TwoPhaseScheduler(cost)
-    keyed.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
-    # "a" finished; "c" takes row 0. Its history must be "missing" (1.0), not "a"'s 0.05s.
-    step = keyed.step(np.vstack([confident, confident]), request_ids=["c", "b"])
-    fresh = plan_step(np.vstack([np.full((1, 3), np.nan), confident]), np.vstack([confident, confident]), cost)
-    inherited = plan_step(np.vstack([doubtful, confident]), np.vstack([confident, confident]), cost)
-    assert fresh.budget != inherited.budget  # the case distinguishes the two behaviours
-    assert step.budget == fresh.budget
-    # A request that moves to another row keeps its own history.
-    moved = TwoPhaseScheduler(cost)
-    moved.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
-    step = moved.step(np.vstack([confident, confident]), request_ids=["b", "a"])
-    assert step.budget == plan_step(np.vstack([confident, doubtful]), np.vstack([confident, confident]), cost).budget
-
-
-def test_request_ids_must_name_each_row_once():
-    with pytest.raises(ValueError, match="request_ids"):
-        TwoPhaseScheduler(TableCost(np.arange(1, 10, dtype=float))).step(np.ones((2, 2)), request_ids=["a", "a"])
-
-
 def test_zero_requests_plan_an_empty_step():
     cost = MeasuredCost.from_samples(verify=[(1, 10), (8, 14)], capture_sizes=[1, 8])
     step = plan_step(np.zeros((0, 5)), np.zeros((0, 5)), cost)
     assert step.budget == 0 and step.tokens == 0 and step.lengths.shape == (0,)
     curve = choose_budget(np.zeros((0, 5)), cost).curve
     assert not np.isnan(curve).any()
-    assert TwoPhaseScheduler(cost).step(np.zeros((0, 5))).tokens == 0

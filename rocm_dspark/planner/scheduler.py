@@ -164,45 +164,12 @@ class StepPlan:
 
 def plan_step(history_conf, current_conf, step_cost) -> StepPlan:
     """Two-phase causal scheme: budget from `history_conf` (the previous step's drafts), allocation
-    from `current_conf` (the drafts verified now). The current confidences never reach the budget.
-    Zero requests plan an empty step (budget 0, no tokens)."""
+    from `current_conf` (the drafts verified now). The current confidences never reach the budget. A request
+    without history (NaN: new or preempted) counts as fully confident (survival). Zero requests plan an empty
+    step (budget 0, no tokens)."""
     current = survival(current_conf)
     history = survival(history_conf)
     if history.shape != current.shape:
         raise ValueError(f"history {history.shape} and current {current.shape} confidences differ in shape")
     lengths = allocate(current, choose_budget(history, step_cost).budget)
     return StepPlan(budget=int(lengths.sum()), lengths=lengths, tokens=int(current.shape[0] + lengths.sum()))
-
-
-class TwoPhaseScheduler:
-    """Keeps the one step of lag, per request: each call plans with the confidences each request had
-    in the previous call as its history.
-
-    History is keyed by request id, as vLLM keys its stale confidences by request (req_id_to_index;
-    `add_request` resets the slot): a request that takes another's row, even at the same batch size,
-    never inherits the other's confidences. A request without history (new, or absent from the
-    previous call) gets survival 1.0, vLLM's policy for a new request (docs/scheduler.md, "Missing history").
-    Without `request_ids`, row i is taken to be the same request in every call.
-    """
-
-    def __init__(self, step_cost):
-        self.step_cost = step_cost
-        self._previous: dict = {}
-
-    def step(self, current_conf, request_ids=None) -> StepPlan:
-        import numpy as np
-
-        current = np.asarray(current_conf, dtype=np.float64)  # plan_step checks its values (survival)
-        if current.ndim != 2:
-            raise ValueError(f"confidences must be a 2-D array [requests, positions], got shape {current.shape}")
-        ids = list(range(current.shape[0])) if request_ids is None else list(request_ids)
-        if len(ids) != current.shape[0] or len(set(ids)) != len(ids):
-            raise ValueError(f"request_ids must name each of the {current.shape[0]} rows once")
-        history = np.full(current.shape, np.nan)
-        for row, rid in enumerate(ids):
-            previous = self._previous.get(rid)
-            if previous is not None and previous.shape == current.shape[1:]:
-                history[row] = previous
-        plan = plan_step(history, current, self.step_cost)
-        self._previous = {rid: current[row].copy() for row, rid in enumerate(ids)}
-        return plan
