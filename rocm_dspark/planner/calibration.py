@@ -420,6 +420,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     from rocm_dspark.planner.simulator import Policy, simulate
 
     measured = np.array([cell[3] for cell in train])
+    cost = CalibratedCost(params=params, physics=physics, capture_sizes=grid)
     best_av = (math.inf, 0.0, 0.0)
     for spread in data.get("spread_grid", [0.0]):
         try:
@@ -428,13 +429,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             continue
         tokens, step = [], []
         for c, *_ in train:
-            res = simulate(
-                CalibratedCost(params=params, physics=physics, capture_sizes=grid),
-                class_matrix(alphas, c, k),
-                c,
-                Policy("adaptive", k),
-                steps=1,
-            )
+            res = simulate(cost, class_matrix(alphas, c, k), c, Policy("adaptive", k), steps=1)
             step.append(res.step_ms)
             tokens.append(res.expected_tokens_per_s * res.step_ms / 1e3)
         tokens, step = np.array(tokens), np.array(step)
