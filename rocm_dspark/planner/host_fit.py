@@ -79,43 +79,40 @@ def _argv_setting(path, name: str, argv) -> tuple[int, bool, str, bool]:
     )
 
 
+def _run(arm: str, setting: tuple, concurrency, output_tok_s, acceptance_length) -> dict:
+    """A row of a validate record or report, its (K, adaptive, capture size, mono) from the plan's argv."""
+    k, adaptive, cap, mono = setting
+    return {
+        "arm": arm,
+        "k": k,
+        "adaptive": adaptive,
+        "mono": mono,
+        "concurrency": concurrency,
+        "capture_size": cap,
+        "output_tok_s": output_tok_s,
+        "acceptance_length": acceptance_length if k else 1.0,
+    }
+
+
 def _rows_from_ab(path, data: dict) -> list[dict]:
-    """A validate --ab record: block and adaptive arms at its concurrency (K and capture size from argv)."""
+    """A validate --ab record: block and adaptive arms at its concurrency."""
     rows = []
     for name in ("block", "adaptive"):
         arm = data["arms"][name]
-        k, adaptive, cap, mono = _argv_setting(path, f"arm {name}", arm.get("argv"))
+        setting = _argv_setting(path, f"arm {name}", arm.get("argv"))
         rows.append(
-            {
-                "arm": name,
-                "k": k,
-                "adaptive": adaptive,
-                "mono": mono,
-                "concurrency": data["concurrency"],
-                "capture_size": cap,
-                "output_tok_s": arm["output_throughput_tok_s"],
-                "acceptance_length": arm["acceptance_length"] if k else 1.0,
-            }
+            _run(name, setting, data["concurrency"], arm["output_throughput_tok_s"], arm.get("acceptance_length"))
         )
     return rows
 
 
 def _rows_from_report(path, data: dict) -> list[dict]:
-    """A `validate` report.json: one row per sweep level of the plan it ran (K and capture size from argv)."""
-    plan = data.get("plan") or {}
-    k, adaptive, cap, mono = _argv_setting(path, "the report's plan", plan.get("argv"))
+    """A `validate` report.json: one row per sweep level of the plan it ran."""
+    setting = _argv_setting(path, "the report's plan", (data.get("plan") or {}).get("argv"))
+    k, adaptive, _, mono = setting
     arm = f"{'adaptive' if adaptive else 'fixed' if k else 'none'}-k{k}{'-mono' if mono else ''}"
     return [
-        {
-            "arm": arm,
-            "k": k,
-            "adaptive": adaptive,
-            "mono": mono,
-            "concurrency": lv.get("concurrency"),
-            "capture_size": cap,
-            "output_tok_s": lv.get("output_throughput_tok_s"),
-            "acceptance_length": (lv.get("acceptance_length") if k else 1.0),
-        }
+        _run(arm, setting, lv.get("concurrency"), lv.get("output_throughput_tok_s"), lv.get("acceptance_length"))
         for lv in ((data.get("measurements") or {}).get("sweep") or [])
         if not lv.get("failed")
     ]
@@ -152,10 +149,6 @@ def read_table(path) -> list[dict]:
             raise _bad(path, f"empty; give a CSV header {','.join(COLUMNS)} and one row per run")
         if None in (reader.fieldnames or []) or any(None in r for r in rows):
             raise _bad(path, "a row has more fields than the header")
-    return [_check_row(path, i, r) for i, r in enumerate(rows, 1)] if _check_all(path, rows) else []
-
-
-def _check_all(path, rows: list[dict]) -> bool:
     for i, r in enumerate(rows, 1):
         unknown = sorted(set(r) - set(COLUMNS) - set(OPTIONAL))
         missing = [c for c in COLUMNS if c not in r]
@@ -167,7 +160,7 @@ def _check_all(path, rows: list[dict]) -> bool:
             )
         if missing:
             raise _bad(path, f"row {i}: missing column(s) {', '.join(missing)}")
-    return True
+    return [_check_row(path, i, r) for i, r in enumerate(rows, 1)]  # every row's columns first, then its values
 
 
 def _number(path, i, name, value, *, integer=False) -> float:
@@ -197,16 +190,11 @@ def _flag(path, i: int, name: str, value) -> bool:
 def _check_row(path, i: int, r: dict) -> dict:
     adaptive = _flag(path, i, "adaptive", r["adaptive"])
     mono = _flag(path, i, "mono", r["mono"]) if r.get("mono") not in (None, "") else False
-    row: dict[str, Any] = {
-        "arm": str(r["arm"]).strip(),
-        "adaptive": adaptive,
-        "mono": mono,
-        "k": int(_number(path, i, "k", r["k"], integer=True)),
-        "concurrency": int(_number(path, i, "concurrency", r["concurrency"], integer=True)),
-        "capture_size": int(_number(path, i, "capture_size", r["capture_size"], integer=True)),
-        "output_tok_s": _number(path, i, "output_tok_s", r["output_tok_s"]),
-        "acceptance_length": _number(path, i, "acceptance_length", r["acceptance_length"]),
-    }
+    row: dict[str, Any] = {"arm": str(r["arm"]).strip(), "adaptive": adaptive, "mono": mono}
+    for name in ("k", "concurrency", "capture_size"):
+        row[name] = int(_number(path, i, name, r[name], integer=True))
+    for name in ("output_tok_s", "acceptance_length"):
+        row[name] = _number(path, i, name, r[name])
     if not row["arm"]:
         raise _bad(path, f"row {i}: arm is empty")
     if row["concurrency"] < 1 or row["output_tok_s"] <= 0 or row["capture_size"] < 1:
