@@ -276,26 +276,17 @@ def hold_to_error(result: PlanResult) -> None:
 
 
 def _describe(result: PlanResult, chosen: str) -> tuple[dict, str]:
-    score = result.scores[chosen]
-    tail = f"(geometric mean {score:.1%} of the best per concurrency)"
-    if chosen == "block":
-        return (
-            {"num_speculative_tokens": result.gamma},
-            f"block verification: num_speculative_tokens={result.gamma} {tail}",
-        )
+    """The --speculative-config keys of a candidate and the recommendation line that names them."""
+    tail = f"(geometric mean {result.scores[chosen]:.1%} of the best per concurrency)"
     if chosen == "none":
         return {}, f"no speculation: drafting does not pay on this grid {tail}"
-    if chosen == "fixed":
-        return ({"num_speculative_tokens": result.fixed_k}, f"fixed K: num_speculative_tokens={result.fixed_k} {tail}")
     if chosen == "per_batch_size":
         schedule = [list(r) for r in result.schedule]
         k_max = max(max(k for _, _, k in result.schedule), 1)
-        return (
-            {"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule},
-            f"per-batch-size K: num_speculative_tokens={k_max}, "
-            f"num_speculative_tokens_per_batch_size={schedule} {tail}",
-        )
-    return (
-        {"num_speculative_tokens": result.gamma, "enable_adaptive_verification": True},
-        f"adaptive verification: num_speculative_tokens={result.gamma}, enable_adaptive_verification=true {tail}",
-    )
+        config = {"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule}
+    else:
+        config = {"num_speculative_tokens": result.fixed_k if chosen == "fixed" else result.gamma}
+        if chosen == "adaptive":
+            config["enable_adaptive_verification"] = True
+    shown = ", ".join(f"{key}={str(value).lower() if value is True else value}" for key, value in config.items())
+    return config, f"{CANDIDATE_LABELS[chosen]}: {shown} {tail}"
