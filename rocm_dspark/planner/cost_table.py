@@ -111,12 +111,8 @@ class MeasuredCost:
         if self.dense:
             return []
         xs = np.asarray([s for s, _ in self.verify_ms], dtype=np.float64)
-        out = []
-        for size in sorted({int(v) for v in np.atleast_1d(pad_to_capture(sizes, self.capture_sizes)) if v > 0}):
-            nearest = float(np.min(np.maximum(xs / size, size / xs)))
-            if nearest > ratio:
-                out.append(size)
-        return out
+        padded = sorted({int(v) for v in np.atleast_1d(pad_to_capture(sizes, self.capture_sizes)) if v > 0})
+        return [size for size in padded if float(np.min(np.maximum(xs / size, size / xs))) > ratio]
 
     def notes(self) -> list[str]:
         samples = ", ".join(str(s) for s, _ in self.verify_ms)
