@@ -170,37 +170,34 @@ def nonneg_lstsq(a, b):
     return x, resid
 
 
-def design_row(
-    physics: Physics,
-    requests: int,
-    tokens: int,
-    per_request_tokens: float,
-    drafted: bool,
-    tok_s: float,
-    rho: float,
-    largest: int | None,
-):
-    """One measured step as a row of the linear fit, in relative units: a x = 1 when the model matches the
-    measured step time (requests x tokens per request per step / tok/s) exactly. With a capture size
-    (`largest`), two more columns: the eager term of a step above it (capture_term). Both fits use it."""
+def design_row(physics: Physics, run: dict, rho: float):
+    """One measured run {concurrency, k, acceptance_length, output_tok_s, capture_size} as a row of the linear
+    fit, in relative units: a x = 1 when the model matches the measured step time (concurrency x acceptance
+    length / tok/s) exactly. The last two columns are the eager term of a step above the capture size
+    (capture_term). Both fits use it."""
     import numpy as np
 
     from rocm_dspark.planner.capture_term import eager_columns
 
-    measured_ms = 1e3 * requests * per_request_tokens / tok_s
-    known = float(physics.weights_ms(requests, tokens, rho))
-    row = np.array([1.0, requests, tokens, 1.0 if drafted else 0.0, *eager_columns(tokens, largest, physics.layers)])
+    c, k = run["concurrency"], run["k"]
+    tokens = c * (1 + k)
+    measured_ms = 1e3 * c * run["acceptance_length"] / run["output_tok_s"]
+    known = float(physics.weights_ms(c, tokens, rho))
+    row = np.array([1.0, c, tokens, 1.0 if k else 0.0, *eager_columns(tokens, run["capture_size"], physics.layers)])
     return row / measured_ms, 1.0 - known / measured_ms
 
 
-def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int | None = None):
+def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int):
     """design_row for each measured no-spec and fixed-K cell of the public A/B."""
     import numpy as np
 
     pairs = [
-        design_row(physics, c, tokens, per_req, drafted, tok_s, rho, largest)
+        design_row(physics, {"concurrency": c, "capture_size": largest, **run}, rho)
         for c, nospec, fixed, _ in cells
-        for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, False), (fixed, c * (1 + k), acceptance_length, True))
+        for run in (
+            {"k": 0, "acceptance_length": 1.0, "output_tok_s": nospec},
+            {"k": k, "acceptance_length": acceptance_length, "output_tok_s": fixed},
+        )
     ]
     a = np.array([p[0] for p in pairs])
     if not a[:, 4:].any():  # no step crosses the capture size: the eager term is not identified here

@@ -244,13 +244,6 @@ def check_points(path, rows: list[dict]) -> None:
 # --- the fit --------------------------------------------------------------------------------------------
 
 
-def _design_row(physics, r, rho):
-    c, k = r["concurrency"], r["k"]
-    return design_row(
-        physics, c, c * (1 + k), r["acceptance_length"], bool(k), r["output_tok_s"], rho, r["capture_size"]
-    )
-
-
 def rho_span_pct(physics, rows) -> float:
     """How far rho's column (the weight reads it moves, rho 0 to 0.75) lies outside the span of the linear
     columns over these runs, % of its norm: near 0 means those runs cannot tell rho from the other terms."""
@@ -261,7 +254,7 @@ def rho_span_pct(physics, rows) -> float:
         return float(physics.weights_ms(c, c * (1 + r["k"]), rho))
 
     linear = [r for r in rows if not r["adaptive"] and not r.get("mono")]
-    pairs = [_design_row(physics, r, 0.0) for r in linear]
+    pairs = [design_row(physics, r, 0.0) for r in linear]
     a = np.array([p[0] for p in pairs])
     # p[0][0] = 1 / measured ms: relative, as the other columns
     col = np.array([(weights_ms(r, 0.0) - weights_ms(r, 0.75)) * p[0][0] for r, p in zip(linear, pairs)])
@@ -278,7 +271,7 @@ def _fit_linear(physics, rows, rho_grid):
         rho_grid = [stored().params.rho]
     best: tuple[float, float | None, Any] = (math.inf, None, None)
     for rho in rho_grid:
-        pairs = [_design_row(physics, r, float(rho)) for r in rows]
+        pairs = [design_row(physics, r, float(rho)) for r in rows]
         a = np.array([p[0] for p in pairs])
         b = np.array([p[1] for p in pairs])
         cols = [i for i in range(a.shape[1]) if a[:, i].any()]
