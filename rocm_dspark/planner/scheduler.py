@@ -82,35 +82,36 @@ def request_seconds(step_cost, num_requests: int) -> float:
 
 
 def admitted_slots(surv, budget: int):
-    """Boolean [requests, positions]: the `budget` best slots by the ranking above.
-
-    Rank counting, not a full sort: the budget-th value is found by a partition, every slot above it
-    is admitted, and the tied slots at the boundary are taken in (position, request) order.
-    """
-    import numpy as np
-
-    surv = np.asarray(surv, dtype=np.float64)
-    budget = int(budget)
-    if budget < 0:
-        raise ValueError("budget must not be negative")
-    values = surv.T.ravel()  # position-major (j, then r): the earliest index wins a tie
-    total = values.size
-    admitted = np.full(total, budget >= total)
-    if 0 < budget < total:
-        threshold = np.partition(values, total - budget)[total - budget]
-        admitted = values >= threshold
-        extra = int(np.count_nonzero(admitted)) - budget
-        if extra:  # more than one slot ties at the threshold: keep the earliest, drop the last `extra`
-            ties = np.flatnonzero(values == threshold)
-            admitted[ties[len(ties) - extra :]] = False
-    return admitted.reshape(surv.shape[::-1]).T
+    """Boolean [requests, positions]: the `budget` best slots by the ranking above."""
+    return _admitted(surv, budget).T
 
 
 def allocate(surv, budget: int):
     """Verified drafts per request when the `budget` best slots are admitted (always a prefix)."""
     import numpy as np
 
-    return admitted_slots(surv, budget).sum(axis=1, dtype=np.int64)
+    return _admitted(surv, budget).sum(axis=0, dtype=np.int64)
+
+
+def _admitted(surv, budget: int):
+    """Boolean [positions, requests] (position-major: the earliest index wins a tie) of the `budget` best slots.
+    Rank counting, not a full sort: the budget-th value is found by a partition, every slot above it is
+    admitted, and the tied slots at the boundary are taken in (position, request) order."""
+    import numpy as np
+
+    by_position = np.ascontiguousarray(np.asarray(surv, dtype=np.float64).T)
+    values, total, budget = by_position.ravel(), by_position.size, int(budget)
+    if budget < 0:
+        raise ValueError("budget must not be negative")
+    if not 0 < budget < total:
+        return np.full(by_position.shape, budget >= total)  # every slot or none
+    threshold = np.partition(values, total - budget)[total - budget]
+    admitted = values >= threshold
+    extra = int(np.count_nonzero(admitted)) - budget
+    if extra:  # more than one slot ties at the threshold: keep the earliest, drop the last `extra`
+        ties = np.flatnonzero(values == threshold)
+        admitted[ties[len(ties) - extra :]] = False
+    return admitted.reshape(by_position.shape)
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,11 @@ def plan_step(history_conf, current_conf, step_cost) -> StepPlan:
     from `current_conf` (the drafts verified now). The current confidences never reach the budget. A request
     without history (NaN: new or preempted) counts as fully confident (survival). Zero requests plan an empty
     step (budget 0, no tokens)."""
+    import numpy as np
+
     current = survival(current_conf)
     history = survival(history_conf)
     if history.shape != current.shape:
         raise ValueError(f"history {history.shape} and current {current.shape} confidences differ in shape")
-    lengths = allocate(current, choose_budget(history, step_cost).budget)
+    lengths = allocate(current, int(np.argmax(budget_curve(history, step_cost))))  # choose_budget's, no Budget
     return StepPlan(budget=int(lengths.sum()), lengths=lengths, tokens=int(current.shape[0] + lengths.sum()))
