@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.planner.acceptance import geometric_rates, parse_rates, synthetic_rates
 
 
 def parse_concurrency(text) -> list[int]:
@@ -19,13 +20,15 @@ def parse_concurrency(text) -> list[int]:
     return sorted(set(values))
 
 
-SHAPES = ("geometric", "synthetic")
+# --acceptance-shape: how an acceptance length spreads over the drafted positions
+SHAPES = {
+    "geometric": (geometric_rates, "a constant conditional rate per position"),
+    "synthetic": (synthetic_rates, "vLLM's synthetic minimum-variance schedule"),
+}
 
 
 def acceptance_for(model, *, length: float | None, rates_text: str | None, shape: str = "geometric"):
     """Conditional rates and a label saying where they come from."""
-    from rocm_dspark.planner.acceptance import geometric_rates, parse_rates, synthetic_rates
-
     gamma = model.block_size
     if length is not None and rates_text is not None:
         raise UsageError("pass either --acceptance-length or --acceptance-rates, not both")
@@ -40,12 +43,8 @@ def acceptance_for(model, *, length: float | None, rates_text: str | None, shape
         length, source = float(length), "the InferenceX golden for this model (thinking on), not your traffic"
     if shape not in SHAPES:
         raise UsageError(f"--acceptance-shape {shape!r}: expected one of {', '.join(SHAPES)}")
-    rates = (geometric_rates if shape == "geometric" else synthetic_rates)(float(length), gamma)
-    how = (
-        "a constant conditional rate per position"
-        if shape == "geometric"
-        else "vLLM's synthetic minimum-variance schedule"
-    )
+    spread, how = SHAPES[shape]
+    rates = spread(float(length), gamma)
     return rates, (
         f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
         f"[{', '.join(f'{r:.3f}' for r in rates)}]"
