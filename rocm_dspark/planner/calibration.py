@@ -330,15 +330,11 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
     if not chosen.readings[0]["overrun_cells"] and identified:
         # The kept reading has no step past its capture size, so it cannot price one: the eager term is
         # taken from the reading in which steps cross it (the same A/B's only estimate; capture_lines says so).
-        src_fit = identified[0]
-        chosen = replace(
-            chosen,
-            params=replace(
-                chosen.params,
-                eager_launch_ms=src_fit.params.eager_launch_ms,
-                eager_per_token_ms=src_fit.params.eager_per_token_ms,
-            ),
+        eager = identified[0].params
+        params = replace(
+            chosen.params, eager_launch_ms=eager.eager_launch_ms, eager_per_token_ms=eager.eager_per_token_ms
         )
+        chosen = replace(chosen, params=params)
     return replace(
         chosen,
         capture_known=known,
