@@ -233,12 +233,10 @@ def hold_to_error(result: PlanResult) -> None:
     def margin(c: str) -> float:
         return result.payoff_error_pp if c == "adaptive" and result.payoff_error_pp is not None else result.error_pct
 
-    def supported(c: str) -> bool:
+    def supported(c: str) -> bool:  # of the offered candidates (adaptive only where it is available)
         if c == "fixed" and result.fixed_k == result.gamma:
             return False  # that is block verification itself
-        if c == "adaptive" and (
-            not result.adaptive_available or not any(result.payoff(r) == "pays" for r in result.rows)
-        ):
+        if c == "adaptive" and not any(result.payoff(r) == "pays" for r in result.rows):
             return False
         return gain_over_block_pct(result, c) > margin(c)
 
