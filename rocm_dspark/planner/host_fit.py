@@ -412,7 +412,7 @@ def calibration(
     )
 
 
-def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
+def calibrate(path, catalog, model, gpu_key: str):
     """Read, check and fit FILE (or a list of files, their runs together) for (model, GPU).
     Returns (Calibration, leave-one-out errors, rows). Terms no run identifies take the public values."""
     paths = list(path) if isinstance(path, (list, tuple)) else [path]
@@ -425,7 +425,7 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
         raise UsageError(
             f"{model.key} has no profile for {gpu.key}; pass one --gpu of {', '.join(sorted(model.profiles))}"
         )
-    tp = tp or profile.tp
+    tp = profile.tp
     rows, mono_notes = _mono_runs(catalog, model, gpu, rows)
     has_mono = bool(catalog.mono) and model.key in catalog.mono["models"]
     lo, hi = catalog.mono["public_gain"]["per_layer"] if has_mono else (1.0, 1.0)

@@ -21,13 +21,13 @@ def grid_for(max_num_seqs: int) -> list[int]:
     return [1 << i for i in range(max_num_seqs.bit_length())]
 
 
-def compute(catalog=None) -> dict:
+def compute() -> dict:
     from rocm_dspark.planner.calibration import stored
     from rocm_dspark.planner.profile import plan_profile
     from rocm_dspark.recipe.capture import capture_size
     from rocm_dspark.recipe.catalog import load_catalog
 
-    catalog = catalog or load_catalog()
+    catalog = load_catalog()
     calib = stored()
     models = {}
     for model in sorted(catalog.models.values(), key=lambda m: m.key):
