@@ -1,6 +1,6 @@
 """Issue 24: the capture term, `plan --calibrate` (recovery, leave-one-out, malformed tables, trust), and the
 plan's capture marks. The synthetic tables are generated from known parameters by the model's own
-predict_tok_s; recovering them checks the fit, not the model's physics."""
+predict_run_tok_s; recovering them checks the fit, not the model's physics."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import pytest
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.planner import host_fit as H
-from rocm_dspark.planner.calibration import physics_for
+from rocm_dspark.planner.calibration import physics_for, predict_run_tok_s
 from rocm_dspark.planner.profile import plan_profile
 from rocm_dspark.probe import calibration_record as R
 from tests.helpers.host_fit_tables import CAT, MODEL, TRUE, state, synthetic_rows
@@ -30,7 +30,7 @@ def _mono_rows(gpu="mi355x", s=S, at=((4, "none", 0, 1.0), (4, "k5", 5, 3.5), (8
     for c, arm, k, al in at:
         r = {"arm": f"{arm}-mono", "k": k, "adaptive": False, "mono": True, "concurrency": c, "capture_size": 512,
              "acceptance_length": al}
-        r["output_tok_s"] = round(H.predict_tok_s(TRUE, physics, r, s), 4)
+        r["output_tok_s"] = round(predict_run_tok_s(TRUE, physics, r, s), 4)
         out.append(r)
     return out
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rocm_dspark.planner.scheduler import TwoPhaseScheduler, allocate, choose_budget, plan_step, survival
+from rocm_dspark.planner.scheduler import allocate, choose_budget, plan_step, survival
 
 Z_MAX = 4.5
 P_MIN = 1e-5
@@ -88,10 +88,6 @@ def two_phase_lengths(confs, cost):
     for s, cur in enumerate(confs):
         out[s] = plan(history, cur)
         history = cur
-    # The cache must not change the answer: the first steps equal the scheduler object's.
-    scheduler = TwoPhaseScheduler(cost)
-    for s in range(50):
-        assert list(scheduler.step(confs[s]).lengths) == list(out[s])
     return out
 
 

@@ -14,10 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocm_dspark.planner.cost_table import MeasuredCost
-from rocm_dspark.planner.scheduler import (
-    TwoPhaseScheduler, admitted_slots, allocate, choose_budget, choose_budget_early_stop, plan_dp_step,
-    plan_step, rank_slots, survival,
-)
+from rocm_dspark.planner.scheduler import admitted_slots, allocate, choose_budget, plan_step, survival
+from rocm_dspark.planner.simulator import Policy, simulate
 
 
 class TableCost:
@@ -78,8 +76,9 @@ def test_survival_is_the_running_product():
 
 def test_ranking_ties_go_by_position_then_request():
     surv = np.array([[0.5, 0.5], [0.5, 0.2], [0.9, 0.5]])
-    req, pos = rank_slots(surv)
-    assert list(zip(req, pos)) == [(2, 0), (0, 0), (1, 0), (0, 1), (2, 1), (1, 1)]
+    # the slot each extra unit of budget admits, in rank order
+    order = [tuple(np.argwhere(admitted_slots(surv, b + 1) & ~admitted_slots(surv, b))[0]) for b in range(surv.size)]
+    assert order == [(2, 0), (0, 0), (1, 0), (0, 1), (2, 1), (1, 1)]
 
 
 @settings(max_examples=300, deadline=None)
@@ -104,12 +103,10 @@ def test_fixed_budget_allocation_is_optimal_against_brute_force(conf, data):
     assert got == pytest.approx(brute_best_for_budget(a, budget), abs=1e-12)
 
 
-def test_allocation_respects_scheduled_drafts():
+def test_allocation_of_no_budget_and_of_more_than_every_slot():
     a = survival(np.full((3, 4), 0.9))
-    lengths = allocate(a, 5, drafts=[4, 1, 0])
-    assert list(lengths) == [4, 1, 0]
-    assert list(allocate(a, 100, drafts=[2, 3, 1])) == [2, 3, 1]
     assert list(allocate(a, 0)) == [0, 0, 0]
+    assert list(allocate(a, 100)) == [4, 4, 4]
 
 
 # --- budget search ---------------------------------------------------------------------------------------
@@ -132,6 +129,14 @@ def test_full_search_equals_brute_force_for_any_cost_table(conf, data):
     assert achieved == pytest.approx(best, rel=1e-12)
 
 
+def first_local_maximum(curve) -> int:
+    """The paper's Algorithm 1: the budget grows while the objective improves (greedy early stop)."""
+    b = 0
+    while b + 1 < len(curve) and curve[b + 1] > curve[b]:
+        b += 1
+    return b
+
+
 def test_vllm_golden_full_search_and_early_stop_differ():
     """docs/scheduler.md, "Executable goldens": vLLM's tables from profiled curves; full search b=9, early stop b=5."""
     cost = MeasuredCost.from_samples(verify=[(1, 10), (2, 10.2), (4, 10.4), (8, 11), (16, 13)],
@@ -141,7 +146,7 @@ def test_vllm_golden_full_search_and_early_stop_differ():
     expected = [.2586, .3405, .3975, .4676, .5307, .5897, .5489, .5743, .5954, .6038]
     assert np.round(full.curve / 1000.0, 4).tolist() == expected  # tokens per ms, as printed
     assert full.budget == 9
-    assert choose_budget_early_stop(hist, cost).budget == 5
+    assert first_local_maximum(full.curve) == 5
 
 
 def test_deepinfer_golden_two_phase_step():
@@ -164,7 +169,7 @@ def test_appendix_a_objective_values():
     assert np.allclose(good.curve, [1.0, 0.9, 1.134]) and good.budget == 2
     bad = choose_budget(survival([[0.8, 0.0]]), cost)
     assert np.allclose(bad.curve, [1.0, 0.9, 0.81]) and bad.budget == 0
-    assert choose_budget_early_stop(survival([[0.8, 0.9]]), cost).budget == 0
+    assert first_local_maximum(good.curve) == 0  # where an early stop would end
 
 
 # --- causality -----------------------------------------------------------------------------------------
@@ -177,11 +182,6 @@ def test_budget_ignores_the_current_drafts_confidences(hist, data):
     cur_a = np.array([[data.draw(conf_value) for _ in row] for row in hist])
     cur_b = np.array([[data.draw(conf_value) for _ in row] for row in hist])
     assert plan_step(hist, cur_a, cost).budget == plan_step(hist, cur_b, cost).budget
-    # The scheduler object too: same previous step, different current drafts, same budget.
-    s1, s2 = TwoPhaseScheduler(cost), TwoPhaseScheduler(cost)
-    s1.step(hist)
-    s2.step(hist)
-    assert s1.step(cur_a).budget == s2.step(cur_b).budget
 
 
 @settings(max_examples=300, deadline=None)
@@ -201,50 +201,23 @@ def test_admission_of_a_slot_ignores_later_positions(conf, data):
 def test_first_step_without_history_treats_every_slot_as_confident():
     cost = TableCost(np.arange(1, 20, dtype=float))
     conf = np.full((2, 3), 0.1)
-    plan = TwoPhaseScheduler(cost).step(conf)
+    plan = plan_step(np.full(conf.shape, np.nan), conf, cost)
     assert plan.budget == choose_budget(np.ones((2, 3)), cost).budget
 
 
 # --- data parallel -------------------------------------------------------------------------------------
 
 
-def test_dp_ranks_agree_and_pay_for_the_largest_rank():
+def test_dp_ranks_plan_their_own_budget_and_pay_for_the_largest_rank():
+    """simulate's DP path: each rank's two-phase step on its own requests, every rank charged the largest."""
     cost = MeasuredCost.from_samples(verify=[(1, 10), (2, 10.5), (4, 11), (8, 14), (16, 22)],
                                      capture_sizes=[1, 2, 4, 8, 16])
-    same = [[0.9, 0.8, 0.5], [0.6, 0.5, 0.4]]
-    plans, charged = plan_dp_step([same, same], [same, same], cost)
-    assert plans[0].budget == plans[1].budget and list(plans[0].lengths) == list(plans[1].lengths)
-    plans, charged = plan_dp_step([same, [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]],
-                                  [same, [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]], cost)
-    assert charged == max(p.tokens for p in plans) and plans[0].tokens != plans[1].tokens
-
-
-# --- history keyed by request (issue #12 item 5) -------------------------------------------------------
-
-
-def test_history_follows_the_request_not_the_row():
-    """A new request that takes another's row at the same batch size starts without history (survival
-    1.0, vLLM's add_request policy); it must not inherit the leaving request's confidences."""
-    cost = TableCost(np.arange(1, 40, dtype=float))
-    confident, doubtful = np.array([[0.99, 0.99, 0.99]]), np.array([[0.05, 0.05, 0.05]])
-    keyed = TwoPhaseScheduler(cost)
-    keyed.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
-    # "a" finished; "c" takes row 0. Its history must be "missing" (1.0), not "a"'s 0.05s.
-    step = keyed.step(np.vstack([confident, confident]), request_ids=["c", "b"])
-    fresh = plan_step(np.vstack([np.full((1, 3), np.nan), confident]), np.vstack([confident, confident]), cost)
-    inherited = plan_step(np.vstack([doubtful, confident]), np.vstack([confident, confident]), cost)
-    assert fresh.budget != inherited.budget  # the case distinguishes the two behaviours
-    assert step.budget == fresh.budget
-    # A request that moves to another row keeps its own history.
-    moved = TwoPhaseScheduler(cost)
-    moved.step(np.vstack([doubtful, confident]), request_ids=["a", "b"])
-    step = moved.step(np.vstack([confident, confident]), request_ids=["b", "a"])
-    assert step.budget == plan_step(np.vstack([confident, doubtful]), np.vstack([confident, confident]), cost).budget
-
-
-def test_request_ids_must_name_each_row_once():
-    with pytest.raises(ValueError, match="request_ids"):
-        TwoPhaseScheduler(TableCost(np.arange(1, 10, dtype=float))).step(np.ones((2, 2)), request_ids=["a", "a"])
+    confident, doubtful = [[0.9, 0.8, 0.5], [0.6, 0.5, 0.4]], [[0.1, 0.1, 0.1], [0.1, 0.1, 0.1]]
+    tokens = [plan_step(c, c, cost).tokens for c in (confident, doubtful)]  # steady state: history == current
+    assert tokens[0] != tokens[1]
+    res = simulate(cost, confident + doubtful, 4, Policy("adaptive", 3), dp=2, steps=3)
+    assert res.step_ms == pytest.approx(1000 * float(cost.verify_seconds(max(tokens))), rel=1e-12)
+    assert res.verified_drafts_per_request == pytest.approx((tokens[0] + tokens[1] - 4) / 4)
 
 
 def test_zero_requests_plan_an_empty_step():
@@ -253,4 +226,3 @@ def test_zero_requests_plan_an_empty_step():
     assert step.budget == 0 and step.tokens == 0 and step.lengths.shape == (0,)
     curve = choose_budget(np.zeros((0, 5)), cost).curve
     assert not np.isnan(curve).any()
-    assert TwoPhaseScheduler(cost).step(np.zeros((0, 5))).tokens == 0

@@ -15,18 +15,24 @@ default reads L as a constant conditional rate alpha (geometric survival, the se
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 
 from rocm_dspark.errors import UsageError
 
 
-def synthetic_rates(length: float, gamma: int) -> list[float]:
-    """Conditional rates for a synthetic acceptance length L in [1, gamma + 1]."""
+def _check_length(length: float, gamma: int) -> None:
     if not 1.0 <= length <= gamma + 1:
         raise UsageError(
             f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
             f"pass e.g. --acceptance-length 3.51"
         )
+
+
+def synthetic_rates(length: float, gamma: int) -> list[float]:
+    """Conditional rates for a synthetic acceptance length L in [1, gamma + 1]."""
+    _check_length(length, gamma)
     extra = length - 1.0
     whole = math.floor(extra)
     unconditional = ([1.0] * whole + [extra - whole] + [0.0] * gamma)[:gamma]
@@ -37,22 +43,23 @@ def synthetic_rates(length: float, gamma: int) -> list[float]:
     return conditional
 
 
-def geometric_rates(length: float, gamma: int) -> list[float]:
-    """One conditional rate alpha for every position (the seeds' model: each draft accepted with the
-    same probability given the earlier ones) such that 1 + alpha + ... + alpha^gamma = L."""
-    if not 1.0 <= length <= gamma + 1:
-        raise UsageError(
-            f"acceptance length {length:g} is outside [1, {gamma + 1}] for {gamma} drafted positions; "
-            f"pass e.g. --acceptance-length 3.51"
-        )
-    lo, hi = 0.0, 1.0
-    for _ in range(100):  # bisection: the sum grows with alpha
+def bisect_increasing(f, target: float, lo: float, hi: float, *, steps: int) -> float:
+    """The x in [lo, hi] where the increasing function f reaches `target`, after `steps` halvings."""
+    for _ in range(steps):
         mid = (lo + hi) / 2
-        if sum(mid**i for i in range(1, gamma + 1)) < length - 1.0:
+        if f(mid) < target:
             lo = mid
         else:
             hi = mid
-    return [(lo + hi) / 2] * gamma
+    return (lo + hi) / 2
+
+
+def geometric_rates(length: float, gamma: int) -> list[float]:
+    """One conditional rate alpha for every position (the seeds' model: each draft accepted with the
+    same probability given the earlier ones) such that 1 + alpha + ... + alpha^gamma = L."""
+    _check_length(length, gamma)
+    alpha = bisect_increasing(lambda a: sum(a**i for i in range(1, gamma + 1)), length - 1.0, 0.0, 1.0, steps=100)
+    return [alpha] * gamma
 
 
 def parse_rates(text: str, gamma: int) -> list[float]:
@@ -74,20 +81,11 @@ def parse_rates(text: str, gamma: int) -> list[float]:
     return rates + [0.0] * (gamma - len(rates))
 
 
-def survival_of(rates, k: int | None = None) -> list[float]:
-    out, s = [], 1.0
-    for c in list(rates)[: len(rates) if k is None else k]:
-        s *= c
-        out.append(s)
-    return out
-
-
-def expected_tokens_per_round(conditional_acceptance, k: int | None = None) -> float:
-    """1 (the correction or bonus token) + the expected number of accepted drafts among the first k."""
-    for p in conditional_acceptance:
-        if not 0.0 <= p <= 1.0:
-            raise ValueError("acceptance probability out of range")
-    return 1.0 + sum(survival_of(conditional_acceptance, k))
+def expected_tokens_per_round(conditional_acceptance) -> float:
+    """1 (the correction or bonus token) + the expected number of accepted drafts."""
+    if not all(0.0 <= p <= 1.0 for p in conditional_acceptance):
+        raise ValueError("acceptance probability out of range")
+    return 1.0 + sum(itertools.accumulate(conditional_acceptance, operator.mul))
 
 
 def choose_spec_method(methods, baseline_ms_per_token: float, memory_budget_gb: float):

@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
-
-LINEAR = ("fixed_ms", "per_request_ms", "per_token_ms", "draft_ms")
 
 
 @dataclass(frozen=True)
@@ -67,18 +65,6 @@ class StepParams:
     eager_launch_ms: float = 0.0  # per layer, steps above the largest captured size (capture_term)
     eager_per_token_ms: float = 0.0  # per token, same steps
 
-    def step_ms(self, physics: Physics, requests, tokens, *, drafted: bool, adaptive: bool = False):
-        import numpy as np
-
-        tokens = np.asarray(tokens, dtype=np.float64)
-        ms = (
-            self.fixed_ms
-            + physics.weights_ms(requests, tokens, self.rho)
-            + self.per_request_ms * np.asarray(requests, dtype=np.float64)
-            + self.per_token_ms * tokens
-        )
-        return ms + (self.draft_ms if drafted else 0.0) + (self.adaptive_ms if adaptive else 0.0)
-
 
 @dataclass(frozen=True)
 class Calibration:
@@ -109,16 +95,6 @@ class Calibration:
     notes: tuple = field(default=(), compare=False)  # host fit: what a leave-one-out fold could not identify
     mono: dict | None = None  # host fit: the measured mono verify-step speedup (planner/mono_term.py)
 
-    def stated_error_pct(self, calibrated_setting: bool) -> float:
-        """tok/s error to print: held-out error in the calibration setting; elsewhere also the spread
-        between two builds (the model cannot see builds, hosts or transfer errors)."""
-        return self.held_out_error_pct + (0.0 if calibrated_setting else self.cross_build_spread_pct)
-
-    def stated_payoff_error_pp(self, calibrated_setting: bool) -> float:
-        """Adaptive-vs-block gain error: held out, plus the cross-build spread (always: the gate
-        decides per host and build, and the one A/B repeated on another build moved by this much)."""
-        return self.held_out_payoff_error_pp + self.cross_build_spread_pp
-
 
 # --- data -------------------------------------------------------------------------------------------
 
@@ -129,12 +105,12 @@ def data_path() -> Path:
     return recipes_dir() / "step_cost.yaml"
 
 
-def load_data(path=None) -> dict:
+def load_data() -> dict:
     import yaml
 
     from rocm_dspark.inputs import read_text
 
-    p = Path(path) if path else data_path()
+    p = data_path()
     text = read_text(p, "the step-cost calibration data")
     try:
         data = yaml.safe_load(text)
@@ -146,25 +122,15 @@ def load_data(path=None) -> dict:
 
 
 def physics_for(model, gpu, profile_tp: int, bandwidth_efficiency: float) -> Physics:
-    from rocm_dspark.planner.roofline import moe_model_cost
+    from rocm_dspark.planner.roofline import catalog_model_cost
 
-    params, arch = model.params, model.architecture
-    try:
-        cost = moe_model_cost(
-            weight_bytes=float(params["weight_bytes_per_step_gb"]) * 1e9,
-            total_params=float(params["backbone_b"]) * 1e9,
-            active_params=float(params["active_output_token_b"]) * 1e9,
-            experts_per_token=arch.get("experts_per_token"),
-            routed_experts=arch.get("routed_experts"),
-        )
-    except KeyError as exc:
-        raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
+    cost = catalog_model_cost(model)
     return Physics(
         dense_bytes=cost.dense_bytes,
         expert_bytes=cost.expert_bytes,
         expert_share=cost.expert_share,
         bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
-        layers=int(arch.get("layers") or 0),
+        layers=int(model.architecture.get("layers") or 0),
     )
 
 
@@ -204,37 +170,34 @@ def nonneg_lstsq(a, b):
     return x, resid
 
 
-def design_row(
-    physics: Physics,
-    requests: int,
-    tokens: int,
-    per_request_tokens: float,
-    drafted: bool,
-    tok_s: float,
-    rho: float,
-    largest: int | None,
-):
-    """One measured step as a row of the linear fit, in relative units: a x = 1 when the model matches the
-    measured step time (requests x tokens per request per step / tok/s) exactly. With a capture size
-    (`largest`), two more columns: the eager term of a step above it (capture_term). Both fits use it."""
+def design_row(physics: Physics, run: dict, rho: float):
+    """One measured run {concurrency, k, acceptance_length, output_tok_s, capture_size} as a row of the linear
+    fit, in relative units: a x = 1 when the model matches the measured step time (concurrency x acceptance
+    length / tok/s) exactly. The last two columns are the eager term of a step above the capture size
+    (capture_term). Both fits use it."""
     import numpy as np
 
     from rocm_dspark.planner.capture_term import eager_columns
 
-    measured_ms = 1e3 * requests * per_request_tokens / tok_s
-    known = float(physics.weights_ms(requests, tokens, rho))
-    row = np.array([1.0, requests, tokens, 1.0 if drafted else 0.0, *eager_columns(tokens, largest, physics.layers)])
+    c, k = run["concurrency"], run["k"]
+    tokens = c * (1 + k)
+    measured_ms = 1e3 * c * run["acceptance_length"] / run["output_tok_s"]
+    known = float(physics.weights_ms(c, tokens, rho))
+    row = np.array([1.0, c, tokens, 1.0 if k else 0.0, *eager_columns(tokens, run["capture_size"], physics.layers)])
     return row / measured_ms, 1.0 - known / measured_ms
 
 
-def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int | None = None):
+def _design(physics: Physics, cells, k: int, acceptance_length: float, rho: float, largest: int):
     """design_row for each measured no-spec and fixed-K cell of the public A/B."""
     import numpy as np
 
     pairs = [
-        design_row(physics, c, tokens, per_req, drafted, tok_s, rho, largest)
+        design_row(physics, {"concurrency": c, "capture_size": largest, **run}, rho)
         for c, nospec, fixed, _ in cells
-        for tok_s, tokens, per_req, drafted in ((nospec, c, 1.0, False), (fixed, c * (1 + k), acceptance_length, True))
+        for run in (
+            {"k": 0, "acceptance_length": 1.0, "output_tok_s": nospec},
+            {"k": k, "acceptance_length": acceptance_length, "output_tok_s": fixed},
+        )
     ]
     a = np.array([p[0] for p in pairs])
     if not a[:, 4:].any():  # no step crosses the capture size: the eager term is not identified here
@@ -259,13 +222,13 @@ def adaptive_overhead(measured_ms, base_ms) -> tuple[float, float]:
     return float(overheads[i]), float(err[i])
 
 
-def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_speedup: float = 1.0) -> float:
+def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_speedup: float | None = None) -> float:
     """The one predictor of a measured run {concurrency, k, adaptive, capture_size, acceptance_length}:
     output tok/s = c x acceptance length per step over CalibratedCost's step. A fixed-K run verifies
     c x (1+K) tokens; an adaptive run about c x acceptance length (its trimmed drafts; a lower bound) and
     pays adaptive_ms. The public A/B's adaptive cells publish no acceptance length, so there the scheduler
     (simulator, same CalibratedCost) gives the tokens verified (_predict_cells). `mono_speedup` divides the
-    verify step of a run whose steps take the mono decode kernels (planner/mono_term.py's model)."""
+    verify step of a run tagged mono, whose steps take the mono decode kernels (planner/mono_term.py's model)."""
     from rocm_dspark.recipe.capture import vllm_capture_grid
 
     c, k = run["concurrency"], run["k"]
@@ -274,7 +237,7 @@ def predict_run_tok_s(params: StepParams, physics: Physics, run: dict, mono_spee
         params=params, physics=physics, capture_sizes=tuple(vllm_capture_grid(run["capture_size"])), requests=c
     )
     ms = 1e3 * (
-        float(cost.verify_seconds(tokens)) / mono_speedup
+        float(cost.verify_seconds(tokens)) / (mono_speedup if run.get("mono") and mono_speedup else 1.0)
         + cost.request_seconds(c)
         + cost.draft_seconds(c, k)
         + (cost.adaptive_seconds if run["adaptive"] else 0.0)
@@ -293,29 +256,21 @@ def class_rates(acceptance_length: float, k: int, spread: float):
     whose mean acceptance length (all k drafts verified) is `acceptance_length`. spread 0 is the
     seeds' single geometric rate; a confidence head can only gain from trimming when requests differ,
     as they do across prompts (the DSpark paper's acceptance runs from 45.7% on chat to 76.9% on math)."""
-    from rocm_dspark.planner.acceptance import geometric_rates
+    from rocm_dspark.planner.acceptance import bisect_increasing, geometric_rates
 
     if spread <= 0:
         a = geometric_rates(acceptance_length, k)[0]
         return [a, a]
 
-    def length(a):
-        return sum(a**j for j in range(k + 1))
+    def mean_length(a):
+        return (sum(a**j for j in range(k + 1)) + sum((a + spread) ** j for j in range(k + 1))) / 2
 
-    lo, hi = 0.0, max(0.0, 1.0 - spread)
-    if (length(hi) + length(hi + spread)) / 2 < acceptance_length or (
-        length(0.0) + length(spread)
-    ) / 2 > acceptance_length:
+    hi = max(0.0, 1.0 - spread)
+    if not mean_length(0.0) <= acceptance_length <= mean_length(hi):
         raise UsageError(
             f"acceptance length {acceptance_length:g} cannot be split into classes {spread:g} apart over {k} drafts"
         )
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if (length(mid) + length(mid + spread)) / 2 < acceptance_length:
-            lo = mid
-        else:
-            hi = mid
-    a = (lo + hi) / 2
+    a = bisect_increasing(mean_length, acceptance_length, 0.0, hi, steps=80)
     return [a, a + spread]
 
 
@@ -331,15 +286,14 @@ def _predict_cells(params: StepParams, physics: Physics, cells, k: int, acceptan
     from rocm_dspark.planner.simulator import Policy, simulate
 
     alphas = class_rates(acceptance_length, k, params.spread)
-    out = []
-    for c, *_ in cells:
-        cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(grid))
-        rates = class_matrix(alphas, c, k)
-        nospec = simulate(cost, rates, c, Policy("none"), steps=1).expected_tokens_per_s
-        fixed = simulate(cost, rates, c, Policy("fixed", k), steps=1).expected_tokens_per_s
-        adaptive = simulate(cost, rates, c, Policy("adaptive", k), steps=1).expected_tokens_per_s
-        out.append((nospec, fixed, adaptive))
-    return out
+    cost = CalibratedCost(params=params, physics=physics, capture_sizes=tuple(grid))
+    policies = (Policy("none"), Policy("fixed", k), Policy("adaptive", k))
+    return [
+        tuple(
+            simulate(cost, class_matrix(alphas, c, k), c, policy, steps=1).expected_tokens_per_s for policy in policies
+        )
+        for c, *_ in cells
+    ]
 
 
 def capture_readings(src: dict) -> tuple[list[int], bool]:
@@ -376,15 +330,11 @@ def fit(data: dict | None = None, catalog=None) -> Calibration:
     if not chosen.readings[0]["overrun_cells"] and identified:
         # The kept reading has no step past its capture size, so it cannot price one: the eager term is
         # taken from the reading in which steps cross it (the same A/B's only estimate; capture_lines says so).
-        src_fit = identified[0]
-        chosen = replace(
-            chosen,
-            params=replace(
-                chosen.params,
-                eager_launch_ms=src_fit.params.eager_launch_ms,
-                eager_per_token_ms=src_fit.params.eager_per_token_ms,
-            ),
+        eager = identified[0].params
+        params = replace(
+            chosen.params, eager_launch_ms=eager.eager_launch_ms, eager_per_token_ms=eager.eager_per_token_ms
         )
+        chosen = replace(chosen, params=params)
     return replace(
         chosen,
         capture_known=known,
@@ -463,6 +413,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     from rocm_dspark.planner.simulator import Policy, simulate
 
     measured = np.array([cell[3] for cell in train])
+    cost = CalibratedCost(params=params, physics=physics, capture_sizes=grid)
     best_av = (math.inf, 0.0, 0.0)
     for spread in data.get("spread_grid", [0.0]):
         try:
@@ -471,13 +422,7 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
             continue
         tokens, step = [], []
         for c, *_ in train:
-            res = simulate(
-                CalibratedCost(params=params, physics=physics, capture_sizes=grid),
-                class_matrix(alphas, c, k),
-                c,
-                Policy("adaptive", k),
-                steps=1,
-            )
+            res = simulate(cost, class_matrix(alphas, c, k), c, Policy("adaptive", k), steps=1)
             step.append(res.step_ms)
             tokens.append(res.expected_tokens_per_s * res.step_ms / 1e3)
         tokens, step = np.array(tokens), np.array(step)
@@ -487,40 +432,32 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     params = replace(params, spread=best_av[1], adaptive_ms=best_av[2])
 
     rows = []
-    worst_pct = worst_pp = fit_pct = 0.0
+    worst = {"fit": 0.0, "held-out": 0.0}  # max |predicted / measured - 1|, %
+    worst_pp = 0.0  # held out, adaptive-vs-fixed gain
     for part, cells in (("fit", train), ("held-out", test)):
-        for (c, m_none, m_fixed, m_ad), (p_none, p_fixed, p_ad) in zip(
-            cells, _predict_cells(params, physics, cells, k, al, grid)
-        ):
-            gain_m, gain_p = 100 * (m_ad / m_fixed - 1), 100 * (p_ad / p_fixed - 1)
-            row = {
-                "part": part,
-                "concurrency": c,
-                "measured": [m_none, m_fixed, m_ad],
-                "predicted": [round(p_none, 2), round(p_fixed, 2), round(p_ad, 2)],
-                "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)],
-            }
-            rows.append(row)
-            if part == "fit":
-                fit_pct = max(
-                    fit_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
-                )
+        for (c, *measured), predicted in zip(cells, _predict_cells(params, physics, cells, k, al, grid)):
+            gain_m, gain_p = (100 * (x[2] / x[1] - 1) for x in (measured, predicted))
+            rows.append(
+                {
+                    "part": part,
+                    "concurrency": c,
+                    "measured": measured,
+                    "predicted": [round(p, 2) for p in predicted],
+                    "adaptive_gain_pct": [round(gain_m, 2), round(gain_p, 2)],
+                }
+            )
+            worst[part] = max(worst[part], *(abs(p / m - 1) * 100 for p, m in zip(predicted, measured)))
             if part == "held-out":
-                worst_pct = max(
-                    worst_pct, *(abs(p / m - 1) * 100 for p, m in zip((p_none, p_fixed, p_ad), (m_none, m_fixed, m_ad)))
-                )
                 worst_pp = max(worst_pp, abs(gain_p - gain_m))
-    spread_pct = spread_pp = 0.0
+    fit_pct, worst_pct = worst["fit"], worst["held-out"]
+    spread_pct = spread_pp = 0.0  # the same cells measured on another build
     for name, other in data["sources"].items():
         if name == split["source"]:
             continue
-        for c, o_none, o_fixed, o_ad in _cells(other, sorted(int(c) for c in other["output_tok_s"])):
-            base_cell = next((cell for cell in _cells(src, [c])), None)
-            _, b_none, b_fixed, b_ad = base_cell
-            spread_pct = max(
-                spread_pct, *(abs(o / b - 1) * 100 for o, b in zip((o_none, o_fixed, o_ad), (b_none, b_fixed, b_ad)))
-            )
-            spread_pp = max(spread_pp, abs(100 * (o_ad / o_fixed - b_ad / b_fixed)))
+        for c, *o in _cells(other, sorted(int(c) for c in other["output_tok_s"])):
+            _, *b = _cells(src, [c])[0]
+            spread_pct = max(spread_pct, *(abs(x / y - 1) * 100 for x, y in zip(o, b)))
+            spread_pp = max(spread_pp, abs(100 * (o[2] / o[1] - b[2] / b[1])))
     return public_calibration(
         data,
         params,
@@ -545,44 +482,15 @@ def fit_reading(data: dict, catalog, largest: int) -> Calibration:
     )
 
 
-# The `fit:` block of recipes/step_cost.yaml: fit() -> fit_block() (scripts/refit_step_cost.py --write) ->
-# stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`.
-FIT_PARAMS = (*LINEAR, "adaptive_ms", "rho", "spread", "eager_launch_ms", "eager_per_token_ms")
-FIT_FIELDS = (
-    "acceptance_length",
-    "held_out_error_pct",
-    "held_out_payoff_error_pp",
-    "cross_build_spread_pct",
-    "cross_build_spread_pp",
-    "capture_size",
-    "capture_known",
-    "fit_held_out_error_pct",
-    "fit_held_out_payoff_error_pp",
-    "reading_spread_pct",
-    "reading_spread_pp",
-)
-_FIT_REQUIRED = (*LINEAR, "adaptive_ms", "rho", "acceptance_length", "held_out_error_pct")
-_FIT_DEFAULTS = {
-    "spread": 0.0,
-    "eager_launch_ms": 0.0,
-    "eager_per_token_ms": 0.0,
-    "capture_size": None,
-    "capture_known": True,
-    "fit_held_out_error_pct": None,
-    "fit_held_out_payoff_error_pp": None,
-    "reading_spread_pct": 0.0,
-    "reading_spread_pp": 0.0,
-}
-_FIT_ORDER = (*FIT_PARAMS[:7], *FIT_FIELDS[:5], *FIT_PARAMS[7:], *FIT_FIELDS[5:])  # the file's order
-_FIT_FLOATS = (
-    "acceptance_length",
-    "held_out_error_pct",
-    "held_out_payoff_error_pp",
-    "cross_build_spread_pct",
-    "cross_build_spread_pp",
-    "reading_spread_pct",
-    "reading_spread_pp",
-)
+# The `fit:` block of recipes/step_cost.yaml, in the file's order: fit() -> fit_block() (scripts/refit_step_cost.py
+# --write) -> stored(). One list, so a field the fit gains cannot be dropped on the way to `plan`. A StepParams
+# field goes to the params, the others to the Calibration; a field with a default there may be absent.
+FIT_KEYS = (
+    "fixed_ms per_request_ms per_token_ms draft_ms adaptive_ms rho spread acceptance_length held_out_error_pct "
+    "held_out_payoff_error_pp cross_build_spread_pct cross_build_spread_pp eager_launch_ms eager_per_token_ms "
+    "capture_size capture_known fit_held_out_error_pct fit_held_out_payoff_error_pp reading_spread_pct reading_spread_pp"
+).split()
+_PARAM_KEYS = {f.name for f in fields(StepParams)}
 
 
 def source_label(src: dict) -> str:
@@ -595,24 +503,21 @@ def source_label(src: dict) -> str:
 
 def fit_block(calib: Calibration) -> dict:
     """The `fit:` block's values for this calibration (what stored() reads back)."""
-    values = {
-        **{key: getattr(calib.params, key) for key in FIT_PARAMS},
-        **{key: getattr(calib, key) for key in FIT_FIELDS},
-    }
-    return {key: values[key] for key in _FIT_ORDER}
+    return {key: getattr(calib.params if key in _PARAM_KEYS else calib, key) for key in FIT_KEYS}
 
 
 def stored(data: dict | None = None) -> Calibration:
     """The fit as stored in step_cost.yaml (what `plan` uses: no refit on every run)."""
     data = data or load_data()
-    f = data.get("fit") or {}
-    if any(f.get(key) is None for key in _FIT_REQUIRED):
+    given = {key: value for key, value in (data.get("fit") or {}).items() if value is not None}
+    spec = {f.name: f for cls in (StepParams, Calibration) for f in fields(cls)}
+    if any(key not in given and spec[key].default is MISSING for key in FIT_KEYS):
         raise UsageError("recipes/step_cost.yaml has no fit; run `python scripts/refit_step_cost.py --write`")
-    f = {**_FIT_DEFAULTS, **{key: value for key, value in f.items() if value is not None}}
-    params = StepParams(**{key: float(f[key]) for key in FIT_PARAMS})
-    fields = {key: f[key] for key in FIT_FIELDS}
-    fields.update({key: float(fields[key]) for key in _FIT_FLOATS}, capture_known=bool(fields["capture_known"]))
-    return public_calibration(data, params, **fields)
+    f = {key: given.get(key, spec[key].default) for key in FIT_KEYS}
+    # numbers as their fields declare them: a hand-written 44 reads as the fit's 44.0
+    rest = {key: float(f[key]) if spec[key].type == "float" else f[key] for key in FIT_KEYS if key not in _PARAM_KEYS}
+    params = StepParams(**{key: float(f[key]) for key in _PARAM_KEYS})
+    return public_calibration(data, params, **{**rest, "capture_known": bool(f["capture_known"])})
 
 
 def public_calibration(data: dict, params: StepParams, **fields) -> Calibration:
@@ -700,8 +605,7 @@ def transfer(
       * eager term (capture_term): per-layer launch unchanged (x this model's layers), per token as the
         per-token term.
     """
-    from rocm_dspark.recipe.capture import capture_size as _capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
+    from rocm_dspark.planner.roofline import profile_capture_grid
 
     ref_model = catalog.find_model(calibration.model)
     ref_gpu = catalog.find_gpu(calibration.gpu)
@@ -728,13 +632,10 @@ def transfer(
             f"fixed x{layers:.2f} (layers), per-token x{compute:.2f} (active params / TP x FP8 peak), "
             f"per-request x{kv:.2f} (layers, HBM); these rules are not validated by any public measurement"
         )
-    k_max = model.block_size
-    largest = capture_size or _capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
-    grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     cost = CalibratedCost(
         params=p,
         physics=physics,
-        capture_sizes=grid,
+        capture_sizes=profile_capture_grid(model, profile, capture_size),
         label=f"calibrated ({'calibration setting' if same else 'transferred from'} {calibration.source_label})",
     )
     return cost, same, notes

@@ -33,15 +33,9 @@ def eager_columns(tokens: float, largest: int | None, layers: int) -> tuple[floa
 def needed_capture_size(tokens: int) -> int:
     """The capture size the toolkit would set to hold a verify batch of `tokens` (capture.capture_size's
     rounding: the next power of two, at least 8)."""
-    size = 8
-    while size < tokens:
-        size *= 2
-    return size
+    from rocm_dspark.recipe.capture import MIN_CAPTURE
 
-
-def largest_captured(cost) -> int | None:
-    sizes = getattr(cost, "capture_sizes", ())
-    return int(sizes[-1]) if sizes else None
+    return max(MIN_CAPTURE, 1 << (tokens - 1).bit_length())
 
 
 def overrun_cells(result, largest: int | None) -> list[tuple[int, int, int]]:
@@ -59,43 +53,33 @@ def overrun_cells(result, largest: int | None) -> list[tuple[int, int, int]]:
     return out
 
 
-def overrun_note(result, largest: int | None) -> str | None:
-    """One line naming the cells that leave the captured graphs and the capture size that would hold them."""
-    cells = overrun_cells(result, largest)
-    if not cells:
-        return None
-    by_c: dict[int, list[int]] = {}
-    for c, k, _ in cells:
-        by_c.setdefault(c, []).append(k)
-    worst = max(t for _, _, t in cells)
-    shown = "; ".join(f"c{c} K{ks[0]}" + (f"-{ks[-1]}" if len(ks) > 1 else "") for c, ks in sorted(by_c.items()))
-    return (
-        f"capture overrun: verify batches above the largest captured size {largest} run without a full graph "
-        f"(eager/piecewise term priced): {shown}; a capture size of {needed_capture_size(worst)} would hold "
-        f"them all (up to {worst} tokens)"
-    )
-
-
 def capture_notes(result, cost, rerun) -> list[str]:
     """The plan's capture lines: which cells leave the graphs (also kept as result.capture_overruns), and
     the payoff verdict's capture assumption. `rerun(capture_size, concurrencies)` plans the same profile
     with another capture size; it is called only when adaptive "pays" where block verification overruns."""
-    largest = largest_captured(cost)
+    largest = int(cost.capture_sizes[-1]) if cost.capture_sizes else None
     cells = overrun_cells(result, largest)
     result.capture_overruns = [
         {"concurrency": c, "k": k, "verify_tokens": t, "needed_capture_size": needed_capture_size(t)}
         for c, k, t in cells
     ]
+    if not largest:
+        return []
     if not cells:
-        return (
-            [
-                f"capture: every planned verify batch fits the largest captured size {largest}, so no verdict "
-                f"below leans on a batch leaving the graphs"
-            ]
-            if largest
-            else []
-        )
-    notes = [overrun_note(result, largest)]
+        return [
+            f"capture: every planned verify batch fits the largest captured size {largest}, so no verdict "
+            f"below leans on a batch leaving the graphs"
+        ]
+    by_c: dict[int, list[int]] = {}
+    for c, k, _ in cells:
+        by_c.setdefault(c, []).append(k)
+    worst = max(t for _, _, t in cells)
+    shown = "; ".join(f"c{c} K{ks[0]}" + (f"-{ks[-1]}" if len(ks) > 1 else "") for c, ks in sorted(by_c.items()))
+    notes = [
+        f"capture overrun: verify batches above the largest captured size {largest} run without a full graph "
+        f"(eager/piecewise term priced): {shown}; a capture size of {needed_capture_size(worst)} would hold "
+        f"them all (up to {worst} tokens)"
+    ]
     block = {c: t for c, k, t in cells if k == result.gamma}
     paying = [r for r in result.rows if r.concurrency in block and result.payoff(r) == "pays"]
     if paying:

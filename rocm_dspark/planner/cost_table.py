@@ -28,41 +28,23 @@ from rocm_dspark.errors import UsageError
 MIN_VERIFY_MS = 1e-6  # vLLM's floor on the verify table
 
 
-def _curve_arrays(curve):
+def lookup_ms(curve, sizes, limit: int = 0, *, sparse: bool = False):
+    """Cost in ms of each size in `sizes` from (size, ms) samples sorted by size, costs made monotone first.
+    vLLM's rules: at or below `limit` the cost of the smallest sample >= size, above it linear between the
+    samples above it. `sparse`: linear between all samples, flat below the first. Either way, linear
+    extrapolation from the last two samples past the last."""
     import numpy as np
 
     xs = np.asarray([x for x, _ in curve], dtype=np.float64)
     ys = np.maximum.accumulate(np.asarray([y for _, y in curve], dtype=np.float64))
-    return xs, ys
-
-
-def lookup_ms(curve, sizes, limit: int = 0):
-    """Cost in ms of each size in `sizes` from (size, ms) samples sorted by size (vLLM's rules)."""
-    import numpy as np
-
-    xs, ys = _curve_arrays(curve)
     values = np.asarray(sizes, dtype=np.float64)
-    idx = np.searchsorted(xs, values, side="left")
-    result = ys[np.minimum(idx, len(xs) - 1)]
-    if limit:
-        smooth = values > limit
-        above = xs > limit
-        if smooth.any() and above.any():
+    if sparse:
+        result = np.interp(values, xs, ys)
+    else:
+        result = ys[np.minimum(np.searchsorted(xs, values, side="left"), len(xs) - 1)]
+        smooth, above = values > limit, xs > limit
+        if limit and smooth.any() and above.any():
             result = np.where(smooth, np.interp(values, xs[above], ys[above]), result)
-    if len(xs) > 1:
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        result = np.where(values > xs[-1], ys[-1] + slope * (values - xs[-1]), result)
-    return result
-
-
-def interpolate_ms(curve, sizes):
-    """Linear between samples, flat below the first, linear extrapolation past the last two (costs
-    made monotone first, as vLLM makes its own)."""
-    import numpy as np
-
-    xs, ys = _curve_arrays(curve)
-    values = np.asarray(sizes, dtype=np.float64)
-    result = np.interp(values, xs, ys)
     if len(xs) > 1:
         slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
         result = np.where(values > xs[-1], ys[-1] + slope * (values - xs[-1]), result)
@@ -129,12 +111,8 @@ class MeasuredCost:
         if self.dense:
             return []
         xs = np.asarray([s for s, _ in self.verify_ms], dtype=np.float64)
-        out = []
-        for size in sorted({int(v) for v in np.atleast_1d(pad_to_capture(sizes, self.capture_sizes)) if v > 0}):
-            nearest = float(np.min(np.maximum(xs / size, size / xs)))
-            if nearest > ratio:
-                out.append(size)
-        return out
+        padded = sorted({int(v) for v in np.atleast_1d(pad_to_capture(sizes, self.capture_sizes)) if v > 0})
+        return [size for size in padded if float(np.min(np.maximum(xs / size, size / xs))) > ratio]
 
     def notes(self) -> list[str]:
         samples = ", ".join(str(s) for s, _ in self.verify_ms)
@@ -162,11 +140,9 @@ class MeasuredCost:
 
         from rocm_dspark.planner.roofline import pad_to_capture
 
-        padded = pad_to_capture(tokens, self.capture_sizes)
-        if self.dense:
-            ms = lookup_ms(self.verify_ms, padded, self.cudagraph_limit)
-        else:
-            ms = interpolate_ms(self.verify_ms, padded)
+        ms = lookup_ms(
+            self.verify_ms, pad_to_capture(tokens, self.capture_sizes), self.cudagraph_limit, sparse=not self.dense
+        )
         return np.maximum(ms, MIN_VERIFY_MS) / 1000.0
 
     def draft_seconds(self, num_requests: int, k: int) -> float:
@@ -180,6 +156,7 @@ class MeasuredCost:
 # token count vLLM indexes with int32; one step of more than 1000 s is no measurement of a serving step.
 MAX_SIZE = (1 << 31) - 1
 MAX_STEP_MS = 1e6
+JSON_KEYS = ("verify", "draft", "capture_sizes", "note", "source", "samples", "includes_draft", "schema")
 
 
 def _number(value, source: str, where: str, limit: float = MAX_SIZE) -> float:
@@ -228,16 +205,7 @@ def load_cost_table(path, *, capture_sizes=()) -> MeasuredCost:
         data = parse_json(text, source)
         if not isinstance(data, dict) or "verify" not in data:
             raise UsageError(f'{source}: expected an object with a "verify" list of [tokens, ms] pairs')
-        unknown = set(data) - {
-            "verify",
-            "draft",
-            "capture_sizes",
-            "note",
-            "source",
-            "samples",
-            "includes_draft",
-            "schema",
-        }
+        unknown = set(data) - set(JSON_KEYS)
         if unknown:
             raise UsageError(f"{source}: unknown keys {sorted(unknown)}; expected verify, draft, capture_sizes")
         verify = _pairs(data["verify"], source, "verify")

@@ -13,9 +13,22 @@ speculation); optionally `mono` (true where the server ran with --monokernel; fa
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.planner.calibration import (
+    Calibration,
+    StepParams,
+    adaptive_overhead,
+    design_row,
+    left_out_by_concurrency,
+    load_data,
+    nonneg_lstsq,
+    physics_for,
+    predict_run_tok_s,
+    stored,
+)
 from rocm_dspark.recipe.plan import Command
 
 COLUMNS = ("arm", "k", "adaptive", "concurrency", "capture_size", "output_tok_s", "acceptance_length")
@@ -66,43 +79,40 @@ def _argv_setting(path, name: str, argv) -> tuple[int, bool, str, bool]:
     )
 
 
+def _run(arm: str, setting: tuple, concurrency, output_tok_s, acceptance_length) -> dict:
+    """A row of a validate record or report, its (K, adaptive, capture size, mono) from the plan's argv."""
+    k, adaptive, cap, mono = setting
+    return {
+        "arm": arm,
+        "k": k,
+        "adaptive": adaptive,
+        "mono": mono,
+        "concurrency": concurrency,
+        "capture_size": cap,
+        "output_tok_s": output_tok_s,
+        "acceptance_length": acceptance_length if k else 1.0,
+    }
+
+
 def _rows_from_ab(path, data: dict) -> list[dict]:
-    """A validate --ab record: block and adaptive arms at its concurrency (K and capture size from argv)."""
+    """A validate --ab record: block and adaptive arms at its concurrency."""
     rows = []
     for name in ("block", "adaptive"):
         arm = data["arms"][name]
-        k, adaptive, cap, mono = _argv_setting(path, f"arm {name}", arm.get("argv"))
+        setting = _argv_setting(path, f"arm {name}", arm.get("argv"))
         rows.append(
-            {
-                "arm": name,
-                "k": k,
-                "adaptive": adaptive,
-                "mono": mono,
-                "concurrency": data["concurrency"],
-                "capture_size": cap,
-                "output_tok_s": arm["output_throughput_tok_s"],
-                "acceptance_length": arm["acceptance_length"] if k else 1.0,
-            }
+            _run(name, setting, data["concurrency"], arm["output_throughput_tok_s"], arm.get("acceptance_length"))
         )
     return rows
 
 
 def _rows_from_report(path, data: dict) -> list[dict]:
-    """A `validate` report.json: one row per sweep level of the plan it ran (K and capture size from argv)."""
-    plan = data.get("plan") or {}
-    k, adaptive, cap, mono = _argv_setting(path, "the report's plan", plan.get("argv"))
+    """A `validate` report.json: one row per sweep level of the plan it ran."""
+    setting = _argv_setting(path, "the report's plan", (data.get("plan") or {}).get("argv"))
+    k, adaptive, _, mono = setting
     arm = f"{'adaptive' if adaptive else 'fixed' if k else 'none'}-k{k}{'-mono' if mono else ''}"
     return [
-        {
-            "arm": arm,
-            "k": k,
-            "adaptive": adaptive,
-            "mono": mono,
-            "concurrency": lv.get("concurrency"),
-            "capture_size": cap,
-            "output_tok_s": lv.get("output_throughput_tok_s"),
-            "acceptance_length": (lv.get("acceptance_length") if k else 1.0),
-        }
+        _run(arm, setting, lv.get("concurrency"), lv.get("output_throughput_tok_s"), lv.get("acceptance_length"))
         for lv in ((data.get("measurements") or {}).get("sweep") or [])
         if not lv.get("failed")
     ]
@@ -139,10 +149,6 @@ def read_table(path) -> list[dict]:
             raise _bad(path, f"empty; give a CSV header {','.join(COLUMNS)} and one row per run")
         if None in (reader.fieldnames or []) or any(None in r for r in rows):
             raise _bad(path, "a row has more fields than the header")
-    return [_check_row(path, i, r) for i, r in enumerate(rows, 1)] if _check_all(path, rows) else []
-
-
-def _check_all(path, rows: list[dict]) -> bool:
     for i, r in enumerate(rows, 1):
         unknown = sorted(set(r) - set(COLUMNS) - set(OPTIONAL))
         missing = [c for c in COLUMNS if c not in r]
@@ -154,7 +160,7 @@ def _check_all(path, rows: list[dict]) -> bool:
             )
         if missing:
             raise _bad(path, f"row {i}: missing column(s) {', '.join(missing)}")
-    return True
+    return [_check_row(path, i, r) for i, r in enumerate(rows, 1)]  # every row's columns first, then its values
 
 
 def _number(path, i, name, value, *, integer=False) -> float:
@@ -184,16 +190,11 @@ def _flag(path, i: int, name: str, value) -> bool:
 def _check_row(path, i: int, r: dict) -> dict:
     adaptive = _flag(path, i, "adaptive", r["adaptive"])
     mono = _flag(path, i, "mono", r["mono"]) if r.get("mono") not in (None, "") else False
-    row: dict[str, Any] = {
-        "arm": str(r["arm"]).strip(),
-        "adaptive": adaptive,
-        "mono": mono,
-        "k": int(_number(path, i, "k", r["k"], integer=True)),
-        "concurrency": int(_number(path, i, "concurrency", r["concurrency"], integer=True)),
-        "capture_size": int(_number(path, i, "capture_size", r["capture_size"], integer=True)),
-        "output_tok_s": _number(path, i, "output_tok_s", r["output_tok_s"]),
-        "acceptance_length": _number(path, i, "acceptance_length", r["acceptance_length"]),
-    }
+    row: dict[str, Any] = {"arm": str(r["arm"]).strip(), "adaptive": adaptive, "mono": mono}
+    for name in ("k", "concurrency", "capture_size"):
+        row[name] = int(_number(path, i, name, r[name], integer=True))
+    for name in ("output_tok_s", "acceptance_length"):
+        row[name] = _number(path, i, name, r[name])
     if not row["arm"]:
         raise _bad(path, f"row {i}: arm is empty")
     if row["concurrency"] < 1 or row["output_tok_s"] <= 0 or row["capture_size"] < 1:
@@ -243,33 +244,20 @@ def check_points(path, rows: list[dict]) -> None:
 # --- the fit --------------------------------------------------------------------------------------------
 
 
-def _design_row(physics, r, rho):
-    from rocm_dspark.planner.calibration import design_row
-
-    c, k = r["concurrency"], r["k"]
-    return design_row(
-        physics, c, c * (1 + k), r["acceptance_length"], bool(k), r["output_tok_s"], rho, r["capture_size"]
-    )
-
-
 def rho_span_pct(physics, rows) -> float:
     """How far rho's column (the weight reads it moves, rho 0 to 0.75) lies outside the span of the linear
     columns over these runs, % of its norm: near 0 means those runs cannot tell rho from the other terms."""
     import numpy as np
 
+    def weights_ms(r, rho):
+        c = r["concurrency"]
+        return float(physics.weights_ms(c, c * (1 + r["k"]), rho))
+
     linear = [r for r in rows if not r["adaptive"] and not r.get("mono")]
-    pairs = [_design_row(physics, r, 0.0) for r in linear]
+    pairs = [design_row(physics, r, 0.0) for r in linear]
     a = np.array([p[0] for p in pairs])
-    col = np.array(
-        [
-            (
-                float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.0))
-                - float(physics.weights_ms(r["concurrency"], r["concurrency"] * (1 + r["k"]), 0.75))
-            )
-            * p[0][0]
-            for r, p in zip(linear, pairs)
-        ]
-    )  # p[0][0] = 1 / measured ms
+    # p[0][0] = 1 / measured ms: relative, as the other columns
+    col = np.array([(weights_ms(r, 0.0) - weights_ms(r, 0.75)) * p[0][0] for r, p in zip(linear, pairs)])
     if not col.any():
         return 0.0
     x, *_ = np.linalg.lstsq(a, col, rcond=None)
@@ -279,13 +267,11 @@ def rho_span_pct(physics, rows) -> float:
 def _fit_linear(physics, rows, rho_grid):
     import numpy as np
 
-    from rocm_dspark.planner.calibration import nonneg_lstsq
-
     if rho_span_pct(physics, rows) < RHO_SPAN_PCT:
-        rho_grid = [_public_rho()]
+        rho_grid = [stored().params.rho]
     best: tuple[float, float | None, Any] = (math.inf, None, None)
     for rho in rho_grid:
-        pairs = [_design_row(physics, r, float(rho)) for r in rows]
+        pairs = [design_row(physics, r, float(rho)) for r in rows]
         a = np.array([p[0] for p in pairs])
         b = np.array([p[1] for p in pairs])
         cols = [i for i in range(a.shape[1]) if a[:, i].any()]
@@ -295,30 +281,6 @@ def _fit_linear(physics, rows, rho_grid):
         if resid < best[0]:
             best = (resid, float(rho), x)
     return best[1], best[2]
-
-
-def _params(x, rho, adaptive_ms=0.0):
-    from rocm_dspark.planner.calibration import StepParams
-
-    fixed, per_request, per_token, draft = map(float, x[:4])
-    return StepParams(
-        fixed,
-        per_request,
-        per_token,
-        draft,
-        adaptive_ms=adaptive_ms,
-        rho=rho,
-        eager_launch_ms=float(x[4]),
-        eager_per_token_ms=float(x[5]),
-    )
-
-
-def predict_tok_s(params, physics, r, mono_speedup: float | None = None) -> float:
-    """Output tok/s of one run: the model's one predictor (calibration.predict_run_tok_s); a mono run's verify
-    step is divided by `mono_speedup`."""
-    from rocm_dspark.planner.calibration import predict_run_tok_s
-
-    return predict_run_tok_s(params, physics, r, mono_speedup if r.get("mono") and mono_speedup else 1.0)
 
 
 def _step_ms(r, tok_s: float) -> float:
@@ -335,8 +297,8 @@ def fit_mono(params, physics, rows) -> float | None:
     if not mono:
         return None
     measured = np.array([_step_ms(r, r["output_tok_s"]) for r in mono])
-    whole = np.array([_step_ms(r, predict_tok_s(params, physics, {**r, "mono": False})) for r in mono])
-    verify = whole - np.array([_step_ms(r, predict_tok_s(params, physics, r, 1e9)) for r in mono])
+    whole = np.array([_step_ms(r, predict_run_tok_s(params, physics, {**r, "mono": False})) for r in mono])
+    verify = whole - np.array([_step_ms(r, predict_run_tok_s(params, physics, r, 1e9)) for r in mono])
     grid = np.arange(*MONO_GRID)
     err = ((measured[None, :] / (whole[None, :] - verify[None, :] + verify[None, :] / grid[:, None]) - 1) ** 2).sum(
         axis=1
@@ -347,16 +309,17 @@ def fit_mono(params, physics, rows) -> float | None:
 def fit_rows(physics, rows, rho_grid):
     """StepParams from the rows: the linear terms by NNLS on the non-adaptive runs, then adaptive_ms by the
     model's one estimator (calibration.adaptive_overhead) on the adaptive runs."""
-    from rocm_dspark.planner.calibration import adaptive_overhead
-
     linear = [r for r in rows if not r["adaptive"] and not r.get("mono")]  # mono runs: fit_mono's, after
     rho, x = _fit_linear(physics, linear, rho_grid)
-    params = _params(x, rho)
+    fixed, per_request, per_token, draft, launch, eager = map(float, x)  # the columns of design_row
+    params = StepParams(
+        fixed, per_request, per_token, draft, adaptive_ms=0.0, rho=rho, eager_launch_ms=launch, eager_per_token_ms=eager
+    )
     adaptive = [r for r in rows if r["adaptive"] and not r.get("mono")]
     if adaptive:
         measured = [_step_ms(r, r["output_tok_s"]) for r in adaptive]
-        base = [_step_ms(r, predict_tok_s(params, physics, r)) for r in adaptive]
-        params = _params(x, rho, adaptive_ms=adaptive_overhead(measured, base)[0])
+        base = [_step_ms(r, predict_run_tok_s(params, physics, r)) for r in adaptive]
+        params = replace(params, adaptive_ms=adaptive_overhead(measured, base)[0])
     return params
 
 
@@ -365,26 +328,22 @@ def leave_one_out(physics, rows, rho_grid, public_mono: float = 1.0) -> list[flo
     fit's meaning (calibration.left_out_by_concurrency). A term the fold's runs do not identify takes the
     public value there, as in the whole fit (fold_notes says which); a mono run whose fold has no other mono
     run takes `public_mono`."""
-    from rocm_dspark.planner.calibration import left_out_by_concurrency
-
-    every = sorted({r["concurrency"] for r in rows})
 
     def fit_without(c):
         kept = [r for r in rows if r["concurrency"] != c]
         params = fit_rows(physics, kept, rho_grid)
-        return params, fit_mono(params, physics, kept)
+        return params, fit_mono(params, physics, kept) or public_mono
 
     def error_at(fitted, c):
         params, mono = fitted
         return {
-            i: abs(predict_tok_s(params, physics, r, mono or public_mono) / r["output_tok_s"] - 1) * 100
+            i: abs(predict_run_tok_s(params, physics, r, mono) / r["output_tok_s"] - 1) * 100
             for i, r in enumerate(rows)
             if r["concurrency"] == c
         }
 
-    errs: dict = {}
-    for _, by_row in left_out_by_concurrency(every, fit_without, error_at):
-        errs.update(by_row)
+    every = sorted({r["concurrency"] for r in rows})
+    errs = {i: e for _, by_row in left_out_by_concurrency(every, fit_without, error_at) for i, e in by_row.items()}
     return [errs[i] for i in range(len(rows))]
 
 
@@ -398,18 +357,12 @@ def fold_notes(physics, rows) -> list[str]:
                 f"left out c{c}: rho not identified by the other runs (its column is {pct:.1f}% outside the "
                 f"span of the fixed, per-request, per-token and draft columns, under {RHO_SPAN_PCT:g}%: their "
                 f"routed-expert reads are nearly saturated, so rho trades against the draft term); that fold "
-                f"uses the public rho {_public_rho():g}"
+                f"uses the public rho {stored().params.rho:g}"
             )
     return out
 
 
-def _public_rho() -> float:
-    from rocm_dspark.planner.calibration import stored
-
-    return stored().params.rho
-
-
-def unidentified(rows, physics=None, *, has_mono: bool = False) -> tuple[str, ...]:
+def unidentified(rows, physics, *, has_mono: bool = False) -> tuple[str, ...]:
     """The TERMS no row identifies (their columns or runs are absent, or rho's column is in the others' span);
     `has_mono`: the model has a mono decode layer, so its term is one (identified by mono runs at two or more
     concurrencies, so that each left-out fold keeps one)."""
@@ -417,7 +370,7 @@ def unidentified(rows, physics=None, *, has_mono: bool = False) -> tuple[str, ..
     crosses = any(r["concurrency"] * (1 + r["k"]) > r["capture_size"] for r in linear)
     out = [] if any(r["adaptive"] and not r.get("mono") for r in rows) else ["adaptive_ms"]
     out += [] if crosses else ["eager_launch_ms", "eager_per_token_ms"]
-    out += ["rho"] if physics is not None and rho_span_pct(physics, rows) < RHO_SPAN_PCT else []
+    out += ["rho"] if rho_span_pct(physics, rows) < RHO_SPAN_PCT else []
     out += ["mono"] if has_mono and len({r["concurrency"] for r in rows if r.get("mono")}) < 2 else []
     return tuple(out + ["spread"])
 
@@ -439,8 +392,6 @@ def calibration(
 ):
     """This host's fit as a Calibration: the one constructor, for the fit (calibrate) and for its signed record
     read back (probe.calibration_record.host_calibration), so a kept fit is read back as it was fitted."""
-    from rocm_dspark.planner.calibration import Calibration, load_data
-
     return Calibration(
         params=params,
         acceptance_length=float(acceptance_length),
@@ -461,13 +412,9 @@ def calibration(
     )
 
 
-def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
+def calibrate(path, catalog, model, gpu_key: str):
     """Read, check and fit FILE (or a list of files, their runs together) for (model, GPU).
     Returns (Calibration, leave-one-out errors, rows). Terms no run identifies take the public values."""
-    from dataclasses import replace
-
-    from rocm_dspark.planner.calibration import load_data, physics_for, stored
-
     paths = list(path) if isinstance(path, (list, tuple)) else [path]
     rows = [r for p in paths for r in read_table(p)]
     path = ", ".join(map(str, paths))
@@ -478,14 +425,15 @@ def calibrate(path, catalog, model, gpu_key: str, tp: int | None = None):
         raise UsageError(
             f"{model.key} has no profile for {gpu.key}; pass one --gpu of {', '.join(sorted(model.profiles))}"
         )
-    tp = tp or profile.tp
+    tp = profile.tp
     rows, mono_notes = _mono_runs(catalog, model, gpu, rows)
     has_mono = bool(catalog.mono) and model.key in catalog.mono["models"]
-    public_mono = _public_mono(catalog) if has_mono else 1.0
+    lo, hi = catalog.mono["public_gain"]["per_layer"] if has_mono else (1.0, 1.0)
+    fold_mono = math.sqrt(lo * hi)  # the public range's geometric middle: a fold with no other mono run takes it
     data = load_data()
     physics = physics_for(model, gpu, tp, float(data["bandwidth_efficiency"]))
     params = fit_rows(physics, rows, data["rho_grid"])
-    loo = leave_one_out(physics, rows, data["rho_grid"], public_mono)
+    loo = leave_one_out(physics, rows, data["rho_grid"], fold_mono)
     missing = unidentified(rows, physics, has_mono=has_mono)
     public = stored(data).params
     # spread stays 0 (one request class): the fit's predictor reads each run's measured acceptance length, so the
@@ -519,12 +467,6 @@ def public_mono(catalog) -> str:
         f"the public {lo:g}-{hi:g}x per layer ({g['source']}, second-hand) stays: public and uncalibrated, "
         f"its error the range itself"
     )
-
-
-def _public_mono(catalog) -> float:
-    """The public per-layer range's geometric middle: what a left-out fold with no other mono run predicts."""
-    lo, hi = catalog.mono["public_gain"]["per_layer"]
-    return math.sqrt(lo * hi)
 
 
 def _mono_runs(catalog, model, gpu, rows) -> tuple[list[dict], list[str]]:

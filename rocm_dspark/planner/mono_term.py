@@ -18,9 +18,7 @@ planner/host_fit.py), s is that fit's one value and the range is its left-out er
 from __future__ import annotations
 
 
-def mono_rows(
-    catalog, model, gpu, profile, result, cost, *, capture_size: int, dp: int, host_mono: dict | None = None
-) -> list[dict]:
+def mono_rows(catalog, model, gpu, profile, result, cost, capture_size: int, host_mono: dict | None) -> list[dict]:
     """One entry per plan row: whether mono runs and, where it does, the predicted fixed-K tok/s range
     (`host_mono`: this host's fitted term, host_fit._mono_term, ahead of the public one)."""
     from rocm_dspark.recipe.mono import decide
@@ -36,7 +34,7 @@ def mono_rows(
             build=profile.vllm_build or "?",
             has_change=catalog.contains(build, m["change"]) if build and m else None,
             tp=profile.tp,
-            dp=dp,
+            dp=result.dp,
             ep=profile.ep,
             nodes=1,
             k=result.fixed_k,
@@ -52,25 +50,17 @@ def mono_rows(
             step = fixed.step_ms
             verify = 1000.0 * float(cost.verify_seconds(r.batch * (1 + result.fixed_k)))
             tps = fixed.expected_tokens_per_s
-            if host_mono:
-                r_ = step / (step - verify + verify / float(host_mono["speedup"]))
-                e = float(host_mono["loo_error_pct"]) / 100
-                row.update(
-                    rows=d.rows,
-                    speedup=[round(r_, 3)] * 2,
-                    source="host",
-                    error_pct=host_mono["loo_error_pct"],
-                    tok_s=[round(tps * r_ * (1 - e), 1), round(tps * r_ * (1 + e), 1)],
-                )
-            else:
-                lo, hi = m["public_gain"]["per_layer"]
-                ratios = [step / (step - verify + verify / s) for s in (lo, hi)]
-                row.update(
-                    rows=d.rows,
-                    speedup=[round(x, 3) for x in ratios],
-                    source="public",
-                    tok_s=[round(tps * x, 1) for x in ratios],
-                )
+            # the host's one speedup with its left-out error as the range, or the public per-layer range
+            speedups = [float(host_mono["speedup"])] * 2 if host_mono else m["public_gain"]["per_layer"]
+            ratios = [step / (step - verify + verify / s) for s in speedups]
+            e = float(host_mono["loo_error_pct"]) / 100 if host_mono else 0.0
+            row.update(
+                rows=d.rows,
+                speedup=[round(x, 3) for x in ratios],
+                source="host" if host_mono else "public",
+                **({"error_pct": host_mono["loo_error_pct"]} if host_mono else {}),
+                tok_s=[round(tps * ratios[0] * (1 - e), 1), round(tps * ratios[1] * (1 + e), 1)],
+            )
         out.append(row)
     return out
 
@@ -98,6 +88,3 @@ def mono_note(catalog, rows: list[dict], host_mono: dict | None = None) -> str |
         f"upper bound (the verify step is not all layers). The same source reports {ilo:g}-{ihi:g}x P90 "
         f"interactivity at concurrency {clo}-{chi}"
     )
-
-
-__all__ = ["mono_rows", "mono_note"]

@@ -17,24 +17,20 @@ SCHEMA = "rocm-dspark/adaptive-payoff/1"
 
 
 def grid_for(max_num_seqs: int) -> list[int]:
-    out, c = [], 1
-    while c <= max_num_seqs:
-        out.append(c)
-        c *= 2
-    return out
+    """The powers of two up to max_num_seqs."""
+    return [1 << i for i in range(max_num_seqs.bit_length())]
 
 
-def compute(catalog=None) -> dict:
+def compute() -> dict:
     from rocm_dspark.planner.calibration import stored
     from rocm_dspark.planner.profile import plan_profile
+    from rocm_dspark.recipe.capture import capture_size
     from rocm_dspark.recipe.catalog import load_catalog
 
-    catalog = catalog or load_catalog()
+    catalog = load_catalog()
     calib = stored()
     models = {}
-    for model in sorted(
-        catalog.models.values() if isinstance(catalog.models, dict) else catalog.models, key=lambda m: m.key
-    ):
+    for model in sorted(catalog.models.values(), key=lambda m: m.key):
         length = model.speculative.get("golden_acceptance_length")
         source = "golden (recipes/models)"
         if length is None and model.key == calib.model:
@@ -51,8 +47,6 @@ def compute(catalog=None) -> dict:
                 acceptance_length=float(length),
                 steps=1,
             )
-            from rocm_dspark.recipe.capture import capture_size
-
             profiles[gpu_key] = {
                 "tp": profile.tp,
                 "dp": profile.dp,

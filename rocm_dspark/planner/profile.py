@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.planner.acceptance import geometric_rates, parse_rates, synthetic_rates
 
 
 def parse_concurrency(text) -> list[int]:
@@ -19,13 +20,15 @@ def parse_concurrency(text) -> list[int]:
     return sorted(set(values))
 
 
-SHAPES = ("geometric", "synthetic")
+# --acceptance-shape: how an acceptance length spreads over the drafted positions
+SHAPES = {
+    "geometric": (geometric_rates, "a constant conditional rate per position"),
+    "synthetic": (synthetic_rates, "vLLM's synthetic minimum-variance schedule"),
+}
 
 
 def acceptance_for(model, *, length: float | None, rates_text: str | None, shape: str = "geometric"):
     """Conditional rates and a label saying where they come from."""
-    from rocm_dspark.planner.acceptance import geometric_rates, parse_rates, synthetic_rates
-
     gamma = model.block_size
     if length is not None and rates_text is not None:
         raise UsageError("pass either --acceptance-length or --acceptance-rates, not both")
@@ -40,12 +43,8 @@ def acceptance_for(model, *, length: float | None, rates_text: str | None, shape
         length, source = float(length), "the InferenceX golden for this model (thinking on), not your traffic"
     if shape not in SHAPES:
         raise UsageError(f"--acceptance-shape {shape!r}: expected one of {', '.join(SHAPES)}")
-    rates = (geometric_rates if shape == "geometric" else synthetic_rates)(float(length), gamma)
-    how = (
-        "a constant conditional rate per position"
-        if shape == "geometric"
-        else "vLLM's synthetic minimum-variance schedule"
-    )
+    spread, how = SHAPES[shape]
+    rates = spread(float(length), gamma)
     return rates, (
         f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
         f"[{', '.join(f'{r:.3f}' for r in rates)}]"
@@ -91,7 +90,7 @@ def roofline_notes(cost, model, profile) -> list[str]:
     return notes
 
 
-def calibrated_notes(calib, cost, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
+def calibrated_notes(calib, same: bool, error_pct: float, payoff_pp: float) -> list[str]:
     p = calib.params
     if calib.host:
         return host_fit_notes(calib, error_pct, payoff_pp)
@@ -185,10 +184,11 @@ def plan_profile(
     running requests (default: the recipe's), so a plan can cover concurrencies above it; the recipe's capture
     size follows it up to the profile's cap and stays there above (vLLM runs bigger steps without graphs:
     vllm/v1/cudagraph_dispatcher.py `dispatch`)."""
+    call = dict(locals())  # this call's arguments, for the capture-assumption rerun at the end
+
     from rocm_dspark.planner.cost_table import load_cost_table
     from rocm_dspark.planner.recommend import hold_to_error, plan_grid
-    from rocm_dspark.recipe.capture import capture_size as _capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
+    from rocm_dspark.planner.roofline import profile_capture_grid
 
     gpu = catalog.find_gpu(gpu_key)
     profile = model.profiles.get(gpu.key)
@@ -217,11 +217,7 @@ def plan_profile(
     calib = None
     error_source = "uncalibrated"
     if cost_table is not None:
-        grid = vllm_capture_grid(
-            capture_size or _capture_size(profile.max_num_seqs, gamma, profile.capture_cap),
-            profile.max_num_batched_tokens,
-        )
-        cost = load_cost_table(cost_table, capture_sizes=grid)
+        cost = load_cost_table(cost_table, capture_sizes=profile_capture_grid(model, profile, capture_size))
         notes = [
             f"cost: {cost.label}, per DP rank; verify tokens padded to vLLM's capture grid (up to "
             f"{cost.capture_sizes[-1]}) unless the file lists its own capture_sizes"
@@ -240,11 +236,12 @@ def plan_profile(
 
         calib, host_note = calibration or stored(), calibration_note
         cost, same, transfer_notes = transfer(calib, catalog, model, gpu, profile, capture_size=capture_size)
-        error_pct, payoff_pp = calib.stated_error_pct(same), calib.stated_payoff_error_pp(same)
+        # tok/s: held out; outside the calibration setting also the spread between two builds (the model cannot
+        # see builds, hosts or transfer errors). The gain: always both, as the gate decides per host and build.
+        error_pct = calib.held_out_error_pct + (0.0 if same else calib.cross_build_spread_pct)
+        payoff_pp = calib.held_out_payoff_error_pp + calib.cross_build_spread_pp
         notes = (
-            ([host_note] if host_note else [])
-            + calibrated_notes(calib, cost, same, error_pct, payoff_pp)
-            + transfer_notes
+            ([host_note] if host_note else []) + calibrated_notes(calib, same, error_pct, payoff_pp) + transfer_notes
         )
         error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
         if acceptance_rates is None and calib.params.spread > 0:
@@ -309,38 +306,14 @@ def plan_profile(
     from rocm_dspark.planner.mono_term import mono_note, mono_rows
 
     host_mono = calib.mono if calib is not None and calib.host else None
-    result.mono = mono_rows(
-        catalog,
-        model,
-        gpu,
-        profile,
-        result,
-        cost,
-        dp=dp,
-        capture_size=capture_size or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap),
-        host_mono=host_mono,
-    )
+    mono_capture = capture_size or recipe_capture(profile.max_num_seqs, result.fixed_k, profile.capture_cap)
+    result.mono = mono_rows(catalog, model, gpu, profile, result, cost, mono_capture, host_mono)
     result.notes += [n for n in (mono_note(catalog, result.mono, host_mono),) if n]
     if cost_table is None and cost_model == "calibrated":
         from rocm_dspark.planner.capture_term import capture_notes
 
         def rerun(size, concurrencies_):
-            return plan_profile(
-                catalog,
-                model,
-                gpu_key,
-                concurrencies=concurrencies_,
-                acceptance_length=acceptance_length,
-                acceptance_rates=acceptance_rates,
-                acceptance_shape=acceptance_shape,
-                steps=steps,
-                seed=seed,
-                dp=dp,
-                capture_size=size,
-                calibration=calibration,
-                calibration_note=calibration_note,
-                max_num_seqs=max_num_seqs,
-            )
+            return plan_profile(**{**call, "capture_size": size, "concurrencies": concurrencies_})
 
         result.notes += capture_notes(result, cost, rerun)
     return result

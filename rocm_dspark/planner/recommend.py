@@ -11,7 +11,7 @@ length. From those:
     larger grid point, the cautious side). vLLM ignores it when data_parallel_size > 1;
   * the recommendation: the candidate with the best geometric-mean relative throughput, except that
     a simpler candidate (no speculation < fixed K < per-batch-size K < adaptive) wins when it is
-    within `tolerance` of it: the cost model is not precise enough to justify complexity for less.
+    within TOLERANCE of it: the cost model is not precise enough to justify complexity for less.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ class Row:
     def at_k(self, k: int) -> SimResult:
         return self.no_spec if k == 0 else self.fixed[k]
 
+    @property
+    def best_tokens_per_s(self) -> float:
+        """The best expected tok/s of every setting run at this row."""
+        return max(
+            self.no_spec.expected_tokens_per_s,
+            self.adaptive.expected_tokens_per_s,
+            *(x.expected_tokens_per_s for x in self.fixed.values()),
+        )
+
 
 @dataclass
 class PlanResult:
@@ -59,10 +68,10 @@ class PlanResult:
     rows: list
     fixed_k: int
     schedule: list | None  # [(start, end, K), ...] or None when dp > 1
-    scores: dict  # candidate -> geometric-mean relative throughput
-    recommended: str
-    speculative_config: dict  # keys to merge into --speculative-config
-    recommendation: str
+    scores: dict = field(default_factory=dict)  # candidate -> geometric-mean relative throughput
+    recommended: str = ""
+    speculative_config: dict = field(default_factory=dict)  # keys to merge into --speculative-config
+    recommendation: str = ""
     notes: list = field(default_factory=list)
     error_pct: float | None = None  # stated tok/s error of every prediction (None: not stated)
     payoff_error_pp: float | None = None  # stated error of adaptive's gain over block verification, points
@@ -89,19 +98,11 @@ class PlanResult:
             return "even" if abs(gain) < 0.5 else ("pays" if gain > 0 else "loses")
         return "pays" if gain - err > 0 else ("loses" if gain + err < 0 else "uncertain")
 
-    def per_batch_result(self, row: Row) -> SimResult:
-        return row.at_k(row.best_k)
-
     def candidate_result(self, candidate: str, row: Row) -> SimResult:
         if candidate == "block":  # every drafted position verified: K = gamma
             return row.fixed.get(self.gamma) or row.fixed[max(row.fixed)]
-        if candidate == "none":
-            return row.no_spec
-        if candidate == "fixed":
-            return row.at_k(self.fixed_k)
-        if candidate == "per_batch_size":
-            return self.per_batch_result(row)
-        return row.adaptive
+        k = {"none": 0, "fixed": self.fixed_k, "per_batch_size": row.best_k}.get(candidate)
+        return row.adaptive if k is None else row.at_k(k)
 
 
 def per_batch_size_schedule(batches_and_k, max_batch: int) -> list[tuple[int, int, int]]:
@@ -124,6 +125,11 @@ def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def _relative(rows, tokens_per_s) -> float:
+    """Geometric mean over the rows of tokens_per_s(row) / the row's best."""
+    return _geomean(tokens_per_s(r) / r.best_tokens_per_s for r in rows)
+
+
 def plan_grid(
     cost,
     rates,
@@ -139,7 +145,6 @@ def plan_grid(
     acceptance_label: str = "",
     steps: int | None = None,
     seed: int = 0,
-    tolerance: float = TOLERANCE,
 ) -> PlanResult:
     import numpy as np
 
@@ -165,18 +170,7 @@ def plan_grid(
             f"the extra requests queue, the running batch stays {capacity}"
         )
 
-    def relative(k_or_result_fn):
-        return _geomean(
-            k_or_result_fn(r)
-            / max(
-                r.no_spec.expected_tokens_per_s,
-                r.adaptive.expected_tokens_per_s,
-                *(x.expected_tokens_per_s for x in r.fixed.values()),
-            )
-            for r in rows
-        )
-
-    fixed_k = max(k_values, key=lambda k: relative(lambda r: r.fixed[k].expected_tokens_per_s))
+    fixed_k = max(k_values, key=lambda k: _relative(rows, lambda r: r.fixed[k].expected_tokens_per_s))
     schedule = None
     if dp == 1:
         schedule = per_batch_size_schedule([(r.batch, r.best_k) for r in rows], max_num_seqs or rows[-1].batch)
@@ -190,15 +184,11 @@ def plan_grid(
         rows=rows,
         fixed_k=fixed_k,
         schedule=schedule,
-        scores={},
-        recommended="",
-        speculative_config={},
-        recommendation="",
         notes=notes,
     )
     candidates = ["none", "fixed"] + (["per_batch_size"] if schedule else []) + ["adaptive"]
     result.scores = {
-        c: relative(lambda r, c=c: result.candidate_result(c, r).expected_tokens_per_s) for c in candidates
+        c: _relative(rows, lambda r, c=c: result.candidate_result(c, r).expected_tokens_per_s) for c in candidates
     }
     if not schedule:
         notes.append(
@@ -207,10 +197,10 @@ def plan_grid(
         )
     allowed = [c for c in candidates if c != "adaptive" or adaptive_allowed]
     best_score = max(result.scores[c] for c in allowed)
-    chosen = next(c for c in allowed if result.scores[c] >= best_score * (1 - tolerance))
+    chosen = next(c for c in allowed if result.scores[c] >= best_score * (1 - TOLERANCE))
     if not adaptive_allowed:
         gain = result.scores["adaptive"] / best_score - 1
-        verdict = f"is predicted {gain:+.1%} better but " if gain > tolerance else ""
+        verdict = f"is predicted {gain:+.1%} better but " if gain > TOLERANCE else ""
         notes.append(
             f"adaptive verification {verdict}is not available here"
             + (f": {adaptive_blocker}" if adaptive_blocker else "")
@@ -243,25 +233,15 @@ def hold_to_error(result: PlanResult) -> None:
     def margin(c: str) -> float:
         return result.payoff_error_pp if c == "adaptive" and result.payoff_error_pp is not None else result.error_pct
 
-    def supported(c: str) -> bool:
+    def supported(c: str) -> bool:  # of the offered candidates (adaptive only where it is available)
         if c == "fixed" and result.fixed_k == result.gamma:
             return False  # that is block verification itself
-        if c == "adaptive" and (
-            not result.adaptive_available or not any(result.payoff(r) == "pays" for r in result.rows)
-        ):
+        if c == "adaptive" and not any(result.payoff(r) == "pays" for r in result.rows):
             return False
         return gain_over_block_pct(result, c) > margin(c)
 
     offered = [c for c in result.scores if c != "block" and (c != "adaptive" or result.adaptive_available)]
-    result.scores["block"] = _geomean(
-        result.candidate_result("block", r).expected_tokens_per_s
-        / max(
-            r.no_spec.expected_tokens_per_s,
-            r.adaptive.expected_tokens_per_s,
-            *(x.expected_tokens_per_s for x in r.fixed.values()),
-        )
-        for r in result.rows
-    )
+    result.scores["block"] = _relative(result.rows, lambda r: result.candidate_result("block", r).expected_tokens_per_s)
     chosen = result.recommended
     if chosen == "fixed" and result.fixed_k == result.gamma:
         chosen = "block"
@@ -294,26 +274,17 @@ def hold_to_error(result: PlanResult) -> None:
 
 
 def _describe(result: PlanResult, chosen: str) -> tuple[dict, str]:
-    score = result.scores[chosen]
-    tail = f"(geometric mean {score:.1%} of the best per concurrency)"
-    if chosen == "block":
-        return (
-            {"num_speculative_tokens": result.gamma},
-            f"block verification: num_speculative_tokens={result.gamma} {tail}",
-        )
+    """The --speculative-config keys of a candidate and the recommendation line that names them."""
+    tail = f"(geometric mean {result.scores[chosen]:.1%} of the best per concurrency)"
     if chosen == "none":
         return {}, f"no speculation: drafting does not pay on this grid {tail}"
-    if chosen == "fixed":
-        return ({"num_speculative_tokens": result.fixed_k}, f"fixed K: num_speculative_tokens={result.fixed_k} {tail}")
     if chosen == "per_batch_size":
         schedule = [list(r) for r in result.schedule]
         k_max = max(max(k for _, _, k in result.schedule), 1)
-        return (
-            {"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule},
-            f"per-batch-size K: num_speculative_tokens={k_max}, "
-            f"num_speculative_tokens_per_batch_size={schedule} {tail}",
-        )
-    return (
-        {"num_speculative_tokens": result.gamma, "enable_adaptive_verification": True},
-        f"adaptive verification: num_speculative_tokens={result.gamma}, enable_adaptive_verification=true {tail}",
-    )
+        config = {"num_speculative_tokens": k_max, "num_speculative_tokens_per_batch_size": schedule}
+    else:
+        config = {"num_speculative_tokens": result.fixed_k if chosen == "fixed" else result.gamma}
+        if chosen == "adaptive":
+            config["enable_adaptive_verification"] = True
+    shown = ", ".join(f"{key}={str(value).lower() if value is True else value}" for key, value in config.items())
+    return config, f"{CANDIDATE_LABELS[chosen]}: {shown} {tail}"

@@ -39,7 +39,7 @@ def to_dict(plan) -> dict:
                 "best_k": r.best_k,
                 "no_spec": _sim(r.no_spec),
                 "fixed": {str(k): _sim(v) for k, v in r.fixed.items()},
-                "per_batch_size": _sim(plan.per_batch_result(r)),
+                "per_batch_size": _sim(r.at_k(r.best_k)),
                 "adaptive": _sim(r.adaptive),
                 "adaptive_vs_block_pct": round(plan.adaptive_gain_pct(r), 2),
                 "adaptive_payoff": plan.payoff(r),
@@ -80,7 +80,7 @@ def table_lines(plan) -> list[str]:
     for cell in getattr(plan, "capture_overruns", []):  # capture_term: verify batches past the captured graphs
         over.setdefault(cell["concurrency"], []).append(cell["k"])
     for r in plan.rows:
-        fixed, per, ad = r.at_k(k), plan.per_batch_result(r), r.adaptive
+        fixed, per, ad = r.at_k(k), r.at_k(r.best_k), r.adaptive
         lines.append(
             f"{r.concurrency:>5} {r.batch:>5} | {r.no_spec.expected_tokens_per_s:>8.0f} | {fixed.expected_tokens_per_s:>10.0f} "
             f"{fixed.mean_acceptance_length:>5.2f} | {r.best_k:>11} {per.expected_tokens_per_s:>8.0f} "

@@ -84,6 +84,15 @@ def pad_to_capture(tokens, capture_sizes):
     return np.where(tokens > sizes[-1], tokens, padded)
 
 
+def profile_capture_grid(model, profile, capture_size: int | None = None) -> tuple[int, ...]:
+    """vLLM's capture grid up to `capture_size`, by default the recipe's for the profile's max_num_seqs."""
+    from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
+    from rocm_dspark.recipe.capture import vllm_capture_grid
+
+    largest = capture_size or recipe_capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)
+    return tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
+
+
 @dataclass(frozen=True)
 class RooflineCost:
     """Step cost = drafter time + verify forward time, both from the roofline."""
@@ -136,56 +145,43 @@ def moe_model_cost(
     return ModelCost(dense_bytes=dense_bytes, flops_per_token=flops, expert_bytes=expert_bytes, expert_share=share)
 
 
-def from_catalog(
-    model,
-    gpu,
-    profile,
-    *,
-    k_max: int | None = None,
-    bandwidth_efficiency: float = BANDWIDTH_EFFICIENCY,
-    compute_efficiency: float = COMPUTE_EFFICIENCY,
-    capture_size: int | None = None,
-) -> RooflineCost:
+def catalog_model_cost(model) -> ModelCost:
+    """moe_model_cost of a catalog model (recipes/models: its params and architecture)."""
+    params, arch = model.params, model.architecture
+    try:
+        return moe_model_cost(
+            weight_bytes=float(params["weight_bytes_per_step_gb"]) * 1e9,
+            total_params=float(params["backbone_b"]) * 1e9,
+            active_params=float(params["active_output_token_b"]) * 1e9,
+            experts_per_token=arch.get("experts_per_token"),
+            routed_experts=arch.get("routed_experts"),
+        )
+    except KeyError as exc:
+        raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
+
+
+def from_catalog(model, gpu, profile, *, capture_size: int | None = None) -> RooflineCost:
     """The roofline for one (model, GPU) profile from the catalog (catalog.ModelSpec, GpuSpec, Profile);
     `capture_size`: the largest captured size (default: the recipe's for the profile's max_num_seqs)."""
-    from rocm_dspark.recipe.capture import capture_size as recipe_capture_size
-    from rocm_dspark.recipe.capture import vllm_capture_grid
-
     if profile.dp != 1 or profile.ep != 1:
         raise UsageError(
             f"the roofline models one TP group; profile {profile.id} has dp={profile.dp} ep={profile.ep}; "
             f"pass a measured per-rank --cost-table instead"
         )
-    params, arch = model.params, model.architecture
-    try:
-        weight_bytes = float(params["weight_bytes_per_step_gb"]) * 1e9
-        total = float(params["backbone_b"]) * 1e9
-        active = float(params["active_output_token_b"]) * 1e9
-        draft_params = float(params.get("draft_b") or 0.0) * 1e9
-    except KeyError as exc:
-        raise UsageError(f"recipes/models: {model.key}.params.{exc.args[0]} is missing; the planner needs it") from None
-    target = moe_model_cost(
-        weight_bytes=weight_bytes,
-        total_params=total,
-        active_params=active,
-        experts_per_token=arch.get("experts_per_token"),
-        routed_experts=arch.get("routed_experts"),
-    )
+    target = catalog_model_cost(model)
+    draft_params = float(model.params.get("draft_b") or 0.0) * 1e9
     tp = profile.tp
     # FP8 GEMM peak as the compute roof: MXFP4 experts are dequantised on gfx942 (no FP4 MFMA) and
     # whether vLLM's gfx950 path runs FP4 MFMA is not recorded; FP8 is the conservative common roof.
     hardware = Hardware(
-        bandwidth_bytes_per_s=tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
-        flops_per_s=tp * gpu.peak_fp8_tflops * 1e12 * compute_efficiency,
+        bandwidth_bytes_per_s=tp * gpu.hbm_bandwidth_tbps * 1e12 * BANDWIDTH_EFFICIENCY,
+        flops_per_s=tp * gpu.peak_fp8_tflops * 1e12 * COMPUTE_EFFICIENCY,
     )
-    k_max = k_max or model.block_size
-    largest = capture_size or recipe_capture_size(profile.max_num_seqs, k_max, profile.capture_cap)
-    grid = tuple(vllm_capture_grid(largest, profile.max_num_batched_tokens))
     return RooflineCost(
         hardware=hardware,
         target=target,
-        draft=target.scaled(draft_params / total) if draft_params else None,
+        draft=target.scaled(draft_params / (float(model.params["backbone_b"]) * 1e9)) if draft_params else None,
         block_draft=True,
-        capture_sizes=grid,
+        capture_sizes=profile_capture_grid(model, profile, capture_size),
         label=f"roofline {model.key} on {tp}x {gpu.name} (TP{tp})",
     )

@@ -23,29 +23,6 @@ import contextlib
 from dataclasses import dataclass
 
 
-def _as_conf(conf, name: str):
-    import numpy as np
-
-    arr = np.asarray(conf, dtype=np.float64)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array [requests, positions], got shape {arr.shape}")
-    # NaN (a missing history) compares False both ways, so it passes; out-of-range values do not.
-    if arr.size and (np.fmin.reduce(arr, axis=None) < 0.0 or np.fmax.reduce(arr, axis=None) > 1.0):
-        raise ValueError(f"{name} must lie in [0, 1]")
-    return arr
-
-
-def _drafts(drafts, num_requests: int, gamma: int):
-    import numpy as np
-
-    if drafts is None:
-        return np.full(num_requests, gamma, dtype=np.int64)
-    d = np.asarray(drafts, dtype=np.int64)
-    if d.shape != (num_requests,) or (d < 0).any() or (d > gamma).any():
-        raise ValueError(f"drafts must be {num_requests} counts in [0, {gamma}]")
-    return d
-
-
 def survival(conf):
     """Running product of the confidences along positions, in float64 (as vLLM's host-side budget).
     A missing history (NaN) counts as fully confident, 1.0, as vLLM does for a new request."""
@@ -64,29 +41,33 @@ def survival(conf):
     return np.cumprod(arr, axis=1)
 
 
+def _cache(step_cost) -> dict:
+    """What the scheduler derives from a cost object, built once per object and reused (vLLM builds its cost
+    tables once after profiling too). The cost objects are immutable, so the cache stays valid; an object that
+    takes no new attribute (__slots__) gets a fresh dict each call: no cache, still correct."""
+    cache = getattr(step_cost, "_rocm_dspark_cache", None)
+    if cache is None:
+        cache = {}
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(step_cost, "_rocm_dspark_cache", cache)
+    return cache
+
+
 def verify_table(step_cost, upto: int):
-    """verify_seconds(0..upto) as one array, built once per cost object and reused (vLLM builds its
-    cost tables once after profiling too). The cost objects are immutable, so the cache stays valid."""
+    """verify_seconds(0..upto) as one array."""
     import numpy as np
 
-    table = getattr(step_cost, "_rocm_dspark_verify_table", None)
+    cache = _cache(step_cost)
+    table = cache.get("verify")
     if table is None or table.size <= upto:
-        table = np.asarray(step_cost.verify_seconds(np.arange(int(upto) + 1)), dtype=np.float64)
-        try:
-            object.__setattr__(step_cost, "_rocm_dspark_verify_table", table)
-        except (AttributeError, TypeError):  # __slots__ objects: no cache, still correct
-            pass
+        table = cache["verify"] = np.asarray(step_cost.verify_seconds(np.arange(int(upto) + 1)), dtype=np.float64)
     return table
 
 
 def _fixed_seconds(step_cost, num_requests: int, gamma: int) -> float:
     """The part of a step that does not depend on the budget: the drafter (it drafts every position
-    anyway) and the per-request charge. Cached per cost object, like verify_table."""
-    cache = getattr(step_cost, "_rocm_dspark_fixed", None)
-    if cache is None:
-        cache = {}
-        with contextlib.suppress(AttributeError, TypeError):
-            object.__setattr__(step_cost, "_rocm_dspark_fixed", cache)
+    anyway) and the per-request charge."""
+    cache = _cache(step_cost)
     key = (num_requests, gamma)
     if key not in cache:
         cache[key] = float(step_cost.draft_seconds(num_requests, gamma)) + request_seconds(step_cost, num_requests)
@@ -100,74 +81,37 @@ def request_seconds(step_cost, num_requests: int) -> float:
     return float(fn(num_requests)) if fn is not None and num_requests > 0 else 0.0
 
 
-def rank_slots(surv, drafts=None):
-    """All valid slots (j < drafts[r]) in rank order: value desc, then position asc, then request asc.
-    Returns (requests, positions), two index arrays."""
+def admitted_slots(surv, budget: int):
+    """Boolean [requests, positions]: the `budget` best slots by the ranking above."""
+    return _admitted(surv, budget).T
+
+
+def allocate(surv, budget: int):
+    """Verified drafts per request when the `budget` best slots are admitted (always a prefix)."""
     import numpy as np
 
-    surv = np.asarray(surv, dtype=np.float64)
-    num_requests, gamma = surv.shape
-    d = _drafts(drafts, num_requests, gamma)
-    # Lay the slots out position-major (j, then r): a stable sort by value then keeps ties in
-    # (position, request) order, which is the documented tie-break.
-    pos, req = np.nonzero(np.arange(gamma)[:, None] < d[None, :])
-    values = surv[req, pos]
-    order = np.argsort(-values, kind="stable")
-    return req[order], pos[order]
+    return _admitted(surv, budget).sum(axis=0, dtype=np.int64)
 
 
-def admitted_slots(surv, budget: int, drafts=None):
-    """Boolean [requests, positions]: the `budget` best valid slots by the ranking above.
-
-    Rank counting, not a full sort: the budget-th value is found by a partition, every slot above it
-    is admitted, and the tied slots at the boundary are taken in (position, request) order.
-    """
+def _admitted(surv, budget: int):
+    """Boolean [positions, requests] (position-major: the earliest index wins a tie) of the `budget` best slots.
+    Rank counting, not a full sort: the budget-th value is found by a partition, every slot above it is
+    admitted, and the tied slots at the boundary are taken in (position, request) order."""
     import numpy as np
 
-    surv = np.asarray(surv, dtype=np.float64)
-    num_requests, gamma = surv.shape
-    budget = int(budget)
+    by_position = np.ascontiguousarray(np.asarray(surv, dtype=np.float64).T)
+    values, total, budget = by_position.ravel(), by_position.size, int(budget)
     if budget < 0:
         raise ValueError("budget must not be negative")
-    if drafts is None:  # every slot valid: no mask to build or apply
-        values = surv.T.ravel()  # (j, r) order
-        admitted = _admit(values, budget)
-        return admitted.reshape(gamma, num_requests).T
-    d = _drafts(drafts, num_requests, gamma)
-    valid_t = np.arange(gamma)[:, None] < d[None, :]  # position-major [gamma, R]
-    slots = np.zeros_like(valid_t)
-    slots[valid_t] = _admit(surv.T[valid_t], budget)
-    return slots.T
-
-
-def _admit(values, budget: int):
-    """Boolean mask of the `budget` largest values; ties at the boundary go to the earliest index."""
-    import numpy as np
-
-    total = values.size
-    if budget >= total:
-        return np.ones(total, dtype=bool)
-    if budget <= 0:
-        return np.zeros(total, dtype=bool)
+    if not 0 < budget < total:
+        return np.full(by_position.shape, budget >= total)  # every slot or none
     threshold = np.partition(values, total - budget)[total - budget]
     admitted = values >= threshold
     extra = int(np.count_nonzero(admitted)) - budget
     if extra:  # more than one slot ties at the threshold: keep the earliest, drop the last `extra`
         ties = np.flatnonzero(values == threshold)
         admitted[ties[len(ties) - extra :]] = False
-    return admitted
-
-
-def allocate(surv, budget: int, drafts=None):
-    """Verified drafts per request when the `budget` best slots are admitted (always a prefix)."""
-    import numpy as np
-
-    surv = np.asarray(surv, dtype=np.float64)
-    if drafts is None and budget >= 0:  # the common case: position-major values, no mask round trip
-        by_position = np.ascontiguousarray(surv.T)
-        admitted = _admit(by_position.ravel(), int(budget)).reshape(by_position.shape)
-        return admitted.sum(axis=0, dtype=np.int64)
-    return admitted_slots(surv, budget, drafts).sum(axis=1).astype(np.int64)
+    return admitted.reshape(by_position.shape)
 
 
 @dataclass(frozen=True)
@@ -179,10 +123,10 @@ class Budget:
     curve: object  # numpy array: expected tokens / s for every budget 0..N
 
 
-def budget_curve(hist_surv, step_cost, *, drafts=None, num_sampling=None, max_budget=None):
+def budget_curve(hist_surv, step_cost):
     """Expected tokens per second for every budget b = 0..N, from survivals `hist_surv`.
 
-    theta(b) = (requests sampling + sum of the b best survivals) / (draft(R) + verify(R + b)).
+    theta(b) = (R + sum of the b best survivals) / (draft(R) + verify(R + b)).
     With no requests there is nothing to plan: one budget (0) at rate 0.
     """
     import numpy as np
@@ -191,42 +135,24 @@ def budget_curve(hist_surv, step_cost, *, drafts=None, num_sampling=None, max_bu
     num_requests, gamma = hist_surv.shape
     if num_requests == 0:
         return np.zeros(1)
-    if drafts is None:
-        scores = hist_surv.ravel()
-    else:
-        d = _drafts(drafts, num_requests, gamma)
-        scores = hist_surv[np.arange(gamma)[None, :] < d[:, None]]
-    scores = np.sort(scores)[::-1]
-    if max_budget is not None:
-        scores = scores[: max(0, int(max_budget))]
-    sampling = num_requests if num_sampling is None else num_sampling
+    scores = np.sort(hist_surv.ravel())[::-1]
     expected = np.empty(scores.size + 1)
-    expected[0] = sampling
+    expected[0] = num_requests
     np.cumsum(scores, out=expected[1:])
-    expected[1:] += sampling
+    expected[1:] += num_requests
     fixed = _fixed_seconds(step_cost, num_requests, gamma)
     seconds = verify_table(step_cost, num_requests + scores.size)[num_requests : num_requests + scores.size + 1]
     return expected / (fixed + seconds)
 
 
-def choose_budget(hist_surv, step_cost, **kw) -> Budget:
+def choose_budget(hist_surv, step_cost) -> Budget:
     """Full search: every budget is evaluated and the first maximum wins (np.argmax). Between two
     graph sizes the cost is flat while the numerator grows, so this is the same as searching the
     graph sizes, and it stays exact for any cost table, monotone or not."""
     import numpy as np
 
-    curve = budget_curve(hist_surv, step_cost, **kw)
+    curve = budget_curve(hist_surv, step_cost)
     b = int(np.argmax(curve))
-    return Budget(b, float(curve[b]), curve)
-
-
-def choose_budget_early_stop(hist_surv, step_cost, **kw) -> Budget:
-    """The paper's Algorithm 1 (greedy, stops at the first budget that does not improve).
-    Optimal only when the objective is unimodal; kept to show where the full search differs."""
-    curve = budget_curve(hist_surv, step_cost, **kw)
-    b = 0
-    while b + 1 < len(curve) and curve[b + 1] > curve[b]:
-        b += 1
     return Budget(b, float(curve[b]), curve)
 
 
@@ -237,64 +163,16 @@ class StepPlan:
     tokens: int  # target tokens this step: one anchor row per request + budget
 
 
-def plan_step(history_conf, current_conf, step_cost, *, drafts=None, max_budget=None) -> StepPlan:
+def plan_step(history_conf, current_conf, step_cost) -> StepPlan:
     """Two-phase causal scheme: budget from `history_conf` (the previous step's drafts), allocation
-    from `current_conf` (the drafts verified now). The current confidences never reach the budget.
-    Zero requests plan an empty step (budget 0, no tokens)."""
+    from `current_conf` (the drafts verified now). The current confidences never reach the budget. A request
+    without history (NaN: new or preempted) counts as fully confident (survival). Zero requests plan an empty
+    step (budget 0, no tokens)."""
     import numpy as np
 
     current = survival(current_conf)
     history = survival(history_conf)
     if history.shape != current.shape:
         raise ValueError(f"history {history.shape} and current {current.shape} confidences differ in shape")
-    if current.shape[0] == 0:
-        return StepPlan(budget=0, lengths=np.zeros(0, dtype=np.int64), tokens=0)
-    budget = int(np.argmax(budget_curve(history, step_cost, drafts=drafts, max_budget=max_budget)))
-    lengths = allocate(current, budget, drafts)
+    lengths = allocate(current, int(np.argmax(budget_curve(history, step_cost))))  # choose_budget's, no Budget
     return StepPlan(budget=int(lengths.sum()), lengths=lengths, tokens=int(current.shape[0] + lengths.sum()))
-
-
-class TwoPhaseScheduler:
-    """Keeps the one step of lag, per request: each call plans with the confidences each request had
-    in the previous call as its history.
-
-    History is keyed by request id, as vLLM keys its stale confidences by request (req_id_to_index;
-    `add_request` resets the slot): a request that takes another's row, even at the same batch size,
-    never inherits the other's confidences. A request without history (new, or absent from the
-    previous call) gets survival 1.0, vLLM's policy for a new request (docs/scheduler.md, "Missing history").
-    Without `request_ids`, row i is taken to be the same request in every call.
-    """
-
-    def __init__(self, step_cost, *, max_budget=None):
-        self.step_cost = step_cost
-        self.max_budget = max_budget
-        self._previous: dict = {}
-
-    def step(self, current_conf, drafts=None, request_ids=None) -> StepPlan:
-        import numpy as np
-
-        current = _as_conf(current_conf, "current confidences")
-        ids = list(range(current.shape[0])) if request_ids is None else list(request_ids)
-        if len(ids) != current.shape[0] or len(set(ids)) != len(ids):
-            raise ValueError(f"request_ids must name each of the {current.shape[0]} rows once")
-        history = np.full(current.shape, np.nan)
-        for row, rid in enumerate(ids):
-            previous = self._previous.get(rid)
-            if previous is not None and previous.shape == current.shape[1:]:
-                history[row] = previous
-        plan = plan_step(history, current, self.step_cost, drafts=drafts, max_budget=self.max_budget)
-        self._previous = {rid: current[row].copy() for row, rid in enumerate(ids)}
-        return plan
-
-
-def dp_charged_tokens(tokens_per_rank) -> int:
-    """Data-parallel ranks run one graph shape: every rank pays for the largest rank's token count
-    (a smaller local budget buys nothing while another rank pads the graph)."""
-    return int(max(tokens_per_rank))
-
-
-def plan_dp_step(histories, currents, step_cost, *, max_budget=None):
-    """Each DP rank plans its own two-phase step (vLLM: per-rank budget, then one collective agrees the
-    graph); returns the per-rank plans and the token count every rank is charged for."""
-    plans = [plan_step(h, c, step_cost, max_budget=max_budget) for h, c in zip(histories, currents)]
-    return plans, dp_charged_tokens(p.tokens for p in plans)

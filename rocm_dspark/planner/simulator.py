@@ -9,8 +9,8 @@ What the simulator assumes (and the CLI notes say):
   * the confidence head is calibrated: the confidences the scheduler sees are the true conditional
     rates, and they are stationary (the same workload every step);
   * steady decode: `batch` requests run every step, no prefill, no EOS;
-  * adaptive verification costs nothing beyond its step (its varlen graphs, the confidence head and
-    the sampler are not in the cost model);
+  * adaptive verification's own work (its varlen graphs, the confidence head) is charged only where the
+    cost model has a term for it (the calibrated model's adaptive_ms);
   * data parallel: requests are spread evenly; every rank is charged for the largest rank's tokens
     and drafts with the same K.
 All policies share the same uniform draws (common random numbers), so their differences are not noise.
@@ -67,14 +67,15 @@ def _rate_matrix(rates, batch: int):
 
 
 def _plans(cost, conf, policy: Policy, steps: int, dp: int):
-    """Per step: verified drafts per request [steps, batch] and step seconds [steps]."""
+    """Per step: verified drafts per request [steps, batch] and step seconds [steps]. The confidences are
+    stationary, so every step plans the same; adaptive verification's history (the previous step's
+    confidences) equals the current ones."""
     import numpy as np
 
-    from rocm_dspark.planner.scheduler import TwoPhaseScheduler, dp_charged_tokens, request_seconds
+    from rocm_dspark.planner.scheduler import plan_step, request_seconds
 
     batch, gamma = conf.shape
     sizes = [batch // dp + (1 if r < batch % dp else 0) for r in range(dp)]  # requests per DP rank
-    bounds = np.cumsum([0] + sizes)
     largest = max(sizes)
     if hasattr(cost, "for_requests"):  # a cost whose routing term depends on tokens per request
         cost = cost.for_requests(largest)
@@ -82,44 +83,29 @@ def _plans(cost, conf, policy: Policy, steps: int, dp: int):
     if policy.kind == "none":
         lengths = np.zeros(batch, dtype=np.int64)
         seconds = per_request + float(cost.verify_seconds(largest))
-        return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
-    if policy.kind == "fixed":
+    elif policy.kind == "fixed":
         k = min(policy.k, gamma)
         lengths = np.full(batch, k, dtype=np.int64)
         seconds = per_request + cost.draft_seconds(largest, k) + float(cost.verify_seconds(largest * (1 + k)))
-        return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
-    if policy.kind != "adaptive":
+    elif policy.kind == "adaptive":
+        plans = [plan_step(rank, rank, cost) for rank in np.split(conf, np.cumsum(sizes)[:-1])]
+        # an array of its own, not a broadcast view: the expected-token sum below keeps the summation order
+        # (and so the last digit) of the planner's figures
+        lengths = np.tile(np.concatenate([plan.lengths for plan in plans]), (steps, 1))
+        # Adaptive verification's own work (confidence head, varlen metadata) where the cost knows it; the
+        # budget search does not see it (a constant per step), as vLLM's profiled tables do not. DP ranks run
+        # one graph shape (vLLM: per-rank budget, then one collective agrees the graph).
+        draft = cost.draft_seconds(largest, gamma) + per_request + float(getattr(cost, "adaptive_seconds", 0.0))
+        seconds = draft + float(cost.verify_seconds(max(plan.tokens for plan in plans)))
+    else:
         raise ValueError(f"unknown policy {policy.kind!r}")
-    schedulers = [TwoPhaseScheduler(cost) for _ in sizes]
-    # Adaptive verification's own work (confidence head, varlen metadata) where the cost knows it; the
-    # budget search does not see it (a constant per step), as vLLM's profiled tables do not.
-    draft = cost.draft_seconds(largest, gamma) + per_request + float(getattr(cost, "adaptive_seconds", 0.0))
-    all_lengths = np.empty((steps, batch), dtype=np.int64)
-    all_seconds = np.empty(steps)
-    for step in range(steps):
-        if step >= 2:
-            # Stationary confidences: from step 1 on, history equals the current confidences, so
-            # steps 2.. repeat step 1's plan exactly. Reuse it instead of re-planning.
-            all_lengths[step], all_seconds[step] = all_lengths[1], all_seconds[1]
-            continue
-        tokens = []
-        for rank, scheduler in enumerate(schedulers):
-            lo, hi = bounds[rank], bounds[rank + 1]
-            plan = scheduler.step(conf[lo:hi])
-            all_lengths[step, lo:hi] = plan.lengths
-            tokens.append(plan.tokens)
-        all_seconds[step] = draft + float(cost.verify_seconds(dp_charged_tokens(tokens)))
-    return all_lengths, all_seconds
-
-
-WARMUP_STEPS = 2  # the first step has no confidence history, the second one a fresh one
+    return np.broadcast_to(lengths, (steps, batch)), np.full(steps, seconds)
 
 
 def simulate(
     cost, rates, batch: int, policy: Policy, *, dp: int = 1, steps: int | None = None, seed: int = 0
 ) -> SimResult:
-    """Run `steps` steady decode steps of `batch` requests under `policy` and the step cost `cost`
-    (after WARMUP_STEPS steps that fill the scheduler's history and are not counted).
+    """Run `steps` steady decode steps of `batch` requests under `policy` and the step cost `cost`.
 
     `rates` is one row of conditional rates per position, one row per request, or a few rows of request
     CLASSES that requests cycle through. When the batch does not hold every class equally often (batch 1
@@ -161,8 +147,7 @@ def _simulate_one(
     conf = _rate_matrix(rates, batch)
     gamma = conf.shape[1]
     steps = steps or default_steps(batch)
-    lengths, seconds = _plans(cost, conf, policy, steps + WARMUP_STEPS, dp)
-    lengths, seconds = lengths[WARMUP_STEPS:], seconds[WARMUP_STEPS:]
+    lengths, seconds = _plans(cost, conf, policy, steps, dp)
 
     survival = np.cumprod(conf, axis=1)
     cum_survival = np.concatenate([np.zeros((batch, 1)), np.cumsum(survival, axis=1)], axis=1)

@@ -44,7 +44,7 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
         r = res.candidate_result(res.recommended, row)
         return row.concurrency, r.tokens_per_s, CANDIDATE_LABELS[res.recommended]
 
-    c0, base_tps, _ = best(base)
+    _, base_tps, _ = best(base)
     for name in STRATEGY_NAMES[1:]:
         if name == "multi_node_tp_dp" and g % tp == 0:
             dp = nodes * (g // tp)

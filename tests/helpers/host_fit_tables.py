@@ -1,4 +1,4 @@
-"""Synthetic host-fit tables, generated from known parameters by the model's own predict_tok_s (recovering them
+"""Synthetic host-fit tables, generated from known parameters by the model's own predict_run_tok_s (recovering them
 checks the fit, not the physics): tests/test_host_fit.py."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 
 from rocm_dspark.planner import host_fit as H
-from rocm_dspark.planner.calibration import StepParams, physics_for
+from rocm_dspark.planner.calibration import StepParams, physics_for, predict_run_tok_s
 from rocm_dspark.recipe.catalog import load_catalog
 
 CAT = load_catalog()
@@ -29,7 +29,7 @@ def synthetic_rows(gpu: str, params=TRUE, capture=512, concurrencies=(4, 16, 64,
         for arm, k, ad, al in (("none", 0, False, 1.0), ("k5", 5, False, 3.5), ("k3", 3, False, 2.8),
                                ("av", 5, True, 3.0)):
             r = {"arm": arm, "k": k, "adaptive": ad, "concurrency": c, "capture_size": capture, "acceptance_length": al}
-            r["output_tok_s"] = round(H.predict_tok_s(params, physics, r), 4)
+            r["output_tok_s"] = round(predict_run_tok_s(params, physics, r), 4)
             rows.append(r)
     return rows
 

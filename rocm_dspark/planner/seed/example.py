@@ -85,16 +85,8 @@ def best_k_table() -> list[BestKRow]:
             curve = [fixed_k_throughput(cost, batch, k) for k in range(MAX_K + 1)]
             best[block] = max(range(MAX_K + 1), key=curve.__getitem__)  # first maximum, as the seed
             speedup[block] = curve[best[block]] / curve[0]
-        rows.append(
-            BestKRow(
-                batch,
-                fixed_k_throughput(seed_cost(False), batch, 0),
-                best[False],
-                speedup[False],
-                best[True],
-                speedup[True],
-            )
-        )
+        no_spec = fixed_k_throughput(seed_cost(False), batch, 0)
+        rows.append(BestKRow(batch, no_spec, best[False], speedup[False], best[True], speedup[True]))
     return rows
 
 
@@ -210,8 +202,8 @@ def markov_example() -> tuple[float, float]:
 def lesson_example() -> dict:
     return {
         "expected_tokens": expected_tokens_per_round([0.8, 0.7, 0.5]),
-        "choice": choose_spec_method(LESSON_METHODS, baseline_ms_per_token=10.0, memory_budget_gb=8),
-        "choice_small_budget": choose_spec_method(LESSON_METHODS, baseline_ms_per_token=2.0, memory_budget_gb=5),
+        "choice": list(choose_spec_method(LESSON_METHODS, baseline_ms_per_token=10.0, memory_budget_gb=8)),
+        "choice_small_budget": list(choose_spec_method(LESSON_METHODS, baseline_ms_per_token=2.0, memory_budget_gb=5)),
     }
 
 
@@ -220,16 +212,11 @@ def seed_report() -> dict:
     from dataclasses import asdict
 
     parallel, markov = markov_example()
-    lesson = lesson_example()
     return {
         "best_k": [asdict(r) for r in best_k_table()],
         "adaptive": [asdict(r) for r in adaptive_table()],
         "markov": {"independent_positions": parallel, "with_transition": markov},
-        "lesson": {
-            "expected_tokens": lesson["expected_tokens"],
-            "choice": list(lesson["choice"]),
-            "choice_small_budget": list(lesson["choice_small_budget"]),
-        },
+        "lesson": lesson_example(),
     }
 
 

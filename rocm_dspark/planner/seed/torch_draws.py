@@ -12,28 +12,17 @@ checks every draw against torch itself when torch is installed.
 from __future__ import annotations
 
 
-def _init_genrand(seed: int):
-    """The 624-word MT19937 state for a 32-bit seed (Matsumoto & Nishimura's init_genrand)."""
-    import numpy as np
-
-    key = np.empty(624, dtype=np.uint32)
-    x = seed & 0xFFFFFFFF
-    key[0] = x
-    for i in range(1, 624):
-        x = (1812433253 * (x ^ (x >> 30)) + i) & 0xFFFFFFFF
-        key[i] = x
-    return key
-
-
 class TorchCpuDraws:
     """The draws `torch.manual_seed(seed)` followed by rand/randperm calls would make, in order."""
 
     def __init__(self, seed: int):
         import numpy as np
 
+        # numpy's legacy RandomState seeds its MT19937 with the same init_genrand; its state's pos=624 makes the
+        # first draw regenerate the whole state block, exactly as a fresh mt19937 does.
         self._bits = np.random.MT19937()
-        # pos=624 makes the first draw regenerate the whole state block, exactly as a fresh mt19937 does.
-        self._bits.state = {"bit_generator": "MT19937", "state": {"key": _init_genrand(seed), "pos": 624}}
+        state = np.random.RandomState(seed).get_state(legacy=False)["state"]
+        self._bits.state = {"bit_generator": "MT19937", "state": state}
 
     def _raw(self, n: int):
         import numpy as np
