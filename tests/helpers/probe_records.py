@@ -3,6 +3,7 @@ host the fixture mi300x_host stands in for)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from rocm_dspark.probe import fingerprint, store
@@ -40,12 +41,13 @@ LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: Val
                                 evidence={**LIVE_OK.evidence, "ready": False})
 
 
-_SEQ = iter(range(10, 100))
+_SEQ = itertools.count(10)  # never exhausted however many tests share a worker
 
 
 def write(state, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_OK), *, override=None, record_id=None) -> tuple[str, str]:
     """Write a record built by the real code; returns (id, path). Later calls get later ids."""
-    rid = record_id or f"20261129T10{next(_SEQ):02d}00Z-{os.urandom(4).hex()}"
+    n = next(_SEQ)
+    rid = record_id or f"20261129T{10 + n // 100:02d}{n % 100:02d}00Z-{os.urandom(4).hex()}"
     data = build_record(record_id=rid, created_at="2026-11-29T10:00:00Z", finished_at="2026-11-29T10:30:00Z",
                         toolkit_version=fp["toolkit_version"], host={"hostname": "mi300x-host", "platform": "Linux"},
                         selection=SELECTION._asdict(), fingerprint=fp,
