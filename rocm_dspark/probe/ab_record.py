@@ -21,28 +21,17 @@ on the recipe path.
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import RecordError, check_keys, check_preamble, content_hash, parse_text
+from rocm_dspark.probe.record import HEAD, RecordError, check_keys, check_preamble, parse_text, seal
 
 SCHEMA = "rocm-dspark/ab-record/2"
 CLIENT = "vllm bench serve"
 SUBDIR = "ab"
-ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
 _TOP = {
-    "schema": str,
-    "id": str,
-    "created_at": str,
-    "finished_at": str,
-    "toolkit_version": str,
-    "host": dict,
-    "selection": dict,
-    "fingerprint": dict,
+    **HEAD,
     "concurrency": int,
     "workload": dict,
     "arms": dict,
@@ -218,18 +207,9 @@ def build(
         "workload": workload,
         "arms": arms,
         "override": override,
+        "verdict": verdict_of(arms, int(concurrency)),
     }
-    try:
-        data = json.loads(json.dumps(data, allow_nan=False, default=str))
-    except ValueError as exc:
-        raise UsageError(f"A/B record is not JSON-serialisable: {exc}") from None
-    data["verdict"] = verdict_of(data["arms"], data["concurrency"])
-    data["sha256"] = content_hash(data)
-    try:
-        parse_data(data)
-    except RecordError as exc:
-        raise UsageError(f"internal error: the A/B built a record that fails its schema: {exc}") from None
-    return data
+    return seal(data, "A/B", parse_data)
 
 
 def write(state_dir, data: dict):

@@ -45,9 +45,6 @@ class LevelResult(NamedTuple):
     seconds: float
     evidence: dict
 
-    def to_dict(self) -> dict:
-        return self._asdict()
-
 
 class Record(NamedTuple):
     id: str
@@ -69,7 +66,8 @@ class Record(NamedTuple):
 # --- writing ---------------------------------------------------------------------------------------
 
 
-def _canonical(body: dict) -> bytes:
+def canonical(body: dict) -> bytes:
+    """The bytes a digest or signature covers (the content hash here, the hmac in store.signature)."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
@@ -77,7 +75,22 @@ def content_hash(data: dict) -> str:
     """sha256 over every key but `sha256`, in canonical JSON."""
     import hashlib  # only when a record is read or written, not on every recipe run
 
-    return hashlib.sha256(_canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
+    return hashlib.sha256(canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
+
+
+def seal(data: dict, what: str, parse) -> dict:
+    """`data` as it is stored, with its digest: round-tripped through JSON so what is hashed is exactly what is
+    stored (tuples -> lists, etc.). UsageError if it would not parse back (a bug): `what` names the writer."""
+    try:
+        data = json.loads(json.dumps(data, allow_nan=False, default=str))
+    except ValueError as exc:
+        raise UsageError(f"{what} record is not JSON-serialisable: {exc}") from None
+    data["sha256"] = content_hash(data)
+    try:
+        parse(data)
+    except RecordError as exc:  # our own output must satisfy our own schema
+        raise UsageError(f"internal error: the {what} built a record that fails its schema: {exc}") from None
+    return data
 
 
 def build_record(
@@ -93,7 +106,7 @@ def build_record(
     levels,
     live_override: dict | None,
 ) -> dict:
-    """A JSON-ready record with its digest. Raises UsageError if it would not parse back (a bug)."""
+    """A JSON-ready record with its digest (seal)."""
     data = {
         "schema": SCHEMA,
         "id": record_id,
@@ -104,25 +117,16 @@ def build_record(
         "selection": selection,
         "fingerprint": fingerprint,
         "levels_requested": list(levels_requested),
-        "levels": [lv.to_dict() if isinstance(lv, LevelResult) else lv for lv in levels],
+        "levels": [lv._asdict() if isinstance(lv, LevelResult) else lv for lv in levels],
         "live_override": live_override,
     }
-    # Round-trip through JSON so what is hashed is exactly what is stored (tuples -> lists, etc.).
-    try:
-        data = json.loads(json.dumps(data, allow_nan=False, default=str))
-    except ValueError as exc:
-        raise UsageError(f"probe record is not JSON-serialisable: {exc}") from None
-    data["sha256"] = content_hash(data)
-    try:
-        parse_record_data(data)
-    except RecordError as exc:  # our own output must satisfy our own schema
-        raise UsageError(f"internal error: the probe built a record that fails its schema: {exc}") from None
-    return data
+    return seal(data, "probe", parse_record_data)
 
 
 # --- reading ---------------------------------------------------------------------------------------
 
-_TOP = {
+# The keys a probe record and an A/B record (rocm_dspark.probe.ab_record) both open with.
+HEAD = {
     "schema": str,
     "id": str,
     "created_at": str,
@@ -131,6 +135,9 @@ _TOP = {
     "host": dict,
     "selection": dict,
     "fingerprint": dict,
+}
+_TOP = {
+    **HEAD,
     "levels_requested": list,
     "levels": list,
     "live_override": (dict, type(None)),

@@ -290,9 +290,9 @@ def signature(data: dict, key: bytes) -> str:
     import hashlib
     import hmac
 
-    body = {k: v for k, v in data.items() if k != "hmac"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    from rocm_dspark.probe.record import canonical
+
+    return hmac.new(key, canonical({k: v for k, v in data.items() if k != "hmac"}), hashlib.sha256).hexdigest()
 
 
 def verify(data: dict, key: bytes) -> bool:
