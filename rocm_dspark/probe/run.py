@@ -138,9 +138,7 @@ def run_probe(
         if any(r.name == name for r in results):
             continue
         if name == "static":
-            result = _guarded(
-                name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress
-            )
+            result = _guarded(name, lambda: static.run_static(plan, host_fp, progress=progress), progress)
         elif name == "kernel":
             result = _guarded(
                 name,
