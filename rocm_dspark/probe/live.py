@@ -354,30 +354,25 @@ def _start_and_check(
 
 
 def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:
-    if target.source != "plan":
-        valid, note = False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
-    elif not target.adaptive:
-        valid, note = False, "not valid for gating: the command does not enable adaptive verification"
-    elif not passed and ev.get("reference_only"):
-        rs = ev["rescore"]
-        valid, note = False, f"not valid for gating: {rs['why']}; to change: {rs['fix']}"
-    elif attached and not ev.get("command_verified"):
-        shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
-        valid, note = (
-            False,
-            (
-                "not valid for gating: attached to a server not shown to run the plan's command"
-                + (f" ({shown})" if shown else "")
-            ),
-        )
-    elif attached:
-        valid, note = (
-            True,
-            (
-                "valid for gating: the server on the plan's port is the plan's own command with "
-                "enable_adaptive_verification on (checked in /proc before and after the requests)"
-            ),
-        )
-    else:
-        valid, note = True, "valid for gating: the plan's own command with enable_adaptive_verification on"
+    valid, note = _gating(passed, target, attached, ev)
     return LevelResult("live", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), ev)
+
+
+def _gating(passed: bool, target: LiveTarget, attached: bool, ev: dict) -> tuple[bool, str]:
+    if target.source != "plan":
+        return False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
+    if not target.adaptive:
+        return False, "not valid for gating: the command does not enable adaptive verification"
+    if not passed and ev.get("reference_only"):
+        return False, f"not valid for gating: {ev['rescore']['why']}; to change: {ev['rescore']['fix']}"
+    if attached and not ev.get("command_verified"):
+        shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
+        return False, "not valid for gating: attached to a server not shown to run the plan's command" + (
+            f" ({shown})" if shown else ""
+        )
+    if attached:
+        return True, (
+            "valid for gating: the server on the plan's port is the plan's own command with "
+            "enable_adaptive_verification on (checked in /proc before and after the requests)"
+        )
+    return True, "valid for gating: the plan's own command with enable_adaptive_verification on"
