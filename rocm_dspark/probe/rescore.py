@@ -128,28 +128,28 @@ def eager_reference(
         if capture_size is None
         else f"the capture size {capture_size}"
     )
-    if max_model_len and pad_to > max_model_len:
-        fix = (
-            f"serve with --max-model-len >= {pad_to}, or re-score against a server without "
-            "--speculative-config (validation/run_av_acceptance.py)"
+    # the first server limit the padded prompt is over, and the flag that raises it
+    over = [
+        (limit, flag)
+        for limit, flag, value in (
+            ("max_model_len", f"--max-model-len >= {pad_to}", max_model_len),
+            ("max_num_batched_tokens", f"--max-num-batched-tokens >= {pad_to} (one chunk)", max_num_batched_tokens),
         )
-    elif max_num_batched_tokens and pad_to > max_num_batched_tokens:
-        fix = (
-            f"serve with --max-num-batched-tokens >= {pad_to} (one chunk), or re-score against a server "
-            "without --speculative-config (validation/run_av_acceptance.py)"
-        )
-    else:
+        if value and pad_to > value
+    ]
+    if not over:
         ref["why"] = (
             f"the speculating server itself, each prompt padded to {pad_to} tokens (past {size}, "
             f"so its prefill runs without graphs, {ISSUE}) and sent one at a time"
         )
         return ref
-    limit = "max_model_len" if max_model_len and pad_to > max_model_len else "max_num_batched_tokens"
+    limit, flag = over[0]
     ref.update(
         route="same-server",
         independent=False,
         padded_to=None,
-        fix=fix,
+        fix=f"serve with {flag}, or re-score against a server without --speculative-config "
+        "(validation/run_av_acceptance.py)",
         why=(
             f"a prefill past {size} needs {pad_to} tokens, over the server's {limit}, so the same-server "
             f"reference would run through graphs the drafter can corrupt ({ISSUE})"
@@ -292,21 +292,20 @@ def generate(
     client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GEN_TOKENS, temperature: float = 0.0
 ) -> list[dict]:
     """All prompts at once: [{prompt, prompt_ids, output_ids, drafts}]."""
-    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        replies = list(
-            pool.map(
-                lambda p: client.complete(
-                    p,
-                    max_tokens=max_tokens,
-                    model=model,
-                    ignore_eos=True,
-                    temperature=temperature,
-                    return_token_ids=True,
-                    timeout_s=600,
-                ),
-                prompts,
-            )
+
+    def one(prompt: str) -> dict:
+        return client.complete(
+            prompt,
+            max_tokens=max_tokens,
+            model=model,
+            ignore_eos=True,
+            temperature=temperature,
+            return_token_ids=True,
+            timeout_s=600,
         )
+
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        replies = list(pool.map(one, prompts))
     out = []
     for prompt, reply in zip(prompts, replies):
         choice = reply["choices"][0]
@@ -335,34 +334,31 @@ def judge(
     k: int | None,
     counters: dict | None = None,
     check_client=None,
-    check_model: str | None = None,
 ) -> dict:
     """Re-score `generated` on the reference (one request at a time) and summarize. `check_client`: the
     speculating server, for the self-check of an eager-padded reference."""
     pad_to = reference.get("padded_to") if reference.get("route") == "eager-padded" else None
-    per_request, check = [], None
+    checks = SELF_CHECK_PROMPTS if pad_to and check_client is not None else 0
+    per_request, routes = [], []
     for i, g in enumerate(generated):
         ids = g["prompt_ids"] + g["output_ids"]
         ref_lp = prompt_logprobs(reference_client, reference_model, ids, pad_to)
         judged = judge_tokens(g["output_ids"], len(g["prompt_ids"]), ref_lp)
         per_request.append({"prompt": g["prompt"], **judged, "drafts": g.get("drafts")})
-        if pad_to and check_client is not None and i < SELF_CHECK_PROMPTS:
-            short = prompt_logprobs(check_client, check_model or reference_model, ids)
-            got = compare_routes(g["output_ids"], len(g["prompt_ids"]), ref_lp, short)
-            if check is None:
-                check = {
-                    "routes": ["eager-padded", "unpadded"],
-                    "prompts": 0,
-                    "positions": 0,
-                    "disagreements": 0,
-                    "prompt": None,
-                    "first_disagreements": [],
-                }
-            check["prompts"] += 1
-            check["positions"] += got["positions"]
-            check["disagreements"] += got["disagreements"]
-            if got["disagreements"] and check["prompt"] is None:
-                check.update(prompt=g["prompt"], first_disagreements=got["first_disagreements"])
+        if i < checks:
+            short = prompt_logprobs(check_client, reference_model, ids)
+            routes.append((g["prompt"], compare_routes(g["output_ids"], len(g["prompt_ids"]), ref_lp, short)))
+    check = None
+    if routes:
+        first = next(((prompt, got) for prompt, got in routes if got["disagreements"]), (None, {}))
+        check = {
+            "routes": ["eager-padded", "unpadded"],
+            "prompts": len(routes),
+            "positions": sum(got["positions"] for _, got in routes),
+            "disagreements": sum(got["disagreements"] for _, got in routes),
+            "prompt": first[0],
+            "first_disagreements": first[1].get("first_disagreements", []),
+        }
     return summarize(
         per_request, concurrency=concurrency, k=k, counters=counters, reference=reference, self_check=check
     )
@@ -380,29 +376,18 @@ def rescore(
     progress=lambda msg: None,
     capture_size: int | None = None,
     max_num_batched_tokens: int | None = None,
-    max_model_len: int | None = None,
 ) -> dict:
     """Generate all prompts at once on the speculating server, re-score each one there through the
     eager-padded route with the self-check, and summarize (see the module docstring).
     `temperature` > 0 is the negative control: sampled tokens judged as if greedy must show violations.
-    `counters_delta`: a callable returning the spec-decode counter difference over the generation (or None).
-    `max_model_len` None: read from the server's /v1/models."""
+    `counters_delta`: a callable returning the spec-decode counter difference over the generation (or None)."""
     progress(f"live: {len(prompts)} greedy prompts at once, {max_tokens} tokens each, then re-scored by prefill")
     generated = generate(client, model, prompts=prompts, max_tokens=max_tokens, temperature=temperature)
     counters = counters_delta() if counters_delta else None
     longest = max(len(g["prompt_ids"]) + len(g["output_ids"]) for g in generated)
-    if max_model_len is None:
-        max_model_len = served_max_model_len(client, model)
+    max_model_len = served_max_model_len(client, model)
     reference = eager_reference(capture_size, max_num_batched_tokens, max_model_len, longest)
     progress(f"live: re-scoring reference: {reference['why']}")
     return judge(
-        generated,
-        client,
-        model,
-        reference,
-        concurrency=len(prompts),
-        k=k,
-        counters=counters,
-        check_client=client,
-        check_model=model,
+        generated, client, model, reference, concurrency=len(prompts), k=k, counters=counters, check_client=client
     )
