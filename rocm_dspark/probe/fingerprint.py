@@ -153,7 +153,7 @@ def _without_flags(words, flags: set[str]) -> list[str]:
     return out
 
 
-def plan_fingerprint(plan, catalog, selection=None) -> dict:
+def plan_fingerprint(plan, catalog) -> dict:
     """Plan fields of a LaunchPlan, read from its fields; the launch is its adaptive command."""
     model = catalog.find_model(plan.model_key)
     return {

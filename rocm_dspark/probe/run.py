@@ -121,7 +121,7 @@ def run_probe(
 
     gpus = fingerprint.gpu_facts()
     host_fp = fingerprint.host_fingerprint(gpus, soft)
-    fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog, selection)}
+    fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog)}
     progress(f"probe {record_id}: {fingerprint.summary(fp)}; levels {', '.join(levels)}")
 
     results: list[LevelResult] = []
@@ -134,26 +134,21 @@ def run_probe(
             )
         results = [lv for lv in earlier.levels if lv.name not in levels]
         levels = tuple(n for n in LEVELS if n in levels or any(lv.name == n for lv in results))
+    run_level = {
+        "static": lambda: static.run_static(plan, host_fp, progress=progress),
+        "kernel": lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s, progress=progress),
+        "live": lambda: live.run_live(
+            live_target,
+            deadline_s=deadline_s,
+            log_path=directory / f"{record_id}.live.log",
+            progress=progress,
+            server=attach_server,
+        ),
+    }
     for name in levels:
         if any(r.name == name for r in results):
             continue
-        if name == "static":
-            result = _guarded(name, lambda: static.run_static(plan, host_fp, progress=progress), progress)
-        elif name == "kernel":
-            result = _guarded(
-                name,
-                lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s, progress=progress),
-                progress,
-            )
-        else:
-            log_path = directory / f"{record_id}.live.log"
-            result = _guarded(
-                name,
-                lambda log_path=log_path: live.run_live(
-                    live_target, deadline_s=deadline_s, log_path=log_path, progress=progress, server=attach_server
-                ),
-                progress,
-            )
+        result = _guarded(name, run_level[name], progress)
         progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
         results.append(result)
     results.sort(key=lambda r: LEVELS.index(r.name))
