@@ -180,35 +180,12 @@ def parse(text: str | bytes) -> ABRecord:
     return parse_data(parse_text(text))
 
 
-def build(
-    *,
-    record_id: str,
-    created_at: str,
-    finished_at: str,
-    toolkit_version: str,
-    host: dict,
-    selection: dict,
-    fingerprint: dict,
-    concurrency: int,
-    workload: dict,
-    arms: dict,
-    override: dict | None,
-) -> dict:
-    data = {
-        "schema": SCHEMA,
-        "id": record_id,
-        "created_at": created_at,
-        "finished_at": finished_at,
-        "toolkit_version": toolkit_version,
-        "host": host,
-        "selection": selection,
-        "fingerprint": fingerprint,
-        "concurrency": int(concurrency),
-        "workload": workload,
-        "arms": arms,
-        "override": override,
-        "verdict": verdict_of(arms, int(concurrency)),
-    }
+def build(*, record_id: str, **fields) -> dict:
+    """A JSON-ready record with its verdict and digest (record.seal): `fields` are the other keys of _TOP but
+    schema, verdict and sha256; a key missing or unknown fails seal's parse-back."""
+    data = {"schema": SCHEMA, "id": record_id, **fields}
+    data["concurrency"] = int(data["concurrency"])
+    data["verdict"] = verdict_of(data["arms"], data["concurrency"])
     return seal(data, "A/B", parse_data)
 
 

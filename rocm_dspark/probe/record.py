@@ -93,33 +93,11 @@ def seal(data: dict, what: str, parse) -> dict:
     return data
 
 
-def build_record(
-    *,
-    record_id: str,
-    created_at: str,
-    finished_at: str,
-    toolkit_version: str,
-    host: dict,
-    selection: dict,
-    fingerprint: dict,
-    levels_requested,
-    levels,
-    live_override: dict | None,
-) -> dict:
-    """A JSON-ready record with its digest (seal)."""
-    data = {
-        "schema": SCHEMA,
-        "id": record_id,
-        "created_at": created_at,
-        "finished_at": finished_at,
-        "toolkit_version": toolkit_version,
-        "host": host,
-        "selection": selection,
-        "fingerprint": fingerprint,
-        "levels_requested": list(levels_requested),
-        "levels": [lv._asdict() if isinstance(lv, LevelResult) else lv for lv in levels],
-        "live_override": live_override,
-    }
+def build_record(*, record_id: str, **fields) -> dict:
+    """A JSON-ready record with its digest (seal): `fields` are the other keys of _TOP but schema and sha256
+    (levels as LevelResults or their dicts); a key missing or unknown fails seal's parse-back."""
+    data = {"schema": SCHEMA, "id": record_id, **fields}
+    data["levels"] = [lv._asdict() if isinstance(lv, LevelResult) else lv for lv in data["levels"]]
     return seal(data, "probe", parse_record_data)
 
 
