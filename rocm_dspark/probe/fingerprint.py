@@ -21,36 +21,37 @@ from rocm_dspark.probe import software
 from rocm_dspark.probe.software import rocm_version, torch_facts, vllm_facts  # noqa: F401 (the host's software)
 from rocm_dspark.recipe.plan import Command
 
-# (key, words for the note). Host fields first, in the order a reader checks them.
+_OPT_STR = (str, type(None))  # a value that cannot be read is None
+# (key, words for the note, JSON type in a record). Host fields first, in the order a reader checks them.
 HOST_FIELDS = (
-    ("host_id", "host"),
-    ("toolkit_version", "rocm-dspark"),
-    ("vllm_version", "vLLM"),
-    ("vllm_commit", "vLLM commit"),
-    ("torch_version", "torch"),
-    ("hip_version", "torch HIP"),
-    ("gpu_arch", "GPU arch"),
-    ("gpu_name", "GPU"),
-    ("gpu_count", "GPU count"),
-    ("rocm_version", "ROCm"),
-    ("driver_version", "amdgpu driver"),
+    ("host_id", "host", _OPT_STR),
+    ("toolkit_version", "rocm-dspark", str),
+    ("vllm_version", "vLLM", _OPT_STR),
+    ("vllm_commit", "vLLM commit", _OPT_STR),
+    ("torch_version", "torch", _OPT_STR),
+    ("hip_version", "torch HIP", _OPT_STR),
+    ("gpu_arch", "GPU arch", _OPT_STR),
+    ("gpu_name", "GPU", _OPT_STR),
+    ("gpu_count", "GPU count", int),
+    ("rocm_version", "ROCm", _OPT_STR),
+    ("driver_version", "amdgpu driver", _OPT_STR),
 )
 PLAN_FIELDS = (
-    ("model_id", "model"),
-    ("model_revision", "model revision"),
-    ("gpu", "GPU profile"),
-    ("plan_vllm", "planned vLLM"),
-    ("image", "image"),
-    ("tp", "tensor parallel size"),
-    ("dp", "data parallel size"),
-    ("ep", "expert parallel size"),
-    ("nodes", "nodes"),
-    ("num_speculative_tokens", "K"),
-    ("max_num_seqs", "max_num_seqs"),
-    ("launch", "launch command"),
+    ("model_id", "model", str),
+    ("model_revision", "model revision", _OPT_STR),
+    ("gpu", "GPU profile", str),
+    ("plan_vllm", "planned vLLM", str),
+    ("image", "image", str),
+    ("tp", "tensor parallel size", int),
+    ("dp", "data parallel size", int),
+    ("ep", "expert parallel size", int),
+    ("nodes", "nodes", int),
+    ("num_speculative_tokens", "K", int),
+    ("max_num_seqs", "max_num_seqs", int),
+    ("launch", "launch command", dict),
 )
 FIELDS = HOST_FIELDS + PLAN_FIELDS
-_HOST_KEYS = {k for k, _ in HOST_FIELDS}
+_HOST_KEYS = {k for k, _, _ in HOST_FIELDS}
 
 # Overridable in tests (an instrument: the real files exist only on an AMD host).
 AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
@@ -226,7 +227,7 @@ def _launch_difference(recorded: dict, current: dict) -> str:
 def mismatches(recorded: dict, current: dict) -> list[str]:
     """One phrase per differing field, e.g. "vLLM 0.32.0 (this host has 0.33.0)"; [] when all match."""
     out = []
-    for key, words in FIELDS:
+    for key, words, _ in FIELDS:
         rv, cv = recorded.get(key), current.get(key)
         if rv == cv:
             continue

@@ -131,25 +131,7 @@ _LEVEL = {
     "seconds": (int, float),
     "evidence": dict,
 }
-_OPT_STR = (str, type(None))
-_FINGERPRINT: dict[str, type | tuple[type, ...]] = {key: _OPT_STR for key, _ in FIELDS}
-_FINGERPRINT.update(
-    {
-        "toolkit_version": str,
-        "gpu_count": int,
-        "model_id": str,
-        "gpu": str,
-        "plan_vllm": str,
-        "image": str,
-        "tp": int,
-        "dp": int,
-        "ep": int,
-        "nodes": int,
-        "num_speculative_tokens": int,
-        "max_num_seqs": int,
-        "launch": dict,
-    }
-)
+_FINGERPRINT = {key: kind for key, _, kind in FIELDS}
 
 
 def _type_ok(value, kind) -> bool:

@@ -65,7 +65,7 @@ ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__r
 
 
 def fingerprint_dict(**changes) -> dict:
-    fp = {key: None for key, _ in FIELDS}
+    fp = {key: None for key, _, _ in FIELDS}
     fp.update(toolkit_version="0.1.0", vllm_version="0.32.0", torch_version="2.13.0+cpu", gpu_count=0,
               model_id="deepseek-ai/DeepSeek-V4.1-Flash", model_revision="dba1be0", gpu="mi300x", plan_vllm="0.32.0",
               image="vllm/vllm-openai-rocm@sha256:00", tp=8, dp=1, ep=1, nodes=1, num_speculative_tokens=5,
