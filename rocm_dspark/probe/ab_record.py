@@ -1,22 +1,15 @@
 """An A/B evidence record: one workload at one concurrency against block verification, then adaptive.
 
-Schema "rocm-dspark/ab-record/2", strict JSON like the probe's record (rocm_dspark.probe.record); its keys and
-their types are _TOP, _ARM and _WORKLOAD below. id = UTC time + random suffix; fingerprint: fingerprint.FIELDS of
-this host and the adaptive plan; concurrency: what the gate matches; workload: one `vllm bench serve` workload for
-both arms; override: null, or {kind, block, adaptive} when the arms ran other commands than the plan's (e.g.
---server-json), and such a record never counts for the gate; verdict {gain_pct, pays, text}: recomputed and
-checked on read; sha256: digest of every other key, canonical JSON; hmac: HMAC-SHA256 under this host's key
-(store.write_record).
+Schema "rocm-dspark/ab-record/2", strict JSON like the probe's record (rocm_dspark.probe.record): its keys and
+types are _TOP, _ARM and _WORKLOAD below. A record with an `override` (the arms ran other commands than the
+plan's, e.g. --server-json) never counts for the gate; its `verdict` is recomputed and checked on read.
 
-Each arm was measured by `vllm bench serve` (client): bench_command is the exact command, bench_result the JSON
-its --save-result wrote (null when bench wrote none). On read, each arm's command must carry the record's
-workload and concurrency, and its tokens/s, requests and failures must be those of its bench_result: a record
-that fails any of this parses to an error and never counts. Schema 1 (measured by the toolkit's own client)
-is refused the same way.
-
-Files live in `<state dir>/ab/<id>.json`, signed and written atomically, and are read by the probe
-records' trust model (rocm_dspark.probe.store, README). Imports stay light: the gate reads these
-on the recipe path.
+Each arm was measured by `vllm bench serve`: bench_command is its exact command, bench_result the JSON its
+--save-result wrote (null when none). On read, each arm's command must carry the record's workload and
+concurrency, and its tokens/s, requests and failures must be its bench_result's, or the record never counts;
+schema 1 (measured by the toolkit's own client) is refused the same way. Files: `<state dir>/ab/<id>.json`,
+signed and read by the probe records' trust model (rocm_dspark.probe.store, docs/trust.md). Imports stay
+light: the gate reads these on the recipe path.
 """
 
 from __future__ import annotations

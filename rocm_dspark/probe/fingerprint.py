@@ -1,16 +1,13 @@
 """The fields a probe record must match to count: this host's software and GPUs, and the plan.
 
-Host fields are read from files and package metadata only (the software in rocm_dspark.probe.software,
-/sys/module/amdgpu/version, amd-smi/rocminfo): the gate runs on the `rocm-dspark recipe` path, which must not
-import torch or vLLM. The probe records exactly the same functions' answers, so a record and the gate compare
-like with like; for a plan that runs in a container image, `up` gives the gate that image's software instead.
+Host fields are read from files and package metadata only (rocm_dspark.probe.software, /sys/module/amdgpu/version,
+amd-smi/rocminfo): the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. The probe
+records exactly the same functions' answers, so a record and the gate compare like with like; for a plan that
+runs in a container image, `up` gives the gate that image's software instead. Plan fields come from the
+LaunchPlan's own fields (resolved once; never re-parsed from argv), the launch command less --host/--port.
 
-Plan fields come from the LaunchPlan's own fields (resolved once; never re-parsed from argv): model,
-layout, K, max_num_seqs, the vLLM the plan pins, and the adaptive launch command itself (argv and env,
-minus --host/--port, which only say where it listens).
-
-A value that cannot be read is None, and None only matches None: a record made where vLLM was
-installed does not count where it is not (run `recipe`/`launch` where the probe ran).
+A value that cannot be read is None, and None only matches None: a record made where vLLM was installed does not
+count where it is not (run `recipe`/`launch` where the probe ran).
 """
 
 from __future__ import annotations

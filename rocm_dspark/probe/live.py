@@ -1,22 +1,15 @@
 """Level `live`: start vLLM with the adaptive argv, wait until it serves, ask it, read /metrics, stop it.
 
-The command is the plan's own (resolve() with adaptive verification forced on), started by the one
-process manager (rocm_dspark.runtime.process.VllmServer). The level passes when the server becomes ready
-(/health then /v1/models) within the deadline, answers the model's deterministic check (the recipe's
-"17*19" with thinking off), gives the same greedy answer twice per prompt, emits only tokens its own prefill agrees with
-(rocm_dspark.probe.rescore: every greedy token re-scored with prompt_logprobs), counts speculative drafts
-in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
-afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
+What passes and what counts: docs/probe.md's level table. The command is the plan's own (resolve() with adaptive
+verification forced on), started by the one process manager (rocm_dspark.runtime.process.VllmServer); its greedy
+tokens are re-scored (rocm_dspark.probe.rescore) and its `vllm:spec_decode_*` counters read with the real
+Prometheus parser. A refusal (vLLM's exact line), a crash or a timeout fails the level with that reason.
 
-For hosts where the plan cannot run (this CPU-only build box) a server-description file replaces the
-plan's command (`--server-json FILE`, rocm_dspark.runtime.server_spec: the same format as `validate --server-json`);
-it is recorded as `live_override` and never counts for the gate. With such a file the recipe's deterministic
-check applies only when the file says `recipe_model: true`; its own `deterministic_check` and `prompts` replace
-the defaults.
-
-The level can also attach to a server that is already up (`rocm-dspark up` probes the server it started). That
-counts only when /proc shows that the process serving the port is the plan's own adaptive command, before and
-after the requests (rocm_dspark.probe.serving).
+A `--server-json FILE` (rocm_dspark.runtime.server_spec, as `validate --server-json`) replaces the plan's command
+where the plan cannot run (this CPU-only build box): it is recorded as `live_override` and never counts. Its own
+`deterministic_check` and `prompts` replace the defaults, and the recipe's check applies only with `recipe_model:
+true`. A server already up (`up` probes the one it started) counts only when /proc shows it is the plan's own
+adaptive command before and after the requests (rocm_dspark.probe.serving).
 """
 
 from __future__ import annotations

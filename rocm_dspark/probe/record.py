@@ -1,17 +1,12 @@
 """A probe record: one run's fingerprint, level results and evidence, as strict JSON.
 
-Schema "rocm-dspark/probe-record/1"; its keys and their types are _TOP, _LEVEL and _FINGERPRINT below. id = UTC
-time + random suffix; fingerprint: fingerprint.FIELDS, every key present; levels_requested: a subset of static,
-kernel, live; levels: LevelResult dicts in run order; live_override: null, or how the live level deviated from the
-plan ({"kind": "command-file", ...}), and such a live result never counts for the gate; sha256: hex digest of
-all the other keys, canonical JSON; hmac: added by store.write_record, HMAC-SHA256 with this host's key over
-every other key (store.py).
-
-The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
-who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,
-"Trust model for probe records"), not here. parse_record() is strict (inputs.parse_json, then
-check_preamble, which the A/B and calibration records share): NaN, duplicate keys, unknown or missing keys,
-wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
+Schema "rocm-dspark/probe-record/1"; its keys and their types are _TOP, _LEVEL and fingerprint.FIELDS. A record
+with a `live_override` (how the live level deviated from the plan: {"kind": "command-file", ...}) never counts
+its live level for the gate. `sha256`, over every other key in canonical JSON, catches edits and corruption (a
+hand-edited "passed": true), but anyone who can write the state directory can recompute it: the store's `hmac`
+is the signature (docs/trust.md). The parse is strict (inputs.parse_json, then check_preamble, which every
+record kind shares): NaN, duplicate keys, unknown or missing keys, wrong types or a wrong digest raise
+RecordError, and the gate ignores such a file.
 """
 
 from __future__ import annotations

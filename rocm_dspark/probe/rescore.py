@@ -3,21 +3,17 @@
 Adaptive verification (AV) with kernels that read the wrong query boundaries still starts and answers, with
 wrong tokens, so the live level checks every emitted token against a reference (docs/adaptive-verification.md,
 "Token re-scoring", says why each step is as it is):
-1. Generate: `RESCORE_PROMPTS` greedy, `GEN_TOKENS` each, all at once (`return_token_ids`).
-2. Re-score: each prompt + output as a token-id prompt with `prompt_logprobs`, max_tokens 1; vLLM reads no prefix
-   cache for it (vllm/sampling_params.py: skip_reading_prefix_cache). The reference must be out of the drafter's
-   reach (vllm#53488, fix in PR #53520): `nospec-server` (a server without --speculative-config), or
-   `eager-padded` (the speculating server, each prompt padded past the largest capture size so the step runs
-   without graphs: vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`, at most
-   max_num_batched_tokens, sent one at a time). `same-server` (no room to pad) is not independent.
-3. Self-check (eager-padded only): the first `SELF_CHECK_PROMPTS` are also scored unpadded; a disagreement beyond
-   the near-tie tolerance makes the reference "unreliable (vllm#53488)": neither proven nor violations.
-4. Judge: each token must be the reference argmax, or within `NEAR_TIE_NATS` of the top logprob (a near-tie).
-   AV is proven only with an independent reference, zero violations over at least `MIN_TOKENS` tokens from at
-   least `MIN_PROMPTS` prompts sent `MIN_CONCURRENCY` at a time.
-The drafts each request had verified come from vLLM's per-request spec-decode metrics
-(`--per-request-spec-decode-metrics summary`) where the server exports them, else from the `vllm:spec_decode_*`
-counters' difference (`trimmed`: some request had fewer than K drafts verified in a step).
+1. Generate `RESCORE_PROMPTS` greedy, `GEN_TOKENS` each, all at once (`return_token_ids`).
+2. Re-score each prompt + output by prefill with `prompt_logprobs` (no prefix cache is read for it:
+   vllm/sampling_params.py skip_reading_prefix_cache) on a reference out of the drafter's reach (vllm#53488, fix
+   in PR #53520): `nospec-server`, or `eager-padded`: padded past the largest capture size, so the step runs
+   without graphs (vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`), and sent alone.
+3. Self-check (eager-padded): the first `SELF_CHECK_PROMPTS` are also scored unpadded; a disagreement makes the
+   reference "unreliable (vllm#53488)": neither proven nor violations.
+4. Judge: each token the reference argmax or within `NEAR_TIE_NATS` of it, over the minimums below.
+Drafts verified per request: vLLM's per-request spec-decode metrics (`--per-request-spec-decode-metrics summary`)
+where exported, else the `vllm:spec_decode_*` counters' difference (`trimmed`: some request had fewer than K
+drafts verified in a step).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Level `static`: the host, the software versions, the plugin, and vLLM's own adaptive-verification checks.
 
-Passes when: an AMD GPU of the plan's arch is present in the numbers the layout needs; torch is a ROCm
-build; the installed vLLM is the plan's vLLM; and vLLM's checks (the V4.1 indexer's
-`supports_device_cpu_query_lens_mismatch()` and each target builder's `get_cudagraph_support()` under
-an adaptive config) accept adaptive verification, as vLLM will run them: with our plugin when vLLM will
-load it on this version, as shipped otherwise. The checks run in a child Python (vllm_plugin.status).
-On a host without an AMD GPU they run with vLLM's ROCm platform forced, which answers the class-level
-questions truthfully but is not evidence about this host: such a result never counts for the gate.
+What passes and what counts: docs/probe.md's level table. vLLM's checks (the V4.1 indexer's
+`supports_device_cpu_query_lens_mismatch()`, each target builder's `get_cudagraph_support()` under an adaptive
+config) run as vLLM will run them, in a child Python (vllm_plugin.status): with our plugin when vLLM will load it
+on this version, as shipped otherwise. Without an AMD GPU they run with vLLM's ROCm platform forced, which answers
+the class-level questions truthfully but is not evidence about this host: such a result never counts.
 """
 
 from __future__ import annotations
