@@ -44,7 +44,7 @@ RESCORE_PROMPTS = (
 )
 
 
-def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[str, int, float, int]:
+def _at(prompt_logprobs: list, pos: int, token: int) -> tuple[str, int, float, int]:
     """("ok" | "near" | "violation", reference top id, gap in nats, the emitted token's rank) at one position."""
     entry = prompt_logprobs[pos] if pos < len(prompt_logprobs) else None
     if not isinstance(entry, dict) or not entry:
@@ -57,19 +57,17 @@ def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[
     if mine["rank"] == 1 or int(token) == top_id:
         return "ok", int(token), 0.0, 1
     gap = float(top["logprob"]) - float(mine["logprob"])
-    return ("near" if math.isfinite(gap) and gap <= tolerance else "violation"), top_id, gap, mine["rank"]
+    return ("near" if math.isfinite(gap) and gap <= NEAR_TIE_NATS else "violation"), top_id, gap, mine["rank"]
 
 
-def judge_tokens(
-    output_ids: list[int], prompt_len: int, prompt_logprobs: list, *, tolerance: float = NEAR_TIE_NATS
-) -> dict:
+def judge_tokens(output_ids: list[int], prompt_len: int, prompt_logprobs: list) -> dict:
     """Judge one request: `prompt_logprobs` is vLLM's list for prompt + output (entry i: {token id (str or
     int): {logprob, rank, ...}} or None at position 0). Returns tokens, near_ties, violations (first few
     detailed)."""
     near = count = 0
     violations = []
     for j, token in enumerate(output_ids):
-        state, top_id, gap, rank = _at(prompt_logprobs, prompt_len + j, token, tolerance)
+        state, top_id, gap, rank = _at(prompt_logprobs, prompt_len + j, token)
         if state == "near":
             near += 1
         elif state == "violation":
@@ -81,16 +79,12 @@ def judge_tokens(
     return {"tokens": len(output_ids), "near_ties": near, "violations": count, "first_violations": violations}
 
 
-def compare_routes(
-    output_ids: list[int], prompt_len: int, first: list, second: list, *, tolerance: float = NEAR_TIE_NATS
-) -> dict:
+def compare_routes(output_ids: list[int], prompt_len: int, first: list, second: list) -> dict:
     """Positions two references judge differently: one accepts the emitted token and the other does not, or
     both reject it in favour of different tokens (a near-tie in either route is agreement)."""
-    positions, differ = 0, []
+    differ = []
     for j, token in enumerate(output_ids):
-        a = _at(first, prompt_len + j, token, tolerance)
-        b = _at(second, prompt_len + j, token, tolerance)
-        positions += 1
+        a, b = _at(first, prompt_len + j, token), _at(second, prompt_len + j, token)
         accept_a, accept_b = a[0] != "violation", b[0] != "violation"
         if accept_a != accept_b or (not accept_a and a[1] != b[1]):
             differ.append(
@@ -101,7 +95,7 @@ def compare_routes(
                     "second": {"top": b[1], "gap_nats": round(b[2], 6)},
                 }
             )
-    return {"positions": positions, "disagreements": len(differ), "first_disagreements": differ[:5]}
+    return {"positions": len(output_ids), "disagreements": len(differ), "first_disagreements": differ[:5]}
 
 
 def eager_reference(
@@ -168,7 +162,6 @@ def summarize(
     concurrency: int,
     k: int | None,
     counters: dict | None = None,
-    tolerance: float = NEAR_TIE_NATS,
     reference: dict | None = None,
     self_check: dict | None = None,
 ) -> dict:
@@ -199,7 +192,7 @@ def summarize(
         "near_ties": near,
         "prompts": len(per_request),
         "concurrency": concurrency,
-        "tolerance_nats": tolerance,
+        "tolerance_nats": NEAR_TIE_NATS,
         "min_tokens": MIN_TOKENS,
         "min_prompts": MIN_PROMPTS,
         "min_concurrency": MIN_CONCURRENCY,
@@ -254,7 +247,7 @@ def summarize(
             status="proven",
             proven=True,
             why=f"{tokens} emitted tokens from {len(per_request)} prompts at concurrency {concurrency}: 0 "
-            f"violations, {near} near-tie(s) within {tolerance} nats (reference: {reference['route']})"
+            f"violations, {near} near-tie(s) within {NEAR_TIE_NATS} nats (reference: {reference['route']})"
             + (
                 ""
                 if trimmed is not False

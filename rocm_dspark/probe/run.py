@@ -14,7 +14,6 @@ from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.probe.record import LEVELS, LevelResult, Record, build_record, parse_record_data
 
 DEFAULT_DEADLINE_S = 3600.0  # the plan sets VLLM_ENGINE_READY_TIMEOUT_S=3600 for a 511 GB first load
-KERNEL_TIMEOUT_S = 1800.0
 
 
 class ProbeOutcome(NamedTuple):
@@ -88,7 +87,6 @@ def run_probe(
     live_target=None,
     attach_server=None,
     progress=lambda msg: None,
-    kernel_timeout_s: float = KERNEL_TIMEOUT_S,
     kernel_python: str | None = None,
     earlier: Record | None = None,
     soft: dict | None = None,
@@ -136,7 +134,7 @@ def run_probe(
         levels = tuple(n for n in LEVELS if n in levels or any(lv.name == n for lv in results))
     run_level = {
         "static": lambda: static.run_static(plan, host_fp, progress=progress),
-        "kernel": lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s, progress=progress),
+        "kernel": lambda: kernel.run_kernel(python=kernel_python, progress=progress),
         "live": lambda: live.run_live(
             live_target,
             deadline_s=deadline_s,

@@ -294,14 +294,13 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def time_problem(finished_at: str, mtime: float, now: datetime | None = None) -> str | None:
+def time_problem(finished_at: str, mtime: float) -> str | None:
     """A signed finish time that its file contradicts (written before it finished) or that lies in the future."""
     try:
         ts = datetime.strptime(finished_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except (TypeError, ValueError):
         return f"finished_at {finished_at!r} is not a UTC time"
-    now = now or utc_now()
-    if ts > now.timestamp() + CLOCK_SKEW_S:
+    if ts > utc_now().timestamp() + CLOCK_SKEW_S:
         return f"it claims to finish at {finished_at}, in the future"
     if ts > mtime + CLOCK_SKEW_S:
         return f"it claims to finish at {finished_at}, after its file was last written"
