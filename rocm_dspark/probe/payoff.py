@@ -32,11 +32,11 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
     xs = sorted(int(c) for c in points)
     if concurrency in xs:
         return float(points[concurrency]), ""
-    if concurrency < xs[0] or concurrency > xs[-1]:
-        if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
-            return float(points[xs[-1]]), (
-                f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: the running batch stays {xs[-1]})"
-            )
+    if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
+        return float(points[xs[-1]]), (
+            f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: the running batch stays {xs[-1]})"
+        )
+    if concurrency < xs[0]:
         return float(points[xs[0]]), f" (below the planned c={xs[0]}: value there)"
     hi = next(x for x in xs if x > concurrency)
     lo = max(x for x in xs if x < concurrency)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import GREW, NOT_REGULAR, TOO_LARGE, NotRead, read_regular
+from rocm_dspark.inputs import GREW, NOT_REGULAR, NotRead, read_regular
 from rocm_dspark.probe.listing import SUBDIR, _os_error, record_names, records_dir  # noqa: F401 (public here too)
 from rocm_dspark.statedir import ENV_VAR, state_dir  # noqa: F401 (store.state_dir is public)
 
@@ -127,10 +127,8 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
                     "move old ones away so every record can be read"
                 )
             except NotRead as exc:
-                why = {
-                    GREW: f"grew past {MAX_RECORD_BYTES} bytes while read",
-                    TOO_LARGE: f"larger than {MAX_RECORD_BYTES} bytes",
-                }.get(exc.kind, str(exc))
+                # check() refuses a file over MAX_RECORD_BYTES before read_regular could call it TOO_LARGE
+                why = f"grew past {MAX_RECORD_BYTES} bytes while read" if exc.kind == GREW else str(exc)
                 out.append(Candidate(name, None, exc.st.st_mtime if exc.kind != NOT_REGULAR and exc.st else 0.0, why))
                 continue
             except OSError as exc:
