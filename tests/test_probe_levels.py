@@ -321,7 +321,8 @@ def test_recorded_vllm_counters_make_a_passing_assessment():
                                      "first_violations": []}] * 2, concurrency=2, k=3, **EAGER)},
      "token re-scoring: too little re-scored: 128 tokens from 2 prompts at concurrency 2"),
     ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 0, "drafts": None,
-                                     "first_violations": []}] * 8, concurrency=8, k=3)},
+                                     "first_violations": []}] * 8, concurrency=8, k=3,
+                                    reference=rescore.eager_reference(1024, 1024, None, 100))},
      "token re-scoring: reference unreliable (vllm#53488): it is not independent of the drafter"),
 ])
 def test_wrong_answers_fail_the_assessment(changes, problem):

@@ -161,13 +161,12 @@ def summarize(
     *,
     concurrency: int,
     k: int | None,
+    reference: dict,
     counters: dict | None = None,
-    reference: dict | None = None,
     self_check: dict | None = None,
 ) -> dict:
     """The re-scoring evidence the live level records: `status` (proven | violations | too-little |
-    reference-unreliable), `proven` (bool), `why` (one line) and, where the reference is at fault, `fix`.
-    `reference` None: a record of the old design (no route named), never independent."""
+    reference-unreliable), `proven` (bool), `why` (one line) and, where the reference is at fault, `fix`."""
     tokens = sum(r["tokens"] for r in per_request)
     violations = sum(r["violations"] for r in per_request)
     near = sum(r["near_ties"] for r in per_request)
@@ -177,12 +176,6 @@ def summarize(
         trimmed = any((d["num_draft_tokens"] or 0) < k * (d["num_spec_steps"] or 0) for d in drafts)
     elif k and counters and counters.get("num_drafts"):
         trimmed = counters["num_draft_tokens"] < k * counters["num_drafts"]
-    reference = reference or {
-        "route": None,
-        "independent": False,
-        "why": "no reference route recorded",
-        "fix": "re-score with a reference route (this toolkit's probe.rescore)",
-    }
     agree = self_check is None or self_check["disagreements"] == 0
     needs_check = reference.get("route") == "eager-padded"
     independent = bool(reference.get("independent")) and agree and (self_check is not None or not needs_check)
