@@ -189,6 +189,4 @@ def write(state_dir, data: dict):
 
 def load(state_dir=None, names: list[str] | None = None) -> store.Loaded:
     """The A/B records in `<state>/ab/`, checked by the probe records' trust model (store.load_signed)."""
-    target = directory(state_dir)
-    names = store.record_names(target) if names is None else names
-    return store.load_signed(target, names, parse_data, kind="A/B record", label="A/B record")
+    return store.load_signed(directory(state_dir), names, parse_data, kind="A/B record", label="A/B record")

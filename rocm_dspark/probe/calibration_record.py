@@ -95,16 +95,13 @@ def write(state_dir, data: dict):
 def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
     """(record or None, note or None): the newest trusted record for this model, GPU and TP."""
     target = directory(state_dir)
-    names = store.record_names(target)
-    if not names:
-        return None, None
-    loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
+    loaded = store.load_signed(target, None, parse_data, kind="host calibration", label="calibration")
     if loaded.untrusted:
         return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
-    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT
-
     for _, rec in loaded.trusted:
         if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
+            from rocm_dspark.planner.host_fit import LOO_BOUND_PCT  # only with a record: not on every recipe run
+
             if rec["loo_error_pct"] > LOO_BOUND_PCT:  # kept by a toolkit without the bound
                 return None, (
                     f"host calibration {rec['id']} has a leave-one-out error of {rec['loo_error_pct']:g}%, "

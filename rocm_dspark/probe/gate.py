@@ -104,10 +104,8 @@ def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bo
     from rocm_dspark.probe import store
     from rocm_dspark.probe.record import parse_record_data
 
-    directory = listing.records_dir(state_dir)
-    names = listing.record_names(directory) if names is None else names
     return store.load_signed(
-        directory, names, parse_record_data, kind="probe record", label="record", need_key=need_key
+        listing.records_dir(state_dir), names, parse_record_data, kind="probe record", label="record", need_key=need_key
     )
 
 

@@ -163,14 +163,18 @@ class Loaded(NamedTuple):
         return [c.note for c in self.checked if c.note]
 
 
-def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: str, need_key: bool = True) -> Loaded:
-    """Every named candidate in `directory` (probe/ or ab/), checked by the rules above.
+def load_signed(
+    directory: Path, names: list[str] | None, parse, *, kind: str, label: str, need_key: bool = True
+) -> Loaded:
+    """Every named candidate in `directory` (probe/, ab/ or calibration/; None: all of them), checked by the rules
+    above.
 
     parse(data) turns JSON into a record with `.id` and `.finished_at`, raising record.RecordError. `kind`
     names the format in notes ("probe record"), `label` prefixes a record's id ("record", "A/B record").
     need_key=False still reads (for `probe --show`) when no key exists; nothing unsigned is trusted."""
     from rocm_dspark.probe.record import RecordError, parse_text
 
+    names = record_names(directory) if names is None else names
     if not names:
         return Loaded([], None)
     problem = untrusted_reason(directory.parent, directory.name)
