@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import check_keys, check_preamble, content_hash
+from rocm_dspark.probe.record import check_keys, check_preamble, seal
 
 SCHEMA = "rocm-dspark/host-calibration/1"
 SUBDIR = "calibration"
@@ -62,21 +62,14 @@ def build_record(calib, rows, payoff: dict, source_file: str) -> dict:
     }
     if calib.mono:  # the mono term this host measured (host_fit._mono_term); absent: the public one stays
         data["mono"] = dict(calib.mono)
-    data = json.loads(json.dumps(data, allow_nan=False))
-    data["sha256"] = content_hash(data)
-    return data
+    return seal(data, "calibration", parse_data)
 
 
 class HostRecord(dict):
-    """A parsed record (a dict with .id and .finished_at for store.load_signed)."""
+    """A parsed record: a dict with the .id and .finished_at that store.load_signed reads."""
 
-    @property
-    def id(self):
-        return self["id"]
-
-    @property
-    def finished_at(self):
-        return self["finished_at"]
+    id = property(lambda self: self["id"])
+    finished_at = property(lambda self: self["finished_at"])
 
 
 def parse_data(data) -> HostRecord:
