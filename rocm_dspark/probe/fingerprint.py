@@ -96,18 +96,14 @@ def host_fingerprint(gpus: dict | None = None, soft: dict | None = None) -> dict
     of another interpreter: the image a plan runs in) replaces this Python's vLLM, torch and ROCm."""
     from rocm_dspark import __version__
 
-    soft = soft if soft is not None else software.facts()
-    return {
+    read = {
         "host_id": host_id(),
         "toolkit_version": __version__,
-        "vllm_version": soft["vllm_version"],
-        "vllm_commit": soft["vllm_commit"],
-        "torch_version": soft["torch_version"],
-        "hip_version": soft["hip_version"],
+        **(soft if soft is not None else software.facts()),
         **(gpus if gpus is not None else gpu_facts()),
-        "rocm_version": soft["rocm_version"],
         "driver_version": driver_version(),
     }
+    return {key: read[key] for key, _, _ in HOST_FIELDS}
 
 
 # --- plan ------------------------------------------------------------------------------------------

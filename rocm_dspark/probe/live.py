@@ -297,11 +297,7 @@ def _start_and_check(
             return False, str(exc)
     ready = _wait(srv, deadline_s, progress)
     ev["readiness"] = {
-        "status": ready.status,
-        "elapsed_s": ready.elapsed_s,
-        "exit_code": ready.exit_code,
-        "refusal": ready.refusal,
-        "last_error": ready.last_error,
+        key: getattr(ready, key) for key in ("status", "elapsed_s", "exit_code", "refusal", "last_error")
     }
     if not ready.ready:
         if ready.refusal:
