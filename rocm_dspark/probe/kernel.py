@@ -1,13 +1,10 @@
-"""Level `kernel`: the attention path that will serve (ours) against the PyTorch reference.
+"""Level `kernel`: the attention path that will serve (ours) against the PyTorch reference (docs/probe.md).
 
-rocm_dspark.attention.selfcheck runs a DSpark verify batch whose query lengths are trimmed on the
-device (zero-length padding requests included) through our metadata + sparse-SWA kernels, compares
-with the reference, and runs the host-planned negative control, which must be caught as wrong. On a
-GPU the launches are captured once in a HIP/CUDA graph and replayed for every layout.
-
-It runs in a child Python so that a GPU fault (segfault, HIP abort) fails this level with the reason
-instead of killing the probe. On a CPU-only host the kernels run in the Triton interpreter: the level
-can pass (useful for testing the probe) but never counts for the gate.
+rocm_dspark.attention.selfcheck runs a verify batch whose query lengths are trimmed on the device through our
+kernels, with the host-planned negative control that must be caught, as one HIP/CUDA graph replayed per layout on
+a GPU. It runs in a child Python so that a GPU fault (segfault, HIP abort) fails this level with the reason
+instead of killing the probe. On a CPU-only host the kernels run in the Triton interpreter: the level can pass
+(useful for testing the probe) but never counts for the gate.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 as OpenSSH's StrictModes, files opened O_NOFOLLOW|O_NONBLOCK within MAX_RECORD_BYTES, the HMAC under host.key,
 a signed finished_at that the file's mtime does not contradict, newest by content, MAX_TOTAL_BYTES in all).
 
-Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
-rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600); the state directory is the
-first of rocm_dspark.statedir.STATE_ROOTS that is set (after `--state-dir`).
-
-With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`) the gate costs one listing.
+Layout: `<state dir>/{probe,ab,calibration}/<id>.json` and `<state dir>/host.key` (this host's HMAC key, 0600),
+the state directory as rocm_dspark.statedir finds it. With no `*.json` name in probe/ (the common case, on every
+`rocm-dspark recipe`) the gate costs one listing.
 """
 
 # No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
