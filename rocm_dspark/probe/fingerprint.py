@@ -166,16 +166,15 @@ def plan_fingerprint(plan, catalog) -> dict:
     }
 
 
-FORCED_ON = "probe: adaptive verification forced on to test it"
-
-
 def adaptive_plan(catalog, selection):
     """The plan with adaptive verification on (resolved once, the verdict forced): what the probe's live
     level starts and the gate guards."""
     from rocm_dspark.recipe.plan import Verdict
     from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
-    return apply_verdict(resolve_plan(catalog, selection), Verdict(True, FORCED_ON, None))
+    return apply_verdict(
+        resolve_plan(catalog, selection), Verdict(True, "probe: adaptive verification forced on to test it", None)
+    )
 
 
 def current_fingerprint(catalog, plan, gpus: dict | None = None, soft: dict | None = None) -> dict:
@@ -186,9 +185,7 @@ def current_fingerprint(catalog, plan, gpus: dict | None = None, soft: dict | No
 
 
 def _show(value) -> str:
-    if value is None:
-        return "none"
-    return str(value)
+    return "none" if value is None else str(value)
 
 
 def _flag_values(argv: list) -> tuple[list, dict]:

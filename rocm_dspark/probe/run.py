@@ -19,7 +19,6 @@ DEFAULT_DEADLINE_S = 3600.0  # the plan sets VLLM_ENGINE_READY_TIMEOUT_S=3600 fo
 class ProbeOutcome(NamedTuple):
     path: Path
     record: Record
-    data: dict
     passed: bool  # every requested level passed
     gate_state: str  # a recipe.plan.State: what the gate makes of this record, its fingerprint aside
     gate_reason: str
@@ -169,4 +168,4 @@ def run_probe(
     path = store.write_record(directory, data)
     record = parse_record_data(data)
     state, why = evidence_state(record)
-    return ProbeOutcome(path, record, data, all(r.passed for r in results), state, why)
+    return ProbeOutcome(path, record, all(r.passed for r in results), state, why)
