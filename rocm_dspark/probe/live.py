@@ -259,11 +259,12 @@ def run_live(
         "ready": False,
         "log_path": str(log_path) if log_path else None,
     }
-    holder: list = [server]
+    srv = server
+    if srv is None and not listening(target.host, target.port):  # else _start_and_check says what listens
+        srv = VllmServer(list(target.argv), dict(target.env), host=target.host, port=target.port, log_path=log_path)
     try:
-        passed, reason = _start_and_check(target, ev, holder, deadline_s, log_path, progress)
+        passed, reason = _start_and_check(srv, target, ev, deadline_s, progress)
     finally:
-        srv = holder[0]
         if srv is not None and not attached and srv.proc is not None:
             stop = srv.stop()  # also on Ctrl-C: never leave a half-started vLLM behind
             ev["stop"] = {
@@ -277,18 +278,12 @@ def run_live(
     return _result(started, t0, passed, target, attached, reason, ev)
 
 
-def _start_and_check(
-    target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress
-) -> tuple[bool, str]:
-    srv = holder[0]
+def _start_and_check(srv, target: LiveTarget, ev: dict, deadline_s: float, progress) -> tuple[bool, str]:
     if srv is None:
-        if listening(target.host, target.port):
-            return False, (
-                f"something already listens on {target.host}:{target.port}: stop it or probe on another port (--port)"
-            )
-        srv = holder[0] = VllmServer(
-            list(target.argv), dict(target.env), host=target.host, port=target.port, log_path=log_path
+        return False, (
+            f"something already listens on {target.host}:{target.port}: stop it or probe on another port (--port)"
         )
+    if not ev["attached"]:
         progress(f"live: starting {' '.join(target.argv[:3])} ... (log: {srv.log_path})")
         ev["log_path"] = str(srv.log_path)
         try:
