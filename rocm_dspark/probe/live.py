@@ -63,13 +63,8 @@ def capture_of(argv, capture_size: int | None = None) -> int | None:
 
 
 def _adaptive_in(argv) -> bool | None:
-    spec = spec_config_in(argv)
+    spec = Command.from_words(argv).spec_config()
     return None if spec is None else bool(spec.get("enable_adaptive_verification", False))
-
-
-def spec_config_in(argv) -> dict | None:
-    """The --speculative-config JSON of an argv (None: none, or not a JSON object)."""
-    return Command.from_words(argv).spec_config()
 
 
 def target_from_plan(plan, model) -> LiveTarget:
@@ -216,7 +211,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
             for _ in range(2)
         ]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
-    spec = spec_config_in(target.argv) or {}
+    spec = Command.from_words(target.argv).spec_config() or {}
     k = spec.get("num_speculative_tokens") if isinstance(spec.get("num_speculative_tokens"), int) else None
     start = client.metrics_text()
 

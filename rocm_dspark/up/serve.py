@@ -209,10 +209,11 @@ def served_facts(run, which: str) -> dict:
     served name, K, and the sizes the re-scoring reference is padded past."""
     from rocm_dspark.launch.launch_facts import runs_mono
     from rocm_dspark.launch.observability import plan_hash
-    from rocm_dspark.probe.live import capture_of, int_flag, spec_config_in
+    from rocm_dspark.probe.live import capture_of, int_flag
+    from rocm_dspark.recipe.plan import Command
 
     plan = launch_plan(run, which)
-    k = (spec_config_in(plan.argv) or {}).get("num_speculative_tokens")
+    k = (Command.from_words(plan.argv).spec_config() or {}).get("num_speculative_tokens")
     image = plan.image if run.mode != "foreground" else ""
     return {
         "plan_hash": plan_hash(run.plan),
