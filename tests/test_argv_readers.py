@@ -35,7 +35,7 @@ def _mono(argv):
 READERS = [
     ("fingerprint flags", ("--max-num-seqs", "8"), lambda a: fingerprint._flag_values(a)[1], {"--max-num-seqs": "8"}),
     ("ab_band K", ("--speculative-config", SPEC), ab_band._num_speculative_tokens, 3),
-    ("live spec config", ("--speculative-config", SPEC), live.spec_config_in, json.loads(SPEC)),
+    ("spec config", ("--speculative-config", SPEC), lambda a: Command.from_words(a).spec_config(), json.loads(SPEC)),
     ("live int flag", ("--max-num-batched-tokens", "4096"), lambda a: live.int_flag(a, "max_num_batched_tokens"), 4096),
     ("live capture", ("--max-cudagraph-capture-size", "64"), live.capture_of, 64),
     ("log_checks capture", ("--max-cudagraph-capture-size", "64"), log_checks.asked_capture, 64),
@@ -80,7 +80,7 @@ def test_every_reader_reads_every_spelling_the_same(name, words, reader, want):
 
 def test_absent_settings_read_as_absent():
     bare = HEAD + ["--enforce-eager"]
-    assert ab_band._num_speculative_tokens(bare) is None and live.spec_config_in(bare) is None
+    assert ab_band._num_speculative_tokens(bare) is None and Command.from_words(bare).spec_config() is None
     assert live.int_flag(bare, "max_num_batched_tokens") is None and log_checks.asked_capture(bare) is None
     assert live.capture_of(bare, 512) == 0  # --enforce-eager: no graphs
     assert live.capture_of(HEAD + ["--enforce-eager", "--no-enforce-eager"], 512) == 512  # the last one wins

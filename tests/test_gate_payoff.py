@@ -200,7 +200,7 @@ def test_payoff_reading_imports_no_numpy():
 def test_the_store_lists_ab_records_newest_first(tmp_path, fp):
     a, _ = write_ab(tmp_path, fp)
     b, _ = write_ab(tmp_path, fp)
-    assert [p.stem for p in store.record_files(ab_record.directory(tmp_path))] == [b, a]
+    assert store.record_names(ab_record.directory(tmp_path)) == [f"{b}.json", f"{a}.json"]
 
 
 @pytest.mark.parametrize("args, words", [

@@ -67,7 +67,7 @@ def _other(key, value):
     return "other-" + (value or "none")
 
 
-@pytest.mark.parametrize("key,words", FIELDS)
+@pytest.mark.parametrize("key,words", [(key, words) for key, words, _ in FIELDS])
 def test_each_mismatching_field_keeps_it_off_with_a_named_note(mi300x_host, key, words):
     catalog = load_catalog()
     fp = here(catalog)
@@ -79,7 +79,7 @@ def test_each_mismatching_field_keeps_it_off_with_a_named_note(mi300x_host, key,
     if key == "launch":
         assert "another launch command (--max-model-len 65536 in the record, 1048576 in the plan)" in verdict.reason
     else:
-        where = "host" if key in dict(fingerprint.HOST_FIELDS) else "plan"
+        where = "host" if key in {k for k, _, _ in fingerprint.HOST_FIELDS} else "plan"
         shown = fp[key] if fp[key] is not None else "none"
         assert f"{words} {recorded[key]} (this {where} has {shown})" in verdict.reason
     plan = resolve(catalog, SELECTION, verdict)

@@ -124,7 +124,7 @@ def test_static_level_on_this_machine_names_every_gap():
     catalog, plan = _plan(Selection(model="V4.1-Flash", gpu="mi300x", vllm_version="0.32.0"))
     host = fingerprint.host_fingerprint()
     assert host["vllm_version"] is None, "this fast test expects the main venv, which has no vLLM"
-    result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi300x"), plan, host)
+    result = static.run_static(plan, host)
     assert not result.passed and not result.valid_for_gating
     assert "no AMD GPU detected" in result.reason
     assert "torch 2.13.0+cpu is not a ROCm build" in result.reason
@@ -135,7 +135,7 @@ def test_static_level_on_this_machine_names_every_gap():
 def test_static_level_sees_recorded_gpus_and_checks_the_layout(rocminfo):
     catalog, plan = _plan(Selection(model="V4.1-Flash", gpu="mi300x"))  # TP8
     rocminfo("rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt")
-    result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi300x"), plan, fingerprint.host_fingerprint())
+    result = static.run_static(plan, fingerprint.host_fingerprint())
     assert "AMD GPU" not in result.reason  # 8 x gfx942: the GPU part is satisfied
     assert result.evidence["forced_platform"] is False and result.evidence["needed_gpus"] == 8
     # The GPUs are right, but this Python has no vLLM: it ran beside vLLM, not where it serves, so its failure
@@ -144,10 +144,10 @@ def test_static_level_sees_recorded_gpus_and_checks_the_layout(rocminfo):
     assert not result.passed and not result.valid_for_gating
     assert result.gating_note.startswith("not valid for gating: vLLM is not installed in ")
     rocminfo("rocminfo_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt")
-    result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi300x"), plan, fingerprint.host_fingerprint())
+    result = static.run_static(plan, fingerprint.host_fingerprint())
     assert "4 AMD GPU(s) detected; the plan's layout needs 8 on this node" in result.reason
     catalog, plan355 = _plan(Selection(model="V4.1-Flash", gpu="mi355x"))
-    result = static.run_static(catalog, Selection(model="V4.1-Flash", gpu="mi355x"), plan355, fingerprint.host_fingerprint())
+    result = static.run_static(plan355, fingerprint.host_fingerprint())
     assert "detected AMD Instinct MI300X (gfx942), but the plan is for mi355x (gfx950)" in result.reason
 
 
@@ -321,7 +321,8 @@ def test_recorded_vllm_counters_make_a_passing_assessment():
                                      "first_violations": []}] * 2, concurrency=2, k=3, **EAGER)},
      "token re-scoring: too little re-scored: 128 tokens from 2 prompts at concurrency 2"),
     ({"rescore": rescore.summarize([{"prompt": "p", "tokens": 64, "near_ties": 0, "violations": 0, "drafts": None,
-                                     "first_violations": []}] * 8, concurrency=8, k=3)},
+                                     "first_violations": []}] * 8, concurrency=8, k=3,
+                                    reference=rescore.eager_reference(1024, 1024, None, 100))},
      "token re-scoring: reference unreliable (vllm#53488): it is not independent of the drafter"),
 ])
 def test_wrong_answers_fail_the_assessment(changes, problem):

@@ -103,11 +103,12 @@ def test_a_reference_that_cannot_be_padded_past_the_capture_size_is_not_independ
     assert unknown["padded_to"] == rescore.DEFAULT_CAPTURE_CEILING + rescore.PAD_TOKENS
 
 
-def test_an_old_summary_without_a_reference_never_proves():
+def test_clean_tokens_against_a_same_server_reference_never_prove():
     per = [{"prompt": f"p{i}", "tokens": 64, "near_ties": 0, "violations": 0, "first_violations": [], "drafts": None}
            for i in range(8)]
-    got = rescore.summarize(per, concurrency=8, k=3)
+    got = rescore.summarize(per, concurrency=8, k=3, reference=rescore.eager_reference(1024, 1024, None, 80))
     assert not got["proven"] and got["status"] == "reference-unreliable" and not got["reference_independent"]
+    assert "--max-num-batched-tokens >= 1040" in got["fix"]
 
 
 def test_a_live_level_failing_only_on_its_reference_does_not_count_and_refutes_nothing():

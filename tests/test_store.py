@@ -309,15 +309,14 @@ def test_state_dir_precedence(monkeypatch, tmp_path):
 
 def test_write_is_atomic_and_listing_is_newest_first(tmp_path):
     directory = tmp_path / "probe"
-    assert store.record_files(directory) == []  # missing directory: no records, no error
+    assert store.record_names(directory) == []  # missing directory: no records, no error
     for rid in ("20261129T100000Z-0000000a", "20261130T090000Z-0000000b", "20261129T120000Z-0000000c"):
         store.write_record(directory, make(record_id=rid))
     (directory / ".20261201T000000Z-0000000d.json.123.tmp").write_text("{")  # a write in progress
     (directory / "notes.txt").write_text("operator notes")
-    names = [p.name for p in store.record_files(directory)]
+    names = store.record_names(directory)
     assert names == ["20261130T090000Z-0000000b.json", "20261129T120000Z-0000000c.json",
                      "20261129T100000Z-0000000a.json"]
-    assert [p.name for p in store.record_files(directory, limit=1)] == names[:1]
     assert parse_record((directory / names[0]).read_text()).id == "20261130T090000Z-0000000b"
 
 

@@ -120,7 +120,7 @@ def via_probe_cli(state, tmp_path, monkeypatch, ab):
         _, path = pr.write(state, pr.here(catalog), (cpu,), record_id="20261129T110000Z-0000cccc")
         data = json.loads(open(path).read())
         record = parse_record_data(data)
-        return probe_run.ProbeOutcome(path, record, data, True, *evidence_state(record))
+        return probe_run.ProbeOutcome(path, record, True, *evidence_state(record))
 
     monkeypatch.setattr(probe_run, "run_probe", cpu_levels)
     got = CliRunner().invoke(cli, ["probe", *sum((["--" + k.replace("_", "-"), v] for k, v in SEL.items()), []),

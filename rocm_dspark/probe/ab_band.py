@@ -7,11 +7,7 @@ allows: one request's AL lies in [1, K+1], so its standard deviation is at most 
 the mean of n served requests has a standard error of at most K/(2 sqrt(n)). The band is AL +- 2 of those, i.e.
 AL +- K/sqrt(n), clipped to [1, K+1]. (AL is a draft-weighted mean over requests; with the A/B's fixed output
 length, ignore_eos, the weights are close to equal.) A small A/B gives a wide band: run more requests
-(`validate --ab --requests N`) for a tighter one.
-
-Where the record comes from: trusted_record() takes the one the gate's payoff half decides with
-(rocm_dspark.probe.payoff.from_ab_records: signed, this host and plan, no override, measured at exactly the
-served concurrency; the trust model is docs/trust.md).
+(`validate --ab --requests N`) for a tighter one. The record is the one the gate's payoff half decides with.
 """
 
 from __future__ import annotations

@@ -1,48 +1,30 @@
 """An A/B evidence record: one workload at one concurrency against block verification, then adaptive.
 
-Schema "rocm-dspark/ab-record/2", strict JSON like the probe's record (rocm_dspark.probe.record); its keys and
-their types are _TOP, _ARM and _WORKLOAD below. id = UTC time + random suffix; fingerprint: fingerprint.FIELDS of
-this host and the adaptive plan; concurrency: what the gate matches; workload: one `vllm bench serve` workload for
-both arms; override: null, or {kind, block, adaptive} when the arms ran other commands than the plan's (e.g.
---server-json), and such a record never counts for the gate; verdict {gain_pct, pays, text}: recomputed and
-checked on read; sha256: digest of every other key, canonical JSON; hmac: HMAC-SHA256 under this host's key
-(store.write_record).
+Schema "rocm-dspark/ab-record/2", strict JSON like the probe's record (rocm_dspark.probe.record): its keys and
+types are _TOP, _ARM and _WORKLOAD below. A record with an `override` (the arms ran other commands than the
+plan's, e.g. --server-json) never counts for the gate; its `verdict` is recomputed and checked on read.
 
-Each arm was measured by `vllm bench serve` (client): bench_command is the exact command, bench_result the JSON
-its --save-result wrote (null when bench wrote none). On read, each arm's command must carry the record's
-workload and concurrency, and its tokens/s, requests and failures must be those of its bench_result: a record
-that fails any of this parses to an error and never counts. Schema 1 (measured by the toolkit's own client)
-is refused the same way.
-
-Files live in `<state dir>/ab/<id>.json`, signed and written atomically, and are read by the probe
-records' trust model (rocm_dspark.probe.store, README). Imports stay light: the gate reads these
-on the recipe path.
+Each arm was measured by `vllm bench serve`: bench_command is its exact command, bench_result the JSON its
+--save-result wrote (null when none). On read, each arm's command must carry the record's workload and
+concurrency, and its tokens/s, requests and failures must be its bench_result's, or the record never counts;
+schema 1 (measured by the toolkit's own client) is refused the same way. Files: `<state dir>/ab/<id>.json`,
+signed and read by the probe records' trust model (rocm_dspark.probe.store, docs/trust.md). Imports stay
+light: the gate reads these on the recipe path.
 """
 
 from __future__ import annotations
 
-import json
-import re
 import shlex
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import store
-from rocm_dspark.probe.record import RecordError, check_keys, check_preamble, content_hash, parse_text
+from rocm_dspark.probe.record import HEAD, RecordError, check_keys, check_preamble, parse_text, seal
 
 SCHEMA = "rocm-dspark/ab-record/2"
 CLIENT = "vllm bench serve"
 SUBDIR = "ab"
-ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{8}$")
 _TOP = {
-    "schema": str,
-    "id": str,
-    "created_at": str,
-    "finished_at": str,
-    "toolkit_version": str,
-    "host": dict,
-    "selection": dict,
-    "fingerprint": dict,
+    **HEAD,
     "concurrency": int,
     "workload": dict,
     "arms": dict,
@@ -191,45 +173,13 @@ def parse(text: str | bytes) -> ABRecord:
     return parse_data(parse_text(text))
 
 
-def build(
-    *,
-    record_id: str,
-    created_at: str,
-    finished_at: str,
-    toolkit_version: str,
-    host: dict,
-    selection: dict,
-    fingerprint: dict,
-    concurrency: int,
-    workload: dict,
-    arms: dict,
-    override: dict | None,
-) -> dict:
-    data = {
-        "schema": SCHEMA,
-        "id": record_id,
-        "created_at": created_at,
-        "finished_at": finished_at,
-        "toolkit_version": toolkit_version,
-        "host": host,
-        "selection": selection,
-        "fingerprint": fingerprint,
-        "concurrency": int(concurrency),
-        "workload": workload,
-        "arms": arms,
-        "override": override,
-    }
-    try:
-        data = json.loads(json.dumps(data, allow_nan=False, default=str))
-    except ValueError as exc:
-        raise UsageError(f"A/B record is not JSON-serialisable: {exc}") from None
+def build(*, record_id: str, **fields) -> dict:
+    """A JSON-ready record with its verdict and digest (record.seal): `fields` are the other keys of _TOP but
+    schema, verdict and sha256; a key missing or unknown fails seal's parse-back."""
+    data = {"schema": SCHEMA, "id": record_id, **fields}
+    data["concurrency"] = int(data["concurrency"])
     data["verdict"] = verdict_of(data["arms"], data["concurrency"])
-    data["sha256"] = content_hash(data)
-    try:
-        parse_data(data)
-    except RecordError as exc:
-        raise UsageError(f"internal error: the A/B built a record that fails its schema: {exc}") from None
-    return data
+    return seal(data, "A/B", parse_data)
 
 
 def write(state_dir, data: dict):
@@ -239,6 +189,4 @@ def write(state_dir, data: dict):
 
 def load(state_dir=None, names: list[str] | None = None) -> store.Loaded:
     """The A/B records in `<state>/ab/`, checked by the probe records' trust model (store.load_signed)."""
-    target = directory(state_dir)
-    names = store.record_names(target) if names is None else names
-    return store.load_signed(target, names, parse_data, kind="A/B record", label="A/B record")
+    return store.load_signed(directory(state_dir), names, parse_data, kind="A/B record", label="A/B record")

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 
+from rocm_dspark.probe import store
+from rocm_dspark.probe.record import check_keys, check_preamble, seal
+
 SCHEMA = "rocm-dspark/host-calibration/1"
 SUBDIR = "calibration"
 _TOP = {
@@ -33,16 +36,11 @@ _TOP = {
 
 
 def directory(state_dir=None):
-    from rocm_dspark.probe import store
-
     return store.state_dir(state_dir) / SUBDIR
 
 
-def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
+def build_record(calib, rows, payoff: dict, source_file: str) -> dict:
     from dataclasses import asdict
-
-    from rocm_dspark.probe import store
-    from rocm_dspark.probe.record import content_hash
 
     now = store.utc_now()
     data = {
@@ -64,26 +62,17 @@ def build_record(calib, loo, rows, payoff: dict, source_file: str) -> dict:
     }
     if calib.mono:  # the mono term this host measured (host_fit._mono_term); absent: the public one stays
         data["mono"] = dict(calib.mono)
-    data = json.loads(json.dumps(data, allow_nan=False))
-    data["sha256"] = content_hash(data)
-    return data
+    return seal(data, "calibration", parse_data)
 
 
 class HostRecord(dict):
-    """A parsed record (a dict with .id and .finished_at for store.load_signed)."""
+    """A parsed record: a dict with the .id and .finished_at that store.load_signed reads."""
 
-    @property
-    def id(self):
-        return self["id"]
-
-    @property
-    def finished_at(self):
-        return self["finished_at"]
+    id = property(lambda self: self["id"])
+    finished_at = property(lambda self: self["finished_at"])
 
 
 def parse_data(data) -> HostRecord:
-    from rocm_dspark.probe.record import check_keys, check_preamble
-
     # not_identified and mono: newer fields; an older record without them parses as before
     extra = {k: t for k, t in (("not_identified", list), ("mono", dict)) if isinstance(data, dict) and k in data}
     data = check_preamble(data, SCHEMA, {**_TOP, **extra})
@@ -93,26 +82,19 @@ def parse_data(data) -> HostRecord:
 
 
 def write(state_dir, data: dict):
-    from rocm_dspark.probe import store
-
     return store.write_record(directory(state_dir), data)
 
 
 def newest(model_key: str, gpu_key: str, tp: int, state_dir=None):
     """(record or None, note or None): the newest trusted record for this model, GPU and TP."""
-    from rocm_dspark.probe import store
-
     target = directory(state_dir)
-    names = store.record_names(target)
-    if not names:
-        return None, None
-    loaded = store.load_signed(target, names, parse_data, kind="host calibration", label="calibration")
+    loaded = store.load_signed(target, None, parse_data, kind="host calibration", label="calibration")
     if loaded.untrusted:
         return None, f"host calibrations in {target} are not trusted ({loaded.untrusted}): the public one is used"
-    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT
-
     for _, rec in loaded.trusted:
         if (rec["model"], rec["gpu"], rec["tp"]) == (model_key, gpu_key, tp):
+            from rocm_dspark.planner.host_fit import LOO_BOUND_PCT  # only with a record: not on every recipe run
+
             if rec["loo_error_pct"] > LOO_BOUND_PCT:  # kept by a toolkit without the bound
                 return None, (
                     f"host calibration {rec['id']} has a leave-one-out error of {rec['loo_error_pct']:g}%, "
@@ -156,9 +138,10 @@ def run_calibrate(
 ) -> tuple[list[str], bool]:
     """Fit, show, and keep the fit as this host's calibration only within the leave-one-out bound:
     (lines, kept)."""
-    from rocm_dspark.planner.host_fit import calibrate
+    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT, TERMS, calibrate, public_mono
     from rocm_dspark.planner.payoff_table import grid_for
     from rocm_dspark.planner.profile import plan_profile
+    from rocm_dspark.recipe.capture import capture_size
 
     calib, loo, rows = calibrate(path, catalog, model, gpu_key)
     profile = model.profiles[catalog.find_gpu(gpu_key).key]
@@ -176,35 +159,29 @@ def run_calibrate(
         "tp": profile.tp,
         "error_pp": plan.payoff_error_pp,
         "acceptance_length": float(length),
-        "capture_size": _largest(catalog, model, gpu_key),
+        "capture_size": capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap),
         "gain_pct": {str(r.concurrency): round(plan.adaptive_gain_pct(r), 1) for r in plan.rows},
     }
     source = ", ".join(map(str, path)) if isinstance(path, (list, tuple)) else str(path)
-    from rocm_dspark.planner.host_fit import LOO_BOUND_PCT, TERMS
-
     # the step model's own runs decide; the mono runs' error decides only the mono term (host_fit._mono_term)
     step_loo = [e for e, r in zip(loo, rows) if not r.get("mono")]
     kept = max(step_loo) <= LOO_BOUND_PCT
-    record = build_record(calib, loo, rows, payoff, source)
+    record = build_record(calib, rows, payoff, source)
     written = write(state_dir, record) if kept else None
     p = calib.params
     if as_json:
-        return [
-            json.dumps(
-                {
-                    "record": str(written) if written else None,
-                    "kept": kept,
-                    "loo_bound_pct": LOO_BOUND_PCT,
-                    "leave_one_out_pct": [round(e, 2) for e in loo],
-                    "not_identified": list(calib.not_identified),
-                    "fold_notes": list(calib.notes),
-                    "mono": calib.mono,
-                    "params": record["params"],
-                    "payoff": payoff,
-                },
-                indent=2,
-            )
-        ], kept
+        out = {
+            "record": str(written) if written else None,
+            "kept": kept,
+            "loo_bound_pct": LOO_BOUND_PCT,
+            "leave_one_out_pct": [round(e, 2) for e in loo],
+            "not_identified": list(calib.not_identified),
+            "fold_notes": list(calib.notes),
+            "mono": calib.mono,
+            "params": record["params"],
+            "payoff": payoff,
+        }
+        return [json.dumps(out, indent=2)], kept
 
     def term(name: str, text: str) -> str:
         return f"{name} not identified" if f"{name}_ms" in calib.not_identified else text
@@ -220,32 +197,28 @@ def run_calibrate(
         f"+ draft {p.draft_ms:.3f} ms + {term('adaptive', f'adaptive {p.adaptive_ms:.2f} ms')} + {eager}; "
         f"rho {p.rho:g}",
     ]
+    with_mono = any(r.get("mono") for r in rows)
     for name in calib.not_identified:
         if name == "spread":
             lines.append(
                 f"spread: not identified (needs {TERMS[name]}); one request class is used, not the public "
                 "value: the adaptive overhead above is fitted to each run's measured acceptance length"
             )
-            continue
-        if name == "eager_per_token_ms":
-            continue
-        if name == "mono":
-            if not any(r.get("mono") for r in rows):  # else host_fit._mono_term's line (calib.notes) says why
-                from rocm_dspark.planner.host_fit import public_mono
-
+        elif name == "mono":
+            if not with_mono:  # else host_fit._mono_term's line (calib.notes) says why
                 lines.append(
                     f"mono term: not identified (needs {TERMS[name]}, beside runs without it); {public_mono(catalog)}"
                 )
-            continue
-        shown = "eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " ")
-        value = (
-            f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token"
-            if name.startswith("eager")
-            else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else "")
-        )
-        lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
+        elif name != "eager_per_token_ms":  # the eager term is said once, by eager_launch_ms
+            shown = "eager term" if name.startswith("eager") else name.removesuffix("_ms").replace("_", " ")
+            value = (
+                f"{p.eager_launch_ms:g} ms/layer + {p.eager_per_token_ms:g} ms/token"
+                if name.startswith("eager")
+                else f"{getattr(p, name):g}" + (" ms" if name.endswith("_ms") else "")
+            )
+            lines.append(f"{shown}: not identified (needs {TERMS[name]}); the public value {value} is used")
     lines += list(calib.notes)
-    with_mono = any(r.get("mono") for r in rows)  # the column only where a run used it: older output unchanged
+    # the mono column only where a run used it: older output unchanged
     lines.append(
         f"{'arm':>12} {'K':>2} {'AV':>3} {'mono' if with_mono else ''}{' ' if with_mono else ''}{'conc':>5} "
         f"{'capture':>7} | {'measured':>9} | {'left-out error':>15}"
@@ -274,10 +247,3 @@ def run_calibrate(
             f"(other concurrencies, repeats) and calibrate again"
         )
     return lines, kept
-
-
-def _largest(catalog, model, gpu_key: str) -> int:
-    from rocm_dspark.recipe.capture import capture_size
-
-    profile = model.profiles[catalog.find_gpu(gpu_key).key]
-    return capture_size(profile.max_num_seqs, model.block_size, profile.capture_cap)

@@ -1,16 +1,13 @@
 """The fields a probe record must match to count: this host's software and GPUs, and the plan.
 
-Host fields are read from files and package metadata only (the software in rocm_dspark.probe.software,
-/sys/module/amdgpu/version, amd-smi/rocminfo): the gate runs on the `rocm-dspark recipe` path, which must not
-import torch or vLLM. The probe records exactly the same functions' answers, so a record and the gate compare
-like with like; for a plan that runs in a container image, `up` gives the gate that image's software instead.
+Host fields are read from files and package metadata only (rocm_dspark.probe.software, /sys/module/amdgpu/version,
+amd-smi/rocminfo): the gate runs on the `rocm-dspark recipe` path, which must not import torch or vLLM. The probe
+records exactly the same functions' answers, so a record and the gate compare like with like; for a plan that
+runs in a container image, `up` gives the gate that image's software instead. Plan fields come from the
+LaunchPlan's own fields (resolved once; never re-parsed from argv), the launch command less --host/--port.
 
-Plan fields come from the LaunchPlan's own fields (resolved once; never re-parsed from argv): model,
-layout, K, max_num_seqs, the vLLM the plan pins, and the adaptive launch command itself (argv and env,
-minus --host/--port, which only say where it listens).
-
-A value that cannot be read is None, and None only matches None: a record made where vLLM was
-installed does not count where it is not (run `recipe`/`launch` where the probe ran).
+A value that cannot be read is None, and None only matches None: a record made where vLLM was installed does not
+count where it is not (run `recipe`/`launch` where the probe ran).
 """
 
 from __future__ import annotations
@@ -21,36 +18,37 @@ from rocm_dspark.probe import software
 from rocm_dspark.probe.software import rocm_version, torch_facts, vllm_facts  # noqa: F401 (the host's software)
 from rocm_dspark.recipe.plan import Command
 
-# (key, words for the note). Host fields first, in the order a reader checks them.
+_OPT_STR = (str, type(None))  # a value that cannot be read is None
+# (key, words for the note, JSON type in a record). Host fields first, in the order a reader checks them.
 HOST_FIELDS = (
-    ("host_id", "host"),
-    ("toolkit_version", "rocm-dspark"),
-    ("vllm_version", "vLLM"),
-    ("vllm_commit", "vLLM commit"),
-    ("torch_version", "torch"),
-    ("hip_version", "torch HIP"),
-    ("gpu_arch", "GPU arch"),
-    ("gpu_name", "GPU"),
-    ("gpu_count", "GPU count"),
-    ("rocm_version", "ROCm"),
-    ("driver_version", "amdgpu driver"),
+    ("host_id", "host", _OPT_STR),
+    ("toolkit_version", "rocm-dspark", str),
+    ("vllm_version", "vLLM", _OPT_STR),
+    ("vllm_commit", "vLLM commit", _OPT_STR),
+    ("torch_version", "torch", _OPT_STR),
+    ("hip_version", "torch HIP", _OPT_STR),
+    ("gpu_arch", "GPU arch", _OPT_STR),
+    ("gpu_name", "GPU", _OPT_STR),
+    ("gpu_count", "GPU count", int),
+    ("rocm_version", "ROCm", _OPT_STR),
+    ("driver_version", "amdgpu driver", _OPT_STR),
 )
 PLAN_FIELDS = (
-    ("model_id", "model"),
-    ("model_revision", "model revision"),
-    ("gpu", "GPU profile"),
-    ("plan_vllm", "planned vLLM"),
-    ("image", "image"),
-    ("tp", "tensor parallel size"),
-    ("dp", "data parallel size"),
-    ("ep", "expert parallel size"),
-    ("nodes", "nodes"),
-    ("num_speculative_tokens", "K"),
-    ("max_num_seqs", "max_num_seqs"),
-    ("launch", "launch command"),
+    ("model_id", "model", str),
+    ("model_revision", "model revision", _OPT_STR),
+    ("gpu", "GPU profile", str),
+    ("plan_vllm", "planned vLLM", str),
+    ("image", "image", str),
+    ("tp", "tensor parallel size", int),
+    ("dp", "data parallel size", int),
+    ("ep", "expert parallel size", int),
+    ("nodes", "nodes", int),
+    ("num_speculative_tokens", "K", int),
+    ("max_num_seqs", "max_num_seqs", int),
+    ("launch", "launch command", dict),
 )
 FIELDS = HOST_FIELDS + PLAN_FIELDS
-_HOST_KEYS = {k for k, _ in HOST_FIELDS}
+_HOST_KEYS = {k for k, _, _ in HOST_FIELDS}
 
 # Overridable in tests (an instrument: the real files exist only on an AMD host).
 AMDGPU_VERSION_FILE = Path("/sys/module/amdgpu/version")
@@ -98,18 +96,14 @@ def host_fingerprint(gpus: dict | None = None, soft: dict | None = None) -> dict
     of another interpreter: the image a plan runs in) replaces this Python's vLLM, torch and ROCm."""
     from rocm_dspark import __version__
 
-    soft = soft if soft is not None else software.facts()
-    return {
+    read = {
         "host_id": host_id(),
         "toolkit_version": __version__,
-        "vllm_version": soft["vllm_version"],
-        "vllm_commit": soft["vllm_commit"],
-        "torch_version": soft["torch_version"],
-        "hip_version": soft["hip_version"],
+        **(soft if soft is not None else software.facts()),
         **(gpus if gpus is not None else gpu_facts()),
-        "rocm_version": soft["rocm_version"],
         "driver_version": driver_version(),
     }
+    return {key: read[key] for key, _, _ in HOST_FIELDS}
 
 
 # --- plan ------------------------------------------------------------------------------------------
@@ -153,7 +147,7 @@ def _without_flags(words, flags: set[str]) -> list[str]:
     return out
 
 
-def plan_fingerprint(plan, catalog, selection=None) -> dict:
+def plan_fingerprint(plan, catalog) -> dict:
     """Plan fields of a LaunchPlan, read from its fields; the launch is its adaptive command."""
     model = catalog.find_model(plan.model_key)
     return {
@@ -172,16 +166,15 @@ def plan_fingerprint(plan, catalog, selection=None) -> dict:
     }
 
 
-FORCED_ON = "probe: adaptive verification forced on to test it"
-
-
 def adaptive_plan(catalog, selection):
     """The plan with adaptive verification on (resolved once, the verdict forced): what the probe's live
     level starts and the gate guards."""
     from rocm_dspark.recipe.plan import Verdict
     from rocm_dspark.recipe.resolve import apply_verdict, resolve_plan
 
-    return apply_verdict(resolve_plan(catalog, selection), Verdict(True, FORCED_ON, None))
+    return apply_verdict(
+        resolve_plan(catalog, selection), Verdict(True, "probe: adaptive verification forced on to test it", None)
+    )
 
 
 def current_fingerprint(catalog, plan, gpus: dict | None = None, soft: dict | None = None) -> dict:
@@ -192,9 +185,7 @@ def current_fingerprint(catalog, plan, gpus: dict | None = None, soft: dict | No
 
 
 def _show(value) -> str:
-    if value is None:
-        return "none"
-    return str(value)
+    return "none" if value is None else str(value)
 
 
 def _flag_values(argv: list) -> tuple[list, dict]:
@@ -226,7 +217,7 @@ def _launch_difference(recorded: dict, current: dict) -> str:
 def mismatches(recorded: dict, current: dict) -> list[str]:
     """One phrase per differing field, e.g. "vLLM 0.32.0 (this host has 0.33.0)"; [] when all match."""
     out = []
-    for key, words in FIELDS:
+    for key, words, _ in FIELDS:
         rv, cv = recorded.get(key), current.get(key)
         if rv == cv:
             continue

@@ -1,22 +1,14 @@
 """The gate: probe records -> Verdict (is adaptive verification proven on this host, for this plan?).
 
-Rules, in order:
-  * No record in the state directory: not proven, and nothing else is computed (this runs on every
-    `rocm-dspark recipe`, so the common case costs one directory listing).
-  * A file that does not parse or fails its schema or digest: ignored, never trusted.
-  * A record whose fingerprint differs from this host's or this plan's: ignored, the fields named.
-  * Among matching records, newest first: a level that counts and failed decides OFF (the newest
-    evidence is that it fails); all three levels counting and passed decides ON; a record with a level
-    missing or not valid for gating (kernel in the Triton interpreter, live run of another command)
-    is not enough, and the next older matching record is looked at.
-A level counts only with the evidence behind it: static on a real ROCm platform (not forced), kernel
-on a GPU (not interpreted) with a graph replay and the negative control caught, live of the plan's own
-command with adaptive verification on: started by the probe, or a running server that /proc showed to be that
-command before and after the requests (probe.serving); a live level proves only with its token re-scoring
-proven (probe.rescore: zero violations over the stated minimum) against a reference the drafter cannot reach
-(`reference_independent`; a record without it, from before vllm#53488 was known, proves nothing).
+The rules are docs/probe.md's "Gate rules": among the records that match this host and plan, newest first, a
+counting level that failed decides OFF, all three counting and passed decide ON, anything less sends the gate to
+the next older record. What makes a level count, and what makes it prove, is level_counts and level_proves below
+(a live level proves only with its tokens re-scored against a reference the drafter cannot reach: probe.rescore,
+vllm#53488; a record from before that was known proves nothing).
 
-Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path.
+Imports stay light (no torch/vllm/numpy/httpx, no dataclasses): this is on the recipe path, where with no record
+on disk the gate costs one directory listing; store, evidence, record and fingerprint are imported inside the
+functions.
 """
 
 from __future__ import annotations
@@ -29,9 +21,6 @@ if TYPE_CHECKING:
     from rocm_dspark.probe import store
     from rocm_dspark.probe.record import LevelResult, Record
     from rocm_dspark.recipe.plan import State
-
-# store, evidence, record and fingerprint are imported inside the functions: with no record on disk (the common
-# case on every `rocm-dspark recipe`) the gate costs one directory listing and nothing more.
 
 _SHOWN = 3  # notes kept in the verdict's one line; the rest are counted
 
@@ -115,10 +104,8 @@ def load_records(state_dir=None, names: list[str] | None = None, *, need_key: bo
     from rocm_dspark.probe import store
     from rocm_dspark.probe.record import parse_record_data
 
-    directory = listing.records_dir(state_dir)
-    names = listing.record_names(directory) if names is None else names
     return store.load_signed(
-        directory, names, parse_record_data, kind="probe record", label="record", need_key=need_key
+        listing.records_dir(state_dir), names, parse_record_data, kind="probe record", label="record", need_key=need_key
     )
 
 

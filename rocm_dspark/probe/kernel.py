@@ -1,13 +1,10 @@
-"""Level `kernel`: the attention path that will serve (ours) against the PyTorch reference.
+"""Level `kernel`: the attention path that will serve (ours) against the PyTorch reference (docs/probe.md).
 
-rocm_dspark.attention.selfcheck runs a DSpark verify batch whose query lengths are trimmed on the
-device (zero-length padding requests included) through our metadata + sparse-SWA kernels, compares
-with the reference, and runs the host-planned negative control, which must be caught as wrong. On a
-GPU the launches are captured once in a HIP/CUDA graph and replayed for every layout.
-
-It runs in a child Python so that a GPU fault (segfault, HIP abort) fails this level with the reason
-instead of killing the probe. On a CPU-only host the kernels run in the Triton interpreter: the level
-can pass (useful for testing the probe) but never counts for the gate.
+rocm_dspark.attention.selfcheck runs a verify batch whose query lengths are trimmed on the device through our
+kernels, with the host-planned negative control that must be caught, as one HIP/CUDA graph replayed per layout on
+a GPU. It runs in a child Python so that a GPU fault (segfault, HIP abort) fails this level with the reason
+instead of killing the probe. On a CPU-only host the kernels run in the Triton interpreter: the level can pass
+(useful for testing the probe) but never counts for the gate.
 """
 
 from __future__ import annotations
@@ -49,30 +46,19 @@ def run_kernel(*, python: str | None = None, timeout_s: float = 1800.0, progress
     argv = [python or sys.executable, "-m", "rocm_dspark.probe.kernel"]
     progress("kernel: running our attention path against the PyTorch reference in a child process")
     evidence: dict = {"argv": argv}
+
+    def result(reason: str, passed=False, valid=False, note="not valid for gating: no result") -> LevelResult:
+        seconds = round(time.monotonic() - t0, 3)
+        return LevelResult("kernel", passed, valid, reason, note, iso(started), seconds, evidence)
+
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr or ""
         evidence["stderr_tail"] = (err.decode(errors="replace") if isinstance(err, bytes) else err)[-2000:]
-        return _result(
-            started,
-            t0,
-            False,
-            False,
-            f"the kernel check did not finish within {timeout_s:g} s",
-            "not valid for gating: no result",
-            evidence,
-        )
+        return result(f"the kernel check did not finish within {timeout_s:g} s")
     except OSError as exc:
-        return _result(
-            started,
-            t0,
-            False,
-            False,
-            f"cannot run {argv[0]}: {exc.strerror}",
-            "not valid for gating: no result",
-            evidence,
-        )
+        return result(f"cannot run {argv[0]}: {exc.strerror}")
     evidence["exit_code"] = proc.returncode
     evidence["stderr_tail"] = proc.stderr[-2000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -83,36 +69,15 @@ def run_kernel(*, python: str | None = None, timeout_s: float = 1800.0, progress
             else f"exited with status {proc.returncode} without a result"
         )
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return _result(
-            started,
-            t0,
-            False,
-            False,
-            f"the kernel check process {how} ({last})",
-            "not valid for gating: no result",
-            evidence,
-        )
+        return result(f"the kernel check process {how} ({last})")
     try:
-        result = parse_json(lines[-1], "the kernel check's result")  # evidence: no NaN, no duplicate key
+        found = parse_json(lines[-1], "the kernel check's result")  # evidence: no NaN, no duplicate key
     except ValueError:
-        return _result(
-            started,
-            t0,
-            False,
-            False,
-            "the kernel check printed a result that is not JSON",
-            "not valid for gating: no result",
-            evidence,
-        )
-    evidence.update(result)
-    valid, note = gating_validity(result)
-    passed = bool(result.get("passed"))
-    reason = str(result.get("reason") or ("passed" if passed else "failed"))
-    return _result(started, t0, passed, valid, reason, note, evidence)
-
-
-def _result(started, t0, passed, valid, reason, note, evidence) -> LevelResult:
-    return LevelResult("kernel", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), evidence)
+        return result("the kernel check printed a result that is not JSON")
+    evidence.update(found)
+    valid, note = gating_validity(found)
+    passed = bool(found.get("passed"))
+    return result(str(found.get("reason") or ("passed" if passed else "failed")), passed, valid, note)
 
 
 def main() -> int:

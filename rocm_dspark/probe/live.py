@@ -1,22 +1,15 @@
 """Level `live`: start vLLM with the adaptive argv, wait until it serves, ask it, read /metrics, stop it.
 
-The command is the plan's own (resolve() with adaptive verification forced on), started by the one
-process manager (rocm_dspark.runtime.process.VllmServer). The level passes when the server becomes ready
-(/health then /v1/models) within the deadline, answers the model's deterministic check (the recipe's
-"17*19" with thinking off), gives the same greedy answer twice per prompt, emits only tokens its own prefill agrees with
-(rocm_dspark.probe.rescore: every greedy token re-scored with prompt_logprobs), counts speculative drafts
-in its `vllm:spec_decode_*` counters (read with the real Prometheus parser) and is still alive
-afterwards. A refusal (vLLM's exact line), a crash or a timeout fails it with that reason.
+What passes and what counts: docs/probe.md's level table. The command is the plan's own (resolve() with adaptive
+verification forced on), started by the one process manager (rocm_dspark.runtime.process.VllmServer); its greedy
+tokens are re-scored (rocm_dspark.probe.rescore) and its `vllm:spec_decode_*` counters read with the real
+Prometheus parser. A refusal (vLLM's exact line), a crash or a timeout fails the level with that reason.
 
-For hosts where the plan cannot run (this CPU-only build box) a server-description file replaces the
-plan's command (`--server-json FILE`, rocm_dspark.runtime.server_spec: the same format as `validate --server-json`);
-it is recorded as `live_override` and never counts for the gate. With such a file the recipe's deterministic
-check applies only when the file says `recipe_model: true`; its own `deterministic_check` and `prompts` replace
-the defaults.
-
-The level can also attach to a server that is already up (`rocm-dspark up` probes the server it started). That
-counts only when /proc shows that the process serving the port is the plan's own adaptive command, before and
-after the requests (rocm_dspark.probe.serving).
+A `--server-json FILE` (rocm_dspark.runtime.server_spec, as `validate --server-json`) replaces the plan's command
+where the plan cannot run (this CPU-only build box): it is recorded as `live_override` and never counts. Its own
+`deterministic_check` and `prompts` replace the defaults, and the recipe's check applies only with `recipe_model:
+true`. A server already up (`up` probes the one it started) counts only when /proc shows it is the plan's own
+adaptive command before and after the requests (rocm_dspark.probe.serving).
 """
 
 from __future__ import annotations
@@ -70,13 +63,8 @@ def capture_of(argv, capture_size: int | None = None) -> int | None:
 
 
 def _adaptive_in(argv) -> bool | None:
-    spec = spec_config_in(argv)
+    spec = Command.from_words(argv).spec_config()
     return None if spec is None else bool(spec.get("enable_adaptive_verification", False))
-
-
-def spec_config_in(argv) -> dict | None:
-    """The --speculative-config JSON of an argv (None: none, or not a JSON object)."""
-    return Command.from_words(argv).spec_config()
 
 
 def target_from_plan(plan, model) -> LiveTarget:
@@ -223,7 +211,7 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
             for _ in range(2)
         ]
         ev["greedy"].append({"prompt": prompt, "first": texts[0], "second": texts[1]})
-    spec = spec_config_in(target.argv) or {}
+    spec = Command.from_words(target.argv).spec_config() or {}
     k = spec.get("num_speculative_tokens") if isinstance(spec.get("num_speculative_tokens"), int) else None
     start = client.metrics_text()
 
@@ -266,11 +254,12 @@ def run_live(
         "ready": False,
         "log_path": str(log_path) if log_path else None,
     }
-    holder: list = [server]
+    srv = server
+    if srv is None and not listening(target.host, target.port):  # else _start_and_check says what listens
+        srv = VllmServer(list(target.argv), dict(target.env), host=target.host, port=target.port, log_path=log_path)
     try:
-        passed, reason = _start_and_check(target, ev, holder, deadline_s, log_path, progress)
+        passed, reason = _start_and_check(srv, target, ev, deadline_s, progress)
     finally:
-        srv = holder[0]
         if srv is not None and not attached and srv.proc is not None:
             stop = srv.stop()  # also on Ctrl-C: never leave a half-started vLLM behind
             ev["stop"] = {
@@ -284,18 +273,12 @@ def run_live(
     return _result(started, t0, passed, target, attached, reason, ev)
 
 
-def _start_and_check(
-    target: LiveTarget, ev: dict, holder: list, deadline_s: float, log_path, progress
-) -> tuple[bool, str]:
-    srv = holder[0]
+def _start_and_check(srv, target: LiveTarget, ev: dict, deadline_s: float, progress) -> tuple[bool, str]:
     if srv is None:
-        if listening(target.host, target.port):
-            return False, (
-                f"something already listens on {target.host}:{target.port}: stop it or probe on another port (--port)"
-            )
-        srv = holder[0] = VllmServer(
-            list(target.argv), dict(target.env), host=target.host, port=target.port, log_path=log_path
+        return False, (
+            f"something already listens on {target.host}:{target.port}: stop it or probe on another port (--port)"
         )
+    if not ev["attached"]:
         progress(f"live: starting {' '.join(target.argv[:3])} ... (log: {srv.log_path})")
         ev["log_path"] = str(srv.log_path)
         try:
@@ -304,11 +287,7 @@ def _start_and_check(
             return False, str(exc)
     ready = _wait(srv, deadline_s, progress)
     ev["readiness"] = {
-        "status": ready.status,
-        "elapsed_s": ready.elapsed_s,
-        "exit_code": ready.exit_code,
-        "refusal": ready.refusal,
-        "last_error": ready.last_error,
+        key: getattr(ready, key) for key in ("status", "elapsed_s", "exit_code", "refusal", "last_error")
     }
     if not ready.ready:
         if ready.refusal:
@@ -354,30 +333,25 @@ def _start_and_check(
 
 
 def _result(started, t0, passed: bool, target: LiveTarget, attached: bool, reason: str, ev: dict) -> LevelResult:
-    if target.source != "plan":
-        valid, note = False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
-    elif not target.adaptive:
-        valid, note = False, "not valid for gating: the command does not enable adaptive verification"
-    elif not passed and ev.get("reference_only"):
-        rs = ev["rescore"]
-        valid, note = False, f"not valid for gating: {rs['why']}; to change: {rs['fix']}"
-    elif attached and not ev.get("command_verified"):
-        shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
-        valid, note = (
-            False,
-            (
-                "not valid for gating: attached to a server not shown to run the plan's command"
-                + (f" ({shown})" if shown else "")
-            ),
-        )
-    elif attached:
-        valid, note = (
-            True,
-            (
-                "valid for gating: the server on the plan's port is the plan's own command with "
-                "enable_adaptive_verification on (checked in /proc before and after the requests)"
-            ),
-        )
-    else:
-        valid, note = True, "valid for gating: the plan's own command with enable_adaptive_verification on"
+    valid, note = _gating(passed, target, attached, ev)
     return LevelResult("live", passed, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), ev)
+
+
+def _gating(passed: bool, target: LiveTarget, attached: bool, ev: dict) -> tuple[bool, str]:
+    if target.source != "plan":
+        return False, f"not valid for gating: ran the command in {target.detail}, not the plan's"
+    if not target.adaptive:
+        return False, "not valid for gating: the command does not enable adaptive verification"
+    if not passed and ev.get("reference_only"):
+        return False, f"not valid for gating: {ev['rescore']['why']}; to change: {ev['rescore']['fix']}"
+    if attached and not ev.get("command_verified"):
+        shown = (ev.get("serving_process_after") or ev.get("serving_process") or {}).get("why")
+        return False, "not valid for gating: attached to a server not shown to run the plan's command" + (
+            f" ({shown})" if shown else ""
+        )
+    if attached:
+        return True, (
+            "valid for gating: the server on the plan's port is the plan's own command with "
+            "enable_adaptive_verification on (checked in /proc before and after the requests)"
+        )
+    return True, "valid for gating: the plan's own command with enable_adaptive_verification on"

@@ -1,18 +1,12 @@
 """The gate's payoff half: does adaptive verification pay for the declared workload (--concurrency C)?
 
-Evidence, in order:
-  1. A/B records (`rocm-dspark validate --ab`, rocm_dspark.probe.ab_record) in `<state dir>/ab/`, newest
-     first by their signed finish time. One counts only if the probe records' trust model accepts it (safe
-     read, this host's HMAC, sane time), it parses (schema, digest, verdict that follows from its numbers), ran the
-     plan's own commands (no override), matches this host and plan (the probe's fingerprint) and was
-     measured at exactly C. The first that counts decides: pays or loses.
-  2. Otherwise this host's calibration (`plan --calibrate`, planner.host_fit: a signed record in
-     `<state dir>/calibration/` read by the same trust model), then the public calibrated prediction
-     (recipes/adaptive_payoff.yaml, generated from the
-     planner; the recipe path must not import numpy): the gain at C, interpolated in log2(C) between the
-     planned concurrencies, decides only when the stated error cannot flip its sign: gain - error > 0
-     pays, gain + error < 0 loses, anything else is unknown.
-  3. No --concurrency: unknown (the workload is not declared).
+Evidence, in order (docs/plan.md, "Adaptive verification where it pays"; the trust rules: docs/trust.md):
+  1. The newest A/B record (rocm_dspark.probe.ab_record) that counts: trusted, the plan's own commands (no
+     override), this host and plan (the probe's fingerprint), measured at exactly C. It decides: pays or loses.
+  2. Otherwise this host's calibration (probe.calibration_record), then the public prediction
+     (recipes/adaptive_payoff.yaml: the recipe path must not import numpy): the gain at C, interpolated in
+     log2(C), decides only when the stated error cannot flip its sign.
+  3. No --concurrency: unknown.
 
 Imports stay light (yaml, json): this runs on `rocm-dspark recipe` when a probe record proves adaptive
 verification.
@@ -38,11 +32,11 @@ def _interpolate(points: dict, concurrency: int) -> tuple[float, str]:
     xs = sorted(int(c) for c in points)
     if concurrency in xs:
         return float(points[concurrency]), ""
-    if concurrency < xs[0] or concurrency > xs[-1]:
-        if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
-            return float(points[xs[-1]]), (
-                f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: the running batch stays {xs[-1]})"
-            )
+    if concurrency > xs[-1]:  # the grid ends at the profile's max_num_seqs: more requests queue
+        return float(points[xs[-1]]), (
+            f" (c={concurrency} is above the profile's max_num_seqs {xs[-1]}: the running batch stays {xs[-1]})"
+        )
+    if concurrency < xs[0]:
         return float(points[xs[0]]), f" (below the planned c={xs[0]}: value there)"
     hi = next(x for x in xs if x > concurrency)
     lo = max(x for x in xs if x < concurrency)

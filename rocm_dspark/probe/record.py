@@ -1,17 +1,12 @@
 """A probe record: one run's fingerprint, level results and evidence, as strict JSON.
 
-Schema "rocm-dspark/probe-record/1"; its keys and their types are _TOP, _LEVEL and _FINGERPRINT below. id = UTC
-time + random suffix; fingerprint: fingerprint.FIELDS, every key present; levels_requested: a subset of static,
-kernel, live; levels: LevelResult dicts in run order; live_override: null, or how the live level deviated from the
-plan ({"kind": "command-file", ...}), and such a live result never counts for the gate; sha256: hex digest of
-all the other keys, canonical JSON; hmac: added by store.write_record, HMAC-SHA256 with this host's key over
-every other key (store.py).
-
-The digest catches edits and corruption (a hand-edited "passed": true); it is not a signature: anyone
-who can write the state directory can also recompute it. The hmac is checked by the store/gate (README,
-"Trust model for probe records"), not here. parse_record() is strict (inputs.parse_json, then
-check_preamble, which the A/B and calibration records share): NaN, duplicate keys, unknown or missing keys,
-wrong types or a wrong digest raise RecordError, and the gate ignores such a file.
+Schema "rocm-dspark/probe-record/1"; its keys and their types are _TOP, _LEVEL and fingerprint.FIELDS. A record
+with a `live_override` (how the live level deviated from the plan: {"kind": "command-file", ...}) never counts
+its live level for the gate. `sha256`, over every other key in canonical JSON, catches edits and corruption (a
+hand-edited "passed": true), but anyone who can write the state directory can recompute it: the store's `hmac`
+is the signature (docs/trust.md). The parse is strict (inputs.parse_json, then check_preamble, which every
+record kind shares): NaN, duplicate keys, unknown or missing keys, wrong types or a wrong digest raise
+RecordError, and the gate ignores such a file.
 """
 
 from __future__ import annotations
@@ -45,9 +40,6 @@ class LevelResult(NamedTuple):
     seconds: float
     evidence: dict
 
-    def to_dict(self) -> dict:
-        return self._asdict()
-
 
 class Record(NamedTuple):
     id: str
@@ -69,7 +61,8 @@ class Record(NamedTuple):
 # --- writing ---------------------------------------------------------------------------------------
 
 
-def _canonical(body: dict) -> bytes:
+def canonical(body: dict) -> bytes:
+    """The bytes a digest or signature covers (the content hash here, the hmac in store.signature)."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
@@ -77,52 +70,36 @@ def content_hash(data: dict) -> str:
     """sha256 over every key but `sha256`, in canonical JSON."""
     import hashlib  # only when a record is read or written, not on every recipe run
 
-    return hashlib.sha256(_canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
+    return hashlib.sha256(canonical({k: v for k, v in data.items() if k not in ("sha256", "hmac")})).hexdigest()
 
 
-def build_record(
-    *,
-    record_id: str,
-    created_at: str,
-    finished_at: str,
-    toolkit_version: str,
-    host: dict,
-    selection: dict,
-    fingerprint: dict,
-    levels_requested,
-    levels,
-    live_override: dict | None,
-) -> dict:
-    """A JSON-ready record with its digest. Raises UsageError if it would not parse back (a bug)."""
-    data = {
-        "schema": SCHEMA,
-        "id": record_id,
-        "created_at": created_at,
-        "finished_at": finished_at,
-        "toolkit_version": toolkit_version,
-        "host": host,
-        "selection": selection,
-        "fingerprint": fingerprint,
-        "levels_requested": list(levels_requested),
-        "levels": [lv.to_dict() if isinstance(lv, LevelResult) else lv for lv in levels],
-        "live_override": live_override,
-    }
-    # Round-trip through JSON so what is hashed is exactly what is stored (tuples -> lists, etc.).
+def seal(data: dict, what: str, parse) -> dict:
+    """`data` as it is stored, with its digest: round-tripped through JSON so what is hashed is exactly what is
+    stored (tuples -> lists, etc.). UsageError if it would not parse back (a bug): `what` names the writer."""
     try:
         data = json.loads(json.dumps(data, allow_nan=False, default=str))
     except ValueError as exc:
-        raise UsageError(f"probe record is not JSON-serialisable: {exc}") from None
+        raise UsageError(f"{what} record is not JSON-serialisable: {exc}") from None
     data["sha256"] = content_hash(data)
     try:
-        parse_record_data(data)
+        parse(data)
     except RecordError as exc:  # our own output must satisfy our own schema
-        raise UsageError(f"internal error: the probe built a record that fails its schema: {exc}") from None
+        raise UsageError(f"internal error: the {what} built a record that fails its schema: {exc}") from None
     return data
+
+
+def build_record(*, record_id: str, **fields) -> dict:
+    """A JSON-ready record with its digest (seal): `fields` are the other keys of _TOP but schema and sha256
+    (levels as LevelResults or their dicts); a key missing or unknown fails seal's parse-back."""
+    data = {"schema": SCHEMA, "id": record_id, **fields}
+    data["levels"] = [lv._asdict() if isinstance(lv, LevelResult) else lv for lv in data["levels"]]
+    return seal(data, "probe", parse_record_data)
 
 
 # --- reading ---------------------------------------------------------------------------------------
 
-_TOP = {
+# The keys a probe record and an A/B record (rocm_dspark.probe.ab_record) both open with.
+HEAD = {
     "schema": str,
     "id": str,
     "created_at": str,
@@ -131,6 +108,9 @@ _TOP = {
     "host": dict,
     "selection": dict,
     "fingerprint": dict,
+}
+_TOP = {
+    **HEAD,
     "levels_requested": list,
     "levels": list,
     "live_override": (dict, type(None)),
@@ -146,25 +126,7 @@ _LEVEL = {
     "seconds": (int, float),
     "evidence": dict,
 }
-_OPT_STR = (str, type(None))
-_FINGERPRINT: dict[str, type | tuple[type, ...]] = {key: _OPT_STR for key, _ in FIELDS}
-_FINGERPRINT.update(
-    {
-        "toolkit_version": str,
-        "gpu_count": int,
-        "model_id": str,
-        "gpu": str,
-        "plan_vllm": str,
-        "image": str,
-        "tp": int,
-        "dp": int,
-        "ep": int,
-        "nodes": int,
-        "num_speculative_tokens": int,
-        "max_num_seqs": int,
-        "launch": dict,
-    }
-)
+_FINGERPRINT = {key: kind for key, _, kind in FIELDS}
 
 
 def _type_ok(value, kind) -> bool:

@@ -3,21 +3,17 @@
 Adaptive verification (AV) with kernels that read the wrong query boundaries still starts and answers, with
 wrong tokens, so the live level checks every emitted token against a reference (docs/adaptive-verification.md,
 "Token re-scoring", says why each step is as it is):
-1. Generate: `RESCORE_PROMPTS` greedy, `GEN_TOKENS` each, all at once (`return_token_ids`).
-2. Re-score: each prompt + output as a token-id prompt with `prompt_logprobs`, max_tokens 1; vLLM reads no prefix
-   cache for it (vllm/sampling_params.py: skip_reading_prefix_cache). The reference must be out of the drafter's
-   reach (vllm#53488, fix in PR #53520): `nospec-server` (a server without --speculative-config), or
-   `eager-padded` (the speculating server, each prompt padded past the largest capture size so the step runs
-   without graphs: vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`, at most
-   max_num_batched_tokens, sent one at a time). `same-server` (no room to pad) is not independent.
-3. Self-check (eager-padded only): the first `SELF_CHECK_PROMPTS` are also scored unpadded; a disagreement beyond
-   the near-tie tolerance makes the reference "unreliable (vllm#53488)": neither proven nor violations.
-4. Judge: each token must be the reference argmax, or within `NEAR_TIE_NATS` of the top logprob (a near-tie).
-   AV is proven only with an independent reference, zero violations over at least `MIN_TOKENS` tokens from at
-   least `MIN_PROMPTS` prompts sent `MIN_CONCURRENCY` at a time.
-The drafts each request had verified come from vLLM's per-request spec-decode metrics
-(`--per-request-spec-decode-metrics summary`) where the server exports them, else from the `vllm:spec_decode_*`
-counters' difference (`trimmed`: some request had fewer than K drafts verified in a step).
+1. Generate `RESCORE_PROMPTS` greedy, `GEN_TOKENS` each, all at once (`return_token_ids`).
+2. Re-score each prompt + output by prefill with `prompt_logprobs` (no prefix cache is read for it:
+   vllm/sampling_params.py skip_reading_prefix_cache) on a reference out of the drafter's reach (vllm#53488, fix
+   in PR #53520): `nospec-server`, or `eager-padded`: padded past the largest capture size, so the step runs
+   without graphs (vllm/v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size`), and sent alone.
+3. Self-check (eager-padded): the first `SELF_CHECK_PROMPTS` are also scored unpadded; a disagreement makes the
+   reference "unreliable (vllm#53488)": neither proven nor violations.
+4. Judge: each token the reference argmax or within `NEAR_TIE_NATS` of it, over the minimums below.
+Drafts verified per request: vLLM's per-request spec-decode metrics (`--per-request-spec-decode-metrics summary`)
+where exported, else the `vllm:spec_decode_*` counters' difference (`trimmed`: some request had fewer than K
+drafts verified in a step).
 """
 
 from __future__ import annotations
@@ -48,7 +44,7 @@ RESCORE_PROMPTS = (
 )
 
 
-def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[str, int, float, int]:
+def _at(prompt_logprobs: list, pos: int, token: int) -> tuple[str, int, float, int]:
     """("ok" | "near" | "violation", reference top id, gap in nats, the emitted token's rank) at one position."""
     entry = prompt_logprobs[pos] if pos < len(prompt_logprobs) else None
     if not isinstance(entry, dict) or not entry:
@@ -61,19 +57,17 @@ def _at(prompt_logprobs: list, pos: int, token: int, tolerance: float) -> tuple[
     if mine["rank"] == 1 or int(token) == top_id:
         return "ok", int(token), 0.0, 1
     gap = float(top["logprob"]) - float(mine["logprob"])
-    return ("near" if math.isfinite(gap) and gap <= tolerance else "violation"), top_id, gap, mine["rank"]
+    return ("near" if math.isfinite(gap) and gap <= NEAR_TIE_NATS else "violation"), top_id, gap, mine["rank"]
 
 
-def judge_tokens(
-    output_ids: list[int], prompt_len: int, prompt_logprobs: list, *, tolerance: float = NEAR_TIE_NATS
-) -> dict:
+def judge_tokens(output_ids: list[int], prompt_len: int, prompt_logprobs: list) -> dict:
     """Judge one request: `prompt_logprobs` is vLLM's list for prompt + output (entry i: {token id (str or
     int): {logprob, rank, ...}} or None at position 0). Returns tokens, near_ties, violations (first few
     detailed)."""
     near = count = 0
     violations = []
     for j, token in enumerate(output_ids):
-        state, top_id, gap, rank = _at(prompt_logprobs, prompt_len + j, token, tolerance)
+        state, top_id, gap, rank = _at(prompt_logprobs, prompt_len + j, token)
         if state == "near":
             near += 1
         elif state == "violation":
@@ -85,16 +79,12 @@ def judge_tokens(
     return {"tokens": len(output_ids), "near_ties": near, "violations": count, "first_violations": violations}
 
 
-def compare_routes(
-    output_ids: list[int], prompt_len: int, first: list, second: list, *, tolerance: float = NEAR_TIE_NATS
-) -> dict:
+def compare_routes(output_ids: list[int], prompt_len: int, first: list, second: list) -> dict:
     """Positions two references judge differently: one accepts the emitted token and the other does not, or
     both reject it in favour of different tokens (a near-tie in either route is agreement)."""
-    positions, differ = 0, []
+    differ = []
     for j, token in enumerate(output_ids):
-        a = _at(first, prompt_len + j, token, tolerance)
-        b = _at(second, prompt_len + j, token, tolerance)
-        positions += 1
+        a, b = _at(first, prompt_len + j, token), _at(second, prompt_len + j, token)
         accept_a, accept_b = a[0] != "violation", b[0] != "violation"
         if accept_a != accept_b or (not accept_a and a[1] != b[1]):
             differ.append(
@@ -105,7 +95,7 @@ def compare_routes(
                     "second": {"top": b[1], "gap_nats": round(b[2], 6)},
                 }
             )
-    return {"positions": positions, "disagreements": len(differ), "first_disagreements": differ[:5]}
+    return {"positions": len(output_ids), "disagreements": len(differ), "first_disagreements": differ[:5]}
 
 
 def eager_reference(
@@ -128,28 +118,28 @@ def eager_reference(
         if capture_size is None
         else f"the capture size {capture_size}"
     )
-    if max_model_len and pad_to > max_model_len:
-        fix = (
-            f"serve with --max-model-len >= {pad_to}, or re-score against a server without "
-            "--speculative-config (validation/run_av_acceptance.py)"
+    # the first server limit the padded prompt is over, and the flag that raises it
+    over = [
+        (limit, flag)
+        for limit, flag, value in (
+            ("max_model_len", f"--max-model-len >= {pad_to}", max_model_len),
+            ("max_num_batched_tokens", f"--max-num-batched-tokens >= {pad_to} (one chunk)", max_num_batched_tokens),
         )
-    elif max_num_batched_tokens and pad_to > max_num_batched_tokens:
-        fix = (
-            f"serve with --max-num-batched-tokens >= {pad_to} (one chunk), or re-score against a server "
-            "without --speculative-config (validation/run_av_acceptance.py)"
-        )
-    else:
+        if value and pad_to > value
+    ]
+    if not over:
         ref["why"] = (
             f"the speculating server itself, each prompt padded to {pad_to} tokens (past {size}, "
             f"so its prefill runs without graphs, {ISSUE}) and sent one at a time"
         )
         return ref
-    limit = "max_model_len" if max_model_len and pad_to > max_model_len else "max_num_batched_tokens"
+    limit, flag = over[0]
     ref.update(
         route="same-server",
         independent=False,
         padded_to=None,
-        fix=fix,
+        fix=f"serve with {flag}, or re-score against a server without --speculative-config "
+        "(validation/run_av_acceptance.py)",
         why=(
             f"a prefill past {size} needs {pad_to} tokens, over the server's {limit}, so the same-server "
             f"reference would run through graphs the drafter can corrupt ({ISSUE})"
@@ -171,14 +161,12 @@ def summarize(
     *,
     concurrency: int,
     k: int | None,
+    reference: dict,
     counters: dict | None = None,
-    tolerance: float = NEAR_TIE_NATS,
-    reference: dict | None = None,
     self_check: dict | None = None,
 ) -> dict:
     """The re-scoring evidence the live level records: `status` (proven | violations | too-little |
-    reference-unreliable), `proven` (bool), `why` (one line) and, where the reference is at fault, `fix`.
-    `reference` None: a record of the old design (no route named), never independent."""
+    reference-unreliable), `proven` (bool), `why` (one line) and, where the reference is at fault, `fix`."""
     tokens = sum(r["tokens"] for r in per_request)
     violations = sum(r["violations"] for r in per_request)
     near = sum(r["near_ties"] for r in per_request)
@@ -188,12 +176,6 @@ def summarize(
         trimmed = any((d["num_draft_tokens"] or 0) < k * (d["num_spec_steps"] or 0) for d in drafts)
     elif k and counters and counters.get("num_drafts"):
         trimmed = counters["num_draft_tokens"] < k * counters["num_drafts"]
-    reference = reference or {
-        "route": None,
-        "independent": False,
-        "why": "no reference route recorded",
-        "fix": "re-score with a reference route (this toolkit's probe.rescore)",
-    }
     agree = self_check is None or self_check["disagreements"] == 0
     needs_check = reference.get("route") == "eager-padded"
     independent = bool(reference.get("independent")) and agree and (self_check is not None or not needs_check)
@@ -203,7 +185,7 @@ def summarize(
         "near_ties": near,
         "prompts": len(per_request),
         "concurrency": concurrency,
-        "tolerance_nats": tolerance,
+        "tolerance_nats": NEAR_TIE_NATS,
         "min_tokens": MIN_TOKENS,
         "min_prompts": MIN_PROMPTS,
         "min_concurrency": MIN_CONCURRENCY,
@@ -258,7 +240,7 @@ def summarize(
             status="proven",
             proven=True,
             why=f"{tokens} emitted tokens from {len(per_request)} prompts at concurrency {concurrency}: 0 "
-            f"violations, {near} near-tie(s) within {tolerance} nats (reference: {reference['route']})"
+            f"violations, {near} near-tie(s) within {NEAR_TIE_NATS} nats (reference: {reference['route']})"
             + (
                 ""
                 if trimmed is not False
@@ -292,21 +274,20 @@ def generate(
     client, model: str, *, prompts=RESCORE_PROMPTS, max_tokens: int = GEN_TOKENS, temperature: float = 0.0
 ) -> list[dict]:
     """All prompts at once: [{prompt, prompt_ids, output_ids, drafts}]."""
-    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-        replies = list(
-            pool.map(
-                lambda p: client.complete(
-                    p,
-                    max_tokens=max_tokens,
-                    model=model,
-                    ignore_eos=True,
-                    temperature=temperature,
-                    return_token_ids=True,
-                    timeout_s=600,
-                ),
-                prompts,
-            )
+
+    def one(prompt: str) -> dict:
+        return client.complete(
+            prompt,
+            max_tokens=max_tokens,
+            model=model,
+            ignore_eos=True,
+            temperature=temperature,
+            return_token_ids=True,
+            timeout_s=600,
         )
+
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        replies = list(pool.map(one, prompts))
     out = []
     for prompt, reply in zip(prompts, replies):
         choice = reply["choices"][0]
@@ -335,34 +316,31 @@ def judge(
     k: int | None,
     counters: dict | None = None,
     check_client=None,
-    check_model: str | None = None,
 ) -> dict:
     """Re-score `generated` on the reference (one request at a time) and summarize. `check_client`: the
     speculating server, for the self-check of an eager-padded reference."""
     pad_to = reference.get("padded_to") if reference.get("route") == "eager-padded" else None
-    per_request, check = [], None
+    checks = SELF_CHECK_PROMPTS if pad_to and check_client is not None else 0
+    per_request, routes = [], []
     for i, g in enumerate(generated):
         ids = g["prompt_ids"] + g["output_ids"]
         ref_lp = prompt_logprobs(reference_client, reference_model, ids, pad_to)
         judged = judge_tokens(g["output_ids"], len(g["prompt_ids"]), ref_lp)
         per_request.append({"prompt": g["prompt"], **judged, "drafts": g.get("drafts")})
-        if pad_to and check_client is not None and i < SELF_CHECK_PROMPTS:
-            short = prompt_logprobs(check_client, check_model or reference_model, ids)
-            got = compare_routes(g["output_ids"], len(g["prompt_ids"]), ref_lp, short)
-            if check is None:
-                check = {
-                    "routes": ["eager-padded", "unpadded"],
-                    "prompts": 0,
-                    "positions": 0,
-                    "disagreements": 0,
-                    "prompt": None,
-                    "first_disagreements": [],
-                }
-            check["prompts"] += 1
-            check["positions"] += got["positions"]
-            check["disagreements"] += got["disagreements"]
-            if got["disagreements"] and check["prompt"] is None:
-                check.update(prompt=g["prompt"], first_disagreements=got["first_disagreements"])
+        if i < checks:
+            short = prompt_logprobs(check_client, reference_model, ids)
+            routes.append((g["prompt"], compare_routes(g["output_ids"], len(g["prompt_ids"]), ref_lp, short)))
+    check = None
+    if routes:
+        first = next(((prompt, got) for prompt, got in routes if got["disagreements"]), (None, {}))
+        check = {
+            "routes": ["eager-padded", "unpadded"],
+            "prompts": len(routes),
+            "positions": sum(got["positions"] for _, got in routes),
+            "disagreements": sum(got["disagreements"] for _, got in routes),
+            "prompt": first[0],
+            "first_disagreements": first[1].get("first_disagreements", []),
+        }
     return summarize(
         per_request, concurrency=concurrency, k=k, counters=counters, reference=reference, self_check=check
     )
@@ -380,29 +358,18 @@ def rescore(
     progress=lambda msg: None,
     capture_size: int | None = None,
     max_num_batched_tokens: int | None = None,
-    max_model_len: int | None = None,
 ) -> dict:
     """Generate all prompts at once on the speculating server, re-score each one there through the
     eager-padded route with the self-check, and summarize (see the module docstring).
     `temperature` > 0 is the negative control: sampled tokens judged as if greedy must show violations.
-    `counters_delta`: a callable returning the spec-decode counter difference over the generation (or None).
-    `max_model_len` None: read from the server's /v1/models."""
+    `counters_delta`: a callable returning the spec-decode counter difference over the generation (or None)."""
     progress(f"live: {len(prompts)} greedy prompts at once, {max_tokens} tokens each, then re-scored by prefill")
     generated = generate(client, model, prompts=prompts, max_tokens=max_tokens, temperature=temperature)
     counters = counters_delta() if counters_delta else None
     longest = max(len(g["prompt_ids"]) + len(g["output_ids"]) for g in generated)
-    if max_model_len is None:
-        max_model_len = served_max_model_len(client, model)
+    max_model_len = served_max_model_len(client, model)
     reference = eager_reference(capture_size, max_num_batched_tokens, max_model_len, longest)
     progress(f"live: re-scoring reference: {reference['why']}")
     return judge(
-        generated,
-        client,
-        model,
-        reference,
-        concurrency=len(prompts),
-        k=k,
-        counters=counters,
-        check_client=client,
-        check_model=model,
+        generated, client, model, reference, concurrency=len(prompts), k=k, counters=counters, check_client=client
     )

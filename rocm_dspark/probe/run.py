@@ -14,13 +14,11 @@ from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.probe.record import LEVELS, LevelResult, Record, build_record, parse_record_data
 
 DEFAULT_DEADLINE_S = 3600.0  # the plan sets VLLM_ENGINE_READY_TIMEOUT_S=3600 for a 511 GB first load
-KERNEL_TIMEOUT_S = 1800.0
 
 
 class ProbeOutcome(NamedTuple):
     path: Path
     record: Record
-    data: dict
     passed: bool  # every requested level passed
     gate_state: str  # a recipe.plan.State: what the gate makes of this record, its fingerprint aside
     gate_reason: str
@@ -88,7 +86,6 @@ def run_probe(
     live_target=None,
     attach_server=None,
     progress=lambda msg: None,
-    kernel_timeout_s: float = KERNEL_TIMEOUT_S,
     kernel_python: str | None = None,
     earlier: Record | None = None,
     soft: dict | None = None,
@@ -121,7 +118,7 @@ def run_probe(
 
     gpus = fingerprint.gpu_facts()
     host_fp = fingerprint.host_fingerprint(gpus, soft)
-    fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog, selection)}
+    fp = {**host_fp, **fingerprint.plan_fingerprint(plan, catalog)}
     progress(f"probe {record_id}: {fingerprint.summary(fp)}; levels {', '.join(levels)}")
 
     results: list[LevelResult] = []
@@ -134,28 +131,21 @@ def run_probe(
             )
         results = [lv for lv in earlier.levels if lv.name not in levels]
         levels = tuple(n for n in LEVELS if n in levels or any(lv.name == n for lv in results))
+    run_level = {
+        "static": lambda: static.run_static(plan, host_fp, progress=progress),
+        "kernel": lambda: kernel.run_kernel(python=kernel_python, progress=progress),
+        "live": lambda: live.run_live(
+            live_target,
+            deadline_s=deadline_s,
+            log_path=directory / f"{record_id}.live.log",
+            progress=progress,
+            server=attach_server,
+        ),
+    }
     for name in levels:
         if any(r.name == name for r in results):
             continue
-        if name == "static":
-            result = _guarded(
-                name, lambda: static.run_static(catalog, selection, plan, host_fp, progress=progress), progress
-            )
-        elif name == "kernel":
-            result = _guarded(
-                name,
-                lambda: kernel.run_kernel(python=kernel_python, timeout_s=kernel_timeout_s, progress=progress),
-                progress,
-            )
-        else:
-            log_path = directory / f"{record_id}.live.log"
-            result = _guarded(
-                name,
-                lambda log_path=log_path: live.run_live(
-                    live_target, deadline_s=deadline_s, log_path=log_path, progress=progress, server=attach_server
-                ),
-                progress,
-            )
+        result = _guarded(name, run_level[name], progress)
         progress(f"{name}: {'PASS' if result.passed else 'FAIL'}: {result.reason}")
         results.append(result)
     results.sort(key=lambda r: LEVELS.index(r.name))
@@ -178,4 +168,4 @@ def run_probe(
     path = store.write_record(directory, data)
     record = parse_record_data(data)
     state, why = evidence_state(record)
-    return ProbeOutcome(path, record, data, all(r.passed for r in results), state, why)
+    return ProbeOutcome(path, record, all(r.passed for r in results), state, why)

@@ -1,16 +1,13 @@
 """Is the server on a port the plan's own command? What lets the live level count on a server the probe did
 not start (so `up` probes the server it started instead of loading the 511 GB model a second time).
 
-/proc (rocm_dspark.runtime.procfs) must show all of these, or the level does not count:
-  * the process that serves the port: the one holding its listening socket, or the nearest common parent of
-    all holders (vLLM's API-server workers rename themselves and share the parent's socket);
-  * runs as the invoking user or root: nobody else's process counts (README, trust model);
-  * was started with exactly the plan's argv: the same arguments after the program, a program of the same
-    name, with at most a Python interpreter (and its options) in front, as a console script's shebang runs it;
-  * has every variable of the plan's environment with the plan's value;
-  * is the same process (pid and start time) before and after the level's requests.
-What this does not show: which vLLM files the program loads (the same is true when the probe starts the command
-itself), or, for a container, which image it runs (the launcher runs the digest it pinned; rocm_dspark/up).
+The rules (docs/probe.md, "Trust model for probe records"): /proc (rocm_dspark.runtime.procfs) must show that the
+process serving the port (the holder of its listening socket, or the nearest common parent of all holders:
+vLLM's API-server workers rename themselves and share the parent's socket) runs as this user or root, with
+exactly the plan's argv (at most a Python interpreter and its options in front, as a console script's shebang
+runs it) and every variable of the plan's environment, and is the same process (pid and start time) before and
+after the level's requests. Not shown: which vLLM files the program loads (as when the probe starts it), or, for
+a container, which image it runs (the launcher runs the digest it pinned; rocm_dspark/up).
 """
 
 from __future__ import annotations

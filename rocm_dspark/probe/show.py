@@ -80,14 +80,11 @@ def reference_line(rs: dict) -> str:
     return text
 
 
-def gate_line(state: str, why: str) -> str:
-    if state == "proven":
-        return f"gate: this record turns adaptive verification ON for this host and plan ({why})"
-    if state == "untrusted":
-        return f"gate: ignores this record: {why}"
-    if state == "refuted":
-        return f"gate: this record keeps adaptive verification OFF for this host and plan: {why}"
-    return f"gate: this record cannot turn adaptive verification on: {why}"
+_GATE_LINES = {  # what the gate makes of a record, by its state; anything else cannot turn it on
+    "proven": "gate: this record turns adaptive verification ON for this host and plan ({why})",
+    "untrusted": "gate: ignores this record: {why}",
+    "refuted": "gate: this record keeps adaptive verification OFF for this host and plan: {why}",
+}
 
 
 def record_lines(record: Record, path: str, state: str, why: str) -> list[str]:
@@ -96,7 +93,8 @@ def record_lines(record: Record, path: str, state: str, why: str) -> list[str]:
         where = record.live_override.get("path") or record.live_override.get("base_url") or ""
         lines.append(f"  live override ({record.live_override.get('kind')}): {where}")
     lines.extend(level_lines(record))
-    lines.append("  " + gate_line(state, why))
+    line = _GATE_LINES.get(state, "gate: this record cannot turn adaptive verification on: {why}")
+    lines.append("  " + line.format(why=why))
     return lines
 
 

@@ -85,15 +85,7 @@ def rocm_version() -> str | None:
 
 def facts() -> dict:
     """This Python's software facts, keyed by KEYS."""
-    vllm_version, vllm_commit = vllm_facts()
-    torch_version, hip_version = torch_facts()
-    return {
-        "vllm_version": vllm_version,
-        "vllm_commit": vllm_commit,
-        "torch_version": torch_version,
-        "hip_version": hip_version,
-        "rocm_version": rocm_version(),
-    }
+    return dict(zip(KEYS, (*vllm_facts(), *torch_facts(), rocm_version())))
 
 
 def script() -> str:

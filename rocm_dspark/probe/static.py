@@ -1,12 +1,10 @@
 """Level `static`: the host, the software versions, the plugin, and vLLM's own adaptive-verification checks.
 
-Passes when: an AMD GPU of the plan's arch is present in the numbers the layout needs; torch is a ROCm
-build; the installed vLLM is the plan's vLLM; and vLLM's checks (the V4.1 indexer's
-`supports_device_cpu_query_lens_mismatch()` and each target builder's `get_cudagraph_support()` under
-an adaptive config) accept adaptive verification, as vLLM will run them: with our plugin when vLLM will
-load it on this version, as shipped otherwise. The checks run in a child Python (vllm_plugin.status).
-On a host without an AMD GPU they run with vLLM's ROCm platform forced, which answers the class-level
-questions truthfully but is not evidence about this host: such a result never counts for the gate.
+What passes and what counts: docs/probe.md's level table. vLLM's checks (the V4.1 indexer's
+`supports_device_cpu_query_lens_mismatch()`, each target builder's `get_cudagraph_support()` under an adaptive
+config) run as vLLM will run them, in a child Python (vllm_plugin.status): with our plugin when vLLM will load it
+on this version, as shipped otherwise. Without an AMD GPU they run with vLLM's ROCm platform forced, which answers
+the class-level questions truthfully but is not evidence about this host: such a result never counts.
 """
 
 from __future__ import annotations
@@ -70,21 +68,26 @@ def _gpu_problem(host_fp: dict, plan, needed: int) -> str | None:
     return None
 
 
-def run_static(
-    catalog, selection, plan, host_fp: dict, *, progress=lambda msg: None, checks_timeout_s: float = 600.0
-) -> LevelResult:
+# What the record keeps of vllm_plugin.status's report: all of it but the child's python and its k1 checks.
+_REPORT_KEYS = (
+    "vllm_version vllm_distributions entry_point host_platform platform forced capability decision_here "
+    "decision_on_rocm patched shipped with_plugin notes note error summary"
+).split()
+
+
+def run_static(plan, host_fp: dict, *, progress=lambda msg: None) -> LevelResult:
     from rocm_dspark.vllm_plugin.status import plugin_status
 
     started, t0 = utc_now(), time.monotonic()
-    problems: list[str] = []
     needed = plan.gpus_per_node_used
     gpu_problem = _gpu_problem(host_fp, plan, needed)
-    if gpu_problem:
-        problems.append(gpu_problem)
-    if host_fp.get("torch_version") is None:
-        problems.append(f"torch is not installed in {sys.executable}")
-    elif host_fp.get("hip_version") is None:
-        problems.append(f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)")
+    torch_problem = (
+        f"torch is not installed in {sys.executable}"
+        if host_fp.get("torch_version") is None
+        else f"torch {host_fp['torch_version']} is not a ROCm build (torch.version.hip is None)"
+        if host_fp.get("hip_version") is None
+        else None
+    )
     label = plan.build.name if plan.build else plan.vllm_version
     vllm_problem = vllm_mismatch(
         host_fp.get("vllm_version"),
@@ -93,22 +96,21 @@ def run_static(
         label,
         {"commit": plan.build.vllm_commit} if plan.build else None,
     )
-    if vllm_problem:
-        problems.append(vllm_problem)
+    problems = [p for p in (gpu_problem, torch_problem, vllm_problem) if p]
 
+    installed = host_fp.get("vllm_version") is not None
     force = "rocm" if (host_fp.get("gpu_count") or 0) == 0 else None
-    k = plan.k
-    if host_fp.get("vllm_version") is None:
+    if not installed:
         report = {"error": "vLLM is not installed here (nothing to check)"}
     else:
         progress(
             "static: running vLLM's adaptive-verification checks in a child process"
             + (" (ROCm platform forced: no AMD GPU here)" if force else "")
         )
-        report = plugin_status(force_platform=force, num_speculative_tokens=k, gpu=plan.gpu, timeout=checks_timeout_s)
+        report = plugin_status(force_platform=force, num_speculative_tokens=plan.k, gpu=plan.gpu, timeout=600.0)
     which, checks = effective_checks(report)
-    forced = report.get("forced") is True or (force is not None and host_fp.get("vllm_version") is not None)
-    if host_fp.get("vllm_version") is None:
+    forced = report.get("forced") is True or (force is not None and installed)
+    if not installed:
         pass  # already a problem above; the checks need vLLM
     elif report.get("error"):
         problems.append(f"vLLM's adaptive-verification checks could not run: {report['error']}")
@@ -139,33 +141,13 @@ def run_static(
         "forced_platform": forced,
         "checks_used": which,
         "checks": checks,
-        "plugin_report": {
-            key: report.get(key)
-            for key in (
-                "vllm_version",
-                "vllm_distributions",
-                "entry_point",
-                "host_platform",
-                "platform",
-                "forced",
-                "capability",
-                "decision_here",
-                "decision_on_rocm",
-                "patched",
-                "shipped",
-                "with_plugin",
-                "notes",
-                "note",
-                "error",
-                "summary",
-            )
-        },
+        "plugin_report": {key: report.get(key) for key in _REPORT_KEYS},
     }
     # Without vLLM or a ROCm torch here, the probe ran beside vLLM, not where it serves: that proves nothing
     # either way (a container host's own Python), so it must not count as a refusal.
     elsewhere = (
         f"vLLM is not installed in {sys.executable}"
-        if host_fp.get("vllm_version") is None
+        if not installed
         else f"torch in {sys.executable} is not a ROCm build"
         if host_fp.get("hip_version") is None
         else None
@@ -178,24 +160,13 @@ def run_static(
         note = f"not valid for gating: {elsewhere}; run the probe where vLLM serves (e.g. inside the plan's image)"
     else:
         note = "valid for gating: checks ran on this host's ROCm platform"
-    passed = not problems
-    reason = (
-        "; ".join(problems)
-        if problems
-        else (
-            f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
-            f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
-            f"vLLM's adaptive-verification checks pass "
-            + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped")
-        )
+    reason = "; ".join(problems) or (
+        f"{host_fp.get('gpu_count')}x {host_fp.get('gpu_name')} ({host_fp.get('gpu_arch')}), torch "
+        f"{host_fp.get('torch_version')} (HIP {host_fp.get('hip_version')}), vLLM {host_fp.get('vllm_version')}; "
+        f"vLLM's adaptive-verification checks pass "
+        + ("with the rocm-dspark plugin" if which == "with_plugin" else "as shipped")
     )
+    valid = not forced and gpu_problem is None and elsewhere is None
     return LevelResult(
-        "static",
-        passed,
-        (not forced) and gpu_problem is None and elsewhere is None,
-        reason,
-        note,
-        iso(started),
-        round(time.monotonic() - t0, 3),
-        evidence,
+        "static", not problems, valid, reason, note, iso(started), round(time.monotonic() - t0, 3), evidence
     )

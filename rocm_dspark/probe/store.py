@@ -2,11 +2,9 @@
 as OpenSSH's StrictModes, files opened O_NOFOLLOW|O_NONBLOCK within MAX_RECORD_BYTES, the HMAC under host.key,
 a signed finished_at that the file's mtime does not contradict, newest by content, MAX_TOTAL_BYTES in all).
 
-Layout: `<state dir>/probe/<id>.json` (probe records), `<state dir>/ab/<id>.json` (A/B records,
-rocm_dspark.probe.ab_record), `<state dir>/host.key` (this host's HMAC key, 0600); the state directory is the
-first of rocm_dspark.statedir.STATE_ROOTS that is set (after `--state-dir`).
-
-With no `*.json` name in probe/ (the common case, on every `rocm-dspark recipe`) the gate costs one listing.
+Layout: `<state dir>/{probe,ab,calibration}/<id>.json` and `<state dir>/host.key` (this host's HMAC key, 0600),
+the state directory as rocm_dspark.statedir finds it. With no `*.json` name in probe/ (the common case, on every
+`rocm-dspark recipe`) the gate costs one listing.
 """
 
 # No __future__ annotations: NamedTuple would compile each string annotation at import (benchmarks/recipe_latency.py).
@@ -19,9 +17,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.inputs import GREW, NOT_REGULAR, TOO_LARGE, NotRead, read_regular
+from rocm_dspark.inputs import GREW, NOT_REGULAR, NotRead, read_regular
 from rocm_dspark.probe.listing import SUBDIR, _os_error, record_names, records_dir  # noqa: F401 (public here too)
-from rocm_dspark.statedir import ENV_VAR, STATE_ROOTS, state_dir, state_root  # noqa: F401 (store.state_dir is public)
+from rocm_dspark.statedir import ENV_VAR, state_dir  # noqa: F401 (store.state_dir is public)
 
 KEY_FILE = "host.key"
 MAX_RECORD_BYTES = 1 << 20  # a real record is a few KiB; its live log is a separate file
@@ -29,17 +27,7 @@ MAX_TOTAL_BYTES = 64 << 20  # all candidates together
 CLOCK_SKEW_S = 300
 
 
-def record_files(directory: Path, limit: int | None = None) -> list[Path]:
-    """Record file paths by name, newest id first (a listing for people; the gate orders by content)."""
-    names = record_names(directory)
-    return [directory / n for n in (names[:limit] if limit else names)]
-
-
 # --- trust -----------------------------------------------------------------------------------------
-
-
-def _owner_ok(st: os.stat_result, me: int) -> bool:
-    return st.st_uid in (me, 0)
 
 
 def _sole_member_group(st: os.stat_result) -> bool:
@@ -66,7 +54,7 @@ def _writable_by_others(st: os.stat_result, *, sticky_ok: bool) -> bool:
 def _dir_problem(path: str, st: os.stat_result, me: int, *, sticky_ok: bool = False) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if not _owner_ok(st, me):
+    if st.st_uid not in (me, 0):
         return f"{path} is owned by uid {st.st_uid}, not by this user ({me}) or root"
     if _writable_by_others(st, sticky_ok=sticky_ok):
         return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}"
@@ -79,8 +67,7 @@ def untrusted_reason(state: Path, subdir: str = SUBDIR) -> str | None:
     me = os.geteuid()
     try:
         real = os.path.realpath(state)
-        parts = Path(real).parents
-        for ancestor in reversed(parts):  # "/" first
+        for ancestor in reversed(Path(real).parents):  # "/" first
             problem = _dir_problem(str(ancestor), os.stat(ancestor), me, sticky_ok=True)
             if problem:
                 return problem
@@ -118,7 +105,7 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
         pass
 
     def check(st) -> str | None:
-        if not _owner_ok(st, me):
+        if st.st_uid not in (me, 0):
             return f"owned by uid {st.st_uid}"
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return "writable by other users"
@@ -138,10 +125,8 @@ def read_candidates(directory: Path, names: list[str]) -> tuple[list[Candidate],
                     "move old ones away so every record can be read"
                 )
             except NotRead as exc:
-                why = {
-                    GREW: f"grew past {MAX_RECORD_BYTES} bytes while read",
-                    TOO_LARGE: f"larger than {MAX_RECORD_BYTES} bytes",
-                }.get(exc.kind, str(exc))
+                # check() refuses a file over MAX_RECORD_BYTES before read_regular could call it TOO_LARGE
+                why = f"grew past {MAX_RECORD_BYTES} bytes while read" if exc.kind == GREW else str(exc)
                 out.append(Candidate(name, None, exc.st.st_mtime if exc.kind != NOT_REGULAR and exc.st else 0.0, why))
                 continue
             except OSError as exc:
@@ -176,14 +161,18 @@ class Loaded(NamedTuple):
         return [c.note for c in self.checked if c.note]
 
 
-def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: str, need_key: bool = True) -> Loaded:
-    """Every named candidate in `directory` (probe/ or ab/), checked by the rules above.
+def load_signed(
+    directory: Path, names: list[str] | None, parse, *, kind: str, label: str, need_key: bool = True
+) -> Loaded:
+    """Every named candidate in `directory` (probe/, ab/ or calibration/; None: all of them), checked by the rules
+    above.
 
     parse(data) turns JSON into a record with `.id` and `.finished_at`, raising record.RecordError. `kind`
     names the format in notes ("probe record"), `label` prefixes a record's id ("record", "A/B record").
     need_key=False still reads (for `probe --show`) when no key exists; nothing unsigned is trusted."""
     from rocm_dspark.probe.record import RecordError, parse_text
 
+    names = record_names(directory) if names is None else names
     if not names:
         return Loaded([], None)
     problem = untrusted_reason(directory.parent, directory.name)
@@ -191,7 +180,11 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
         return Loaded([], problem)
     key = read_key(directory.parent)
     if key is None and need_key:
-        return Loaded([], key_problem(directory.parent))
+        return Loaded(
+            [],
+            f"no usable host key {directory.parent / KEY_FILE} (it must be a 0600 file of this user, made by "
+            "`rocm-dspark probe`), so no record here can be verified",
+        )
     candidates, over = read_candidates(directory, names)
     if over:
         return Loaded([], over)
@@ -226,10 +219,6 @@ def load_signed(directory: Path, names: list[str], parse, *, kind: str, label: s
 # --- the host key and signatures -------------------------------------------------------------------
 
 
-def _key_path(state: Path) -> Path:
-    return state / KEY_FILE
-
-
 def read_key(state: Path) -> bytes | None:
     """This host's key, or None when there is none (no record was ever written here) or it is unsafe."""
 
@@ -238,17 +227,9 @@ def read_key(state: Path) -> bytes | None:
         return "not a 0600 key file of this user" if unsafe else None
 
     try:
-        return bytes.fromhex(read_regular(_key_path(state), 64, follow=False, check=check)[0].decode("ascii"))
+        return bytes.fromhex(read_regular(state / KEY_FILE, 64, follow=False, check=check)[0].decode("ascii"))
     except (OSError, NotRead, ValueError, UnicodeDecodeError):
         return None
-
-
-def key_problem(state: Path) -> str:
-    path = _key_path(state)
-    return (
-        f"no usable host key {path} (it must be a 0600 file of this user, made by `rocm-dspark probe`), "
-        "so no record here can be verified"
-    )
 
 
 def ensure_key(state: Path) -> bytes:
@@ -261,7 +242,7 @@ def ensure_key(state: Path) -> bytes:
     import secrets
     import tempfile
 
-    path = _key_path(state)
+    path = state / KEY_FILE
     fd, tmp = tempfile.mkstemp(prefix=f".{KEY_FILE}.", suffix=".tmp", dir=state)
     try:
         os.fchmod(fd, 0o600)
@@ -290,9 +271,9 @@ def signature(data: dict, key: bytes) -> str:
     import hashlib
     import hmac
 
-    body = {k: v for k, v in data.items() if k != "hmac"}
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    from rocm_dspark.probe.record import canonical
+
+    return hmac.new(key, canonical({k: v for k, v in data.items() if k != "hmac"}), hashlib.sha256).hexdigest()
 
 
 def verify(data: dict, key: bytes) -> bool:
@@ -313,21 +294,13 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_iso(text: str) -> datetime | None:
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except (TypeError, ValueError):
-        return None
-
-
-def time_problem(finished_at: str, mtime: float, now: datetime | None = None) -> str | None:
+def time_problem(finished_at: str, mtime: float) -> str | None:
     """A signed finish time that its file contradicts (written before it finished) or that lies in the future."""
-    finished = parse_iso(finished_at)
-    if finished is None:
+    try:
+        ts = datetime.strptime(finished_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except (TypeError, ValueError):
         return f"finished_at {finished_at!r} is not a UTC time"
-    now = now or utc_now()
-    ts = finished.timestamp()
-    if ts > now.timestamp() + CLOCK_SKEW_S:
+    if ts > utc_now().timestamp() + CLOCK_SKEW_S:
         return f"it claims to finish at {finished_at}, in the future"
     if ts > mtime + CLOCK_SKEW_S:
         return f"it claims to finish at {finished_at}, after its file was last written"
@@ -359,21 +332,15 @@ def prepare_dir(directory: Path) -> None:
         raise UsageError(f"refusing to write records where they would not be trusted: {problem}")
 
 
-def write_json_atomic(path: Path, data: dict) -> Path:
-    """Write to a temp file in the same directory, fsync, then rename: readers never see half a file."""
-    from rocm_dspark.atomic import write_atomic
-
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n", mode=0o644)
-
-
 def write_record(directory: Path, data: dict) -> Path:
     """Sign `data` with this host's key (created on the first write) and write it as <id>.json in `directory`
-    (probe/ or ab/)."""
+    (probe/ or ab/): a temp file in the same directory, fsynced, then renamed, so readers never see half a file."""
+    from rocm_dspark.atomic import write_atomic
+
     try:
         prepare_dir(directory)
         signed = dict(data, hmac=signature(data, ensure_key(directory.parent)))
-        return write_json_atomic(directory / f"{data['id']}.json", signed)
+        return write_atomic(directory / f"{data['id']}.json", json.dumps(signed, indent=1) + "\n", mode=0o644)
     except OSError as exc:
         raise UsageError(
             f"cannot write the record to {directory}: {exc.strerror or exc}; "

@@ -119,9 +119,10 @@ def served_facts(run, which: str, plan) -> dict:
     plan hash the observability files label it with, the image digest a container runs, the served name, K, the
     sizes the re-scoring reference is padded past, and its start (the canary's switch starts block's)."""
     from rocm_dspark.launch.observability import plan_hash
-    from rocm_dspark.probe.live import capture_of, int_flag, spec_config_in
+    from rocm_dspark.probe.live import capture_of, int_flag
+    from rocm_dspark.recipe.plan import Command
 
-    k = (spec_config_in(plan.argv) or {}).get("num_speculative_tokens")
+    k = (Command.from_words(plan.argv).spec_config() or {}).get("num_speculative_tokens")
     image = plan.image if run.mode != "foreground" else ""
     return {
         "plan_hash": plan_hash(run.plan),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -49,12 +50,13 @@ def arm(tok_s, failed=0, al=None, *, concurrency=64, requests=64, max_tokens=256
             "failed": failed, "errors": ["RuntimeError: boom"] if failed else []}
 
 
-_SEQ = iter(range(10, 60))
+_SEQ = itertools.count(70)  # 01:10 on: one id per record, never exhausted however many tests share a worker
 
 
 def write_ab(state, fp, *, block=1000.0, adaptive=1100.0, concurrency=64, override=None, failed=0,
              finished_at="2026-12-01T01:10:00Z", rid=None):
-    rid = rid or f"20261201T01{next(_SEQ):02d}00Z-{'%08x' % next(_SEQ)}"
+    n = next(_SEQ)
+    rid = rid or f"20261201T{n // 60:02d}{n % 60:02d}00Z-{n:08x}"
     data = ab_record.build(record_id=rid, created_at="2026-12-01T01:00:00Z", finished_at=finished_at,
                            toolkit_version="0.1.0", host={"hostname": "h", "platform": "Linux"},
                            selection=SELECTION._asdict(), fingerprint=fp, concurrency=concurrency,

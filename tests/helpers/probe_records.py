@@ -3,6 +3,7 @@ host the fixture mi300x_host stands in for)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 from rocm_dspark.probe import fingerprint, store
@@ -40,12 +41,13 @@ LIVE_REFUSED = LIVE_OK._replace(passed=False, reason="vLLM refused to start: Val
                                 evidence={**LIVE_OK.evidence, "ready": False})
 
 
-_SEQ = iter(range(10, 100))
+_SEQ = itertools.count(10)  # never exhausted however many tests share a worker
 
 
 def write(state, fp, levels=(STATIC_OK, KERNEL_OK, LIVE_OK), *, override=None, record_id=None) -> tuple[str, str]:
     """Write a record built by the real code; returns (id, path). Later calls get later ids."""
-    rid = record_id or f"20261129T10{next(_SEQ):02d}00Z-{os.urandom(4).hex()}"
+    n = next(_SEQ)
+    rid = record_id or f"20261129T{10 + n // 100:02d}{n % 100:02d}00Z-{os.urandom(4).hex()}"
     data = build_record(record_id=rid, created_at="2026-11-29T10:00:00Z", finished_at="2026-11-29T10:30:00Z",
                         toolkit_version=fp["toolkit_version"], host={"hostname": "mi300x-host", "platform": "Linux"},
                         selection=SELECTION._asdict(), fingerprint=fp,
@@ -63,7 +65,7 @@ ROCMINFO_MI300X_X8 = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__r
 
 
 def fingerprint_dict(**changes) -> dict:
-    fp = {key: None for key, _ in FIELDS}
+    fp = {key: None for key, _, _ in FIELDS}
     fp.update(toolkit_version="0.1.0", vllm_version="0.32.0", torch_version="2.13.0+cpu", gpu_count=0,
               model_id="deepseek-ai/DeepSeek-V4.1-Flash", model_revision="dba1be0", gpu="mi300x", plan_vllm="0.32.0",
               image="vllm/vllm-openai-rocm@sha256:00", tp=8, dp=1, ep=1, nodes=1, num_speculative_tokens=5,

@@ -59,9 +59,9 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
                           capture_output=True, text=True, timeout=1500, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
 
-    files = store.record_files(ab_record.directory(state))
-    assert len(files) == 1
-    rec = ab_record.parse(files[0].read_text())
+    names = store.record_names(ab_record.directory(state))
+    assert len(names) == 1
+    rec = ab_record.parse((ab_record.directory(state) / names[0]).read_text())
     assert json.loads((report / "ab.json").read_text())["sha256"] == rec.sha256
     b, a = rec.arms["block"], rec.arms["adaptive"]
     assert b["failed"] == 0 and a["failed"] == 0 and b["requests"] == a["requests"] == 8

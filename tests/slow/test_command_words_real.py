@@ -100,7 +100,7 @@ def ours(argv: list[str], mono: bool) -> dict:
         "capture": (live.capture_of(argv), log_checks.asked_capture(argv)),
         "tool_parser": tool_calls.flag(argv, "tool_call_parser"),
         "bench_model": bench.served_model(argv),
-        "spec": live.spec_config_in(argv),
+        "spec": Command.from_words(argv).spec_config(),
     }
     return out
 

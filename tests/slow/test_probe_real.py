@@ -45,7 +45,7 @@ def _static(monkeypatch, plugins: str | None):
         monkeypatch.setenv("VLLM_PLUGINS", plugins)
     catalog = load_catalog()
     plan = fingerprint.adaptive_plan(catalog, SELECTION)
-    return static.run_static(catalog, SELECTION, plan, fingerprint.host_fingerprint())
+    return static.run_static(plan, fingerprint.host_fingerprint())
 
 
 def _check(checks, role: str, what: str) -> dict:
