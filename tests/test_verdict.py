@@ -42,7 +42,7 @@ def plant(state, probe: str, ab: str) -> None:
     catalog = load_catalog()
     fp = pr.here(catalog)
     if PROBES[probe]:
-        pr.write(state, fp, PROBES[probe], record_id="20261129T100000Z-0000aaaa")  # ids: the helpers' own run out
+        pr.write(state, fp, PROBES[probe])
     if ab == "none":
         return
     gain = {"loses": 900.0}.get(ab, 1100.0)

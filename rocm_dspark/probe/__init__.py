@@ -14,6 +14,14 @@ Modules (one capability each):
     live         level 3: start vLLM with the adaptive argv, check answers and spec-decode counters
     run          levels -> record, the library behind `rocm-dspark probe`
     inimage      `rocm-dspark probe` run inside an image, on the software that will serve (`up`)
+    evidence     the fields the gate reads from a level, typed
+    serving      whether a running server is the plan's own command (the live level on `up`'s server)
+    rescore      the re-scoring reference: a speculating server's greedy tokens against its own model's
+    software     the software a record is made under (vLLM, torch, ROCm), read in this Python or an image
+    listing      where records are, and which names are candidates (nothing opened)
+    show         `probe --show` and the probe's summary
+    ab_record, ab_band, payoff     the A/B record, the acceptance band it measured, and the gate's payoff half
+    calibration_record             this host's `plan --calibrate` fit, signed
 
 Importing this package is cheap; the levels import their heavy parts lazily.
 """
