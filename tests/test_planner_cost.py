@@ -131,3 +131,14 @@ def test_malformed_tables_give_one_line_errors(tmp_path, name, text, fragment):
 def test_missing_table_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         load_cost_table(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize("capture_sizes", [(), (1, 2, 4, 8)])  # dense: nothing captured, or a sample at every size
+def test_a_dense_table_with_the_drafter_inside_says_so_too(capture_sizes):
+    """`includes_draft`: the warning that the step times carry the measured launch's drafter is said for a dense
+    table as for a sparse one (it was said only for sparse tables)."""
+    verify = [(1, 10.0), (2, 11.0), (4, 12.0), (8, 14.0)]
+    cost = MeasuredCost.from_samples(verify, capture_sizes=capture_sizes, includes_draft=True)
+    assert cost.dense
+    assert any("include the drafter" in n for n in cost.notes())
+    assert not any("include the drafter" in n for n in MeasuredCost.from_samples(verify, capture_sizes=capture_sizes).notes())

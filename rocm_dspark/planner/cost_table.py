@@ -117,12 +117,13 @@ class MeasuredCost:
     def notes(self) -> list[str]:
         samples = ", ".join(str(s) for s, _ in self.verify_ms)
         if self.dense:
-            return [f"cost table: samples at every captured size ({len(self.verify_ms)}): vLLM's step rule"]
-        out = [
-            f"cost table: sparse ({len(self.verify_ms)} samples at {samples} tokens): steps are padded to the "
-            f"capture grid, then interpolated linearly between samples (flat below {self.verify_ms[0][0]}, "
-            f"extrapolated past {self.verify_ms[-1][0]})"
-        ]
+            out = [f"cost table: samples at every captured size ({len(self.verify_ms)}): vLLM's step rule"]
+        else:
+            out = [
+                f"cost table: sparse ({len(self.verify_ms)} samples at {samples} tokens): steps are padded to the "
+                f"capture grid, then interpolated linearly between samples (flat below {self.verify_ms[0][0]}, "
+                f"extrapolated past {self.verify_ms[-1][0]})"
+            ]
         if self.includes_draft:
             out.append(
                 "cost table: its step times include the drafter of the launch it was measured on, so a plan "
