@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from rocm_dspark.service import canary as watch
 from rocm_dspark.up import canary
 from rocm_dspark.up.steps_common import out_hash

@@ -20,7 +20,7 @@ import pytest
 from rocm_dspark.launch import compile_cache, launch_facts
 from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.helpers.launcher_rig import make_plan
 from tests.helpers import run_cli as run_cli_in_process
 

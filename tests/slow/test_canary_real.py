@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.slow import up_rig as rig
 
 pytestmark = pytest.mark.slow

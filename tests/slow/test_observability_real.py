@@ -24,7 +24,7 @@ from rocm_dspark.launch import observability as obs
 from rocm_dspark.probe.ab_band import AcceptanceBand
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, resolve
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus")
