@@ -14,7 +14,6 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from rocm_dspark.errors import EnvironmentFailure
-from rocm_dspark.runtime.metrics import spec_decode_counters
 
 
 @dataclass
@@ -95,17 +94,14 @@ class VllmClient:
     def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
         return self.request("GET", path, timeout_s=timeout_s)
 
-    def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
-        res = self.request("POST", path, body, timeout_s=timeout_s)
+    def _get_ok(self, path: str, timeout_s: float) -> HttpResult:
+        res = self.get(path, timeout_s)
         if res.status != 200:
-            raise ServerError(f"POST {path}: HTTP {res.status}: {one_line(res.body.decode(errors='replace'))}")
-        return res.json()
+            raise ServerError(f"GET {path}: HTTP {res.status}")
+        return res
 
     def models(self, timeout_s: float = 30.0) -> list[str]:
-        res = self.get("/v1/models", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /v1/models: HTTP {res.status}")
-        return model_ids(res)
+        return model_ids(self._get_ok("/v1/models", timeout_s))
 
     def _model(self, model: str | None) -> str:
         if model:
@@ -115,61 +111,43 @@ class VllmClient:
             raise ServerError("the server lists no model: pass model= explicitly")
         return ids[0]
 
-    def complete(
-        self,
-        prompt: str,
-        max_tokens: int = 16,
-        *,
-        model: str | None = None,
-        temperature: float = 0.0,
-        ignore_eos: bool = False,
-        timeout_s: float = 120.0,
-        **extra,
-    ) -> dict:
+    def complete(self, prompt: str, max_tokens: int = 16, **kw) -> dict:
         """POST /v1/completions (greedy by default) and return the response JSON."""
-        body = {
-            "model": self._model(model),
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            **({"ignore_eos": True} if ignore_eos else {}),
-            **extra,
-        }
-        return self._post_json("/v1/completions", body, timeout_s)
+        return self._generate("/v1/completions", {"prompt": prompt}, max_tokens, **kw)
 
-    def chat(
-        self,
-        messages: list[dict] | str,
-        max_tokens: int = 64,
-        *,
-        model: str | None = None,
-        temperature: float = 0.0,
-        ignore_eos: bool = False,
-        timeout_s: float = 120.0,
-        **extra,
-    ) -> dict:
+    def chat(self, messages: list[dict] | str, max_tokens: int = 64, **kw) -> dict:
         """POST /v1/chat/completions; a plain string becomes one user message."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
+        return self._generate("/v1/chat/completions", {"messages": messages}, max_tokens, **kw)
+
+    def _generate(
+        self,
+        path: str,
+        what: dict,
+        max_tokens: int,
+        *,
+        model: str | None = None,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        timeout_s: float = 120.0,
+        **extra,
+    ) -> dict:
         body = {
             "model": self._model(model),
-            "messages": messages,
+            **what,
             "max_tokens": max_tokens,
             "temperature": temperature,
             **({"ignore_eos": True} if ignore_eos else {}),
             **extra,
         }
-        return self._post_json("/v1/chat/completions", body, timeout_s)
+        res = self.request("POST", path, body, timeout_s=timeout_s)
+        if res.status != 200:
+            raise ServerError(f"POST {path}: HTTP {res.status}: {one_line(res.body.decode(errors='replace'))}")
+        return res.json()
 
     def metrics_text(self, timeout_s: float = 30.0) -> str:
-        res = self.get("/metrics", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /metrics: HTTP {res.status}")
-        return res.body.decode()
-
-    def metrics(self, model_name: str | None = None, timeout_s: float = 30.0):
-        """The spec-decode counters now (rocm_dspark.runtime.metrics.SpecDecodeCounters)."""
-        return spec_decode_counters(self.metrics_text(timeout_s), model_name)
+        return self._get_ok("/metrics", timeout_s).body.decode()
 
 
 def model_ids(res: HttpResult) -> list[str]:
