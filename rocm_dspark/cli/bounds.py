@@ -154,25 +154,3 @@ def refuse_empty(command: click.Command) -> click.Command:
     for sub in getattr(command, "commands", {}).values():
         refuse_empty(sub)
     return command
-
-
-__all__ = [
-    "check_levels",
-    "NonEmpty",
-    "refuse_empty",
-    "BoundedInt",
-    "BoundedFloat",
-    "NODES",
-    "GPUS_PER_NODE",
-    "RANKS",
-    "SEQS",
-    "TOKENS",
-    "PORT",
-    "NODE_RANK",
-    "PREFILL_NODES",
-    "REPLICAS",
-    "SECONDS",
-    "INT_SECONDS",
-    "COUNT",
-    "ACCEPTANCE",
-]

@@ -152,5 +152,3 @@ def lines(result: dict) -> list[str]:
         out.append("nothing recorded: no registry answered, and none has before")
     return out
 
-
-__all__ = ["candidates", "ask", "run", "lines"]
