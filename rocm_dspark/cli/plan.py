@@ -109,11 +109,6 @@ def plan(
     model,
     gpu,
     concurrency,
-    acceptance_length,
-    acceptance_rates,
-    acceptance_shape,
-    cost_table,
-    cost_model,
     nodes,
     capture_size,
     max_num_seqs,
@@ -122,7 +117,7 @@ def plan(
     as_json,
     plot,
     seed_example,
-    seed,
+    **inputs,
 ):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
 
@@ -160,6 +155,8 @@ def plan(
         return
     from rocm_dspark.probe.calibration_record import host_calibration
 
+    # The rest of the options are the planner's inputs, the same for each profile and for its strategies' lines.
+    inputs["concurrencies"] = concurrencies
     plans = []
     for g in gpus:
         key = catalog.find_gpu(g).key
@@ -170,13 +167,7 @@ def plan(
                 catalog,
                 spec,
                 g,
-                concurrencies=concurrencies,
-                acceptance_length=acceptance_length,
-                acceptance_rates=acceptance_rates,
-                acceptance_shape=acceptance_shape,
-                cost_table=cost_table,
-                cost_model=cost_model,
-                seed=seed,
+                **inputs,
                 capture_size=capture_size,
                 calibration=own,
                 calibration_note=note,
@@ -187,16 +178,7 @@ def plan(
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines
 
-        kw = dict(
-            concurrencies=concurrencies,
-            acceptance_length=acceptance_length,
-            acceptance_rates=acceptance_rates,
-            acceptance_shape=acceptance_shape,
-            cost_table=cost_table,
-            cost_model=cost_model,
-            seed=seed,
-        )
-        scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **kw) for g, p in zip(gpus, plans)}
+        scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **inputs) for g, p in zip(gpus, plans)}
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)

@@ -91,9 +91,6 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
             load_server_spec(server_json, flag="--server-json"), catalog.find_model(selection.model)
         )
 
-    def progress(message: str) -> None:
-        click.echo(f"[probe] {message}", err=True)
-
     outcome = run_probe(
         catalog,
         selection,
@@ -101,7 +98,7 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
         state_dir=state_dir,
         deadline_s=deadline,
         live_target=target,
-        progress=progress,
+        progress=lambda message: click.echo(f"[probe] {message}", err=True),
     )
     from rocm_dspark.recipe.resolve import resolve_plan
     from rocm_dspark.usecase.verdict import judge

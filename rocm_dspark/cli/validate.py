@@ -42,8 +42,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
         requests=kwargs["requests_per_level"],
         input_len=input_len(kwargs["quick"]),
         max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
-        request_timeout_s=kwargs["request_timeout"],
-        ready_timeout_s=kwargs["ready_timeout"],
+        request_timeout_s=kwargs["request_timeout_s"],
+        ready_timeout_s=kwargs["ready_timeout_s"],
         block_spec=block,
         adaptive_spec=adaptive,
         python=kwargs["python"],
@@ -95,10 +95,16 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     "--max-tokens", type=bounds.TOKENS, default=None, help="Output tokens per request (default 256; 32 with --quick)."
 )
 @click.option(
-    "--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each request may take."
+    "--request-timeout",
+    "request_timeout_s",
+    type=bounds.SECONDS,
+    default=120.0,
+    show_default=True,
+    help="Seconds each request may take.",
 )
 @click.option(
     "--ready-timeout",
+    "ready_timeout_s",
     type=bounds.SECONDS,
     default=3600.0,
     show_default=True,
@@ -168,26 +174,8 @@ def validate(**kwargs):
         return _ab(selection, kwargs, as_json)
     if kwargs.pop("ab_server_json"):
         raise UsageError("--ab-server-json is only for --ab")
-    opts = ValidateOptions(
-        report_dir=kwargs["report_dir"],
-        force=kwargs["force"],
-        endpoint=kwargs["endpoint"],
-        launch=kwargs["launch"],
-        server_json=kwargs["server_json"],
-        quick=kwargs["quick"],
-        concurrencies=concurrency_levels(kwargs["concurrency"]),
-        requests_per_level=kwargs["requests_per_level"],
-        max_tokens=kwargs["max_tokens"],
-        request_timeout_s=kwargs["request_timeout"],
-        ready_timeout_s=kwargs["ready_timeout"],
-        gsm8k=kwargs["gsm8k"],
-        gsm8k_limit=kwargs["gsm8k_limit"],
-        acceptance_min=kwargs["acceptance_min"],
-        service_user=kwargs["service_user"],
-        require_gpu=kwargs["require_gpu"],
-        python=kwargs["python"],
-        server_log=kwargs["server_log"],
-    )
+    levels = concurrency_levels(kwargs.pop("concurrency"))
+    opts = ValidateOptions(**kwargs, concurrencies=levels)  # the rest of the options by their names
     from rocm_dspark.runtime.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald
