@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import time
 
-from rocm_dspark.images.pick import ref_parts
+from rocm_dspark.images.pick import REPO_PATH, ref_parts
 from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -50,7 +50,7 @@ def split(image: str) -> tuple[str, str, str]:
     if not host:
         host, path = DOCKER_HUB, path if "/" in path else f"library/{path}"
     ref = digest or tag or "latest"
-    if not re.fullmatch(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*", path):
+    if not re.fullmatch(REPO_PATH, path):
         raise ValueError(f"{image!r} is not an image reference (repository {path!r})")
     return host, path, ref
 
@@ -73,16 +73,8 @@ def stack_from(labels: dict | None, env: list | None) -> dict | None:
 
 
 # A vLLM version label, where an image's config has one: vLLM's release images set none (`up` then reads the
-# version inside the image); scripts/build_cpu_test_image.sh sets vllm.version.
-VERSION_LABELS = ("vllm.version",)
-
-
-def version_from(labels: dict | None) -> tuple[str | None, str | None]:
-    """(the vLLM version an image's config labels state, where it came from), or (None, None)."""
-    for key in VERSION_LABELS:
-        if (labels or {}).get(key):
-            return str(labels[key]), f"label {key}"
-    return None, None
+# version inside the image); scripts/build_cpu_test_image.sh sets it.
+VERSION_LABEL = "vllm.version"
 
 
 def _entry(
@@ -97,9 +89,8 @@ def _entry(
         "via": via,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    version, source = version_from(labels)
-    if version:
-        out.update(vllm_version=version, vllm_source=source)
+    if (labels or {}).get(VERSION_LABEL):
+        out.update(vllm_version=str(labels[VERSION_LABEL]), vllm_source=f"label {VERSION_LABEL}")
     return out
 
 

@@ -151,4 +151,3 @@ def lines(result: dict) -> list[str]:
     else:
         out.append("nothing recorded: no registry answered, and none has before")
     return out
-
