@@ -19,7 +19,6 @@ from rocm_dspark.runtime.refusal import (  # noqa: F401
     ADAPTIVE_REFUSALS,
     MONO_REFUSAL,
     REFUSAL_PATTERNS,
-    find_adaptive_refusal,
     find_mono_refusal,
     find_refusal,
 )
