@@ -250,43 +250,37 @@ def inventory(root: str = "") -> HostInventory:
     problems: list[str] = []
     sources: list[list[dict]] = []
 
-    def run(argv: list[str]) -> str | None:
-        out = run_tool(argv, timeout=60)
+    def read(argv, parse) -> None:
+        """Run one tool and add what `parse` reads in its output; a failure is a problem, never an error."""
+        what = " ".join(argv)
+        out = run_tool(list(argv), timeout=60)
         if out is None:
-            problems.append(f"`{' '.join(argv)}` failed or timed out")
-        else:
-            commands.append(" ".join(argv))
-        return out
-
-    def parse(fn, text, what):
+            problems.append(f"`{what}` failed or timed out")
+            return
+        commands.append(what)
+        if not out:
+            return
         try:
-            found = fn(text)
+            found = parse(out)
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             problems.append(f"{what} did not parse: {exc}")
-            return []
+            return
+        sources.append(found)
         if not found:
             problems.append(f"{what} reported no GPU")
-        return found
 
+    partitions: dict[int, str] = {}
     if tools["amd-smi"]:
         for argv in AMDSMI_ARGVS:
-            out = run(list(argv))
-            if out:
-                sources.append(parse(parse_amdsmi_facts, out, " ".join(argv)))
-    partitions: dict[int, str] = {}
-    if tools["amd-smi"]:  # an amd-smi without --partition is no problem: the mode stays unknown
-        out = run_tool(list(PARTITION_ARGV), timeout=60)
+            read(argv, parse_amdsmi_facts)
+        out = run_tool(list(PARTITION_ARGV), timeout=60)  # no --partition is no problem: the mode stays unknown
         if out:
             commands.append(" ".join(PARTITION_ARGV))
             partitions = parse_partitions(out)
     if tools["rocminfo"]:
-        out = run(["rocminfo"])
-        if out:
-            sources.append(parse(rocminfo_facts, out, "rocminfo"))
+        read(("rocminfo",), rocminfo_facts)
     if tools["rocm-smi"] and not tools["amd-smi"]:
-        out = run(["rocm-smi", "-a"])
-        if out:
-            sources.append(parse(parse_rocm_smi_showall, out, "rocm-smi -a"))
+        read(("rocm-smi", "-a"), parse_rocm_smi_showall)
     gpus = [g for g in merge_facts(*sources) if g.arch or g.marketing_name]
     kfd = os.path.exists(f"{root}/dev/kfd")
     return HostInventory(tuple(gpus), tools, kfd, tuple(commands), tuple(problems), partitions)
