@@ -102,7 +102,7 @@ def fake_vllm(tmp_path):
 
 def test_late_binding_server_is_waited_for(fake_vllm):
     srv = fake_vllm("ok", delay=1.5).start()
-    r = srv.wait_ready(deadline_s=30, poll_s=0.1)
+    r = srv.wait_ready(deadline_s=30)
     assert r.status == "ready" and r.ready, r.reason()
     assert 1.5 <= r.elapsed_s < 15
     assert srv.client.models() == ["tiny"]
@@ -134,7 +134,7 @@ def test_connection_refused_is_not_ready_yet():
 @pytest.mark.parametrize("mode, last", [("unhealthy", "/health HTTP 503"), ("no-models", "lists no model")])
 def test_server_that_never_becomes_ready_times_out(fake_vllm, mode, last):
     srv = fake_vllm(mode).start()
-    r = srv.wait_ready(deadline_s=2, poll_s=0.2)
+    r = srv.wait_ready(deadline_s=2)
     assert r.status == "timeout" and not r.ready
     assert last in r.last_error and last in r.reason()
     assert r.reason().startswith(f"not ready after {r.elapsed_s:.1f} s at {srv.base_url} (last probe: ")
@@ -145,7 +145,7 @@ def test_server_that_never_becomes_ready_times_out(fake_vllm, mode, last):
 
 def test_process_that_dies_is_reported_at_once_with_the_refusal_line(fake_vllm):
     srv = fake_vllm("die", delay=0.3).start()
-    r = srv.wait_ready(deadline_s=120, poll_s=0.1)
+    r = srv.wait_ready(deadline_s=120)
     assert r.status == "exited"
     assert r.exit_code == 1
     assert r.elapsed_s < 20                                  # not waited out

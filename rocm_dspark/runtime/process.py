@@ -21,7 +21,7 @@ from pathlib import Path
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.client import VllmClient, loopback_host
 from rocm_dspark.runtime.procfs import stat_fields
-from rocm_dspark.runtime.readiness import MAX_POLL_S, Readiness, ReadyCheck, wait_ready
+from rocm_dspark.runtime.readiness import Readiness, ReadyCheck, wait_ready
 from rocm_dspark.runtime.refusal import find_refusal
 
 
@@ -103,8 +103,6 @@ class VllmServer:
         port: int,
         host: str = "127.0.0.1",
         log_path: str | os.PathLike | None = None,
-        cwd: str | os.PathLike | None = None,
-        inherit_env: bool = True,
     ):
         if not argv:
             raise UsageError("empty server command: pass the argv of `vllm serve ...` or of a launcher")
@@ -112,8 +110,6 @@ class VllmServer:
         self.env = dict(env or {})
         self.client = VllmClient(host, port)
         self.host, self.port = self.client.host, self.client.port
-        self.cwd = cwd
-        self.inherit_env = inherit_env
         self.log_path = (
             Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
         )
@@ -131,14 +127,12 @@ class VllmServer:
         if self.proc is not None:
             raise UsageError("this server was already started: make a new VllmServer for another run")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
         with open(self.log_path, "wb") as log:
             try:
                 # Own session = own process group: stop() signals vLLM's children along with it.
                 self.proc = subprocess.Popen(
                     self.argv,
-                    env=env,
-                    cwd=self.cwd,
+                    env={**os.environ, **self.env},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -169,12 +163,9 @@ class VllmServer:
             raise UsageError("wait_ready() before start(): start the server first")
         return ReadyCheck(self.client, exit_code=self.proc.poll, log_text=self.log_text, gate=gate)
 
-    def wait_ready(
-        self, deadline_s: float = 600.0, poll_s: float = MAX_POLL_S, *, on_miss: Callable[[float], None] | None = None
-    ) -> Readiness:
-        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes; polls
-        start fast and back off to one every `poll_s` seconds."""
-        return wait_ready(self.ready_check(), deadline_s, on_miss=on_miss, max_poll_s=poll_s)
+    def wait_ready(self, deadline_s: float = 600.0) -> Readiness:
+        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes."""
+        return wait_ready(self.ready_check(), deadline_s)
 
     def stop(self, grace_s: float = 15.0) -> StopResult:
         """SIGTERM the whole process group (and any descendant that left it), SIGKILL after `grace_s`.

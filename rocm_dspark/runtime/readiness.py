@@ -26,14 +26,13 @@ def poll_until(
     deadline_s: float = math.inf,
     *,
     on_miss: Callable[[float], None] | None = None,
-    first_s: float = FIRST_POLL_S,
     max_s: float = MAX_POLL_S,
 ) -> T | None:
     """look() until it returns a value (returned) or `deadline_s` seconds pass (None).
 
-    After each miss: on_miss(seconds waited), then a sleep of `first_s`, doubling up to `max_s` and never past the
+    After each miss: on_miss(seconds waited), then a sleep of FIRST_POLL_S, doubling up to `max_s` and never past the
     deadline, so that the last look falls on it."""
-    t0, pause = time.monotonic(), min(first_s, max_s)
+    t0, pause = time.monotonic(), min(FIRST_POLL_S, max_s)
     while True:
         got = look()
         if got is not None:
@@ -138,12 +137,6 @@ class ReadyCheck:
         return self._final(self.exit_code())
 
 
-def wait_ready(
-    check: ReadyCheck,
-    deadline_s: float,
-    *,
-    on_miss: Callable[[float], None] | None = None,
-    max_poll_s: float = MAX_POLL_S,
-) -> Readiness:
+def wait_ready(check: ReadyCheck, deadline_s: float, *, on_miss: Callable[[float], None] | None = None) -> Readiness:
     """poll_until(check) within `deadline_s`: ready, exited, or timeout."""
-    return poll_until(check, deadline_s, on_miss=on_miss, max_s=max_poll_s) or check.timed_out()
+    return poll_until(check, deadline_s, on_miss=on_miss) or check.timed_out()
