@@ -64,18 +64,9 @@ class _ClosedStdout:
         return False
 
 
-def _stdout_failed(exc: OSError) -> bool:
-    return exc.filename is None and exc.errno in STREAM_ERRNOS
-
-
 def _error(message: str, code: int = 2):
     click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
-
-
-def _stdout_error(exc: OSError) -> None:
-    sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
-    _error(f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)", 3)
 
 
 class LazyGroup(click.Group):
@@ -120,8 +111,12 @@ class LazyGroup(click.Group):
         except UsageError as exc:
             _error(str(exc))
         except OSError as exc:
-            if _stdout_failed(exc):  # the environment, not the input: exit 3, naming stdout
-                _stdout_error(exc)
+            if exc.filename is None and exc.errno in STREAM_ERRNOS:  # the environment, not the input: exit 3
+                sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
+                _error(
+                    f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)",
+                    3,
+                )
             # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
             _error(f"{where}{exc.strerror or exc}")
@@ -176,7 +171,7 @@ _gc_was_enabled = True
 
 
 def main(argv=None):
-    from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
+    from rocm_dspark.errors import EXIT_ENVIRONMENT, EnvironmentFailure
 
     # Start-up allocates many objects and frees few (the catalog, the plan); a collector pass over them is pure
     # cost in a process that ends in milliseconds (about 2 ms of `recipe`, benchmarks/recipe_latency.py). Off
@@ -186,9 +181,6 @@ def main(argv=None):
     gc.disable()
     try:
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
-    except UsageError as exc:  # raised outside a command's own handling
-        click.echo(f"rocm-dspark: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
     except EnvironmentFailure as exc:  # the input was fine; the host or server failed under us
         click.echo(f"rocm-dspark: error: {exc}", err=True)
         sys.exit(EXIT_ENVIRONMENT)

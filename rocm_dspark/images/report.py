@@ -91,16 +91,14 @@ def run(
         return result
     images = cache.for_selection(state_dir)
     if image:
-        chosen = asked[0][0]._replace(image=rows[0]["tag"], image_tag=rows[0]["tag"])
-    elif build:
-        chosen = catalog.find_build(build)
+        chosen, replacement = asked[0][0]._replace(image=rows[0]["tag"], image_tag=rows[0]["tag"]), None
     else:
-        chosen = pick.first_held(catalog.default_builds(gpu)[0], images)[0]
-    if not image:
+        held = pick.first_held(catalog.default_builds(gpu)[0], images)[0] if gpu else None
+        chosen = catalog.find_build(build) if build else held
         chosen = chosen._replace(
             image=pick.on_mirror(chosen.image, mirror), image_tag=pick.on_mirror(chosen.image_tag, mirror)
         )
-    replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu and not image else None
+        replacement = held.name if held else None
     entry = pick.lookup(images, chosen.image_tag)
     unreachable = next((r["error"] for r in rows if r["build"] == chosen.name and "error" in r), None)
     result["runs"] = {"build": chosen.name, "tag": chosen.image_tag, "unreachable": unreachable}
