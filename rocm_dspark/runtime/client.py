@@ -79,17 +79,13 @@ class VllmClient:
                 return HttpResult(resp.status, resp.read(), dict(resp.headers))
         except urllib.error.HTTPError as exc:
             return HttpResult(exc.code, exc.read(), dict(exc.headers or {}))
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ConnectionRefusedError):
-                raise ServerError(f"{method} {path}: connection refused at {self.base_url}") from None
-            if isinstance(reason, TimeoutError):
-                raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-            raise ServerError(f"{method} {path}: {reason}") from None
-        except TimeoutError:
-            raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:  # reset / closed mid-response
-            raise ServerError(f"{method} {path}: {exc}") from None
+        except (OSError, http.client.HTTPException) as exc:  # URLError (connecting) or reset / closed mid-response
+            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(why, ConnectionRefusedError):
+                why = f"connection refused at {self.base_url}"
+            elif isinstance(why, TimeoutError):
+                why = f"no answer within {timeout_s:g} s"
+            raise ServerError(f"{method} {path}: {why}") from None
 
     def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
         return self.request("GET", path, timeout_s=timeout_s)

@@ -21,7 +21,7 @@ from pathlib import Path
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.client import VllmClient, loopback_host
 from rocm_dspark.runtime.procfs import stat_fields
-from rocm_dspark.runtime.readiness import Readiness, ReadyCheck, wait_ready
+from rocm_dspark.runtime.readiness import Readiness, ReadyCheck, poll_until, wait_ready
 from rocm_dspark.runtime.refusal import find_refusal
 
 
@@ -193,15 +193,13 @@ class VllmServer:
                     if is_alive(p):
                         os.kill(p, sig)
 
-        def wait_gone(seconds: float, step: float = 0.05) -> None:
-            deadline = time.monotonic() + seconds
-            while remaining() and time.monotonic() < deadline:
-                time.sleep(step)
+        def wait_gone(seconds: float) -> None:
+            poll_until(lambda: None if remaining() else True, seconds, max_s=0.1)
 
         killed = False
         if remaining():
             signal_all(signal.SIGTERM)
-            wait_gone(grace_s, 0.1)
+            wait_gone(grace_s)
             if remaining():
                 killed = True
                 # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's
