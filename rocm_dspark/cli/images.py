@@ -57,11 +57,7 @@ def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
     ref = pick.check_ref(image) if image else None
     resolver = lambda tag: reg.resolve(tag, use_skopeo=use_skopeo)  # noqa: E731
     result = report.run(catalog, resolve_state_dir(state_dir), spec, build, resolver=resolver, mirror=mirror, image=ref)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        for line in report.lines(result):
-            click.echo(line)
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(report.lines(result)))
     runs = result.get("runs") or {}
     if runs.get("missing"):
         fail(runs["missing"])

@@ -106,16 +106,9 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     plan = resolve_plan(catalog, selection)  # the verdict on every record now here, this one included
     verdict = judge(catalog, plan, state_dir=state_dir, concurrency=plan.concurrency).verdict
     if as_json:
-        click.echo(
-            json.dumps({**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}}, indent=1)
-        )
+        summary = {**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}}
+        click.echo(json.dumps(summary, indent=1))
     else:
-        click.echo(
-            "\n".join(
-                [
-                    *shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state, outcome.gate_reason),
-                    f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})",
-                ]
-            )
-        )
+        lines = shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state, outcome.gate_reason)
+        click.echo("\n".join([*lines, f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})"]))
     sys.exit(0 if outcome.passed else 1)

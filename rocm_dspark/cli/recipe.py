@@ -120,38 +120,29 @@ def list_catalog(as_json):
         return
     from rocm_dspark.textwidth import aligned
 
-    click.echo("GPUs:")
-    for line in aligned(
-        [
-            (
-                g.key,
-                g.name,
-                g.arch,
-                f"{g.hbm_gb:g} GB",
-                f"{g.hbm_bandwidth_tbps:g} TB/s",
-                f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}",
-            )
-            for g in cat.gpus.values()
-        ],
-        "  ",
-    ):
-        click.echo(line)
-    click.echo("vLLM builds (recipes/vllm.yaml):")
-    for line in aligned(
-        [
-            (
-                b.name,
-                b.status,
-                b.date or "-",
-                f"reports {b.reported_version or '?'}",
-                f"ROCm {b.rocm or '?'} ({b.channel})",
-                f"evidence on {', '.join(b.gpus)}" if b.gpus else "",
-            )
-            for b in cat.builds.values()
-        ],
-        "  ",
-    ):
-        click.echo(line)
+    gpus = [
+        (
+            g.key,
+            g.name,
+            g.arch,
+            f"{g.hbm_gb:g} GB",
+            f"{g.hbm_bandwidth_tbps:g} TB/s",
+            f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}",
+        )
+        for g in cat.gpus.values()
+    ]
+    builds = [
+        (
+            b.name,
+            b.status,
+            b.date or "-",
+            f"reports {b.reported_version or '?'}",
+            f"ROCm {b.rocm or '?'} ({b.channel})",
+            f"evidence on {', '.join(b.gpus)}" if b.gpus else "",
+        )
+        for b in cat.builds.values()
+    ]
+    click.echo("\n".join(["GPUs:", *aligned(gpus, "  "), "vLLM builds (recipes/vllm.yaml):", *aligned(builds, "  ")]))
     click.echo("Models and profiles:")
     rows = iter(
         aligned(
