@@ -120,7 +120,7 @@ def list_catalog(as_json):
         return
     from rocm_dspark.textwidth import aligned
 
-    gpus = [
+    gpu_rows = [
         (
             g.key,
             g.name,
@@ -131,7 +131,7 @@ def list_catalog(as_json):
         )
         for g in cat.gpus.values()
     ]
-    builds = [
+    build_rows = [
         (
             b.name,
             b.status,
@@ -142,7 +142,9 @@ def list_catalog(as_json):
         )
         for b in cat.builds.values()
     ]
-    click.echo("\n".join(["GPUs:", *aligned(gpus, "  "), "vLLM builds (recipes/vllm.yaml):", *aligned(builds, "  ")]))
+    click.echo(
+        "\n".join(["GPUs:", *aligned(gpu_rows, "  "), "vLLM builds (recipes/vllm.yaml):", *aligned(build_rows, "  ")])
+    )
     click.echo("Models and profiles:")
     rows = iter(
         aligned(

@@ -43,12 +43,12 @@ class StopResult:
     leftover: tuple[int, ...] = ()  # pids still alive afterwards; empty means nothing left behind
 
 
-def _proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgrp, state) for every live process, read from /proc (Linux)."""
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgrp) for every live process (zombies left out), read from /proc (Linux)."""
     table = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and (fields := stat_fields(int(entry))):
-            table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+        if entry.isdigit() and (fields := stat_fields(int(entry))) and fields[0] != "Z":
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
     return table
 
 
@@ -60,23 +60,21 @@ def group_members(pgid: int) -> list[int]:
             return [pgid]
         except ProcessLookupError:
             return []
-    return [pid for pid, (_pp, pg, st) in _proc_table().items() if pg == pgid and st != "Z"]
+    return [pid for pid, (_ppid, pgrp) in _proc_table().items() if pgrp == pgid]
 
 
 def descendants(pid: int) -> list[int]:
     """Live descendants of `pid` (children that moved to another session included)."""
     if not os.path.isdir("/proc"):
         return []
-    table = _proc_table()
     children: dict[int, list[int]] = {}
-    for p, (pp, _pg, st) in table.items():
-        if st != "Z":
-            children.setdefault(pp, []).append(p)
+    for p, (ppid, _pgrp) in _proc_table().items():
+        children.setdefault(ppid, []).append(p)
     out, todo = [], [pid]
     while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
     return out
 
 
