@@ -37,14 +37,6 @@ BARE = (
 )
 
 
-def _not_utf8(arg) -> bool:
-    try:
-        str(arg).encode("utf-8")
-    except UnicodeEncodeError:  # a byte that is not UTF-8 reaches Python as a lone surrogate
-        return True
-    return False
-
-
 # Write errors that mean the output stream failed (a full disk, a closed or broken pipe), not a bad argument.
 STREAM_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EBADF, errno.EIO, errno.EFBIG, errno.EDQUOT)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -82,7 +74,9 @@ class LazyGroup(click.Group):
         PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
-            if _not_utf8(arg):
+            try:
+                str(arg).encode("utf-8")
+            except UnicodeEncodeError:  # a byte that is not UTF-8 reaches Python as a lone surrogate
                 _error(
                     f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only"
                 )
