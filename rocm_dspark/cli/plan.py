@@ -157,23 +157,13 @@ def plan(
 
     # The rest of the options are the planner's inputs, the same for each profile and for its strategies' lines.
     inputs["concurrencies"] = concurrencies
+    server = {"capture_size": capture_size, "max_num_seqs": max_num_seqs}  # the profiles' only
     plans = []
     for g in gpus:
         key = catalog.find_gpu(g).key
         profile = spec.profiles.get(key)  # this host's `plan --calibrate` fit for it, ahead of the public one
         own, note = host_calibration(spec.key, key, profile.tp, state_dir) if profile else (None, None)
-        plans.append(
-            plan_profile(
-                catalog,
-                spec,
-                g,
-                **inputs,
-                capture_size=capture_size,
-                calibration=own,
-                calibration_note=note,
-                max_num_seqs=max_num_seqs,
-            )
-        )
+        plans.append(plan_profile(catalog, spec, g, **inputs, **server, calibration=own, calibration_note=note))
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines
@@ -214,12 +204,10 @@ def plan(
     def with_apply(lines, applied):
         argv, why, other = applied
         at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
-        gated = argv[-2:] == ["--adaptive", "on"]
         if why is None:  # the command alone, broken with `\` so that it pastes and runs
             new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
-            new += (
-                textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
-            )
+            if argv[-2:] == ["--adaptive", "on"]:
+                new += textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)")
         else:
             new = textwidth.prose(
                 f"  apply: `recipe` refuses it on every build ({why})"
