@@ -92,10 +92,8 @@ def repository(image_tag: str) -> str:
 
 
 def lookup(images, tag: str) -> dict | None:
-    for ref, entry in images or ():
-        if ref == tag:
-            return entry
-    return None
+    """The registry's answer for `tag` in Selection.images ((ref, entry), ...), or None."""
+    return dict(images or ()).get(tag)
 
 
 def first_held(builds, images):

@@ -62,16 +62,9 @@ def parse_amdsmi_static_json(text: str) -> list[GpuAgent]:
     """`amd-smi static --json`: per GPU {gpu, asic: {market_name, target_graphics_version}}."""
     agents = []
     for i, entry in enumerate(amdsmi_json_entries(text)):
-        asic = entry.get("asic")
-        asic = asic if isinstance(asic, dict) else {}
-        agents.append(
-            GpuAgent(
-                int(entry.get("gpu", i)),
-                str(asic.get("market_name", "")),
-                str(asic.get("target_graphics_version", "")),
-                "amd-smi static --json",
-            )
-        )
+        asic = entry["asic"] if isinstance(entry.get("asic"), dict) else {}
+        name, arch = str(asic.get("market_name", "")), str(asic.get("target_graphics_version", ""))
+        agents.append(GpuAgent(int(entry.get("gpu", i)), name, arch, "amd-smi static --json"))
     return agents
 
 
