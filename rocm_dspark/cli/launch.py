@@ -126,21 +126,17 @@ def _write_one(fmt, output, how, pull, as_json, opts):
         observability.render(plan, written.name, observability.targets(plan), bands=_bands(plan, opts)),
     )
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "format": written.fmt,
-                    "name": written.name,
-                    "launcher": str(written.launcher),
-                    "unit": str(written.unit) if written.unit else None,
-                    "env_file": str(written.env_file) if written.env_file else None,
-                    "env_file_written": written.env_file_written,
-                    "install_commands": list(written.install_commands),
-                    "observability": [str(p) for p in obs],
-                },
-                indent=2,
-            )
-        )
+        paths = {
+            "format": written.fmt,
+            "name": written.name,
+            "launcher": str(written.launcher),
+            "unit": str(written.unit) if written.unit else None,
+            "env_file": str(written.env_file) if written.env_file else None,
+            "env_file_written": written.env_file_written,
+            "install_commands": list(written.install_commands),
+            "observability": [str(p) for p in obs],
+        }
+        click.echo(json.dumps(paths, indent=2))
         return
     _say(f"wrote {written.launcher}")
     _say(

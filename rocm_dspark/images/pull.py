@@ -21,10 +21,7 @@ from rocm_dspark.inputs import parse_json
 
 def runtime() -> str | None:
     """docker, else podman, else None."""
-    for tool in ("docker", "podman"):
-        if shutil.which(tool):
-            return tool
-    return None
+    return next((tool for tool in ("docker", "podman") if shutil.which(tool)), None)
 
 
 def commands(tool: str, image: str) -> list[list[str]]:
