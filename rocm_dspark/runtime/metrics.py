@@ -10,6 +10,7 @@ Parsing uses the real prometheus_client parser, imported lazily (it is an option
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
@@ -122,9 +123,8 @@ class SpecDecodeCounters:
                 "spec_decode counters appeared or vanished between the two reads: the server restarted "
                 "with another configuration; read both snapshots from the same server run"
             )
-        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        pad = lambda t: tuple(t) + (0.0,) * (width - len(t))  # noqa: E731 - a missing position is 0
-        per_pos = list(zip(pad(self.accepted_per_pos), pad(before.accepted_per_pos)))
+        # a position one read lacks counts 0
+        per_pos = list(itertools.zip_longest(self.accepted_per_pos, before.accepted_per_pos, fillvalue=0.0))
         pairs = {k: (getattr(self, k), getattr(before, k)) for k in COUNTERS}
         pairs |= {f"accepted_per_pos[{i}]": ab for i, ab in enumerate(per_pos)}
         backwards = [f"{k} {b:g} -> {a:g}" for k, (a, b) in pairs.items() if a < b]
