@@ -28,11 +28,10 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
     "k8s: Kubernetes manifests (<name>.k8s.yaml). With --strategy: one launcher (or unit) per node.",
 )
 @click.option("--output", default=".", show_default=True, help="Existing directory to write the files into.")
-@click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
-@click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
+@click.option("--name", help="File, unit and container name (default: rocm-dspark-<profile>).")
+@click.option("--user", help="systemd: the dedicated user the service runs as (default: vllm).")
 @click.option(
     "--env-file",
-    default=None,
     help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
     "<output>/<name>.env). An existing one is kept, must be mode 0600, and gets the --env values set "
     "in it. systemd: the install commands copy it to /etc/rocm-dspark/<name>.env, the unit's "

@@ -16,7 +16,6 @@ from rocm_dspark.errors import UsageError
 @click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
 @click.option(
     "--gpu",
-    default=None,
     help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.",
 )
 @click.option(
@@ -28,13 +27,11 @@ from rocm_dspark.errors import UsageError
 @click.option(
     "--acceptance-length",
     type=bounds.ACCEPTANCE,
-    default=None,
     help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
     "default: the model's golden from recipes/.",
 )
 @click.option(
     "--acceptance-rates",
-    default=None,
     help="Conditional acceptance per drafted position, comma-separated: P(draft j accepted | 1..j-1 accepted).",
 )
 @click.option(
@@ -47,7 +44,6 @@ from rocm_dspark.errors import UsageError
 )
 @click.option(
     "--cost-table",
-    default=None,
     help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
     "instead of the roofline.",
 )
@@ -62,20 +58,17 @@ from rocm_dspark.errors import UsageError
 @click.option(
     "--nodes",
     type=bounds.NODES,
-    default=None,
     help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.",
 )
 @click.option(
     "--capture-size",
     type=click.IntRange(1, 1 << 20),
-    default=None,
     help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
     "priced as eager/piecewise steps and marked.",
 )
 @click.option(
     "--max-num-seqs",
     type=click.IntRange(1, 1 << 16),
-    default=None,
     help="The server's max_num_seqs (default: the recipe's): plan concurrencies above it without queueing; "
     "the recipe's capture size follows it up to the cap, so bigger verify batches are priced eager.",
 )
@@ -87,13 +80,10 @@ from rocm_dspark.errors import UsageError
     "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
     "as this host's calibration (docs/calibration.md).",
 )
-@click.option(
-    "--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir)."
-)
+@click.option("--state-dir", help="Where this host's calibration is kept (default: the probe's state dir).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--plot",
-    default=None,
     help="Also write a PNG of tokens/s against concurrency (needs matplotlib); the path it wrote goes to stderr.",
 )
 @click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")

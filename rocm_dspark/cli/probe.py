@@ -40,7 +40,6 @@ def _model_optional(fn):
 @click.option(
     "--server-json",
     "server_json",
-    default=None,
     metavar="FILE",
     help="JSON file describing the server the live level runs instead of the plan's (same format as "
     "validate --server-json; hosts where the plan cannot run, e.g. CPU tests); such a record "
