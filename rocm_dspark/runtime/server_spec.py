@@ -115,16 +115,5 @@ def load_server_spec(path: str | Path, *, flag: str) -> ServerSpec:
         not isinstance(prompts, list) or not prompts or not all(isinstance(s, str) and s for s in prompts)
     ):
         raise bad("prompts must be a non-empty list of non-empty strings")
-    return ServerSpec(
-        tuple(argv),
-        port,
-        dict(env),
-        p.resolve(),
-        host,
-        served,
-        recipe_model,
-        k,
-        description,
-        check,
-        tuple(prompts) if prompts is not None else None,
-    )
+    prompts = tuple(prompts) if prompts is not None else None
+    return ServerSpec(tuple(argv), port, env, p.resolve(), host, served, recipe_model, k, description, check, prompts)
