@@ -53,14 +53,10 @@ class Display:
     ):
         self.stream = stream or sys.stderr
         self._say = say
-        self.fancy = (wants_rich(self.stream) if fancy is None else fancy) and say is None
+        # a display that hands every line to `say` (how validate's and probe's callers print) is plain
+        self.fancy = say is None and (wants_rich(self.stream) if fancy is None else fancy)
         self.heartbeat_s = heartbeat_s
         self._console = None
-
-    @classmethod
-    def plain(cls, say: Callable[[str], None], heartbeat_s: float = 30.0) -> Display:
-        """A display that hands every line to `say` (how validate's and probe's callers print)."""
-        return cls(fancy=False, say=say, heartbeat_s=heartbeat_s)
 
     def say(self, text: str) -> None:
         if self._say is not None:

@@ -63,7 +63,7 @@ def _switch(state: UpState, entry: dict, timeout_s: float, say, display) -> dict
 
     why = f"canary violation at {entry['at']}: {entry['why']}"
     say("canary: switching the service to block verification (one restart)")
-    run = _Restart(state, display or Display.plain(say))
+    run = _Restart(state, display or Display(say=say))
     state.note_run({"at": utc_now(), "argv": ["canary"], "target": "canary"})  # its load is its own run's
     probe = state.output("probe")
     state.data["canary_hold"] = {"at": entry["at"], "why": why, "probe": digest(probe) if probe is not None else None}

@@ -88,7 +88,7 @@ def _wait_with_progress(ctx, server, deadline_s: float):
     phase as it goes (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
     from rocm_dspark.runtime.progress import Display
 
-    display = ctx.data.get("display") or Display.plain(ctx.say)
+    display = ctx.data.get("display") or Display(say=ctx.say)
     check = server.ready_check()
     ready, _phase, _seconds = display.wait("      server.start", server.log_path, check, deadline_s=deadline_s)
     return ready or check.timed_out()
