@@ -182,14 +182,10 @@ def evidence_note(catalog, gpu, build, profile, model: str = EVIDENCE_MODEL) -> 
     if own:
         return f"public V4.1 evidence on {gpu.key} with this build: {', '.join(own)}"
     others = [b for b in catalog.evidence_builds(gpu) if b.name != build.name]
-    were = (
-        (
-            f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: "
-            + ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)
-        )
-        if others
-        else ""
-    )
+    were = ""
+    if others:
+        runs = ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)
+        were = f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: {runs}"
     return (
         f"no public V4.1 run on {gpu.key} with {build.name}{were}; `rocm-dspark validate` or `up` produce this "
         f"host's evidence"

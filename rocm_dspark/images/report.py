@@ -18,17 +18,13 @@ def candidates(catalog, gpu=None, build: str | None = None) -> list[tuple]:
     if gpu is None:
         return [(b, b.channel) for b in catalog.builds.values()]
     defaults, _ = catalog.default_builds(gpu)
-    out = [(b, f"{gpu.arch} default, choice {i}") for i, b in enumerate(defaults, 1)]
-    seen = {b.name for b in defaults}
-    for b in catalog.builds.values():
-        if b.channel == "release" and b.status == "current" and b.name not in seen:
-            out.append((b, "release"))
-            seen.add(b.name)
-    for b in catalog.evidence_builds(gpu):
-        if b.name not in seen:
-            out.append((b, f"public evidence on {gpu.key}"))
-            seen.add(b.name)
-    return out
+    roles = [(b, f"{gpu.arch} default, choice {i}") for i, b in enumerate(defaults, 1)]
+    roles += [(b, "release") for b in catalog.builds.values() if b.channel == "release" and b.status == "current"]
+    roles += [(b, f"public evidence on {gpu.key}") for b in catalog.evidence_builds(gpu)]
+    first: dict = {}
+    for b, role in roles:
+        first.setdefault(b.name, (b, role))  # each build once, in its first role
+    return list(first.values())
 
 
 def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None) -> list[dict]:
