@@ -81,34 +81,19 @@ def parse_amdsmi_text_tree(text: str) -> list[dict]:
     """`amd-smi static`/`metric` text -> one nested dict per `GPU: N` block, keys lower-cased like the
     JSON output (`ASIC: / MARKET_NAME: x` -> {"asic": {"market_name": "x"}}), so one extractor reads both."""
     entries: list[dict] = []
-    stack: list[tuple[int, dict]] = []
+    stack: list[tuple[int, dict]] = []  # (indent, section) of the open sections, the GPU's entry first
     for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        top = re.match(r"^(GPU|CPU):\s*(\d+)\s*$", raw)
-        if top:
-            if top.group(1) == "GPU":
-                entry = {"gpu": int(top.group(2))}
-                entries.append(entry)
-                stack = [(0, entry)]
-            else:
-                stack = []  # CPU blocks are not ours
-            continue
-        if not stack:
-            continue
-        m = re.match(r"^(\s+)([A-Za-z0-9_ .]+?):\s*(.*?)\s*$", raw)
-        if not m:
-            continue
-        indent, key, value = len(m.group(1)), m.group(2).strip().lower().replace(" ", "_"), m.group(3)
-        while len(stack) > 1 and stack[-1][0] >= indent:
-            stack.pop()
-        parent = stack[-1][1]
-        if value == "":
-            child: dict = {}
-            parent[key] = child
-            stack.append((indent, child))
-        else:
-            parent[key] = value
+        if top := re.match(r"^(GPU|CPU):\s*(\d+)\s*$", raw):
+            stack = [(0, {"gpu": int(top.group(2))})] if top.group(1) == "GPU" else []  # CPU blocks are not ours
+            entries += [stack[0][1]] if stack else []
+        elif stack and (m := re.match(r"^(\s+)([A-Za-z0-9_ .]+?):\s*(.*?)\s*$", raw)):
+            indent, key, value = len(m.group(1)), m.group(2).strip().lower().replace(" ", "_"), m.group(3)
+            while len(stack) > 1 and stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1]
+            parent[key] = value or {}
+            if not value:  # a section: the lines indented below it are its keys
+                stack.append((indent, parent[key]))
     return entries
 
 
