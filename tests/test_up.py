@@ -93,7 +93,6 @@ def test_log_follower_reads_growing_file_and_unfinished_tqdm_lines(tmp_path):
     with open(log, "a") as fh:
         fh.writelines(lines[cut + 1:])
     assert f.poll().key == "api_up"
-    assert f.tail(5).splitlines() == [ln.rstrip("\n") for ln in lines[-5:]]
 
 
 def test_plain_display_shows_log_path_phase_changes_and_heartbeats(tmp_path):

@@ -108,8 +108,7 @@ def phase_of_line(line: str) -> Phase | None:
     """The phase one log line announces, or None."""
     clean = _ANSI.sub("", line)
     for key, label, pattern in PATTERNS:
-        m = pattern.search(clean)
-        if m:
+        if m := pattern.search(clean):
             return Phase(key, label, _detail(key, m), clean.strip())
     return None
 
@@ -117,9 +116,7 @@ def phase_of_line(line: str) -> Phase | None:
 def phase_of(text: str, current: Phase = STARTING) -> Phase:
     """The phase after reading `text` (a whole log or the part read since `current` was found)."""
     for line in _lines(text):
-        found = phase_of_line(line)
-        if found is not None:
-            current = found
+        current = phase_of_line(line) or current
     return current
 
 
@@ -146,17 +143,6 @@ class LogFollower:
         # (read again once complete, which changes nothing: the last match decides).
         self.phase = phase_of(complete + sep + self._partial, self.phase)
         return self.phase
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                fh.seek(max(0, size - 64 * 1024))
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(_lines(text)[-lines:])
 
 
 # The capture sizes vLLM kept: its engine line prints the final config, written back by _set_cudagraph_sizes
