@@ -59,6 +59,7 @@ def test_single_read_matches_the_exposition_lines():
 
 def test_delta_around_the_workload_matches_vllms_per_request_accounting():
     d = spec_decode_counters(AFTER) - spec_decode_counters(BEFORE)
+    assert d.is_delta
     assert d.num_drafts == sum(r["num_spec_steps"] for r in PER_REQUEST)
     assert d.num_draft_tokens == sum(r["num_draft_tokens"] for r in PER_REQUEST)
     assert d.num_accepted_tokens == sum(r["num_accepted_draft_tokens"] for r in PER_REQUEST)

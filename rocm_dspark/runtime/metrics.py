@@ -11,7 +11,8 @@ Parsing uses the real prometheus_client parser, imported lazily (it is an option
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
 
@@ -78,6 +79,7 @@ class SpecDecodeCounters:
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
     request_success: float = 0.0
+    is_delta: bool = field(default=False, compare=False)  # in the records the probe writes (dataclasses.asdict)
 
     # -- derived values -------------------------------------------------------------------------
     @property
@@ -134,7 +136,7 @@ class SpecDecodeCounters:
                 "the two reads; rerun the workload against a server that stays up"
             )
         deltas = {k: a - b for k, (a, b) in pairs.items() if k in COUNTERS}
-        return replace(self, accepted_per_pos=tuple(a - b for a, b in per_pos), **deltas)
+        return replace(self, accepted_per_pos=tuple(a - b for a, b in per_pos), is_delta=True, **deltas)
 
 
 def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecodeCounters:
@@ -160,8 +162,5 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecode
             raise UsageError(f"{ACCEPTED_PER_POS} sample without an integer position label: {s.labels}") from None
         per_pos[pos] = per_pos.get(pos, 0.0) + s.value
     width = max(per_pos) + 1 if per_pos else 0
-    return SpecDecodeCounters(
-        spec,
-        accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(width)),
-        **{k: total(n) for k, n in COUNTERS.items()},
-    )
+    totals: dict[str, Any] = {k: total(n) for k, n in COUNTERS.items()}
+    return SpecDecodeCounters(spec, accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(width)), **totals)

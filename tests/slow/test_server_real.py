@@ -57,7 +57,7 @@ def test_spec_decode_deltas_match_per_request_metrics(vllm_ngram_server):
             break
         time.sleep(0.2)
 
-    assert delta.spec_decode
+    assert delta.spec_decode and delta.is_delta
     assert delta.generation_tokens == want
     assert delta.request_success == len(PROMPTS)
     assert delta.num_drafts > 0
