@@ -9,7 +9,6 @@ import hashlib
 import io
 import json
 import shutil
-import socket
 import subprocess
 import tarfile
 import time
@@ -18,18 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 BINARIES = ("docker-registry", "skopeo")
 REPO = "vllm/vllm-openai-rocm"
 
 
 def missing() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _blob(root: Path, data: bytes) -> str:
@@ -68,7 +63,7 @@ def oci_layout(root: Path, tag: str, content: str, env: list[str]) -> str:
 class Registry:
     def __init__(self, root: Path):
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.host = f"127.0.0.1:{self.port}"
         self.proc = None
         self.n = 0

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from rocm_dspark.service import canary as watch
 from rocm_dspark.up import canary
 from rocm_dspark.up.steps_common import out_hash
@@ -154,7 +154,7 @@ def test_metrics_serve_the_observability_contract_and_a_violation_on_adaptive_sw
         monkeypatch.setattr(watch, "check", lambda served, deadline, temperature=0.0: {
             "endpoint": base_url(served.host, served.port), "command": served.command, **next(results)})
         loads = len(run.state.data["loads"])
-        code, entry = watch.run_canary(run.options.state_dir, Display.plain(lambda line: None))
+        code, entry = watch.run_canary(run.options.state_dir, Display(say=lambda line: None))
         assert code == 1 and entry["result"] == "violation" and entry["switch"]["started"] is True
         state = json.loads((run.dir / "up-state.json").read_text())
         assert len(state["loads"]) == loads + 1 and state["loads"][-1]["command"] == "block"
@@ -216,7 +216,7 @@ def test_the_switch_runs_only_a_start_up_recorded_inside_its_launch_dir(tmp_path
             state = UpState.load(up_dir(state_dir))
             state.set_service({"kind": "process", "pid": svc.pid, "start_ticks": start_ticks(svc.pid),
                                "host": "127.0.0.1", "port": outside["port"], "command": "adaptive", "facts": facts})
-            code, entry = watch.run_canary(state_dir, Display.plain(lambda line: None))
+            code, entry = watch.run_canary(state_dir, Display(say=lambda line: None))
             assert code == 1 and entry["switch"]["started"] is False and why in entry["switch"]["why"], entry
             ready = UpState.load(up_dir(state_dir)).readiness
             assert (ready["ready"], ready["phase"]) == (False, "failed"), ready

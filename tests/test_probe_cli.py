@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.conftest import CLI, FIXTURES, cli_env
 from tests.helpers import run_cli
 

@@ -25,7 +25,7 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.probe import fingerprint, kernel, live, rescore, run, static
 from rocm_dspark.probe.gate import evidence_state
 from rocm_dspark.recipe.resolve import Selection
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from rocm_dspark.runtime.server_spec import load_server_spec
 from tests.conftest import FIXTURES
 

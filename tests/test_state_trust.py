@@ -192,17 +192,17 @@ def test_two_up_runs_on_one_state_dir_do_not_both_run(tmp_path):
     steps = (Step("start", "start the server", lambda r: {}, start, lambda r: []),)
     opts = lambda: UpOptions(selection={"model": "V4.1-Flash", "gpu": "mi300x", "state_dir": str(tmp_path)})  # noqa: E731
     codes = []
-    first = threading.Thread(target=lambda: codes.append(run_up(opts(), Display.plain(lambda s: None), steps=steps)))
+    first = threading.Thread(target=lambda: codes.append(run_up(opts(), Display(say=lambda s: None), steps=steps)))
     first.start()
     assert entered.wait(20)
     try:
         with pytest.raises(UsageError, match=rf"another `rocm-dspark up` \(pid {os.getpid()}\) is running"):
-            run_up(opts(), Display.plain(lambda s: None), steps=steps)
+            run_up(opts(), Display(say=lambda s: None), steps=steps)
     finally:
         release.set()
         first.join(20)
     assert ran == ["start"] and codes == [0]
-    assert run_up(opts(), Display.plain(lambda s: None), steps=steps) == 0  # the lock went with the first run
+    assert run_up(opts(), Display(say=lambda s: None), steps=steps) == 0  # the lock went with the first run
 
 
 def test_a_fifo_as_the_launch_state_does_not_hang_up(tmp_path):

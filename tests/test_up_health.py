@@ -25,7 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.runtime.process import free_port, is_alive
+from rocm_dspark.runtime.process import is_alive
+from tests.helpers import free_port
 from rocm_dspark.runtime.procfs import start_ticks
 from rocm_dspark.service import control as service
 from rocm_dspark.up import ready_server

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port, is_alive
+from rocm_dspark.runtime.process import is_alive
+from tests.helpers import free_port
 from tests.conftest import FIXTURES
 
 ROCMINFO = FIXTURES / "host" / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt"

@@ -10,7 +10,6 @@ import os
 
 import pytest
 
-from rocm_dspark.runtime import gpus as gpu_detect
 from rocm_dspark.runtime import inventory, partition
 from rocm_dspark.usecase.launch_plan import plan_for
 from rocm_dspark.validate import host_checks, server_checks
@@ -23,10 +22,7 @@ JSON = HOST / "amdsmi_json"
 
 def inventory_from_rocminfo_x8(kfd=True) -> inventory.HostInventory:
     text = (HOST / "rocminfo_text__mi300x_x8__rocm6.2.3__rocm-issue4021.txt").read_text()
-    sizes = inventory.rocminfo_vram_mb(text)
-    rocminfo = [{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch, "vram_mb": sizes[a.index],
-                 "source": "rocminfo"} for a in gpu_detect.parse_rocminfo(text)]
-    gpus = inventory.merge_facts(rocminfo)
+    gpus = inventory.merge_facts(inventory.rocminfo_facts(text))
     return inventory.HostInventory(tuple(gpus), {"amd-smi": None, "rocminfo": "/opt/rocm/bin/rocminfo"}, kfd, ("rocminfo",))
 
 
@@ -50,8 +46,7 @@ def test_mi300x_x8_host_matches_the_mi300x_profile(tmp_path):
 def test_rocm_smi_host_temperature_and_power(tmp_path):
     # What inventory() merges on a host without amd-smi: rocminfo, then `rocm-smi -a` (one 4-GPU host).
     info = (HOST / "rocminfo_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt").read_text()
-    rocminfo = [{"index": a.index, "marketing_name": a.marketing_name, "arch": a.arch, "source": "rocminfo"}
-                for a in gpu_detect.parse_rocminfo(info)]
+    rocminfo = inventory.rocminfo_facts(info)
     smi = inventory.parse_rocm_smi_showall(
         (HOST / "rocm-smi_showall_text__mi300x_x4__driver6.7.0__thamada-nvidia-smi.txt").read_text())
     inv = inventory.HostInventory(tuple(inventory.merge_facts(rocminfo, smi)), {"rocm-smi": "/opt/rocm/bin/rocm-smi"},

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from rocm_dspark.errors import UsageError
-from rocm_dspark.runtime.process import free_port
 from rocm_dspark.usecase.launch_plan import plan_for
+from tests.helpers import free_port
 from rocm_dspark.validate import report, runner, sweep
 from rocm_dspark.validate.context import ValidateOptions, parse_endpoint
 from rocm_dspark.validate.result import Check, Outcome

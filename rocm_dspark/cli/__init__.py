@@ -37,14 +37,6 @@ BARE = (
 )
 
 
-def _not_utf8(arg) -> bool:
-    try:
-        str(arg).encode("utf-8")
-    except UnicodeEncodeError:  # a byte that is not UTF-8 reaches Python as a lone surrogate
-        return True
-    return False
-
-
 # Write errors that mean the output stream failed (a full disk, a closed or broken pipe), not a bad argument.
 STREAM_ERRNOS = (errno.ENOSPC, errno.EPIPE, errno.EBADF, errno.EIO, errno.EFBIG, errno.EDQUOT)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
@@ -64,18 +56,9 @@ class _ClosedStdout:
         return False
 
 
-def _stdout_failed(exc: OSError) -> bool:
-    return exc.filename is None and exc.errno in STREAM_ERRNOS
-
-
 def _error(message: str, code: int = 2):
     click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
-
-
-def _stdout_error(exc: OSError) -> None:
-    sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
-    _error(f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)", 3)
 
 
 class LazyGroup(click.Group):
@@ -91,7 +74,9 @@ class LazyGroup(click.Group):
         PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
-            if _not_utf8(arg):
+            try:
+                str(arg).encode("utf-8")
+            except UnicodeEncodeError:  # a byte that is not UTF-8 reaches Python as a lone surrogate
                 _error(
                     f"argument {i} ({ascii(arg)}) is not valid UTF-8; rocm-dspark takes UTF-8 arguments and paths only"
                 )
@@ -120,8 +105,12 @@ class LazyGroup(click.Group):
         except UsageError as exc:
             _error(str(exc))
         except OSError as exc:
-            if _stdout_failed(exc):  # the environment, not the input: exit 3, naming stdout
-                _stdout_error(exc)
+            if exc.filename is None and exc.errno in STREAM_ERRNOS:  # the environment, not the input: exit 3
+                sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
+                _error(
+                    f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)",
+                    3,
+                )
             # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
             _error(f"{where}{exc.strerror or exc}")
@@ -176,7 +165,7 @@ _gc_was_enabled = True
 
 
 def main(argv=None):
-    from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
+    from rocm_dspark.errors import EXIT_ENVIRONMENT, EnvironmentFailure
 
     # Start-up allocates many objects and frees few (the catalog, the plan); a collector pass over them is pure
     # cost in a process that ends in milliseconds (about 2 ms of `recipe`, benchmarks/recipe_latency.py). Off
@@ -186,9 +175,6 @@ def main(argv=None):
     gc.disable()
     try:
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
-    except UsageError as exc:  # raised outside a command's own handling
-        click.echo(f"rocm-dspark: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
     except EnvironmentFailure as exc:  # the input was fine; the host or server failed under us
         click.echo(f"rocm-dspark: error: {exc}", err=True)
         sys.exit(EXIT_ENVIRONMENT)

@@ -27,26 +27,24 @@ def _name(param) -> str:
     return max(param.opts, key=len) if param is not None and param.opts else "the value"
 
 
-def _fail(param, value, lo, hi, kind: str, unit: str | None = None):
-    from rocm_dspark.errors import UsageError
-
-    if unit == "positive" and kind == "at least":
-        raise UsageError(f"{_name(param)} must be a positive integer (at most {hi}), got {_show(value)}")
-    if unit and kind == "at least":
-        raise UsageError(f"{_name(param)} {_show(value)} must be a positive number of {unit} (at most {hi})")
-    raise UsageError(f"{_name(param)} must be {kind} {lo if kind == 'at least' else hi}, got {_show(value)}")
-
-
 class _Bounded(click.ParamType):
     def __init__(self, lo, hi, unit: str | None = None):
         self.lo, self.hi, self.unit = lo, hi, unit
 
     def _in_range(self, number, param):
-        if number < self.lo:
-            _fail(param, number, self.lo, self.hi, "at least", self.unit)
+        """`number`, or a one-line UsageError naming the bound it crosses (a unit words the lower one)."""
+        from rocm_dspark.errors import UsageError
+
+        name, shown = _name(param), _show(number)
         if number > self.hi:
-            _fail(param, number, self.lo, self.hi, "at most")
-        return number
+            raise UsageError(f"{name} must be at most {self.hi}, got {shown}")
+        if number >= self.lo:
+            return number
+        if self.unit == "positive":
+            raise UsageError(f"{name} must be a positive integer (at most {self.hi}), got {shown}")
+        if self.unit:
+            raise UsageError(f"{name} {shown} must be a positive number of {self.unit} (at most {self.hi})")
+        raise UsageError(f"{name} must be at least {self.lo}, got {shown}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.lo}, {self.hi})"
@@ -154,25 +152,3 @@ def refuse_empty(command: click.Command) -> click.Command:
     for sub in getattr(command, "commands", {}).values():
         refuse_empty(sub)
     return command
-
-
-__all__ = [
-    "check_levels",
-    "NonEmpty",
-    "refuse_empty",
-    "BoundedInt",
-    "BoundedFloat",
-    "NODES",
-    "GPUS_PER_NODE",
-    "RANKS",
-    "SEQS",
-    "TOKENS",
-    "PORT",
-    "NODE_RANK",
-    "PREFILL_NODES",
-    "REPLICAS",
-    "SECONDS",
-    "INT_SECONDS",
-    "COUNT",
-    "ACCEPTANCE",
-]

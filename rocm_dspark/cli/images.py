@@ -11,11 +11,10 @@ from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
 
 
 @click.command(short_help="Ask the registry what each candidate image tag holds now.")
-@click.option("--gpu", default=None, help="GPU (recipes/gpus.yaml key); detected with amd-smi/rocminfo when omitted.")
-@click.option("--build", default=None, help="Ask about this build only (recipes/vllm.yaml).")
+@click.option("--gpu", help="GPU (recipes/gpus.yaml key); detected with amd-smi/rocminfo when omitted.")
+@click.option("--build", help="Ask about this build only (recipes/vllm.yaml).")
 @click.option(
     "--state-dir",
-    default=None,
     help="Where the answers are recorded (default: $ROCM_DSPARK_STATE_DIR or the XDG state dir).",
 )
 @click.option(
@@ -24,10 +23,9 @@ from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
     default=None,
     help="Ask with skopeo, or with the Docker Registry HTTP API (default: skopeo when installed).",
 )
-@click.option("--image", default=None, metavar="REF", help="Ask about this image only (what `--image REF` runs).")
+@click.option("--image", metavar="REF", help="Ask about this image only (what `--image REF` runs).")
 @click.option(
     "--registry",
-    default=None,
     metavar="HOST[:PORT]",
     envvar="ROCM_DSPARK_REGISTRY",
     help="A mirror: ask it for the same repository and tag ($ROCM_DSPARK_REGISTRY).",
@@ -57,11 +55,7 @@ def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
     ref = pick.check_ref(image) if image else None
     resolver = lambda tag: reg.resolve(tag, use_skopeo=use_skopeo)  # noqa: E731
     result = report.run(catalog, resolve_state_dir(state_dir), spec, build, resolver=resolver, mirror=mirror, image=ref)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-    else:
-        for line in report.lines(result):
-            click.echo(line)
+    click.echo(json.dumps(result, indent=2) if as_json else "\n".join(report.lines(result)))
     runs = result.get("runs") or {}
     if runs.get("missing"):
         fail(runs["missing"])

@@ -28,11 +28,10 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
     "k8s: Kubernetes manifests (<name>.k8s.yaml). With --strategy: one launcher (or unit) per node.",
 )
 @click.option("--output", default=".", show_default=True, help="Existing directory to write the files into.")
-@click.option("--name", default=None, help="File, unit and container name (default: rocm-dspark-<profile>).")
-@click.option("--user", default=None, help="systemd: the dedicated user the service runs as (default: vllm).")
+@click.option("--name", help="File, unit and container name (default: rocm-dspark-<profile>).")
+@click.option("--user", help="systemd: the dedicated user the service runs as (default: vllm).")
 @click.option(
     "--env-file",
-    default=None,
     help="The 0600 env file for secrets such as HF_TOKEN and every --env value (default: "
     "<output>/<name>.env). An existing one is kept, must be mode 0600, and gets the --env values set "
     "in it. systemd: the install commands copy it to /etc/rocm-dspark/<name>.env, the unit's "
@@ -69,62 +68,7 @@ def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, st
       rocm-dspark launch --model V4.1-Flash --gpu mi355x --format systemd --output /srv/vllm
       rocm-dspark launch --model V4.1-Flash --container --output .
     """
-    _write(fmt, output, name, user, env_file, container, pull, (ready_timeout, stop_timeout), as_json, opts)
-    check_model_path(opts, runs_here=False)  # a warning, printed once the command succeeds (errors.warn)
-
-
-def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json, opts):
-    ready_timeout, stop_timeout = timeouts
-    from rocm_dspark.launch.launchers import INSTALL_DIR, installed_env_file, write_launchers
-
-    copts = pop_cluster(opts)
-    if copts.get("strategy") or fmt == "k8s":
-        from rocm_dspark.launch.launch_group import write_group
-        from rocm_dspark.usecase.launch_plan import cluster_for
-
-        copts["strategy"] = copts.get("strategy") or "single_node"
-        plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
-        written = write_group(
-            plan,
-            cluster,
-            output,
-            fmt,
-            name=name,
-            user=user,
-            env_file=env_file,
-            container=container,
-            ready_timeout_s=ready_timeout,
-            stop_timeout_s=stop_timeout,
-            node_rank=copts.get("node_rank"),
-            bands=_bands(plan, opts),
-        )
-        if as_json:
-            click.echo(json.dumps(written, indent=2))
-            return
-        for item in written["files"]:
-            _say(f"wrote {item['path']}  ({item['what']})")
-        for line in written["next"]:
-            click.echo(line)
-        for node in written.get("install") or ():
-            where = f" ({node['address']})" if node.get("address") else ""
-            click.echo(f"node {node['node']}{where}, {node['role']}: in the directory holding its files, run:")
-            for cmd in node["commands"]:
-                click.echo(f"  {cmd}")
-        return
-    refuse_without_strategy(copts)
-    plan = plan_from_options(opts)
-    if pull:
-        if not container:
-            raise UsageError("--pull pins the image of a container launcher: add --container")
-        from rocm_dspark.images.pull import pin_for_launch
-        from rocm_dspark.probe.store import state_dir
-
-        plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
-        click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)
-    files = write_launchers(
-        plan,
-        output,
-        fmt,
+    how = dict(  # what both writers take
         name=name,
         user=user,
         env_file=env_file,
@@ -132,83 +76,108 @@ def _write(fmt, output, name, user, env_file, container, pull, timeouts, as_json
         ready_timeout_s=ready_timeout,
         stop_timeout_s=stop_timeout,
     )
-    from rocm_dspark.launch import observability
+    copts = pop_cluster(opts)
+    if copts.get("strategy") or fmt == "k8s":
+        _write_group(fmt, output, how, as_json, opts, copts)
+    else:
+        refuse_without_strategy(copts)
+        _write_one(fmt, output, how, pull, as_json, opts)
+    check_model_path(opts, runs_here=False)  # a warning, printed once the command succeeds (errors.warn)
 
+
+def _write_group(fmt, output, how, as_json, opts, copts):
+    from rocm_dspark.launch.launch_group import write_group
+    from rocm_dspark.usecase.launch_plan import cluster_for
+
+    copts["strategy"] = copts.get("strategy") or "single_node"
+    plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
+    written = write_group(plan, cluster, output, fmt, **how, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
+    if as_json:
+        click.echo(json.dumps(written, indent=2))
+        return
+    for item in written["files"]:
+        _say(f"wrote {item['path']}  ({item['what']})")
+    for line in written["next"]:
+        click.echo(line)
+    for node in written.get("install") or ():
+        where = f" ({node['address']})" if node.get("address") else ""
+        click.echo(f"node {node['node']}{where}, {node['role']}: in the directory holding its files, run:")
+        for cmd in node["commands"]:
+            click.echo(f"  {cmd}")
+
+
+def _write_one(fmt, output, how, pull, as_json, opts):
+    from rocm_dspark.launch import observability
+    from rocm_dspark.launch.launchers import INSTALL_DIR, installed_env_file, write_launchers
+
+    plan = plan_from_options(opts)
+    if pull:
+        if not how["container"]:
+            raise UsageError("--pull pins the image of a container launcher: add --container")
+        from rocm_dspark.images.pull import pin_for_launch
+        from rocm_dspark.probe.store import state_dir
+
+        plan, got = pin_for_launch(plan, state_dir(opts.get("state_dir")), say=lambda line: click.echo(line, err=True))
+        click.echo(f"pinned {got['image']} to {got['pinned']}: the launcher runs that digest and never pulls", err=True)
+    written = write_launchers(plan, output, fmt, **how)
     obs = observability.write(
-        files.launcher.parent,
-        observability.render(plan, files.name, observability.targets(plan), bands=_bands(plan, opts)),
+        written.launcher.parent,
+        observability.render(plan, written.name, observability.targets(plan), bands=_bands(plan, opts)),
     )
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "format": files.fmt,
-                    "name": files.name,
-                    "launcher": str(files.launcher),
-                    "unit": str(files.unit) if files.unit else None,
-                    "env_file": str(files.env_file) if files.env_file else None,
-                    "env_file_written": files.env_file_written,
-                    "install_commands": list(files.install_commands),
-                    "observability": [str(p) for p in obs],
-                },
-                indent=2,
-            )
-        )
+        paths = {
+            "format": written.fmt,
+            "name": written.name,
+            "launcher": str(written.launcher),
+            "unit": str(written.unit) if written.unit else None,
+            "env_file": str(written.env_file) if written.env_file else None,
+            "env_file_written": written.env_file_written,
+            "install_commands": list(written.install_commands),
+            "observability": [str(p) for p in obs],
+        }
+        click.echo(json.dumps(paths, indent=2))
         return
-    _say(f"wrote {files.launcher}")
+    _say(f"wrote {written.launcher}")
     _say(
         f"wrote {', '.join(p.name for p in obs)} (Prometheus scrape config, rules, Grafana dashboard; docs/operations.md)"
     )
-    if files.unit is None and files.env_file_written:
+    if written.unit is None and written.env_file_written:
         _say(
-            f"wrote {files.env_file} (mode 0600: the --env values, in docker --env-file syntax; the launcher hands "
+            f"wrote {written.env_file} (mode 0600: the --env values, in docker --env-file syntax; the launcher hands "
             f"it to vLLM)"
         )
-    if files.unit is None:
+    if written.unit is None:
         from rocm_dspark.launch.launch_facts import state_root
 
         root = state_root() or "~/.local/state/rocm-dspark"  # the launcher's rule, read from this environment
         click.echo("Run it:")
-        click.echo("\n".join(textwidth.command([shlex.quote(str(files.launcher))], "  ")))
-        _say(f"State, logs and the exact command go to {root}/launch/{files.name} when run with this environment.")
+        _command([str(written.launcher)])
+        _say(f"State, logs and the exact command go to {root}/launch/{written.name} when run with this environment.")
         return
-    _say(f"wrote {files.unit}")
-    for text in (
-        f"{'wrote' if files.env_file_written else 'kept'} {files.env_file} (mode 0600; the install commands copy "
-        f"it to {installed_env_file(files.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
-        "there)",
+    _say(f"wrote {written.unit}")
+    _say(
+        f"{'wrote' if written.env_file_written else 'kept'} {written.env_file} (mode 0600; the install commands copy "
+        f"it to {installed_env_file(written.name)}, the unit's EnvironmentFile=, unless that exists: put HF_TOKEN "
+        "there)"
+    )
+    _say(
         f"The unit runs the launcher from {INSTALL_DIR} (root-owned, copied there by the install commands): "
-        "run them again after regenerating it.",
-    ):
-        click.echo("\n".join(textwidth.wrap(text)))
+        "run them again after regenerating it."
+    )
     if plan.secret_env:  # the install commands never overwrite the node's env file (a token put there stays)
-        click.echo(
-            "\n".join(
-                textwidth.wrap(
-                    f"A node installed before keeps its {installed_env_file(files.name)}, so "
-                    f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
-                    "there, replace that whole file with:"
-                )
-            )
+        _say(
+            f"A node installed before keeps its {installed_env_file(written.name)}, so "
+            f"these --env values ({', '.join(plan.secret_env)}) do not reach it; "
+            "there, replace that whole file with:"
         )
-        replace = [
-            "sudo",
-            "install",
-            "-m",
-            "0600",
-            "-o",
-            "root",
-            "-g",
-            "root",
-            str(files.env_file),
-            installed_env_file(files.name),
-        ]
-        click.echo("\n".join(textwidth.command([shlex.quote(w) for w in replace], "  ")))
+        _command(
+            [*"sudo install -m 0600 -o root -g root".split(), str(written.env_file), installed_env_file(written.name)]
+        )
     click.echo("Install and start:")
-    for cmd in files.install_commands:  # broken with `\` to the width: each still pastes and runs
+    for cmd in written.install_commands:  # broken with `\` to the width: each still pastes and runs
         # each line is a command by construction (launchers.install_commands: shlex.join of its argv), so its
         # words are that argv's, quoted again the same way
-        click.echo("\n".join(textwidth.command([shlex.quote(w) for w in shlex.split(cmd)], "  ")))
+        _command(shlex.split(cmd))
 
 
 def _bands(plan, opts) -> dict:
@@ -224,3 +193,8 @@ def _bands(plan, opts) -> dict:
 def _say(text: str) -> None:
     """One message wrapped to the width (a long path moves to its own, indented line)."""
     click.echo("\n".join(textwidth.wrap(text)))
+
+
+def _command(argv: list[str]) -> None:
+    """A command, quoted and broken with `\\` to the width so that it still pastes and runs."""
+    click.echo("\n".join(textwidth.command([shlex.quote(w) for w in argv], "  ")))

@@ -16,7 +16,6 @@ from rocm_dspark.errors import UsageError
 @click.option("--model", "-m", default="V4.1-Flash", show_default=True, help="Model name or alias.")
 @click.option(
     "--gpu",
-    default=None,
     help="GPU profile(s), comma-separated (mi300x,mi325x,mi350x,mi355x); default: every profile of the model.",
 )
 @click.option(
@@ -28,13 +27,11 @@ from rocm_dspark.errors import UsageError
 @click.option(
     "--acceptance-length",
     type=bounds.ACCEPTANCE,
-    default=None,
     help="Mean tokens per request per step with every draft verified (vLLM's synthetic_acceptance_length); "
     "default: the model's golden from recipes/.",
 )
 @click.option(
     "--acceptance-rates",
-    default=None,
     help="Conditional acceptance per drafted position, comma-separated: P(draft j accepted | 1..j-1 accepted).",
 )
 @click.option(
@@ -47,7 +44,6 @@ from rocm_dspark.errors import UsageError
 )
 @click.option(
     "--cost-table",
-    default=None,
     help="Measured step costs (JSON {verify:[[tokens,ms]..], draft:[[reqs,ms]..]} or CSV tokens,ms) "
     "instead of the roofline.",
 )
@@ -62,20 +58,17 @@ from rocm_dspark.errors import UsageError
 @click.option(
     "--nodes",
     type=bounds.NODES,
-    default=None,
     help="Also predict each multi-node strategy (recipes/strategies.yaml) at this many nodes, one line each.",
 )
 @click.option(
     "--capture-size",
     type=click.IntRange(1, 1 << 20),
-    default=None,
     help="The server's largest captured graph size (default: the recipe's); verify batches above it are "
     "priced as eager/piecewise steps and marked.",
 )
 @click.option(
     "--max-num-seqs",
     type=click.IntRange(1, 1 << 16),
-    default=None,
     help="The server's max_num_seqs (default: the recipe's): plan concurrencies above it without queueing; "
     "the recipe's capture size follows it up to the cap, so bigger verify batches are priced eager.",
 )
@@ -87,13 +80,10 @@ from rocm_dspark.errors import UsageError
     "report.json; repeat to combine) for one --gpu, print the leave-one-out error and keep the fit "
     "as this host's calibration (docs/calibration.md).",
 )
-@click.option(
-    "--state-dir", default=None, help="Where this host's calibration is kept (default: the probe's state dir)."
-)
+@click.option("--state-dir", help="Where this host's calibration is kept (default: the probe's state dir).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--plot",
-    default=None,
     help="Also write a PNG of tokens/s against concurrency (needs matplotlib); the path it wrote goes to stderr.",
 )
 @click.option("--seed-example", is_flag=True, help="Reproduce the seed document's cost model and tables, and exit.")
@@ -109,11 +99,6 @@ def plan(
     model,
     gpu,
     concurrency,
-    acceptance_length,
-    acceptance_rates,
-    acceptance_shape,
-    cost_table,
-    cost_model,
     nodes,
     capture_size,
     max_num_seqs,
@@ -122,7 +107,7 @@ def plan(
     as_json,
     plot,
     seed_example,
-    seed,
+    **inputs,
 ):
     """Plan DSpark speculation for a GPU profile and a workload (a model, not a measurement).
 
@@ -160,43 +145,20 @@ def plan(
         return
     from rocm_dspark.probe.calibration_record import host_calibration
 
+    # The rest of the options are the planner's inputs, the same for each profile and for its strategies' lines.
+    inputs["concurrencies"] = concurrencies
+    server = {"capture_size": capture_size, "max_num_seqs": max_num_seqs}  # the profiles' only
     plans = []
     for g in gpus:
         key = catalog.find_gpu(g).key
         profile = spec.profiles.get(key)  # this host's `plan --calibrate` fit for it, ahead of the public one
         own, note = host_calibration(spec.key, key, profile.tp, state_dir) if profile else (None, None)
-        plans.append(
-            plan_profile(
-                catalog,
-                spec,
-                g,
-                concurrencies=concurrencies,
-                acceptance_length=acceptance_length,
-                acceptance_rates=acceptance_rates,
-                acceptance_shape=acceptance_shape,
-                cost_table=cost_table,
-                cost_model=cost_model,
-                seed=seed,
-                capture_size=capture_size,
-                calibration=own,
-                calibration_note=note,
-                max_num_seqs=max_num_seqs,
-            )
-        )
+        plans.append(plan_profile(catalog, spec, g, **inputs, **server, calibration=own, calibration_note=note))
     scaling = None
     if nodes is not None:
         from rocm_dspark.planner.strategies import strategy_lines
 
-        kw = dict(
-            concurrencies=concurrencies,
-            acceptance_length=acceptance_length,
-            acceptance_rates=acceptance_rates,
-            acceptance_shape=acceptance_shape,
-            cost_table=cost_table,
-            cost_model=cost_model,
-            seed=seed,
-        )
-        scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **kw) for g, p in zip(gpus, plans)}
+        scaling = {g: strategy_lines(catalog, spec, g, nodes, p, **inputs) for g, p in zip(gpus, plans)}
     if plot:  # last: a usage error in any input above must leave nothing written
         write_plot(plans, plot)
         click.echo(f"wrote {plot}", err=True)
@@ -232,12 +194,10 @@ def plan(
     def with_apply(lines, applied):
         argv, why, other = applied
         at = next((i for i, ln in enumerate(lines) if ln.startswith("note: ")), len(lines))
-        gated = argv[-2:] == ["--adaptive", "on"]
         if why is None:  # the command alone, broken with `\` so that it pastes and runs
             new = textwidth.command_lines(["  apply:", *map(shlex.quote, argv)], "    ")
-            new += (
-                textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)") if gated else []
-            )
+            if argv[-2:] == ["--adaptive", "on"]:
+                new += textwidth.prose("    (turns on once `rocm-dspark probe` has proven it on this host)")
         else:
             new = textwidth.prose(
                 f"  apply: `recipe` refuses it on every build ({why})"

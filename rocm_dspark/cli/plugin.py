@@ -34,20 +34,16 @@ def plugin():
 )
 @click.option(
     "--gpu",
-    default=None,
     help="recipes/gpus.yaml key whose arch stands in when forcing ROCm (default: the first listed).",
 )
 @click.option(
     "--model",
     type=click.Path(exists=True, file_okay=False),
-    default=None,
     help="A DeepSeek-V4.1 checkpoint dir whose config.json the checks use (default: a config-only stand-in).",
 )
 @click.option(
     "--python",
-    "python",
     type=click.Path(exists=True, dir_okay=False),
-    default=None,
     help="Inspect the vLLM installed for this interpreter instead of the current one.",
 )
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):

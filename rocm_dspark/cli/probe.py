@@ -40,7 +40,6 @@ def _model_optional(fn):
 @click.option(
     "--server-json",
     "server_json",
-    default=None,
     metavar="FILE",
     help="JSON file describing the server the live level runs instead of the plan's (same format as "
     "validate --server-json; hosts where the plan cannot run, e.g. CPU tests); such a record "
@@ -91,9 +90,6 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
             load_server_spec(server_json, flag="--server-json"), catalog.find_model(selection.model)
         )
 
-    def progress(message: str) -> None:
-        click.echo(f"[probe] {message}", err=True)
-
     outcome = run_probe(
         catalog,
         selection,
@@ -101,7 +97,7 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
         state_dir=state_dir,
         deadline_s=deadline,
         live_target=target,
-        progress=progress,
+        progress=lambda message: click.echo(f"[probe] {message}", err=True),
     )
     from rocm_dspark.recipe.resolve import resolve_plan
     from rocm_dspark.usecase.verdict import judge
@@ -109,16 +105,9 @@ def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     plan = resolve_plan(catalog, selection)  # the verdict on every record now here, this one included
     verdict = judge(catalog, plan, state_dir=state_dir, concurrency=plan.concurrency).verdict
     if as_json:
-        click.echo(
-            json.dumps({**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}}, indent=1)
-        )
+        summary = {**outcome.summary(), "verdict": {"state": verdict.outcome, "reason": verdict.reason}}
+        click.echo(json.dumps(summary, indent=1))
     else:
-        click.echo(
-            "\n".join(
-                [
-                    *shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state, outcome.gate_reason),
-                    f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})",
-                ]
-            )
-        )
+        lines = shown.record_lines(outcome.record, str(outcome.path), outcome.gate_state, outcome.gate_reason)
+        click.echo("\n".join([*lines, f"verdict for this host and plan: {verdict.outcome} ({verdict.reason})"]))
     sys.exit(0 if outcome.passed else 1)

@@ -46,8 +46,7 @@ def recipe(fmt, explain, **opts):
 def _cluster(fmt, opts, copts, explain=False):
     from rocm_dspark.usecase.launch_plan import cluster_for
 
-    copts.setdefault("strategy", None)
-    copts["strategy"] = copts["strategy"] or "single_node"
+    copts["strategy"] = copts.get("strategy") or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     rank = copts.get("node_rank")
     if fmt == "json":
@@ -87,91 +86,66 @@ def list_catalog(as_json):
     if as_json:
         import json
 
-        click.echo(
-            json.dumps(
-                {
-                    "models": {
-                        m.key: {
-                            "hf_id": m.hf_id,
-                            "aliases": list(m.aliases),
-                            "fallback": m.fallback,
-                            "profiles": {
-                                g: {
-                                    "status": p.status,
-                                    "date": p.status_date,
-                                    "tp": p.tp,
-                                    "evidence": list(p.evidence),
-                                    "image": p.image,
-                                }
-                                for g, p in m.profiles.items()
-                            },
-                        }
-                        for m in cat.models.values()
-                    },
-                    "gpus": {
-                        g.key: {
-                            "name": g.name,
-                            "arch": g.arch,
-                            "hbm_gb": g.hbm_gb,
-                            "fp8": g.fp8_format,
-                            "native_fp4": g.native_fp4,
-                        }
-                        for g in cat.gpus.values()
-                    },
-                    "builds": {
-                        b.name: {
-                            "image": b.image,
-                            "digest": b.digest,
-                            "commit": b.vllm_commit,
-                            "reported_version": b.reported_version,
-                            "rocm": b.rocm,
-                            "channel": b.channel,
-                            "status": b.status,
-                            "date": b.date,
-                            "changes": list(b.changes),
-                            "evidence_on": {g: list(u) for g, u in b.gpus.items()},
-                        }
-                        for b in cat.builds.values()
-                    },
+        models = {
+            m.key: dict(
+                hf_id=m.hf_id,
+                aliases=list(m.aliases),
+                fallback=m.fallback,
+                profiles={
+                    g: dict(status=p.status, date=p.status_date, tp=p.tp, evidence=list(p.evidence), image=p.image)
+                    for g, p in m.profiles.items()
                 },
-                indent=2,
             )
-        )
+            for m in cat.models.values()
+        }
+        gpus = {
+            g.key: dict(name=g.name, arch=g.arch, hbm_gb=g.hbm_gb, fp8=g.fp8_format, native_fp4=g.native_fp4)
+            for g in cat.gpus.values()
+        }
+        builds = {
+            b.name: dict(
+                image=b.image,
+                digest=b.digest,
+                commit=b.vllm_commit,
+                reported_version=b.reported_version,
+                rocm=b.rocm,
+                channel=b.channel,
+                status=b.status,
+                date=b.date,
+                changes=list(b.changes),
+                evidence_on={g: list(u) for g, u in b.gpus.items()},
+            )
+            for b in cat.builds.values()
+        }
+        click.echo(json.dumps({"models": models, "gpus": gpus, "builds": builds}, indent=2))
         return
     from rocm_dspark.textwidth import aligned
 
-    click.echo("GPUs:")
-    for line in aligned(
-        [
-            (
-                g.key,
-                g.name,
-                g.arch,
-                f"{g.hbm_gb:g} GB",
-                f"{g.hbm_bandwidth_tbps:g} TB/s",
-                f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}",
-            )
-            for g in cat.gpus.values()
-        ],
-        "  ",
-    ):
-        click.echo(line)
-    click.echo("vLLM builds (recipes/vllm.yaml):")
-    for line in aligned(
-        [
-            (
-                b.name,
-                b.status,
-                b.date or "-",
-                f"reports {b.reported_version or '?'}",
-                f"ROCm {b.rocm or '?'} ({b.channel})",
-                f"evidence on {', '.join(b.gpus)}" if b.gpus else "",
-            )
-            for b in cat.builds.values()
-        ],
-        "  ",
-    ):
-        click.echo(line)
+    gpu_rows = [
+        (
+            g.key,
+            g.name,
+            g.arch,
+            f"{g.hbm_gb:g} GB",
+            f"{g.hbm_bandwidth_tbps:g} TB/s",
+            f"{g.fp8_format.upper()} fp8, {'native MXFP4' if g.native_fp4 else 'no native FP4'}",
+        )
+        for g in cat.gpus.values()
+    ]
+    build_rows = [
+        (
+            b.name,
+            b.status,
+            b.date or "-",
+            f"reports {b.reported_version or '?'}",
+            f"ROCm {b.rocm or '?'} ({b.channel})",
+            f"evidence on {', '.join(b.gpus)}" if b.gpus else "",
+        )
+        for b in cat.builds.values()
+    ]
+    click.echo(
+        "\n".join(["GPUs:", *aligned(gpu_rows, "  "), "vLLM builds (recipes/vllm.yaml):", *aligned(build_rows, "  ")])
+    )
     click.echo("Models and profiles:")
     rows = iter(
         aligned(

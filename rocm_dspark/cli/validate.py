@@ -42,8 +42,8 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
         requests=kwargs["requests_per_level"],
         input_len=input_len(kwargs["quick"]),
         max_tokens=kwargs["max_tokens"] or (32 if kwargs["quick"] else 256),
-        request_timeout_s=kwargs["request_timeout"],
-        ready_timeout_s=kwargs["ready_timeout"],
+        request_timeout_s=kwargs["request_timeout_s"],
+        ready_timeout_s=kwargs["ready_timeout_s"],
         block_spec=block,
         adaptive_spec=adaptive,
         python=kwargs["python"],
@@ -69,12 +69,11 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     help="Directory for report.json, report.md and the PNG plots.",
 )
 @click.option("--force", is_flag=True, help="Overwrite report files already in --report.")
-@click.option("--endpoint", default=None, metavar="URL", help="Check a running server, e.g. http://127.0.0.1:8000.")
+@click.option("--endpoint", metavar="URL", help="Check a running server, e.g. http://127.0.0.1:8000.")
 @click.option("--launch", is_flag=True, help="Start the server from the generated launcher, check it, stop it.")
 @click.option(
     "--server-json",
     type=click.Path(path_type=Path),
-    default=None,
     metavar="FILE",
     help="JSON file describing the server actually run when it is not the recipe's plan (argv, port, "
     "served_name, recipe_model, ...; same format as probe --server-json).",
@@ -82,47 +81,43 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 @click.option(
     "--quick", is_flag=True, help="Small workload (concurrency 1,4; 32 tokens): for CPU hosts and smoke runs."
 )
-@click.option(
-    "--concurrency", "concurrency", default=None, metavar="N,N,...", help="Sweep levels (default 1,16,64,128)."
-)
+@click.option("--concurrency", "concurrency", metavar="N,N,...", help="Sweep levels (default 1,16,64,128).")
 @click.option(
     "--requests-per-level",
     type=bounds.COUNT,
-    default=None,
     help="Requests per level (default 4 x concurrency, at most 512).",
 )
+@click.option("--max-tokens", type=bounds.TOKENS, help="Output tokens per request (default 256; 32 with --quick).")
 @click.option(
-    "--max-tokens", type=bounds.TOKENS, default=None, help="Output tokens per request (default 256; 32 with --quick)."
-)
-@click.option(
-    "--request-timeout", type=bounds.SECONDS, default=120.0, show_default=True, help="Seconds each request may take."
+    "--request-timeout",
+    "request_timeout_s",
+    type=bounds.SECONDS,
+    default=120.0,
+    show_default=True,
+    help="Seconds each request may take.",
 )
 @click.option(
     "--ready-timeout",
+    "ready_timeout_s",
     type=bounds.SECONDS,
     default=3600.0,
     show_default=True,
     help="Seconds --launch waits for readiness.",
 )
 @click.option("--gsm8k", is_flag=True, help="Also run GSM8K through lm-eval (must be installed).")
-@click.option("--gsm8k-limit", type=bounds.COUNT, default=None, help="Only the first N GSM8K questions.")
-@click.option(
-    "--acceptance-min", type=bounds.ACCEPTANCE, default=None, help="Acceptance-length floor instead of the recipe's."
-)
-@click.option("--service-user", default=None, help="User vLLM runs as, for the /dev/kfd access check (default: you).")
+@click.option("--gsm8k-limit", type=bounds.COUNT, help="Only the first N GSM8K questions.")
+@click.option("--acceptance-min", type=bounds.ACCEPTANCE, help="Acceptance-length floor instead of the recipe's.")
+@click.option("--service-user", help="User vLLM runs as, for the /dev/kfd access check (default: you).")
 @click.option("--require-gpu", is_flag=True, help="Fail (not n/a) when no AMD GPU is found.")
 @click.option(
     "--server-log",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=None,
     metavar="FILE",
     help="The running server's log (with --endpoint): read for capture truncation and JIT compiles.",
 )
 @click.option(
     "--python",
-    "python",
     type=click.Path(exists=True, dir_okay=False),
-    default=None,
     help="The Python environment vLLM runs in (for software checks).",
 )
 @click.option(
@@ -134,7 +129,6 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
 @click.option(
     "--ab-server-json",
     type=click.Path(path_type=Path),
-    default=None,
     metavar="FILE",
     help="--ab where the plan cannot run: the adaptive arm's server file (--server-json is the block "
     "arm's). Such a record is kept but never counts for the gate.",
@@ -168,26 +162,8 @@ def validate(**kwargs):
         return _ab(selection, kwargs, as_json)
     if kwargs.pop("ab_server_json"):
         raise UsageError("--ab-server-json is only for --ab")
-    opts = ValidateOptions(
-        report_dir=kwargs["report_dir"],
-        force=kwargs["force"],
-        endpoint=kwargs["endpoint"],
-        launch=kwargs["launch"],
-        server_json=kwargs["server_json"],
-        quick=kwargs["quick"],
-        concurrencies=concurrency_levels(kwargs["concurrency"]),
-        requests_per_level=kwargs["requests_per_level"],
-        max_tokens=kwargs["max_tokens"],
-        request_timeout_s=kwargs["request_timeout"],
-        ready_timeout_s=kwargs["ready_timeout"],
-        gsm8k=kwargs["gsm8k"],
-        gsm8k_limit=kwargs["gsm8k_limit"],
-        acceptance_min=kwargs["acceptance_min"],
-        service_user=kwargs["service_user"],
-        require_gpu=kwargs["require_gpu"],
-        python=kwargs["python"],
-        server_log=kwargs["server_log"],
-    )
+    levels = concurrency_levels(kwargs.pop("concurrency"))
+    opts = ValidateOptions(**kwargs, concurrencies=levels)  # the rest of the options by their names
     from rocm_dspark.runtime.progress import Display
 
     display = Display(sys.stderr)  # rich on a terminal, plain lines in a pipe or under journald

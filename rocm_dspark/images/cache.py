@@ -10,11 +10,10 @@ words, "registry": host, "via": "http" | "skopeo", "checked_at": UTC time}. Ligh
 import os
 
 FORMAT = 1
-SUBPATH = os.path.join("images", "resolved.json")
 
 
 def cache_path(state_dir) -> str:
-    return os.path.join(str(state_dir), SUBPATH)
+    return os.path.join(str(state_dir), "images", "resolved.json")
 
 
 def read(state_dir) -> dict:

@@ -11,7 +11,7 @@ from rocm_dspark.errors import UsageError
 
 # Compiled on first use (re's cache): --registry and --image only, off the plain `recipe` path.
 _MIRROR = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:]+\])(?::[0-9]{1,5})?"
-_PATH = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+REPO_PATH = r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 REGISTRY_VAR = "ROCM_DSPARK_REGISTRY"  # what --registry defaults to (the CLI reads it)
 
@@ -33,9 +33,7 @@ def ref_parts(image: str) -> tuple[str, str, str | None, str | None]:
     name, at, digest = image.partition("@")
     head, _, last = name.rpartition("/")
     repo_last, colon, tag = last.partition(":")
-    path = f"{head}/{repo_last}" if head else repo_last
-    first, _, rest = path.partition("/")
-    host, path = (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else ("", path)
+    host, path = _split_host(f"{head}/{repo_last}" if head else repo_last)
     return host, path, tag if colon else None, digest if at else None
 
 
@@ -43,7 +41,7 @@ def check_ref(value: str) -> str:
     """--image REF: [HOST[:PORT]/]REPO[:TAG][@sha256:HEX], docker's grammar; UsageError (one line) otherwise."""
     _, path, tag, digest = ref_parts(value or "")
     ok = (
-        re.fullmatch(_PATH, path)
+        re.fullmatch(REPO_PATH, path)
         and (tag is None or re.fullmatch(_TAG, tag))
         and (digest is None or re.fullmatch(r"sha256:[0-9a-f]{64}", digest))
     )
@@ -73,10 +71,10 @@ def on_mirror(image: str, mirror: str | None) -> str:
     return f"{mirror}/{name}{at}{digest}"
 
 
-def _split_host(name: str) -> tuple[str | None, str]:
-    """(registry host or None, the rest): docker's rule, a first component with '.', ':' or 'localhost' is a host."""
+def _split_host(name: str) -> tuple[str, str]:
+    """(registry host or "", the rest): docker's rule, a first component with '.', ':' or 'localhost' is a host."""
     first, _, rest = name.partition("/")
-    return (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else (None, name)
+    return (first, rest) if rest and ("." in first or ":" in first or first == "localhost") else ("", name)
 
 
 def canonical(repo: str) -> str:
@@ -94,10 +92,8 @@ def repository(image_tag: str) -> str:
 
 
 def lookup(images, tag: str) -> dict | None:
-    for ref, entry in images or ():
-        if ref == tag:
-            return entry
-    return None
+    """The registry's answer for `tag` in Selection.images ((ref, entry), ...), or None."""
+    return dict(images or ()).get(tag)
 
 
 def first_held(builds, images):
@@ -186,14 +182,10 @@ def evidence_note(catalog, gpu, build, profile, model: str = EVIDENCE_MODEL) -> 
     if own:
         return f"public V4.1 evidence on {gpu.key} with this build: {', '.join(own)}"
     others = [b for b in catalog.evidence_builds(gpu) if b.name != build.name]
-    were = (
-        (
-            f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: "
-            + ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)
-        )
-        if others
-        else ""
-    )
+    were = ""
+    if others:
+        runs = ", ".join(f"{b.name} ({', '.join(b.gpus[gpu.key])})" for b in others)
+        were = f"; the profile's evidence ({', '.join(profile.evidence)}) is for another build: {runs}"
     return (
         f"no public V4.1 run on {gpu.key} with {build.name}{were}; `rocm-dspark validate` or `up` produce this "
         f"host's evidence"

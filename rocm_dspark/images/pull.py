@@ -21,10 +21,7 @@ from rocm_dspark.inputs import parse_json
 
 def runtime() -> str | None:
     """docker, else podman, else None."""
-    for tool in ("docker", "podman"):
-        if shutil.which(tool):
-            return tool
-    return None
+    return next((tool for tool in ("docker", "podman") if shutil.which(tool)), None)
 
 
 def commands(tool: str, image: str) -> list[list[str]]:
@@ -42,16 +39,12 @@ def parse_repo_digests(text: str) -> list[str]:
     return value
 
 
-def pinned_digest(image: str) -> str | None:
-    return image.split("@", 1)[1] if "@sha256:" in image else None
-
-
 def check_digest(image: str, digests: list[str]) -> tuple[str | None, str | None]:
     """(the digest of the requested repository to record, or None where it has none; a problem or None). Another
     repository's digest is never taken: `repo@<its digest>` would name an image no registry holds."""
     repo = pick.canonical(pick.repository(image))
     got = [d.split("@", 1)[1] for d in digests if "@" in d and pick.canonical(d.split("@", 1)[0]) == repo]
-    want = pinned_digest(image)
+    want = image.split("@", 1)[1] if "@sha256:" in image else None
     if want and want not in got:
         return None, f"the image's digests of {pick.repository(image)} {got} do not include the plan's {want}"
     return (want or (got[0] if got else None)), None
@@ -81,27 +74,24 @@ def pin_local(tool: str, image: str) -> dict:
     digest, problem = check_digest(image, digests)
     if problem:
         raise RuntimeError(problem)
-    if digest is None:  # built here, or its digests name other repositories: the ID, which no start pulls
-        ident, said = image_id(tool, image)
-        if ident is None:
-            raise RuntimeError(f"`{tool} image inspect --format '{{{{.Id}}}}' {image}` failed: {said}")
-        return {
-            "image": image,
-            "digest": None,
-            "pinned": ident,
-            "runtime": tool,
-            "commands": [" ".join(inspect)],
-            "note": f"{image} has no digest of {pick.repository(image)} ("
-            + (f"its digests name {', '.join(d.split('@')[0] for d in digests)}" if digests else "built here?")
-            + f"): pinned its image ID {ident}, which {tool} runs from this host and never pulls",
-        }
-    return {
+    got = {
         "image": image,
         "digest": digest,
         "pinned": f"{pick.repository(image)}@{digest}",
         "runtime": tool,
         "commands": [" ".join(inspect)],
     }
+    if digest is None:  # built here, or its digests name other repositories: the ID, which no start pulls
+        ident, said = image_id(tool, image)
+        if ident is None:
+            raise RuntimeError(f"`{tool} image inspect --format '{{{{.Id}}}}' {image}` failed: {said}")
+        got["pinned"] = ident
+        got["note"] = (
+            f"{image} has no digest of {pick.repository(image)} ("
+            + (f"its digests name {', '.join(d.split('@')[0] for d in digests)}" if digests else "built here?")
+            + f"): pinned its image ID {ident}, which {tool} runs from this host and never pulls"
+        )
+    return got
 
 
 def image_id(tool: str, image: str) -> tuple[str | None, str]:

@@ -14,13 +14,14 @@ as docker allows for 127.0.0.0/8; every other registry over HTTPS.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
 import subprocess
 import time
 
-from rocm_dspark.images.pick import ref_parts
+from rocm_dspark.images.pick import REPO_PATH, ref_parts
 from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
@@ -50,7 +51,7 @@ def split(image: str) -> tuple[str, str, str]:
     if not host:
         host, path = DOCKER_HUB, path if "/" in path else f"library/{path}"
     ref = digest or tag or "latest"
-    if not re.fullmatch(r"[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*", path):
+    if not re.fullmatch(REPO_PATH, path):
         raise ValueError(f"{image!r} is not an image reference (repository {path!r})")
     return host, path, ref
 
@@ -73,33 +74,24 @@ def stack_from(labels: dict | None, env: list | None) -> dict | None:
 
 
 # A vLLM version label, where an image's config has one: vLLM's release images set none (`up` then reads the
-# version inside the image); scripts/build_cpu_test_image.sh sets vllm.version.
-VERSION_LABELS = ("vllm.version",)
+# version inside the image); scripts/build_cpu_test_image.sh sets it.
+VERSION_LABEL = "vllm.version"
 
 
-def version_from(labels: dict | None) -> tuple[str | None, str | None]:
-    """(the vLLM version an image's config labels state, where it came from), or (None, None)."""
-    for key in VERSION_LABELS:
-        if (labels or {}).get(key):
-            return str(labels[key]), f"label {key}"
-    return None, None
-
-
-def _entry(
-    image: str, exists: bool, digest: str | None, answer: str, via: str, stack=None, labels: dict | None = None
-) -> dict:
+def _entry(image: str, exists: bool, digest: str | None, answer: str, via: str, config: dict | None = None) -> dict:
+    """A cache entry (rocm_dspark.images.cache); `config`: the image config read, with its Labels and Env."""
+    labels = (config or {}).get("Labels") or {}
     out = {
         "exists": exists,
         "digest": digest,
-        "stack": stack,
+        "stack": stack_from(labels, (config or {}).get("Env")),
         "answer": answer,
         "registry": split(image)[0],
         "via": via,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    version, source = version_from(labels)
-    if version:
-        out.update(vllm_version=version, vllm_source=source)
+    if labels.get(VERSION_LABEL):
+        out.update(vllm_version=str(labels[VERSION_LABEL]), vllm_source=f"label {VERSION_LABEL}")
     return out
 
 
@@ -180,8 +172,7 @@ def resolve_http(image: str, client=None, timeout_s: float = 15.0) -> dict:
         said = resp.headers.get("docker-content-digest")
         if said and said != digest:
             raise RegistryUnreachable(f"{host} says {said} for {path}:{ref} but its manifest hashes to {digest}")
-        stack, labels = _stack_http(http, resp)
-        return _entry(image, True, digest, "HTTP 200", "http", stack, labels)
+        return _entry(image, True, digest, "HTTP 200", "http", _config_http(http, resp))
     except httpx.HTTPError as exc:
         raise RegistryUnreachable(f"{host} unreachable: {type(exc).__name__}: {exc}") from None
     finally:
@@ -189,8 +180,8 @@ def resolve_http(image: str, client=None, timeout_s: float = 15.0) -> dict:
             client.close()
 
 
-def _stack_http(http: _Http, resp) -> tuple[dict | None, dict | None]:
-    """(the stack, the labels) from the config blob (for an index: its linux/amd64 image); None where it says nothing."""
+def _config_http(http: _Http, resp) -> dict | None:
+    """The image config from its blob (for an index: its linux/amd64 image's); None where there is none."""
     manifest = resp.json()
     if manifest.get("mediaType") in INDEXES or "manifests" in manifest:
         amd64 = [
@@ -200,16 +191,13 @@ def _stack_http(http: _Http, resp) -> tuple[dict | None, dict | None]:
             and (m.get("platform") or {}).get("os") == "linux"
         ]
         if not amd64:
-            return None, None
+            return None
         manifest = http.get(f"{http.base}/manifests/{amd64[0]['digest']}").json()
     config = (manifest.get("config") or {}).get("digest")
     if not config:
-        return None, None
+        return None
     blob = http.get(f"{http.base}/blobs/{config}", accept="*/*")
-    if blob.status_code != 200:
-        return None, None
-    cfg = (blob.json() or {}).get("config") or {}
-    return stack_from(cfg.get("Labels"), cfg.get("Env")), cfg.get("Labels")
+    return (blob.json() or {}).get("config") if blob.status_code == 200 else None
 
 
 # ---- skopeo ---------------------------------------------------------------------------------------------
@@ -240,14 +228,11 @@ def resolve_skopeo(image: str, timeout_s: float = 60.0) -> dict:
         raise RegistryUnreachable(f"{split(image)[0]} unreachable: skopeo: {msg}")
     digest = "sha256:" + hashlib.sha256(raw.stdout).hexdigest()
     info = _skopeo([], image, timeout_s)  # the image for this platform: its labels and env
-    stack = labels = None
+    config = None
     if info.returncode == 0:
-        try:
-            data = parse_json(info.stdout, "skopeo inspect")
-            stack, labels = stack_from(data.get("Labels"), data.get("Env")), data.get("Labels")
-        except ValueError:
-            stack = None
-    return _entry(image, True, digest, "manifest found", "skopeo", stack, labels)
+        with contextlib.suppress(ValueError):
+            config = parse_json(info.stdout, "skopeo inspect")
+    return _entry(image, True, digest, "manifest found", "skopeo", config)
 
 
 def resolve(image: str, *, use_skopeo: bool | None = None, client=None) -> dict:

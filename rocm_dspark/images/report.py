@@ -18,17 +18,13 @@ def candidates(catalog, gpu=None, build: str | None = None) -> list[tuple]:
     if gpu is None:
         return [(b, b.channel) for b in catalog.builds.values()]
     defaults, _ = catalog.default_builds(gpu)
-    out = [(b, f"{gpu.arch} default, choice {i}") for i, b in enumerate(defaults, 1)]
-    seen = {b.name for b in defaults}
-    for b in catalog.builds.values():
-        if b.channel == "release" and b.status == "current" and b.name not in seen:
-            out.append((b, "release"))
-            seen.add(b.name)
-    for b in catalog.evidence_builds(gpu):
-        if b.name not in seen:
-            out.append((b, f"public evidence on {gpu.key}"))
-            seen.add(b.name)
-    return out
+    roles = [(b, f"{gpu.arch} default, choice {i}") for i, b in enumerate(defaults, 1)]
+    roles += [(b, "release") for b in catalog.builds.values() if b.channel == "release" and b.status == "current"]
+    roles += [(b, f"public evidence on {gpu.key}") for b in catalog.evidence_builds(gpu)]
+    first: dict = {}
+    for b, role in roles:
+        first.setdefault(b.name, (b, role))  # each build once, in its first role
+    return list(first.values())
 
 
 def ask(rows: list[tuple], resolver=registry.resolve, mirror: str | None = None) -> list[dict]:
@@ -91,16 +87,14 @@ def run(
         return result
     images = cache.for_selection(state_dir)
     if image:
-        chosen = asked[0][0]._replace(image=rows[0]["tag"], image_tag=rows[0]["tag"])
-    elif build:
-        chosen = catalog.find_build(build)
+        chosen, replacement = asked[0][0]._replace(image=rows[0]["tag"], image_tag=rows[0]["tag"]), None
     else:
-        chosen = pick.first_held(catalog.default_builds(gpu)[0], images)[0]
-    if not image:
+        held = pick.first_held(catalog.default_builds(gpu)[0], images)[0] if gpu else None
+        chosen = catalog.find_build(build) if build else held
         chosen = chosen._replace(
             image=pick.on_mirror(chosen.image, mirror), image_tag=pick.on_mirror(chosen.image_tag, mirror)
         )
-    replacement = pick.first_held(catalog.default_builds(gpu)[0], images)[0].name if gpu and not image else None
+        replacement = held.name if held else None
     entry = pick.lookup(images, chosen.image_tag)
     unreachable = next((r["error"] for r in rows if r["build"] == chosen.name and "error" in r), None)
     result["runs"] = {"build": chosen.name, "tag": chosen.image_tag, "unreachable": unreachable}
@@ -151,6 +145,3 @@ def lines(result: dict) -> list[str]:
     else:
         out.append("nothing recorded: no registry answered, and none has before")
     return out
-
-
-__all__ = ["candidates", "ask", "run", "lines"]

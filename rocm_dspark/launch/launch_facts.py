@@ -16,7 +16,6 @@ from rocm_dspark.runtime.partition import PARTITION_ARGV, SPLIT_PARTITION_RE, SP
 from rocm_dspark.runtime.refusal import (  # noqa: F401
     ADAPTIVE_REFUSALS,
     MONO_REFUSAL,
-    find_adaptive_refusal,
     find_mono_refusal,
     find_refusal,
 )

@@ -14,7 +14,6 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from rocm_dspark.errors import EnvironmentFailure
-from rocm_dspark.runtime.metrics import spec_decode_counters
 
 
 @dataclass
@@ -80,32 +79,25 @@ class VllmClient:
                 return HttpResult(resp.status, resp.read(), dict(resp.headers))
         except urllib.error.HTTPError as exc:
             return HttpResult(exc.code, exc.read(), dict(exc.headers or {}))
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, ConnectionRefusedError):
-                raise ServerError(f"{method} {path}: connection refused at {self.base_url}") from None
-            if isinstance(reason, TimeoutError):
-                raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-            raise ServerError(f"{method} {path}: {reason}") from None
-        except TimeoutError:
-            raise ServerError(f"{method} {path}: no answer within {timeout_s:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:  # reset / closed mid-response
-            raise ServerError(f"{method} {path}: {exc}") from None
+        except (OSError, http.client.HTTPException) as exc:  # URLError (connecting) or reset / closed mid-response
+            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(why, ConnectionRefusedError):
+                why = f"connection refused at {self.base_url}"
+            elif isinstance(why, TimeoutError):
+                why = f"no answer within {timeout_s:g} s"
+            raise ServerError(f"{method} {path}: {why}") from None
 
     def get(self, path: str, timeout_s: float = 30.0) -> HttpResult:
         return self.request("GET", path, timeout_s=timeout_s)
 
-    def _post_json(self, path: str, body: dict, timeout_s: float) -> dict:
-        res = self.request("POST", path, body, timeout_s=timeout_s)
+    def _get_ok(self, path: str, timeout_s: float) -> HttpResult:
+        res = self.get(path, timeout_s)
         if res.status != 200:
-            raise ServerError(f"POST {path}: HTTP {res.status}: {one_line(res.body.decode(errors='replace'))}")
-        return res.json()
+            raise ServerError(f"GET {path}: HTTP {res.status}")
+        return res
 
     def models(self, timeout_s: float = 30.0) -> list[str]:
-        res = self.get("/v1/models", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /v1/models: HTTP {res.status}")
-        return model_ids(res)
+        return model_ids(self._get_ok("/v1/models", timeout_s))
 
     def _model(self, model: str | None) -> str:
         if model:
@@ -115,61 +107,43 @@ class VllmClient:
             raise ServerError("the server lists no model: pass model= explicitly")
         return ids[0]
 
-    def complete(
-        self,
-        prompt: str,
-        max_tokens: int = 16,
-        *,
-        model: str | None = None,
-        temperature: float = 0.0,
-        ignore_eos: bool = False,
-        timeout_s: float = 120.0,
-        **extra,
-    ) -> dict:
+    def complete(self, prompt: str, max_tokens: int = 16, **kw) -> dict:
         """POST /v1/completions (greedy by default) and return the response JSON."""
-        body = {
-            "model": self._model(model),
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            **({"ignore_eos": True} if ignore_eos else {}),
-            **extra,
-        }
-        return self._post_json("/v1/completions", body, timeout_s)
+        return self._generate("/v1/completions", {"prompt": prompt}, max_tokens, **kw)
 
-    def chat(
-        self,
-        messages: list[dict] | str,
-        max_tokens: int = 64,
-        *,
-        model: str | None = None,
-        temperature: float = 0.0,
-        ignore_eos: bool = False,
-        timeout_s: float = 120.0,
-        **extra,
-    ) -> dict:
+    def chat(self, messages: list[dict] | str, max_tokens: int = 64, **kw) -> dict:
         """POST /v1/chat/completions; a plain string becomes one user message."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
+        return self._generate("/v1/chat/completions", {"messages": messages}, max_tokens, **kw)
+
+    def _generate(
+        self,
+        path: str,
+        what: dict,
+        max_tokens: int,
+        *,
+        model: str | None = None,
+        temperature: float = 0.0,
+        ignore_eos: bool = False,
+        timeout_s: float = 120.0,
+        **extra,
+    ) -> dict:
         body = {
             "model": self._model(model),
-            "messages": messages,
+            **what,
             "max_tokens": max_tokens,
             "temperature": temperature,
             **({"ignore_eos": True} if ignore_eos else {}),
             **extra,
         }
-        return self._post_json("/v1/chat/completions", body, timeout_s)
+        res = self.request("POST", path, body, timeout_s=timeout_s)
+        if res.status != 200:
+            raise ServerError(f"POST {path}: HTTP {res.status}: {one_line(res.body.decode(errors='replace'))}")
+        return res.json()
 
     def metrics_text(self, timeout_s: float = 30.0) -> str:
-        res = self.get("/metrics", timeout_s)
-        if res.status != 200:
-            raise ServerError(f"GET /metrics: HTTP {res.status}")
-        return res.body.decode()
-
-    def metrics(self, model_name: str | None = None, timeout_s: float = 30.0):
-        """The spec-decode counters now (rocm_dspark.runtime.metrics.SpecDecodeCounters)."""
-        return spec_decode_counters(self.metrics_text(timeout_s), model_name)
+        return self._get_ok("/metrics", timeout_s).body.decode()
 
 
 def model_ids(res: HttpResult) -> list[str]:

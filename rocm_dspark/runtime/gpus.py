@@ -25,16 +25,23 @@ class GpuAgent(NamedTuple):
 GFX_TARGET = re.compile(r"\b(gfx[0-9]{3,4}[a-z]?)\b")
 
 
-def parse_rocminfo(text: str) -> list[GpuAgent]:
-    """GPU agents from `rocminfo`: blocks whose `Name:` is a gfx target (CPU agents are skipped)."""
-    agents: list[GpuAgent] = []
+def rocminfo_gpu_blocks(text: str) -> list[tuple[str, str]]:
+    """`rocminfo`'s GPU agents as (gfx target, the agent's block): blocks whose `Name:` is a gfx target."""
+    out = []
     for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
         name = re.search(r"^\s*Name:\s*(\S+)", block, re.M)
-        marketing = re.search(r"^\s*Marketing Name:\s*(.*?)\s*$", block, re.M)
         device_type = re.search(r"^\s*Device Type:\s*(\S+)", block, re.M)
-        if not name or not GFX_TARGET.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
-            continue
-        agents.append(GpuAgent(len(agents), marketing.group(1) if marketing else "", name.group(1), "rocminfo"))
+        if name and GFX_TARGET.fullmatch(name.group(1)) and (not device_type or device_type.group(1) == "GPU"):
+            out.append((name.group(1), block))
+    return out
+
+
+def parse_rocminfo(text: str) -> list[GpuAgent]:
+    """GPU agents from `rocminfo` (CPU agents are skipped)."""
+    agents = []
+    for i, (arch, block) in enumerate(rocminfo_gpu_blocks(text)):
+        marketing = re.search(r"^\s*Marketing Name:\s*(.*?)\s*$", block, re.M)
+        agents.append(GpuAgent(i, marketing.group(1) if marketing else "", arch, "rocminfo"))
     return agents
 
 
@@ -55,16 +62,9 @@ def parse_amdsmi_static_json(text: str) -> list[GpuAgent]:
     """`amd-smi static --json`: per GPU {gpu, asic: {market_name, target_graphics_version}}."""
     agents = []
     for i, entry in enumerate(amdsmi_json_entries(text)):
-        asic = entry.get("asic")
-        asic = asic if isinstance(asic, dict) else {}
-        agents.append(
-            GpuAgent(
-                int(entry.get("gpu", i)),
-                str(asic.get("market_name", "")),
-                str(asic.get("target_graphics_version", "")),
-                "amd-smi static --json",
-            )
-        )
+        asic = entry["asic"] if isinstance(entry.get("asic"), dict) else {}
+        name, arch = str(asic.get("market_name", "")), str(asic.get("target_graphics_version", ""))
+        agents.append(GpuAgent(int(entry.get("gpu", i)), name, arch, "amd-smi static --json"))
     return agents
 
 

@@ -7,20 +7,21 @@ has (for the recipe) is rocm_dspark.runtime.gpus.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
 from typing import NamedTuple
 
-from rocm_dspark.runtime.gpus import GFX_TARGET, GpuAgent, amdsmi_json_entries, parse_rocminfo, run_tool
+from rocm_dspark.runtime.gpus import amdsmi_json_entries, parse_rocminfo, rocminfo_gpu_blocks, run_tool
 from rocm_dspark.runtime.partition import PARTITION_ARGV, parse_partitions
 
 
 class GpuFacts(NamedTuple):
     # the JSON key records carry; mypy refuses any NamedTuple field that shadows a tuple method (tuple.index)
     index: int  # type: ignore[assignment]
-    marketing_name: str
-    arch: str
+    marketing_name: str = ""
+    arch: str = ""
     vram_mb: float | None = None  # HBM size the tool reports (MB = MiB as amd-smi prints it)
     ecc_correctable: int | None = None
     ecc_uncorrectable: int | None = None
@@ -76,49 +77,42 @@ def _number(value) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _int(value) -> int | None:
-    n = _number(value)
-    return int(n) if n is not None else None
-
-
 def parse_amdsmi_text_tree(text: str) -> list[dict]:
     """`amd-smi static`/`metric` text -> one nested dict per `GPU: N` block, keys lower-cased like the
     JSON output (`ASIC: / MARKET_NAME: x` -> {"asic": {"market_name": "x"}}), so one extractor reads both."""
     entries: list[dict] = []
-    stack: list[tuple[int, dict]] = []
+    stack: list[tuple[int, dict]] = []  # (indent, section) of the open sections, the GPU's entry first
     for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        top = re.match(r"^(GPU|CPU):\s*(\d+)\s*$", raw)
-        if top:
-            if top.group(1) == "GPU":
-                entry = {"gpu": int(top.group(2))}
-                entries.append(entry)
-                stack = [(0, entry)]
-            else:
-                stack = []  # CPU blocks are not ours
-            continue
-        if not stack:
-            continue
-        m = re.match(r"^(\s+)([A-Za-z0-9_ .]+?):\s*(.*?)\s*$", raw)
-        if not m:
-            continue
-        indent, key, value = len(m.group(1)), m.group(2).strip().lower().replace(" ", "_"), m.group(3)
-        while len(stack) > 1 and stack[-1][0] >= indent:
-            stack.pop()
-        parent = stack[-1][1]
-        if value == "":
-            child: dict = {}
-            parent[key] = child
-            stack.append((indent, child))
-        else:
-            parent[key] = value
+        if top := re.match(r"^(GPU|CPU):\s*(\d+)\s*$", raw):
+            stack = [(0, {"gpu": int(top.group(2))})] if top.group(1) == "GPU" else []  # CPU blocks are not ours
+            entries += [stack[0][1]] if stack else []
+        elif stack and (m := re.match(r"^(\s+)([A-Za-z0-9_ .]+?):\s*(.*?)\s*$", raw)):
+            indent, key, value = len(m.group(1)), m.group(2).strip().lower().replace(" ", "_"), m.group(3)
+            while len(stack) > 1 and stack[-1][0] >= indent:
+                stack.pop()
+            parent = stack[-1][1]
+            parent[key] = value or {}
+            if not value:  # a section: the lines indented below it are its keys
+                stack.append((indent, parent[key]))
     return entries
 
 
 def _section(entry: dict, key: str) -> dict:
     value = entry.get(key)
     return value if isinstance(value, dict) else {}
+
+
+# GpuFacts field <- the section and key of an amd-smi entry that hold it; of two for one field, the first wins.
+_READINGS = (
+    ("vram_mb", "vram", "size"),
+    ("vram_mb", "mem_usage", "total_vram"),
+    ("ecc_correctable", "ecc", "total_correctable_count"),
+    ("ecc_uncorrectable", "ecc", "total_uncorrectable_count"),
+    ("ecc_deferred", "ecc", "total_deferred_count"),
+    ("power_cap_w", "limit", "socket_power"),
+    ("power_w", "power", "socket_power"),
+    ("power_cap_w", "power", "power_limit"),
+)
 
 
 def _facts_from_entry(entry: dict, source: str) -> dict:
@@ -129,20 +123,10 @@ def _facts_from_entry(entry: dict, source: str) -> dict:
         out["marketing_name"] = str(asic["market_name"])
     if asic.get("target_graphics_version"):
         out["arch"] = str(asic["target_graphics_version"])
-    vram = _section(entry, "vram")
-    if _number(vram.get("size")) is not None:
-        out["vram_mb"] = _number(vram.get("size"))
-    usage = _section(entry, "mem_usage")
-    if "vram_mb" not in out and _number(usage.get("total_vram")) is not None:
-        out["vram_mb"] = _number(usage["total_vram"])
-    ecc = _section(entry, "ecc")
-    for key, field in (
-        ("total_correctable_count", "ecc_correctable"),
-        ("total_uncorrectable_count", "ecc_uncorrectable"),
-        ("total_deferred_count", "ecc_deferred"),
-    ):
-        if _int(ecc.get(key)) is not None:
-            out[field] = _int(ecc[key])
+    for field, section, key in _READINGS:
+        number = _number(_section(entry, section).get(key))
+        if number is not None and field not in out:
+            out[field] = int(number) if field.startswith("ecc_") else number
     temps = _section(entry, "temperature")
     readings = {k: _number(v) for k, v in temps.items() if _number(v) is not None}
     if readings:
@@ -155,13 +139,6 @@ def _facts_from_entry(entry: dict, source: str) -> dict:
     }
     if limits:
         out["temperature_limits_c"] = limits
-    if _number(limit.get("socket_power")) is not None:
-        out["power_cap_w"] = _number(limit["socket_power"])
-    power = _section(entry, "power")
-    if _number(power.get("socket_power")) is not None:
-        out["power_w"] = _number(power["socket_power"])
-    if _number(power.get("power_limit")) is not None and "power_cap_w" not in out:
-        out["power_cap_w"] = _number(power["power_limit"])
     out["source"] = source
     return out
 
@@ -199,17 +176,13 @@ def parse_rocm_smi_showall(text: str) -> list[dict]:
     return [per[k] for k in sorted(per)]
 
 
-def rocminfo_vram_mb(text: str) -> list[float | None]:
-    """Per GPU agent (rocminfo order), the size of its first GLOBAL pool in MB (the HBM it exposes)."""
-    sizes: list[float | None] = []
-    for block in re.split(r"\n\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
-        name = re.search(r"^\s*Name:\s*(\S+)", block, re.M)
-        device_type = re.search(r"^\s*Device Type:\s*(\S+)", block, re.M)
-        if not name or not GFX_TARGET.fullmatch(name.group(1)) or (device_type and device_type.group(1) != "GPU"):
-            continue
+def rocminfo_facts(text: str) -> list[dict]:
+    """`rocminfo`: per GPU agent its name, arch and the size of its first GLOBAL pool in MB (the HBM it exposes)."""
+    facts = []
+    for agent, (_arch, block) in zip(parse_rocminfo(text), rocminfo_gpu_blocks(text)):
         pool = re.search(r"Segment:\s*GLOBAL[^\n]*\n\s*Size:\s*(\d+)\([^)]*\)\s*KB", block)
-        sizes.append(int(pool.group(1)) / 1024 if pool else None)
-    return sizes
+        facts.append({**agent._asdict(), "vram_mb": int(pool.group(1)) / 1024 if pool else None})
+    return facts
 
 
 def parse_amdsmi_version(text: str) -> dict:
@@ -232,36 +205,14 @@ def parse_amdsmi_version(text: str) -> dict:
 def merge_facts(*sources: list[dict]) -> list[GpuFacts]:
     """GpuFacts per index; the first source that has a field wins (pass the most precise tool first)."""
     merged: dict[int, dict] = {}
-    for facts_list in sources:
-        for facts in facts_list:
-            into = merged.setdefault(int(facts.get("index", 0)), {"index": int(facts.get("index", 0))})
-            for key, value in facts.items():
-                if key == "source":
-                    srcs = into.setdefault("sources", [])
-                    if value not in srcs:
-                        srcs.append(value)
-                elif value not in (None, "", {}) and key not in into:
-                    into[key] = value
-    out = []
-    for index in sorted(merged):
-        d = merged[index]
-        out.append(
-            GpuFacts(
-                index=index,
-                marketing_name=d.get("marketing_name", ""),
-                arch=d.get("arch", ""),
-                vram_mb=d.get("vram_mb"),
-                ecc_correctable=d.get("ecc_correctable"),
-                ecc_uncorrectable=d.get("ecc_uncorrectable"),
-                ecc_deferred=d.get("ecc_deferred"),
-                temperature_c=dict(d.get("temperature_c", {})),
-                temperature_limits_c=dict(d.get("temperature_limits_c", {})),
-                power_w=d.get("power_w"),
-                power_cap_w=d.get("power_cap_w"),
-                source=", ".join(d.get("sources", [])),
-            )
-        )
-    return out
+    for facts in itertools.chain(*sources):
+        into = merged.setdefault(int(facts.get("index", 0)), {"source": []})
+        for key, value in facts.items():
+            if key == "source":
+                into["source"] += [] if value in into["source"] else [value]
+            elif value not in (None, "", {}) and key not in into:
+                into[key] = value
+    return [GpuFacts(**{**d, "index": i, "source": ", ".join(d["source"])}) for i, d in sorted(merged.items())]
 
 
 AMDSMI_ARGVS = (
@@ -272,7 +223,7 @@ AMDSMI_ARGVS = (
 
 def detect_argvs() -> tuple[tuple[str, ...], ...]:
     """The commands inventory() runs where the tools are installed (rocm-smi only where amd-smi is not)."""
-    return (*AMDSMI_ARGVS, tuple(PARTITION_ARGV), ("rocminfo",))
+    return (*AMDSMI_ARGVS, PARTITION_ARGV, ("rocminfo",))
 
 
 def inventory(root: str = "") -> HostInventory:
@@ -284,57 +235,37 @@ def inventory(root: str = "") -> HostInventory:
     problems: list[str] = []
     sources: list[list[dict]] = []
 
-    def run(argv: list[str]) -> str | None:
-        out = run_tool(argv, timeout=60)
+    def read(argv, parse) -> None:
+        """Run one tool and add what `parse` reads in its output; a failure is a problem, never an error."""
+        what = " ".join(argv)
+        out = run_tool(list(argv), timeout=60)
         if out is None:
-            problems.append(f"`{' '.join(argv)}` failed or timed out")
-        else:
-            commands.append(" ".join(argv))
-        return out
-
-    def parse(fn, text, what):
+            problems.append(f"`{what}` failed or timed out")
+            return
+        commands.append(what)
+        if not out:
+            return
         try:
-            found = fn(text)
+            found = parse(out)
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             problems.append(f"{what} did not parse: {exc}")
-            return []
+            return
+        sources.append(found)
         if not found:
             problems.append(f"{what} reported no GPU")
-        return found
 
+    partitions: dict[int, str] = {}
     if tools["amd-smi"]:
         for argv in AMDSMI_ARGVS:
-            out = run(list(argv))
-            if out:
-                sources.append(parse(parse_amdsmi_facts, out, " ".join(argv)))
-    partitions: dict[int, str] = {}
-    if tools["amd-smi"]:  # an amd-smi without --partition is no problem: the mode stays unknown
-        out = run_tool(list(PARTITION_ARGV), timeout=60)
+            read(argv, parse_amdsmi_facts)
+        out = run_tool(list(PARTITION_ARGV), timeout=60)  # no --partition is no problem: the mode stays unknown
         if out:
             commands.append(" ".join(PARTITION_ARGV))
             partitions = parse_partitions(out)
-    rocminfo_gpus: list[GpuAgent] = []
     if tools["rocminfo"]:
-        out = run(["rocminfo"])
-        if out:
-            rocminfo_gpus = parse(parse_rocminfo, out, "rocminfo")
-            sizes = rocminfo_vram_mb(out)
-            sources.append(
-                [
-                    {
-                        "index": a.index,
-                        "marketing_name": a.marketing_name,
-                        "arch": a.arch,
-                        "vram_mb": sizes[a.index] if a.index < len(sizes) else None,
-                        "source": "rocminfo",
-                    }
-                    for a in rocminfo_gpus
-                ]
-            )
+        read(("rocminfo",), rocminfo_facts)
     if tools["rocm-smi"] and not tools["amd-smi"]:
-        out = run(["rocm-smi", "-a"])
-        if out:
-            sources.append(parse(parse_rocm_smi_showall, out, "rocm-smi -a"))
+        read(("rocm-smi", "-a"), parse_rocm_smi_showall)
     gpus = [g for g in merge_facts(*sources) if g.arch or g.marketing_name]
     kfd = os.path.exists(f"{root}/dev/kfd")
     return HostInventory(tuple(gpus), tools, kfd, tuple(commands), tuple(problems), partitions)

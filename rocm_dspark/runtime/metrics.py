@@ -10,20 +10,23 @@ Parsing uses the real prometheus_client parser, imported lazily (it is an option
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rocm_dspark.errors import EnvironmentFailure, UsageError
 
-# Sample names as exposed by vLLM (prometheus_client appends `_total` to counters).
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+# The counters' fields -> their samples as vLLM exposes them (prometheus_client appends `_total` to counters).
+COUNTERS = {
+    "num_drafts": "vllm:spec_decode_num_drafts_total",
+    "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "request_success": "vllm:request_success_total",  # summed over finished_reason
+}
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-PROMPT_TOKENS = "vllm:prompt_tokens_total"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
-REQUEST_SUCCESS = "vllm:request_success_total"
-
-_SPEC_NAMES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
+_SPEC_NAMES = (*tuple(COUNTERS.values())[:3], ACCEPTED_PER_POS)
 
 
 class CounterReset(EnvironmentFailure):
@@ -54,11 +57,9 @@ def parse_samples(text: str) -> list[Sample]:
         ) from None
 
 
-def sample_sum(samples: list[Sample], name: str, model_name: str | None = None, **labels: str) -> float | None:
-    """Sum of all samples called `name` whose labels match; None when there is no such sample at all."""
-    if model_name is not None:
-        labels = {**labels, "model_name": model_name}
-    values = [s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+def sample_sum(samples: list[Sample], name: str, model_name: str | None = None) -> float | None:
+    """Sum of the samples called `name` (of `model_name` only, when given); None when there is no such sample."""
+    values = [s.value for s in samples if s.name == name and model_name in (None, s.labels.get("model_name"))]
     return sum(values, 0.0) if values else None
 
 
@@ -77,8 +78,8 @@ class SpecDecodeCounters:
     accepted_per_pos: tuple[float, ...] = ()  # index = draft position 0..K-1
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
-    request_success: float = 0.0  # summed over finished_reason
-    is_delta: bool = field(default=False, compare=False)
+    request_success: float = 0.0
+    is_delta: bool = field(default=False, compare=False)  # in the records the probe writes (dataclasses.asdict)
 
     # -- derived values -------------------------------------------------------------------------
     @property
@@ -103,21 +104,6 @@ class SpecDecodeCounters:
             return None
         return tuple(a / self.num_drafts for a in self.accepted_per_pos)
 
-    def require_spec_decode(self) -> SpecDecodeCounters:
-        """Self, or a one-line UsageError when there is nothing to compute an acceptance length from."""
-        if not self.spec_decode:
-            raise UsageError(
-                "the server exports no vllm:spec_decode_* counters: it runs without speculative decoding; "
-                "start it with --speculative-config"
-            )
-        if self.num_drafts <= 0:
-            raise UsageError(
-                "no speculative drafts were counted"
-                + (" during the workload" if self.is_delta else "")
-                + ": send generation requests (max_tokens > 1) before reading the acceptance length"
-            )
-        return self
-
     def summary(self) -> str:
         if not self.spec_decode:
             return "no speculative decoding counters"
@@ -139,35 +125,18 @@ class SpecDecodeCounters:
                 "spec_decode counters appeared or vanished between the two reads: the server restarted "
                 "with another configuration; read both snapshots from the same server run"
             )
-        width = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
-        pad = lambda t: tuple(t) + (0.0,) * (width - len(t))  # noqa: E731 - a missing position is 0
-        pairs = {
-            "num_drafts": (self.num_drafts, before.num_drafts),
-            "num_draft_tokens": (self.num_draft_tokens, before.num_draft_tokens),
-            "num_accepted_tokens": (self.num_accepted_tokens, before.num_accepted_tokens),
-            "prompt_tokens": (self.prompt_tokens, before.prompt_tokens),
-            "generation_tokens": (self.generation_tokens, before.generation_tokens),
-            "request_success": (self.request_success, before.request_success),
-        }
-        for i, (a, b) in enumerate(zip(pad(self.accepted_per_pos), pad(before.accepted_per_pos))):
-            pairs[f"accepted_per_pos[{i}]"] = (a, b)
+        # a position one read lacks counts 0
+        per_pos = list(itertools.zip_longest(self.accepted_per_pos, before.accepted_per_pos, fillvalue=0.0))
+        pairs = {k: (getattr(self, k), getattr(before, k)) for k in COUNTERS}
+        pairs |= {f"accepted_per_pos[{i}]": ab for i, ab in enumerate(per_pos)}
         backwards = [f"{k} {b:g} -> {a:g}" for k, (a, b) in pairs.items() if a < b]
         if backwards:
             raise CounterReset(
                 "counters went backwards (" + "; ".join(backwards) + "): the server restarted between "
                 "the two reads; rerun the workload against a server that stays up"
             )
-        return SpecDecodeCounters(
-            spec_decode=self.spec_decode,
-            num_drafts=self.num_drafts - before.num_drafts,
-            num_draft_tokens=self.num_draft_tokens - before.num_draft_tokens,
-            num_accepted_tokens=self.num_accepted_tokens - before.num_accepted_tokens,
-            accepted_per_pos=tuple(a - b for a, b in zip(pad(self.accepted_per_pos), pad(before.accepted_per_pos))),
-            prompt_tokens=self.prompt_tokens - before.prompt_tokens,
-            generation_tokens=self.generation_tokens - before.generation_tokens,
-            request_success=self.request_success - before.request_success,
-            is_delta=True,
-        )
+        deltas = {k: a - b for k, (a, b) in pairs.items() if k in COUNTERS}
+        return replace(self, accepted_per_pos=tuple(a - b for a, b in per_pos), is_delta=True, **deltas)
 
 
 def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecodeCounters:
@@ -185,7 +154,7 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecode
     spec = any(sample_sum(samples, n, model_name) is not None for n in _SPEC_NAMES)
     per_pos: dict[int, float] = {}
     for s in samples:
-        if s.name != ACCEPTED_PER_POS or (model_name is not None and s.labels.get("model_name") != model_name):
+        if s.name != ACCEPTED_PER_POS or model_name not in (None, s.labels.get("model_name")):
             continue
         try:
             pos = int(s.labels["position"])
@@ -193,13 +162,5 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecode
             raise UsageError(f"{ACCEPTED_PER_POS} sample without an integer position label: {s.labels}") from None
         per_pos[pos] = per_pos.get(pos, 0.0) + s.value
     width = max(per_pos) + 1 if per_pos else 0
-    return SpecDecodeCounters(
-        spec_decode=spec,
-        num_drafts=total(DRAFTS),
-        num_draft_tokens=total(DRAFT_TOKENS),
-        num_accepted_tokens=total(ACCEPTED),
-        accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(width)),
-        prompt_tokens=total(PROMPT_TOKENS),
-        generation_tokens=total(GENERATION_TOKENS),
-        request_success=total(REQUEST_SUCCESS),
-    )
+    totals: dict[str, Any] = {k: total(n) for k, n in COUNTERS.items()}
+    return SpecDecodeCounters(spec, accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(width)), **totals)

@@ -45,18 +45,13 @@ class MonoPath(NamedTuple):
     def text(self) -> str:
         if self.path == OFF:
             return "off: " + "; ".join(self.off or ("no layer takes the mono decode kernels",))
-        parts = [
-            self.path
-            + (
-                f", active (decode steps of <= {self.rows} rows)"
-                if self.active
-                else ", not active yet (no decode step has taken it)"
-            )
-        ]
-        if self.path == WHOLE:
-            parts += [f"the FFN launch only for layers with {w}" for w in self.ffn_only]
-        else:
-            parts += [f"not the whole layer: layers with {w}" for w in self.ffn_only]
+        active = (
+            f"active (decode steps of <= {self.rows} rows)"
+            if self.active
+            else "not active yet (no decode step has taken it)"
+        )
+        ffn_only = "the FFN launch only for layers with" if self.path == WHOLE else "not the whole layer: layers with"
+        parts = [f"{self.path}, {active}", *(f"{ffn_only} {w}" for w in self.ffn_only)]
         parts += [f"off for some layers: {w}" for w in self.off]
         parts += [f"draft layers: {self.draft}"] if self.draft else []
         return "; ".join(parts)

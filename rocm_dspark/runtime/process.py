@@ -1,15 +1,8 @@
 """The one vLLM process manager: start a server command, wait until it serves, stop its process group.
 
-Used by the launcher tests, the probe's `live` level and validation. It runs any command (`vllm serve ...`,
-`python -m vllm.entrypoints.openai.api_server ...`, a generated launcher script) in its own process
-group with output to a log file, so that stop() can take down vLLM's EngineCore/Worker children too.
-
-Readiness follows vLLM's own behaviour (rocm_dspark.runtime.readiness, the one wait): the listen socket refuses
-connections until the engine is up, then `/health` answers 200 and `/v1/models` lists the served name. A process
-that exits while we wait is reported at once (exit status, log tail and the refusal line, if vLLM refused).
-
-Requests to the server (readiness polls, completions, /metrics) go through `server.client`, a
-rocm_dspark.runtime.client.VllmClient; this module only manages the process.
+It runs any command (`vllm serve ...`, a generated launcher script) in its own process group with output to a log
+file, so that stop() takes down vLLM's EngineCore/Worker children too. The wait is rocm_dspark.runtime.readiness's;
+requests go through `server.client` (rocm_dspark.runtime.client.VllmClient).
 """
 
 from __future__ import annotations
@@ -27,7 +20,8 @@ from pathlib import Path
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.runtime.client import VllmClient, loopback_host
-from rocm_dspark.runtime.readiness import MAX_POLL_S, Readiness, ReadyCheck, wait_ready
+from rocm_dspark.runtime.procfs import stat_fields
+from rocm_dspark.runtime.readiness import Readiness, ReadyCheck, poll_until, wait_ready
 from rocm_dspark.runtime.refusal import find_refusal
 
 
@@ -41,13 +35,6 @@ def listening(host: str, port: int) -> bool:
         return False
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class StopResult:
     exit_code: int | None  # the leader's status (negative = killed by that signal), None if never started
@@ -56,19 +43,12 @@ class StopResult:
     leftover: tuple[int, ...] = ()  # pids still alive afterwards; empty means nothing left behind
 
 
-def _proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, pgrp, state) for every live process, read from /proc (Linux)."""
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgrp) for every live process (zombies left out), read from /proc (Linux)."""
     table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses: split after the last ')'.
-        fields = raw[raw.rfind(")") + 2 :].split()
-        table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+        if entry.isdigit() and (fields := stat_fields(int(entry))) and fields[0] != "Z":
+            table[int(entry)] = (int(fields[1]), int(fields[2]))
     return table
 
 
@@ -80,33 +60,28 @@ def group_members(pgid: int) -> list[int]:
             return [pgid]
         except ProcessLookupError:
             return []
-    return [pid for pid, (_pp, pg, st) in _proc_table().items() if pg == pgid and st != "Z"]
+    return [pid for pid, (_ppid, pgrp) in _proc_table().items() if pgrp == pgid]
 
 
 def descendants(pid: int) -> list[int]:
     """Live descendants of `pid` (children that moved to another session included)."""
     if not os.path.isdir("/proc"):
         return []
-    table = _proc_table()
     children: dict[int, list[int]] = {}
-    for p, (pp, _pg, st) in table.items():
-        if st != "Z":
-            children.setdefault(pp, []).append(p)
+    for p, (ppid, _pgrp) in _proc_table().items():
+        children.setdefault(ppid, []).append(p)
     out, todo = [], [pid]
     while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
     return out
 
 
 def is_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie, already dead but not yet reaped, counts as gone)."""
-    try:
-        st = Path(f"/proc/{pid}/stat").read_text()
-        return st[st.rfind(")") + 2] != "Z"
-    except OSError:
-        return False
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 class VllmServer:
@@ -126,8 +101,6 @@ class VllmServer:
         port: int,
         host: str = "127.0.0.1",
         log_path: str | os.PathLike | None = None,
-        cwd: str | os.PathLike | None = None,
-        inherit_env: bool = True,
     ):
         if not argv:
             raise UsageError("empty server command: pass the argv of `vllm serve ...` or of a launcher")
@@ -135,17 +108,10 @@ class VllmServer:
         self.env = dict(env or {})
         self.client = VllmClient(host, port)
         self.host, self.port = self.client.host, self.client.port
-        self.cwd = cwd
-        self.inherit_env = inherit_env
         self.log_path = (
             Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="rocm-dspark-server-")) / "server.log"
         )
         self.proc: subprocess.Popen | None = None
-
-    @classmethod
-    def from_plan(cls, plan, log_path=None, *, cwd=None) -> VllmServer:
-        """A server for a LaunchPlan (rocm_dspark.recipe.plan): its argv, env, host and port."""
-        return cls(list(plan.argv), dict(plan.env), host=plan.host, port=plan.port, log_path=log_path, cwd=cwd)
 
     @property
     def base_url(self) -> str:
@@ -159,14 +125,12 @@ class VllmServer:
         if self.proc is not None:
             raise UsageError("this server was already started: make a new VllmServer for another run")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env} if self.inherit_env else dict(self.env)
         with open(self.log_path, "wb") as log:
             try:
                 # Own session = own process group: stop() signals vLLM's children along with it.
                 self.proc = subprocess.Popen(
                     self.argv,
-                    env=env,
-                    cwd=self.cwd,
+                    env={**os.environ, **self.env},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -197,12 +161,9 @@ class VllmServer:
             raise UsageError("wait_ready() before start(): start the server first")
         return ReadyCheck(self.client, exit_code=self.proc.poll, log_text=self.log_text, gate=gate)
 
-    def wait_ready(
-        self, deadline_s: float = 600.0, poll_s: float = MAX_POLL_S, *, on_miss: Callable[[float], None] | None = None
-    ) -> Readiness:
-        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes; polls
-        start fast and back off to one every `poll_s` seconds."""
-        return wait_ready(self.ready_check(), deadline_s, on_miss=on_miss, max_poll_s=poll_s)
+    def wait_ready(self, deadline_s: float = 600.0) -> Readiness:
+        """Poll /health then /v1/models until both answer, the process exits, or `deadline_s` passes."""
+        return wait_ready(self.ready_check(), deadline_s)
 
     def stop(self, grace_s: float = 15.0) -> StopResult:
         """SIGTERM the whole process group (and any descendant that left it), SIGKILL after `grace_s`.
@@ -230,15 +191,13 @@ class VllmServer:
                     if is_alive(p):
                         os.kill(p, sig)
 
-        def wait_gone(seconds: float, step: float = 0.05) -> None:
-            deadline = time.monotonic() + seconds
-            while remaining() and time.monotonic() < deadline:
-                time.sleep(step)
+        def wait_gone(seconds: float) -> None:
+            poll_until(lambda: None if remaining() else True, seconds, max_s=0.1)
 
         killed = False
         if remaining():
             signal_all(signal.SIGTERM)
-            wait_gone(grace_s, 0.1)
+            wait_gone(grace_s)
             if remaining():
                 killed = True
                 # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's

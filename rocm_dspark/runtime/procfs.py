@@ -17,7 +17,8 @@ PROC = Path("/proc")
 TCP_LISTEN = "0A"
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat from field 3 (state) on, or None when the process is gone."""
     try:
         raw = (PROC / str(pid) / "stat").read_text()
     except OSError:
@@ -28,12 +29,12 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (stat field 22), or None when it is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
 def parent(pid: int) -> int | None:
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[1]) if fields else None
 
 

@@ -53,14 +53,10 @@ class Display:
     ):
         self.stream = stream or sys.stderr
         self._say = say
-        self.fancy = (wants_rich(self.stream) if fancy is None else fancy) and say is None
+        # a display that hands every line to `say` (how validate's and probe's callers print) is plain
+        self.fancy = say is None and (wants_rich(self.stream) if fancy is None else fancy)
         self.heartbeat_s = heartbeat_s
         self._console = None
-
-    @classmethod
-    def plain(cls, say: Callable[[str], None], heartbeat_s: float = 30.0) -> Display:
-        """A display that hands every line to `say` (how validate's and probe's callers print)."""
-        return cls(fancy=False, say=say, heartbeat_s=heartbeat_s)
 
     def say(self, text: str) -> None:
         if self._say is not None:
@@ -84,28 +80,25 @@ class Display:
 
         Returns (poll's value, None on timeout; the last phase read from the log; seconds waited)."""
         follower = LogFollower(log_path) if log_path else None
+        phase: Callable[[], Phase | None] = follower.poll if follower else lambda: None
         t0 = time.monotonic()
         self.say(f"{label}: server log {log_path}" if log_path else f"{label}: waiting")
         if self.fancy:
-            return self._wait_rich(label, follower, poll, poll_s, deadline_s, t0)
-        return self._wait_plain(label, follower, poll, poll_s, deadline_s, t0)
-
-    def _wait_plain(self, label, follower, poll, poll_s, deadline_s, t0):
+            return self._wait_rich(label, phase, poll, poll_s, deadline_s, t0)
         shown, last_beat = None, t0
 
-        def show(elapsed):
+        def show(elapsed):  # a line when the phase changes, and a heartbeat
             nonlocal shown, last_beat
-            phase = follower.poll() if follower else None
-            text = phase.text() if phase else "waiting"
+            text = p.text() if (p := phase()) else "waiting"
             now = time.monotonic()
             if text != shown or now - last_beat >= self.heartbeat_s:
                 self.say(f"{label}: {_fmt(elapsed)} {text}")
                 shown, last_beat = text, now
 
         result = poll_until(poll, deadline_s, on_miss=show, max_s=poll_s)
-        return result, follower.poll() if follower else None, time.monotonic() - t0
+        return result, phase(), time.monotonic() - t0
 
-    def _wait_rich(self, label, follower, poll, poll_s, deadline_s, t0):
+    def _wait_rich(self, label, phase, poll, poll_s, deadline_s, t0):
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -116,13 +109,12 @@ class Display:
                 task = bar.add_task(f"{label}: starting", total=None)
 
                 def show(_elapsed):
-                    phase = follower.poll() if follower else None
-                    bar.update(task, description=f"{label}: {phase.text() if phase else 'waiting'}")
+                    bar.update(task, description=f"{label}: {p.text() if (p := phase()) else 'waiting'}")
 
                 result = poll_until(poll, deadline_s, on_miss=show, max_s=poll_s)
-                phase = follower.poll() if follower else None
+                last = phase()
                 if result is not None:
-                    bar.update(task, description=f"{label}: {(phase or READY).text()}")
-                return result, phase, time.monotonic() - t0
+                    bar.update(task, description=f"{label}: {(last or READY).text()}")
+                return result, last, time.monotonic() - t0
         finally:
             self._console = None

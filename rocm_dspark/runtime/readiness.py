@@ -1,15 +1,6 @@
-"""The one readiness wait: poll a look until it answers, the deadline passes, or what it watches has ended.
-
-`poll_until(look, deadline_s)` is the loop of every wait for a server (`up`'s starts and its readiness server,
-`probe`'s live level, `validate --launch`, the progress display): it calls look() until it returns something,
-sleeping FIRST_POLL_S after the first miss and doubling up to MAX_POLL_S (a stand-in that answers at once costs
-tens of milliseconds, a 511 GB load is still asked once a second).
-
-`ReadyCheck` is the look for a vLLM server coming up: vLLM refuses connections until its engine is built, then
-`/health` answers 200 and `/v1/models` lists the served name; a further `gate` (the launcher's own "serving", a
-unit's "active") can be asked on top. What ends the wait early is the caller's `exit_code`: the server process
-(or the unit) has ended, reported with its status, vLLM's refusal line and the log tail. `wait_ready` is the two
-together, and on timeout says one line naming the URL and the seconds (Readiness.reason).
+"""The one readiness wait: every wait for a server (`up`'s starts and its readiness server, `probe`'s live level,
+`validate --launch`, the progress display) is poll_until; ReadyCheck is the look at a vLLM server coming up, and
+wait_ready the two together, which on timeout says one line naming the URL and the seconds (Readiness.reason).
 """
 
 from __future__ import annotations
@@ -25,8 +16,8 @@ from rocm_dspark.runtime.refusal import find_refusal
 
 T = TypeVar("T")
 
-FIRST_POLL_S = 0.05
-MAX_POLL_S = 1.0
+FIRST_POLL_S = 0.05  # a stand-in that answers at once costs tens of milliseconds
+MAX_POLL_S = 1.0  # a 511 GB load is still asked once a second
 LOG_TAIL_LINES = 40
 
 
@@ -35,14 +26,13 @@ def poll_until(
     deadline_s: float = math.inf,
     *,
     on_miss: Callable[[float], None] | None = None,
-    first_s: float = FIRST_POLL_S,
     max_s: float = MAX_POLL_S,
 ) -> T | None:
     """look() until it returns a value (returned) or `deadline_s` seconds pass (None).
 
-    After each miss: on_miss(seconds waited), then a sleep of `first_s`, doubling up to `max_s` and never past the
+    After each miss: on_miss(seconds waited), then a sleep of FIRST_POLL_S, doubling up to `max_s` and never past the
     deadline, so that the last look falls on it."""
-    t0, pause = time.monotonic(), min(first_s, max_s)
+    t0, pause = time.monotonic(), min(FIRST_POLL_S, max_s)
     while True:
         got = look()
         if got is not None:
@@ -86,9 +76,11 @@ class Readiness:
 class ReadyCheck:
     """One look at a server coming up, for poll_until: a `ready` or `exited` Readiness, or None (not yet).
 
-    exit_code(): the status of what serves, once it has ended (None while it runs); log_text(): its log, for the
-    refusal line and the tail. gate(): asked once /health and /v1/models answer; None when it holds, else what is
-    still missing (kept as the last probe)."""
+    vLLM refuses connections until its engine is built, then /health answers 200 and /v1/models lists the served
+    name. exit_code(): the status of what serves (the process, a unit), once it has ended (None while it runs): it
+    ends the wait early; log_text(): its log, for vLLM's refusal line and the tail. gate() (the launcher's own
+    "serving", a unit's "active"): asked once /health and /v1/models answer; None when it holds, else what is still
+    missing (kept as the last probe)."""
 
     def __init__(
         self,
@@ -108,7 +100,7 @@ class ReadyCheck:
     def __call__(self) -> Readiness | None:
         code = self.exit_code()
         if code is not None:
-            return self.exited(code)
+            return self._final(code)
         self.last_error = self._probe()
         if not self.last_error:
             return Readiness("ready", self.elapsed_s(), url=self.client.base_url)
@@ -127,42 +119,24 @@ class ReadyCheck:
             return str(exc)
         return (self.gate() or "") if self.gate is not None else ""
 
-    def exited(self, code: int) -> Readiness:
+    def _final(self, code: int | None) -> Readiness:
+        """`exited` once what serves has ended with status `code`; `timeout` (None) while it still runs."""
         text = self.log_text()
         return Readiness(
-            "exited",
+            "timeout" if code is None else "exited",
             self.elapsed_s(),
             exit_code=code,
-            refusal=find_refusal(text),
+            refusal=None if code is None else find_refusal(text),
             last_error=self.last_error,
-            log_tail=_tail(text),
+            log_tail="\n".join(text.splitlines()[-LOG_TAIL_LINES:]),
             url=self.client.base_url,
         )
 
     def timed_out(self) -> Readiness:
         """The answer once the deadline passed; one last look at the process first: it may have died meanwhile."""
-        code = self.exit_code()
-        if code is not None:
-            return self.exited(code)
-        return Readiness(
-            "timeout",
-            self.elapsed_s(),
-            last_error=self.last_error,
-            log_tail=_tail(self.log_text()),
-            url=self.client.base_url,
-        )
+        return self._final(self.exit_code())
 
 
-def wait_ready(
-    check: ReadyCheck,
-    deadline_s: float,
-    *,
-    on_miss: Callable[[float], None] | None = None,
-    max_poll_s: float = MAX_POLL_S,
-) -> Readiness:
+def wait_ready(check: ReadyCheck, deadline_s: float, *, on_miss: Callable[[float], None] | None = None) -> Readiness:
     """poll_until(check) within `deadline_s`: ready, exited, or timeout."""
-    return poll_until(check, deadline_s, on_miss=on_miss, max_s=max_poll_s) or check.timed_out()
-
-
-def _tail(text: str) -> str:
-    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    return poll_until(check, deadline_s, on_miss=on_miss) or check.timed_out()

@@ -54,8 +54,3 @@ def find_mono_refusal(log_text: str) -> str | None:
     """vLLM's refusal of --monokernel ("--monokernel needs ..."), without the log's prefix, or None."""
     line = find_refusal(log_text, (MONO_REFUSAL,))
     return line[line.index("ValueError: ") + len("ValueError: ") :] if line else None
-
-
-def find_adaptive_refusal(log_text: str) -> str | None:
-    """vLLM's line refusing adaptive verification for good (ADAPTIVE_REFUSALS), or None: the launcher's rule."""
-    return find_refusal(log_text, ADAPTIVE_REFUSALS)

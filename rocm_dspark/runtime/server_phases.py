@@ -19,6 +19,11 @@ from typing import NamedTuple
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of `text`, colour codes stripped; tqdm rewrites its line with carriage returns: each \\r starts one."""
+    return [_ANSI.sub("", ln) for ln in text.replace("\r", "\n").splitlines()]
+
+
 class Phase(NamedTuple):
     key: str
     label: str  # what an operator reads, e.g. "loading weights"
@@ -29,112 +34,60 @@ class Phase(NamedTuple):
         return f"{self.label} ({self.detail})" if self.detail else self.label
 
 
-# (key, label, pattern, source). Order does not matter for matching: the log's own order does.
+_MARK = r"rocm-dspark\[[^\]]*\]: "  # the generated launcher's own lines (launcher.sh.tmpl mark())
+_READY_LINE = re.compile(_MARK + "ready: serving")  # said after its warm-up requests
+# (key, label, pattern), each under its source. Order does not matter for matching: the log's own order does.
 PATTERNS = (
-    (
-        "launcher",
-        "starting vLLM",
-        re.compile(r"rocm-dspark\[[^\]]*\]: starting vLLM with (\w[\w-]*) verification"),
-        "rocm_dspark/launch/templates/launcher.sh.tmpl: start_vllm()",
-    ),
-    (
-        "fallback",
-        "falling back to block verification",
-        re.compile(r"rocm-dspark\[[^\]]*\]: falling back to block verification"),
-        "rocm_dspark/launch/templates/launcher.sh.tmpl",
-    ),
-    (
-        "args",
-        "vLLM reading its configuration",
-        re.compile(r"\bnon-default args: "),
-        "vllm/entrypoints/serve/utils/api_utils.py:286",
-    ),
-    ("engine", "initialising the engine", re.compile(r"Initializing a V1 LLM engine"), "vllm/v1/engine/core.py:134"),
-    (
-        "load",
-        "loading weights",
-        re.compile(r"Starting to load model "),
-        "vllm/v1/worker/gpu_model_runner.py:5040, cpu_model_runner.py:68",
-    ),
+    # rocm_dspark/launch/templates/launcher.sh.tmpl: start_vllm()
+    ("launcher", "starting vLLM", re.compile(_MARK + r"starting vLLM with (\w[\w-]*) verification")),
+    # rocm_dspark/launch/templates/launcher.sh.tmpl
+    ("fallback", "falling back to block verification", re.compile(_MARK + "falling back to block verification")),
+    # vllm/entrypoints/serve/utils/api_utils.py:286
+    ("args", "vLLM reading its configuration", re.compile(r"\bnon-default args: ")),
+    # vllm/v1/engine/core.py:134
+    ("engine", "initialising the engine", re.compile(r"Initializing a V1 LLM engine")),
+    # vllm/v1/worker/gpu_model_runner.py:5040, cpu_model_runner.py:68
+    ("load", "loading weights", re.compile(r"Starting to load model ")),
+    # vllm/model_executor/model_loader/weight_utils.py:1094 (tqdm description)
     (
         "shards",
         "loading weights",
         re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+)"),
-        "vllm/model_executor/model_loader/weight_utils.py:1094 (tqdm description)",
     ),
-    (
-        "drafter",
-        "loading the draft model",
-        re.compile(r"Loading drafter model"),
-        "vllm/v1/worker/gpu_model_runner.py:5071",
-    ),
-    (
-        "loaded",
-        "weights loaded",
-        re.compile(r"Loading weights took ([\d.]+) seconds|Model loading took (\S+) GiB"),
-        "vllm/model_executor/model_loader/default_loader.py:502, gpu_model_runner.py:5150",
-    ),
+    # vllm/v1/worker/gpu_model_runner.py:5071
+    ("drafter", "loading the draft model", re.compile(r"Loading drafter model")),
+    # vllm/model_executor/model_loader/default_loader.py:502, gpu_model_runner.py:5150
+    ("loaded", "weights loaded", re.compile(r"Loading weights took ([\d.]+) seconds|Model loading took (\S+) GiB")),
+    # vllm/compilation/backends.py:399, 1167
     (
         "compile",
         "compiling (torch.compile)",
         re.compile(r"Dynamo bytecode transform time|Compiling a graph for compile range"),
-        "vllm/compilation/backends.py:399, 1167",
     ),
-    (
-        "kv",
-        "sizing the KV cache",
-        re.compile(r"Available KV cache memory|\b\w+ KV cache size: ([\d,]+) tokens"),
-        "vllm/v1/worker/gpu_worker.py:760, vllm/v1/core/kv_cache_utils.py:2328",
-    ),
-    (
-        "graphs",
-        "capturing graphs",
-        re.compile(r"Capturing CUDA graphs[^:]*:\s+(\d+)%[^|]*\|[^|]*\| (\d+)/(\d+)"),
-        "vllm/v1/worker/gpu_model_runner.py:6657 (tqdm description)",
-    ),
-    (
-        "graphs_done",
-        "graphs captured",
-        re.compile(r"Graph capturing finished in (\d+) secs"),
-        "vllm/v1/worker/gpu_model_runner.py:6582",
-    ),
-    (
-        "warmup",
-        "warming up",
-        re.compile(r"Warming up model for the compilation"),
-        "vllm/v1/worker/cpu_model_runner.py:87",
-    ),
+    # vllm/v1/worker/gpu_worker.py:760, vllm/v1/core/kv_cache_utils.py:2328
+    ("kv", "sizing the KV cache", re.compile(r"Available KV cache memory|\b\w+ KV cache size: ([\d,]+) tokens")),
+    # vllm/v1/worker/gpu_model_runner.py:6657 (tqdm description)
+    ("graphs", "capturing graphs", re.compile(r"Capturing CUDA graphs[^:]*:\s+(\d+)%[^|]*\|[^|]*\| (\d+)/(\d+)")),
+    # vllm/v1/worker/gpu_model_runner.py:6582
+    ("graphs_done", "graphs captured", re.compile(r"Graph capturing finished in (\d+) secs")),
+    # vllm/v1/worker/cpu_model_runner.py:87
+    ("warmup", "warming up", re.compile(r"Warming up model for the compilation")),
+    # vllm/v1/engine/core.py:386-403
     (
         "engine_ready",
         "engine ready, starting the API server",
         re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"),
-        "vllm/v1/engine/core.py:386-403",
     ),
-    (
-        "api",
-        "starting the API server",
-        re.compile(r"Starting vLLM server on (\S+)"),
-        "vllm/entrypoints/launchers/api_server/entry.py:140",
-    ),
-    ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete"), "uvicorn"),
-    (
-        "warming",
-        "warming up (requests at the plan's batch sizes)",
-        re.compile(r"rocm-dspark\[[^\]]*\]: warming up \("),
-        "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()",
-    ),
-    (
-        "warmed",
-        "warmed up",
-        re.compile(r"rocm-dspark\[[^\]]*\]: warmed up in (\d+) s"),
-        "rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()",
-    ),
-    (
-        "ready",
-        "ready",
-        re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving"),
-        "rocm_dspark/launch/templates/launcher.sh.tmpl",
-    ),
+    # vllm/entrypoints/launchers/api_server/entry.py:140
+    ("api", "starting the API server", re.compile(r"Starting vLLM server on (\S+)")),
+    # uvicorn
+    ("api_up", "API server up, waiting for /health", re.compile(r"Application startup complete")),
+    # rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()
+    ("warming", "warming up (requests at the plan's batch sizes)", re.compile(_MARK + r"warming up \(")),
+    # rocm_dspark/launch/templates/launcher.sh.tmpl: warm_up()
+    ("warmed", "warmed up", re.compile(_MARK + r"warmed up in (\d+) s")),
+    # rocm_dspark/launch/templates/launcher.sh.tmpl
+    ("ready", "ready", _READY_LINE),
 )
 
 STARTING = Phase("starting", "starting")
@@ -154,20 +107,16 @@ def _detail(key: str, m: re.Match) -> str:
 def phase_of_line(line: str) -> Phase | None:
     """The phase one log line announces, or None."""
     clean = _ANSI.sub("", line)
-    for key, label, pattern, _source in PATTERNS:
-        m = pattern.search(clean)
-        if m:
+    for key, label, pattern in PATTERNS:
+        if m := pattern.search(clean):
             return Phase(key, label, _detail(key, m), clean.strip())
     return None
 
 
 def phase_of(text: str, current: Phase = STARTING) -> Phase:
     """The phase after reading `text` (a whole log or the part read since `current` was found)."""
-    # tqdm rewrites its line with carriage returns: each \r starts a new reading.
-    for line in text.replace("\r", "\n").splitlines():
-        found = phase_of_line(line)
-        if found is not None:
-            current = found
+    for line in _lines(text):
+        current = phase_of_line(line) or current
     return current
 
 
@@ -195,17 +144,6 @@ class LogFollower:
         self.phase = phase_of(complete + sep + self._partial, self.phase)
         return self.phase
 
-    def tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(0, 2)
-                size = fh.tell()
-                fh.seek(max(0, size - 64 * 1024))
-                text = fh.read().decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(_ANSI.sub("", ln) for ln in text.replace("\r", "\n").splitlines()[-lines:])
-
 
 # The capture sizes vLLM kept: its engine line prints the final config, written back by _set_cudagraph_sizes
 # ("Initializing a V1 LLM engine (v%s) with config: %s", vllm/v1/engine/core.py:134 in 0.32.0, :140 in 0.33.0;
@@ -227,10 +165,6 @@ _JIT_EVENT = re.compile(
     r"(?: \(.*\))?\. This causes a latency spike"
 )
 _AUTOTUNE = re.compile(r"Triton autotuning for function ([\w.]+),")
-
-
-def _lines(text: str) -> list[str]:
-    return [_ANSI.sub("", ln) for ln in text.replace("\r", "\n").splitlines()]
 
 
 def capture_facts(text: str) -> dict | None:
@@ -273,11 +207,6 @@ def jit_compiles(text: str, since: int = 0) -> dict:
         elif m := _AUTOTUNE.search(ln):
             events.append({"backend": "Triton", "event": "autotuning", "kernel": m.group(1), "line": ln.strip()})
     return {"mode": mode, "events": events}
-
-
-# The launcher's ready line (launcher.sh.tmpl mark(): in its output and in the start's <mode>.log), said after
-# its warm-up requests.
-_READY_LINE = re.compile(r"rocm-dspark\[[^\]]*\]: ready: serving")
 
 
 def jit_report(text: str) -> dict:

@@ -100,9 +100,7 @@ def load_server_spec(path: str | Path, *, flag: str) -> ServerSpec:
     k = data.get("num_speculative_tokens")
     if k is not None and (not _is_int(k) or k < 1):
         raise bad("num_speculative_tokens must be a positive integer or null")
-    description = data.get("description", "")
-    if description is None:
-        description = ""
+    description = "" if data.get("description") is None else data["description"]  # null: no description
     if not isinstance(description, str):
         raise bad("description must be a string")
     check = data.get("deterministic_check")
@@ -117,16 +115,5 @@ def load_server_spec(path: str | Path, *, flag: str) -> ServerSpec:
         not isinstance(prompts, list) or not prompts or not all(isinstance(s, str) and s for s in prompts)
     ):
         raise bad("prompts must be a non-empty list of non-empty strings")
-    return ServerSpec(
-        tuple(argv),
-        port,
-        dict(env),
-        p.resolve(),
-        host,
-        served,
-        recipe_model,
-        k,
-        description,
-        check,
-        tuple(prompts) if prompts is not None else None,
-    )
+    prompts = tuple(prompts) if prompts is not None else None
+    return ServerSpec(tuple(argv), port, env, p.resolve(), host, served, recipe_model, k, description, check, prompts)

@@ -78,7 +78,8 @@ def _start(ctx) -> Outcome:
 def _wait_with_progress(ctx, server, deadline_s: float):
     """The server's readiness wait (rocm_dspark.runtime.readiness), showing the server log's path and the start-up
     phase as it goes (rocm_dspark.runtime.progress: rich on a terminal, plain lines otherwise)."""
-    display = ctx.data.get("display") or Display.plain(ctx.say)
+
+    display = ctx.data.get("display") or Display(say=ctx.say)
     check = server.ready_check()
     ready, _phase, _seconds = display.wait("      server.start", server.log_path, check, deadline_s=deadline_s)
     return ready or check.timed_out()

@@ -2,6 +2,7 @@
 fixtures built on the helpers). A helper module never imports tests.conftest: conftest imports them."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,10 @@ def dry_run_only(argv, *a, **k):
     if list(argv)[1:2] == ["info"]:
         return subprocess.CompletedProcess(argv, 0, "28.2.2\n", "")
     raise AssertionError(f"--dry-run ran a command: {argv}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

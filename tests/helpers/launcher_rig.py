@@ -16,7 +16,7 @@ from pathlib import Path
 from rocm_dspark.launch import launch_state
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.recipe.plan import LaunchPlan
-from rocm_dspark.runtime.process import free_port  # noqa: F401 (the rig's tests take their ports from here)
+from tests.helpers import free_port  # noqa: F401 (the rig's tests take their ports from here)
 
 # vLLM 0.32.0's refusal (recipes PR #963), as the stand-in prints it before exiting 1.
 REFUSAL = (

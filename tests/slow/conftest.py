@@ -39,7 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.runtime.process import Readiness, VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import Readiness, VllmServer, descendants, group_members, is_alive
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL_SCRIPT = Path(__file__).with_name("tiny_model.py")

@@ -22,7 +22,7 @@ from rocm_dspark.probe import ab_record, payoff, store
 from rocm_dspark.probe.record import RecordError
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, Verdict
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from rocm_dspark.usecase.verdict import combine
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.slow import up_rig as rig
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_honest_service_passes_and_a_planted_failure_on_adaptive_switches_to_blo
                                 "state_dir": str(state_dir), "port": port, "host": "127.0.0.1"},
                      target="local-cpu", vllm_bin=str(wrapper), ready_timeout_s=300, yes=True)
     prepare(up_dir(opts.state_dir))
-    run = UpRun(opts, Display.plain(print), UpState.load(up_dir(opts.state_dir)))
+    run = UpRun(opts, Display(say=print), UpState.load(up_dir(opts.state_dir)))
     ready = None
     try:
         for name in ("detect", "choose", "launchers"):

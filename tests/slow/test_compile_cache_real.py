@@ -14,7 +14,8 @@ import pytest
 from rocm_dspark.launch import compile_cache, launch_state
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.recipe.plan import LaunchPlan
-from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer
+from tests.helpers import free_port
 from tests.slow.conftest import READY_DEADLINE_S
 
 pytestmark = pytest.mark.slow

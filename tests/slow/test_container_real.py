@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.registry_rig import Registry
 
 pytestmark = [pytest.mark.slow, pytest.mark.container]

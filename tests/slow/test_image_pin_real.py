@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.registry_rig import Registry, missing
 from tests.slow.test_container_real import REPO, _docker, docker_env  # noqa: F401 (docker_env: the fixture)
 

@@ -21,7 +21,8 @@ import pytest
 from rocm_dspark.launch import launch_state
 from rocm_dspark.launch.launchers import write_launchers
 from rocm_dspark.recipe.plan import LaunchPlan
-from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
+from tests.helpers import free_port
 from tests.slow.conftest import READY_DEADLINE_S
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from rocm_dspark.launch import observability as obs
 from rocm_dspark.probe.ab_band import AcceptanceBand
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, resolve
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 PROMETHEUS = shutil.which("prometheus")
@@ -47,7 +47,7 @@ def _ready_server(srv, plan, state_dir) -> tuple[subprocess.Popen, int]:
                        "plan_hash": obs.plan_hash(plan), "image_digest": "none", "served_name": srv.served_name,
                        "k": srv.num_speculative_tokens, "capture_size": 0, "max_num_batched_tokens": None})
     state.set_readiness(True, "serving", "block verification serves (the shared test server)")
-    code, entry = canary.run_canary(state_dir, Display.plain(print), timeout_s=600)
+    code, entry = canary.run_canary(state_dir, Display(say=print), timeout_s=600)
     assert code == 0 and entry["result"] == "pass" and entry["reference"] == "eager-padded", entry
     assert entry["tokens"] >= 256 and entry["violations"] == 0
     port = free_port()

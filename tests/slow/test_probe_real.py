@@ -24,7 +24,7 @@ import pytest
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.probe import rescore, fingerprint, live, run, static
 from rocm_dspark.recipe.resolve import Selection
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 

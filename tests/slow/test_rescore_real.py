@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 
 from rocm_dspark.probe import rescore
-from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from rocm_dspark.runtime.metrics import spec_decode_counters
-from rocm_dspark.runtime.process import VllmServer, descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 

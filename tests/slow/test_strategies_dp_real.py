@@ -11,7 +11,8 @@ import re
 import pytest
 
 from rocm_dspark.runtime.client import VllmClient
-from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer
+from tests.helpers import free_port
 from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.strategies import ClusterSpec, expand
 from tests.slow.conftest import READY_DEADLINE_S

@@ -15,7 +15,8 @@ import json
 import pytest
 
 from rocm_dspark.runtime.client import VllmClient
-from rocm_dspark.runtime.process import VllmServer, free_port
+from rocm_dspark.runtime.process import VllmServer
+from tests.helpers import free_port
 from rocm_dspark.validate import ValidateOptions, run_validation
 from rocm_dspark.validate import tool_calls as tc
 from tests.slow.conftest import NGRAM_SPEC

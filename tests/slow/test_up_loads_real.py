@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from rocm_dspark.runtime.process import free_port
+from tests.helpers import free_port
 from tests.slow import up_ready_checks as rc
 from tests.slow import up_rig as rig
 

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from rocm_dspark.runtime.process import descendants, free_port, group_members, is_alive
+from rocm_dspark.runtime.process import descendants, group_members, is_alive
+from tests.helpers import free_port
 from tests.slow import up_rig as rig
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rocm_dspark.runtime.process import descendants, free_port, is_alive
+from rocm_dspark.runtime.process import descendants, is_alive
+from tests.helpers import free_port
 from rocm_dspark.validate import ValidateOptions, run_validation
 
 pytestmark = pytest.mark.slow
