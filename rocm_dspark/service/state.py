@@ -91,19 +91,16 @@ class UpState:
             rec["fix"] = fix
         if seconds is not None:
             rec["seconds"] = round(seconds, 1)
+        old = self.step(name) or {}
         if output is not None:
             rec["output"] = output
-        elif status in (FAILED, INTERRUPTED, RUNNING) and self.step(name):
-            # Keep what the last good run of this step produced (e.g. the previous report) visible.
-            previous = self.step(name).get("output") or self.step(name).get("previous_output")
-            if previous is not None:
-                rec["previous_output"] = previous
+        elif status in (FAILED, INTERRUPTED, RUNNING) and (previous := old.get("output") or old.get("previous_output")):
+            rec["previous_output"] = previous  # what the last good run produced (e.g. the report) stays visible
         self.steps[name] = rec
         self.save()
 
     def output(self, name: str):
-        rec = self.step(name)
-        return (rec or {}).get("output")
+        return (self.step(name) or {}).get("output")
 
     # -- the service ----------------------------------------------------------------------------
     @property
@@ -115,24 +112,25 @@ class UpState:
         self.save()
 
     # -- model loads and readiness ----------------------------------------------------------------
+    def _keep(self, key: str, entry: dict, last: int) -> None:
+        """Append `entry` to the list under `key`, keep its `last` entries, save."""
+        kept = self.data.setdefault(key, [])
+        kept.append(entry)
+        del kept[:-last]
+        self.save()
+
     def add_load(self, entry: dict, replace: bool = False) -> None:
-        """Record one model load (rocm_dspark.up.serve.load); `replace`: update the entry of the same run and n."""
-        loads = self.data.setdefault("loads", [])
+        """Record one model load (rocm_dspark.service.start.load); `replace`: update the entry of the same run and n."""
+        loads = self.data.get("loads") or []
         entry = {**entry, "run": len(self.data.get("runs", []))}
         if replace and loads and (loads[-1].get("run"), loads[-1].get("n")) == (entry["run"], entry["n"]):
-            loads[-1] = entry
-        else:
-            loads.append(entry)
-        del loads[:-50]
-        self.save()
+            loads.pop()
+        self._keep("loads", entry, 50)
 
     def add_mode_change(self, entry: dict) -> None:
         """The served verification mode changed (a load of the other command): counted, the last 20 kept."""
         self.data["mode_changes_total"] = int(self.data.get("mode_changes_total") or 0) + 1
-        changes = self.data.setdefault("mode_changes", [])
-        changes.append(entry)
-        del changes[:-20]
-        self.save()
+        self._keep("mode_changes", entry, 20)
 
     @property
     def readiness(self) -> dict:
@@ -145,7 +143,4 @@ class UpState:
         self.save()
 
     def note_run(self, entry: dict) -> None:
-        runs = self.data.setdefault("runs", [])
-        runs.append(entry)
-        del runs[:-20]  # the last 20 invocations are enough history
-        self.save()
+        self._keep("runs", entry, 20)  # the last 20 invocations are enough history
