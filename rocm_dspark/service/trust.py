@@ -1,20 +1,12 @@
-"""When `up`, `down` and `status` may believe `<state>/up/up-state.json`, and one `up` at a time per state dir.
-
-The state file names a pid `down` signals, a systemd unit it disables and a launcher `up` runs, so it gets the
-probe store's rules (rocm_dspark.probe.store, docs/trust.md): the state dir and up/ owned by this user or root
-and writable by nobody else, every directory above sticky where others can write it, up/ a real directory;
-the file opened O_NOFOLLOW|O_NONBLOCK, a regular file of this user or root that others cannot write, at most
-MAX_STATE_BYTES, read with a bounded read. Its content must have the shape `up` writes (check_shape): a
-pid is a positive int, a unit a plain systemd unit name, a launcher a file inside up/launch/.
-
-The lock (up_lock) is flock(2) on up/up.lock, held for the whole run: a second `up` on the same state dir
-refuses at once and names the pid that holds it; the kernel drops the lock when the holder exits, so a crash
-leaves nothing stale.
+"""When `up`, `down` and `status` may believe `<state>/up/up-state.json` (the probe store's rules, docs/trust.md: it
+names a pid `down` signals, a unit it disables and a launcher `up` runs), and one `up` at a time per state dir: the
+lock is flock(2) on up/up.lock, held for the whole run, so a crash leaves nothing stale.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import re
@@ -53,7 +45,7 @@ def prepare(up_dir: Path) -> None:
         raise UsageError(f"refusing to use the `up` state in {up_dir}: {problem}")
 
 
-def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BYTES) -> bytes | None:
+def read_bounded(path: Path, limit: int = MAX_STATE_BYTES) -> bytes | None:
     """The bytes of a regular file of this user or root that others cannot write; None when it is absent.
     Anything else (a FIFO, device, symlink, another user's or a group/world-writable file, a huge one) is a
     UsageError: read without blocking and never more than `limit` bytes (rocm_dspark.inputs.read_regular)."""
@@ -76,9 +68,9 @@ def read_bounded(path: Path, what: str = "state file", limit: int = MAX_STATE_BY
             NOT_REGULAR: "is not a regular file (a FIFO, device or socket)",
             REFUSED: str(exc),
         }.get(exc.kind, f"is larger than {limit} bytes")
-        raise UsageError(f"{what} {path} {why}; {_fix(path)}") from None
+        raise UsageError(f"state file {path} {why}; {_fix(path)}") from None
     except OSError as exc:
-        raise UsageError(f"{what} {path} cannot be read ({exc.strerror or exc}); {_fix(path)}") from None
+        raise UsageError(f"state file {path} cannot be read ({exc.strerror or exc}); {_fix(path)}") from None
 
 
 def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | None:
@@ -194,8 +186,6 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
 def up_lock(up_dir: Path, who: str = "rocm-dspark up"):
     """Hold up/up.lock for one `up` (or canary, `who`) run; a second run on the same state dir refuses and says
     who holds it."""
-    import fcntl
-
     fd = _open_lock(up_dir, os.O_RDWR | os.O_CREAT)
     try:
         _flock(fd, fcntl.LOCK_EX, up_dir, who)
@@ -220,8 +210,6 @@ def _open_lock(up_dir: Path, flags: int) -> int:
 
 
 def _flock(fd: int, how: int, up_dir: Path, who: str = "rocm-dspark up") -> None:
-    import fcntl
-
     try:
         fcntl.flock(fd, how | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -236,8 +224,6 @@ def _flock(fd: int, how: int, up_dir: Path, who: str = "rocm-dspark up") -> None
 
 def check_usable(up_dir: Path) -> None:
     """--dry-run: refuse what prepare() and up_lock() would refuse, writing nothing."""
-    import fcntl
-
     up_dir = Path(up_dir)
     there = next(p for p in (up_dir, *up_dir.parents) if os.path.lexists(p))  # what mkdir -p would create in
     if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):  # access(2) sees chattr +i and ro mounts
