@@ -7,16 +7,17 @@ recorded with its start time from /proc, so a later `down` never signals a recyc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import cast
 
 from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
+from rocm_dspark.runtime.readiness import poll_until
 
 
 def same_process(service: dict | None) -> bool:
@@ -86,9 +87,9 @@ def stop_grace_s(service: dict) -> int:
     """How long `down` waits for a launcher after SIGTERM: its drain (stop timeout), then its own SIGKILL and last
     state write (launch_facts.stop_window_s, as the unit's TimeoutStopSec)."""
     recorded = service.get("stop_timeout_s")
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400:
-        return launch_facts.stop_window_s(recorded)
-    return launch_facts.stop_window_s(launch_facts.STOP_TIMEOUT_S)
+    if not (isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400):
+        recorded = launch_facts.STOP_TIMEOUT_S
+    return launch_facts.stop_window_s(recorded)
 
 
 def stop_process(service: dict, grace_s: float | None = None) -> dict:
@@ -99,23 +100,16 @@ def stop_process(service: dict, grace_s: float | None = None) -> dict:
     if not same_process(service):
         return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}
     tree = set(descendants(pid)) | {pid}
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + grace_s
     left = lambda: sorted(p for p in tree | set(group_members(pid)) if is_alive(p))  # noqa: E731
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    gone = lambda: None if left() else True  # noqa: E731
+    poll_until(gone, grace_s, max_s=0.2)
     killed = bool(left())
     for p in left():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 10
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll_until(gone, 10, max_s=0.1)
     return {"stopped": True, "killed": killed, "leftover_pids": left()}
 
 
@@ -133,14 +127,6 @@ def systemd_usable() -> str | None:
     if os.geteuid() != 0 and not shutil.which("sudo"):
         return "installing a unit needs root (or sudo)"
     return None
-
-
-def unit_active(unit: str) -> bool:
-    try:
-        proc = subprocess.run(["systemctl", "is-active", "--quiet", "--", unit], timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
 
 
 def unit_state(unit: str) -> str:
@@ -173,8 +159,8 @@ def stop_unit(unit: str) -> dict:
 def alive(service: dict | None) -> bool:
     if not service:
         return False
-    if service.get("kind") == "systemd":
-        return unit_active(service["unit"])
+    if service.get("kind") == "systemd":  # `systemctl is-active`'s states (systemd src/systemctl/systemctl-is-active.c)
+        return unit_state(service["unit"]) in ("active", "reloading", "refreshing")
     return same_process(service)
 
 
