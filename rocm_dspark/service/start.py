@@ -166,14 +166,12 @@ def launcher_phase(directory: Path) -> str | None:
 
 def launch_state(directory: Path, wait_s: float = 10.0) -> dict:
     """The launcher's state once it says serving (it writes it just after readiness)."""
-    data: dict = {}
 
     def serving():
-        nonlocal data
         data = reader.read(directory)  # bounded, non-blocking: a FIFO or a huge file there must not hang `up`
         return data if data.get("phase") == "serving" else None
 
-    poll_until(serving, wait_s, max_s=0.5)
+    data = poll_until(serving, wait_s, max_s=0.5) or reader.read(directory)
     return {k: data.get(k) for k in ("phase", "mode", "fell_back", "pid", "attempts", "monokernel") if k in data}
 
 
