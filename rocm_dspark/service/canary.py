@@ -1,17 +1,8 @@
-"""The canary: a bounded check, every few minutes, that the service still emits the tokens its own model
-gives, and the readiness server's /metrics that report it.
-
-One run sends PROMPTS (fixed, greedy, all at once) to the served endpoint and re-scores every emitted token on the
-same server through the reference the gate trusts: the independent route of rocm_dspark.probe.rescore (each
-context padded past the largest capture size, so its prefill runs without graphs and never reads the drafter's
-buffers, vllm#53488; with rescore's self-check). Results: pass (zero violations), violation (an emitted token the
-reference rejects), error (nothing judged: no answer in time, a reference that is not independent, the service
-down). Bounded: a fixed request count, every request's timeout clamped to what is left of --timeout. Records:
-<state>/up/canary.json (counts and the last RUNS_KEPT runs; docs/trust.md's rules). A run holds the `up` lock, so
-a second canary (or an `up`) refuses at once; a violation on an adaptive service switches it to block verification
-(one restart through rocm_dspark.service.start, from the start `up` recorded: a model load, the mode change
-recorded), then the same check on block decides whether it is ready. In the systemd mode `up` installs a timer
-that runs it every few minutes.
+"""`rocm-dspark canary` (docs/operations.md, "The canary"): a bounded check that the service still emits the tokens
+its own model gives, each re-scored on the same server through the reference the gate trusts
+(rocm_dspark.probe.rescore: out of the drafter's reach, vllm#53488); its record, <state>/up/canary.json
+(docs/trust.md); the switch of an adaptive service to block on a violation (one load through
+rocm_dspark.service.start); its lines in `status`.
 """
 
 from __future__ import annotations
@@ -127,11 +118,8 @@ def check(served: Served, deadline: float, temperature: float = 0.0) -> dict:
             max_num_batched_tokens=served.max_num_batched_tokens,
         )
     except (ServerError, ValueError, KeyError, IndexError, TypeError) as exc:
-        return {
-            **out,
-            "result": "error",
-            "why": f"{type(exc).__name__}: {exc}" if not isinstance(exc, ServerError) else str(exc),
-        }
+        why = str(exc) if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
+        return {**out, "result": "error", "why": why}
     result = {"proven": "pass", "violations": "violation"}.get(rs["status"], "error")
     drafts = rs.get("drafts_from_counters") or {}
     al = round(1 + drafts["num_accepted_tokens"] / drafts["num_drafts"], 4) if drafts.get("num_drafts") else None
