@@ -8,17 +8,16 @@ from rocm_dspark.service import canary, control
 from rocm_dspark.service.readiness import answer
 from rocm_dspark.service.state import UpState, up_dir
 
-# -- down and status -------------------------------------------------------------------------------------
-
 
 def down(state_dir, display, purge_cache: bool = False) -> int:
     """Stop what `up` started; purge_cache: then remove its compile cache (not after a failed stop: a server may
     still write there)."""
-    code = _stop(state_dir, display)
+    state = UpState.load(up_dir(state_dir))
+    code = _stop(state, display)
     if purge_cache and code == 0:
         from rocm_dspark.launch.compile_cache import purge
 
-        root = _cache_root(state_dir, UpState.load(up_dir(state_dir)).service)
+        root = _cache_root(state_dir, state.service)
         removed, left = purge(root)
         display.say(f"removed the compile cache {root} ({removed / 2**20:.0f} MB)" + (f"; {left}" if left else ""))
         return 1 if left else 0
@@ -60,26 +59,20 @@ def _jit(svc) -> dict | None:
     head, tail = 8 << 20, 48 << 20
     try:
         with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(0)
-            data = f.read(head + tail) if size <= head + tail else f.read(head)
-            if size > head + tail:
-                f.seek(size - tail)
-                data += b"\n" + f.read(tail)
+            data = f.read(head + tail + 1)
+            if len(data) > head + tail:
+                f.seek(-tail, 2)
+                data = data[:head] + b"\n" + f.read(tail)
     except OSError as exc:
         return {"log": path, "error": exc.strerror or str(exc)}
     return {"log": path, **jit_report(data.decode("utf-8", "replace"))}
 
 
-def _stop(state_dir, display) -> int:
-    state = UpState.load(up_dir(state_dir))
+def _stop(state: UpState, display) -> int:
     svc = state.service
-    if state.data.get("ready_server"):  # it would only answer 503 "stopped"; `down` stops all `up` started
-        rec = state.data["ready_server"]
+    if rec := state.data.get("ready_server"):  # it would only answer 503 "stopped"; `down` stops all `up` started
         control.stop_ready_server(state)
-        display.say(
-            f"stopped the readiness server ({rec.get('unit') or 'pid ' + str(rec.get('pid'))}, {rec.get('url')})"
-        )
+        display.say(f"stopped the readiness server ({_what(rec)}, {rec.get('url')})")
     if not state.exists or not svc:
         display.say(f"nothing to stop: no service recorded in {state.path}")
         return 0
@@ -87,12 +80,15 @@ def _stop(state_dir, display) -> int:
         display.say(f"the service (pid {svc.get('pid')}) is not running; records kept in {state.path.parent}")
         return 0
     res = control.stop_recorded(state)
-    what = svc.get("unit") or f"pid {svc.get('pid')}"
     if res.get("stopped") and not res.get("leftover_pids"):
-        display.say(f"stopped {what}; records kept in {state.path.parent} (`rocm-dspark up` starts it again)")
+        display.say(f"stopped {_what(svc)}; records kept in {state.path.parent} (`rocm-dspark up` starts it again)")
         return 0
-    display.say(f"rocm-dspark down: could not stop {what} cleanly: {res}")
+    display.say(f"rocm-dspark down: could not stop {_what(svc)} cleanly: {res}")
     return 1
+
+
+def _what(rec: dict) -> str:
+    return rec.get("unit") or f"pid {rec.get('pid')}"
 
 
 def status(state_dir, steps, sizes: bool = True) -> dict:
@@ -100,12 +96,11 @@ def status(state_dir, steps, sizes: bool = True) -> dict:
     `status --ready`, which a load balancer polls)."""
     state = UpState.load(up_dir(state_dir))
     svc = state.service
-    running = control.alive(svc) if svc else False
+    running = control.alive(svc)
     health = control.vllm_health(svc) if running and svc else None
     fields = ("status", "at", "message", "fix", "seconds")
     rows = [(name, title, state.step(name) or {"status": "not run"}) for name, title in steps]
     steps = [{"name": n, "title": t, **{k: v for k, v in rec.items() if k in fields}} for n, t, rec in rows]
-    ready = answer(state, running, health)  # the one answer: `status --ready` and GET /ready (service/readiness.py)
     bands = (state.output("launchers") or {}).get("bands") or {}
     return {
         "ready_server": state.data.get("ready_server"),
@@ -113,7 +108,7 @@ def status(state_dir, steps, sizes: bool = True) -> dict:
         "exists": state.exists,
         "steps": steps,
         "service": {**(svc or {}), "running": running, "health": health} if svc else None,
-        "readiness": ready,
+        "readiness": answer(state, running, health),  # the one answer: `status --ready` and GET /ready
         "loads": state.data.get("loads", []),
         "summary": state.output("summary"),
         "compile_cache": _compile_cache(state_dir, svc) if sizes else None,
@@ -158,11 +153,10 @@ def status_lines(st: dict) -> list[str]:
     if svc is None:
         lines.append("service: none recorded")
     else:
-        where = svc.get("unit") or f"pid {svc.get('pid')}"
         state = ("proving" if st["readiness"]["phase"] == "proving" else "running") if svc["running"] else "stopped"
         health = f", /health {svc['health']}" if svc["running"] else ""
         lines.append(
-            f"service: {state} ({svc.get('kind')} {where}) at {svc.get('base_url')}{health}"
+            f"service: {state} ({svc.get('kind')} {_what(svc)}) at {svc.get('base_url')}{health}"
             + (f"; log {svc['log']}" if svc.get("log") else "")
         )
     loads = st.get("loads") or []
@@ -182,10 +176,7 @@ def status_lines(st: dict) -> list[str]:
     lines += _jit_lines(st.get("jit"))
     ready = st["readiness"]
     lines.append(f"readiness: {'ready' if ready['ready'] else 'NOT READY'} ({ready['phase']}: {ready['why']})")
-    rs = st.get("ready_server")
-    if rs:
-        lines.append(
-            f"readiness server: {rs.get('url')} ({rs.get('kind')} {rs.get('unit') or 'pid ' + str(rs.get('pid'))}"
-            f"{'' if control.alive(rs) else ', not running'})"
-        )
+    if rs := st.get("ready_server"):
+        running = "" if control.alive(rs) else ", not running"
+        lines.append(f"readiness server: {rs.get('url')} ({rs.get('kind')} {_what(rs)}{running})")
     return lines + list(st.get("watch") or [])
