@@ -27,16 +27,14 @@ def combine(proof: Verdict, payoff: Payoff | None, mode: str) -> tuple[Verdict, 
     from rocm_dspark.probe.payoff import LOSES, PAYS
 
     decided = f"payoff decided by {payoff.evidence}: {payoff.text}"
-    if mode == "on":
-        warning = (
-            f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
-            f"({payoff.text}); block verification would serve more tokens/s"
-            if payoff.state == LOSES
-            else None
-        )
+    if mode == "on" or payoff.state == PAYS:
+        warning = None
+        if mode == "on" and payoff.state == LOSES:
+            warning = (
+                f"--adaptive on: adaptive verification is proven here but does not pay for this workload "
+                f"({payoff.text}); block verification would serve more tokens/s"
+            )
         return Verdict(True, f"{proof.reason}; {decided}", proof.record, PROVEN), warning
-    if payoff.state == PAYS:
-        return Verdict(True, f"{proof.reason}; {decided}", proof.record, PROVEN), None
     why = "it loses" if payoff.state == LOSES else "it is not shown to pay"
     return Verdict.not_paying(
         f"proven on this host ({proof.reason}), but {why} for the declared workload, so block "
