@@ -71,6 +71,3 @@ def state_dir(explicit=None) -> Path:
     except RuntimeError:
         raise UsageError(f"no home directory for this user; pass --state-dir or set {ENV_VAR}") from None
     return home / ".local" / "state" / "rocm-dspark"
-
-
-__all__ = ["StateRoot", "STATE_ROOTS", "ENV_VAR", "state_root", "state_dir"]

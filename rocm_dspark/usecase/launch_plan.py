@@ -57,6 +57,3 @@ def cluster_for(opts: dict, copts: dict, *, k8s: bool = False):
     from rocm_dspark.recipe.cluster import cluster_for as group
 
     return group(opts, copts, k8s=k8s, plan_for=plan_for)
-
-
-__all__ = ["verdict_for", "plan_for", "plan_from_options", "cluster_for"]
