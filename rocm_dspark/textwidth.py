@@ -148,11 +148,3 @@ def prose(line: str, width: int | None = None) -> list[str]:
         return [line]
     lead = line[: len(line) - len(line.lstrip(" "))]
     return wrap(line, lead, lead + "  ", width)
-
-
-def joined(lines: list[str]) -> str:
-    """What bash reads from `lines`: each backslash-newline continuation removed."""
-    return "\n".join(lines).replace("\\\n", "")
-
-
-__all__ = ["columns", "wrap", "command_lines", "command", "comment", "prose", "joined", "PIPE_WIDTH", "MAX_TABLE"]

@@ -33,7 +33,8 @@ def test_a_command_breaks_between_its_words_and_prose_and_comments_wrap():
     words = ["vllm", "serve", "--model", "'a b'", "--port", "8000"]
     lines = textwidth.command(words, "  ", width=20)
     assert lines[0].startswith("  vllm") and all(ln.endswith(" \\") for ln in lines[:-1]) and len(lines) > 1
-    assert textwidth.joined(lines).split() == ["vllm", "serve", "--model", "'a", "b'", "--port", "8000"]
+    bash_reads = "\n".join(lines).replace("\\\n", "")  # each backslash-newline continuation removed
+    assert bash_reads.split() == ["vllm", "serve", "--model", "'a", "b'", "--port", "8000"]
     assert textwidth.command(words, width=200) == [" ".join(words)]
     assert textwidth.comment("# " + "word " * 30, width=40)[1].startswith("#   ")
     assert textwidth.prose("  rocm-dspark plan: " + "word " * 20, width=40)[1].startswith("    ")
