@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from rocm_dspark.atomic import write_atomic
 from rocm_dspark.errors import UsageError
 from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 from rocm_dspark.probe import rescore
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
-from rocm_dspark.service.state import UpState, up_dir, utc_now
+from rocm_dspark.service import control
+from rocm_dspark.service.state import UpState, digest, up_dir, utc_now
+from rocm_dspark.service.trust import load_state, prepare, up_lock
 
 FILE = "canary.json"
 SCHEMA = 1
@@ -64,15 +67,11 @@ def _shape(data, _dir, schema) -> str | None:
 
 def load_record(state_dir) -> dict:
     """The canary record (empty when there is none yet); one UsageError line when it may not be believed."""
-    from rocm_dspark.service.trust import load_state
-
     data = load_state(up_dir(Path(state_dir)), FILE, SCHEMA, shape=_shape)
     return data or {"schema": SCHEMA, "counts": dict.fromkeys(RESULTS, 0), "runs": []}
 
 
 def save(state_dir, entry: dict) -> dict:
-    from rocm_dspark.atomic import write_atomic
-
     rec = load_record(state_dir)
     rec["counts"] = {r: int(rec["counts"].get(r, 0)) + (r == entry["result"]) for r in RESULTS}
     rec["runs"] = (rec["runs"] + [entry])[-RUNS_KEPT:]
@@ -149,8 +148,6 @@ def _planted(state: UpState) -> float:
 
 
 def check_service(state: UpState, deadline: float, temperature: float | None = None) -> dict | None:
-    from rocm_dspark.service import control
-
     svc = state.service
     if not svc:
         raise UsageError(
@@ -187,8 +184,6 @@ def hold(state: UpState, probe_hash: str | None) -> str | None:
 def run_canary(state_dir, display, *, timeout_s: float = TIMEOUT_S, endpoint: Served | None = None) -> tuple[int, dict]:
     """Check the service `up` runs (or `endpoint`, checked only) and record it; returns (exit status, the run):
     0 pass, 1 violation or error. `display` says the lines and shows the switch's start."""
-    from rocm_dspark.service.trust import prepare, up_lock
-
     d = up_dir(Path(state_dir))
     prepare(d)
     with up_lock(d, "rocm-dspark canary"):
@@ -218,7 +213,6 @@ def _switch(state: UpState, entry: dict, timeout_s: float, display) -> dict:
     recorded), then check block the same way; ready only if it passes."""
     from rocm_dspark.runtime.actions import Failed
     from rocm_dspark.service import start
-    from rocm_dspark.service.state import digest
 
     why = f"canary violation at {entry['at']}: {entry['why']}"
     display.say("canary: switching the service to block verification (one restart)")

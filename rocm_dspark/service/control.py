@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from rocm_dspark.launch import launch_facts
 from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
 from rocm_dspark.runtime.procfs import start_ticks
 from rocm_dspark.runtime.readiness import poll_until
+from rocm_dspark.service.state import utc_now
 
 
 def same_process(service: dict | None) -> bool:
@@ -118,8 +120,6 @@ def stop_process(service: dict, grace_s: float | None = None) -> dict:
 
 def systemd_usable() -> str | None:
     """Why a systemd unit cannot be installed here, or None when it can."""
-    import shutil
-
     if not shutil.which("systemctl"):
         return "systemctl is not installed"
     if not Path("/run/systemd/system").is_dir():
@@ -167,8 +167,6 @@ def alive(service: dict | None) -> bool:
 def stop_recorded(state, grace_s: float | None = None) -> dict:
     """Stop the service the `up` state records, and record that it was stopped (the record stays). grace_s: how
     long a process may drain before SIGKILL (default: its launcher's stop window)."""
-    from rocm_dspark.service.state import utc_now
-
     svc = state.service
     if not svc:
         return {"stopped": False, "why": "no service recorded"}

@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rocm_dspark.launch import launch_state as reader
+from rocm_dspark.launch.compile_cache import classify
+from rocm_dspark.launch.launchers import LaunchFiles, install_argvs
 from rocm_dspark.runtime.actions import Action, Failed, Run, Wait, execute, run_all
 from rocm_dspark.runtime.client import base_url
 from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service import control
 from rocm_dspark.service.state import utc_now
+from rocm_dspark.service.trust import inside
 
 STATE_ENV = "ROCM_DSPARK_LAUNCH_STATE_DIR"  # where a detached launcher writes its launch-state
 
@@ -35,8 +38,6 @@ class Start(NamedTuple):
 def recorded(data, up_dir: Path) -> Start:
     """The Start `up` recorded (the canary's switch runs it), believed only in the shape `up` writes, its files
     inside up/launch/ (docs/trust.md); else Failed."""
-    from rocm_dspark.service.trust import inside
-
     types, fix = typing.get_type_hints(Start), "run `rocm-dspark up` again"
     shaped = isinstance(data, dict) and data.keys() == types.keys() and all(isinstance(data[k], types[k]) for k in data)
     if not shaped or not all(isinstance(v, str) for v in data["env"].values()):
@@ -50,8 +51,6 @@ def recorded(data, up_dir: Path) -> Start:
 def actions(s: Start) -> list[Action]:
     """What a start does (and --dry-run prints): the unit's install commands (launchers.install_argvs, what `launch`
     prints), or the launcher; then the wait until it serves."""
-    from rocm_dspark.launch.launchers import LaunchFiles, install_argvs
-
     wait = Wait(f"{base_url(s.host, s.port)}/health", s.window_s, "and /v1/models")
     if s.unit is None:
         return [Run((s.launcher,), env=tuple(s.env.items()), detach=True), wait]
@@ -150,8 +149,6 @@ def _start_systemd(display, s: Start, record) -> dict:
 
 def cache_state(log: str | None, limit: int = 32 * 2**20) -> str:
     """The start's compile cache as vLLM's own log tells it (compile_cache.classify), "unknown" without a log."""
-    from rocm_dspark.launch.compile_cache import classify
-
     try:
         with open(log or "", "rb") as f:
             return classify(f.read(limit).decode("utf-8", "replace"))

@@ -12,7 +12,9 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rocm_dspark.atomic import write_atomic
 from rocm_dspark.errors import UsageError
+from rocm_dspark.service.trust import load_state
 
 SCHEMA = 1
 FILE = "up-state.json"
@@ -43,8 +45,6 @@ class UpState:
     @classmethod
     def load(cls, directory: Path) -> UpState:
         """The state as found, only if it may be believed (rocm_dspark.service.trust: the probe store's rules)."""
-        from rocm_dspark.service.trust import load_state
-
         path = Path(directory) / FILE
         data = load_state(Path(directory), FILE, SCHEMA)
         return cls(path) if data is None else cls(path, data)
@@ -54,8 +54,6 @@ class UpState:
         return self.path.exists()
 
     def save(self) -> None:
-        from rocm_dspark.atomic import write_atomic
-
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             # 0600: the recorded command line and plan may carry --env values (tokens) given on it.

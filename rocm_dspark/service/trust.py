@@ -14,6 +14,8 @@ import stat
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.inputs import NOT_REGULAR, REFUSED, SYMLINK, JSONInputError, NotRead, parse_json, read_regular
+from rocm_dspark.probe.store import untrusted_reason
 
 MAX_STATE_BYTES = 1 << 20  # a real state file is a few KiB
 LOCK_FILE = "up.lock"
@@ -27,8 +29,6 @@ def _fix(path) -> str:
 
 def dir_problem(up_dir: Path) -> str | None:
     """Why nothing in up/ may be believed, or None (the probe store's directory rules, with up/ for probe/)."""
-    from rocm_dspark.probe.store import untrusted_reason
-
     return untrusted_reason(Path(up_dir).parent, Path(up_dir).name)
 
 
@@ -49,7 +49,6 @@ def read_bounded(path: Path, limit: int = MAX_STATE_BYTES) -> bytes | None:
     """The bytes of a regular file of this user or root that others cannot write; None when it is absent.
     Anything else (a FIFO, device, symlink, another user's or a group/world-writable file, a huge one) is a
     UsageError: read without blocking and never more than `limit` bytes (rocm_dspark.inputs.read_regular)."""
-    from rocm_dspark.inputs import NOT_REGULAR, REFUSED, SYMLINK, NotRead, read_regular
 
     def check(st) -> str | None:
         if st.st_uid not in (os.geteuid(), 0):
@@ -76,8 +75,6 @@ def read_bounded(path: Path, limit: int = MAX_STATE_BYTES) -> bytes | None:
 def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | None:
     """The parsed, trusted, well-shaped state (None when there is none yet); else one UsageError line.
     `shape`: the content check (default check_shape, up-state.json's)."""
-    from rocm_dspark.inputs import JSONInputError, parse_json
-
     up_dir = Path(up_dir)
     path = up_dir / file_name
     problem = dir_problem(up_dir)
