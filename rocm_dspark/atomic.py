@@ -1,12 +1,9 @@
-"""All-or-nothing file writes that never surprise: readers never see half a file, a failed write leaves
-nothing behind, and only a regular file (or nothing) at the named path is ever replaced.
+"""All-or-nothing file writes that never surprise (docs/cli.md, "Writes"): readers never see half a file, a failed
+write leaves nothing behind, and only a regular file (or nothing) at the named path is ever replaced: a directory,
+symlink, device, FIFO or socket there is refused (as root, renaming over /dev/zero would replace the device node).
+Every file gets an explicit mode before any content is written, so a secret file is never readable by others, even
+for a moment; text is strict UTF-8.
 
-Rules (writes never surprise):
-  * the target must be absent or a regular file: a directory, symlink, device, FIFO or socket there is
-    refused (as root, renaming over /dev/zero would replace the device node);
-  * a symlink at the target is never followed nor replaced; the parent must be an existing directory;
-  * every file is created with an explicit mode, set before any content is written;
-  * the data is strict UTF-8 when given as text (README: "Encoding").
 The check and the rename are separate system calls; a process that can swap the target in between could also
 write the directory itself, so this protects against mistakes and stale paths, not a hostile co-owner.
 """
@@ -41,9 +38,8 @@ def check_target(path: Path, what: str = "output") -> None:
                 f"{what} {str(path)!r} exists and is not a regular file (a device, FIFO or socket); "
                 "refusing to replace it"
             )
-    parent = path.parent
-    if not parent.is_dir():
-        raise UsageError(f"{what} {str(path)!r}: folder {str(parent)!r} does not exist; create it first")
+    if not path.parent.is_dir():
+        raise UsageError(f"{what} {str(path)!r}: folder {str(path.parent)!r} does not exist; create it first")
 
 
 def _bytes(data: bytes | str, path: Path) -> bytes:
@@ -58,12 +54,9 @@ def _bytes(data: bytes | str, path: Path) -> bytes:
 
 
 def write_files_atomic(files: Sequence[tuple[Path, bytes | str, int]], what: str = "output") -> None:
-    """Write each (path, data, mode) to a temp file in its directory, fsync, then rename them all.
-
-    Every target is checked (check_target) and encoded before the first byte is written. The mode is set
-    before any content is written, so a secret file is never readable by others, even for a moment. On any
-    error every temp file is removed and the error propagates.
-    """
+    """Write each (path, data, mode) to a temp file in its directory, fsync, then rename them all. Every target is
+    checked (check_target) and encoded before the first byte is written; on any error every temp file is removed
+    and the error propagates."""
     planned = []
     for path, data, mode in files:
         path = Path(path)
