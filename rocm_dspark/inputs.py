@@ -1,12 +1,6 @@
-"""Reading the files a user names (cost tables, server descriptions, recipe data): bounded, strict, one-line errors.
-
-Encoding (README, "Encoding"): every file, argument and path is strict UTF-8. A file that is not (binary,
-UTF-16, Latin-1) is refused with a one-line error that says so, never half-decoded.
-
-A file is opened with O_NONBLOCK (a FIFO cannot hang the command), must be a regular file, and is read with a
-bounded read: read_regular, the one such read (the state dir's readers use it too, with O_NOFOLLOW). JSON is
-parsed strictly, by parse_json alone (also records and state files): NaN/Infinity, duplicate keys, nesting past
-Python's recursion limit and integers past its digit limit are errors that name the file.
+"""Reading the files a user names (cost tables, server descriptions, recipe data) and the state files: bounded, strict
+UTF-8, strict JSON, one-line errors that name the file (docs/cli.md, "Encoding"). read_regular is the one bounded
+read (the state dir's readers use it too, with O_NOFOLLOW), parse_json the one JSON reader.
 """
 
 from __future__ import annotations
