@@ -65,8 +65,7 @@ def read_regular(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRead(NOT_REGULAR, st)
-        why = check(st) if check is not None else None
-        if why:
+        if check is not None and (why := check(st)):
             raise NotRead(REFUSED, st, why)
         if tail:
             os.lseek(fd, max(0, st.st_size - limit), os.SEEK_SET)

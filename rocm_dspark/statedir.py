@@ -63,8 +63,7 @@ def state_dir(explicit=None) -> Path:
     """`--state-dir`, else the first STATE_ROOTS entry that is set, else ~/.local/state/rocm-dspark."""
     if explicit:
         return _expand(_check(str(explicit), "--state-dir"), "--state-dir")
-    root = state_root()  # the rule the generated launcher follows too
-    if root:
+    if root := state_root():  # the rule the generated launcher follows too
         return _expand(root, "the state directory")
     try:
         home = Path.home()

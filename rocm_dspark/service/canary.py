@@ -246,8 +246,7 @@ def status_lines(state_dir, state_data: dict, bands: dict | None) -> list[str]:
     except UsageError as exc:
         return [f"canary: {exc}"]
     lines = []
-    last = rec["runs"][-1] if rec["runs"] else None
-    if last:
+    if last := (rec["runs"] or [None])[-1]:
         c = rec["counts"]
         lines.append(
             f"canary: last {last['at']}: {last['result'].upper()} ({last['command']}, {last.get('tokens', 0)} "
@@ -264,7 +263,6 @@ def status_lines(state_dir, state_data: dict, bands: dict | None) -> list[str]:
             lines.append(f"acceptance during the last canary: mean accepted length {al:g}{where}")
         if last.get("switch"):
             lines.append(f"canary switch: {last['switch']}")
-    change = (state_data.get("mode_changes") or [None])[-1]
-    if change:
+    if change := (state_data.get("mode_changes") or [None])[-1]:
         lines.append(f"mode last changed {change['at']}: {change['from']} -> {change['to']} ({change['why']})")
     return lines

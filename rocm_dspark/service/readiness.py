@@ -78,8 +78,7 @@ def metrics_text(state_dir) -> bytes:
     for r in RESULTS:
         runs.add_metric([r], int(rec["counts"].get(r, 0)))
     fams.append(runs)
-    last = rec["runs"][-1] if rec["runs"] else None
-    if last:
+    if last := (rec["runs"] or [None])[-1]:
         from datetime import UTC, datetime
 
         when = datetime.strptime(last["at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()

@@ -159,8 +159,7 @@ def status_lines(st: dict) -> list[str]:
             f"service: {state} ({svc.get('kind')} {_what(svc)}) at {svc.get('base_url')}{health}"
             + (f"; log {svc['log']}" if svc.get("log") else "")
         )
-    loads = st.get("loads") or []
-    if loads:
+    if loads := st.get("loads"):
         last = [ld for ld in loads if ld.get("run") == loads[-1].get("run")]
         lines.append(
             f"model loads: {len(last)} in the last run that loaded ("

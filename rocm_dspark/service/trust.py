@@ -40,8 +40,7 @@ def prepare(up_dir: Path) -> None:
         up_dir.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {up_dir}: {exc.strerror or exc}; pass a writable --state-dir") from None
-    problem = dir_problem(up_dir)
-    if problem:
+    if problem := dir_problem(up_dir):
         raise UsageError(f"refusing to use the `up` state in {up_dir}: {problem}")
 
 
@@ -77,8 +76,7 @@ def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | 
     `shape`: the content check (default check_shape, up-state.json's)."""
     up_dir = Path(up_dir)
     path = up_dir / file_name
-    problem = dir_problem(up_dir)
-    if problem:
+    if problem := dir_problem(up_dir):
         if not os.path.lexists(path):
             return None
         raise UsageError(f"the `up` state {path} is not trusted: {problem}")
@@ -90,8 +88,7 @@ def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | 
         parsed = parse_json(data, f"cannot read {path}")  # strict UTF-8, no NaN, no duplicate key
     except JSONInputError as exc:
         raise UsageError(f"{exc}; {_fix(path)}") from None
-    why = (shape or check_shape)(parsed, up_dir, schema)
-    if why:
+    if why := (shape or check_shape)(parsed, up_dir, schema):
         raise UsageError(
             f"{path} is not {'an `up` state' if shape is None else 'a canary record'} file ({why}): {_fix(path)}"
         )
@@ -226,8 +223,7 @@ def check_usable(up_dir: Path) -> None:
     if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):  # access(2) sees chattr +i and ro mounts
         why = "is not a directory" if not there.is_dir() else "is not writable by this user"
         raise UsageError(f"cannot create {up_dir}: {there} {why}; pass a writable --state-dir")
-    problem = dir_problem(up_dir)
-    if problem:
+    if problem := dir_problem(up_dir):
         raise UsageError(f"refusing to use the `up` state in {up_dir}: {problem}")
     if not os.path.lexists(up_dir / LOCK_FILE):
         return  # none yet: up_lock creates it
