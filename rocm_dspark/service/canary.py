@@ -20,7 +20,7 @@ from rocm_dspark.probe import rescore
 from rocm_dspark.runtime.client import ServerError, VllmClient, base_url
 from rocm_dspark.service import control
 from rocm_dspark.service.state import UpState, digest, up_dir, utc_now
-from rocm_dspark.service.trust import load_state, prepare, up_lock
+from rocm_dspark.service.trust import int_in, load_state, prepare, up_lock
 
 FILE = "canary.json"
 SCHEMA = 1
@@ -54,10 +54,7 @@ def _shape(data, _dir, schema) -> str | None:
     if not isinstance(data, dict) or data.get("schema") != schema:
         return f"not an object of schema {schema}"
     counts = data.get("counts")
-    if not isinstance(counts, dict) or any(
-        not isinstance(counts.get(r, 0), int) or isinstance(counts.get(r, 0), bool) or counts.get(r, 0) < 0
-        for r in RESULTS
-    ):
+    if not isinstance(counts, dict) or not all(int_in(counts.get(r, 0), 0) for r in RESULTS):
         return "counts is not a count per result"
     runs = data.get("runs")
     if not isinstance(runs, list) or any(not isinstance(r, dict) or r.get("result") not in RESULTS for r in runs):

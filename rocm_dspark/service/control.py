@@ -20,6 +20,7 @@ from rocm_dspark.runtime.process import VllmServer, descendants, group_members, 
 from rocm_dspark.runtime.procfs import start_ticks
 from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service.state import utc_now
+from rocm_dspark.service.trust import int_in
 
 
 def same_process(service: dict | None) -> bool:
@@ -89,9 +90,7 @@ def stop_grace_s(service: dict) -> int:
     """How long `down` waits for a launcher after SIGTERM: its drain (stop timeout), then its own SIGKILL and last
     state write (launch_facts.stop_window_s, as the unit's TimeoutStopSec)."""
     recorded = service.get("stop_timeout_s")
-    if not (isinstance(recorded, int) and not isinstance(recorded, bool) and 0 < recorded <= 86400):
-        recorded = launch_facts.STOP_TIMEOUT_S
-    return launch_facts.stop_window_s(recorded)
+    return launch_facts.stop_window_s(recorded if int_in(recorded, 1, 86400) else launch_facts.STOP_TIMEOUT_S)
 
 
 def stop_process(service: dict, grace_s: float | None = None) -> dict:

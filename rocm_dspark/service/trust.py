@@ -8,10 +8,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import math
 import os
 import re
 import stat
 from pathlib import Path
+from typing import TypeGuard
 
 from rocm_dspark.errors import UsageError
 from rocm_dspark.inputs import NOT_REGULAR, REFUSED, SYMLINK, JSONInputError, NotRead, parse_json, read_regular
@@ -95,7 +97,8 @@ def load_state(up_dir: Path, file_name: str, schema: int, shape=None) -> dict | 
     return parsed
 
 
-def _int(value, lo: int, hi: int) -> bool:
+def int_in(value, lo: int, hi: float = math.inf) -> TypeGuard[int]:
+    """An int (not a bool) from lo to hi."""
     return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
 
 
@@ -109,16 +112,16 @@ def service_problem(svc, up_dir: Path) -> str | None:
         return None
     if not isinstance(svc, dict):
         return "service is not an object"
-    if not _int(svc.get("port"), 1, 65535):
+    if not int_in(svc.get("port"), 1, 65535):
         return "service.port is not a TCP port"
     for key in ("host", "log", "base_url", "stopped_at"):
         if not _opt_str(svc, key):
             return f"service.{key} is not a string"
     kind = svc.get("kind")
     if kind == "process":
-        if not _int(svc.get("pid"), 2, 1 << 22):  # Linux pid_max is at most 2^22; 1 is init
+        if not int_in(svc.get("pid"), 2, 1 << 22):  # Linux pid_max is at most 2^22; 1 is init
             return "service.pid is not a process id"
-        if svc.get("start_ticks") is not None and not _int(svc.get("start_ticks"), 0, 1 << 63):
+        if svc.get("start_ticks") is not None and not int_in(svc.get("start_ticks"), 0, 1 << 63):
             return "service.start_ticks is not a number"
         launcher = svc.get("launcher")
         if launcher is not None and not inside(launcher, up_dir / "launch"):
