@@ -45,9 +45,7 @@ class UpState:
     @classmethod
     def load(cls, directory: Path) -> UpState:
         """The state as found, only if it may be believed (rocm_dspark.service.trust: the probe store's rules)."""
-        path = Path(directory) / FILE
-        data = load_state(Path(directory), FILE, SCHEMA)
-        return cls(path) if data is None else cls(path, data)
+        return cls(Path(directory) / FILE, load_state(Path(directory), FILE, SCHEMA))
 
     @property
     def exists(self) -> bool:
@@ -62,12 +60,8 @@ class UpState:
             raise UsageError(f"cannot write {self.path}: {exc.strerror or exc}; pass a writable --state-dir") from None
 
     # -- steps ----------------------------------------------------------------------------------
-    @property
-    def steps(self) -> dict:
-        return self.data["steps"]
-
     def step(self, name: str) -> dict | None:
-        return self.steps.get(name)
+        return self.data["steps"].get(name)
 
     def is_done(self, name: str, inputs_hash: str) -> bool:
         rec = self.step(name)
@@ -94,7 +88,7 @@ class UpState:
             rec["output"] = output
         elif status in (FAILED, INTERRUPTED, RUNNING) and (previous := old.get("output") or old.get("previous_output")):
             rec["previous_output"] = previous  # what the last good run produced (e.g. the report) stays visible
-        self.steps[name] = rec
+        self.data["steps"][name] = rec
         self.save()
 
     def output(self, name: str):
