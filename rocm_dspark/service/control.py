@@ -1,8 +1,7 @@
-"""The service `up` starts and `down`, `status` and the canary find: the generated launcher run as a detached process, or a systemd unit.
-
-A detached launcher runs in its own session (rocm_dspark.runtime.process.VllmServer starts it that way), so it
-outlives `up` and Ctrl-C in the terminal does not reach it; `up` stops it itself when interrupted. The pid is
-recorded with its start time from /proc, so a later `down` never signals a recycled pid.
+"""The service `up` starts and `down`, `status` and the canary find: the generated launcher run as a detached
+process, or a systemd unit. A detached launcher runs in its own session (rocm_dspark.runtime.process.VllmServer
+starts it that way), so it outlives `up` and Ctrl-C in the terminal does not reach it; `up` stops it itself when
+interrupted. The pid is recorded with its start time from /proc, so a later `down` never signals a recycled pid.
 """
 
 from __future__ import annotations
