@@ -157,9 +157,8 @@ def check_shape(data, up_dir: Path, schema: int) -> str | None:
         for key in ("status", "inputs", "at", "message", "fix"):
             if not _opt_str(rec, key):
                 return f"steps.{name}.{key} is not a string"
-        if rec.get("seconds") is not None and (
-            isinstance(rec["seconds"], bool) or not isinstance(rec["seconds"], (int, float))
-        ):
+        seconds = rec.get("seconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int | float)):
             return f"steps.{name}.seconds is not a number"
     launchers = steps.get("launchers")
     out = launchers.get("output") if isinstance(launchers, dict) else None
