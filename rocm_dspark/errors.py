@@ -22,7 +22,7 @@ class EnvironmentFailure(Exception):
     was fine, so this is not a UsageError. The CLI prints it as one line and exits 3."""
 
 
-# The CLI's exit statuses (documented in the README): a check that ran and failed, bad usage, a failing
+# The CLI's exit statuses (docs/cli.md, "Exit statuses"): a check that ran and failed, bad usage, a failing
 # environment. 0 is success.
 EXIT_FAILED_CHECK = 1
 EXIT_USAGE = 2
@@ -30,7 +30,7 @@ EXIT_ENVIRONMENT = 3
 
 
 # Warnings the library raises while a command runs, printed by the CLI once the command has succeeded: a
-# command that then fails prints its one error line alone (README, "Bad input"), never a warning before it.
+# command that then fails prints its one error line alone (docs/cli.md, "Bad input"), never a warning before it.
 PENDING_WARNINGS: list[str] = []
 
 
