@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rocm_dspark.attention import dequantize_kv_cache, pack_kv_cache, traffic_bytes
-from rocm_dspark.attention.cache_formats import gather_dequantized
+from rocm_dspark.attention.cache_formats import dequantize_kv_cache, gather_dequantized, pack_kv_cache
+from rocm_dspark.attention.traffic import traffic_bytes
 from rocm_dspark.errors import UsageError
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rocm_dspark.attention import SwaMetadataBuffers, compute_swa_metadata, reference_sparse_swa, sparse_swa_attention, torch_sparse_swa
+from rocm_dspark.attention.kernel import sparse_swa_attention
+from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
+from rocm_dspark.attention.reference import reference_sparse_swa, torch_sparse_swa
 from rocm_dspark.attention._triton import interpreted
 from rocm_dspark.attention.cases import make_case
 from rocm_dspark.errors import UsageError

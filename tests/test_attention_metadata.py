@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocm_dspark.attention import SwaMetadataBuffers, compute_swa_metadata
+from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
 from rocm_dspark.attention.cases import make_layout
 from rocm_dspark.errors import UsageError
 

@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from rocm_dspark.attention import (
-    SwaMetadataBuffers,
-    compute_swa_metadata,
-    host_planned_metadata,
-    reference_sparse_swa,
-    sparse_swa_attention,
-    uniform_query_start_loc,
-)
 from rocm_dspark.attention._triton import interpreted
 from rocm_dspark.attention.cases import make_case, make_layout
+from rocm_dspark.attention.host_plan import host_planned_metadata, uniform_query_start_loc
+from rocm_dspark.attention.kernel import sparse_swa_attention
+from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
+from rocm_dspark.attention.reference import reference_sparse_swa
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = dict(rtol=2.0**-7, atol=1e-5) if interpreted(DEVICE) else dict(rtol=2e-2, atol=2e-2)
