@@ -27,12 +27,6 @@ LAYOUTS = [  # device query lengths; the host always believes [6, 6, 6, 6]
 GARBAGE = 7.0  # written into the output before each launch: dead rows must come back as zeros
 
 
-def _tolerance(interpreted: bool) -> dict:
-    # Interpreter: fp32 dot operands, then fp32 -> bf16 by truncation (the interpreter ignores
-    # round-to-nearest), so < 1 bf16 ulp <= 2**-7 |x|. GPU: bf16 K and P operands (section 3.3).
-    return {"rtol": 2.0**-7, "atol": 1e-5} if interpreted else {"rtol": 2e-2, "atol": 2e-2}
-
-
 def _excess(out, ref, tol) -> tuple[float, float]:
     """(max |out - ref|, max of |out - ref| - (atol + rtol |ref|)); the second is <= 0 when within tolerance."""
     diff = (out.float().cpu() - ref).abs()
@@ -100,7 +94,9 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         result["arch"] = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
     # The production SWA cache on gfx942 is FNUZ fp8_ds_mla; OCP elsewhere (docs/kernels.md, "KV cache layouts").
     fnuz = on_gpu and "gfx94" in result.get("arch", "")
-    tol = _tolerance(interpreted)
+    # Interpreter: fp32 dot operands, then fp32 -> bf16 by truncation (the interpreter ignores
+    # round-to-nearest), so < 1 bf16 ulp <= 2**-7 |x|. GPU: bf16 K and P operands (section 3.3).
+    tol = {"rtol": 2.0**-7, "atol": 1e-5} if interpreted else {"rtol": 2e-2, "atol": 2e-2}
     result["tolerance"] = tol
 
     base = make_case(
@@ -116,20 +112,18 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         topk_format="fp8_ds_mla",
         extra_blocks=8,
         seed=11,
-    )
+    ).to(device)
     num_tokens, num_reqs = base.num_tokens, len(CONTEXTS)
-    base = base.to(device)
     # Persistent inputs and outputs: a replay only changes their contents.
-    qsl, seq_lens = base.query_start_loc.clone(), base.seq_lens.clone()
-    table, slots = base.block_table.clone(), base.slot_mapping.clone()
+    keys = ("query_start_loc", "seq_lens", "block_table", "slot_mapping")
+    static = [getattr(base, key).clone() for key in keys]
+    qsl, seq_lens, table, slots = static
     buffers = SwaMetadataBuffers.allocate(num_tokens, device)
     out = torch.empty_like(base.q)
     attn_args = base.attention_args()
 
     def step():
-        md = compute_swa_metadata(
-            qsl, seq_lens, table, slots, buffers, window=base.window, block_size=base.block_size, num_tokens=num_tokens
-        )
+        md = compute_swa_metadata(qsl, seq_lens, table, slots, buffers, num_tokens=num_tokens, **base.metadata_args())
         sparse_swa_attention(base.q, base.kv_cache, md, out=out, **attn_args)
 
     step()  # compiles every kernel variant before any capture
@@ -140,6 +134,10 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         with torch.cuda.graph(graph):
             step()
 
+    # Negative control: plan from what the host believes (uniform 1+K, seq_lens = context + 1+K).
+    host_qsl = uniform_query_start_loc(num_reqs, QUERY_LEN)
+    host_lens = torch.tensor([c + QUERY_LEN for c in CONTEXTS], dtype=torch.int32)
+    control_buffers = SwaMetadataBuffers.allocate(num_tokens, device)
     max_err, control_errs, caught = 0.0, [], []
     for i, qlens in enumerate(LAYOUTS):
         layout = make_layout(
@@ -153,12 +151,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             seed=100 + i,
             device=device,
         )
-        for dst, key in (
-            (qsl, "query_start_loc"),
-            (seq_lens, "seq_lens"),
-            (table, "block_table"),
-            (slots, "slot_mapping"),
-        ):
+        for key, dst in zip(keys, static):
             dst.copy_(layout[key])
         out.fill_(GARBAGE)
         if graph is not None:
@@ -166,17 +159,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             torch.cuda.synchronize(device)
         else:
             step()
-        ref = reference_sparse_swa(
-            base.q,
-            base.kv_cache,
-            qsl,
-            seq_lens,
-            table,
-            slots,
-            window=base.window,
-            block_size=base.block_size,
-            **attn_args,
-        )
+        ref = reference_sparse_swa(base.q, base.kv_cache, qsl, seq_lens, table, slots, **base.reference_args())
         err, excess = _excess(out, ref, tol)
         max_err = max(max_err, err)
         if excess > 0:
@@ -185,10 +168,6 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             return
         result["layouts_checked"] = i + 1
 
-        # Negative control: plan from what the host believes (uniform 1+K, seq_lens = context + 1+K).
-        host_qsl = uniform_query_start_loc(num_reqs, QUERY_LEN)
-        host_lens = torch.tensor([c + QUERY_LEN for c in CONTEXTS], dtype=torch.int32)
-        control_buffers = SwaMetadataBuffers.allocate(num_tokens, device)
         md = host_planned_metadata(
             host_qsl,
             host_lens,
