@@ -173,9 +173,8 @@ def _sparse_swa_kernel(
     end = tl.load(end_ptr + t)  # == start for dead tokens: the window loop runs zero times
 
     q_rows = q_ptr + t * stride_qt + heads[:, None].to(tl.int64) * stride_qh
-    q_mask = heads < tl.where(
-        live, num_heads, 0
-    )  # dead tokens read nothing (a scalar bool & block trips the interpreter)
+    # Dead tokens read nothing (a scalar bool & block trips the interpreter).
+    q_mask = heads < tl.where(live, num_heads, 0)
     q_nope = tl.load(q_rows + dn[None, :], mask=q_mask[:, None] & (dn < 448)[None, :], other=0.0)
     q_rope = tl.load(q_rows + 448 + dr[None, :], mask=q_mask[:, None], other=0.0)
     if DOT_F32:
@@ -210,17 +209,7 @@ def _sparse_swa_kernel(
             BLOCK_K,
         )
         m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-            q_nope,
-            q_rope,
-            k_nope,
-            k_rope,
-            valid,
-            m_i,
-            l_i,
-            acc_nope,
-            acc_rope,
-            qk_scale_log2,
-            DOT_F32,
+            q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32
         )
 
     # Segment 2: top-k compressed rows (global slots, -1 = hole), same softmax.
@@ -252,17 +241,7 @@ def _sparse_swa_kernel(
                 BLOCK_K,
             )
             m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-                q_nope,
-                q_rope,
-                k_nope,
-                k_rope,
-                valid,
-                m_i,
-                l_i,
-                acc_nope,
-                acc_rope,
-                qk_scale_log2,
-                DOT_F32,
+                q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32
             )
 
     # Epilogue: the sink is a key with zero value, so it only adds to the denominator.
