@@ -37,15 +37,13 @@ def host_planned_metadata(
     causal: bool = True,
     num_tokens: int,
 ) -> SwaMetadata:
-    """The negative control, as the refused upstream UNIFORM_BATCH builders plan (correct only when the
-    device and host layouts agree). Plan per-token request/position/window in Python from host lengths, then copy to `buffers`."""
+    """Per-token request/position/window planned in Python from the host lengths, then copied to `buffers`."""
     if not 1 <= num_tokens <= buffers.max_tokens:
         raise UsageError(f"num_tokens={num_tokens} must be in 1..{buffers.max_tokens}")
     qsl = [int(x) for x in query_start_loc_cpu]
     lens = [int(x) for x in seq_lens_cpu]
-    req, pos, start, end, live = ([0] * num_tokens for _ in range(5))
-    for t in range(num_tokens):
-        req[t], pos[t] = -1, -1
+    req, pos = [-1] * num_tokens, [-1] * num_tokens
+    start, end, live = ([0] * num_tokens for _ in range(3))
     for r in range(len(lens)):
         q0, q1 = qsl[r], qsl[r + 1]
         for t in range(q0, min(q1, num_tokens)):

@@ -190,12 +190,11 @@ def compute_swa_metadata(
             raise UsageError(
                 f"replay_start has {replay_start.numel()} entries for {num_reqs} requests: give one per request"
             )
-    if num_tokens is None:
-        num_tokens = slot_mapping.numel()
-    num_tokens = int(num_tokens)
-    if not 1 <= num_tokens <= min(buffers.max_tokens, slot_mapping.numel()):
+    num_tokens = int(slot_mapping.numel() if num_tokens is None else num_tokens)
+    limit = min(buffers.max_tokens, slot_mapping.numel())
+    if not 1 <= num_tokens <= limit:
         raise UsageError(
-            f"num_tokens={num_tokens} must be in 1..{min(buffers.max_tokens, slot_mapping.numel())} "
+            f"num_tokens={num_tokens} must be in 1..{limit} "
             "(the buffers' max_tokens and slot_mapping length): allocate buffers for the largest padded batch"
         )
     if buffers.req.device != device:
