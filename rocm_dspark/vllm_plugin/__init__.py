@@ -13,8 +13,8 @@ vLLM calls it in every process and swallows its exceptions, so `register()` is i
 logs exactly one line on the `rocm_dspark.vllm_plugin` logger saying what it did or why not.
 
 Public API: register() (the entry point) and register_with() (the same decision, inputs given);
-checks.adaptive_verification_checks() (vLLM's own checks, in a child Python; the last entry is vLLM's
-verdict); status.plugin_status() and status.format_table(), what `rocm-dspark plugin status` prints.
+status.plugin_status() (vLLM's own checks, in a child Python running checks.py) and status.format_table(),
+what `rocm-dspark plugin status` prints.
 """
 
 from __future__ import annotations

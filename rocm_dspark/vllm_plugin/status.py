@@ -3,7 +3,11 @@ would patch, and vLLM's own adaptive-verification checks with and without it."""
 
 from __future__ import annotations
 
-from rocm_dspark.vllm_plugin.checks import ROLES, run_checks_report
+import os
+import subprocess
+import sys
+
+from rocm_dspark.vllm_plugin.checks import CALLER_PLUGINS, ROLES
 
 
 def plugin_status(
@@ -15,23 +19,45 @@ def plugin_status(
     python: str | None = None,
     timeout: float = 300.0,
 ) -> dict:
-    """Everything `plugin status` prints, computed in a child `python` (default: this one), which
-    is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
+    """Everything `plugin status` prints, computed in a child `python` (default: this one) running
+    checks.py, which is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
     evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
     evaluates the host platform only. Keys: python, vllm_distributions, entry_point, vllm_version,
     host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched (one line per
-    declaration the backport adds, patch.py), k1, shipped, with_plugin (lists of CheckResult dicts), notes,
-    error, summary."""
-    report = run_checks_report(
-        force_platform,
-        num_speculative_tokens=num_speculative_tokens,
-        gpu=gpu,
-        model=model,
-        python=python,
-        timeout=timeout,
-    )
+    declaration the backport adds, patch.py), k1, shipped, with_plugin (lists of check dicts: name, passed,
+    detail, refusal), notes, error, summary. Never raises for a missing or broken vLLM: `error` says what
+    went wrong."""
+    argv = [python or sys.executable, "-m", "rocm_dspark.vllm_plugin.checks", "-k", str(num_speculative_tokens)]
+    for flag, value in (("--gpu", gpu), ("--force-platform", force_platform), ("--model", model)):
+        if value:
+            argv += [flag, value]
+    report = _child_report(argv, timeout)
     report["summary"] = summarize(report)
     return report
+
+
+def _child_report(argv: list[str], timeout: float) -> dict:
+    env = dict(os.environ)
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    # Plugins must not run inside the child: the point is to see vLLM as shipped first. The
+    # caller's VLLM_PLUGINS still decides whether vLLM would load ours (status reports that).
+    if "VLLM_PLUGINS" in os.environ:
+        env[CALLER_PLUGINS] = os.environ["VLLM_PLUGINS"]
+    env["VLLM_PLUGINS"] = ""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"could not run the checks: {type(exc).__name__}: {exc}"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the checks process exited {proc.returncode}: {tail}"}
+    from rocm_dspark.inputs import parse_json
+
+    try:  # evidence a probe record keeps: no NaN, no duplicate key
+        return parse_json(lines[-1], "the checks process's result")
+    except ValueError as exc:
+        return {"error": str(exc)}
 
 
 def role_states(checks: list[dict] | None) -> str:
