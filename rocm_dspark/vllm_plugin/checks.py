@@ -359,7 +359,7 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     report["vllm_version"] = version
     report["platform"] = capability.platform_name(current_platform)
     report["forced"] = report["platform"] != report["host_platform"]
-    report["capability"] = capability.to_dict(cap)
+    report["capability"] = None if cap is None else cap._asdict()
     here = capability.decide(
         version, cap, cap_error, is_rocm=report["host_platform"] == "rocm", platform_name=report["host_platform"]
     )

@@ -27,8 +27,7 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
     """Find the entry point exactly as vLLM's `load_plugins_by_group` does, and apply VLLM_PLUGINS
     (unset: load all; a comma-separated list: only those; empty: none)."""
     found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == NAME]
-    allowed_env = vllm_plugins
-    allowed = allowed_env is None or NAME in [p.strip() for p in allowed_env.split(",") if p.strip()]
+    allowed = vllm_plugins is None or NAME in [p.strip() for p in vllm_plugins.split(",") if p.strip()]
     status = {
         "group": GROUP,
         "name": NAME,
@@ -37,7 +36,7 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
         "distribution": None,
         "loads": False,
         "allowed_by_VLLM_PLUGINS": allowed,
-        "VLLM_PLUGINS": allowed_env,
+        "VLLM_PLUGINS": vllm_plugins,
     }
     if found:
         ep = found[0]

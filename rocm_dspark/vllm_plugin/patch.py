@@ -89,15 +89,17 @@ def _restore(owner) -> bool:
     return True
 
 
+def _in_this_vllm(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:  # a parent package of that name is not in this vLLM
+        return False
+
+
 def _indexer_backend(backport: dict, ref: str):
     """'Class' (in indexer_module) or 'module:Class'; None when that module is not in this vLLM."""
     module_name, _, cls = ref.rpartition(":") if ":" in ref else (backport["indexer_module"], "", ref)
-    try:
-        if importlib.util.find_spec(module_name) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    return getattr(importlib.import_module(module_name), cls)
+    return getattr(importlib.import_module(module_name), cls) if _in_this_vllm(module_name) else None
 
 
 def _rocm_or(original):
@@ -248,10 +250,6 @@ def patch_now_or_on_import(backport: dict) -> str:
 def import_target(backport: dict):
     """The first of the backport's ROCm module names this vLLM has, imported."""
     for name in backport["rocm_modules"]:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # a parent package of that name is not in this vLLM
-            found = False
-        if found:
+        if _in_this_vllm(name):
             return importlib.import_module(name)
     raise ImportError(f"none of {', '.join(backport['rocm_modules'])} is in this vLLM")
