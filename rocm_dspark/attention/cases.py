@@ -36,7 +36,7 @@ class SwaCase:
     kv_scale: torch.Tensor | None = None
     sink: torch.Tensor | None = None
     replay_start: torch.Tensor | None = None
-    topk: dict = field(default_factory=dict)  # topk_cache/indices/lens/format/fnuz/kv_scale
+    topk: dict = field(default_factory=dict)  # topk_cache/indices/lens/format/kv_scale
 
     @property
     def num_tokens(self) -> int:
@@ -133,8 +133,6 @@ def make_case(
     causal=True,
     topk=0,
     topk_format="fp8_ds_mla",
-    topk_fnuz=False,
-    topk_rows=None,
     invalid_tokens=(),
     extra_blocks=3,
     seed=0,
@@ -182,10 +180,9 @@ def make_case(
             list(replay_start) + [0] * (num_reqs_padded - len(replay_start)), dtype=torch.int32
         )
     if topk:
-        x_rows = topk_rows or 4 * block_size
-        x_cache, x_scale = pack_kv_cache(
-            torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, block_size, fnuz=topk_fnuz
-        )
+        x_rows = 4 * block_size
+        # OCP fp8, as the compressed cache is everywhere (docs/kernels.md, "KV cache layouts").
+        x_cache, x_scale = pack_kv_cache(torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, block_size)
         idx = torch.randint(0, x_rows, (num_tokens_padded, topk), generator=gen, dtype=torch.int32)
         idx[torch.rand(idx.shape, generator=gen) < 0.2] = -1  # holes, as the indexer pads with -1
         lens = torch.randint(0, topk + 1, (num_tokens_padded,), generator=gen, dtype=torch.int32)
@@ -194,7 +191,6 @@ def make_case(
             topk_indices=idx,
             topk_lens=lens,
             topk_format=topk_format,
-            topk_fnuz=topk_fnuz,
             topk_kv_scale=x_scale,
         )
     return case.to(device) if device != "cpu" else case

@@ -17,13 +17,11 @@ from rocm_dspark.attention.metadata import SwaMetadata, SwaMetadataBuffers
 from rocm_dspark.errors import UsageError
 
 
-def uniform_query_start_loc(num_reqs: int, query_len: int, num_reqs_padded: int | None = None) -> torch.Tensor:
-    """The layout the host believes: every real request has `query_len` tokens, padding has 0."""
-    padded = num_reqs if num_reqs_padded is None else num_reqs_padded
-    if padded < num_reqs or num_reqs < 0 or query_len < 0:
-        raise UsageError(f"need 0 <= num_reqs ({num_reqs}) <= num_reqs_padded ({padded}) and query_len >= 0")
-    starts = [min(r, num_reqs) * query_len for r in range(padded + 1)]
-    return torch.tensor(starts, dtype=torch.int32)
+def uniform_query_start_loc(num_reqs: int, query_len: int) -> torch.Tensor:
+    """The layout the host believes: every request has `query_len` tokens."""
+    if num_reqs < 0 or query_len < 0:
+        raise UsageError(f"need num_reqs ({num_reqs}) >= 0 and query_len ({query_len}) >= 0")
+    return torch.tensor([r * query_len for r in range(num_reqs + 1)], dtype=torch.int32)
 
 
 def host_planned_metadata(
