@@ -284,12 +284,8 @@ def _check_cache(name: str, cache, fmt: str, fnuz: bool, kv_scale, device) -> No
             raise UsageError(
                 f"{name} dtype {cache.dtype} disagrees with fnuz={fnuz}: pass fnuz=True exactly for float8_e4m3fnuz"
             )
-        if (
-            not isinstance(kv_scale, torch.Tensor)
-            or kv_scale.numel() != 1
-            or kv_scale.dtype != torch.float32
-            or kv_scale.device != device
-        ):
+        scale_ok = isinstance(kv_scale, torch.Tensor) and kv_scale.numel() == 1 and kv_scale.dtype == torch.float32
+        if not scale_ok or kv_scale.device != device:
             raise UsageError(f"{name} in fp8 needs its per-tensor scale as a one-element float32 tensor on {device}")
 
 
