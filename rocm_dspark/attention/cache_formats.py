@@ -1,16 +1,10 @@
-"""KV-cache formats of the sparse-SWA path: build caches for tests, read rows back exactly.
+"""KV-cache formats of the sparse-SWA path (docs/kernels.md, "KV cache layouts"): build caches for tests,
+read rows back exactly.
 
-Layouts (docs/kernels.md, "KV cache layouts"):
-- "bf16":       [num_blocks, bs, 512] bfloat16.
-- "fp8":        [num_blocks, bs, 512] float8_e4m3fn (OCP) or float8_e4m3fnuz (FNUZ), times one
-                per-tensor fp32 scale.
-- "fp8_ds_mla": the V4 record used by ROCm and SM90. Per page: `bs` data rows of 576 bytes
-                (448 e4m3 NoPE + 64 bf16 RoPE), then `bs` scale rows of 8 bytes (7 UE8M0 exponents,
-                one per 64 NoPE dims, + 1 pad); the page is padded to a multiple of 576 bytes.
-                Seen as uint8 [num_blocks, bs, 584] whose stride(0) is the padded page size;
-                readers index bytes by hand from stride(0), as vLLM does.
-The dequantisation here is the reference side: it decodes with torch's own fp8 dtypes and is
-independent of the Triton kernel's bitcast path.
+"bf16" and "fp8" (OCP or FNUZ e4m3, times one per-tensor fp32 scale) are [num_blocks, bs, 512]. The V4
+"fp8_ds_mla" record is seen as uint8 [num_blocks, bs, 584] whose stride(0) is the padded page size; readers
+index bytes by hand from stride(0), as vLLM does. The decoding here is the reference side: it uses torch's
+own fp8 dtypes, independent of the Triton kernel's bitcast path.
 """
 
 from __future__ import annotations

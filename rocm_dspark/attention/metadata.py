@@ -1,10 +1,8 @@
 """Per-token SWA metadata derived on the device from `query_start_loc` (one Triton launch).
 
-Under adaptive verification only the device `query_start_loc` knows each request's query length,
-so request ownership, position, key window and liveness are computed here, per token, into
-persistent buffers. The launch takes only graph-constant scalars (padded token and request
-counts, window, flags), never a host copy of per-request lengths, so a captured graph stays
-correct for every device layout with the same padded token count.
+The launch takes only graph-constant scalars (padded token and request counts, window, flags), never a
+host copy of per-request lengths, so a captured graph stays correct for every device layout with the same
+padded token count.
 """
 
 from __future__ import annotations

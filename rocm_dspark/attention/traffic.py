@@ -1,11 +1,8 @@
 """Memory-traffic model of one sparse-SWA call (docs/kernels.md, "Memory-traffic model"); pure Python.
 
-unique  = bytes the call must move at least once: q + output, the union of each request's
-          windows, the top-k rows (no overlap assumed: an upper bound), the metadata and the
-          block-table entries that cover the windows. Effective bandwidth = unique / time, compared with the GPU's peak.
-issued  = bytes the kernel actually requests: every head block re-reads its token's keys
-          (one program per token and head block); these may hit L2 / Infinity Cache, so
-          issued / time can exceed peak.
+unique = bytes the call must move at least once (top-k rows assumed not to overlap: an upper bound);
+issued = bytes the kernel requests: every head block re-reads its token's keys, which may hit L2 /
+Infinity Cache, so issued / time can exceed the peak.
 """
 
 from __future__ import annotations
