@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -69,8 +69,6 @@ def force_rocm_platform(props) -> str | None:
     multi_processor_count). Call it before vLLM is imported: vLLM 0.30.0 resolves its platform while
     `import vllm` runs (utils/torch_utils.py PIN_MEMORY), so the resolver is replaced as `vllm.platforms` loads.
     Returns the host's own platform name, or None when the host is ROCm (nothing forced)."""
-    import torch
-
     if "vllm" in sys.modules:
         import vllm.platforms as platforms
 
@@ -79,15 +77,17 @@ def force_rocm_platform(props) -> str | None:
             raise RuntimeError("vLLM resolved its platform before the ROCm platform could be forced")
         if current is not None:
             return None
-        _replace_resolver(platforms, props, torch)
+        _replace_resolver(platforms, props)
         return platforms._rocm_dspark_host
-    sys.meta_path.insert(0, _ForceRocmOnImport(props, torch))
+    sys.meta_path.insert(0, _ForceRocmOnImport(props))
     import vllm.platforms as platforms  # noqa: F401 - runs the hook
 
     return platforms._rocm_dspark_host
 
 
-def _replace_resolver(platforms, props, torch) -> None:
+def _replace_resolver(platforms, props) -> None:
+    import torch
+
     real = platforms.resolve_current_platform_cls_qualname()
     platforms._rocm_dspark_host = (
         None if real.endswith("RocmPlatform") else real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
@@ -106,23 +106,15 @@ def _replace_resolver(platforms, props, torch) -> None:
 class _ForceRocmOnImport:
     """Meta-path finder: right after `vllm.platforms` executes, its resolver answers ROCm."""
 
-    def __init__(self, props, torch):
-        self.props, self.torch = props, torch
+    def __init__(self, props):
+        self.props = props
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "vllm.platforms":
             return None
         sys.meta_path.remove(self)
-        import importlib.util
-
         spec = importlib.util.find_spec(fullname)
-        exec_module = spec.loader.exec_module
-
-        def exec_then_force(module):
-            exec_module(module)
-            _replace_resolver(module, self.props, self.torch)
-
-        spec.loader.exec_module = exec_then_force
+        patch.run_after_exec(spec.loader, lambda module: _replace_resolver(module, self.props))
         return spec
 
 
@@ -335,8 +327,6 @@ def vllm_verdict(attn_groups, config, num_speculative_tokens: int) -> dict:
 
 def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, model: str | None) -> dict:
     report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": []}
-    if force_platform not in (None, "rocm"):
-        return {**report, "error": f"force_platform must be 'rocm' or None, got {force_platform!r}"}
     report["python"] = sys.executable
     report["vllm_distributions"] = entry_point.vllm_distributions()
     report["entry_point"] = entry_point.entry_point_status(os.environ.get(CALLER_PLUGINS))

@@ -201,6 +201,17 @@ def _patch_and_log(module, backport: dict) -> None:
         )
 
 
+def run_after_exec(loader, after) -> None:
+    """Make this one `loader` call after(module) right after it executes a module (other loaders keep theirs)."""
+    exec_module = loader.exec_module
+
+    def exec_then(module):
+        exec_module(module)
+        after(module)
+
+    loader.exec_module = exec_then
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Finds one of the backport's ROCm modules through the other finders and patches it after it executes."""
 
@@ -218,17 +229,9 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
                 break
         else:
             return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-        backport = self.backport
-
-        def exec_then_patch(module):
-            exec_module(module)
-            _patch_and_log(module, backport)
-
-        loader.exec_module = exec_then_patch  # type: ignore[method-assign]  # this one loader instance: the point
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            backport = self.backport
+            run_after_exec(spec.loader, lambda module: _patch_and_log(module, backport))
         return spec
 
 

@@ -111,7 +111,7 @@ def summarize(report: dict) -> str:
 
 
 def format_table(report: dict) -> str:
-    """Human-readable report: facts, then one row per check (PASS/FAIL/----), then the summary."""
+    """Human-readable report: facts, then one row per check (PASS/FAIL), then the summary."""
     out = [f"python:       {report.get('python', '?')}"]
     dists = report.get("vllm_distributions")
     if dists is not None:
@@ -142,15 +142,11 @@ def format_table(report: dict) -> str:
         checks = report.get(key)
         if not checks:
             continue
-        out.append("")
-        out.append(f"adaptive-verification checks, {label} (K={report['num_speculative_tokens']}):")
+        out += ["", f"adaptive-verification checks, {label} (K={report['num_speculative_tokens']}):"]
         for c in checks:
-            mark = {True: "PASS", False: "FAIL", None: "----"}[c["passed"]]
-            out.append(f"  {mark}  {c['name']}")
-            out.append(f"        {c['detail']}")
+            out += [f"  {'PASS' if c['passed'] else 'FAIL'}  {c['name']}", f"        {c['detail']}"]
             if c.get("refusal"):
                 out.append(f"        vLLM says: {c['refusal']}")
     if report.get("summary"):
-        out.append("")
-        out.append(report["summary"])
+        out += ["", report["summary"]]
     return "\n".join(out)
