@@ -85,16 +85,8 @@ def compile_report(
     compiled = triton.compile(
         ASTSource(_sparse_swa_kernel, signature, consts, attrs), target=target, options={"num_warps": num_warps}
     )
-    report = {
-        "arch": arch,
-        "kv_format": kv_format,
-        "fnuz": fnuz,
-        "topk": topk,
-        "block_h": block_h,
-        "block_k": block_k,
-        "num_warps": num_warps,
-        "lds_bytes": compiled.metadata.shared,
-    }
+    report = dict(arch=arch, kv_format=kv_format, fnuz=fnuz, topk=topk, block_h=block_h, block_k=block_k)
+    report.update(num_warps=num_warps, lds_bytes=compiled.metadata.shared)
     if hip:
         asm = compiled.asm["amdgcn"]
 
