@@ -20,7 +20,6 @@ what `rocm-dspark plugin status` prints.
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass
 
 logger = logging.getLogger("rocm_dspark.vllm_plugin")
@@ -70,14 +69,12 @@ def register() -> RegisterResult:
     """vLLM's general-plugin entry point: one log line, never an exception."""
     _ensure_visible()
     try:
-        vllm = sys.modules.get("vllm")
-        if vllm is None:
-            import vllm  # noqa: PLC0415 - vLLM is importing us, so this is already loaded in practice
-        version = str(getattr(vllm, "__version__", "unknown"))
+        import vllm  # vLLM is importing us, so this is already loaded in practice
         from vllm.platforms import current_platform
 
         from rocm_dspark.vllm_plugin import capability as cap_rule
 
+        version = str(getattr(vllm, "__version__", "unknown"))
         cap, error = cap_rule.capability_for(version)
         result = register_with(
             vllm_version=version,
