@@ -46,24 +46,14 @@ class SwaMetadataBuffers:
 
 @dataclass(frozen=True)
 class SwaMetadata:
-    """What the attention kernel reads: the buffers plus the graph-constant layout facts; .req, .pos, .start,
-    .end and .live are views of the buffers cut to num_tokens."""
+    """What the attention kernel reads: the buffers plus the graph-constant layout facts."""
 
     buffers: SwaMetadataBuffers
     block_table: torch.Tensor
     block_size: int
     window: int
     causal: bool
-    num_tokens: int  # padded token count T_pad: the attention grid size
-
-    def _cut(self, t: torch.Tensor) -> torch.Tensor:
-        return t[: self.num_tokens]
-
-    req = property(lambda self: self._cut(self.buffers.req))
-    pos = property(lambda self: self._cut(self.buffers.pos))
-    start = property(lambda self: self._cut(self.buffers.start))
-    end = property(lambda self: self._cut(self.buffers.end))
-    live = property(lambda self: self._cut(self.buffers.live))
+    num_tokens: int  # padded token count T_pad: the attention grid size (the buffers' rows that count)
 
 
 @triton.jit
