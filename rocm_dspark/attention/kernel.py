@@ -87,17 +87,7 @@ def _load_key_tile(
 
 @triton.jit
 def _online_softmax_step(
-    q_nope,
-    q_rope,
-    k_nope,
-    k_rope,
-    valid,
-    m_i,
-    l_i,
-    acc_nope,
-    acc_rope,
-    qk_scale_log2,
-    DOT_F32: tl.constexpr,
+    q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32: tl.constexpr
 ):
     """Fold one key tile into the running (max, sum, accumulators), all fp32, log2 domain."""
     s = tl.dot(q_nope, tl.trans(k_nope)) + tl.dot(q_rope, tl.trans(k_rope))
@@ -312,15 +302,12 @@ def sparse_swa_attention(
 ) -> torch.Tensor:
     """Attention output [T_pad, H, 512] (bf16), one row per token, T_pad = metadata.num_tokens.
 
-    q [T_pad, H, 512] bf16 (448 NoPE + 64 RoPE). K == V == the cached 512-d latent row. One fp32 online
-    softmax over the token's window, the optional top-k segment and the optional per-head sink (fp32 [>= H],
-    a key with a zero value). kv_format / topk_format: "bf16" ([nb, bs, 512] bfloat16), "fp8" ([nb, bs, 512]
-    float8_e4m3fn or float8_e4m3fnuz, times the per-tensor kv_scale [1] fp32), "fp8_ds_mla" (uint8
-    [nb, bs, 584] V4 records, page stride = stride(0); `fnuz` selects FNUZ e4m3, else OCP). topk_indices
-    [T_pad, TOPK] int32 are global slots in topk_cache (-1 = hole); topk_lens [T_pad] int32, if given,
-    limits row t to its first topk_lens[t] entries. `out` [T_pad, H, 512] bf16 (persistent if given): every
-    row is written, dead rows are zero. Grid (T_pad, cdiv(H, block_h)); every load is masked with clamped
-    addresses. The inverse RoPE on dims 448..511 is NOT applied (the caller does it, as vLLM does).
+    q [T_pad, H, 512] bf16 (448 NoPE + 64 RoPE); sink fp32 [>= H]. kv_format / topk_format: the layouts of
+    cache_formats.py ("fp8" with its per-tensor kv_scale [1] fp32; `fnuz` selects FNUZ e4m3, else OCP).
+    topk_indices [T_pad, TOPK] int32 are global slots in topk_cache (-1 = hole); topk_lens [T_pad] int32, if
+    given, limits row t to its first topk_lens[t] entries. `out` [T_pad, H, 512] bf16 (persistent if given):
+    every row is written, dead rows are zero. The inverse RoPE on dims 448..511 is NOT applied (the caller
+    does it, as vLLM does).
 
     Defaults block_h = 16, block_k = 16, num_warps = 4: the tile that compiles without register spills for
     gfx942, gfx950 and sm90 (aot.compile_report; not yet timed on MI300-class hardware). Compile every
