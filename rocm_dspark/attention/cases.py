@@ -187,11 +187,7 @@ def make_case(
         idx[torch.rand(idx.shape, generator=gen) < 0.2] = -1  # holes, as the indexer pads with -1
         lens = torch.randint(0, topk + 1, (num_tokens_padded,), generator=gen, dtype=torch.int32)
         case.topk = dict(
-            topk_cache=x_cache,
-            topk_indices=idx,
-            topk_lens=lens,
-            topk_format=topk_format,
-            topk_kv_scale=x_scale,
+            topk_cache=x_cache, topk_indices=idx, topk_lens=lens, topk_format=topk_format, topk_kv_scale=x_scale
         )
     return case.to(device) if device != "cpu" else case
 

@@ -72,11 +72,9 @@ def reference_sparse_swa(
             pos = lens[r] - (q1 - q0) + (t - q0)
             if pos < 0:
                 raise UsageError(f"request {r}: seq_len {lens[r]} is shorter than its {q1 - q0} query tokens")
-            slots = []
-            for p in _key_positions(pos, lens[r], q1 - q0, window, causal, replay[r]):
-                blk = table[r][p // block_size]
-                if blk >= 0:
-                    slots.append(blk * block_size + p % block_size)
+            positions = _key_positions(pos, lens[r], q1 - q0, window, causal, replay[r])
+            pages = [(table[r][p // block_size], p % block_size) for p in positions]
+            slots = [blk * block_size + offset for blk, offset in pages if blk >= 0]
             keys = [_host_rows(kv_cache, slots, kv_format, fnuz, kv_scale)]
             if top_idx is not None:
                 n = len(top_idx[t]) if top_len is None else max(0, min(top_len[t], len(top_idx[t])))

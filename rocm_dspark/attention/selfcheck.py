@@ -34,14 +34,9 @@ def _excess(out, ref, tol) -> tuple[float, float]:
 
 
 def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
-    """Run the check; never raises for a failed check, the answer is in the dict (JSON-serialisable).
-
-    Keys: passed, reason, device, interpreted,
-    layouts_checked, max_abs_err, tolerance ({rtol, atol}), negative_control_caught,
-    negative_control_agrees_on_uniform, negative_control_err (its smallest error over the trimmed layouts),
-    graph_replay, seconds; on a GPU also device_name and arch. interpreted=True results are not valid for
-    gating (the CPU interpreter, not the GPU code).
-    """
+    """Run the check; never raises for a failed check: the answer is the dict below (JSON-serialisable), with
+    device_name and arch added on a GPU. interpreted=True results are not valid for gating (the CPU
+    interpreter, not the GPU code)."""
     started = time.monotonic()
     result = {
         "passed": False,
@@ -50,10 +45,10 @@ def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
         "interpreted": None,
         "layouts_checked": 0,
         "max_abs_err": None,
-        "tolerance": None,
+        "tolerance": None,  # {rtol, atol}
         "negative_control_caught": False,
         "negative_control_agrees_on_uniform": None,
-        "negative_control_err": None,
+        "negative_control_err": None,  # its smallest error over the trimmed layouts
         "graph_replay": False,
         "seconds": None,
     }
@@ -189,18 +184,17 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         result["reason"] = (
             "the host-planned negative control matched the reference on a trimmed layout: the check cannot tell right from wrong"
         )
-        return
-    if not result["negative_control_agrees_on_uniform"]:
+    elif not result["negative_control_agrees_on_uniform"]:
         result["reason"] = (
             "the host-planned negative control is wrong even on the uniform layout: the control is broken"
         )
-        return
-    result["passed"] = True
-    where = (
-        "Triton interpreter on CPU (not valid for gating)"
-        if interpreted
-        else f"{result.get('device_name', device)}, graph replay"
-    )
-    result["reason"] = (
-        f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
-    )
+    else:
+        where = (
+            "Triton interpreter on CPU (not valid for gating)"
+            if interpreted
+            else f"{result.get('device_name', device)}, graph replay"
+        )
+        result["passed"] = True
+        result["reason"] = (
+            f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
+        )
