@@ -326,8 +326,7 @@ def vllm_verdict(attn_groups, config, num_speculative_tokens: int) -> dict:
 
 
 def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, model: str | None) -> dict:
-    report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": []}
-    report["python"] = sys.executable
+    report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": [], "python": sys.executable}
     report["vllm_distributions"] = entry_point.vllm_distributions()
     report["entry_point"] = entry_point.entry_point_status(os.environ.get(CALLER_PLUGINS))
     if not report["vllm_distributions"]:

@@ -13,9 +13,8 @@ NAME = "rocm_dspark"
 
 def vllm_distributions() -> list[dict]:
     """Installed distributions that provide the top-level `vllm` package (no import of vLLM)."""
-    names = metadata.packages_distributions().get("vllm", [])
     out = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(metadata.packages_distributions().get("vllm", [])):
         try:
             out.append({"name": name, "version": metadata.version(name)})
         except metadata.PackageNotFoundError:
@@ -44,10 +43,8 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
         status["distribution"] = ep.dist.name if ep.dist is not None else None
         try:
             loaded = ep.load()  # imports our package the way vLLM would
-            status["loads"] = (getattr(loaded, "__module__", None), getattr(loaded, "__name__", None)) == (
-                "rocm_dspark.vllm_plugin",
-                "register",
-            )
+            where = (getattr(loaded, "__module__", None), getattr(loaded, "__name__", None))
+            status["loads"] = where == ("rocm_dspark.vllm_plugin", "register")
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             status["load_error"] = f"{type(exc).__name__}: {exc}"
     return status

@@ -1,20 +1,18 @@
 """The backport of vllm#58151 onto vLLM 0.30-0.32: declarations on vLLM's own classes, no kernel, no metadata.
 
-What 0.33.0 changed for DeepSeek-V4.1 adaptive verification (AV) on ROCm, and what this module does on a
-release the capability table (recipes/vllm.yaml `backport`) says lacks it:
+On a release whose capability entry (recipes/vllm.yaml `backport`) names them, this adds what 0.33.0 added for
+DeepSeek-V4.1 adaptive verification (AV) on ROCm (side by side: docs/adaptive-verification.md, "The plugin"):
 
-* The compressed sparse-MLA and sparse-SWA ROCm builders gain a `get_cudagraph_support` answering ALWAYS
-  when AV is on (0.33 `models/deepseek_v41/amd/rocm.py` `DeepseekV41ROCMAiter{MLASparse,SparseSWA}Metadata-
-  Builder`). Here: a declaration-only subclass of the builder vLLM's backend returns from `get_builder_cls()`,
-  returned by that same backend's `get_builder_cls()`, as 0.33 wires its own. The backend classes stay
-  vLLM's, so the names vLLM compares (`ROCM_FLASHMLA_SPARSE_DSV4`, attention.py / amd/model.py) are kept.
-* `DeepseekV41IndexerBackend` loses the override returning V3.2's CUDA-only answer to
-  `supports_device_cpu_query_lens_mismatch()`, so it inherits V4's `is_rocm() or ...`. Here: an explicit
-  override with that answer on every indexer backend the entry names (the MXFP4 one included), which works
-  whether the release overrides (0.31/0.32) or inherits (0.30).
-* K=1 only: `_rocm_supports_flattened_device_query_lens` also accepts `DeepseekV41ForCausalLM`. Here: the
-  module global is wrapped where the entry names it (0.31+); 0.30 has no such predicate, so K=1 stays
-  refused there (the indexer builder keeps UNIFORM_BATCH: fail-closed).
+* The compressed sparse-MLA and sparse-SWA builders answer ALWAYS to `get_cudagraph_support` under AV (0.33
+  `models/deepseek_v41/amd/rocm.py` `DeepseekV41ROCMAiter{MLASparse,SparseSWA}MetadataBuilder`). Here: a
+  declaration-only subclass of the builder each backend's `get_builder_cls()` returns, returned by it instead, as
+  0.33 wires its own; the backends, and the names vLLM compares (`ROCM_FLASHMLA_SPARSE_DSV4`, attention.py /
+  amd/model.py), stay vLLM's.
+* `supports_device_cpu_query_lens_mismatch()` = V4's `is_rocm() or ...` on every indexer backend the entry names,
+  the MXFP4 one included (0.33 drops V4.1's override with V3.2's CUDA-only answer); explicit, so it works whether
+  the release overrides (0.31/0.32) or inherits (0.30).
+* K=1 only: `_rocm_supports_flattened_device_query_lens` also accepts `DeepseekV41ForCausalLM` where the entry
+  names it (0.31+); 0.30 has none, so K=1 stays refused there (the indexer builder keeps UNIFORM_BATCH: fail-closed).
 
 Why declarations are enough: vLLM's own builders already build every role from the device query_start_loc
 (docs/adaptive-verification.md; tests/slow/test_backport_real.py checks it on vLLM's classes).
@@ -68,11 +66,9 @@ def declared_builder(base_builder: type) -> type:
 
 def _set(owner, name: str, value) -> None:
     """Replace owner.name, remembering vLLM's own (once) in owner.MARKER[name]."""
-    saved = vars(owner).get(MARKER)
-    if saved is None:
-        saved = {}
-        setattr(owner, MARKER, saved)
-    saved.setdefault(name, vars(owner).get(name, _ABSENT))
+    if MARKER not in vars(owner):
+        setattr(owner, MARKER, {})
+    vars(owner)[MARKER].setdefault(name, vars(owner).get(name, _ABSENT))
     setattr(owner, name, value)
 
 

@@ -66,16 +66,13 @@ def role_states(checks: list[dict] | None) -> str:
     parts = []
     for role in ROLES:
         mine = [c for c in checks or [] if c["name"].startswith(role + ":")]
-        if not mine:
-            continue
         failing = [c for c in mine if not c["passed"]]
-        if not failing:
+        if failing:
+            method = failing[0]["name"].split(".", 1)[-1].replace("(AV config)", "")
+            value = failing[0]["detail"].split(";")[0].split(" (needs")[0]
+            parts.append(f"{role}: refuses ({method} {value})")
+        elif mine:
             parts.append(f"{role}: {mine[-1]['detail']}")
-            continue
-        c = failing[0]
-        method = c["name"].split(".", 1)[-1].replace("(AV config)", "")
-        value = c["detail"].split(";")[0].split(" (needs")[0]
-        parts.append(f"{role}: refuses ({method} {value})")
     return "; ".join(parts)
 
 
@@ -85,11 +82,8 @@ def summarize(report: dict) -> str:
     if report.get("error"):
         lines.append(report["error"])
     if ep:
-        lines.append(
-            "entry point: "
-            + ("registered" if ep.get("registered") else "NOT registered")
-            + ("" if ep.get("allowed_by_VLLM_PLUGINS", True) else " but excluded by VLLM_PLUGINS")
-        )
+        excluded = "" if ep.get("allowed_by_VLLM_PLUGINS", True) else " but excluded by VLLM_PLUGINS"
+        lines.append(f"entry point: {'registered' if ep.get('registered') else 'NOT registered'}{excluded}")
     if "decision_here" in report:
         lines.append(f"here ({report['host_platform']}): {report['decision_here']['reason']}")
         lines.append(f"on ROCm: {report['decision_on_rocm']['reason']}")
@@ -100,12 +94,8 @@ def summarize(report: dict) -> str:
     for label, key in (("vLLM as shipped", "shipped"), ("with rocm-dspark", "with_plugin")):
         verdict = next((c for c in report.get(key) or [] if c["name"].startswith("vLLM verdict")), None)
         if verdict is not None:
-            lines.append(
-                f"{label}: vLLM "
-                + ("accepts" if verdict["passed"] else "refuses")
-                + " adaptive verification"
-                + (f": {verdict['refusal']}" if verdict.get("refusal") else "")
-            )
+            said = f": {verdict['refusal']}" if verdict.get("refusal") else ""
+            lines.append(f"{label}: vLLM {'accepts' if verdict['passed'] else 'refuses'} adaptive verification{said}")
             lines.append(f"  {role_states(report.get(key))}")
     return "\n".join(lines)
 
