@@ -19,8 +19,8 @@ def plugin_status(
     python: str | None = None,
     timeout: float = 300.0,
 ) -> dict:
-    """Everything `plugin status` prints, computed in a child `python` (default: this one) running
-    checks.py, which is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
+    """Everything `plugin status` prints, computed by checks.py in a child `python` (default: this one),
+    which is also the interpreter whose vLLM and entry points are inspected. force_platform='rocm'
     evaluates vLLM's ROCm classes even on a host that is not ROCm (the notes say so); None
     evaluates the host platform only. Keys: python, vllm_distributions, entry_point, vllm_version,
     host_platform, platform, forced, capability, decision_here, decision_on_rocm, patched (one line per
