@@ -108,7 +108,9 @@ def timed(torch, fn, *, graph: bool, iters: int, reps: int) -> float:
 
 
 def run_shape(torch, device, swa, compressed, label, requests, qlen, topk, args, cfg, fnuz):
-    from rocm_dspark.attention import SwaMetadataBuffers, compute_swa_metadata, sparse_swa_attention, torch_sparse_swa
+    from rocm_dspark.attention.kernel import sparse_swa_attention
+    from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
+    from rocm_dspark.attention.reference import torch_sparse_swa
     from rocm_dspark.attention.traffic import traffic_bytes
 
     inp = make_inputs(torch, device, swa, compressed, requests, qlen, cfg["context"], topk, seed=requests * 7 + qlen)

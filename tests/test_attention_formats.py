@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rocm_dspark.attention import dequantize_kv_cache, pack_kv_cache, traffic_bytes
-from rocm_dspark.attention.cache_formats import gather_dequantized
+from rocm_dspark.attention.cache_formats import gather_dequantized, pack_kv_cache
+from rocm_dspark.attention.traffic import traffic_bytes
 from rocm_dspark.errors import UsageError
 
 
@@ -40,7 +40,7 @@ def test_ds_mla_bytes_at_the_documented_offsets(fnuz):
     assert data[:448].unique().tolist() == [0x78]
     assert data[448:].view(torch.bfloat16).tolist() == [1.5] * 64  # RoPE: raw bf16 bytes
     # Reading FNUZ bytes as OCP (or back) is off by exactly 2x per element: the flag matters.
-    wrong = dequantize_kv_cache(cache, "fp8_ds_mla", fnuz=not fnuz)[bs + 3, 0]
+    wrong = gather_dequantized(cache, torch.tensor(bs + 3), "fp8_ds_mla", fnuz=not fnuz)[0]
     assert float(wrong) == (2.0 if fnuz else 0.5)
 
 
@@ -50,7 +50,7 @@ def test_round_trip_error_is_within_the_format_precision(kv_format, fnuz):
     gen = torch.Generator().manual_seed(0)
     rows = torch.randn(64, 512, generator=gen) * torch.logspace(-3, 2, 64)[:, None]
     cache, scale = pack_kv_cache(rows, kv_format, 32, fnuz=fnuz)
-    back = dequantize_kv_cache(cache, kv_format, fnuz=fnuz, kv_scale=scale)
+    back = gather_dequantized(cache, torch.arange(64), kv_format, fnuz=fnuz, kv_scale=scale)
     err = (back - rows).abs()
     rope = slice(448, 512)
     # RoPE (and bf16 everywhere) is bf16 (8 significant bits): half an ulp is <= 2**-8 relative.
@@ -69,11 +69,11 @@ def test_round_trip_error_is_within_the_format_precision(kv_format, fnuz):
         assert (err <= 2.0**-4 * rows.abs() + step * 2.0**-6).all()
 
 
-def test_gather_equals_full_dequantisation():
+def test_gather_of_any_slot_shape_equals_the_rows():
     gen = torch.Generator().manual_seed(1)
     cache, _ = pack_kv_cache(torch.randn(96, 512, generator=gen), "fp8_ds_mla", 32, fnuz=True)
     slots = torch.tensor([[95, 0, 33], [64, 31, 32]])
-    full = dequantize_kv_cache(cache, "fp8_ds_mla", fnuz=True)
+    full = gather_dequantized(cache, torch.arange(96), "fp8_ds_mla", fnuz=True)
     assert torch.equal(gather_dequantized(cache, slots, "fp8_ds_mla", fnuz=True), full[slots])
 
 
@@ -83,7 +83,7 @@ def test_bad_format_and_shape_are_usage_errors():
     with pytest.raises(UsageError, match="rows must be"):
         pack_kv_cache(torch.zeros(30, 512), "bf16", 32)
     with pytest.raises(UsageError, match="kv_scale"):
-        dequantize_kv_cache(torch.zeros(1, 32, 512).to(torch.float8_e4m3fn), "fp8")
+        gather_dequantized(torch.zeros(1, 32, 512).to(torch.float8_e4m3fn), torch.arange(32), "fp8")
 
 
 # Worked numbers (docs/kernels.md, "Memory-traffic model"): H=16, 8k context, fp8_ds_mla unless noted (MB = 1e6 bytes).

@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rocm_dspark.attention import SwaMetadataBuffers, compute_swa_metadata, reference_sparse_swa, sparse_swa_attention, torch_sparse_swa
+from rocm_dspark.attention.kernel import sparse_swa_attention
+from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
+from rocm_dspark.attention.reference import reference_sparse_swa, torch_sparse_swa
 from rocm_dspark.attention._triton import interpreted
 from rocm_dspark.attention.cases import make_case
 from rocm_dspark.errors import UsageError
@@ -38,7 +40,8 @@ def reference(case):
                                 case.slot_mapping, **case.reference_args())
 
 
-def assert_matches(out, ref, live):
+def assert_matches(out, ref, md):
+    live = md.buffers.live[: md.num_tokens]
     out = out.float().cpu()
     assert torch.isfinite(out).all(), "a row was left unwritten (NaN garbage survived)"
     excess = (out - ref).abs() - (TOL["atol"] + TOL["rtol"] * ref.abs())
@@ -86,7 +89,7 @@ def test_kernel_matches_reference(case_id, spec):
     if case_id == "h16-all-padding":
         assert (out == 0).all() and (ref == 0).all()
         return
-    assert_matches(out, ref, md.live)
+    assert_matches(out, ref, md)
 
 
 def test_production_geometry_window_128_block_32():
@@ -96,7 +99,7 @@ def test_production_geometry_window_128_block_32():
                      kv_format="fp8_ds_mla", fnuz=True, topk=48, topk_format="fp8_ds_mla", sink=True,
                      num_reqs_padded=5, num_tokens_padded=18, seed=3, device=DEVICE)
     out, md = run_kernel(case, block_k=32)
-    assert_matches(out, reference(case), md.live)
+    assert_matches(out, reference(case), md)
 
 
 def test_topk_without_lens_uses_every_column_and_skips_holes():
@@ -104,7 +107,7 @@ def test_topk_without_lens_uses_every_column_and_skips_holes():
                      device=DEVICE)
     case.topk["topk_lens"] = None
     out, md = run_kernel(case)
-    assert_matches(out, reference(case), md.live)
+    assert_matches(out, reference(case), md)
 
 
 def test_missing_pages_and_nan_rows_read_as_zero():
@@ -117,7 +120,7 @@ def test_missing_pages_and_nan_rows_read_as_zero():
     out, md = run_kernel(case)
     ref = reference(case)
     assert torch.isfinite(ref).all()
-    assert_matches(out, ref, md.live)
+    assert_matches(out, ref, md)
 
 
 @pytest.mark.parametrize("block_h, block_k", [(16, 32), (32, 64), (16, 128)])
@@ -125,7 +128,7 @@ def test_tile_sizes_agree(block_h, block_k):
     case = make_case([5, 1], [70, 3], heads=20, window=32, block_size=16, kv_format="fp8_ds_mla", topk=40,
                      sink=True, seed=13, device=DEVICE)
     out, md = run_kernel(case, block_h=block_h, block_k=block_k)
-    assert_matches(out, reference(case), md.live)
+    assert_matches(out, reference(case), md)
 
 
 def test_vectorised_torch_baseline_matches_loop_reference():

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rocm_dspark.attention import SwaMetadataBuffers, compute_swa_metadata
+from rocm_dspark.attention.metadata import SwaMetadataBuffers, compute_swa_metadata
 from rocm_dspark.attention.cases import make_layout
 from rocm_dspark.errors import UsageError
 
@@ -46,7 +46,7 @@ def run_metadata(layout, num_tokens, window, causal, replay=None, max_tokens=Non
     md = compute_swa_metadata(layout["query_start_loc"], layout["seq_lens"], layout["block_table"],
                               layout["slot_mapping"], buffers, window=window, block_size=16, causal=causal,
                               replay_start=replay_t, num_tokens=num_tokens)
-    return [x.tolist() for x in (md.req, md.pos, md.start, md.end, md.live)]
+    return [getattr(md.buffers, name)[: md.num_tokens].tolist() for name in ("req", "pos", "start", "end", "live")]
 
 
 def expected(layout, num_tokens, window, causal, replay=None):
@@ -139,7 +139,7 @@ def test_no_host_synchronisation(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, forbidden)
     md = compute_swa_metadata(layout["query_start_loc"], layout["seq_lens"], layout["block_table"],
                               layout["slot_mapping"], buffers, window=16, block_size=16)
-    assert md.live.tolist() == [1] * 7 + [0] * 2
+    assert md.buffers.live[: md.num_tokens].tolist() == [1] * 7 + [0] * 2
 
 
 def test_search_steps_cover_many_requests():

@@ -7,7 +7,7 @@ would prove nothing.
 
 from __future__ import annotations
 
-from rocm_dspark.attention import run_kernel_check
+from rocm_dspark.attention.selfcheck import run_kernel_check
 
 # The passing check on CPU (interpreted, five layouts, the negative control caught, its weakest miss far outside our
 # tolerance) is asserted on the kernel level's evidence in tests/test_probe_levels.py: that level runs this same

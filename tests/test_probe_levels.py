@@ -59,8 +59,8 @@ def rocminfo(tmp_path, monkeypatch):
 
 
 def test_kernel_level_runs_our_path_in_the_interpreter_and_says_it_does_not_count():
-    """The level's child runs rocm_dspark.attention.run_kernel_check("cpu", interpret_ok=True): its passing result
-    on CPU is checked here (tests/test_attention_selfcheck.py breaks it), one run of the check for both."""
+    """The level's child runs rocm_dspark.attention.selfcheck.run_kernel_check("cpu", interpret_ok=True): its
+    passing result on CPU is checked here (tests/test_attention_selfcheck.py breaks it), one run of the check for both."""
     result = kernel.run_kernel(timeout_s=600)
     ev = result.evidence
     assert result.name == "kernel" and result.passed, result.reason

@@ -12,10 +12,10 @@ all work whatever was imported first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 _LOCK = threading.Lock()
-_INTERPRETED: dict[int, object] = {}
 
 
 def _is_cpu(device) -> bool:
@@ -34,13 +34,11 @@ def interpreted(device) -> bool:
     return _is_cpu(device) or interpreting()
 
 
+@functools.cache
 def _interpreted(fn):
     from triton.runtime.interpreter import InterpretedFunction
 
-    key = id(fn)
-    if key not in _INTERPRETED:
-        _INTERPRETED[key] = InterpretedFunction(fn)
-    return _INTERPRETED[key]
+    return InterpretedFunction(fn)
 
 
 @contextlib.contextmanager

@@ -15,18 +15,9 @@ from rocm_dspark.errors import UsageError
 
 _POINTER = {"bf16": "*bf16", "fp8": "*fp8e4nv", "fp8_fnuz": "*fp8e4b8", "fp8_ds_mla": "*u8"}
 # Integer arguments that are multiples of 16 in real launches (Triton specialises on that).
-_DIV16_INTS = {
-    "stride_qt",
-    "stride_qh",
-    "stride_ot",
-    "stride_oh",
-    "kv_stride_blk",
-    "x_stride_blk",
-    "block_size",
-    "x_block_size",
-    "xidx_stride",
-    "topk_width",
-}
+_DIV16_INTS = set(
+    "stride_qt stride_qh stride_ot stride_oh kv_stride_blk x_stride_blk block_size x_block_size xidx_stride topk_width".split()
+)
 _CACHES = ("kv_ptr", "x_ptr")  # may exceed 2 GiB: no 32-bit buffer offsets for them
 
 
@@ -94,16 +85,8 @@ def compile_report(
     compiled = triton.compile(
         ASTSource(_sparse_swa_kernel, signature, consts, attrs), target=target, options={"num_warps": num_warps}
     )
-    report = {
-        "arch": arch,
-        "kv_format": kv_format,
-        "fnuz": fnuz,
-        "topk": topk,
-        "block_h": block_h,
-        "block_k": block_k,
-        "num_warps": num_warps,
-        "lds_bytes": compiled.metadata.shared,
-    }
+    report = dict(arch=arch, kv_format=kv_format, fnuz=fnuz, topk=topk, block_h=block_h, block_k=block_k)
+    report.update(num_warps=num_warps, lds_bytes=compiled.metadata.shared)
     if hip:
         asm = compiled.asm["amdgcn"]
 

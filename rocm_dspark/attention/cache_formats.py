@@ -1,16 +1,10 @@
-"""KV-cache formats of the sparse-SWA path: build caches for tests, dequantize them exactly.
+"""KV-cache formats of the sparse-SWA path (docs/kernels.md, "KV cache layouts"): build caches for tests,
+read rows back exactly.
 
-Layouts (docs/kernels.md, "KV cache layouts"):
-- "bf16":       [num_blocks, bs, 512] bfloat16.
-- "fp8":        [num_blocks, bs, 512] float8_e4m3fn (OCP) or float8_e4m3fnuz (FNUZ), times one
-                per-tensor fp32 scale.
-- "fp8_ds_mla": the V4 record used by ROCm and SM90. Per page: `bs` data rows of 576 bytes
-                (448 e4m3 NoPE + 64 bf16 RoPE), then `bs` scale rows of 8 bytes (7 UE8M0 exponents,
-                one per 64 NoPE dims, + 1 pad); the page is padded to a multiple of 576 bytes.
-                Seen as uint8 [num_blocks, bs, 584] whose stride(0) is the padded page size;
-                readers index bytes by hand from stride(0), as vLLM does.
-The dequantisation here is the reference side: it decodes with torch's own fp8 dtypes and is
-independent of the Triton kernel's bitcast path.
+"bf16" and "fp8" (OCP or FNUZ e4m3, times one per-tensor fp32 scale) are [num_blocks, bs, 512]. The V4
+"fp8_ds_mla" record is seen as uint8 [num_blocks, bs, 584] whose stride(0) is the padded page size; readers
+index bytes by hand from stride(0), as vLLM does. The decoding here is the reference side: it uses torch's
+own fp8 dtypes, independent of the Triton kernel's bitcast path.
 """
 
 from __future__ import annotations
@@ -32,11 +26,6 @@ FP8_MAX = {False: 448.0, True: 240.0}  # OCP e4m3fn, FNUZ e4m3fnuz
 
 def fp8_dtype(fnuz: bool) -> torch.dtype:
     return torch.float8_e4m3fnuz if fnuz else torch.float8_e4m3fn
-
-
-def ds_mla_page_bytes(block_size: int) -> int:
-    """Bytes per page: data + scale rows, rounded up to a multiple of the 576-byte data row."""
-    return math.ceil(block_size * DS_MLA_RECORD / DS_MLA_DATA_BYTES) * DS_MLA_DATA_BYTES
 
 
 def check_format(kv_format: str) -> None:
@@ -62,9 +51,9 @@ def pack_kv_cache(rows: torch.Tensor, kv_format: str, block_size: int, *, fnuz: 
 
 
 def _pack_ds_mla(rows: torch.Tensor, num_blocks: int, block_size: int, fnuz: bool):
-    page = ds_mla_page_bytes(block_size)
-    flat = torch.zeros(num_blocks * page, dtype=torch.uint8, device=rows.device)
-    pages = flat.view(num_blocks, page)
+    # A page holds the data rows then the scale rows, padded to a multiple of the 576-byte data row.
+    page = math.ceil(block_size * DS_MLA_RECORD / DS_MLA_DATA_BYTES) * DS_MLA_DATA_BYTES
+    pages = torch.zeros(num_blocks, page, dtype=torch.uint8, device=rows.device)
     nope = rows[:, :NOPE].reshape(-1, NOPE // DS_MLA_GROUP, DS_MLA_GROUP)
     amax = nope.abs().amax(dim=2).clamp_min(1e-4)
     # UE8M0: the smallest power of two that brings the group's amax within the fp8 range.
@@ -74,34 +63,10 @@ def _pack_ds_mla(rows: torch.Tensor, num_blocks: int, block_size: int, fnuz: boo
     rope_bytes = rows[:, NOPE:].to(torch.bfloat16).contiguous().view(torch.uint8)  # [n, 128]
     scale_bytes = torch.zeros(rows.shape[0], DS_MLA_SCALE_BYTES, dtype=torch.uint8, device=rows.device)
     scale_bytes[:, : NOPE // DS_MLA_GROUP] = (exponent + 127).to(torch.uint8)
-    data = torch.cat([q_bytes, rope_bytes], dim=1).view(num_blocks, block_size * DS_MLA_DATA_BYTES)
-    pages[:, : block_size * DS_MLA_DATA_BYTES] = data
-    scales_end = block_size * (DS_MLA_DATA_BYTES + DS_MLA_SCALE_BYTES)
-    pages[:, block_size * DS_MLA_DATA_BYTES : scales_end] = scale_bytes.view(num_blocks, -1)
-    cache = flat.as_strided((num_blocks, block_size, DS_MLA_RECORD), (page, DS_MLA_RECORD, 1))
-    return cache, None
-
-
-def dequantize_kv_cache(cache: torch.Tensor, kv_format: str, *, fnuz: bool = False, kv_scale=None) -> torch.Tensor:
-    """All slots of `cache` as exact float32 rows [num_blocks*bs, 512] (slot = blk*bs + offset)."""
-    check_format(kv_format)
-    num_blocks, block_size = cache.shape[0], cache.shape[1]
-    if kv_format == "bf16":
-        return cache.reshape(-1, HEAD_DIM).float()
-    if kv_format == "fp8":
-        if kv_scale is None:
-            raise UsageError("kv_format 'fp8' needs kv_scale (a one-element fp32 tensor)")
-        return cache.reshape(-1, HEAD_DIM).float() * kv_scale.float().reshape(())
-    page = cache.stride(0)
-    flat = torch.as_strided(cache, (num_blocks, page), (page, 1))
-    data = flat[:, : block_size * DS_MLA_DATA_BYTES].reshape(-1, DS_MLA_DATA_BYTES)
-    scales_end = block_size * (DS_MLA_DATA_BYTES + DS_MLA_SCALE_BYTES)
-    scales = flat[:, block_size * DS_MLA_DATA_BYTES : scales_end].reshape(-1, DS_MLA_SCALE_BYTES)
-    nope = data[:, :NOPE].contiguous().view(fp8_dtype(fnuz)).float()
-    power = torch.exp2(scales[:, : NOPE // DS_MLA_GROUP].float() - 127.0)
-    nope = (nope.view(-1, NOPE // DS_MLA_GROUP, DS_MLA_GROUP) * power[..., None]).view(-1, NOPE)
-    rope = data[:, NOPE:].contiguous().view(torch.bfloat16).float()
-    return torch.cat([nope, rope], dim=1)
+    data_end = block_size * DS_MLA_DATA_BYTES
+    pages[:, :data_end] = torch.cat([q_bytes, rope_bytes], dim=1).view(num_blocks, data_end)
+    pages[:, data_end : block_size * DS_MLA_RECORD] = scale_bytes.view(num_blocks, -1)
+    return pages.as_strided((num_blocks, block_size, DS_MLA_RECORD), (page, DS_MLA_RECORD, 1)), None
 
 
 def gather_dequantized(
@@ -115,13 +80,12 @@ def gather_dequantized(
     block_size = cache.shape[1]
     slots = slots.to(torch.int64)
     blk, off = slots // block_size, slots % block_size
-    if kv_format in ("bf16", "fp8"):
-        rows = cache[blk, off].float()
-        if kv_format == "fp8":
-            if kv_scale is None:
-                raise UsageError("kv_format 'fp8' needs kv_scale (a one-element fp32 tensor)")
-            rows = rows * kv_scale.float().reshape(())
-        return rows
+    if kv_format == "bf16":
+        return cache[blk, off].float()
+    if kv_format == "fp8":
+        if kv_scale is None:
+            raise UsageError("kv_format 'fp8' needs kv_scale (a one-element fp32 tensor)")
+        return cache[blk, off].float() * kv_scale.float().reshape(())
     page = cache.stride(0)
     flat = torch.as_strided(cache, (cache.shape[0] * page,), (1,))
     data_at = (blk * page + off * DS_MLA_DATA_BYTES).unsqueeze(-1)

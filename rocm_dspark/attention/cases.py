@@ -9,6 +9,7 @@ valid but unrelated pages, so a kernel that reads past a window gets wrong value
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ class SwaCase:
     kv_scale: torch.Tensor | None = None
     sink: torch.Tensor | None = None
     replay_start: torch.Tensor | None = None
-    topk: dict = field(default_factory=dict)  # topk_cache/indices/lens/format/fnuz/kv_scale
+    topk: dict = field(default_factory=dict)  # topk_cache/indices/lens/format/kv_scale
 
     @property
     def num_tokens(self) -> int:
@@ -55,16 +56,16 @@ class SwaCase:
         )
 
     def reference_args(self) -> dict:
-        return dict(
-            window=self.window,
-            block_size=self.block_size,
-            causal=self.causal,
-            replay_start=self.replay_start,
-            **self.attention_args(),
-        )
+        return {**self.metadata_args(), **self.attention_args()}
 
     def to(self, device) -> SwaCase:
-        return _case_to(self, device)
+        """A copy of the case on `device`; fp8_ds_mla caches keep their padded page stride."""
+        moved = {k: _to(v, device) for k, v in vars(self).items()}
+        if self.kv_format == "fp8_ds_mla":
+            moved["kv_cache"] = _strided_to(self.kv_cache, device)
+        if self.topk.get("topk_format") == "fp8_ds_mla":
+            moved["topk"]["topk_cache"] = _strided_to(self.topk["topk_cache"], device)
+        return SwaCase(**moved)
 
 
 def make_layout(
@@ -99,9 +100,7 @@ def make_layout(
     for r, n in enumerate(pages):
         table[r, :n] = torch.tensor(perm[:n], dtype=torch.int32)
         perm = perm[n:]
-    qsl = [0]
-    for r in range(num_reqs_padded):
-        qsl.append(qsl[-1] + (query_lens[r] if r < len(query_lens) else 0))
+    qsl = [0, *itertools.accumulate(list(query_lens) + [0] * (num_reqs_padded - len(query_lens)))]
     slots = torch.full((num_tokens_padded,), -1, dtype=torch.int64)
     for r, qlen in enumerate(query_lens):
         for i in range(qlen):
@@ -134,8 +133,6 @@ def make_case(
     causal=True,
     topk=0,
     topk_format="fp8_ds_mla",
-    topk_fnuz=False,
-    topk_rows=None,
     invalid_tokens=(),
     extra_blocks=3,
     seed=0,
@@ -147,19 +144,18 @@ def make_case(
     compute_swa_metadata, sparse_swa_attention and reference_sparse_swa."""
     num_reqs_padded = num_reqs_padded or len(query_lens)
     num_tokens_padded = num_tokens_padded or max(1, sum(query_lens))
-    pages_needed = sum(math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens))
+    num_blocks = sum(math.ceil((c + q) / block_size) for c, q in zip(context_lens, query_lens)) + extra_blocks
     layout = make_layout(
         query_lens,
         context_lens,
         num_reqs_padded=num_reqs_padded,
         num_tokens_padded=num_tokens_padded,
         block_size=block_size,
-        num_blocks=pages_needed + extra_blocks,
+        num_blocks=num_blocks,
         invalid_tokens=invalid_tokens,
         seed=seed,
     )
     gen = torch.Generator().manual_seed(seed + 1)
-    num_blocks = pages_needed + extra_blocks
     rows = torch.randn(num_blocks * block_size, HEAD_DIM, generator=gen)
     kv_cache, kv_scale = pack_kv_cache(rows, kv_format, block_size, fnuz=fnuz)
     q = torch.randn(num_tokens_padded, heads, HEAD_DIM, generator=gen).to(torch.bfloat16)
@@ -184,21 +180,14 @@ def make_case(
             list(replay_start) + [0] * (num_reqs_padded - len(replay_start)), dtype=torch.int32
         )
     if topk:
-        x_rows = topk_rows or 4 * block_size
-        x_bs = block_size
-        x_cache, x_scale = pack_kv_cache(
-            torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, x_bs, fnuz=topk_fnuz
-        )
+        x_rows = 4 * block_size
+        # OCP fp8, as the compressed cache is everywhere (docs/kernels.md, "KV cache layouts").
+        x_cache, x_scale = pack_kv_cache(torch.randn(x_rows, HEAD_DIM, generator=gen), topk_format, block_size)
         idx = torch.randint(0, x_rows, (num_tokens_padded, topk), generator=gen, dtype=torch.int32)
         idx[torch.rand(idx.shape, generator=gen) < 0.2] = -1  # holes, as the indexer pads with -1
         lens = torch.randint(0, topk + 1, (num_tokens_padded,), generator=gen, dtype=torch.int32)
         case.topk = dict(
-            topk_cache=x_cache,
-            topk_indices=idx,
-            topk_lens=lens,
-            topk_format=topk_format,
-            topk_fnuz=topk_fnuz,
-            topk_kv_scale=x_scale,
+            topk_cache=x_cache, topk_indices=idx, topk_lens=lens, topk_format=topk_format, topk_kv_scale=x_scale
         )
     return case.to(device) if device != "cpu" else case
 
@@ -209,16 +198,6 @@ def _to(value, device):
     if isinstance(value, dict):
         return {k: _to(v, device) for k, v in value.items()}
     return value
-
-
-def _case_to(self: SwaCase, device) -> SwaCase:
-    """A copy of the case on `device`; fp8_ds_mla caches keep their padded page stride."""
-    moved = {k: _to(v, device) for k, v in self.__dict__.items()}
-    if self.kv_format == "fp8_ds_mla":
-        moved["kv_cache"] = _strided_to(self.kv_cache, device)
-    if self.topk.get("topk_format") == "fp8_ds_mla":
-        moved["topk"]["topk_cache"] = _strided_to(self.topk["topk_cache"], device)
-    return SwaCase(**moved)
 
 
 def _strided_to(cache: torch.Tensor, device) -> torch.Tensor:

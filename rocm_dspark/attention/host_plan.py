@@ -1,29 +1,27 @@
-"""Negative control: SWA metadata planned on the host from the host's query lengths.
+"""Negative control: SWA metadata planned from the host's query lengths instead of the device's.
 
 This is what the refused upstream UNIFORM_BATCH builders effectively do: they trust the host's
 per-request query lengths (every verify request = 1+K tokens, or the host's even spread of the
 draft budget) and the host's seq_lens upper bound. Under adaptive verification the device trims
 drafts, so the real boundaries differ and this plan gives tokens to the wrong request and
-position, silently. It writes into the same buffers and feeds the same attention kernel as
-`compute_swa_metadata`, so a test (or the startup probe) can show that planning from host
-lengths is wrong exactly when the device layout differs, and that the device path is right.
+position, silently. It is `compute_swa_metadata` itself, fed the host's lengths, so a test (or the
+startup probe) can show that planning from host lengths is wrong exactly when the device layout
+differs, and that the device path is right.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rocm_dspark.attention.metadata import SwaMetadata, SwaMetadataBuffers
+from rocm_dspark.attention.metadata import SwaMetadata, SwaMetadataBuffers, compute_swa_metadata
 from rocm_dspark.errors import UsageError
 
 
-def uniform_query_start_loc(num_reqs: int, query_len: int, num_reqs_padded: int | None = None) -> torch.Tensor:
-    """The layout the host believes: every real request has `query_len` tokens, padding has 0."""
-    padded = num_reqs if num_reqs_padded is None else num_reqs_padded
-    if padded < num_reqs or num_reqs < 0 or query_len < 0:
-        raise UsageError(f"need 0 <= num_reqs ({num_reqs}) <= num_reqs_padded ({padded}) and query_len >= 0")
-    starts = [min(r, num_reqs) * query_len for r in range(padded + 1)]
-    return torch.tensor(starts, dtype=torch.int32)
+def uniform_query_start_loc(num_reqs: int, query_len: int) -> torch.Tensor:
+    """The layout the host believes: every request has `query_len` tokens."""
+    if num_reqs < 0 or query_len < 0:
+        raise UsageError(f"need num_reqs ({num_reqs}) >= 0 and query_len ({query_len}) >= 0")
+    return torch.tensor([r * query_len for r in range(num_reqs + 1)], dtype=torch.int32)
 
 
 def host_planned_metadata(
@@ -37,35 +35,20 @@ def host_planned_metadata(
     causal: bool = True,
     num_tokens: int,
 ) -> SwaMetadata:
-    """The negative control, as the refused upstream UNIFORM_BATCH builders plan (correct only when the
-    device and host layouts agree). Plan per-token request/position/window in Python from host lengths, then copy to `buffers`."""
+    """compute_swa_metadata fed the host's lengths instead of the device's, with no token trimmed (the host
+    knows of none): correct only when the device and host layouts agree."""
     if not 1 <= num_tokens <= buffers.max_tokens:
         raise UsageError(f"num_tokens={num_tokens} must be in 1..{buffers.max_tokens}")
-    qsl = [int(x) for x in query_start_loc_cpu]
-    lens = [int(x) for x in seq_lens_cpu]
-    req, pos, start, end, live = ([0] * num_tokens for _ in range(5))
-    for t in range(num_tokens):
-        req[t], pos[t] = -1, -1
-    for r in range(len(lens)):
-        q0, q1 = qsl[r], qsl[r + 1]
-        for t in range(q0, min(q1, num_tokens)):
-            p = lens[r] - (q1 - q0) + (t - q0)
-            if p < 0:
-                continue
-            req[t], pos[t], live[t] = r, p, 1
-            if causal:
-                start[t], end[t] = max(p - window + 1, 0), p + 1
-            else:
-                start[t], end[t] = max(lens[r] - (q1 - q0) - window, 0), lens[r]
-    for buf, values in zip(
-        (buffers.req, buffers.pos, buffers.start, buffers.end, buffers.live), (req, pos, start, end, live)
-    ):
-        buf[:num_tokens].copy_(torch.tensor(values, dtype=torch.int32))
-    return SwaMetadata(
-        buffers=buffers,
-        block_table=block_table,
-        block_size=int(block_size),
-        window=int(window),
-        causal=bool(causal),
-        num_tokens=int(num_tokens),
+    device = buffers.req.device
+    every_slot_valid = torch.zeros(num_tokens, dtype=torch.int32, device=device)
+    return compute_swa_metadata(
+        query_start_loc_cpu.to(device),
+        seq_lens_cpu.to(device),
+        block_table,
+        every_slot_valid,
+        buffers,
+        window=window,
+        block_size=block_size,
+        causal=causal,
+        num_tokens=num_tokens,
     )

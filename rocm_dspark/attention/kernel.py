@@ -87,17 +87,7 @@ def _load_key_tile(
 
 @triton.jit
 def _online_softmax_step(
-    q_nope,
-    q_rope,
-    k_nope,
-    k_rope,
-    valid,
-    m_i,
-    l_i,
-    acc_nope,
-    acc_rope,
-    qk_scale_log2,
-    DOT_F32: tl.constexpr,
+    q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32: tl.constexpr
 ):
     """Fold one key tile into the running (max, sum, accumulators), all fp32, log2 domain."""
     s = tl.dot(q_nope, tl.trans(k_nope)) + tl.dot(q_rope, tl.trans(k_rope))
@@ -173,9 +163,8 @@ def _sparse_swa_kernel(
     end = tl.load(end_ptr + t)  # == start for dead tokens: the window loop runs zero times
 
     q_rows = q_ptr + t * stride_qt + heads[:, None].to(tl.int64) * stride_qh
-    q_mask = heads < tl.where(
-        live, num_heads, 0
-    )  # dead tokens read nothing (a scalar bool & block trips the interpreter)
+    # Dead tokens read nothing (a scalar bool & block trips the interpreter).
+    q_mask = heads < tl.where(live, num_heads, 0)
     q_nope = tl.load(q_rows + dn[None, :], mask=q_mask[:, None] & (dn < 448)[None, :], other=0.0)
     q_rope = tl.load(q_rows + 448 + dr[None, :], mask=q_mask[:, None], other=0.0)
     if DOT_F32:
@@ -210,17 +199,7 @@ def _sparse_swa_kernel(
             BLOCK_K,
         )
         m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-            q_nope,
-            q_rope,
-            k_nope,
-            k_rope,
-            valid,
-            m_i,
-            l_i,
-            acc_nope,
-            acc_rope,
-            qk_scale_log2,
-            DOT_F32,
+            q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32
         )
 
     # Segment 2: top-k compressed rows (global slots, -1 = hole), same softmax.
@@ -252,17 +231,7 @@ def _sparse_swa_kernel(
                 BLOCK_K,
             )
             m_i, l_i, acc_nope, acc_rope = _online_softmax_step(
-                q_nope,
-                q_rope,
-                k_nope,
-                k_rope,
-                valid,
-                m_i,
-                l_i,
-                acc_nope,
-                acc_rope,
-                qk_scale_log2,
-                DOT_F32,
+                q_nope, q_rope, k_nope, k_rope, valid, m_i, l_i, acc_nope, acc_rope, qk_scale_log2, DOT_F32
             )
 
     # Epilogue: the sink is a key with zero value, so it only adds to the denominator.
@@ -305,12 +274,8 @@ def _check_cache(name: str, cache, fmt: str, fnuz: bool, kv_scale, device) -> No
             raise UsageError(
                 f"{name} dtype {cache.dtype} disagrees with fnuz={fnuz}: pass fnuz=True exactly for float8_e4m3fnuz"
             )
-        if (
-            not isinstance(kv_scale, torch.Tensor)
-            or kv_scale.numel() != 1
-            or kv_scale.dtype != torch.float32
-            or kv_scale.device != device
-        ):
+        scale_ok = isinstance(kv_scale, torch.Tensor) and kv_scale.numel() == 1 and kv_scale.dtype == torch.float32
+        if not scale_ok or kv_scale.device != device:
             raise UsageError(f"{name} in fp8 needs its per-tensor scale as a one-element float32 tensor on {device}")
 
 
@@ -337,15 +302,12 @@ def sparse_swa_attention(
 ) -> torch.Tensor:
     """Attention output [T_pad, H, 512] (bf16), one row per token, T_pad = metadata.num_tokens.
 
-    q [T_pad, H, 512] bf16 (448 NoPE + 64 RoPE). K == V == the cached 512-d latent row. One fp32 online
-    softmax over the token's window, the optional top-k segment and the optional per-head sink (fp32 [>= H],
-    a key with a zero value). kv_format / topk_format: "bf16" ([nb, bs, 512] bfloat16), "fp8" ([nb, bs, 512]
-    float8_e4m3fn or float8_e4m3fnuz, times the per-tensor kv_scale [1] fp32), "fp8_ds_mla" (uint8
-    [nb, bs, 584] V4 records, page stride = stride(0); `fnuz` selects FNUZ e4m3, else OCP). topk_indices
-    [T_pad, TOPK] int32 are global slots in topk_cache (-1 = hole); topk_lens [T_pad] int32, if given,
-    limits row t to its first topk_lens[t] entries. `out` [T_pad, H, 512] bf16 (persistent if given): every
-    row is written, dead rows are zero. Grid (T_pad, cdiv(H, block_h)); every load is masked with clamped
-    addresses. The inverse RoPE on dims 448..511 is NOT applied (the caller does it, as vLLM does).
+    q [T_pad, H, 512] bf16 (448 NoPE + 64 RoPE); sink fp32 [>= H]. kv_format / topk_format: the layouts of
+    cache_formats.py ("fp8" with its per-tensor kv_scale [1] fp32; `fnuz` selects FNUZ e4m3, else OCP).
+    topk_indices [T_pad, TOPK] int32 are global slots in topk_cache (-1 = hole); topk_lens [T_pad] int32, if
+    given, limits row t to its first topk_lens[t] entries. `out` [T_pad, H, 512] bf16 (persistent if given):
+    every row is written, dead rows are zero. The inverse RoPE on dims 448..511 is NOT applied (the caller
+    does it, as vLLM does).
 
     Defaults block_h = 16, block_k = 16, num_warps = 4: the tile that compiles without register spills for
     gfx942, gfx950 and sm90 (aot.compile_report; not yet timed on MI300-class hardware). Compile every

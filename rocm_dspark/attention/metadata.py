@@ -1,10 +1,8 @@
 """Per-token SWA metadata derived on the device from `query_start_loc` (one Triton launch).
 
-Under adaptive verification only the device `query_start_loc` knows each request's query length,
-so request ownership, position, key window and liveness are computed here, per token, into
-persistent buffers. The launch takes only graph-constant scalars (padded token and request
-counts, window, flags), never a host copy of per-request lengths, so a captured graph stays
-correct for every device layout with the same padded token count.
+The launch takes only graph-constant scalars (padded token and request counts, window, flags), never a
+host copy of per-request lengths, so a captured graph stays correct for every device layout with the same
+padded token count.
 """
 
 from __future__ import annotations
@@ -48,24 +46,14 @@ class SwaMetadataBuffers:
 
 @dataclass(frozen=True)
 class SwaMetadata:
-    """What the attention kernel reads: the buffers plus the graph-constant layout facts; .req, .pos, .start,
-    .end and .live are views of the buffers cut to num_tokens."""
+    """What the attention kernel reads: the buffers plus the graph-constant layout facts."""
 
     buffers: SwaMetadataBuffers
     block_table: torch.Tensor
     block_size: int
     window: int
     causal: bool
-    num_tokens: int  # padded token count T_pad: the attention grid size
-
-    def _cut(self, t: torch.Tensor) -> torch.Tensor:
-        return t[: self.num_tokens]
-
-    req = property(lambda self: self._cut(self.buffers.req))
-    pos = property(lambda self: self._cut(self.buffers.pos))
-    start = property(lambda self: self._cut(self.buffers.start))
-    end = property(lambda self: self._cut(self.buffers.end))
-    live = property(lambda self: self._cut(self.buffers.live))
+    num_tokens: int  # padded token count T_pad: the attention grid size (the buffers' rows that count)
 
 
 @triton.jit
@@ -190,12 +178,11 @@ def compute_swa_metadata(
             raise UsageError(
                 f"replay_start has {replay_start.numel()} entries for {num_reqs} requests: give one per request"
             )
-    if num_tokens is None:
-        num_tokens = slot_mapping.numel()
-    num_tokens = int(num_tokens)
-    if not 1 <= num_tokens <= min(buffers.max_tokens, slot_mapping.numel()):
+    num_tokens = int(slot_mapping.numel() if num_tokens is None else num_tokens)
+    limit = min(buffers.max_tokens, slot_mapping.numel())
+    if not 1 <= num_tokens <= limit:
         raise UsageError(
-            f"num_tokens={num_tokens} must be in 1..{min(buffers.max_tokens, slot_mapping.numel())} "
+            f"num_tokens={num_tokens} must be in 1..{limit} "
             "(the buffers' max_tokens and slot_mapping length): allocate buffers for the largest padded batch"
         )
     if buffers.req.device != device:

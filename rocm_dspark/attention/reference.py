@@ -1,10 +1,6 @@
-"""PyTorch references for sparse-SWA attention, written from the definition, not from the kernel.
-
-`reference_sparse_swa` is the test oracle: plain Python loops over requests and tokens
-(docs/kernels.md, "Reference semantics"), exact dequantisation, float64 softmax. It reads the device
-tensors' values on the host, which is exactly what the Triton path must never do.
-`torch_sparse_swa` is a vectorised PyTorch version (gather + masked softmax) used as the speed
-baseline of benchmarks/sparse_swa.py; tests check it against the loop reference.
+"""PyTorch references for sparse-SWA attention, written from the definition (docs/kernels.md, "Reference
+semantics"), not from the kernel. They read the device tensors' values on the host, which is exactly what the
+Triton path must never do.
 """
 
 from __future__ import annotations
@@ -21,6 +17,12 @@ def _key_positions(pos: int, seq_len: int, query_len: int, window: int, causal: 
         return range(max(pos - window + 1, 0, replay), pos + 1)
     prefix = seq_len - query_len
     return range(max(prefix - window, 0), seq_len)  # trailing context window + the whole block
+
+
+def _host_rows(cache: torch.Tensor, slots: list[int], kv_format: str, fnuz: bool, kv_scale) -> torch.Tensor:
+    """Exact float32 rows of `cache` at `slots`, on the host."""
+    index = torch.tensor(slots, dtype=torch.int64, device=cache.device)
+    return gather_dequantized(cache, index, kv_format, fnuz=fnuz, kv_scale=kv_scale).cpu()
 
 
 def reference_sparse_swa(
@@ -47,10 +49,9 @@ def reference_sparse_swa(
     topk_fnuz=False,
     topk_kv_scale=None,
 ) -> torch.Tensor:
-    """float32 [T, H, 512]: row t is attention for token t, zero for padding / invalid tokens.
+    """The test oracle, float32 [T, H, 512]: row t is attention for token t, zero for padding / invalid tokens.
 
-    Plain per-request, per-token Python loops over the definition (docs/kernels.md, "Reference semantics"):
-    exact dequantisation, float64 softmax; written without looking at the kernel. Arguments as for
+    Plain per-request, per-token Python loops, exact dequantisation, float64 softmax. Arguments as for
     compute_swa_metadata + sparse_swa_attention, with the layout tensors given directly.
     """
     num_tokens, num_heads, _ = q.shape
@@ -71,32 +72,14 @@ def reference_sparse_swa(
             pos = lens[r] - (q1 - q0) + (t - q0)
             if pos < 0:
                 raise UsageError(f"request {r}: seq_len {lens[r]} is shorter than its {q1 - q0} query tokens")
-            slots = []
-            for p in _key_positions(pos, lens[r], q1 - q0, window, causal, replay[r]):
-                blk = table[r][p // block_size]
-                if blk >= 0:
-                    slots.append(blk * block_size + p % block_size)
-            keys = [
-                gather_dequantized(
-                    kv_cache,
-                    torch.tensor(slots, dtype=torch.int64, device=kv_cache.device),
-                    kv_format,
-                    fnuz=fnuz,
-                    kv_scale=kv_scale,
-                ).cpu()
-            ]
+            positions = _key_positions(pos, lens[r], q1 - q0, window, causal, replay[r])
+            pages = [(table[r][p // block_size], p % block_size) for p in positions]
+            slots = [blk * block_size + offset for blk, offset in pages if blk >= 0]
+            keys = [_host_rows(kv_cache, slots, kv_format, fnuz, kv_scale)]
             if top_idx is not None:
                 n = len(top_idx[t]) if top_len is None else max(0, min(top_len[t], len(top_idx[t])))
                 extra = [s for s in top_idx[t][:n] if s >= 0]
-                keys.append(
-                    gather_dequantized(
-                        topk_cache,
-                        torch.tensor(extra, dtype=torch.int64, device=topk_cache.device),
-                        topk_format or kv_format,
-                        fnuz=topk_fnuz,
-                        kv_scale=topk_kv_scale,
-                    ).cpu()
-                )
+                keys.append(_host_rows(topk_cache, extra, topk_format or kv_format, topk_fnuz, topk_kv_scale))
             k = torch.nan_to_num(torch.cat(keys).double(), nan=0.0)  # never-written pages read as zero
             if k.shape[0] == 0:
                 continue
@@ -132,8 +115,8 @@ def torch_sparse_swa(
     topk_fnuz=False,
     topk_kv_scale=None,
 ) -> torch.Tensor:
-    """Vectorised PyTorch version of the same definition (float32 [T, H, 512]), gather + masked softmax:
-    the speed baseline of benchmarks/sparse_swa.py, itself checked against the loop reference."""
+    """The same definition vectorised (gather + masked softmax), float32 [T, H, 512]: the speed baseline of
+    benchmarks/sparse_swa.py, itself checked against the loop reference."""
     device = q.device
     num_tokens = q.shape[0]
     t = torch.arange(num_tokens, device=device)

@@ -27,12 +27,6 @@ LAYOUTS = [  # device query lengths; the host always believes [6, 6, 6, 6]
 GARBAGE = 7.0  # written into the output before each launch: dead rows must come back as zeros
 
 
-def _tolerance(interpreted: bool) -> dict:
-    # Interpreter: fp32 dot operands, then fp32 -> bf16 by truncation (the interpreter ignores
-    # round-to-nearest), so < 1 bf16 ulp <= 2**-7 |x|. GPU: bf16 K and P operands (section 3.3).
-    return {"rtol": 2.0**-7, "atol": 1e-5} if interpreted else {"rtol": 2e-2, "atol": 2e-2}
-
-
 def _excess(out, ref, tol) -> tuple[float, float]:
     """(max |out - ref|, max of |out - ref| - (atol + rtol |ref|)); the second is <= 0 when within tolerance."""
     diff = (out.float().cpu() - ref).abs()
@@ -40,16 +34,9 @@ def _excess(out, ref, tol) -> tuple[float, float]:
 
 
 def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
-    """Run the check; never raises for a failed check, the answer is in the dict (JSON-serialisable).
-
-    Runs our path on several device-trimmed layouts with one set of persistent buffers, compares with the
-    reference, runs the host-planned negative control and reports whether it was caught (disagreed), and on
-    a GPU captures one graph and replays it per layout. Keys: passed, reason, device, interpreted,
-    layouts_checked, max_abs_err, tolerance ({rtol, atol}), negative_control_caught,
-    negative_control_agrees_on_uniform, negative_control_err (its smallest error over the trimmed layouts),
-    graph_replay, seconds; on a GPU also device_name and arch. interpreted=True results are not valid for
-    gating (the CPU interpreter, not the GPU code).
-    """
+    """Run the check; never raises for a failed check: the answer is the dict below (JSON-serialisable), with
+    device_name and arch added on a GPU. interpreted=True results are not valid for gating (the CPU
+    interpreter, not the GPU code)."""
     started = time.monotonic()
     result = {
         "passed": False,
@@ -58,10 +45,10 @@ def run_kernel_check(device="cpu", *, interpret_ok: bool) -> dict:
         "interpreted": None,
         "layouts_checked": 0,
         "max_abs_err": None,
-        "tolerance": None,
+        "tolerance": None,  # {rtol, atol}
         "negative_control_caught": False,
         "negative_control_agrees_on_uniform": None,
-        "negative_control_err": None,
+        "negative_control_err": None,  # its smallest error over the trimmed layouts
         "graph_replay": False,
         "seconds": None,
     }
@@ -100,7 +87,9 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         result["arch"] = getattr(props, "gcnArchName", "") or f"sm_{props.major}{props.minor}"
     # The production SWA cache on gfx942 is FNUZ fp8_ds_mla; OCP elsewhere (docs/kernels.md, "KV cache layouts").
     fnuz = on_gpu and "gfx94" in result.get("arch", "")
-    tol = _tolerance(interpreted)
+    # Interpreter: fp32 dot operands, then fp32 -> bf16 by truncation (the interpreter ignores
+    # round-to-nearest), so < 1 bf16 ulp <= 2**-7 |x|. GPU: bf16 K and P operands (section 3.3).
+    tol = {"rtol": 2.0**-7, "atol": 1e-5} if interpreted else {"rtol": 2e-2, "atol": 2e-2}
     result["tolerance"] = tol
 
     base = make_case(
@@ -116,20 +105,18 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         topk_format="fp8_ds_mla",
         extra_blocks=8,
         seed=11,
-    )
+    ).to(device)
     num_tokens, num_reqs = base.num_tokens, len(CONTEXTS)
-    base = base.to(device)
     # Persistent inputs and outputs: a replay only changes their contents.
-    qsl, seq_lens = base.query_start_loc.clone(), base.seq_lens.clone()
-    table, slots = base.block_table.clone(), base.slot_mapping.clone()
+    keys = ("query_start_loc", "seq_lens", "block_table", "slot_mapping")
+    static = [getattr(base, key).clone() for key in keys]
+    qsl, seq_lens, table, slots = static
     buffers = SwaMetadataBuffers.allocate(num_tokens, device)
     out = torch.empty_like(base.q)
     attn_args = base.attention_args()
 
     def step():
-        md = compute_swa_metadata(
-            qsl, seq_lens, table, slots, buffers, window=base.window, block_size=base.block_size, num_tokens=num_tokens
-        )
+        md = compute_swa_metadata(qsl, seq_lens, table, slots, buffers, num_tokens=num_tokens, **base.metadata_args())
         sparse_swa_attention(base.q, base.kv_cache, md, out=out, **attn_args)
 
     step()  # compiles every kernel variant before any capture
@@ -140,6 +127,17 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         with torch.cuda.graph(graph):
             step()
 
+    # Negative control: planned from what the host believes (uniform 1+K, seq_lens = context + 1+K), so no
+    # device layout changes it; it reads the same persistent block table.
+    control_md = host_planned_metadata(
+        uniform_query_start_loc(num_reqs, QUERY_LEN),
+        torch.tensor([c + QUERY_LEN for c in CONTEXTS], dtype=torch.int32),
+        table,
+        SwaMetadataBuffers.allocate(num_tokens, device),
+        window=base.window,
+        block_size=base.block_size,
+        num_tokens=num_tokens,
+    )
     max_err, control_errs, caught = 0.0, [], []
     for i, qlens in enumerate(LAYOUTS):
         layout = make_layout(
@@ -153,12 +151,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             seed=100 + i,
             device=device,
         )
-        for dst, key in (
-            (qsl, "query_start_loc"),
-            (seq_lens, "seq_lens"),
-            (table, "block_table"),
-            (slots, "slot_mapping"),
-        ):
+        for key, dst in zip(keys, static):
             dst.copy_(layout[key])
         out.fill_(GARBAGE)
         if graph is not None:
@@ -166,17 +159,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             torch.cuda.synchronize(device)
         else:
             step()
-        ref = reference_sparse_swa(
-            base.q,
-            base.kv_cache,
-            qsl,
-            seq_lens,
-            table,
-            slots,
-            window=base.window,
-            block_size=base.block_size,
-            **attn_args,
-        )
+        ref = reference_sparse_swa(base.q, base.kv_cache, qsl, seq_lens, table, slots, **base.reference_args())
         err, excess = _excess(out, ref, tol)
         max_err = max(max_err, err)
         if excess > 0:
@@ -185,20 +168,7 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
             return
         result["layouts_checked"] = i + 1
 
-        # Negative control: plan from what the host believes (uniform 1+K, seq_lens = context + 1+K).
-        host_qsl = uniform_query_start_loc(num_reqs, QUERY_LEN)
-        host_lens = torch.tensor([c + QUERY_LEN for c in CONTEXTS], dtype=torch.int32)
-        control_buffers = SwaMetadataBuffers.allocate(num_tokens, device)
-        md = host_planned_metadata(
-            host_qsl,
-            host_lens,
-            table,
-            control_buffers,
-            window=base.window,
-            block_size=base.block_size,
-            num_tokens=num_tokens,
-        )
-        control = sparse_swa_attention(base.q, base.kv_cache, md, **attn_args)
+        control = sparse_swa_attention(base.q, base.kv_cache, control_md, **attn_args)
         c_err, c_excess = _excess(control, ref, tol)
         if qlens == [QUERY_LEN] * num_reqs:
             result["negative_control_agrees_on_uniform"] = c_excess <= 0
@@ -214,18 +184,17 @@ def _run(device, interpret_ok: bool, result: dict) -> None:
         result["reason"] = (
             "the host-planned negative control matched the reference on a trimmed layout: the check cannot tell right from wrong"
         )
-        return
-    if not result["negative_control_agrees_on_uniform"]:
+    elif not result["negative_control_agrees_on_uniform"]:
         result["reason"] = (
             "the host-planned negative control is wrong even on the uniform layout: the control is broken"
         )
-        return
-    result["passed"] = True
-    where = (
-        "Triton interpreter on CPU (not valid for gating)"
-        if interpreted
-        else f"{result.get('device_name', device)}, graph replay"
-    )
-    result["reason"] = (
-        f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
-    )
+    else:
+        where = (
+            "Triton interpreter on CPU (not valid for gating)"
+            if interpreted
+            else f"{result.get('device_name', device)}, graph replay"
+        )
+        result["passed"] = True
+        result["reason"] = (
+            f"{len(LAYOUTS)} device layouts match the reference within tolerance; host-planned control caught; {where}"
+        )

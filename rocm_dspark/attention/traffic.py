@@ -1,11 +1,8 @@
 """Memory-traffic model of one sparse-SWA call (docs/kernels.md, "Memory-traffic model"); pure Python.
 
-unique  = bytes the call must move at least once: q + output, the union of each request's
-          windows, the top-k rows (no overlap assumed: an upper bound), the metadata and the
-          block-table entries that cover the windows. Effective bandwidth = unique / time, compared with the GPU's peak.
-issued  = bytes the kernel actually requests: every head block re-reads its token's keys
-          (one program per token and head block); these may hit L2 / Infinity Cache, so
-          issued / time can exceed peak.
+unique = bytes the call must move at least once (top-k rows assumed not to overlap: an upper bound);
+issued = bytes the kernel requests: every head block re-reads its token's keys, which may hit L2 /
+Infinity Cache, so issued / time can exceed the peak.
 """
 
 from __future__ import annotations
@@ -33,11 +30,10 @@ def traffic_bytes(
     window: int,
     kv_format: str,
     topk: int = 0,
-    causal: bool = True,
     block_h: int = 16,
     block_size: int = 256,
 ) -> TrafficBytes:
-    """Bytes for one call over requests with these query lengths and cached-context lengths.
+    """Bytes for one causal (verify) call over requests with these query lengths and cached-context lengths.
 
     `topk` is the number of top-k rows per token (0 on SWA-only layers); output is bf16.
     """
@@ -54,14 +50,11 @@ def traffic_bytes(
         if not qlen:
             continue
         seq = ctx + qlen
-        union = min(seq, window + qlen - 1) if causal else min(seq, window + qlen)
+        union = min(seq, window + qlen - 1)
         window_union += union
         # Only the block-table entries covering the window are read, not the whole row.
         table_entries += (seq - 1) // block_size - (seq - union) // block_size + 1
-        if causal:
-            window_keys += sum(min(ctx + i + 1, window) for i in range(qlen))
-        else:
-            window_keys += qlen * union
+        window_keys += sum(min(ctx + i + 1, window) for i in range(qlen))
     metadata = 4 * (len(query_lens) + 1) + 4 * len(query_lens) + 12 * tokens + 4 * table_entries
     topk_rows = tokens * topk
     unique = q_and_out + window_union * rec + topk_rows * (rec + INDEX_BYTES) + metadata

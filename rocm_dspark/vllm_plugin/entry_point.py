@@ -13,9 +13,8 @@ NAME = "rocm_dspark"
 
 def vllm_distributions() -> list[dict]:
     """Installed distributions that provide the top-level `vllm` package (no import of vLLM)."""
-    names = metadata.packages_distributions().get("vllm", [])
     out = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys(metadata.packages_distributions().get("vllm", [])):
         try:
             out.append({"name": name, "version": metadata.version(name)})
         except metadata.PackageNotFoundError:
@@ -27,8 +26,7 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
     """Find the entry point exactly as vLLM's `load_plugins_by_group` does, and apply VLLM_PLUGINS
     (unset: load all; a comma-separated list: only those; empty: none)."""
     found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == NAME]
-    allowed_env = vllm_plugins
-    allowed = allowed_env is None or NAME in [p.strip() for p in allowed_env.split(",") if p.strip()]
+    allowed = vllm_plugins is None or NAME in [p.strip() for p in vllm_plugins.split(",") if p.strip()]
     status = {
         "group": GROUP,
         "name": NAME,
@@ -37,7 +35,7 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
         "distribution": None,
         "loads": False,
         "allowed_by_VLLM_PLUGINS": allowed,
-        "VLLM_PLUGINS": allowed_env,
+        "VLLM_PLUGINS": vllm_plugins,
     }
     if found:
         ep = found[0]
@@ -45,10 +43,8 @@ def entry_point_status(vllm_plugins: str | None = None) -> dict:
         status["distribution"] = ep.dist.name if ep.dist is not None else None
         try:
             loaded = ep.load()  # imports our package the way vLLM would
-            status["loads"] = (getattr(loaded, "__module__", None), getattr(loaded, "__name__", None)) == (
-                "rocm_dspark.vllm_plugin",
-                "register",
-            )
+            where = (getattr(loaded, "__module__", None), getattr(loaded, "__name__", None))
+            status["loads"] = where == ("rocm_dspark.vllm_plugin", "register")
         except Exception as exc:  # noqa: BLE001 - reported, not raised
             status["load_error"] = f"{type(exc).__name__}: {exc}"
     return status

@@ -1,20 +1,18 @@
 """The backport of vllm#58151 onto vLLM 0.30-0.32: declarations on vLLM's own classes, no kernel, no metadata.
 
-What 0.33.0 changed for DeepSeek-V4.1 adaptive verification (AV) on ROCm, and what this module does on a
-release the capability table (recipes/vllm.yaml `backport`) says lacks it:
+On a release whose capability entry (recipes/vllm.yaml `backport`) names them, this adds what 0.33.0 added for
+DeepSeek-V4.1 adaptive verification (AV) on ROCm (side by side: docs/adaptive-verification.md, "The plugin"):
 
-* The compressed sparse-MLA and sparse-SWA ROCm builders gain a `get_cudagraph_support` answering ALWAYS
-  when AV is on (0.33 `models/deepseek_v41/amd/rocm.py` `DeepseekV41ROCMAiter{MLASparse,SparseSWA}Metadata-
-  Builder`). Here: a declaration-only subclass of the builder vLLM's backend returns from `get_builder_cls()`,
-  returned by that same backend's `get_builder_cls()`, as 0.33 wires its own. The backend classes stay
-  vLLM's, so the names vLLM compares (`ROCM_FLASHMLA_SPARSE_DSV4`, attention.py / amd/model.py) are kept.
-* `DeepseekV41IndexerBackend` loses the override returning V3.2's CUDA-only answer to
-  `supports_device_cpu_query_lens_mismatch()`, so it inherits V4's `is_rocm() or ...`. Here: an explicit
-  override with that answer on every indexer backend the entry names (the MXFP4 one included), which works
-  whether the release overrides (0.31/0.32) or inherits (0.30).
-* K=1 only: `_rocm_supports_flattened_device_query_lens` also accepts `DeepseekV41ForCausalLM`. Here: the
-  module global is wrapped where the entry names it (0.31+); 0.30 has no such predicate, so K=1 stays
-  refused there (the indexer builder keeps UNIFORM_BATCH: fail-closed).
+* The compressed sparse-MLA and sparse-SWA builders answer ALWAYS to `get_cudagraph_support` under AV (0.33
+  `models/deepseek_v41/amd/rocm.py` `DeepseekV41ROCMAiter{MLASparse,SparseSWA}MetadataBuilder`). Here: a
+  declaration-only subclass of the builder each backend's `get_builder_cls()` returns, returned by it instead, as
+  0.33 wires its own; the backends, and the names vLLM compares (`ROCM_FLASHMLA_SPARSE_DSV4`, attention.py /
+  amd/model.py), stay vLLM's.
+* `supports_device_cpu_query_lens_mismatch()` = V4's `is_rocm() or ...` on every indexer backend the entry names,
+  the MXFP4 one included (0.33 drops V4.1's override with V3.2's CUDA-only answer); explicit, so it works whether
+  the release overrides (0.31/0.32) or inherits (0.30).
+* K=1 only: `_rocm_supports_flattened_device_query_lens` also accepts `DeepseekV41ForCausalLM` where the entry
+  names it (0.31+); 0.30 has none, so K=1 stays refused there (the indexer builder keeps UNIFORM_BATCH: fail-closed).
 
 Why declarations are enough: vLLM's own builders already build every role from the device query_start_loc
 (docs/adaptive-verification.md; tests/slow/test_backport_real.py checks it on vLLM's classes).
@@ -68,11 +66,9 @@ def declared_builder(base_builder: type) -> type:
 
 def _set(owner, name: str, value) -> None:
     """Replace owner.name, remembering vLLM's own (once) in owner.MARKER[name]."""
-    saved = vars(owner).get(MARKER)
-    if saved is None:
-        saved = {}
-        setattr(owner, MARKER, saved)
-    saved.setdefault(name, vars(owner).get(name, _ABSENT))
+    if MARKER not in vars(owner):
+        setattr(owner, MARKER, {})
+    vars(owner)[MARKER].setdefault(name, vars(owner).get(name, _ABSENT))
     setattr(owner, name, value)
 
 
@@ -89,15 +85,17 @@ def _restore(owner) -> bool:
     return True
 
 
+def _in_this_vllm(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:  # a parent package of that name is not in this vLLM
+        return False
+
+
 def _indexer_backend(backport: dict, ref: str):
     """'Class' (in indexer_module) or 'module:Class'; None when that module is not in this vLLM."""
     module_name, _, cls = ref.rpartition(":") if ":" in ref else (backport["indexer_module"], "", ref)
-    try:
-        if importlib.util.find_spec(module_name) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
-    return getattr(importlib.import_module(module_name), cls)
+    return getattr(importlib.import_module(module_name), cls) if _in_this_vllm(module_name) else None
 
 
 def _rocm_or(original):
@@ -199,6 +197,17 @@ def _patch_and_log(module, backport: dict) -> None:
         )
 
 
+def run_after_exec(loader, after) -> None:
+    """Make this one `loader` call after(module) right after it executes a module (other loaders keep theirs)."""
+    exec_module = loader.exec_module
+
+    def exec_then(module):
+        exec_module(module)
+        after(module)
+
+    loader.exec_module = exec_then
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     """Finds one of the backport's ROCm modules through the other finders and patches it after it executes."""
 
@@ -216,17 +225,9 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
                 break
         else:
             return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-        backport = self.backport
-
-        def exec_then_patch(module):
-            exec_module(module)
-            _patch_and_log(module, backport)
-
-        loader.exec_module = exec_then_patch  # type: ignore[method-assign]  # this one loader instance: the point
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            backport = self.backport
+            run_after_exec(spec.loader, lambda module: _patch_and_log(module, backport))
         return spec
 
 
@@ -248,10 +249,6 @@ def patch_now_or_on_import(backport: dict) -> str:
 def import_target(backport: dict):
     """The first of the backport's ROCm module names this vLLM has, imported."""
     for name in backport["rocm_modules"]:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # a parent package of that name is not in this vLLM
-            found = False
-        if found:
+        if _in_this_vllm(name):
             return importlib.import_module(name)
     raise ImportError(f"none of {', '.join(backport['rocm_modules'])} is in this vLLM")

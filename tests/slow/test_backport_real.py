@@ -52,10 +52,10 @@ def overlay(release: str) -> Path | None:
 # Child side.
 
 
-def _child_groups(rocm, k: int):
+def _child_groups(rocm):
     from rocm_dspark.vllm_plugin.checks import _target_groups
 
-    return [[g for _, g in _target_groups(rocm, k)]]
+    return [[g for _, g in _target_groups(rocm)]]
 
 
 def _child_swa(rocm, config, layouts):
@@ -158,12 +158,12 @@ def child_main(release: str, arch: str, payload: dict) -> dict:
     attn = rocm.DeepseekV41ROCMAiterMLAAttention
     out["patched"] = patch.is_patched(rocm)
     out["builders"] = [attn.backend_cls.get_builder_cls().__name__, attn.swa_backend_cls.get_builder_cls().__name__]
-    out["with_plugin"] = {k: vllm_verdict(_child_groups(rocm, k), c, k) for k, c in ((5, config5), (1, config1))}
+    out["with_plugin"] = {k: vllm_verdict(_child_groups(rocm), c, k) for k, c in ((5, config5), (1, config1))}
     names = (attn.backend_cls.get_name(), attn.swa_backend_cls.get_name())
     # As shipped: the same classes with vLLM's own declarations put back.
     out["unpatched"] = patch.unpatch_module(rocm, backport) and not patch.is_patched(rocm)
     out["names_kept"] = names == (attn.backend_cls.get_name(), attn.swa_backend_cls.get_name())
-    out["shipped"] = {k: vllm_verdict(_child_groups(rocm, k), c, k) for k, c in ((5, config5), (1, config1))}
+    out["shipped"] = {k: vllm_verdict(_child_groups(rocm), c, k) for k, c in ((5, config5), (1, config1))}
     out["k1_entry"] = backport["k1_predicate"]
     # vLLM's own builders (the plugin changes declarations only), built once: each build runs interpreted kernels.
     out["swa"] = _child_swa(rocm, config5, payload["layouts"])
