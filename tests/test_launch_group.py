@@ -140,8 +140,7 @@ def test_cli_writes_one_launcher_per_node(tmp_path):
     assert "  --node-rank 2" in text
     from tests.helpers.launcher_rig import shellcheck
 
-    for n in names:
-        shellcheck(out / n)
+    shellcheck(*(out / n for n in names))
 
 
 # --- joining (from test_multinode_join.py) --------------------------------------------------------

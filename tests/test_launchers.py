@@ -177,18 +177,19 @@ PLANS = dict(_profile_plans())
 def test_every_profile_renders_both_forms_that_pass_shellcheck_and_systemd(tmp_path, key):
     plan = PLANS[key]
     assert plan.block_argv is not None and (plan.argv == plan.adaptive_argv) == plan.adaptive_verification
+    launchers = []
     for container in (False, True):  # an image without a published digest is pinned by the launcher at start
         out = tmp_path / ("container" if container else "host")
         out.mkdir()
         files = write_launchers(plan, out, "systemd", container=container)
-        shellcheck(files.launcher)
+        launchers.append(files.launcher)
         verify_unit(files.unit)
         script = files.launcher.read_text()
         assert ("FALLBACK_ARGV=(" in script) == ("ADAPTIVE_REFUSALS=(" in script) == plan.adaptive_verification
         assert (f"IMAGE={quoting.bash_word(plan.image)}" in script) == ("docker run" in script) == container
     shell = write_launchers(plan, tmp_path, "shell", name="shell-form").launcher
-    shellcheck(shell)
     assert os.access(shell, os.X_OK)
+    shellcheck(*launchers, shell)
 
 
 @needs_systemd_analyze
@@ -248,10 +249,10 @@ def test_the_multi_node_protocol_is_only_in_group_launchers_with_a_fallback(tmp_
     assert "group_publish adaptive" in head and "worker_main" not in head
     assert "group_read" in worker and "BASE_URL=http://10.0.0.1:8000" in worker and "\nmain \"$@\"" not in worker
     assert "worker_main" in block_worker and "GROUP_FILE" not in block_worker and "ADAPTIVE_REFUSALS" not in block_worker
-    for text in (single, head, worker, block_worker):
-        p = tmp_path / "l.sh"
+    paths = [tmp_path / f"{i}.sh" for i in range(4)]
+    for p, text in zip(paths, (single, head, worker, block_worker)):
         p.write_text(text)
-        shellcheck(p)
+    shellcheck(*paths)
 
 
 # ---- the unit and the env file ----
@@ -574,12 +575,14 @@ def _without_mono(argv) -> list[bytes]:
 
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_a_monokernel_launcher_passes_shellcheck_and_a_plain_one_has_no_mono_code(tmp_path, adaptive):
+    monos = []
     for fmt in ("shell", "systemd"):
         out = tmp_path / f"{fmt}-{adaptive}"
         out.mkdir()
         mono = write_launchers(make_plan(8000, adaptive=adaptive, extra=MONO), out, fmt).launcher
-        shellcheck(mono)
+        monos.append(mono)
         assert "drop_monokernel" in mono.read_text() and ("ADAPTIVE_REFUSALS=(" in mono.read_text()) == adaptive
+    shellcheck(*monos)
     plain = render_launcher(make_plan(8000, adaptive=adaptive))
     assert "monokernel" not in plain.lower()
 
