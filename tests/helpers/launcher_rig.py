@@ -108,13 +108,13 @@ else:
 print(f"stand-in {ME} ({mode}) starting; INFO non-default args: {sys.argv[1:]!r}", flush=True)
 def refuse_mono():  # STANDIN_REFUSE_MONO: vLLM 0.33.0 refusing --monokernel while it builds the model
     if "--monokernel" in sys.argv and os.environ.get("STANDIN_REFUSE_MONO") == "1":
-        time.sleep(0.3)
+        time.sleep(0.1)
         print(os.environ["STANDIN_MONO_TRACEBACK"], file=sys.stderr, flush=True)
         sys.exit(1)
 if os.environ.get("STANDIN_REFUSE_ORDER") != "adaptive-first":
     refuse_mono()
 if adaptive and os.environ.get("STANDIN_REFUSE_ADAPTIVE") == "1":
-    time.sleep(float(os.environ.get("STANDIN_REFUSE_AFTER", "0.5")))
+    time.sleep(float(os.environ.get("STANDIN_REFUSE_AFTER", "0.1")))
     print("(EngineCore pid=1) ERROR Traceback (most recent call last):", flush=True)
     print("\x1b[31m" + os.environ["STANDIN_REFUSAL"] + "\x1b[0m", file=sys.stderr, flush=True)
     sys.exit(1)
