@@ -901,7 +901,8 @@ def test_ready_comes_only_after_warm_up_requests_at_the_plans_batch_sizes(rig):
     port = free_port()
     log = notify_recorder(rig)
     plan = make_plan(port, adaptive=False, extra=SEQS4)
-    proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="1")
+    # Each of the 3 batches answered 0.5 s late: the warming phase lasts 1.5 s, seen by a check every 0.1 s.
+    proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="0.5")
     try:
         # /health and /v1/models answer, the warm-up is under way: not ready yet, for the launcher and for systemd
         assert wait_until(lambda: rig.state().get("phase") == "warming", 20), proc.communicate(timeout=5)
