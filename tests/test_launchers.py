@@ -546,7 +546,7 @@ def test_refused_adaptive_start_falls_back_to_block_and_records_why(rig):
 def test_adaptive_start_that_misses_the_deadline_falls_back(rig):
     port = free_port()
     script = rig.write(make_plan(port))
-    proc = start_ready(rig, script, port, ROCM_DSPARK_READY_TIMEOUT_S="3", STANDIN_HEALTH_ADAPTIVE="never",
+    proc = start_ready(rig, script, port, ROCM_DSPARK_READY_TIMEOUT_S="2", STANDIN_HEALTH_ADAPTIVE="never",
                        STANDIN_WORKER="1")
     first = rig.state()["attempts"][0]
     assert first["outcome"] == "not_ready_by_deadline" and first["exit_status"] is None
