@@ -257,9 +257,6 @@ class Rig:
             ROCM_DSPARK_LAUNCH_STATE_DIR=str(self.root / "state"),
             ROCM_DSPARK_READY_TIMEOUT_S="20",
             ROCM_DSPARK_STOP_TIMEOUT_S="10",
-            # The launcher's checks every 0.05 s, not 0.2 s, in a start's first seconds and in a stop: the stand-in
-            # is up in a tenth of a second, and a check's sleep was most of a start here.
-            ROCM_DSPARK_POLL_S="0.05",
         )
         env.update(extra)
         return env
