@@ -1061,10 +1061,12 @@ def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig
     os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
     try:
         # A poll whose answer was already sent lands at once; one still waiting fails at curl's 5 s and feeds
-        # nothing, so 2 s settle it. The 7 s window covers a whole tick (5 s curl + 1 s) of a launcher that fed anyway.
+        # nothing, so 2 s settle it. A launcher that fed anyway would feed as a hung poll ends: curl's 5 s after a
+        # poll that began about a second after the stop (a tick each second), so some 6 s after it; the window ends
+        # at 8 s.
         time.sleep(2)
         before = fed()
-        time.sleep(7)
+        time.sleep(6)
         assert fed() == before, "the watchdog was fed while vLLM did not answer"
     finally:
         os.kill(server, signal.SIGCONT)
