@@ -60,12 +60,16 @@ def test_classify_reads_cold_warm_mixed_and_none():
     assert cc.classify(miss + "\n" + saved) == "reload" and cc.classify("INFO nothing compiled") == "none"
 
 
+# What these tests read (the stand-in's recorded argv and environment, the launcher's lines and launch-state) is
+# all there once the stand-in has started: STANDIN_DIE_AFTER=0 ends the start there, with no wait for ready.
+DIE_AT_START = {"STANDIN_DIE_AFTER": "0"}
+
+
 def _host(rig: Rig, **env) -> tuple[bytes, bytes, dict]:
     port = free_port()
     script = rig.write(make_plan(port, adaptive=False))
-    proc = rig.start(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), STANDIN_EXIT_AFTER_READY="1", **env)
-    out, err = proc.communicate(timeout=60)
-    return out, err, (rig.records()[-1]["env"] if rig.records() else {})
+    res = rig.run(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), **DIE_AT_START, **env)
+    return res.stdout, res.stderr, (rig.records()[-1]["env"] if rig.records() else {})
 
 
 def test_host_start_points_each_tool_at_the_current_key_only_and_names_stale_keys(tmp_path):
@@ -129,8 +133,7 @@ def test_container_start_mounts_only_its_own_key(tmp_path):
     plan = make_plan(port, adaptive=False)
     for digest in (DIGEST_A, DIGEST_B):
         script = rig.write(plan._replace(image="vllm/vllm-openai-rocm@sha256:" + digest), container=True)
-        rig.start(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), STANDIN_EXIT_AFTER_READY="1"
-                  ).communicate(timeout=60)
+        rig.run(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), **DIE_AT_START)
     runs = [r["argv"] for r in rig.records("docker") if r["argv"][1] == b"run"]
     assert len(runs) == 2
     for argv, digest in zip(runs, (DIGEST_A, DIGEST_B)):
@@ -143,7 +146,7 @@ def test_the_plans_own_env_value_wins(tmp_path):
     rig = Rig(tmp_path)
     port = free_port()
     script = rig.write(make_plan(port, adaptive=False, env={"TRITON_CACHE_DIR": "/mine"}))
-    rig.start(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), STANDIN_EXIT_AFTER_READY="1").communicate(timeout=60)
+    rig.run(script, ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), **DIE_AT_START)
     env = rig.records()[-1]["env"]
     assert env[b"TRITON_CACHE_DIR"] == b"/mine" and env[b"VLLM_CACHE_ROOT"].endswith(b"/vllm")
 
@@ -218,8 +221,8 @@ def test_a_read_only_cache_is_named_in_one_line_and_the_start_goes_on_cold(tmp_p
     probe = subprocess.run(ro[:4] + ["true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip(f"no private mount namespace here ({probe.stderr.decode().strip()})")
-    proc = subprocess.run(ro, env=rig.env(ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"),
-                                          STANDIN_EXIT_AFTER_READY="1"), capture_output=True, timeout=60)
+    proc = subprocess.run(ro, env=rig.env(ROCM_DSPARK_COMPILE_CACHE_DIR=str(rig.root / "cc"), **DIE_AT_START),
+                          capture_output=True, timeout=60)
     said = [ln for ln in proc.stderr.decode().splitlines() if "compile cache" in ln]
     assert len(said) == 1 and "not writable" in said[0] and "compiles cold" in said[0], proc.stderr.decode()
     assert b"rocm-dspark-cold" in rig.records()[-1]["env"][b"VLLM_CACHE_ROOT"]

@@ -79,8 +79,11 @@ def test_hostile_values_in_every_position_reach_vllm_literally(tmp_path, values)
     port = free_port()
     model_path = "./" + values[0]                     # a path never starts with '-' (refused, tested below)
     served = values[1] if values[1].strip() and values[1].isprintable() else "x"  # a control character: refused
+    # --max-num-seqs 2: a warm-up of 3 requests, not the profile's 255 (one curl each; tests/test_launchers.py
+    # checks the warm-up), so the launcher reaches ready in a second.
     flags = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--state-dir", str(tmp_path / "no-records"),
-             "--host", "127.0.0.1", "--port", str(port), "--model-path", model_path, "--served-model-name", served]
+             "--host", "127.0.0.1", "--port", str(port), "--model-path", model_path, "--served-model-name", served,
+             "--max-num-seqs", "2"]
     for i, v in enumerate(values):
         flags += ["--vllm-arg", f"{FLAGS[i]}={v}"]
         if "\n" not in v:  # an env file line cannot carry a newline: refused (test below)

@@ -117,8 +117,10 @@ def test_pull_once_then_restarts_run_the_recorded_digest_through_a_repush_and_an
     env = dict(env, PATH=f"{rig.root / 'bin'}{os.pathsep}{env['PATH']}", STANDIN_IMAGE_STORE=str(store))
     model = tmp / "ckpt"
     model.mkdir()
+    # --max-num-seqs 2: a warm-up of 3 requests per start, not the profile's 255 (tests/test_launchers.py checks it).
     out = _cli(env, "launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--container", "--pull", "--output",
-               str(rig.root / "out"), "--host", "127.0.0.1", "--port", str(port), "--model-path", str(model))
+               str(rig.root / "out"), "--host", "127.0.0.1", "--port", str(port), "--model-path", str(model),
+               "--max-num-seqs", "2")
     assert out.returncode == 0, out.stderr
     pinned = f"{registry.host}/vllm/vllm-openai-rocm@{first}"
     script = rig.root / "out" / "rocm-dspark-deepseek-v4-1-flash-mi300x.sh"

@@ -7,9 +7,9 @@ there because no MI300-class GPU is here (not yet run on such hardware)."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
-import time
 
 from rocm_dspark.recipe.catalog import load_catalog
 from rocm_dspark.recipe.resolve import Selection, resolve
@@ -65,7 +65,8 @@ def test_a_stop_is_passed_on_and_never_restarts_without_the_flag(tmp_path):
     env = _stand_in(tmp_path, "trap 'echo got-term; exit 143' TERM\necho up\nwhile :; do sleep 0.1; done\n")
     proc = subprocess.Popen(["/bin/sh", "-c", _script(4)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    time.sleep(1.5)
+    # The stand-in's "up" on the pod's log: it runs, so the script's TERM trap (set as it started it) is in place.
+    assert select.select([proc.stdout], [], [], 30)[0] and proc.stdout.readline() == "up\n"
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 143 and "got-term" in stdout and "rocm-dspark:" not in stderr

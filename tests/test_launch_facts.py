@@ -301,9 +301,9 @@ def _down_drains(tmp_path, stop_timeout_s: int) -> tuple[dict, dict, float]:
 
 
 def test_down_lets_the_launcher_finish_its_drain(tmp_path):
-    res, state, seconds = _down_drains(tmp_path, 3)
+    res, state, seconds = _down_drains(tmp_path, 1)  # the drain's length is the slow test's point, not this one's
     assert res["stopped"] and not res["killed"] and not res["leftover_pids"], res
-    assert state["phase"] == "stopped" and seconds >= 3
+    assert state["phase"] == "stopped" and seconds >= 1
 
 
 @pytest.mark.slow  # 62 s: a drain longer than the 60 s `down` allowed before (fails on 9548ef0)
@@ -354,7 +354,7 @@ def test_a_server_bound_to_ipv6_wildcard_is_reached(tmp_path):
         srv = V6(("::", 0), H)
     except OSError as exc:
         pytest.skip(f"no IPv6 loopback here: {exc}")
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()  # quick shutdown
     try:
         port = srv.server_address[1]
         assert listening("::", port)

@@ -177,18 +177,19 @@ PLANS = dict(_profile_plans())
 def test_every_profile_renders_both_forms_that_pass_shellcheck_and_systemd(tmp_path, key):
     plan = PLANS[key]
     assert plan.block_argv is not None and (plan.argv == plan.adaptive_argv) == plan.adaptive_verification
+    launchers = []
     for container in (False, True):  # an image without a published digest is pinned by the launcher at start
         out = tmp_path / ("container" if container else "host")
         out.mkdir()
         files = write_launchers(plan, out, "systemd", container=container)
-        shellcheck(files.launcher)
+        launchers.append(files.launcher)
         verify_unit(files.unit)
         script = files.launcher.read_text()
         assert ("FALLBACK_ARGV=(" in script) == ("ADAPTIVE_REFUSALS=(" in script) == plan.adaptive_verification
         assert (f"IMAGE={quoting.bash_word(plan.image)}" in script) == ("docker run" in script) == container
     shell = write_launchers(plan, tmp_path, "shell", name="shell-form").launcher
-    shellcheck(shell)
     assert os.access(shell, os.X_OK)
+    shellcheck(*launchers, shell)
 
 
 @needs_systemd_analyze
@@ -248,10 +249,10 @@ def test_the_multi_node_protocol_is_only_in_group_launchers_with_a_fallback(tmp_
     assert "group_publish adaptive" in head and "worker_main" not in head
     assert "group_read" in worker and "BASE_URL=http://10.0.0.1:8000" in worker and "\nmain \"$@\"" not in worker
     assert "worker_main" in block_worker and "GROUP_FILE" not in block_worker and "ADAPTIVE_REFUSALS" not in block_worker
-    for text in (single, head, worker, block_worker):
-        p = tmp_path / "l.sh"
+    paths = [tmp_path / f"{i}.sh" for i in range(4)]
+    for p, text in zip(paths, (single, head, worker, block_worker)):
         p.write_text(text)
-        shellcheck(p)
+    shellcheck(*paths)
 
 
 # ---- the unit and the env file ----
@@ -545,7 +546,7 @@ def test_refused_adaptive_start_falls_back_to_block_and_records_why(rig):
 def test_adaptive_start_that_misses_the_deadline_falls_back(rig):
     port = free_port()
     script = rig.write(make_plan(port))
-    proc = start_ready(rig, script, port, ROCM_DSPARK_READY_TIMEOUT_S="3", STANDIN_HEALTH_ADAPTIVE="never",
+    proc = start_ready(rig, script, port, ROCM_DSPARK_READY_TIMEOUT_S="2", STANDIN_HEALTH_ADAPTIVE="never",
                        STANDIN_WORKER="1")
     first = rig.state()["attempts"][0]
     assert first["outcome"] == "not_ready_by_deadline" and first["exit_status"] is None
@@ -574,12 +575,14 @@ def _without_mono(argv) -> list[bytes]:
 
 @pytest.mark.parametrize("adaptive", [False, True])
 def test_a_monokernel_launcher_passes_shellcheck_and_a_plain_one_has_no_mono_code(tmp_path, adaptive):
+    monos = []
     for fmt in ("shell", "systemd"):
         out = tmp_path / f"{fmt}-{adaptive}"
         out.mkdir()
         mono = write_launchers(make_plan(8000, adaptive=adaptive, extra=MONO), out, fmt).launcher
-        shellcheck(mono)
+        monos.append(mono)
         assert "drop_monokernel" in mono.read_text() and ("ADAPTIVE_REFUSALS=(" in mono.read_text()) == adaptive
+    shellcheck(*monos)
     plain = render_launcher(make_plan(8000, adaptive=adaptive))
     assert "monokernel" not in plain.lower()
 
@@ -882,7 +885,8 @@ def test_ready_comes_only_after_warm_up_requests_at_the_plans_batch_sizes(rig):
     port = free_port()
     log = notify_recorder(rig)
     plan = make_plan(port, adaptive=False, extra=SEQS4)
-    proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="1")
+    # Each of the 3 batches answered 0.5 s late: the warming phase lasts 1.5 s, seen by a check every 0.1 s.
+    proc = rig.start(rig.write(plan, "systemd"), NOTIFY_SOCKET="/run/test.sock", STANDIN_COMPLETE_DELAY="0.5")
     try:
         # /health and /v1/models answer, the warm-up is under way: not ready yet, for the launcher and for systemd
         assert wait_until(lambda: rig.state().get("phase") == "warming", 20), proc.communicate(timeout=5)
@@ -1057,10 +1061,12 @@ def test_watchdog_is_fed_while_vllm_answers_health_and_starves_when_it_hangs(rig
     os.kill(server, signal.SIGSTOP)  # a hung vLLM: the socket accepts, nothing answers
     try:
         # A poll whose answer was already sent lands at once; one still waiting fails at curl's 5 s and feeds
-        # nothing, so 2 s settle it. The 7 s window covers a whole tick (5 s curl + 1 s) of a launcher that fed anyway.
+        # nothing, so 2 s settle it. A launcher that fed anyway would feed as a hung poll ends: curl's 5 s after a
+        # poll that began about a second after the stop (a tick each second), so some 6 s after it; the window ends
+        # at 8 s.
         time.sleep(2)
         before = fed()
-        time.sleep(7)
+        time.sleep(6)
         assert fed() == before, "the watchdog was fed while vLLM did not answer"
     finally:
         os.kill(server, signal.SIGCONT)

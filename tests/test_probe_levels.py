@@ -92,9 +92,9 @@ def test_kernel_process_without_a_result_fails_the_level(tmp_path):
 def test_kernel_process_that_hangs_is_stopped(tmp_path):
     hang = stand_in(tmp_path, "python", "exec sleep 60")
     t0 = time.monotonic()
-    result = kernel.run_kernel(python=str(hang), timeout_s=1)
+    result = kernel.run_kernel(python=str(hang), timeout_s=0.5)
     assert time.monotonic() - t0 < 30
-    assert not result.passed and result.reason == "the kernel check did not finish within 1 s"
+    assert not result.passed and result.reason == "the kernel check did not finish within 0.5 s"
 
 
 @pytest.mark.parametrize("change,valid,note", [
@@ -231,8 +231,8 @@ def test_live_timeout_stops_the_server_and_reports_progress(tmp_path, monkeypatc
     server = stand_in(tmp_path, "vllm", "echo loading weights; exec sleep 120")
     target = spec_target(tmp_path, [str(server)], free_port())
     lines = []
-    result = live.run_live(target, deadline_s=2.0, log_path=tmp_path / "live.log", progress=lines.append)
-    assert not result.passed and result.reason.startswith("not ready after 2.")
+    result = live.run_live(target, deadline_s=1.0, log_path=tmp_path / "live.log", progress=lines.append)
+    assert not result.passed and result.reason.startswith("not ready after 1.")
     assert "connection refused" in result.reason
     assert any(ln.startswith("live: waiting for http://127.0.0.1:") for ln in lines)
     assert result.evidence["stop"]["leftover_pids"] == [] and result.evidence["log_tail"] == "loading weights"

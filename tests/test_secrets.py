@@ -27,6 +27,9 @@ KEY = "sk-PLANTEDkey19c2"
 PLAIN = "PLANTEDplain55"
 ENV_FLAGS = ["--env", f"HF_TOKEN={SECRET}", "--env", f"MY_API_KEY={KEY}", "--env", f"SOME_SETTING={PLAIN}"]
 PLANTED = (SECRET, KEY, PLAIN)
+# The plans these tests start: --max-num-seqs 2 makes a warm-up of 3 requests, not the profile's 255 (one curl each;
+# tests/test_launchers.py checks the warm-up), so the launcher reaches ready in a second.
+SMALL_WARM_UP = ("--model", "V4.1-Flash", "--gpu", "mi300x", "--max-num-seqs", "2")
 
 
 def _files(root: Path) -> list[Path]:
@@ -104,7 +107,7 @@ def test_the_launcher_hands_values_to_vllm_through_the_env_file_only(tmp_path, c
     rig = Rig(tmp_path / "rig")
     port = free_port()
     out = rig.root / "out"
-    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--host", "127.0.0.1", "--port", str(port),
+    invoke("launch", *SMALL_WARM_UP, "--host", "127.0.0.1", "--port", str(port),
            "--state-dir", str(tmp_path / "none"), "--output", str(out), "--name", "svc",
            *(["--container"] if container else []), *ENV_FLAGS)
     script = out / "svc.sh"
@@ -198,7 +201,7 @@ def test_env_file_lines_reach_vllm_unchanged_from_the_host_launcher(tmp_path):
     rig = Rig(tmp_path / "rig")
     port, out = free_port(), rig.root / "out"
     values = {f"ODD_{i}": v for i, v in enumerate(ODD)}
-    invoke("launch", "--model", "V4.1-Flash", "--gpu", "mi300x", "--host", "127.0.0.1", "--port", str(port),
+    invoke("launch", *SMALL_WARM_UP, "--host", "127.0.0.1", "--port", str(port),
            "--state-dir", str(tmp_path / "none"), "--output", str(out), "--name", "svc",
            *[w for k, v in values.items() for w in ("--env", f"{k}={v}")])
     text = (out / "svc.env").read_text()

@@ -101,10 +101,10 @@ def fake_vllm(tmp_path):
 
 
 def test_late_binding_server_is_waited_for(fake_vllm):
-    srv = fake_vllm("ok", delay=1.5).start()
+    srv = fake_vllm("ok", delay=0.5).start()
     r = srv.wait_ready(deadline_s=30)
     assert r.status == "ready" and r.ready, r.reason()
-    assert 1.5 <= r.elapsed_s < 15
+    assert 0.5 <= r.elapsed_s < 15
     assert srv.client.models() == ["tiny"]
     srv.stop()
 

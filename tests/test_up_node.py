@@ -158,6 +158,9 @@ IMAGE_FILES = {
 IMAGE_FACTS = {"vllm_version": "0.29.1rc1.dev452+g3df4ae153.rocm700", "vllm_commit": "3df4ae153",
                "torch_version": "2.9.0a0+git1c57644", "hip_version": "7.0.51831-a3e329ad8", "rocm_version": "7.0.0-38"}
 
+# A warm-up of 3 requests before ready, not the profile's 255 (one curl each; tests/test_launchers.py checks it).
+SMALL_WARM_UP = ("--max-num-seqs", "2")
+
 
 @pytest.fixture
 def node(tmp_path):
@@ -203,7 +206,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
     state, port = tmp_path / "state", free_port()
     args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
             "--port", str(port), "--state-dir", str(state), "--yes", "--ready-timeout", "60",
-            "--probe-levels", "static", "--request-timeout", "5", "--quick"]
+            "--probe-levels", "static", "--request-timeout", "5", "--quick", *SMALL_WARM_UP]
     r = _cli(env, "up", *args)
     out = r.stdout + r.stderr
     st = json.loads((state / "up" / "up-state.json").read_text())
@@ -306,12 +309,12 @@ def _image_proof_setup(tmp_path, port):
     cache.record(state, {tag: {"exists": True, "digest": "sha256:" + DIGEST, "stack": None, "answer": "skopeo",
                                "registry": "registry-1.docker.io", "via": "skopeo", "checked_at": "2026-12-01T00:00:00Z"}})
     sel = Selection(model="V4.1-Flash", gpu="mi300x", model_path=str(tmp_path / "model"), port=port, concurrency=64,
-                    images=cache.for_selection(state))
+                    images=cache.for_selection(state), max_num_seqs=int(SMALL_WARM_UP[1]))
     gpus = {"gpu_arch": "gfx942", "gpu_name": "AMD Instinct MI300X", "gpu_count": 8}  # what the stand-in rocminfo shows
     fp = fingerprint.current_fingerprint(catalog, fingerprint.adaptive_plan(catalog, sel), gpus, IMAGE_FACTS)
     args = ["--model", "V4.1-Flash", "--gpu", "mi300x", "--mode", "container", "--model-path", str(tmp_path / "model"),
             "--port", str(port), "--state-dir", str(tmp_path / "state"), "--yes", "--ready-timeout", "60",
-            "--concurrency", "64", "--probe-levels", "static", "--request-timeout", "5", "--quick"]
+            "--concurrency", "64", "--probe-levels", "static", "--request-timeout", "5", "--quick", *SMALL_WARM_UP]
     return fp, args
 
 
