@@ -63,9 +63,9 @@ def test_ancestry_answers_and_agreement(tmp_path, history):
     r = run(repo, recipes)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    assert f"old vllm#56227: merge" in out and f"is not an ancestor of {old[:12]}; table: False (note)" in out
+    assert "old vllm#56227: merge" in out and f"is not an ancestor of {old[:12]}; table: False (note)" in out
     assert f"is an ancestor of {old[:12]}; table: True (note)" in out  # #56214 predates old
-    assert f"new vllm#57491: merge" in out and f"is an ancestor of {new[:12]}; table: True (note)" in out
+    assert "new vllm#57491: merge" in out and f"is an ancestor of {new[:12]}; table: True (note)" in out
     assert "vllm#58151: no merge commit titled (#58151)" in out
     assert "release: no commit recorded" in out and "MISMATCH" not in out
 

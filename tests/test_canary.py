@@ -230,7 +230,6 @@ def test_the_switch_runs_only_a_start_up_recorded_inside_its_launch_dir(tmp_path
 def test_the_systemd_form_is_a_timer_and_a_bounded_oneshot_that_systemd_accepts(tmp_path, monkeypatch):
     from rocm_dspark.launch.launch_facts import CANARY_EVERY_MIN
     from rocm_dspark.service import control as service
-    from rocm_dspark.service import start
     from tests.test_up_health import _run
 
     monkeypatch.setattr(service, "systemd_usable", lambda: None)

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from rocm_dspark.cli import cli
-from rocm_dspark.recipe.catalog import load_catalog, recipes_dir
+from rocm_dspark.recipe.catalog import recipes_dir
 from rocm_dspark.recipe.memory import RankLayout, engram_dp_group
 
 MODEL = yaml.safe_load((recipes_dir() / "models" / "deepseek-v4.1-flash.yaml").read_text())

@@ -9,7 +9,6 @@ tests/fixtures/server/). The real-vLLM versions of these checks are in tests/slo
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path

@@ -243,7 +243,7 @@ def test_up_container_mode_from_detection_to_a_failed_validation_then_down(node)
         assert probe["in_image"]["new_records"] == []
         script = (tmp_path / "rec" / "inimage.script").read_text()
         assert "pip install -q --no-deps --no-index --target /tmp/rocm-dspark-toolkit /rocm-dspark-wheel/rocm_dspark-" in script
-        assert f"-m rocm_dspark probe --model V4.1-Flash --gpu mi300x" in script
+        assert "-m rocm_dspark probe --model V4.1-Flash --gpu mi300x" in script
         assert f"--state-dir {state} --levels static" in script and f"--port {port}" in script
         assert "live" not in script.rsplit("--levels", 1)[1]  # no model load in the image: live runs on up's own start
         assert (tmp_path / "rec" / "toolkit" / "rocm_dspark" / "vllm_plugin" / "patch.py").exists()

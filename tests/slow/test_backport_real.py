@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.slow.plugin_child import REPO, common_metadata, vllm_importable
-from tests.slow.test_plugin_real import K, make_layout, reference_rows
+from tests.slow.test_plugin_real import make_layout, reference_rows
 
 RELEASES = ("0.30.0", "0.31.0", "0.32.0")
 ARCHS = {"gfx942": ("gfx942:sramecc+:xnack-", "AMD Instinct MI300X", 304),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slow.plugin_child import REPO, common_metadata, run_child, vllm_importable
+from tests.slow.plugin_child import REPO, run_child, vllm_importable
 K = 5  # num_speculative_tokens: the DSpark block
 WINDOW = 128  # sliding_window of the tiny config the children build
 SHIPPED_SWA_BUILDER = "DeepseekV4ROCMAiterSparseSWAMetadataBuilder"  # vLLM 0.32.0's name
