@@ -87,3 +87,14 @@ def test_an_in_image_probe_that_keeps_printing_is_still_stopped_at_its_deadline(
     code, tail = run_in_image(["bash", "-c", script], timeout_s=0.5, grace_s=0.3)
     assert code == -9 and tail and tail[-1].startswith("line ")
     assert time.monotonic() - t0 < 5
+
+
+def test_the_dry_run_installs_the_wheel_the_real_build_writes(tmp_path):
+    """The dry run's `docker run` names the wheel by the source tree's version, before any build; a real
+    `pip wheel` (images/wheel.build_wheel, no registry) writes exactly that file."""
+    run = _run(tmp_path, ("static",))
+    actions = steps.probe_actions(run)
+    predicted = wheel.wheel_path(run.dir / "wheel")
+    assert predicted is not None and f"builds {predicted} with pip wheel" in actions[0].text
+    assert f"/rocm-dspark-wheel/{predicted.name}" in actions[1].argv[-1]  # the install inside the image
+    assert wheel.build_wheel(tmp_path / "built") == wheel.wheel_path(tmp_path / "built")

@@ -38,6 +38,18 @@ def toolkit_source() -> Path | None:
     return root if 'name = "rocm-dspark"' in text else None
 
 
+def wheel_path(out_dir) -> Path | None:
+    """The file build_wheel writes into out_dir (the source tree's version in the wheel's name), or None where
+    there is no source tree to build from."""
+    import tomllib
+
+    src = toolkit_source()
+    if src is None:
+        return None
+    version = tomllib.loads((src / "pyproject.toml").read_text())["project"]["version"]
+    return Path(out_dir) / f"rocm_dspark-{version}-py3-none-any.whl"
+
+
 def build_argv(out_dir, src) -> list[str]:
     """`pip wheel` of the running Python (sys.executable read now: a test stands in for it), no registry asked."""
     wheel = ["wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q", "-w", str(out_dir), str(src)]

@@ -440,9 +440,12 @@ def probe_actions(run) -> list[Action]:
                 "process (no model load; the live level runs on the adaptive start, step 8)"
             )
         ]
-    built = run.dir / "wheel" / "rocm_dspark-<version>-py3-none-any.whl"
+    built = wheel.wheel_path(run.dir / "wheel")
+    if built is None:
+        return [Say("the run would stop here: no source tree beside this rocm-dspark to build its wheel from")]
+    # pip wheel runs on a copy of the sources (the checkout stays clean): said, not printed as a command to paste.
     return [
-        Run(tuple(wheel.build_argv(built.parent, wheel.toolkit_source() or "<the toolkit's source tree>"))),
+        Say(f"builds {built} with pip wheel --no-deps --no-index from a copy of {wheel.toolkit_source()}"),
         Run(tuple(in_image_argv(run, run.plan.image, built, check=False))),
         Say("reads the records back with the gate (no model load: the live level runs on the adaptive start, step 8)"),
     ]
