@@ -89,7 +89,7 @@ def test_an_in_image_probe_that_keeps_printing_is_still_stopped_at_its_deadline(
     assert time.monotonic() - t0 < 5
 
 
-def test_the_dry_run_installs_the_wheel_the_real_build_writes(tmp_path):
+def test_the_dry_run_installs_the_wheel_the_real_build_writes(tmp_path, monkeypatch):
     """The dry run's `docker run` names the wheel by the source tree's version, before any build; a real
     `pip wheel` (images/wheel.build_wheel, no registry) writes exactly that file."""
     run = _run(tmp_path, ("static",))
@@ -98,3 +98,18 @@ def test_the_dry_run_installs_the_wheel_the_real_build_writes(tmp_path):
     assert predicted is not None and f"builds {predicted} with pip wheel" in actions[0].text
     assert f"/rocm-dspark-wheel/{predicted.name}" in actions[1].argv[-1]  # the install inside the image
     assert wheel.build_wheel(tmp_path / "built") == wheel.wheel_path(tmp_path / "built")
+
+    # The step's real run starts the very argv the dry run printed (the image not yet pinned in both).
+    class Started(Exception):
+        pass
+
+    def started(argv, say):
+        raise Started(argv)
+
+    from rocm_dspark.probe import inimage
+
+    monkeypatch.setattr(wheel, "build_wheel", lambda out: wheel.wheel_path(out))
+    monkeypatch.setattr(inimage, "run_in_image", started)
+    with pytest.raises(Started) as got:
+        steps.probe_in_image(run)
+    assert tuple(got.value.args[0]) == actions[1].argv
