@@ -6,6 +6,8 @@ import json
 
 import click
 
+from rocm_dspark.cli.options import usage_errors
+
 
 @click.group(short_help="The vLLM plugin backporting vllm#58151 onto vLLM 0.30-0.32.")
 def plugin():
@@ -46,6 +48,7 @@ def plugin():
     type=click.Path(exists=True, dir_okay=False),
     help="Inspect the vLLM installed for this interpreter instead of the current one.",
 )
+@usage_errors
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
     """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks.
 
@@ -54,8 +57,11 @@ def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
       rocm-dspark plugin status --python /opt/venv/bin/python
       rocm-dspark plugin status --host-only --json
     """
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.vllm_plugin.status import format_table, plugin_status
 
+    if gpu:  # a usage error here, not an `error` inside the report (the child checks only with vLLM installed)
+        load_catalog().find_gpu(gpu)
     report = plugin_status(
         force_platform=None if host_only else "rocm",
         num_speculative_tokens=num_speculative_tokens,
