@@ -57,11 +57,9 @@ def test_unreadable_table_means_do_nothing(recipes_copy):
 
 
 def test_register_with_a_native_capability_touches_nothing():
+    native = load_catalog().vllm_capability("0.33.0")
     before = set(sys.modules)
-    result = register_with(vllm_version="0.33.0", capability={"versions": ">=0.33.0", "supports_v41": True,
-                                                                "refuses_adaptive_on_rocm_v41": False,
-                                                                "native_adaptive_on_rocm_v41": True},
-                           is_rocm=True, platform_name="rocm")
+    result = register_with(vllm_version="0.33.0", capability=native, is_rocm=True, platform_name="rocm")
     assert result.action == "skipped" and "natively" in result.message
     assert not any(m.startswith(("vllm", "torch", "triton")) for m in set(sys.modules) - before)
     assert not any(type(f).__name__ == "_PatchOnImport" for f in sys.meta_path)
