@@ -104,11 +104,13 @@ def test_status_cli_without_vllm():
     assert table.returncode == 0 and "vLLM:         not installed" in table.stdout
 
 
-def test_status_unknown_gpu_is_a_usage_error():
-    proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plugin", "status", "--gpu", "mi30x"],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("rocm-dspark: error: unknown GPU 'mi30x'") and len(proc.stderr.splitlines()) == 1
+def test_status_usage_errors_are_one_line(tmp_path):
+    for args, words in ((["--gpu", "mi30x"], "unknown GPU 'mi30x'"),
+                        (["--model", str(tmp_path)], f"--model {str(tmp_path)!r} holds no config.json")):
+        proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plugin", "status", *args],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.startswith(f"rocm-dspark: error: {words}") and len(proc.stderr.splitlines()) == 1
 
 
 def test_status_honours_vllm_plugins(monkeypatch):
