@@ -14,7 +14,7 @@ from rocm_dspark.probe import ab_band, fingerprint, live
 from rocm_dspark.recipe import strategies
 from rocm_dspark.recipe.plan import Command
 from rocm_dspark.recipe.strategies import LEADER_PLACEHOLDER
-from rocm_dspark.validate import av_acceptance, bench, log_checks, tool_calls
+from rocm_dspark.validate import av_acceptance, bench, tool_calls
 from tests.test_builds import flags as builds_flags
 
 HEAD = ["vllm", "serve", "org/m"]
@@ -38,7 +38,8 @@ READERS = [
     ("spec config", ("--speculative-config", SPEC), lambda a: Command.from_words(a).spec_config(), json.loads(SPEC)),
     ("live int flag", ("--max-num-batched-tokens", "4096"), lambda a: live.int_flag(a, "max_num_batched_tokens"), 4096),
     ("live capture", ("--max-cudagraph-capture-size", "64"), live.capture_of, 64),
-    ("log_checks capture", ("--max-cudagraph-capture-size", "64"), log_checks.asked_capture, 64),
+    ("log_checks capture", ("--max-cudagraph-capture-size", "64"),
+     lambda a: live.int_flag(a, "max_cudagraph_capture_size"), 64),
     ("tool parser", ("--tool-call-parser", "deepseek_v41"), lambda a: tool_calls.flag(a, "tool_call_parser"),
      "deepseek_v41"),
     ("bench tokenizer", ("--tokenizer", "org/tok"), bench.served_model, "org/tok"),
@@ -81,7 +82,7 @@ def test_every_reader_reads_every_spelling_the_same(name, words, reader, want):
 def test_absent_settings_read_as_absent():
     bare = HEAD + ["--enforce-eager"]
     assert ab_band._num_speculative_tokens(bare) is None and Command.from_words(bare).spec_config() is None
-    assert live.int_flag(bare, "max_num_batched_tokens") is None and log_checks.asked_capture(bare) is None
+    assert live.int_flag(bare, "max_num_batched_tokens") is None and live.int_flag(bare, "max_cudagraph_capture_size") is None
     assert live.capture_of(bare, 512) == 0  # --enforce-eager: no graphs
     assert live.capture_of(HEAD + ["--enforce-eager", "--no-enforce-eager"], 512) == 512  # the last one wins
     assert tool_calls.flag(bare, "tool_call_parser") is None and bench.served_model(bare) == "org/m"

@@ -146,6 +146,14 @@ def test_the_command_dry_run_and_bad_usage(tmp_path):
     assert r.returncode == 2 and "at least 4" in r.stderr
 
 
+def test_an_unknown_model_or_gpu_is_one_line(tmp_path, capsys):
+    for flag, name, words in (("--model", "V4.2-Flash", "unknown model 'V4.2-Flash'"), ("--gpu", "mi999", "unknown GPU")):
+        assert acceptance.main([flag, name, "--dry-run", "--report", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rocm-dspark acceptance: {words}") and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
 # --- the re-scoring judge on vLLM's prompt_logprobs format ({token id: {logprob, rank, decoded_token}}) ----------
 
 def _lp(*pairs):

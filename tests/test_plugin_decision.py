@@ -57,11 +57,9 @@ def test_unreadable_table_means_do_nothing(recipes_copy):
 
 
 def test_register_with_a_native_capability_touches_nothing():
+    native = load_catalog().vllm_capability("0.33.0")
     before = set(sys.modules)
-    result = register_with(vllm_version="0.33.0", capability={"versions": ">=0.33.0", "supports_v41": True,
-                                                                "refuses_adaptive_on_rocm_v41": False,
-                                                                "native_adaptive_on_rocm_v41": True},
-                           is_rocm=True, platform_name="rocm")
+    result = register_with(vllm_version="0.33.0", capability=native, is_rocm=True, platform_name="rocm")
     assert result.action == "skipped" and "natively" in result.message
     assert not any(m.startswith(("vllm", "torch", "triton")) for m in set(sys.modules) - before)
     assert not any(type(f).__name__ == "_PatchOnImport" for f in sys.meta_path)
@@ -104,6 +102,15 @@ def test_status_cli_without_vllm():
     assert report["entry_point"]["registered"] is True and report["entry_point"]["loads"] is True
     table = subprocess.run([sys.executable, "-m", "rocm_dspark", "plugin", "status"], capture_output=True, text=True)
     assert table.returncode == 0 and "vLLM:         not installed" in table.stdout
+
+
+def test_status_usage_errors_are_one_line(tmp_path):
+    for args, words in ((["--gpu", "mi30x"], "unknown GPU 'mi30x'"),
+                        (["--model", str(tmp_path)], f"--model {str(tmp_path)!r} holds no config.json")):
+        proc = subprocess.run([sys.executable, "-m", "rocm_dspark", "plugin", "status", *args],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.startswith(f"rocm-dspark: error: {words}") and len(proc.stderr.splitlines()) == 1
 
 
 def test_status_honours_vllm_plugins(monkeypatch):

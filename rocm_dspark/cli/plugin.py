@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
+
+from rocm_dspark.cli.options import usage_errors
+from rocm_dspark.errors import UsageError
 
 
 @click.group(short_help="The vLLM plugin backporting vllm#58151 onto vLLM 0.30-0.32.")
@@ -46,6 +50,7 @@ def plugin():
     type=click.Path(exists=True, dir_okay=False),
     help="Inspect the vLLM installed for this interpreter instead of the current one.",
 )
+@usage_errors
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
     """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks.
 
@@ -54,8 +59,14 @@ def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
       rocm-dspark plugin status --python /opt/venv/bin/python
       rocm-dspark plugin status --host-only --json
     """
+    from rocm_dspark.recipe.catalog import load_catalog
     from rocm_dspark.vllm_plugin.status import format_table, plugin_status
 
+    # Usage errors here, not an `error` inside the report (the child reads these only where vLLM is installed).
+    if gpu:
+        load_catalog().find_gpu(gpu)
+    if model and not os.path.isfile(os.path.join(model, "config.json")):
+        raise UsageError(f"--model {model!r} holds no config.json: pass a DeepSeek-V4.1 checkpoint directory")
     report = plugin_status(
         force_platform=None if host_only else "rocm",
         num_speculative_tokens=num_speculative_tokens,

@@ -246,10 +246,10 @@ def main(argv=None) -> int:
     if args.concurrency < 4:
         p.error("--concurrency must be at least 4 (the re-scoring minimum)")
     catalog = load_catalog()
-    selection = build_selection({"model": args.model, "gpu": args.gpu, "concurrency": args.concurrency}, catalog)
     try:
+        selection = build_selection({"model": args.model, "gpu": args.gpu, "concurrency": args.concurrency}, catalog)
         commands = arms(catalog, selection)
-    except ValueError as exc:
+    except (UsageError, ValueError) as exc:  # an unknown --model or --gpu, or a plan without an adaptive command
         print(f"rocm-dspark acceptance: {exc}", file=sys.stderr)
         return 2
     plan = commands.pop("_plan")

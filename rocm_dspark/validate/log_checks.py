@@ -35,21 +35,15 @@ def mark_sweep_start(ctx) -> None:
         ctx.data["sweep_log_offset"] = len(_read(ctx) or "")  # characters: the reader slices text
 
 
-def asked_capture(argv) -> int | None:
-    """The capture size the server command asks for (--max-cudagraph-capture-size N or =N), or None."""
-    from rocm_dspark.probe.live import int_flag
-
-    return int_flag(argv, "max_cudagraph_capture_size")
-
-
 def capture(ctx) -> Outcome:
     """the server log: vLLM kept the plan's --max-cudagraph-capture-size (no "Truncating
     max_cudagraph_capture_size"); steps above the size it kept run eager."""
     text = _read(ctx)
     if text is None:
         return Outcome(NOT_APPLICABLE, NO_LOG)
-    argv = ctx.target.argv or ctx.plan.argv
-    asked = asked_capture(argv)
+    from rocm_dspark.probe.live import int_flag
+
+    asked = int_flag(ctx.target.argv or ctx.plan.argv, "max_cudagraph_capture_size")
     facts = capture_facts(text)
     if facts is None:
         return Outcome(

@@ -41,7 +41,7 @@ def register_with(
     decision = cap_rule.decide(vllm_version, capability, capability_error, is_rocm=is_rocm, platform_name=platform_name)
     if not decision.patch:
         return RegisterResult("skipped", f"rocm-dspark: did nothing: {decision.reason}")
-    backport = cap_rule.as_capability(capability).backport
+    backport = capability.backport
     action = patch.patch_now_or_on_import(backport)
     what = "vllm#58151's declarations on vLLM's own classes"
     text = {

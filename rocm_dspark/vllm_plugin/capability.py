@@ -7,7 +7,6 @@ support it natively) live in the table; this module only decides, and says why i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 
 @dataclass(frozen=True)
@@ -32,23 +31,18 @@ def capability_for(vllm_version: str):
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def as_capability(value):
-    """Accept a catalog.Capability or a plain mapping with the same keys (tests, other tables)."""
-    return SimpleNamespace(**value) if isinstance(value, dict) else value
-
-
 def decide(
-    vllm_version: str, capability, capability_error: str | None = None, *, is_rocm: bool, platform_name: str
+    vllm_version: str, cap, capability_error: str | None = None, *, is_rocm: bool, platform_name: str
 ) -> Decision:
-    """The rule, first match wins: no table -> nothing; no V4.1 -> nothing; native AV -> nothing;
+    """`cap`: recipes/vllm.yaml's catalog.Capability for this release, or None (capability_error says why).
+    The rule, first match wins: no table -> nothing; no V4.1 -> nothing; native AV -> nothing;
     not ROCm -> nothing; no backport entry -> nothing; a refusing release on ROCm -> patch."""
-    if capability is None:
+    if cap is None:
         return Decision(
             False,
             f"cannot tell whether vLLM {vllm_version} needs it "
             f"({capability_error or 'no capability entry'}); doing nothing",
         )
-    cap = as_capability(capability)
     where = f"recipes/vllm.yaml range '{cap.versions}'"
     if not cap.supports_v41:
         return Decision(False, f"vLLM {vllm_version} has no DeepSeek-V4.1 ({where}); nothing to patch")
@@ -64,7 +58,7 @@ def decide(
             f"platform is {platform_name}, not ROCm: vLLM {vllm_version} does not use its ROCm "
             "DeepSeek-V4.1 classes here; nothing to patch",
         )
-    if not getattr(cap, "backport", None):
+    if not cap.backport:
         return Decision(
             False,
             f"vLLM {vllm_version} refuses adaptive verification for DeepSeek-V4.1 on ROCm, but "
