@@ -144,12 +144,7 @@ def write_plot(plans, path) -> None:
     }
     for ax, plan in zip(axes[0], plans):
         xs = [r.concurrency for r in plan.rows]
-        candidates = (
-            ["none", "fixed"]
-            + (["per_batch_size"] if plan.schedule else [])
-            + (["adaptive"] if plan.adaptive_available else [])
-        )
-        for c in candidates:
+        for c in plan.offered:
             label, marker, line, color = styles[c]
             label = label or (f"fixed K={plan.fixed_k}" if c == "fixed" else f"adaptive K<={plan.gamma}")
             ys = [plan.candidate_result(c, r).expected_tokens_per_s for r in plan.rows]
