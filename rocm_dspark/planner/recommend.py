@@ -79,6 +79,7 @@ class PlanResult:
     adaptive_available: bool = True
     build: str = ""
     mono: list = field(default_factory=list)  # per row: does --monokernel run, what it predicts (mono_term)
+    capture_overruns: list = field(default_factory=list)  # cells past the largest captured size (capture_term)
 
     def adaptive_gain_pct(self, row: Row) -> float:
         """Predicted gain of adaptive verification over block verification (all gamma drafts) at a row."""

@@ -47,7 +47,7 @@ def to_dict(plan) -> dict:
             }
             for r in plan.rows
         ],
-        "capture_overruns": list(getattr(plan, "capture_overruns", [])),
+        "capture_overruns": list(plan.capture_overruns),
         "notes": list(plan.notes),
     }
 
@@ -77,7 +77,7 @@ def table_lines(plan) -> list[str]:
         "-" * len(head),
     ]
     over = {}
-    for cell in getattr(plan, "capture_overruns", []):  # capture_term: verify batches past the captured graphs
+    for cell in plan.capture_overruns:  # capture_term: verify batches past the captured graphs
         over.setdefault(cell["concurrency"], []).append(cell["k"])
     for r in plan.rows:
         fixed, per, ad = r.at_k(k), r.at_k(r.best_k), r.adaptive
