@@ -107,27 +107,21 @@ def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
 def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     """One array element per line, except that a flag and its value share a line: the plan's typed flags
     (recipe/plan.py Command); a command from elsewhere (--server-json) by its words' shape."""
-    lines: list[str] = []
     if isinstance(argv, Command):
-        lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
-        return "\n".join(
-            lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in argv.flags]
-        )
-    after_flag = False
-    lead = 0  # the program and its positional words (vllm serve MODEL) share the first line
-    while lead < len(argv) and not argv[lead].startswith("-"):
-        lead += 1
-    if lead:
-        lines.append("  " + " ".join(quoting.bash_word(w, what) for w in argv[:lead]))
-    for raw in argv[lead:]:
-        word = quoting.bash_word(raw, what)
-        if after_flag and not raw.startswith("-"):
-            lines[-1] += " " + word
-            after_flag = False
-        else:
-            lines.append("  " + word)
-            after_flag = raw.startswith("-")
-    return "\n".join(lines)
+        groups = [[w] for w in argv.head] + [list(emit(f, v)) for f, v in argv.flags]
+    else:
+        # the program and its positional words (vllm serve MODEL) share the first line
+        lead = next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))
+        groups = [list(argv[:lead])] if lead else []
+        after_flag = False
+        for raw in argv[lead:]:
+            if after_flag and not raw.startswith("-"):
+                groups[-1].append(raw)
+                after_flag = False
+            else:
+                groups.append([raw])
+                after_flag = raw.startswith("-")
+    return "\n".join("  " + " ".join(quoting.bash_word(w, what) for w in group) for group in groups)
 
 
 def _state_root_chain() -> str:
