@@ -99,42 +99,29 @@ def _rate(series: str, by: str = BY) -> str:
 
 
 def recording_rules(spec_decode: bool) -> list[dict]:
-    rules = []
-    if spec_decode:
-        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
-        drafts = _rate("vllm:spec_decode_num_drafts_total")
-        rules += [
-            {
-                "record": ACCEPTANCE_RATE,
-                "expr": _labelled(f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}"),
-            },
-            {"record": ACCEPTED_LENGTH, "expr": _labelled(f"1 + {accepted} / {drafts}")},
-            {
-                "record": PER_POSITION,
-                "expr": _labelled(
-                    f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
-                    f"/ on ({BY}) group_left {drafts}"
-                ),
-            },
-        ]
-
     def gauge(agg: str, name: str) -> str:
         return f'{agg} by ({BY}) ({name}{{job="{VLLM_JOB}"}})'
 
+    rules = []  # (record, expression); each expression gets the readiness server's labels (_labelled) at the end
+    if spec_decode:
+        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
+        drafts = _rate("vllm:spec_decode_num_drafts_total")
+        per_position = _rate("vllm:spec_decode_num_accepted_tokens_per_pos_total", BY + ", position")
+        rules += [
+            (ACCEPTANCE_RATE, f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}"),
+            (ACCEPTED_LENGTH, f"1 + {accepted} / {drafts}"),
+            (PER_POSITION, f"{per_position} / on ({BY}) group_left {drafts}"),
+        ]
+    errors = f'vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]'
     rules += [
-        {"record": GENERATION_TPS, "expr": _labelled(_rate("vllm:generation_tokens_total"))},
-        {"record": PROMPT_TPS, "expr": _labelled(_rate("vllm:prompt_tokens_total"))},
-        {"record": RUNNING, "expr": _labelled(gauge("sum", "vllm:num_requests_running"))},
-        {"record": WAITING, "expr": _labelled(gauge("sum", "vllm:num_requests_waiting"))},
-        {"record": KV_USAGE, "expr": _labelled(gauge("max", "vllm:kv_cache_usage_perc"))},
-        {
-            "record": ERRORS,
-            "expr": _labelled(
-                f'sum by ({BY}) (rate(vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]))'
-            ),
-        },
+        (GENERATION_TPS, _rate("vllm:generation_tokens_total")),
+        (PROMPT_TPS, _rate("vllm:prompt_tokens_total")),
+        (RUNNING, gauge("sum", "vllm:num_requests_running")),
+        (WAITING, gauge("sum", "vllm:num_requests_waiting")),
+        (KV_USAGE, gauge("max", "vllm:kv_cache_usage_perc")),
+        (ERRORS, f"sum by ({BY}) (rate({errors}))"),
     ]
-    return rules
+    return [{"record": record, "expr": _labelled(expr)} for record, expr in rules]
 
 
 def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
