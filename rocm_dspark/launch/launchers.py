@@ -192,7 +192,6 @@ def render_launcher(
     join_port: int | None = None,
     group_nodes: int = 1,
     iface: str = "",
-    join_timeout_s: int = launch_facts.JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
@@ -203,7 +202,8 @@ def render_launcher(
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the
     group's rendezvous (the head's --data-parallel-rpc-port or --master-port) over `iface`: a worker waits for
-    it, the head for its group_nodes - 1 workers, each at most join_timeout_s, then stops with one line."""
+    it, the head for its group_nodes - 1 workers, each at most ROCM_DSPARK_JOIN_TIMEOUT_S
+    (launch_facts.JOIN_TIMEOUT_S by default), then stops with one line."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")
     name = check_name(name or default_name(plan))
@@ -218,11 +218,7 @@ def render_launcher(
         from rocm_dspark.images.mounts import check_model_path
 
         check_model_path(model_path)
-    for what, value in (
-        ("--ready-timeout", ready_timeout_s),
-        ("--stop-timeout", stop_timeout_s),
-        ("--join-timeout", join_timeout_s),
-    ):
+    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
     if not isinstance(group_nodes, int) or group_nodes <= 0:
@@ -294,7 +290,7 @@ def render_launcher(
         values["MODEL_PATH"] = quoting.bash_word(model_path, "model path")
     group = ""
     if group_role != "single":
-        values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
+        values["JOIN_TIMEOUT_S"] = str(launch_facts.JOIN_TIMEOUT_S)
         group = _fill(
             _sections("launcher-group.sh.tmpl", on),
             {
@@ -305,7 +301,7 @@ def render_launcher(
                 "JOIN_PORT": str(int(join_port)) if join_port else "''",
                 "GROUP_NODES": str(int(group_nodes)),
                 "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
-                "JOIN_TIMEOUT_S": str(join_timeout_s),
+                "JOIN_TIMEOUT_S": values["JOIN_TIMEOUT_S"],
                 "HTTP_PORT_HEX": f"{int(plan.port):04X}",
             },  # /proc/net/tcp's hex
             optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}),
