@@ -353,20 +353,14 @@ def render(
     ready: str | None = None,
     bands: dict | None = None,
     k8s: bool = False,
-    notes: list[str] | None = None,
 ) -> dict[str, str]:
     """{file name: text}: <name>.prometheus.yml, <name>.rules.yml, <name>.grafana.json (k8s: one manifest file
     with the first two as a ConfigMap and the dashboard as another)."""
     bands = dict(bands or {})
     rules_file = f"{name}.rules.yml"
-    notes = list(notes or [])
-    unknown = [t.address for t in target_list if ".invalid:" in t.address]
-    if unknown:
-        notes.append(
-            f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
-            "and regenerate."
-        )
-    header = _header(plan, bands, notes)
+    unknown = ", ".join(t.address for t in target_list if ".invalid:" in t.address)
+    note = f"Targets {unknown} stand for nodes whose address is not known: pass --node-addresses and regenerate."
+    header = _header(plan, bands, [note] if unknown else [])
     rules_text = _yaml(
         {
             "groups": [
