@@ -134,7 +134,7 @@ def test_the_launch_difference_names_a_changed_value_not_a_changed_spelling():
 
 
 def _flag_lines(argv, head, command=None) -> list[str]:
-    return [indent + " ".join(words) for indent, words in _flag_words(argv, head, command)]
+    return [("  " if i else "") + " ".join(words) for i, words in enumerate(_flag_words(argv, head, command))]
 
 
 def test_docker_lines_take_vllm_flags_from_the_typed_command():

@@ -107,27 +107,21 @@ def _modes(plan: LaunchPlan) -> tuple[str, tuple[str, ...]]:
 def _argv_lines(argv: tuple[str, ...], what: str) -> str:
     """One array element per line, except that a flag and its value share a line: the plan's typed flags
     (recipe/plan.py Command); a command from elsewhere (--server-json) by its words' shape."""
-    lines: list[str] = []
     if isinstance(argv, Command):
-        lines = ["  " + quoting.bash_word(raw, what) for raw in argv.head]
-        return "\n".join(
-            lines + ["  " + " ".join(quoting.bash_word(w, what) for w in emit(f, v)) for f, v in argv.flags]
-        )
-    after_flag = False
-    lead = 0  # the program and its positional words (vllm serve MODEL) share the first line
-    while lead < len(argv) and not argv[lead].startswith("-"):
-        lead += 1
-    if lead:
-        lines.append("  " + " ".join(quoting.bash_word(w, what) for w in argv[:lead]))
-    for raw in argv[lead:]:
-        word = quoting.bash_word(raw, what)
-        if after_flag and not raw.startswith("-"):
-            lines[-1] += " " + word
-            after_flag = False
-        else:
-            lines.append("  " + word)
-            after_flag = raw.startswith("-")
-    return "\n".join(lines)
+        groups = [[w] for w in argv.head] + [list(emit(f, v)) for f, v in argv.flags]
+    else:
+        # the program and its positional words (vllm serve MODEL) share the first line
+        lead = next((i for i, w in enumerate(argv) if w.startswith("-")), len(argv))
+        groups = [list(argv[:lead])] if lead else []
+        after_flag = False
+        for raw in argv[lead:]:
+            if after_flag and not raw.startswith("-"):
+                groups[-1].append(raw)
+                after_flag = False
+            else:
+                groups.append([raw])
+                after_flag = raw.startswith("-")
+    return "\n".join("  " + " ".join(quoting.bash_word(w, what) for w in group) for group in groups)
 
 
 def _state_root_chain() -> str:
@@ -198,7 +192,6 @@ def render_launcher(
     join_port: int | None = None,
     group_nodes: int = 1,
     iface: str = "",
-    join_timeout_s: int = launch_facts.JOIN_TIMEOUT_S,
     docker_run_flags: tuple[str, ...] | None = None,
 ) -> str:
     """The bash launcher for `plan` (rocm_dspark/launch/templates/launcher.sh.tmpl filled in); `env_file`: the 0600 file with
@@ -209,7 +202,8 @@ def render_launcher(
     group_role: single | head | worker (rocm_dspark.recipe.strategies); a worker polls the head's readiness at
     ready_host:ready_port and follows the head's mode through ROCM_DSPARK_GROUP_DIR. join_host:join_port is the
     group's rendezvous (the head's --data-parallel-rpc-port or --master-port) over `iface`: a worker waits for
-    it, the head for its group_nodes - 1 workers, each at most join_timeout_s, then stops with one line."""
+    it, the head for its group_nodes - 1 workers, each at most ROCM_DSPARK_JOIN_TIMEOUT_S
+    (launch_facts.JOIN_TIMEOUT_S by default), then stops with one line."""
     if group_role not in ("single", "head", "worker"):
         raise UsageError(f"group role {group_role!r}: use single, head or worker")
     name = check_name(name or default_name(plan))
@@ -224,11 +218,7 @@ def render_launcher(
         from rocm_dspark.images.mounts import check_model_path
 
         check_model_path(model_path)
-    for what, value in (
-        ("--ready-timeout", ready_timeout_s),
-        ("--stop-timeout", stop_timeout_s),
-        ("--join-timeout", join_timeout_s),
-    ):
+    for what, value in (("--ready-timeout", ready_timeout_s), ("--stop-timeout", stop_timeout_s)):
         if not isinstance(value, int) or value <= 0:
             raise UsageError(f"{what} {value!r}: give a positive number of seconds")
     if not isinstance(group_nodes, int) or group_nodes <= 0:
@@ -300,7 +290,7 @@ def render_launcher(
         values["MODEL_PATH"] = quoting.bash_word(model_path, "model path")
     group = ""
     if group_role != "single":
-        values["JOIN_TIMEOUT_S"] = str(join_timeout_s)
+        values["JOIN_TIMEOUT_S"] = str(launch_facts.JOIN_TIMEOUT_S)
         group = _fill(
             _sections("launcher-group.sh.tmpl", on),
             {
@@ -311,7 +301,7 @@ def render_launcher(
                 "JOIN_PORT": str(int(join_port)) if join_port else "''",
                 "GROUP_NODES": str(int(group_nodes)),
                 "IFACE": quoting.bash_word(iface, "--iface") if iface else "''",
-                "JOIN_TIMEOUT_S": str(join_timeout_s),
+                "JOIN_TIMEOUT_S": values["JOIN_TIMEOUT_S"],
                 "HTTP_PORT_HEX": f"{int(plan.port):04X}",
             },  # /proc/net/tcp's hex
             optional=frozenset({"HTTP_PORT_HEX", "GROUP_NODES"}),

@@ -99,42 +99,40 @@ def _rate(series: str, by: str = BY) -> str:
 
 
 def recording_rules(spec_decode: bool) -> list[dict]:
-    rules = []
-    if spec_decode:
-        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
-        drafts = _rate("vllm:spec_decode_num_drafts_total")
-        rules += [
-            {
-                "record": ACCEPTANCE_RATE,
-                "expr": _labelled(f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}"),
-            },
-            {"record": ACCEPTED_LENGTH, "expr": _labelled(f"1 + {accepted} / {drafts}")},
-            {
-                "record": PER_POSITION,
-                "expr": _labelled(
-                    f"{_rate('vllm:spec_decode_num_accepted_tokens_per_pos_total', BY + ', position')} "
-                    f"/ on ({BY}) group_left {drafts}"
-                ),
-            },
-        ]
-
     def gauge(agg: str, name: str) -> str:
         return f'{agg} by ({BY}) ({name}{{job="{VLLM_JOB}"}})'
 
+    rules = []  # (record, expression); each expression gets the readiness server's labels (_labelled) at the end
+    if spec_decode:
+        accepted = _rate("vllm:spec_decode_num_accepted_tokens_total")
+        drafts = _rate("vllm:spec_decode_num_drafts_total")
+        per_position = _rate("vllm:spec_decode_num_accepted_tokens_per_pos_total", BY + ", position")
+        rules += [
+            (ACCEPTANCE_RATE, f"{accepted} / {_rate('vllm:spec_decode_num_draft_tokens_total')}"),
+            (ACCEPTED_LENGTH, f"1 + {accepted} / {drafts}"),
+            (PER_POSITION, f"{per_position} / on ({BY}) group_left {drafts}"),
+        ]
+    errors = f'vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]'
     rules += [
-        {"record": GENERATION_TPS, "expr": _labelled(_rate("vllm:generation_tokens_total"))},
-        {"record": PROMPT_TPS, "expr": _labelled(_rate("vllm:prompt_tokens_total"))},
-        {"record": RUNNING, "expr": _labelled(gauge("sum", "vllm:num_requests_running"))},
-        {"record": WAITING, "expr": _labelled(gauge("sum", "vllm:num_requests_waiting"))},
-        {"record": KV_USAGE, "expr": _labelled(gauge("max", "vllm:kv_cache_usage_perc"))},
-        {
-            "record": ERRORS,
-            "expr": _labelled(
-                f'sum by ({BY}) (rate(vllm:request_success_total{{job="{VLLM_JOB}",finished_reason="error"}}[{WINDOW}]))'
-            ),
-        },
+        (GENERATION_TPS, _rate("vllm:generation_tokens_total")),
+        (PROMPT_TPS, _rate("vllm:prompt_tokens_total")),
+        (RUNNING, gauge("sum", "vllm:num_requests_running")),
+        (WAITING, gauge("sum", "vllm:num_requests_waiting")),
+        (KV_USAGE, gauge("max", "vllm:kv_cache_usage_perc")),
+        (ERRORS, f"sum by ({BY}) (rate({errors}))"),
     ]
-    return rules
+    return [{"record": record, "expr": _labelled(expr)} for record, expr in rules]
+
+
+def _alert(name: str, expr: str, summary: str, description: str, *, severity="warning", for_="", **labels) -> dict:
+    """One alerting rule; `for_`: how long `expr` must hold before it fires (none: at once)."""
+    return {
+        "alert": name,
+        "expr": expr,
+        **({"for": for_} if for_ else {}),
+        "labels": {"severity": severity, **labels},
+        "annotations": {"summary": summary, "description": description},
+    }
 
 
 def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
@@ -156,104 +154,83 @@ def alert_rules(plan, bands: dict, *, ready: bool) -> list[dict]:
             else ""
         )
         rules.append(
-            {
-                "alert": "RocmDsparkAcceptanceBelowBand",
-                "expr": f'{ACCEPTED_LENGTH}{{verification="{mode}"}} < {band.low:g}',
-                "for": ACCEPTANCE_FOR,
-                "labels": {"severity": "warning", "arm": band.arm, "mode_seen": mode, "ab_record": band.record_id},
-                "annotations": {
-                    "summary": "DSpark acceptance below the A/B's band on {{ $labels.endpoint }}",
-                    "description": (
-                        f'Mean accepted length {{{{ $value | printf "%.3f" }}}} is below {band.low:g}, the '
-                        f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
-                        f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
-                        f"has moved from what was measured and {why}; re-run the A/B on this host (`rocm-dspark"
-                        f" validate --ab --concurrency {band.concurrency}` with this plan's selection) and "
-                        "regenerate these files."
-                    ),
-                },
-            }
+            _alert(
+                "RocmDsparkAcceptanceBelowBand",
+                f'{ACCEPTED_LENGTH}{{verification="{mode}"}} < {band.low:g}',
+                "DSpark acceptance below the A/B's band on {{ $labels.endpoint }}",
+                f'Mean accepted length {{{{ $value | printf "%.3f" }}}} is below {band.low:g}, the '
+                f"low end of the band [{band.low:g}, {band.high:g}] that A/B record {band.record_id} "
+                f"measured for {band.arm} verification at c={band.concurrency}{unknown}: the workload "
+                f"has moved from what was measured and {why}; re-run the A/B on this host (`rocm-dspark"
+                f" validate --ab --concurrency {band.concurrency}` with this plan's selection) and "
+                "regenerate these files.",
+                for_=ACCEPTANCE_FOR,
+                arm=band.arm,
+                mode_seen=mode,
+                ab_record=band.record_id,
+            )
         )
     kv = plan.memory.kv_tokens if plan.memory is not None and plan.memory.kv_tokens else None
     cap = f" of the plan's estimated {kv:,} tokens per rank" if kv else ""
     rules += [
-        {
-            "alert": "RocmDsparkServerDown",
-            "expr": f'up{{job="{VLLM_JOB}"}} == 0',
-            "for": DOWN_FOR,
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": "vLLM at {{ $labels.endpoint }} does not answer /metrics",
-                "description": "Down for 2 minutes. A start of this model takes up to the launcher's ready "
-                "timeout (it loads the whole checkpoint): if none is running, it stopped; "
-                "see the service's log (journalctl -u or the launcher's state dir).",
-            },
-        },
-        {
-            "alert": "RocmDsparkServerRestarted",
-            "expr": (
-                f'sum by ({BY}) (changes(up{{job="{VLLM_JOB}"}}[15m])) > 0 or sum by ({BY}) '
-                f'(resets(vllm:generation_tokens_total{{job="{VLLM_JOB}"}}[15m])) > 0'
-            ),
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "vLLM at {{ $labels.endpoint }} restarted in the last 15 minutes",
-                "description": "Each restart is a model load; a restart by the canary switches the node to "
-                "block verification (rocm_dspark_mode_changes_total counts those).",
-            },
-        },
-        {
-            "alert": "RocmDsparkRequestErrors",
-            "expr": f"{ERRORS} > 0",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "vLLM at {{ $labels.endpoint }} fails requests",
-                "description": 'Requests finished with vLLM\'s internal error (finished_reason="error", '
-                "answered 500) in the last 5 minutes; the A/B counted none failed, so this "
-                "is outside what was measured. See the server's log.",
-            },
-        },
-        {
-            "alert": "RocmDsparkKvCacheNearFull",
-            "expr": f"{KV_USAGE} > {KV_NEAR_FULL:g}",
-            "for": "10m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "KV cache above 90% on {{ $labels.endpoint }}",
-                "description": f"KV cache usage {{{{ $value | humanizePercentage }}}}{cap} for 10 "
-                "minutes: a full pool preempts running requests (recomputed later). Serve "
-                f"fewer concurrent requests than max_num_seqs {plan.max_num_seqs} or add "
-                "KV room.",
-            },
-        },
+        _alert(
+            "RocmDsparkServerDown",
+            f'up{{job="{VLLM_JOB}"}} == 0',
+            "vLLM at {{ $labels.endpoint }} does not answer /metrics",
+            "Down for 2 minutes. A start of this model takes up to the launcher's ready "
+            "timeout (it loads the whole checkpoint): if none is running, it stopped; "
+            "see the service's log (journalctl -u or the launcher's state dir).",
+            severity="critical",
+            for_=DOWN_FOR,
+        ),
+        _alert(
+            "RocmDsparkServerRestarted",
+            f'sum by ({BY}) (changes(up{{job="{VLLM_JOB}"}}[15m])) > 0 or sum by ({BY}) '
+            f'(resets(vllm:generation_tokens_total{{job="{VLLM_JOB}"}}[15m])) > 0',
+            "vLLM at {{ $labels.endpoint }} restarted in the last 15 minutes",
+            "Each restart is a model load; a restart by the canary switches the node to "
+            "block verification (rocm_dspark_mode_changes_total counts those).",
+        ),
+        _alert(
+            "RocmDsparkRequestErrors",
+            f"{ERRORS} > 0",
+            "vLLM at {{ $labels.endpoint }} fails requests",
+            'Requests finished with vLLM\'s internal error (finished_reason="error", '
+            "answered 500) in the last 5 minutes; the A/B counted none failed, so this "
+            "is outside what was measured. See the server's log.",
+        ),
+        _alert(
+            "RocmDsparkKvCacheNearFull",
+            f"{KV_USAGE} > {KV_NEAR_FULL:g}",
+            "KV cache above 90% on {{ $labels.endpoint }}",
+            f"KV cache usage {{{{ $value | humanizePercentage }}}}{cap} for 10 "
+            "minutes: a full pool preempts running requests (recomputed later). Serve "
+            f"fewer concurrent requests than max_num_seqs {plan.max_num_seqs} or add "
+            "KV room.",
+            for_="10m",
+        ),
     ]
     if ready:
         violation = 'rocm_dspark_canary_runs_total{result="violation"}'
         rules += [
-            {
-                "alert": "RocmDsparkCanaryViolation",
+            _alert(
+                "RocmDsparkCanaryViolation",
                 # increase() needs two samples; a series born with the violation already counted is the second clause.
-                "expr": f"increase({violation}[{CANARY_WINDOW}]) > 0 or ({violation} > 0 unless {violation} "
+                f"increase({violation}[{CANARY_WINDOW}]) > 0 or ({violation} > 0 unless {violation} "
                 f"offset {CANARY_WINDOW})",
-                "labels": {"severity": "critical"},
-                "annotations": {
-                    "summary": "The canary re-scored tokens that the reference does not give",
-                    "description": "A canary run found emitted tokens the independent reference rejects: the "
-                    "service may give wrong tokens. An adaptive service switches itself to "
-                    "block verification (one restart); `rocm-dspark status` names the run.",
-                },
-            },
-            {
-                "alert": "RocmDsparkReadinessServerDown",
-                "expr": f'up{{job="{READY_JOB}"}} == 0',
-                "for": "5m",
-                "labels": {"severity": "warning"},
-                "annotations": {
-                    "summary": "The readiness server does not answer /metrics",
-                    "description": "No canary results or verification mode are seen while it is down; "
-                    'graphs say verification="unknown".',
-                },
-            },
+                "The canary re-scored tokens that the reference does not give",
+                "A canary run found emitted tokens the independent reference rejects: the "
+                "service may give wrong tokens. An adaptive service switches itself to "
+                "block verification (one restart); `rocm-dspark status` names the run.",
+                severity="critical",
+            ),
+            _alert(
+                "RocmDsparkReadinessServerDown",
+                f'up{{job="{READY_JOB}"}} == 0',
+                "The readiness server does not answer /metrics",
+                'No canary results or verification mode are seen while it is down; graphs say verification="unknown".',
+                for_="5m",
+            ),
         ]
     return rules
 
@@ -376,20 +353,14 @@ def render(
     ready: str | None = None,
     bands: dict | None = None,
     k8s: bool = False,
-    notes: list[str] | None = None,
 ) -> dict[str, str]:
     """{file name: text}: <name>.prometheus.yml, <name>.rules.yml, <name>.grafana.json (k8s: one manifest file
     with the first two as a ConfigMap and the dashboard as another)."""
     bands = dict(bands or {})
     rules_file = f"{name}.rules.yml"
-    notes = list(notes or [])
-    unknown = [t.address for t in target_list if ".invalid:" in t.address]
-    if unknown:
-        notes.append(
-            f"Targets {', '.join(unknown)} stand for nodes whose address is not known: pass --node-addresses "
-            "and regenerate."
-        )
-    header = _header(plan, bands, notes)
+    unknown = ", ".join(t.address for t in target_list if ".invalid:" in t.address)
+    note = f"Targets {unknown} stand for nodes whose address is not known: pass --node-addresses and regenerate."
+    header = _header(plan, bands, [note] if unknown else [])
     rules_text = _yaml(
         {
             "groups": [

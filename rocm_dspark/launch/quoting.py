@@ -20,6 +20,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # accepts without a warning. Relaxed names ("a b", "-x", "a.b") load with a warning; ":" "/" and control
 # characters are refused outright. We accept only the strict set, so no unit ever loads with a warning.
 _UNIT_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,30}")
+# Inside bash's $'...' (bash_word): the characters with a short escape.
+_ANSI_C_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t"}
 
 
 def _is_control(ch: str) -> bool:
@@ -42,21 +44,9 @@ def bash_word(value: str, what: str = "value") -> str:
         return value
     if not any(_is_control(ch) for ch in value):
         return "'" + value.replace("'", "'\\''") + "'"
-    out = []
-    for ch in value:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == "'":
-            out.append("\\'")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif _is_control(ch):
-            out.append(f"\\x{ord(ch):02x}")  # bash reads at most two hex digits, so a following digit is safe
-        else:
-            out.append(ch)
-    return "$'" + "".join(out) + "'"
+    # a short escape, else \xHH for a control character (bash reads at most two hex digits: a following digit is safe)
+    escaped = (_ANSI_C_ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if _is_control(ch) else ch) for ch in value)
+    return "$'" + "".join(escaped) + "'"
 
 
 def bash_comment(text: str) -> str:

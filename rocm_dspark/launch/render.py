@@ -16,42 +16,36 @@ def _argv_lines(argv: list[str] | tuple[str, ...], head: int, command: Command |
     """First `head` words on one line, then one flag (with its value) per line, each within the width: the words
     are the command's own, shell-quoted, broken only between words (textwidth.command), never re-read from text."""
     return [
-        "\n".join(textwidth.command(words, indent, continued=True))
-        for indent, words in _flag_words(argv, head, command)
+        "\n".join(textwidth.command([shlex.quote(w) for w in words], "  " if i else "", continued=True))
+        for i, words in enumerate(_flag_words(argv, head, command))
     ]
 
 
-def _flag_words(
-    argv: list[str] | tuple[str, ...], head: int, command: Command | None = None
-) -> list[tuple[str, list[str]]]:
-    """(indent, shell-quoted words) per line: the first `head` words, then one flag (with its value) per line.
+def _flag_words(argv: list[str] | tuple[str, ...], head: int, command: Command | None = None) -> list[list[str]]:
+    """The words of each line: the first `head` words, then one flag (with its value) per line.
     vLLM's flags come from the typed command (recipe/plan.py Command): `argv` itself, or `command` where argv ends
     with its words (docker's `... --entrypoint vllm IMAGE serve MODEL ...`); the words before those (docker's own)
     are grouped by shape."""
     if isinstance(argv, Command) and len(argv.head) == head:
-        return [("", [shlex.quote(a) for a in argv.head]), *_typed_words(argv)]
+        return [list(argv.head), *_typed_words(argv)]
     rest = len(command) - 1 if command is not None else 0
     if not (isinstance(command, Command) and rest and tuple(argv[len(argv) - rest :]) == tuple(command[1:])):
         command, rest = None, 0
     words = argv[: len(argv) - rest]
-    lines = [("", [shlex.quote(a) for a in words[:head]])]
+    lines = [list(words[:head])]
     i = head
     while i < len(words):
-        word = words[i]
-        takes_value = word.startswith("-") and "=" not in word
-        if takes_value and i + 1 < len(words) and not words[i + 1].startswith("-"):
-            lines.append(("  ", [shlex.quote(word), shlex.quote(words[i + 1])]))
-            i += 2
-        else:
-            lines.append(("  ", [shlex.quote(word)]))
-            i += 1
+        takes_value = words[i].startswith("-") and "=" not in words[i]
+        n = 2 if takes_value and i + 1 < len(words) and not words[i + 1].startswith("-") else 1
+        lines.append(list(words[i : i + n]))
+        i += n
     if command is None:
         return lines
-    return lines + [("  ", [shlex.quote(w)]) for w in command.head[1:]] + _typed_words(command)
+    return lines + [[w] for w in command.head[1:]] + _typed_words(command)
 
 
-def _typed_words(command: Command) -> list[tuple[str, list[str]]]:
-    return [("  ", [shlex.quote(w) for w in emit(flag, value)]) for flag, value in command.flags]
+def _typed_words(command: Command) -> list[list[str]]:
+    return [list(emit(flag, value)) for flag, value in command.flags]
 
 
 def _comment(text: str) -> list[str]:

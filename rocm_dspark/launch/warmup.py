@@ -57,11 +57,7 @@ def batches(max_num_seqs: int | None) -> tuple[int, ...]:
     """1, 2, 4, ... below max_num_seqs, then max_num_seqs; (1,) when the plan does not set it."""
     if not max_num_seqs or max_num_seqs < 1:
         return (1,)
-    out, b = [], 1
-    while b < max_num_seqs:
-        out.append(b)
-        b *= 2
-    return (*out, max_num_seqs)
+    return (*(1 << i for i in range((max_num_seqs - 1).bit_length())), max_num_seqs)
 
 
 def _int(cmd: Command, dest: str) -> int | None:

@@ -36,11 +36,7 @@ def synthetic_rates(length: float, gamma: int) -> list[float]:
     extra = length - 1.0
     whole = math.floor(extra)
     unconditional = ([1.0] * whole + [extra - whole] + [0.0] * gamma)[:gamma]
-    conditional, previous = [], 1.0
-    for r in unconditional:
-        conditional.append(r / previous if previous > 0 else 0.0)
-        previous = r
-    return conditional
+    return [r / previous if previous > 0 else 0.0 for previous, r in zip([1.0, *unconditional], unconditional)]
 
 
 def bisect_increasing(f, target: float, lo: float, hi: float, *, steps: int) -> float:

@@ -31,15 +31,14 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from rocm_dspark.errors import UsageError
+from rocm_dspark.planner.roofline import ModelCost, catalog_model_cost
 
 
 @dataclass(frozen=True)
 class Physics:
-    """The weight-read term of one (model, GPU, TP): bytes per step and the bandwidth that reads them."""
+    """The weight-read term of one (model, GPU, TP): the model's bytes per step and the bandwidth that reads them."""
 
-    dense_bytes: float
-    expert_bytes: float
-    expert_share: float  # k/E
+    weights: ModelCost  # the recipe physics (roofline.catalog_model_cost)
     bandwidth_bytes_per_s: float  # TP x HBM x efficiency
     layers: int = 0  # the eager term's launches are per layer (capture_term)
 
@@ -48,9 +47,9 @@ class Physics:
 
         requests = np.maximum(np.asarray(requests, dtype=np.float64), 1.0)
         tokens = np.asarray(tokens, dtype=np.float64)
+        # independent top-k draws: the roofline's tokens, a request's tokens past its first counted (1 - rho)
         draws = requests * (1.0 + np.maximum(tokens / requests - 1.0, 0.0) * (1.0 - rho))
-        touched = 1.0 - (1.0 - self.expert_share) ** np.where(tokens > 0, draws, 0.0)
-        return 1e3 * (self.dense_bytes + self.expert_bytes * touched) / self.bandwidth_bytes_per_s
+        return 1e3 * self.weights.bytes_read(np.where(tokens > 0, draws, 0.0)) / self.bandwidth_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -122,13 +121,8 @@ def load_data() -> dict:
 
 
 def physics_for(model, gpu, profile_tp: int, bandwidth_efficiency: float) -> Physics:
-    from rocm_dspark.planner.roofline import catalog_model_cost
-
-    cost = catalog_model_cost(model)
     return Physics(
-        dense_bytes=cost.dense_bytes,
-        expert_bytes=cost.expert_bytes,
-        expert_share=cost.expert_share,
+        weights=catalog_model_cost(model),
         bandwidth_bytes_per_s=profile_tp * gpu.hbm_bandwidth_tbps * 1e12 * bandwidth_efficiency,
         layers=int(model.architecture.get("layers") or 0),
     )

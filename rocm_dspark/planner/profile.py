@@ -28,27 +28,27 @@ SHAPES = {
 
 
 def acceptance_for(model, *, length: float | None, rates_text: str | None, shape: str = "geometric"):
-    """Conditional rates and a label saying where they come from."""
+    """Conditional rates, a label saying where they come from, and the acceptance length they spread (None for
+    given rates)."""
     gamma = model.block_size
     if length is not None and rates_text is not None:
         raise UsageError("pass either --acceptance-length or --acceptance-rates, not both")
     if rates_text is not None:
         rates = parse_rates(rates_text, gamma)
-        return rates, f"conditional acceptance rates {rates} (given)"
+        return rates, f"conditional acceptance rates {rates} (given)", None
     source = "given"
     if length is None:
         length = model.speculative.get("golden_acceptance_length")
         if length is None:
             raise UsageError(f"{model.key} has no golden acceptance length in recipes; pass --acceptance-length")
-        length, source = float(length), "the InferenceX golden for this model (thinking on), not your traffic"
+        source = "the InferenceX golden for this model (thinking on), not your traffic"
     if shape not in SHAPES:
         raise UsageError(f"--acceptance-shape {shape!r}: expected one of {', '.join(SHAPES)}")
     spread, how = SHAPES[shape]
-    rates = spread(float(length), gamma)
-    return rates, (
-        f"acceptance length {length:g} ({source}) as {how} -> conditional rates "
-        f"[{', '.join(f'{r:.3f}' for r in rates)}]"
-    )
+    length = float(length)
+    rates = spread(length, gamma)
+    shown = ", ".join(f"{r:.3f}" for r in rates)
+    return rates, f"acceptance length {length:g} ({source}) as {how} -> conditional rates [{shown}]", length
 
 
 def adaptive_status(catalog, profile) -> tuple[bool, str | None]:
@@ -209,7 +209,7 @@ def plan_profile(
                     f"{max_num_seqs * (1 + model.block_size)} tokens; pass --capture-size to price another"
                 )
         profile = profile._replace(max_num_seqs=max_num_seqs)
-    rates, acceptance_label = acceptance_for(
+    rates, acceptance_label, length = acceptance_for(
         model, length=acceptance_length, rates_text=acceptance_rates, shape=acceptance_shape
     )
     gamma = model.block_size
@@ -244,12 +244,7 @@ def plan_profile(
             ([host_note] if host_note else []) + calibrated_notes(calib, same, error_pct, payoff_pp) + transfer_notes
         )
         error_source = f"{calib.source_label}, {'held out' if same else 'held out + cross-build spread'}"
-        if acceptance_rates is None and calib.params.spread > 0:
-            length = (
-                acceptance_length
-                if acceptance_length is not None
-                else float(model.speculative["golden_acceptance_length"])
-            )
+        if length is not None and calib.params.spread > 0:
             try:
                 alphas = class_rates(length, gamma, calib.params.spread)
                 rates = class_matrix(alphas, len(alphas), gamma).tolist()

@@ -79,6 +79,7 @@ class PlanResult:
     adaptive_available: bool = True
     build: str = ""
     mono: list = field(default_factory=list)  # per row: does --monokernel run, what it predicts (mono_term)
+    capture_overruns: list = field(default_factory=list)  # cells past the largest captured size (capture_term)
 
     def adaptive_gain_pct(self, row: Row) -> float:
         """Predicted gain of adaptive verification over block verification (all gamma drafts) at a row."""
@@ -97,6 +98,11 @@ class PlanResult:
         if err is None:
             return "even" if abs(gain) < 0.5 else ("pays" if gain > 0 else "loses")
         return "pays" if gain - err > 0 else ("loses" if gain + err < 0 else "uncertain")
+
+    @property
+    def offered(self) -> list[str]:
+        """The candidates scored, simplest first, that this build can run (adaptive only where available)."""
+        return [c for c in self.scores if c != "block" and (c != "adaptive" or self.adaptive_available)]
 
     def candidate_result(self, candidate: str, row: Row) -> SimResult:
         if candidate == "block":  # every drafted position verified: K = gamma
@@ -240,7 +246,7 @@ def hold_to_error(result: PlanResult) -> None:
             return False
         return gain_over_block_pct(result, c) > margin(c)
 
-    offered = [c for c in result.scores if c != "block" and (c != "adaptive" or result.adaptive_available)]
+    offered = result.offered
     result.scores["block"] = _relative(result.rows, lambda r: result.candidate_result("block", r).expected_tokens_per_s)
     chosen = result.recommended
     if chosen == "fixed" and result.fixed_k == result.gamma:

@@ -47,7 +47,7 @@ def to_dict(plan) -> dict:
             }
             for r in plan.rows
         ],
-        "capture_overruns": list(getattr(plan, "capture_overruns", [])),
+        "capture_overruns": list(plan.capture_overruns),
         "notes": list(plan.notes),
     }
 
@@ -77,7 +77,7 @@ def table_lines(plan) -> list[str]:
         "-" * len(head),
     ]
     over = {}
-    for cell in getattr(plan, "capture_overruns", []):  # capture_term: verify batches past the captured graphs
+    for cell in plan.capture_overruns:  # capture_term: verify batches past the captured graphs
         over.setdefault(cell["concurrency"], []).append(cell["k"])
     for r in plan.rows:
         fixed, per, ad = r.at_k(k), r.at_k(r.best_k), r.adaptive
@@ -144,12 +144,7 @@ def write_plot(plans, path) -> None:
     }
     for ax, plan in zip(axes[0], plans):
         xs = [r.concurrency for r in plan.rows]
-        candidates = (
-            ["none", "fixed"]
-            + (["per_batch_size"] if plan.schedule else [])
-            + (["adaptive"] if plan.adaptive_available else [])
-        )
-        for c in candidates:
+        for c in plan.offered:
             label, marker, line, color = styles[c]
             label = label or (f"fixed K={plan.fixed_k}" if c == "fixed" else f"adaptive K<={plan.gamma}")
             ys = [plan.candidate_result(c, r).expected_tokens_per_s for r in plan.rows]

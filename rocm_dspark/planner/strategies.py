@@ -50,6 +50,9 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
             dp = nodes * (g // tp)
             res = plan_profile(catalog, model, gpu.key, dp=dp, **plan_kw)
             c, tps, label = best(res)
+            # recipe --strategy multi_node_tp_dp runs TP = the node's GPUs unless --tp is given
+            # (rocm_dspark/recipe/strategies.py layout_for); this line prices the profile's TP, so say the flag.
+            flag = [] if tp == g else ["--tp", str(tp)]
             row = {
                 "strategy": name,
                 "dp": dp,
@@ -59,20 +62,15 @@ def strategy_lines(catalog, model, gpu_key: str, nodes: int, base, **plan_kw) ->
                 "recommended": label,
                 "single_node_tokens_per_s": base_tps,
                 "speedup": tps / base_tps if base_tps else None,
+                "recipe": ["rocm-dspark", "recipe", "--strategy", name, "--nodes", str(nodes), *flag],
             }
-            # recipe --strategy multi_node_tp_dp runs TP = the node's GPUs unless --tp is given
-            # (rocm_dspark/recipe/strategies.py layout_for); this line prices the profile's TP, so say the flag.
-            flag = [] if tp == g else ["--tp", str(tp)]
-            row["recipe"] = ["rocm-dspark", "recipe", "--strategy", name, "--nodes", str(nodes), *flag]
-            same = (
-                "" if not flag else f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, the layout priced here"
-            )
+            same = f"; recipe emits TP{g} x DP{nodes} unless given --tp {tp}, the layout priced here" if flag else ""
             out.append(
                 (
                     row,
                     f"  {name:<17} DP{dp} x TP{tp}: {tps:,.0f} tok/s at c={c} ({label}); "
                     f"{row['speedup']:.2f}x the profile's one TP{tp} group ({base_tps:,.0f} tok/s); "
-                    f"recipe --strategy {name} --nodes {nodes}{' --tp ' + str(tp) if flag else ''}{same}",
+                    f"{' '.join(row['recipe'][1:])}{same}",
                 )
             )
         else:
