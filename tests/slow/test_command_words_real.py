@@ -17,7 +17,7 @@ import pytest
 from rocm_dspark.launch import k8s, launch_facts
 from rocm_dspark.probe import ab_band, live
 from rocm_dspark.recipe.plan import Command
-from rocm_dspark.validate import bench, log_checks, tool_calls
+from rocm_dspark.validate import bench, tool_calls
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def ours(argv: list[str], mono: bool) -> dict:
         "gpus": (k8s._gpus_used(argv), c.gpus_per_node_used),
         "k": ab_band._num_speculative_tokens(argv),
         "mnbt": live.int_flag(argv, "max_num_batched_tokens"),
-        "capture": (live.capture_of(argv), log_checks.asked_capture(argv)),
+        "capture": (live.capture_of(argv), live.int_flag(argv, "max_cudagraph_capture_size")),
         "tool_parser": tool_calls.flag(argv, "tool_call_parser"),
         "bench_model": bench.served_model(argv),
         "spec": Command.from_words(argv).spec_config(),
