@@ -6,18 +6,15 @@ interrupted. The pid is recorded with its start time from /proc, so a later `dow
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 from typing import cast
 
 from rocm_dspark.launch import launch_facts
-from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
+from rocm_dspark.runtime.process import VllmServer, is_alive, stop_group
 from rocm_dspark.runtime.procfs import start_ticks
-from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service.state import utc_now
 from rocm_dspark.service.trust import int_in
 
@@ -99,18 +96,8 @@ def stop_process(service: dict, grace_s: float | None = None) -> dict:
     pid = int(service["pid"])
     if not same_process(service):
         return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}
-    tree = set(descendants(pid)) | {pid}
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    left = lambda: sorted(p for p in tree | set(group_members(pid)) if is_alive(p))  # noqa: E731
-    gone = lambda: None if left() else True  # noqa: E731
-    poll_until(gone, grace_s, max_s=0.2)
-    killed = bool(left())
-    for p in left():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-    poll_until(gone, 10, max_s=0.1)
-    return {"stopped": True, "killed": killed, "leftover_pids": left()}
+    res = stop_group(pid, grace_s)
+    return {"stopped": True, "killed": res.killed, "leftover_pids": list(res.leftover)}
 
 
 # -- systemd ----------------------------------------------------------------------------------------
