@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import cast
 
 from rocm_dspark.launch import launch_facts
+from rocm_dspark.runtime.actions import Run, execute
 from rocm_dspark.runtime.process import VllmServer, is_alive, stop_group
 from rocm_dspark.runtime.procfs import start_ticks
 from rocm_dspark.service.state import utc_now
@@ -131,14 +132,11 @@ def unit_state(unit: str) -> str:
 
 def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
-    argv = ["systemctl", "disable", "--now", "--", unit]
     try:
-        proc = subprocess.run(
-            argv if os.geteuid() == 0 else ["sudo", *argv], capture_output=True, text=True, timeout=600
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, output = execute(Run(("systemctl", "disable", "--now", "--", unit), root=True), timeout=600)
+    except subprocess.TimeoutExpired as exc:
         return {"stopped": False, "output": str(exc)}
-    return {"stopped": proc.returncode == 0, "output": (proc.stdout + proc.stderr).strip()[-500:]}
+    return {"stopped": code == 0, "output": output[-500:]}
 
 
 def alive(service: dict | None) -> bool:
