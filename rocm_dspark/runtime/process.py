@@ -84,11 +84,15 @@ def is_alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None) -> StopResult:
+def stop_group(
+    pgid: int, grace_s: float, leader: subprocess.Popen | None = None, *, term_strays: bool = True
+) -> StopResult:
     """SIGTERM process group `pgid` (and any descendant that left it), SIGKILL what is left after `grace_s`.
 
-    `leader`: our Popen of the group's leader, reaped as it exits and killed first. Returns only when no process
-    of the group is left, or says which pids survived.
+    `leader`: our Popen of the group's leader, reaped as it exits and killed first. term_strays=False: the
+    descendants that left the group get no SIGTERM from here, for a leader that stops them itself (a launcher
+    drains vLLM, which runs in its own group). Returns only when no process of the group is left, or says which
+    pids survived.
     """
     t0 = time.monotonic()
     strays = set(descendants(pgid))  # before the leader dies and its children are re-parented
@@ -98,12 +102,12 @@ def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None
             leader.poll()  # reap the leader so it does not linger as a zombie member
         return sorted(set(group_members(pgid)) | {p for p in strays if is_alive(p)})
 
-    def signal_all(sig: int) -> None:
+    def signal_all(sig: int, others: set[int]) -> None:
         # Only pids seen alive just now: a recycled pid must never receive our signal.
         with contextlib.suppress(ProcessLookupError):
             if group_members(pgid):
                 os.killpg(pgid, sig)
-        for p in strays:
+        for p in others:
             with contextlib.suppress(ProcessLookupError):
                 if is_alive(p):
                     os.kill(p, sig)
@@ -113,7 +117,7 @@ def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None
 
     killed = False
     if remaining():
-        signal_all(signal.SIGTERM)
+        signal_all(signal.SIGTERM, strays if term_strays else set())
         wait_gone(grace_s)
         if remaining():
             killed = True
@@ -123,7 +127,7 @@ def stop_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None
             if leader is not None and leader.poll() is None:
                 leader.kill()
                 wait_gone(2)
-            signal_all(signal.SIGKILL)
+            signal_all(signal.SIGKILL, strays)
             wait_gone(10)
     code = None
     if leader is not None:

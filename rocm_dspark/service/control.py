@@ -97,7 +97,7 @@ def stop_process(service: dict, grace_s: float | None = None) -> dict:
     pid = int(service["pid"])
     if not same_process(service):
         return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}
-    res = stop_group(pid, grace_s)
+    res = stop_group(pid, grace_s, term_strays=False)  # the launcher drains vLLM itself
     return {"stopped": True, "killed": res.killed, "leftover_pids": list(res.leftover)}
 
 
