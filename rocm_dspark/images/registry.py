@@ -25,15 +25,9 @@ from rocm_dspark.images.pick import REPO_PATH, ref_parts
 from rocm_dspark.inputs import parse_json
 
 DOCKER_HUB = "registry-1.docker.io"
-ACCEPT = ", ".join(
-    (
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    )
-)
 INDEXES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFESTS = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
+ACCEPT = ", ".join((*INDEXES, *MANIFESTS))
 # Where an image's config may say its ROCm stack: vLLM's Dockerfiles set no label for it, so these are read when
 # present (ROCm's own base images set ROCM_VERSION), and otherwise `up` reads torch.version.hip inside the image.
 STACK_ENV = ("ROCM_VERSION", "ROCM_SDK_VERSION")
@@ -127,12 +121,8 @@ class _Http:
     def _token(self, ch: dict) -> str:
         if not ch.get("realm"):
             raise RegistryUnreachable(f"{self.host} sent a Bearer challenge without a realm")
-        params = {
-            k: v
-            for k, v in (("service", ch.get("service")), ("scope", ch.get("scope") or f"repository:{self.path}:pull"))
-            if v
-        }
-        resp = self.client.get(ch["realm"], params=params)
+        params = {"service": ch.get("service"), "scope": ch.get("scope") or f"repository:{self.path}:pull"}
+        resp = self.client.get(ch["realm"], params={k: v for k, v in params.items() if v})
         if resp.status_code != 200:
             raise RegistryUnreachable(f"token service {ch['realm']} answered HTTP {resp.status_code}")
         body = resp.json()

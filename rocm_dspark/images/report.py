@@ -81,8 +81,8 @@ def run(
         "cache": path,
         "images": rows,
         "mirror": mirror,
-        "earlier": bool(answers or cache.read(state_dir)),
-    }  # any answer recorded, now or before
+        "earlier": bool(answers or cache.read(state_dir)),  # any answer recorded, now or before
+    }
     if gpu is None and not build and not image:
         return result
     images = cache.for_selection(state_dir)

@@ -145,12 +145,11 @@ def _facts_from_entry(entry: dict, source: str) -> dict:
 
 def parse_amdsmi_facts(text: str, source: str = "amd-smi --json") -> list[dict]:
     """Partial GpuFacts fields from `amd-smi static|metric --json` or their text form."""
-    stripped = text.lstrip()
-    if stripped.startswith(("[", "{")):
+    if text.lstrip().startswith(("[", "{")):
         entries = amdsmi_json_entries(text)
     else:
         entries = parse_amdsmi_text_tree(text)
-        source = source.replace(" --json", "") if source.endswith("--json") else source
+        source = source.removesuffix(" --json")
     return [_facts_from_entry(e, source) for e in entries]
 
 

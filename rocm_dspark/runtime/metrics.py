@@ -147,10 +147,6 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecode
     if model_name is not None and not any(s.labels.get("model_name") == model_name for s in samples):
         served = sorted({s.labels["model_name"] for s in samples if "model_name" in s.labels})
         raise UsageError(f"no metrics for model_name {model_name!r}; the server reports {served}: pass one of those")
-
-    def total(name: str) -> float:
-        return sample_sum(samples, name, model_name) or 0.0
-
     spec = any(sample_sum(samples, n, model_name) is not None for n in _SPEC_NAMES)
     per_pos: dict[int, float] = {}
     for s in samples:
@@ -162,5 +158,5 @@ def spec_decode_counters(text: str, model_name: str | None = None) -> SpecDecode
             raise UsageError(f"{ACCEPTED_PER_POS} sample without an integer position label: {s.labels}") from None
         per_pos[pos] = per_pos.get(pos, 0.0) + s.value
     width = max(per_pos) + 1 if per_pos else 0
-    totals: dict[str, Any] = {k: total(n) for k, n in COUNTERS.items()}
+    totals: dict[str, Any] = {k: sample_sum(samples, n, model_name) or 0.0 for k, n in COUNTERS.items()}
     return SpecDecodeCounters(spec, accepted_per_pos=tuple(per_pos.get(i, 0.0) for i in range(width)), **totals)

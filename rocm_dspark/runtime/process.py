@@ -37,7 +37,7 @@ def listening(host: str, port: int) -> bool:
 
 @dataclass(frozen=True)
 class StopResult:
-    exit_code: int | None  # the leader's status (negative = killed by that signal), None if never started
+    exit_code: int | None  # the leader's status (negative = killed by that signal), None: never started or not ours
     killed: bool  # SIGKILL was needed after the grace period
     elapsed_s: float
     leftover: tuple[int, ...] = ()  # pids still alive afterwards; empty means nothing left behind
@@ -82,6 +82,58 @@ def is_alive(pid: int) -> bool:
     """True while `pid` runs (a zombie, already dead but not yet reaped, counts as gone)."""
     fields = stat_fields(pid)
     return fields is not None and fields[0] != "Z"
+
+
+def stop_group(
+    pgid: int, grace_s: float, leader: subprocess.Popen | None = None, *, term_strays: bool = True
+) -> StopResult:
+    """SIGTERM process group `pgid` (and any descendant that left it), SIGKILL what is left after `grace_s`.
+
+    `leader`: our Popen of the group's leader, reaped as it exits and killed first. term_strays=False: the
+    descendants that left the group get no SIGTERM from here, for a leader that stops them itself (a launcher
+    drains vLLM, which runs in its own group). Returns only when no process of the group is left, or says which
+    pids survived.
+    """
+    t0 = time.monotonic()
+    strays = set(descendants(pgid))  # before the leader dies and its children are re-parented
+
+    def remaining() -> list[int]:
+        if leader is not None:
+            leader.poll()  # reap the leader so it does not linger as a zombie member
+        return sorted(set(group_members(pgid)) | {p for p in strays if is_alive(p)})
+
+    def signal_all(sig: int, others: set[int]) -> None:
+        # Only pids seen alive just now: a recycled pid must never receive our signal.
+        with contextlib.suppress(ProcessLookupError):
+            if group_members(pgid):
+                os.killpg(pgid, sig)
+        for p in others:
+            with contextlib.suppress(ProcessLookupError):
+                if is_alive(p):
+                    os.kill(p, sig)
+
+    def wait_gone(seconds: float) -> None:
+        poll_until(lambda: None if remaining() else True, seconds, max_s=0.1)
+
+    killed = False
+    if remaining():
+        signal_all(signal.SIGTERM, strays if term_strays else set())
+        wait_gone(grace_s)
+        if remaining():
+            killed = True
+            # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's
+            # multiprocessing resource tracker, which ignores SIGTERM) then exit and clean up
+            # shared memory by themselves; whatever is left after 2 s is killed too.
+            if leader is not None and leader.poll() is None:
+                leader.kill()
+                wait_gone(2)
+            signal_all(signal.SIGKILL, strays)
+            wait_gone(10)
+    code = None
+    if leader is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = leader.wait(timeout=5)
+    return StopResult(code, killed, time.monotonic() - t0, tuple(remaining()))
 
 
 class VllmServer:
@@ -166,53 +218,10 @@ class VllmServer:
         return wait_ready(self.ready_check(), deadline_s)
 
     def stop(self, grace_s: float = 15.0) -> StopResult:
-        """SIGTERM the whole process group (and any descendant that left it), SIGKILL after `grace_s`.
-
-        Returns only when no process of the server is left, or says which pids survived.
-        """
+        """SIGTERM the server's process group, SIGKILL after `grace_s` (stop_group)."""
         if self.proc is None:
             return StopResult(None, False, 0.0)
-        t0 = time.monotonic()
-        proc = self.proc
-        pgid = proc.pid  # start_new_session: the leader's pid is the group id
-        strays = set(descendants(pgid))  # before the leader dies and its children are re-parented
-
-        def remaining() -> list[int]:
-            proc.poll()  # reap the leader so it does not linger as a zombie member
-            return sorted(set(group_members(pgid)) | {p for p in strays if is_alive(p)})
-
-        def signal_all(sig: int) -> None:
-            # Only pids seen alive just now: a recycled pid must never receive our signal.
-            with contextlib.suppress(ProcessLookupError):
-                if group_members(pgid):
-                    os.killpg(pgid, sig)
-            for p in strays:
-                with contextlib.suppress(ProcessLookupError):
-                    if is_alive(p):
-                        os.kill(p, sig)
-
-        def wait_gone(seconds: float) -> None:
-            poll_until(lambda: None if remaining() else True, seconds, max_s=0.1)
-
-        killed = False
-        if remaining():
-            signal_all(signal.SIGTERM)
-            wait_gone(grace_s)
-            if remaining():
-                killed = True
-                # The leader first: helpers that watch their parent (vLLM's EngineCore, Python's
-                # multiprocessing resource tracker, which ignores SIGTERM) then exit and clean up
-                # shared memory by themselves; whatever is left after 2 s is killed too.
-                if self.proc.poll() is None:
-                    self.proc.kill()
-                    wait_gone(2)
-                signal_all(signal.SIGKILL)
-                wait_gone(10)
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            code = None
-        return StopResult(code, killed, time.monotonic() - t0, tuple(remaining()))
+        return stop_group(self.proc.pid, grace_s, leader=self.proc)  # start_new_session: pid = group id
 
     def __enter__(self) -> VllmServer:
         if self.proc is None:

@@ -53,4 +53,4 @@ def find_refusal(log_text: str, patterns=REFUSAL_PATTERNS) -> str | None:
 def find_mono_refusal(log_text: str) -> str | None:
     """vLLM's refusal of --monokernel ("--monokernel needs ..."), without the log's prefix, or None."""
     line = find_refusal(log_text, (MONO_REFUSAL,))
-    return line[line.index("ValueError: ") + len("ValueError: ") :] if line else None
+    return line.partition("ValueError: ")[2] if line else None

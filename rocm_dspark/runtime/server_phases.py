@@ -194,9 +194,7 @@ def jit_compiles(text: str, since: int = 0) -> dict:
     [{"backend", "event", "kernel", "line"}]}, only events after the last activation (earlier ones are warm-up)."""
     lines = _lines(text[since:])
     active = [i for i, ln in enumerate(lines) if _JIT_ACTIVE.search(ln)]
-    found = [
-        m for ln in _lines(text[:since]) + lines[: active[-1] + 1 if active else 0] if (m := _JIT_ACTIVE.search(ln))
-    ]
+    found = [m for ln in _lines(text[:since]) + lines if (m := _JIT_ACTIVE.search(ln))]
     if not found:
         return {"mode": None, "events": []}
     mode = found[-1].group(1)

@@ -6,18 +6,16 @@ interrupted. The pid is recorded with its start time from /proc, so a later `dow
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 from typing import cast
 
 from rocm_dspark.launch import launch_facts
-from rocm_dspark.runtime.process import VllmServer, descendants, group_members, is_alive
+from rocm_dspark.runtime.actions import Run, execute
+from rocm_dspark.runtime.process import VllmServer, is_alive, stop_group
 from rocm_dspark.runtime.procfs import start_ticks
-from rocm_dspark.runtime.readiness import poll_until
 from rocm_dspark.service.state import utc_now
 from rocm_dspark.service.trust import int_in
 
@@ -99,18 +97,8 @@ def stop_process(service: dict, grace_s: float | None = None) -> dict:
     pid = int(service["pid"])
     if not same_process(service):
         return {"stopped": False, "why": f"process {pid} is not running (already stopped)"}
-    tree = set(descendants(pid)) | {pid}
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    left = lambda: sorted(p for p in tree | set(group_members(pid)) if is_alive(p))  # noqa: E731
-    gone = lambda: None if left() else True  # noqa: E731
-    poll_until(gone, grace_s, max_s=0.2)
-    killed = bool(left())
-    for p in left():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-    poll_until(gone, 10, max_s=0.1)
-    return {"stopped": True, "killed": killed, "leftover_pids": left()}
+    res = stop_group(pid, grace_s, term_strays=False)  # the launcher drains vLLM itself
+    return {"stopped": True, "killed": res.killed, "leftover_pids": list(res.leftover)}
 
 
 # -- systemd ----------------------------------------------------------------------------------------
@@ -144,14 +132,11 @@ def unit_state(unit: str) -> str:
 
 def stop_unit(unit: str) -> dict:
     # "--": a unit name is never read as an option (the state file's shape check refuses a leading "-" too).
-    argv = ["systemctl", "disable", "--now", "--", unit]
     try:
-        proc = subprocess.run(
-            argv if os.geteuid() == 0 else ["sudo", *argv], capture_output=True, text=True, timeout=600
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        code, output = execute(Run(("systemctl", "disable", "--now", "--", unit), root=True), timeout=600)
+    except subprocess.TimeoutExpired as exc:
         return {"stopped": False, "output": str(exc)}
-    return {"stopped": proc.returncode == 0, "output": (proc.stdout + proc.stderr).strip()[-500:]}
+    return {"stopped": code == 0, "output": output[-500:]}
 
 
 def alive(service: dict | None) -> bool:

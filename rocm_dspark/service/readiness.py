@@ -50,7 +50,7 @@ def readiness(state_dir) -> dict:
     except UsageError as exc:  # a state file that may not be believed is not a ready service
         return {"ready": False, "phase": "none", "why": str(exc)}
     svc = state.service
-    running = control.alive(svc) if svc else False
+    running = control.alive(svc)
     return answer(state, running, control.vllm_health(svc) if running and state.readiness.get("ready") else None)
 
 
