@@ -9,7 +9,7 @@ import click
 
 from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy
 from rocm_dspark.usecase.launch_plan import plan_from_options
@@ -59,7 +59,6 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
     "is written for it).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
-@usage_errors
 def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, stop_timeout, as_json, **opts):
     """Write launcher files for a model on this (or the given) AMD GPU.
 
