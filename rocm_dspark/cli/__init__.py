@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, PENDING_WARNINGS, EnvironmentFailure, UsageError
+
 # command name -> "module:attribute" of a click.Command
 COMMANDS = {
     "recipe": "rocm_dspark.cli.recipe:recipe",
@@ -56,7 +58,7 @@ class _ClosedStdout:
         return False
 
 
-def _error(message: str, code: int = 2):
+def _error(message: str, code: int = EXIT_USAGE):
     click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 
@@ -69,8 +71,6 @@ class LazyGroup(click.Group):
         Arguments are strict UTF-8 (README, "Encoding"): one that is not is refused before anything runs."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        from rocm_dspark.errors import EXIT_ENVIRONMENT, PENDING_WARNINGS, EnvironmentFailure, UsageError
-
         PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
@@ -167,8 +167,6 @@ _gc_was_enabled = True
 
 
 def main(argv=None):
-    from rocm_dspark.errors import EXIT_ENVIRONMENT
-
     # Start-up allocates many objects and frees few (the catalog, the plan); a collector pass over them is pure
     # cost in a process that ends in milliseconds (about 2 ms of `recipe`, benchmarks/recipe_latency.py). Off
     # until the command is known; every command but SHORT_LIVED (up, validate, probe run long) turns it back on.

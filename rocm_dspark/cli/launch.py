@@ -88,7 +88,6 @@ def _write_group(fmt, output, how, as_json, opts, copts):
     from rocm_dspark.launch.launch_group import write_group
     from rocm_dspark.usecase.launch_plan import cluster_for
 
-    copts["strategy"] = copts.get("strategy") or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     written = write_group(plan, cluster, output, fmt, **how, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
     if as_json:

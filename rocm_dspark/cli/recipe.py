@@ -45,7 +45,6 @@ def recipe(fmt, explain, **opts):
 def _cluster(fmt, opts, copts, explain=False):
     from rocm_dspark.usecase.launch_plan import cluster_for
 
-    copts["strategy"] = copts.get("strategy") or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     rank = copts.get("node_rank")
     if fmt == "json":
