@@ -111,7 +111,7 @@ class LazyGroup(click.Group):
                 sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
                 _error(
                     f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)",
-                    3,
+                    EXIT_ENVIRONMENT,
                 )
             # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
