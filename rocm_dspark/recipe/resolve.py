@@ -136,13 +136,7 @@ def model_layer(s: _State) -> None:
 
 # The profile's values the layers read from s.fields; the sizes a selection may replace come first.
 _SIZES = ("tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "capture_cap")
-_PROFILE_SETTINGS = (
-    "cudagraph_mode",
-    "breakable_cudagraph",
-    "moe_backend",
-    "gpu_memory_utilization",
-    "engram_cpu_offload",
-)
+_SETTINGS = ("cudagraph_mode", "breakable_cudagraph", "moe_backend", "gpu_memory_utilization", "engram_cpu_offload")
 
 
 def profile_layer(s: _State) -> None:
@@ -153,7 +147,7 @@ def profile_layer(s: _State) -> None:
             f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}"
         )
     s.profile = profile
-    s.fields = {name: getattr(profile, name) for name in (*_SIZES, *_PROFILE_SETTINGS)}
+    s.fields = {name: getattr(profile, name) for name in (*_SIZES, *_SETTINGS)}
     s.fields["adaptive_verification"] = bool(model.speculative["adaptive_verification"])
     for name in _SIZES:
         value = getattr(sel, name)
