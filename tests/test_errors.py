@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from rocm_dspark.cli.options import usage_errors
+from rocm_dspark.cli import LazyGroup
 from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError
 from rocm_dspark.runtime.client import ServerError
 from rocm_dspark.runtime.metrics import CounterReset
@@ -16,16 +16,22 @@ from rocm_dspark.runtime.metrics import CounterReset
     (UsageError("--gpu mi999: unknown GPU; use one of mi300x, mi355x"), EXIT_USAGE),
     (ServerError("GET /metrics: connection refused at http://127.0.0.1:8000"), EXIT_ENVIRONMENT),
     (CounterReset("num_drafts 10 -> 2: the server restarted between the two reads"), EXIT_ENVIRONMENT),
+    (UsageError("--gpu mi999: unknown GPU;\n  use one of\n  mi300x, mi355x"), EXIT_USAGE),  # folded to one line
 ])
 def test_exit_status_follows_the_error_type(exc, code):
+    """Through the group that runs every command (rocm_dspark.cli.LazyGroup), as the installed command does."""
+
     @click.command()
-    @usage_errors
     def cmd():
         raise exc
 
-    res = CliRunner().invoke(cmd, [])
+    class Group(LazyGroup):
+        def get_command(self, ctx, name):
+            return cmd
+
+    res = CliRunner().invoke(click.group(cls=Group)(lambda: None), ["cmd"])
     assert res.exit_code == code
-    assert res.output == f"rocm-dspark: error: {exc}\n"  # one line, no traceback
+    assert res.output == f"rocm-dspark: error: {' '.join(str(exc).split())}\n"  # one line, no traceback
 
 
 def test_environment_failures_are_not_usage_errors():

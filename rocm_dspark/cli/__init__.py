@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, PENDING_WARNINGS, EnvironmentFailure, UsageError
+
 # command name -> "module:attribute" of a click.Command
 COMMANDS = {
     "recipe": "rocm_dspark.cli.recipe:recipe",
@@ -56,21 +58,19 @@ class _ClosedStdout:
         return False
 
 
-def _error(message: str, code: int = 2):
+def _error(message: str, code: int = EXIT_USAGE):
     click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
     sys.exit(code)
 
 
 class LazyGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        """Every usage error, click's included, is one line on stderr and exit status 2 (README, "Bad input");
-        a bare `rocm-dspark` prints the three-line command list (BARE), also with status 2.
+        """Every usage error, click's included, is one line on stderr and exit status 2 (README, "Bad input"), a
+        failing environment one line and status 3; a bare `rocm-dspark` prints the command list (BARE), status 2.
 
         Arguments are strict UTF-8 (README, "Encoding"): one that is not is refused before anything runs."""
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        from rocm_dspark.errors import PENDING_WARNINGS, UsageError
-
         PENDING_WARNINGS.clear()  # none left from an earlier command in this process
         argv = sys.argv[1:] if args is None else list(args)
         for i, arg in enumerate(argv, start=1):
@@ -104,12 +104,14 @@ class LazyGroup(click.Group):
             _error(exc.format_message() + " (see --help)", exc.exit_code)
         except UsageError as exc:
             _error(str(exc))
+        except EnvironmentFailure as exc:  # the input was fine; the host or server failed under us
+            _error(str(exc), EXIT_ENVIRONMENT)
         except OSError as exc:
             if exc.filename is None and exc.errno in STREAM_ERRNOS:  # the environment, not the input: exit 3
                 sys.stdout = _ClosedStdout()  # nothing more goes to the broken stream
                 _error(
                     f"cannot write to stdout: {exc.strerror or exc}; check where stdout goes (a full disk, a closed pipe)",
-                    3,
+                    EXIT_ENVIRONMENT,
                 )
             # a path the system refuses (name too long, permission, ...): the user's to fix
             where = f"{exc.filename}: " if exc.filename else ""
@@ -165,8 +167,6 @@ _gc_was_enabled = True
 
 
 def main(argv=None):
-    from rocm_dspark.errors import EXIT_ENVIRONMENT, EnvironmentFailure
-
     # Start-up allocates many objects and frees few (the catalog, the plan); a collector pass over them is pure
     # cost in a process that ends in milliseconds (about 2 ms of `recipe`, benchmarks/recipe_latency.py). Off
     # until the command is known; every command but SHORT_LIVED (up, validate, probe run long) turns it back on.
@@ -175,9 +175,6 @@ def main(argv=None):
     gc.disable()
     try:
         return cli.main(args=argv, prog_name="rocm-dspark", standalone_mode=True)
-    except EnvironmentFailure as exc:  # the input was fine; the host or server failed under us
-        click.echo(f"rocm-dspark: error: {exc}", err=True)
-        sys.exit(EXIT_ENVIRONMENT)
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
         if top not in EXTRAS:

@@ -10,6 +10,8 @@ import math
 
 import click
 
+from rocm_dspark.errors import UsageError
+
 MAX_NODES = 1024  # x up to 64 GPUs a node: 65,536 ranks
 MAX_GPUS_PER_NODE = 64
 MAX_RANKS = MAX_NODES * MAX_GPUS_PER_NODE
@@ -33,8 +35,6 @@ class _Bounded(click.ParamType):
 
     def _in_range(self, number, param):
         """`number`, or a one-line UsageError naming the bound it crosses (a unit words the lower one)."""
-        from rocm_dspark.errors import UsageError
-
         name, shown = _name(param), _show(number)
         if number > self.hi:
             raise UsageError(f"{name} must be at most {self.hi}, got {shown}")
@@ -64,8 +64,6 @@ class BoundedInt(_Bounded):
                 digits = text.lstrip("+-")
                 if not digits.isdigit() or not digits.isascii():
                     self.fail(f"{value[:40]!r}... is not a valid integer", param, ctx)
-                from rocm_dspark.errors import UsageError
-
                 kind, bound = ("at least", self.lo) if text.startswith("-") else ("at most", self.hi)
                 sign = "negative " if text.startswith("-") else ""
                 raise UsageError(f"{_name(param)} must be {kind} {bound}, got a {sign}{len(digits)}-digit number")
@@ -87,8 +85,6 @@ class BoundedFloat(_Bounded):
         except (TypeError, ValueError, OverflowError):
             self.fail(f"{value!r} is not a valid number", param, ctx)
         if not math.isfinite(number):
-            from rocm_dspark.errors import UsageError
-
             raise UsageError(f"{_name(param)} must be a finite number in {self.lo:g}..{self.hi:g}, got {value}")
         return self._in_range(number, param)
 
@@ -110,8 +106,6 @@ ACCEPTANCE = BoundedFloat(0, 64)  # an acceptance length: 1..1+K, K <= 16 (the l
 
 def check_levels(levels, flag: str = "--concurrency"):
     """Concurrency levels (recipe, validate, up and plan take the same ones): each in 1..MAX_SEQS."""
-    from rocm_dspark.errors import UsageError
-
     if any(c > MAX_SEQS for c in levels):
         raise UsageError(f"{flag}: every level must be at most {MAX_SEQS}, got {_show(max(levels))}")
     return levels
@@ -126,8 +120,6 @@ class NonEmpty(click.ParamType):
 
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
-            from rocm_dspark.errors import UsageError
-
             raise UsageError(
                 f"{_name(param)} is empty (an unset shell variable?); give a value or leave the option out"
             )

@@ -8,7 +8,6 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 
 
@@ -35,7 +34,6 @@ from rocm_dspark.launch.launch_facts import CANARY_TIMEOUT_S
 )
 @click.option("--max-num-batched-tokens", type=bounds.TOKENS, default=None, help="With --endpoint: the server's.")
 @click.option("--json", "as_json", is_flag=True, help="The run's record as JSON on stdout.")
-@usage_errors
 def canary(state_dir, timeout, endpoint, capture_size, max_num_batched_tokens, as_json):
     """Send a fixed, small set of greedy requests and re-score every emitted token on the same server through the
     independent reference (each context padded past the capture size). Records the result in the state dir; the

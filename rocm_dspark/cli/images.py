@@ -6,8 +6,7 @@ import json
 
 import click
 
-from rocm_dspark.cli.options import fail, usage_errors
-from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
+from rocm_dspark.errors import EnvironmentFailure, UsageError
 
 
 @click.command(short_help="Ask the registry what each candidate image tag holds now.")
@@ -31,7 +30,6 @@ from rocm_dspark.errors import EXIT_ENVIRONMENT, UsageError
     help="A mirror: ask it for the same repository and tag ($ROCM_DSPARK_REGISTRY).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@usage_errors
 def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
     """Ask the registry what each candidate image tag is now; record the answers for the plans.
 
@@ -58,6 +56,6 @@ def images(gpu, build, state_dir, use_skopeo, image, registry, as_json):
     click.echo(json.dumps(result, indent=2) if as_json else "\n".join(report.lines(result)))
     runs = result.get("runs") or {}
     if runs.get("missing"):
-        fail(runs["missing"])
+        raise UsageError(runs["missing"])
     if all("error" in r for r in result["images"]):
-        fail(f"no registry answered: {result['images'][0]['error']}", EXIT_ENVIRONMENT)
+        raise EnvironmentFailure(f"no registry answered: {result['images'][0]['error']}")

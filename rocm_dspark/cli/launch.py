@@ -9,7 +9,7 @@ import click
 
 from rocm_dspark import textwidth
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy
 from rocm_dspark.usecase.launch_plan import plan_from_options
@@ -59,7 +59,6 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
     "is written for it).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the written paths as JSON.")
-@usage_errors
 def launch(fmt, output, name, user, env_file, container, pull, ready_timeout, stop_timeout, as_json, **opts):
     """Write launcher files for a model on this (or the given) AMD GPU.
 
@@ -89,7 +88,6 @@ def _write_group(fmt, output, how, as_json, opts, copts):
     from rocm_dspark.launch.launch_group import write_group
     from rocm_dspark.usecase.launch_plan import cluster_for
 
-    copts["strategy"] = copts.get("strategy") or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     written = write_group(plan, cluster, output, fmt, **how, node_rank=copts.get("node_rank"), bands=_bands(plan, opts))
     if as_json:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.errors import EXIT_ENVIRONMENT, EXIT_USAGE, EnvironmentFailure, UsageError, warn
+from rocm_dspark.errors import UsageError, warn
 from rocm_dspark.recipe.options import CLUSTER_OPTIONS, SELECTION_KEYS, SELECTION_OPTIONS, Opt
 
 
@@ -94,23 +92,3 @@ def check_model_path(opts: dict, runs_here: bool) -> None:
             f"--model-path {path!r} does not exist on this machine; pass the directory that holds the checkpoint"
         )
     warn(f"--model-path {path!r} does not exist here; vLLM fails to start unless it exists on the machine that runs it")
-
-
-def fail(message: str, code: int = EXIT_USAGE):
-    click.echo(f"rocm-dspark: error: {message}", err=True)
-    sys.exit(code)
-
-
-def usage_errors(fn):
-    """Turn UsageError into one line on stderr and exit status 2, EnvironmentFailure into exit status 3."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except UsageError as exc:
-            fail(str(exc))
-        except EnvironmentFailure as exc:
-            fail(str(exc), EXIT_ENVIRONMENT)
-
-    return wrapper

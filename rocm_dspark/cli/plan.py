@@ -8,7 +8,6 @@ import json
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
 
@@ -94,7 +93,6 @@ from rocm_dspark.errors import UsageError
     show_default=True,
     help="Seed of the simulator's acceptance draws.",
 )
-@usage_errors
 def plan(
     model,
     gpu,

@@ -8,7 +8,7 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import selection_options, usage_errors
+from rocm_dspark.cli.options import selection_options
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.selection import build_selection
 
@@ -48,7 +48,6 @@ def _model_optional(fn):
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout (progress stays on stderr).")
 @click.option("--show", is_flag=True, help="Print the latest probe records in the state directory and exit.")
 @click.option("--limit", type=bounds.COUNT, default=5, show_default=True, help="With --show: how many records.")
-@usage_errors
 def probe(levels, deadline, server_json, as_json, show, limit, **opts):
     """Prove (or refute) adaptive verification on this host and write a fingerprinted record.
 

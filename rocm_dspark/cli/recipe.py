@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, cluster_options, selection_options
 from rocm_dspark.errors import UsageError
 from rocm_dspark.recipe.cluster import pop_cluster, refuse_without_strategy
 from rocm_dspark.usecase.launch_plan import plan_from_options
@@ -23,7 +23,6 @@ from rocm_dspark.usecase.launch_plan import plan_from_options
     "k8s: Kubernetes manifests (with --strategy).",
 )
 @click.option("--explain", is_flag=True, help="Print every note in full: reasons, evidence links, removal conditions.")
-@usage_errors
 def recipe(fmt, explain, **opts):
     """Print the vLLM launch for a model on this (or the given) AMD GPU.
 
@@ -46,7 +45,6 @@ def recipe(fmt, explain, **opts):
 def _cluster(fmt, opts, copts, explain=False):
     from rocm_dspark.usecase.launch_plan import cluster_for
 
-    copts["strategy"] = copts.get("strategy") or "single_node"
     plan, cluster = cluster_for(opts, copts, k8s=fmt == "k8s")
     rank = copts.get("node_rank")
     if fmt == "json":
@@ -71,7 +69,6 @@ def _cluster(fmt, opts, copts, explain=False):
 
 @click.command(name="list", short_help="Show the models, GPUs, builds and profiles in recipes/.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@usage_errors
 def list_catalog(as_json):
     """Show the models, GPUs and profiles in recipes/, with each profile's status.
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import check_model_path, concurrency_levels, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, concurrency_levels, selection_options
 from rocm_dspark.errors import UsageError, warn
 
 
@@ -76,7 +76,6 @@ from rocm_dspark.errors import UsageError, warn
     help="Also answer GET /ready on this port (on --host) for a load balancer: 200 once the served command "
     "is final and validated, 503 while a load runs, adaptive verification is proved, or it is down.",
 )
-@usage_errors
 def up(
     concurrency,
     mode,
@@ -155,7 +154,6 @@ def up(
 @click.command(short_help="Stop the service `up` started; keep its state and files.")
 @click.option("--state-dir", default=None, help="The state directory `up` used.")
 @click.option("--purge-cache", is_flag=True, help="Then remove the compile cache (the next start compiles cold).")
-@usage_errors
 def down(state_dir, purge_cache):
     """Stop the service `up` started; keep the state, launchers, records and reports.
 
@@ -188,7 +186,6 @@ def down(state_dir, purge_cache):
     help="With --ready: answer GET /ready over HTTP until stopped (200 ready, 503 not ready; the same "
     "answer as the exit status). `up --ready-port` runs this.",
 )
-@usage_errors
 def status(state_dir, as_json, ready_check, listen):
     """Show `up`'s steps and whether its service runs.
 

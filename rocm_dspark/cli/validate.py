@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from rocm_dspark.cli import bounds
-from rocm_dspark.cli.options import check_model_path, concurrency_levels, pop_selection, selection_options, usage_errors
+from rocm_dspark.cli.options import check_model_path, concurrency_levels, pop_selection, selection_options
 from rocm_dspark.errors import UsageError
 
 
@@ -134,7 +134,6 @@ def _ab(selection_opts: dict, kwargs: dict, as_json: bool):
     "arm's). Such a record is kept but never counts for the gate.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report JSON on stdout instead of the summary.")
-@usage_errors
 def validate(**kwargs):
     """Check a node in order, stop at the first blocking failure, and write a report.
 

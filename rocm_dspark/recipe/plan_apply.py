@@ -3,25 +3,21 @@ by resolving it: `plan` never prints an option that `recipe` would refuse withou
 
 from __future__ import annotations
 
-from rocm_dspark.recipe.k_schedule import FLAG, format_schedule
+from rocm_dspark.recipe.k_schedule import format_schedule
+from rocm_dspark.recipe.options import selection_argv
 
 
-def _option_words(speculative_config: dict) -> tuple[list[str], dict, str | None]:
-    """(argv words, the same as option values, the vLLM change a build needs for it)."""
+def _option_values(speculative_config: dict) -> tuple[dict, str | None]:
+    """(the `recipe` option values that select it, the vLLM change a build needs for it)."""
     if not speculative_config:
-        return ["--no-speculation"], {"no_speculation": True}, None
-    k = speculative_config.get("num_speculative_tokens")
+        return {"no_speculation": True}, None
     if speculative_config.get("enable_adaptive_verification"):
-        return ["--adaptive", "on"], {"adaptive": "on"}, "adaptive"
+        return {"adaptive": "on"}, "adaptive"
+    k = {"num_speculative_tokens": str(speculative_config.get("num_speculative_tokens"))}
     schedule = speculative_config.get("num_speculative_tokens_per_batch_size")
     if schedule:
-        text = format_schedule(schedule)
-        return (
-            ["--num-speculative-tokens", str(k), FLAG, text],
-            {"num_speculative_tokens": str(k), "k_schedule": text},
-            "per-batch-size K",
-        )
-    return ["--num-speculative-tokens", str(k)], {"num_speculative_tokens": str(k)}, None
+        return {**k, "k_schedule": format_schedule(schedule)}, "per-batch-size K"
+    return k, None
 
 
 def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tuple[list[str], str | None]:
@@ -32,7 +28,8 @@ def apply_command(catalog, model, gpu_key: str, speculative_config: dict) -> tup
     from rocm_dspark.recipe.resolve import resolve_plan
     from rocm_dspark.recipe.selection import build_selection
 
-    words, values, change = _option_words(speculative_config)
+    values, change = _option_values(speculative_config)
+    words = selection_argv(values)  # the flags in the options' order, as `recipe --help` lists them
     base = ["rocm-dspark", "recipe", "--model", model.key, "--gpu", gpu_key]
     change = {"adaptive": catalog.adaptive_change, "per-batch-size K": catalog.dynamic_k_change}.get(change, change)
     tries = [[]] + [

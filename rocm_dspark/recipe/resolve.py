@@ -134,6 +134,11 @@ def model_layer(s: _State) -> None:
     s.env = dict(model.base_env)
 
 
+# The profile's values the layers read from s.fields; the sizes a selection may replace come first.
+_SIZES = ("tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "capture_cap")
+_SETTINGS = ("cudagraph_mode", "breakable_cudagraph", "moe_backend", "gpu_memory_utilization", "engram_cpu_offload")
+
+
 def profile_layer(s: _State) -> None:
     model, gpu, sel = s.model, s.gpu, s.sel
     profile = model.profiles.get(gpu.key)
@@ -142,26 +147,13 @@ def profile_layer(s: _State) -> None:
             f"{model.key} has no profile for {gpu.key}; profiles exist for {', '.join(sorted(model.profiles))}"
         )
     s.profile = profile
-    s.fields = {
-        "tp": profile.tp,
-        "dp": profile.dp,
-        "ep": profile.ep,
-        "max_num_seqs": profile.max_num_seqs,
-        "max_num_batched_tokens": profile.max_num_batched_tokens,
-        "capture_cap": profile.capture_cap,
-        "cudagraph_mode": profile.cudagraph_mode,
-        "breakable_cudagraph": profile.breakable_cudagraph,
-        "moe_backend": profile.moe_backend,
-        "gpu_memory_utilization": profile.gpu_memory_utilization,
-        "engram_cpu_offload": profile.engram_cpu_offload,
-        "adaptive_verification": bool(model.speculative["adaptive_verification"]),
-    }
-    for name in ("tp", "dp", "ep", "max_num_seqs", "max_num_batched_tokens", "capture_cap"):
+    s.fields = {name: getattr(profile, name) for name in (*_SIZES, *_SETTINGS)}
+    s.fields["adaptive_verification"] = bool(model.speculative["adaptive_verification"])
+    for name in _SIZES:
         value = getattr(sel, name)
         if value is not None:
             if value <= 0:
-                flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} must be a positive integer, got {value}")
+                raise UsageError(f"{flag_for(name)} must be a positive integer, got {value}")
             s.fields[name] = value
             s.explicit.add(name)
     if sel.concurrency is not None and sel.concurrency <= 0:
@@ -283,9 +275,8 @@ def build_layer(s: _State) -> None:
     if s.sel.image:
         b, why = _image_own_build(s, b, why)
     for change in model.requires:
-        has = catalog.contains(b, change)
-        if has is not True:
-            what = "lacks" if has is False else "is not shown to contain"
+        what = _lacks(catalog, b, change)
+        if what:
             raise UsageError(
                 f"vLLM build {b.name} {what} {model.key} ({change}: {catalog.changes[change]['title']}); "
                 f"pick another with --build ({', '.join(catalog.builds)})"
@@ -780,6 +771,12 @@ def command_layer(s: _State) -> _Args:
     return args
 
 
+def _lacks(catalog, build, change: str) -> str | None:
+    """How `build` misses `change` ("lacks", or "is not shown to contain" where vllm.yaml does not say); None if not."""
+    has = catalog.contains(build, change)
+    return None if has is True else "lacks" if has is False else "is not shown to contain"
+
+
 def _change_words(catalog, build, change: str) -> str:
     fact = build.facts.get(change) or {}
     how = f", by {fact['how']}: {fact['source']}" if fact.get("how") else ", not established for this build"
@@ -792,8 +789,8 @@ def flag_verdict(catalog, build, flag: str) -> tuple[bool, str]:
     if rule is None:
         return True, ""
     for change in rule.needs:
-        if catalog.contains(build, change) is not True:
-            what = "lacks" if catalog.contains(build, change) is False else "is not shown to contain"
+        what = _lacks(catalog, build, change)
+        if what:
             return (
                 False,
                 f"{flag} left out: build {build.name} {what} {_change_words(catalog, build, change)}; {rule.reason}",

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from rocm_dspark.errors import UsageError
+from rocm_dspark.errors import UsageError, did_you_mean
 
 _SPEC = "--num-speculative-tokens, --adaptive or --benchmark-synthetic"
 _CAPTURE = "--max-num-seqs, --num-speculative-tokens or --capture-cap"
@@ -84,7 +84,7 @@ PARTLY_OWNED: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     ),
 }
 
-# The old name->hint view, kept for callers that list the guarded flags.
+# Option string -> hint, and -> (long name, owned keys): the views normalise() looks a flag up in.
 GUARDED_FLAGS: dict[str, str] = {opt: hint for opts, hint in PLAN_OWNED.values() for opt in opts}
 _PARTLY: dict[str, tuple[str, frozenset[str]]] = {
     opt: (opts[0], keys) for opts, keys in PARTLY_OWNED.values() for opt in opts
@@ -253,8 +253,6 @@ def check_parses(arg: UserArg, facts: dict, build: str) -> None:
     """UsageError when the build's `vllm serve` parser (its facts) would refuse `arg`: no such flag (argparse's
     unique-prefix rule included), a value on a flag that takes none, none where one is needed, or a value its
     type refuses. Dotted keys and -O are left to vLLM (FlexibleArgumentParser rewrites them first)."""
-    from rocm_dspark.errors import did_you_mean
-
     head, dot, _ = arg.flag.partition(".")
     choices: dict = facts.get("choices") or {}
     kinds = {opt: kind for kind, opts in (facts.get("kinds") or {}).items() for opt in opts} | dict.fromkeys(
