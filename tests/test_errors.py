@@ -17,6 +17,7 @@ from rocm_dspark.runtime.metrics import CounterReset
     (ServerError("GET /metrics: connection refused at http://127.0.0.1:8000"), EXIT_ENVIRONMENT),
     (CounterReset("num_drafts 10 -> 2: the server restarted between the two reads"), EXIT_ENVIRONMENT),
     (UsageError("--gpu mi999: unknown GPU;\n  use one of\n  mi300x, mi355x"), EXIT_USAGE),  # folded to one line
+    (UsageError("--state-dir '/srv/a  b' is not a directory"), EXIT_USAGE),  # a value's two spaces kept
 ])
 def test_exit_status_follows_the_error_type(exc, code):
     """Through the group that runs every command (rocm_dspark.cli.LazyGroup), as the installed command does."""
@@ -31,7 +32,9 @@ def test_exit_status_follows_the_error_type(exc, code):
 
     res = CliRunner().invoke(click.group(cls=Group)(lambda: None), ["cmd"])
     assert res.exit_code == code
-    assert res.output == f"rocm-dspark: error: {' '.join(str(exc).split())}\n"  # one line, no traceback
+    one_line = " ".join(line.strip() for line in str(exc).splitlines())
+    assert res.output == f"rocm-dspark: error: {one_line}\n"  # one line, no traceback
+    assert ("a  b" in res.output) == ("a  b" in str(exc))
 
 
 def test_environment_failures_are_not_usage_errors():

@@ -59,7 +59,9 @@ class _ClosedStdout:
 
 
 def _error(message: str, code: int = EXIT_USAGE):
-    click.echo(f"rocm-dspark: error: {' '.join(str(message).split())}", err=True)
+    # Lines joined, spaces within a line kept: a value quoted in the message prints as the user gave it.
+    one_line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    click.echo(f"rocm-dspark: error: {one_line}", err=True)
     sys.exit(code)
 
 

@@ -7,7 +7,6 @@ import os
 
 import click
 
-from rocm_dspark.cli.options import usage_errors
 from rocm_dspark.errors import UsageError
 
 
@@ -50,7 +49,6 @@ def plugin():
     type=click.Path(exists=True, dir_okay=False),
     help="Inspect the vLLM installed for this interpreter instead of the current one.",
 )
-@usage_errors
 def status(as_json, host_only, num_speculative_tokens, gpu, model, python):
     """Installed vLLM, entry-point registration, what would be patched, and vLLM's own AV checks.
 
