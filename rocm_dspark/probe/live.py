@@ -219,13 +219,14 @@ def _exercise(srv, target: LiveTarget, ev: dict, progress) -> None:
         delta = counters_evidence(start, client.metrics_text(), model)["delta"]
         return {key: delta[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
 
+    capture = target.capture_size if target.capture_size is not None else capture_of(target.argv)
     ev["rescore"] = rescore.rescore(
         client,
         model,
         k=k,
         counters_delta=drafts_counted,
         progress=progress,
-        capture_size=target.capture_size,  # target_from_plan/_spec read it from the argv already
+        capture_size=capture,
         max_num_batched_tokens=target.max_num_batched_tokens or int_flag(target.argv, "max_num_batched_tokens"),
     )
     progress(f"live: token re-scoring: {ev['rescore']['why']}")
